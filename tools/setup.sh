@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what overlap needs to build and test on Debian 12, skipping what is already there.
+set -euo pipefail
+PKGS=(bazel-bootstrap bazel-rules-java openmpi-bin libopenmpi-dev libabsl-dev libspdlog-dev
+      libfmt-dev catch2 libeigen3-dev dataset-fashion-mnist iproute2 python3 python3-pip
+      python3-numpy python3-matplotlib)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "overlap setup: installing ${missing[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
