@@ -1,0 +1,231 @@
+// Data-parallel training of an MLP on Fashion-MNIST over the overlap runtime.
+//
+// Every rank holds the whole model and takes a contiguous slice of every global batch. Backward
+// runs last layer to first and hands each layer's weight and bias gradient to overlap::Allreduce
+// the moment it is computed, so the averaging of layer l overlaps the differentiation of layers
+// below it; the optimizer step waits for all of them.
+//
+// Run:  mpirun -np 4 bazel-bin/examples/mnist_mlp [--epochs 4] [--batch 128] ...
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "examples/fashion_mnist.h"
+#include "examples/mlp.h"
+#include "examples/sgd.h"
+#include "examples/shard.h"
+#include "examples/train_flags.h"
+#include "examples/weights_file.h"
+#include "runtime/overlap.h"
+
+namespace overlap {
+namespace examples {
+namespace {
+
+const std::vector<int> kLayerSizes = {Dataset::kPixels, 256, 128, Dataset::kClasses};
+
+std::string ParamName(int layer, bool bias) {
+  return absl::StrCat("layer", layer, bias ? ".bias" : ".weight");
+}
+
+// The same permutation on every rank: a Fisher-Yates shuffle driven by a generator seeded from
+// (seed, epoch), with no implementation-defined distribution in between.
+std::vector<int64_t> EpochOrder(int64_t size, uint64_t seed, int epoch) {
+  std::vector<int64_t> order(size);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 gen(seed * 1000003 + static_cast<uint64_t>(epoch));
+  for (int64_t i = size - 1; i > 0; --i) {
+    std::swap(order[i], order[gen() % static_cast<uint64_t>(i + 1)]);
+  }
+  return order;
+}
+
+// Copies the images order[begin, begin + count) into the columns of `x` and their labels.
+void Gather(const Dataset& data, const std::vector<int64_t>& order, RowRange rows,
+            Eigen::MatrixXf* x, std::vector<uint8_t>* labels) {
+  x->resize(Dataset::kPixels, rows.count);
+  labels->resize(rows.count);
+  for (int64_t j = 0; j < rows.count; ++j) {
+    const int64_t image = order[rows.begin + j];
+    x->col(j) = Eigen::Map<const Eigen::VectorXf>(&data.pixels[image * Dataset::kPixels],
+                                                  Dataset::kPixels);
+    (*labels)[j] = data.labels[image];
+  }
+}
+
+absl::Status WaitAll(std::vector<Handle>& handles) {
+  absl::Status first;
+  for (const Handle& handle : handles) first.Update(handle.Wait());
+  handles.clear();
+  return first;
+}
+
+// Horovod's broadcast_parameters: the seeded initialisation already agrees everywhere, but a
+// broadcast makes that a guarantee rather than an assumption.
+absl::Status BroadcastParameters(Mlp& model) {
+  std::vector<Handle> handles;
+  for (int l = 0; l < model.num_layers(); ++l) {
+    DenseLayer& p = model.params()[l];
+    const Tensor weight = MakeTensor(p.weight.data(), {p.weight.rows(), p.weight.cols()});
+    const Tensor bias = MakeTensor(p.bias.data(), {p.bias.size()});
+    for (auto [name, tensor] : {std::pair{ParamName(l, false), weight},
+                                std::pair{ParamName(l, true), bias}}) {
+      absl::StatusOr<Handle> handle = Broadcast(absl::StrCat("init.", name), tensor, tensor);
+      if (!handle.ok()) return handle.status();
+      handles.push_back(*handle);
+    }
+  }
+  return WaitAll(handles);
+}
+
+// One optimizer step on this rank's slice of the global batch `rows`. Returns the summed
+// (unscaled) loss of the slice.
+absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t>& order,
+                                 RowRange global, Mlp& model, MomentumSgd& sgd) {
+  const RowRange mine = ShardOf(global.count, Rank(), Size());
+  Eigen::MatrixXf x;
+  std::vector<uint8_t> labels;
+  Gather(train, order, {global.begin + mine.begin, mine.count}, &x, &labels);
+  model.Forward(x);
+
+  // Each rank's gradient is scaled by size / global_rows, so that the average over ranks is
+  // sum(per-sample gradients) / global_rows: exactly the 1-rank gradient of the global batch,
+  // also when the batch does not divide evenly.
+  const float scale = static_cast<float>(Size()) / static_cast<float>(global.count);
+  std::vector<Handle> handles;
+  absl::Status submit_status;
+  const double loss = model.Backward(labels, scale, [&](int l) {
+    DenseLayer& g = model.grads()[l];
+    const Tensor weight = MakeTensor(g.weight.data(), {g.weight.rows(), g.weight.cols()});
+    const Tensor bias = MakeTensor(g.bias.data(), {g.bias.size()});
+    for (auto [name, tensor] : {std::pair{ParamName(l, false), weight},
+                                std::pair{ParamName(l, true), bias}}) {
+      absl::StatusOr<Handle> handle = Allreduce(name, tensor, tensor);
+      if (handle.ok()) {
+        handles.push_back(*handle);
+      } else {
+        submit_status.Update(handle.status());
+      }
+    }
+  });
+  absl::Status status = WaitAll(handles);
+  status.Update(submit_status);
+  if (!status.ok()) return status;
+  sgd.Step(model.grads(), model.params());
+  return loss;
+}
+
+// This rank's count of correct predictions on its slice of the test set.
+int64_t CountCorrect(const Dataset& test, Mlp& model) {
+  const RowRange mine = ShardOf(test.size, Rank(), Size());
+  Eigen::Map<const Eigen::MatrixXf> all(test.pixels.data(), Dataset::kPixels, test.size);
+  const std::vector<int> predicted = model.Predict(all.middleCols(mine.begin, mine.count));
+  int64_t correct = 0;
+  for (int64_t j = 0; j < mine.count; ++j) {
+    correct += predicted[j] == test.labels[mine.begin + j] ? 1 : 0;
+  }
+  return correct;
+}
+
+// Sums `values` over every rank, in place.
+absl::Status SumAcrossRanks(const std::string& name, std::vector<double>& values) {
+  const Tensor tensor = MakeTensor(values.data(), {static_cast<int64_t>(values.size())});
+  AllreduceOptions sum;
+  sum.op = ReduceOp::kSum;
+  absl::StatusOr<Handle> handle = Allreduce(name, tensor, tensor, sum);
+  if (!handle.ok()) return handle.status();
+  return handle->Wait();
+}
+
+absl::Status Train(const TrainOptions& options, const Dataset& train, const Dataset& test) {
+  Mlp model(kLayerSizes, options.seed);
+  absl::Status status = BroadcastParameters(model);
+  if (!status.ok()) return status;
+  MomentumSgd sgd(model.params(), options.learning_rate, options.momentum);
+  if (Rank() == 0) {
+    std::printf("training 784-256-128-10 MLP on %d rank(s), global batch %lld, %lld images\n",
+                Size(), static_cast<long long>(options.batch), static_cast<long long>(train.size));
+  }
+
+  int64_t steps = 0;
+  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+    const std::vector<int64_t> order = EpochOrder(train.size, options.seed, epoch);
+    sgd.set_learning_rate(options.learning_rate *
+                          std::pow(options.lr_decay, static_cast<float>(epoch - 1)));
+    const auto start = std::chrono::steady_clock::now();
+    // {summed loss, training images, correct test predictions, test images}, summed over ranks.
+    std::vector<double> totals = {0.0, 0.0, 0.0, 0.0};
+    for (int64_t begin = 0; begin < train.size; begin += options.batch) {
+      if (options.max_steps > 0 && steps >= options.max_steps) break;
+      const RowRange global = {begin, std::min(options.batch, train.size - begin)};
+      absl::StatusOr<double> loss = TrainStep(train, order, global, model, sgd);
+      if (!loss.ok()) return loss.status();
+      totals[0] += *loss;
+      totals[1] += static_cast<double>(ShardOf(global.count, Rank(), Size()).count);
+      ++steps;
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    totals[2] = static_cast<double>(CountCorrect(test, model));
+    totals[3] = static_cast<double>(ShardOf(test.size, Rank(), Size()).count);
+    status = SumAcrossRanks("epoch_totals", totals);
+    if (!status.ok()) return status;
+    if (Rank() == 0) {
+      std::printf("epoch %d  loss %.4f  test accuracy %.2f%%  %.0f images/s  (%.1f s)\n", epoch,
+                  totals[0] / std::max(totals[1], 1.0), 100.0 * totals[2] / totals[3],
+                  totals[1] / seconds, seconds);
+      std::fflush(stdout);
+    }
+    if (options.max_steps > 0 && steps >= options.max_steps) break;
+  }
+  if (Rank() == 0 && !options.dump_weights.empty()) {
+    return WriteWeights(options.dump_weights, model.params());
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  Eigen::setNbThreads(1);  // ranks share the cores; one thread each
+  absl::StatusOr<TrainOptions> options = ParseTrainFlags(argc, argv);
+  if (!options.ok()) {
+    std::fprintf(stderr, "mnist_mlp: %s\n", std::string(options.status().message()).c_str());
+    return 2;
+  }
+  if (options->help) {
+    std::fputs(kTrainUsage, stdout);
+    return 0;
+  }
+  // Data first: a missing file is reported before any rank waits on a collective.
+  absl::StatusOr<Dataset> train = LoadFashionMnist(options->data_dir, Split::kTrain);
+  absl::StatusOr<Dataset> test =
+      train.ok() ? LoadFashionMnist(options->data_dir, Split::kTest) : train.status();
+  if (!test.ok()) {
+    std::fprintf(stderr, "mnist_mlp: %s\n", std::string(test.status().message()).c_str());
+    return 1;
+  }
+  absl::Status status = Init();
+  if (status.ok()) status = Train(*options, *train, *test);
+  if (status.ok()) status = Shutdown();
+  if (!status.ok()) {
+    // Exiting without Shutdown on purpose: a failed collective may leave peers unable to join
+    // it, and mpirun tears the job down once one rank exits non-zero.
+    std::fprintf(stderr, "mnist_mlp: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace examples
+}  // namespace overlap
+
+int main(int argc, char** argv) { return overlap::examples::Main(argc, argv); }

@@ -1,0 +1,39 @@
+// Command-line options of the Fashion-MNIST demo, with their defaults in one place.
+#ifndef OVERLAP_EXAMPLES_TRAIN_FLAGS_H_
+#define OVERLAP_EXAMPLES_TRAIN_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "examples/fashion_mnist.h"
+
+namespace overlap {
+namespace examples {
+
+struct TrainOptions {
+  int epochs = 4;
+  int64_t batch = 128;  // global batch: the sum of every rank's shard
+  float learning_rate = 0.05f;
+  float momentum = 0.9f;
+  // The learning rate of epoch e (from 1) is lr * lr_decay^(e-1): large steps while the loss
+  // falls fast, small ones to settle, which steadies the final accuracy.
+  float lr_decay = 0.6f;
+  uint64_t seed = 42;
+  int64_t max_steps = 0;  // stop after this many optimizer steps; 0 means run every epoch
+  std::string dump_weights;  // write the final parameters here (rank 0) when not empty
+  std::string data_dir = kDefaultFashionMnistDir;
+  bool help = false;
+};
+
+// One line per flag, for --help and for error messages.
+extern const char kTrainUsage[];
+
+// Parses --name=value or --name value for every TrainOptions field. InvalidArgument naming the
+// flag and the accepted values for an unknown flag, a missing value or a value out of range.
+absl::StatusOr<TrainOptions> ParseTrainFlags(int argc, char** argv);
+
+}  // namespace examples
+}  // namespace overlap
+
+#endif  // OVERLAP_EXAMPLES_TRAIN_FLAGS_H_
