@@ -1,0 +1,44 @@
+// Collects the RankReports of one job and decides what overlaprun says and returns: the first rank
+// that failed on its own (earliest end time among ranks the launcher did not stop) is the cause;
+// the rest are consequences, counted but not blamed.
+#ifndef OVERLAP_LAUNCHER_FAILURE_LOG_H_
+#define OVERLAP_LAUNCHER_FAILURE_LOG_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/rank_report.h"
+
+namespace overlap::launcher {
+
+class FailureLog {
+ public:
+  // Records one report. Returns true when it is the first report of a rank that failed on its own,
+  // which is when overlaprun announces the failure and starts the kill grace period.
+  bool Add(const RankReport& report);
+
+  bool empty() const { return reports_.empty(); }
+
+  // The failure to blame: the earliest one not caused by the launcher, else the earliest of all.
+  std::optional<RankReport> Cause() const;
+
+  // The final line, e.g. "overlaprun: job failed: rank 1 on host h2 was killed by signal 9
+  // (SIGKILL); after it 0 ranks failed and 3 were stopped; the job ended 0.41 s after the first
+  // failure".
+  // `job_end_ms` is when mpirun exited. Only meaningful when !empty().
+  std::string Summary(int64_t job_end_ms) const;
+
+  // overlaprun's exit status: the cause's (rank_report.h ExitStatusFor), else mpirun's own status,
+  // kept non-zero when mpirun failed.
+  int ExitStatus(int mpirun_status) const;
+
+ private:
+  std::vector<RankReport> reports_;
+  bool announced_ = false;
+};
+
+}  // namespace overlap::launcher
+
+#endif  // OVERLAP_LAUNCHER_FAILURE_LOG_H_

@@ -1,0 +1,69 @@
+#include "launcher/help.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "launcher/runtime_flags.h"
+
+namespace overlap::launcher {
+
+std::string HelpText() {
+  std::string text = R"(usage: overlaprun -np N [-H host:slots,... | --hostfile FILE] [options] [--] program [args...]
+
+Starts N ranks of program with Open MPI's mpirun. When a rank fails, the whole job stops and
+overlaprun prints the rank, its host and its exit status or signal, and exits with that status
+(128 + signal for a signal). Before launching it checks the arguments, the program and that every
+host answers, and refuses with one line and exit status 2 when something is wrong.
+
+placement:
+  -np N, -n N             number of ranks (required, at least 1)
+  -H, --hosts LIST        hosts and slots, e.g. -H node1:4,node2:4 (slots default to 1);
+                          without -H or --hostfile every rank runs on this machine
+  --hostfile FILE         one host per line: "node1 slots=4", "node1:4" or "node1"; # comments
+  --oversubscribe         allow more ranks than slots (more ranks than cores on one machine)
+  --rsh-agent CMD         how mpirun starts daemons on other hosts (default: ssh, or
+                          $OMPI_MCA_plm_rsh_agent); also used for the reachability check
+  --network-interface IF  interfaces or CIDR subnets for MPI and Open MPI control traffic,
+                          e.g. --network-interface eth0 or --network-interface 10.77.0.0/24
+  --tcp-only              use only TCP between ranks (no shared memory), e.g. for emulated hosts
+  --start-timeout SECONDS host checks and the runtime's start-up must finish within this
+                          (default 30), e.g. --start-timeout 60
+
+environment:
+  -x NAME | -x NAME=VALUE forward a variable to every rank (repeatable), e.g. -x OMP_NUM_THREADS=1
+                          OVERLAP_* variables, PATH, LD_LIBRARY_PATH and PYTHONPATH are always
+                          forwarded
+
+runtime (each sets one OVERLAP_* variable in every rank):
+)";
+  for (const RuntimeFlag& f : RuntimeFlags()) {
+    absl::StrAppendFormat(&text, "  %s %s\n        %s\n        (sets %s)\n", f.flag,
+                          f.value_name, f.help, f.env);
+  }
+  absl::StrAppend(&text, R"(
+failure handling:
+  --kill-grace SECONDS    after a rank fails, mpirun gets this long to stop the others before
+                          overlaprun terminates it (default 10)
+  --no-rank-wrapper       start ranks directly; failures are then reported by mpirun only
+
+mpirun:
+  --dry-run               print the mpirun command and exit
+  -v, --verbose           print the mpirun command before running it
+  --mpirun PATH           mpirun to use (default: mpirun from PATH)
+  --mpi-args "ARGS"       extra mpirun arguments, e.g. --mpi-args "--mca btl_tcp_links 2"
+  -h, --help              this text
+
+Running as root adds --allow-run-as-root; ranks are not bound to cores (--bind-to none); without
+-H or --hostfile, --oversubscribe is implied so N may exceed this machine's cores.
+
+examples:
+  overlaprun -np 4 ./train --epochs 3
+  overlaprun -np 8 -H node1:4,node2:4 --network-interface eth0 ./train
+  overlaprun -np 2 --hostfile hosts.txt --fusion-threshold-mb 32 --timeline /tmp/tl.json ./train
+  overlaprun -np 4 --stall-warning 5 --stall-timeout 20 --log-level info ./train
+  overlaprun --dry-run -np 2 -x OMP_NUM_THREADS=1 ./train
+  tools/cluster.sh exec overlaprun -np 4 --hostfile /tmp/overlap-cluster/hostfile --tcp-only ./train
+)");
+  return text;
+}
+
+}  // namespace overlap::launcher

@@ -1,0 +1,91 @@
+#include "launcher/mpirun_command.h"
+
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "launcher/hosts.h"
+
+namespace overlap::launcher {
+namespace {
+
+void AddMca(std::vector<std::string>& argv, const std::string& key, const std::string& value) {
+  argv.insert(argv.end(), {"--mca", key, value});
+}
+
+bool IsSet(const LaunchContext& context, absl::string_view name) {
+  for (const auto& [key, value] : context.environment) {
+    if (key == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> ForwardedVariables(const LaunchOptions& options,
+                                            const LaunchContext& context) {
+  std::vector<std::string> vars;
+  std::set<std::string> named;  // a variable is forwarded once; the most specific source wins
+  for (const ForwardedVar& v : options.forwarded) named.insert(v.name);
+  for (const auto& [name, value] : options.runtime_env) {
+    if (named.count(name)) continue;
+    vars.push_back(absl::StrCat(name, "=", value));
+    named.insert(name);
+  }
+  for (const auto& [name, value] : context.environment) {
+    if (!absl::StartsWith(name, "OVERLAP_") || named.count(name)) continue;
+    vars.push_back(name);
+    named.insert(name);
+  }
+  for (const char* name : {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH"}) {
+    if (!IsSet(context, name) || named.count(name)) continue;
+    vars.emplace_back(name);
+    named.insert(name);
+  }
+  for (const ForwardedVar& v : options.forwarded) {
+    vars.push_back(v.value ? absl::StrCat(v.name, "=", *v.value) : v.name);
+  }
+  return vars;
+}
+
+std::vector<std::string> BuildMpirunCommand(const LaunchOptions& options,
+                                            const LaunchContext& context) {
+  std::vector<std::string> argv = {options.mpirun};
+  if (context.running_as_root) argv.push_back("--allow-run-as-root");
+  argv.insert(argv.end(), {"-np", absl::StrCat(options.num_ranks)});
+  if (!options.hosts.empty()) argv.insert(argv.end(), {"-H", FormatHostList(options.hosts)});
+  argv.insert(argv.end(), {"--bind-to", "none", "--map-by", "slot"});
+  // Ranks on this machine alone may outnumber its cores (tests, debugging): Open MPI then needs
+  // --oversubscribe, and it makes idle ranks yield instead of spinning on shared cores.
+  if (options.oversubscribe || options.hosts.empty()) argv.push_back("--oversubscribe");
+  if (!options.rsh_agent.empty()) AddMca(argv, "plm_rsh_agent", options.rsh_agent);
+  if (options.tcp_only) AddMca(argv, "btl", "tcp,self");
+  if (!options.network_interface.empty()) {
+    AddMca(argv, "btl_tcp_if_include", options.network_interface);
+    AddMca(argv, "oob_tcp_if_include", options.network_interface);
+  }
+  for (const std::string& var : ForwardedVariables(options, context)) {
+    argv.insert(argv.end(), {"-x", var});
+  }
+  argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
+  if (options.wrap_ranks) argv.insert(argv.end(), {context.self_path, "--rank-wrapper", "--"});
+  argv.insert(argv.end(), options.program.begin(), options.program.end());
+  return argv;
+}
+
+std::string ShellQuoted(const std::vector<std::string>& argv) {
+  return absl::StrJoin(argv, " ", [](std::string* out, const std::string& arg) {
+    const bool plain = !arg.empty() && arg.find_first_not_of(
+                                           "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                           "0123456789_-+=/.,:@%") == std::string::npos;
+    if (plain) {
+      out->append(arg);
+    } else {
+      absl::StrAppend(out, "'", absl::StrReplaceAll(arg, {{"'", "'\\''"}}), "'");
+    }
+  });
+}
+
+}  // namespace overlap::launcher

@@ -1,0 +1,72 @@
+// What one overlaprun invocation asks for, after parsing and before any check against the machine.
+// Defaults live here and nowhere else; parse_args.h fills it, validate.h checks it, preflight.h
+// checks it against the hosts, mpirun_command.h turns it into an mpirun command line.
+#ifndef OVERLAP_LAUNCHER_OPTIONS_H_
+#define OVERLAP_LAUNCHER_OPTIONS_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace overlap::launcher {
+
+// One host and how many ranks may be placed on it.
+struct HostSlots {
+  std::string host;
+  int slots = 1;
+};
+
+// One -x entry: forward NAME with its value from overlaprun's environment, or set NAME=VALUE.
+struct ForwardedVar {
+  std::string name;
+  std::optional<std::string> value;
+};
+
+struct LaunchOptions {
+  // -np: number of ranks; 0 means "not given", which validation rejects.
+  int num_ranks = 0;
+
+  // -H or --hostfile, in order. Empty means every rank runs on this machine.
+  std::vector<HostSlots> hosts;
+  // Where `hosts` came from, for messages: "-H" or the hostfile path.
+  std::string hosts_source;
+
+  // Allow more ranks than slots (passes --oversubscribe to mpirun).
+  bool oversubscribe = false;
+  // Print the mpirun command and exit without checking hosts or launching.
+  bool dry_run = false;
+  // Print the mpirun command to stderr before running it.
+  bool verbose = false;
+  // Only TCP between ranks (btl tcp,self): what the namespace cluster and debugging need.
+  bool tcp_only = false;
+  // Wrap every rank in `overlaprun --rank-wrapper` so a failure names rank, host and status.
+  bool wrap_ranks = true;
+
+  // Interfaces or CIDR subnets for MPI traffic and Open MPI's own control traffic.
+  std::string network_interface;
+  // Program mpirun uses to start its daemons on other hosts; empty keeps Open MPI's (ssh).
+  std::string rsh_agent;
+
+  // -x entries in the order given.
+  std::vector<ForwardedVar> forwarded;
+  // OVERLAP_* variables set by runtime options such as --fusion-threshold-mb, already converted.
+  std::map<std::string, std::string> runtime_env;
+
+  // Bounds the host checks before launch, and the runtime's Init (OVERLAP_START_TIMEOUT_S).
+  double start_timeout_s = 30.0;
+  // After the first rank fails, mpirun gets this long to stop the others before overlaprun
+  // terminates it: a host that vanished from the network can keep mpirun waiting forever.
+  double kill_grace_s = 10.0;
+
+  // The mpirun to run, and extra arguments passed to it verbatim before the program.
+  std::string mpirun = "mpirun";
+  std::vector<std::string> mpi_args;
+
+  // The program and its arguments.
+  std::vector<std::string> program;
+};
+
+}  // namespace overlap::launcher
+
+#endif  // OVERLAP_LAUNCHER_OPTIONS_H_

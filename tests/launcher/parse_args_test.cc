@@ -1,0 +1,135 @@
+#include "launcher/parse_args.h"
+
+#include <catch2/catch.hpp>
+#include <fstream>
+
+namespace overlap::launcher {
+namespace {
+
+absl::StatusOr<ParsedCommand> Parse(std::vector<std::string> args) { return ParseArgs(args); }
+
+TEST_CASE("placement, flags and the program are parsed", "[parse]") {
+  auto p = Parse({"-np", "4", "-H", "a:2,b:2", "--oversubscribe", "--dry-run", "--tcp-only",
+                  "--network-interface=eth1", "--rsh-agent", "/bin/rsh", "./train", "--epochs",
+                  "3"});
+  REQUIRE(p.ok());
+  const LaunchOptions& o = p->options;
+  CHECK(p->mode == ParsedCommand::Mode::kLaunch);
+  CHECK(o.num_ranks == 4);
+  CHECK(o.hosts.size() == 2);
+  CHECK(o.hosts_source == "-H");
+  CHECK(o.oversubscribe);
+  CHECK(o.dry_run);
+  CHECK(o.tcp_only);
+  CHECK(o.network_interface == "eth1");
+  CHECK(o.rsh_agent == "/bin/rsh");
+  // Options after the program belong to the program.
+  CHECK(o.program == std::vector<std::string>{"./train", "--epochs", "3"});
+}
+
+TEST_CASE("-- ends the options even before a program that starts with a dash", "[parse]") {
+  auto p = Parse({"-np", "1", "--", "-weird", "-np"});
+  REQUIRE(p.ok());
+  CHECK(p->options.program == std::vector<std::string>{"-weird", "-np"});
+}
+
+TEST_CASE("runtime options become OVERLAP_* values in the runtime's units", "[parse]") {
+  auto p = Parse({"-np", "2", "--fusion-threshold-mb", "32", "--timeline", "/tmp/t.json",
+                  "--log-level", "debug", "--stall-warning", "5", "--stall-timeout=20",
+                  "--collective-timeout", "30", "--num-channels", "4", "--start-timeout", "45",
+                  "--planner", "deft", "--compression", "fp16", "prog"});
+  REQUIRE(p.ok());
+  const auto& env = p->options.runtime_env;
+  CHECK(env.at("OVERLAP_FUSION_THRESHOLD") == "33554432");
+  CHECK(env.at("OVERLAP_TIMELINE") == "/tmp/t.json");
+  CHECK(env.at("OVERLAP_LOG_LEVEL") == "debug");
+  CHECK(env.at("OVERLAP_STALL_WARNING_S") == "5");
+  CHECK(env.at("OVERLAP_STALL_TIMEOUT_S") == "20");
+  CHECK(env.at("OVERLAP_COLLECTIVE_TIMEOUT_S") == "30");
+  CHECK(env.at("OVERLAP_NUM_CHANNELS") == "4");
+  CHECK(env.at("OVERLAP_START_TIMEOUT_S") == "45");
+  CHECK(env.at("OVERLAP_PLANNER") == "deft");
+  CHECK(env.at("OVERLAP_COMPRESSION") == "fp16");
+  CHECK(p->options.start_timeout_s == 45.0);
+  CHECK(env.size() == 10);
+}
+
+TEST_CASE("fractional megabytes round to whole bytes", "[parse]") {
+  auto p = Parse({"-np", "1", "--fusion-threshold-mb", "0.5", "prog"});
+  REQUIRE(p.ok());
+  CHECK(p->options.runtime_env.at("OVERLAP_FUSION_THRESHOLD") == "524288");
+}
+
+TEST_CASE("-x takes NAME or NAME=VALUE, repeatedly, in order", "[parse]") {
+  auto p = Parse({"-np", "1", "-x", "OMP_NUM_THREADS=1", "-x", "HOME", "-x", "A=b=c", "prog"});
+  REQUIRE(p.ok());
+  const auto& f = p->options.forwarded;
+  REQUIRE(f.size() == 3);
+  CHECK(f[0].name == "OMP_NUM_THREADS");
+  CHECK(*f[0].value == "1");
+  CHECK(f[1].name == "HOME");
+  CHECK_FALSE(f[1].value.has_value());
+  CHECK(f[2].name == "A");
+  CHECK(*f[2].value == "b=c");
+}
+
+TEST_CASE("each bad argument gives one message naming the option", "[parse]") {
+  auto message = [](std::vector<std::string> args) {
+    auto p = ParseArgs(args);
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.status().code() != absl::StatusCode::kOk);
+    return std::string(p.status().message());
+  };
+  CHECK(message({"-np", "0", "p"}) == "-np must be at least 1, got 0");
+  CHECK(message({"-np", "-3", "p"}) == "-np must be at least 1, got -3");
+  CHECK(message({"-np", "four", "p"}) == "-np 'four' is not an integer");
+  CHECK(message({"-np"}) == "-np needs a value");
+  CHECK(message({"--frobnicate", "p"}) ==
+        "unknown option '--frobnicate' (overlaprun --help lists them)");
+  CHECK(message({"-np", "1", "--log-level", "loud", "p"}) ==
+        "--log-level 'loud' is not one of trace, debug, info, warn, error, critical, off");
+  CHECK(message({"-np", "1", "--fusion-threshold-mb", "-1", "p"}) ==
+        "--fusion-threshold-mb '-1' is not a non-negative number");
+  CHECK(message({"-np", "1", "--stall-timeout", "0", "p"}) ==
+        "--stall-timeout must be more than 0 seconds");
+  CHECK(message({"-np", "1", "--num-channels", "17", "p"}) == "--num-channels '17' is not in 1..16");
+  CHECK(message({"-np", "1", "--start-timeout", "soon", "p"}) ==
+        "--start-timeout 'soon' is not a positive number of seconds");
+  CHECK(message({"-np", "1", "-x", "1BAD=2", "p"}) ==
+        "-x '1BAD=2' is not NAME or NAME=VALUE with a valid variable name");
+  CHECK(message({"-np", "1", "--dry-run=yes", "p"}) == "--dry-run takes no value");
+  CHECK(message({"-np", "2", "-H", "a", "--hostfile", "f", "p"}) ==
+        "give hosts once: with -H or with --hostfile, not both or twice");
+}
+
+TEST_CASE("--hostfile reads the file and reports its syntax errors", "[parse]") {
+  const std::string path = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
+                           "/parse_args_hosts.txt";
+  {
+    std::ofstream(path) << "n1 slots=2\nn2 slots=2\n";
+  }
+  auto p = Parse({"-np", "4", "--hostfile", path, "prog"});
+  REQUIRE(p.ok());
+  CHECK(p->options.hosts_source == path);
+  CHECK(p->options.hosts.size() == 2);
+  {
+    std::ofstream(path) << "n1 slots=2\nn2 slots=\n";
+  }
+  auto bad = Parse({"-np", "4", "--hostfile", path, "prog"});
+  CHECK(bad.status().message() ==
+        "hostfile " + path + " line 2: slot count '' is not a positive integer");
+}
+
+TEST_CASE("--help and the internal rank wrapper mode", "[parse]") {
+  auto help = Parse({"-np", "2", "--help", "--bogus"});
+  REQUIRE(help.ok());
+  CHECK(help->mode == ParsedCommand::Mode::kHelp);
+  auto wrapper = Parse({"--rank-wrapper", "--", "prog", "-np", "3"});
+  REQUIRE(wrapper.ok());
+  CHECK(wrapper->mode == ParsedCommand::Mode::kRankWrapper);
+  CHECK(wrapper->options.program == std::vector<std::string>{"prog", "-np", "3"});
+  CHECK(Parse({"--rank-wrapper"}).status().message() == "--rank-wrapper needs a program");
+}
+
+}  // namespace
+}  // namespace overlap::launcher

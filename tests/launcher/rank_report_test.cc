@@ -1,0 +1,84 @@
+#include "launcher/rank_report.h"
+
+#include <csignal>
+
+#include <catch2/catch.hpp>
+
+#include "launcher/failure_log.h"
+
+namespace overlap::launcher {
+namespace {
+
+RankReport Report(int rank, RankReport::How how, int code, int64_t end_ms, bool stopped = false) {
+  RankReport r;
+  r.rank = rank;
+  r.host = "h" + std::to_string(rank + 1);
+  r.pid = 100 + rank;
+  r.how = how;
+  r.code = code;
+  r.end_ms = end_ms;
+  r.stopped_by_launcher = stopped;
+  return r;
+}
+
+TEST_CASE("a report survives formatting and parsing, even behind a prefix", "[report]") {
+  RankReport r = Report(3, RankReport::How::kSignaled, SIGKILL, 1700000000123, true);
+  const std::string line = FormatRankReport(r);
+  CHECK(line.back() == '\n');
+  auto parsed = ParseRankReport("[1,3]<stderr>:" + line);
+  REQUIRE(parsed.has_value());
+  CHECK(parsed->rank == 3);
+  CHECK(parsed->host == "h4");
+  CHECK(parsed->pid == 103);
+  CHECK(parsed->how == RankReport::How::kSignaled);
+  CHECK(parsed->code == SIGKILL);
+  CHECK(parsed->end_ms == 1700000000123);
+  CHECK(parsed->stopped_by_launcher);
+}
+
+TEST_CASE("lines without the marker or with broken fields are not reports", "[report]") {
+  CHECK_FALSE(ParseRankReport("rank=1 host=a how=exit code=1").has_value());
+  CHECK_FALSE(ParseRankReport(std::string(kRankReportMarker) + " rank=x host=a pid=1 how=exit "
+                              "code=1 end_ms=1 stopped=0").has_value());
+  CHECK_FALSE(ParseRankReport(std::string(kRankReportMarker) + " rank=1 host=a pid=1 how=melt "
+                              "code=1 end_ms=1 stopped=0").has_value());
+}
+
+TEST_CASE("descriptions and exit statuses follow the shell's conventions", "[report]") {
+  CHECK(DescribeEnd(Report(0, RankReport::How::kExited, 3, 0)) == "exited with status 3");
+  CHECK(ExitStatusFor(Report(0, RankReport::How::kExited, 3, 0)) == 3);
+  CHECK(DescribeEnd(Report(0, RankReport::How::kSignaled, SIGKILL, 0)) ==
+        "was killed by signal 9 (SIGKILL)");
+  CHECK(ExitStatusFor(Report(0, RankReport::How::kSignaled, SIGKILL, 0)) == 137);
+  CHECK(DescribeEnd(Report(0, RankReport::How::kExecFailed, ENOENT, 0)) ==
+        "could not start its program: No such file or directory");
+  CHECK(ExitStatusFor(Report(0, RankReport::How::kExecFailed, ENOENT, 0)) == 127);
+}
+
+TEST_CASE("the failure log blames the earliest rank that failed on its own", "[report]") {
+  FailureLog log;
+  CHECK(log.empty());
+  // Reports arrive out of order: rank 2 died first, rank 0 noticed and exited, rank 1 was stopped.
+  CHECK(log.Add(Report(0, RankReport::How::kExited, 1, 5000)));  // first own failure: announce
+  CHECK_FALSE(log.Add(Report(2, RankReport::How::kSignaled, SIGKILL, 4000)));
+  CHECK_FALSE(log.Add(Report(1, RankReport::How::kSignaled, SIGTERM, 5100, true)));
+  REQUIRE(log.Cause().has_value());
+  CHECK(log.Cause()->rank == 2);
+  CHECK(log.ExitStatus(1) == 137);
+  CHECK(log.Summary(6500) ==
+        "overlaprun: job failed: rank 2 on host h3 was killed by signal 9 (SIGKILL); after it 1 "
+        "rank failed and 1 was stopped; the job ended 2.50 s after the first failure");
+}
+
+TEST_CASE("ranks stopped by the launcher are blamed only when nothing else failed", "[report]") {
+  FailureLog log;
+  CHECK_FALSE(log.Add(Report(1, RankReport::How::kSignaled, SIGTERM, 900, true)));
+  CHECK(log.Cause()->rank == 1);
+  CHECK(log.ExitStatus(0) == 128 + SIGTERM);
+  FailureLog none;
+  CHECK(none.ExitStatus(213) == 213);
+  CHECK_FALSE(none.Cause().has_value());
+}
+
+}  // namespace
+}  // namespace overlap::launcher

@@ -1,0 +1,41 @@
+#include "launcher/validate.h"
+
+#include <catch2/catch.hpp>
+
+#include "launcher/parse_args.h"
+
+namespace overlap::launcher {
+namespace {
+
+std::string Check(std::vector<std::string> args) {
+  auto p = ParseArgs(args);
+  REQUIRE(p.ok());
+  return std::string(Validate(p->options).message());
+}
+
+TEST_CASE("a complete job validates", "[validate]") {
+  CHECK(Check({"-np", "4", "-H", "a:2,b:2", "prog"}).empty());
+  // Without hosts every rank runs here, as many as asked.
+  CHECK(Check({"-np", "64", "prog"}).empty());
+  CHECK(Check({"-np", "5", "-H", "a:2,b:2", "--oversubscribe", "prog"}).empty());
+}
+
+TEST_CASE("missing -np or program is refused with the usage", "[validate]") {
+  CHECK(Check({"prog"}) == "-np N is required: how many ranks to start");
+  CHECK(Check({"-np", "2"}) ==
+        "no program given; usage: overlaprun -np N [options] [--] program [args...]");
+}
+
+TEST_CASE("more ranks than slots needs --oversubscribe", "[validate]") {
+  CHECK(Check({"-np", "5", "-H", "a:2,b:2", "prog"}) ==
+        "-np 5 needs 5 slots but -H a:2,b:2 has 4; add hosts or slots, or pass --oversubscribe");
+}
+
+TEST_CASE("the stall timeout cannot come before the warning", "[validate]") {
+  CHECK(Check({"-np", "2", "--stall-warning", "30", "--stall-timeout", "10", "prog"}) ==
+        "--stall-timeout 10 is below --stall-warning 30; the warning must come first");
+  CHECK(Check({"-np", "2", "--stall-warning", "10", "--stall-timeout", "10", "prog"}).empty());
+}
+
+}  // namespace
+}  // namespace overlap::launcher
