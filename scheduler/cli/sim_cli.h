@@ -1,0 +1,50 @@
+// overlap-sim's argument parsing and run loop, as a library so tests can drive it.
+//
+// overlap-sim (--profile FILE | --model NAME) (--workers N | --sweep-workers LIST)
+//             --planners LIST|all
+//             (--cost linear --alpha-us A --beta-us-per-mb B |
+//              --cost ring|tree|rd --latency-us L --bandwidth-gbit G)
+//             [--staleness S] [--budget B] [--max-period P] [--json] [--timeline FILE]
+// LIST is comma-separated; a worker list may use "a,b,...,z" for the geometric series a, b,
+// b*b/a, ... up to z (e.g. 4,8,...,2048).
+#ifndef OVERLAP_SCHEDULER_CLI_SIM_CLI_H_
+#define OVERLAP_SCHEDULER_CLI_SIM_CLI_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/planner.h"
+
+namespace overlap::sched {
+
+struct CliOptions {
+  std::string profile_path;  // exactly one of profile_path and model is set
+  std::string model;
+  std::vector<int> workers;
+  std::vector<std::string> planners;
+  Algorithm cost = Algorithm::kRing;
+  double alpha_us = -1, beta_us_per_mb = -1;
+  double latency_us = -1, bandwidth_gbit = -1;
+  PlannerOptions planner_options;
+  bool json = false;
+  std::string timeline_path;
+};
+
+// InvalidArgument naming the flag and the problem: unknown flag, missing value, value not a
+// number or out of range, missing required flag, conflicting flags, unknown planner.
+absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args);
+
+// Loads the profile, then for each worker count and planner plans, simulates and writes one line
+// to `out` (JSON with --json). Returns the first error (unreadable or malformed profile, planner
+// or simulation failure, timeline not writable).
+absl::Status RunCli(const CliOptions& options, std::ostream& out);
+
+// Usage text for --help and errors.
+const char* CliUsage();
+
+}  // namespace overlap::sched
+
+#endif  // OVERLAP_SCHEDULER_CLI_SIM_CLI_H_

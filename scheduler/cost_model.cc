@@ -1,0 +1,148 @@
+#include "scheduler/cost_model.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace overlap::sched {
+
+const char* CollectiveName(Collective op) {
+  switch (op) {
+    case Collective::kAllreduce: return "allreduce";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kAllgather: return "allgather";
+  }
+  return "unknown";
+}
+
+const char* AlgorithmName(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kLinear: return "linear";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kTree: return "tree";
+    case Algorithm::kRecursiveDoubling: return "rd";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name) {
+  if (name == "linear") return Algorithm::kLinear;
+  if (name == "ring") return Algorithm::kRing;
+  if (name == "tree") return Algorithm::kTree;
+  if (name == "rd" || name == "recursive-doubling") return Algorithm::kRecursiveDoubling;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown cost model '", name, "'; valid: linear, ring, tree, rd (recursive-doubling)"));
+}
+
+double ChannelCost::Seconds(Collective op, double bytes) const {
+  if (algorithm == Algorithm::kLinear) {
+    const double full = alpha_s + beta_s_per_byte * bytes;
+    return op == Collective::kAllreduce ? full : full / 2;
+  }
+  const double n = workers;
+  if (workers <= 1) return 0;  // nothing to exchange
+  const double p = std::ceil(std::log2(n));
+  const double per_byte = std::isinf(bandwidth_bytes_per_s) ? 0 : 1 / bandwidth_bytes_per_s;
+  const double m = bytes * per_byte;  // seconds to push the whole buffer once
+  const double share = (n - 1) / n * m;
+  switch (algorithm) {
+    case Algorithm::kRing:
+      return op == Collective::kAllreduce ? 2 * (n - 1) * latency_s + 2 * share
+                                          : (n - 1) * latency_s + share;
+    case Algorithm::kRecursiveDoubling:
+      return op == Collective::kAllreduce ? p * (latency_s + m) : p * latency_s + share;
+    case Algorithm::kTree:
+      // Binomial tree: reduce p(L + m) then broadcast p(L + m). Reduce-scatter is the reduce
+      // followed by a binomial scatter (p L + share); allgather a binomial gather of the shares
+      // (p L + share) followed by the broadcast p(L + m).
+      return op == Collective::kAllreduce ? 2 * p * (latency_s + m)
+                                          : p * (latency_s + m) + p * latency_s + share;
+    case Algorithm::kLinear:
+      break;
+  }
+  return 0;
+}
+
+CostModel CostModel::Linear(double alpha_us, double beta_us_per_mb) {
+  ChannelCost c;
+  c.algorithm = Algorithm::kLinear;
+  c.alpha_s = alpha_us * 1e-6;
+  c.beta_s_per_byte = beta_us_per_mb * 1e-6 / 1e6;
+  return CostModel{{c}};
+}
+
+CostModel CostModel::Algorithmic(Algorithm algorithm, int workers, double latency_us,
+                                 double bandwidth_gbit) {
+  ChannelCost c;
+  c.algorithm = algorithm;
+  c.workers = workers;
+  c.latency_s = latency_us * 1e-6;
+  c.bandwidth_bytes_per_s = bandwidth_gbit * 1e9 / 8;
+  return CostModel{{c}};
+}
+
+CostModel CostModel::WithWorkers(int workers) const {
+  CostModel copy = *this;
+  for (ChannelCost& c : copy.channels) c.workers = workers;
+  return copy;
+}
+
+absl::Status CostModel::Validate() const {
+  if (channels.empty()) return absl::InvalidArgumentError("cost model has no channel");
+  for (size_t i = 0; i < channels.size(); ++i) {
+    const ChannelCost& c = channels[i];
+    auto bad = [&](const char* field, double v) {
+      return absl::InvalidArgumentError(absl::StrCat("cost model channel ", i, " '", c.name,
+                                                     "': ", field, " must be >= 0, got ", v));
+    };
+    auto ok = [](double v) { return !std::isnan(v) && v >= 0; };
+    if (!ok(c.alpha_s) || std::isinf(c.alpha_s)) return bad("alpha", c.alpha_s);
+    if (!ok(c.beta_s_per_byte) || std::isinf(c.beta_s_per_byte)) return bad("beta", c.beta_s_per_byte);
+    if (!ok(c.latency_s) || std::isinf(c.latency_s)) return bad("latency", c.latency_s);
+    if (c.algorithm != Algorithm::kLinear && !(c.bandwidth_bytes_per_s > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("cost model channel ", i, " '", c.name,
+                                                     "': bandwidth must be > 0"));
+    }
+    if (c.workers < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("cost model channel ", i, " '", c.name,
+                                                     "': workers must be >= 1, got ", c.workers));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ChannelCost> FitLinear(absl::Span<const CostSample> samples) {
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  const double n = static_cast<double>(samples.size());
+  for (const CostSample& s : samples) {
+    if (!std::isfinite(s.bytes) || !std::isfinite(s.seconds) || s.bytes < 0 || s.seconds < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "FitLinear: sample (", s.bytes, " bytes, ", s.seconds, " s) is not finite and >= 0"));
+    }
+    sx += s.bytes;
+    sy += s.seconds;
+    sxx += s.bytes * s.bytes;
+    sxy += s.bytes * s.seconds;
+  }
+  const double denom = n * sxx - sx * sx;
+  if (samples.size() < 2 || !(denom > 1e-12 * n * sxx)) {
+    return absl::InvalidArgumentError(
+        "FitLinear: need samples of at least two distinct sizes to fit alpha and beta");
+  }
+  ChannelCost c;
+  c.name = "fitted";
+  c.algorithm = Algorithm::kLinear;
+  c.beta_s_per_byte = (n * sxy - sx * sy) / denom;
+  c.alpha_s = (sy - c.beta_s_per_byte * sx) / n;
+  if (c.alpha_s < 0) {
+    c.alpha_s = 0;
+    c.beta_s_per_byte = sxy / sxx;
+  }
+  if (c.beta_s_per_byte < 0) {  // time falls with size: only noise, keep the mean as alpha
+    c.beta_s_per_byte = 0;
+    c.alpha_s = sy / n;
+  }
+  return c;
+}
+
+}  // namespace overlap::sched

@@ -1,0 +1,84 @@
+// CostModel: how long a collective of m bytes takes on each channel (a link the runtime can drive
+// concurrently with the others, e.g. intra-node and inter-node).
+//
+// A channel is either
+//  - linear: t = alpha + beta x m for an allreduce, as MG-WFBP and US-Byte model it (a
+//    reduce-scatter or an allgather is taken as half an allreduce: alpha/2 + beta/2 x m), or
+//  - algorithmic: latency L, bandwidth B and N workers with the closed forms of Thakur,
+//    Rabenseifner and Gropp (IJHPCA 2005), reduction compute ignored (n = N, p = ceil(log2 N)):
+//        ring:               allreduce 2(n-1)L + 2(n-1)/n m/B;  RS, AG (n-1)L + (n-1)/n m/B
+//        recursive doubling: allreduce p(L + m/B);  RS (recursive halving), AG p L + (n-1)/n m/B
+//        tree (binomial):    allreduce 2p(L + m/B) (reduce then broadcast);
+//                            RS = reduce + scatter = p(L + m/B) + p L + (n-1)/n m/B; AG alike.
+// All times are in seconds here; profiles and plans speak milliseconds.
+#ifndef OVERLAP_SCHEDULER_COST_MODEL_H_
+#define OVERLAP_SCHEDULER_COST_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace overlap::sched {
+
+enum class Collective { kAllreduce = 0, kReduceScatter = 1, kAllgather = 2 };
+enum class Algorithm { kLinear = 0, kRing = 1, kTree = 2, kRecursiveDoubling = 3 };
+
+const char* CollectiveName(Collective op);
+const char* AlgorithmName(Algorithm algorithm);
+// Accepts "linear", "ring", "tree", "rd"/"recursive-doubling"; InvalidArgument otherwise.
+absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name);
+
+struct ChannelCost {
+  std::string name = "net";
+  Algorithm algorithm = Algorithm::kRing;
+  double alpha_s = 0;           // linear: fixed cost per allreduce
+  double beta_s_per_byte = 0;   // linear: cost per byte of allreduce
+  double latency_s = 0;         // algorithmic: per message step
+  double bandwidth_bytes_per_s = 0;  // algorithmic: link bandwidth; +inf allowed
+  int workers = 2;              // algorithmic: N
+
+  // Seconds for `op` over `bytes` bytes (the full tensor size, not per-rank chunk).
+  double Seconds(Collective op, double bytes) const;
+  // The model's own fixed cost (bytes -> 0 limit) of `op`; what infinite bandwidth leaves.
+  double LatencySeconds(Collective op) const { return Seconds(op, 0); }
+};
+
+struct CostModel {
+  std::vector<ChannelCost> channels;  // at least one
+
+  // Linear single-channel model: alpha in microseconds, beta in microseconds per MB (1e6 bytes).
+  static CostModel Linear(double alpha_us, double beta_us_per_mb);
+  // Algorithmic single-channel model: latency in microseconds, bandwidth in Gbit/s (1e9 bit).
+  static CostModel Algorithmic(Algorithm algorithm, int workers, double latency_us,
+                               double bandwidth_gbit);
+
+  // Milliseconds for `op` on channel `channel` (callers pass a valid index).
+  double Ms(int channel, Collective op, double bytes) const {
+    return 1e3 * channels[channel].Seconds(op, bytes);
+  }
+  // A copy with every algorithmic channel set to `workers`.
+  CostModel WithWorkers(int workers) const;
+  // InvalidArgument naming the channel and field when a parameter is negative, NaN, or a worker
+  // count is < 1, or there is no channel.
+  absl::Status Validate() const;
+};
+
+// One measured collective: payload bytes and wall seconds.
+struct CostSample {
+  double bytes = 0;
+  double seconds = 0;
+};
+
+// Least-squares fit of seconds = alpha + beta x bytes, returned as a linear channel.
+// InvalidArgument with fewer than two distinct sizes or non-finite samples. A negative fitted
+// alpha (noise at small sizes) is clamped to 0 and beta refitted through the origin, so the
+// result is always a usable cost.
+absl::StatusOr<ChannelCost> FitLinear(absl::Span<const CostSample> samples);
+
+}  // namespace overlap::sched
+
+#endif  // OVERLAP_SCHEDULER_COST_MODEL_H_

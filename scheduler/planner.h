@@ -1,0 +1,110 @@
+// Planners: pure functions from (profile, cost model, options) to a Plan. No planner keeps state
+// between calls, so the runtime and the simulator get the same plan for the same inputs.
+#ifndef OVERLAP_SCHEDULER_PLANNER_H_
+#define OVERLAP_SCHEDULER_PLANNER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/plan.h"
+#include "scheduler/profile.h"
+
+namespace overlap::sched {
+
+struct PlannerOptions {
+  // Staleness bound S: the largest delay any bucket may get (deft only; the others are
+  // synchronous and ignore it).
+  int staleness = 0;
+  // Convergence budget for deft: sum over buckets of share x (delay + period - 1), where share
+  // is the bucket's fraction of the gradient bytes (the profile carries no gradient norms, so
+  // bytes stand in for the norm share). Negative means "equal to staleness", which allows every
+  // byte to be delayed by S but leaves nothing for update periods.
+  double budget = -1;
+  // Largest update period deft may assign when a channel's coverage rate exceeds 1 (1 = never).
+  int max_period = 1;
+  // Horovod fusion: HOROVOD_FUSION_THRESHOLD (64 MiB) and HOROVOD_CYCLE_TIME (ms).
+  int64_t fusion_threshold_bytes = 64 << 20;
+  double cycle_time_ms = 1.0;
+  // ByteScheduler partition and credit in bytes; 0 = tune by simulation over a grid (the paper
+  // tunes them online with Bayesian optimisation).
+  int64_t partition_bytes = 0;
+  int64_t credit_bytes = 0;
+};
+
+// "wfbp", "fusion", "mgwfbp", "bytescheduler", "usbyte", "dear", "deft", "auto".
+const std::vector<std::string>& PlannerNames();
+
+// Runs the named planner. InvalidArgument listing the valid names for an unknown name, or
+// naming the field for invalid options or cost model. The returned plan passes ValidatePlan.
+absl::StatusOr<Plan> MakePlan(absl::string_view planner, const Profile& profile,
+                              const CostModel& cost, const PlannerOptions& options);
+
+// The planners. Each returns a validated plan or the error that prevented one.
+
+// WFBP (wait-free backpropagation; Zhang et al., Poseidon, USENIX ATC 2017; Horovod with fusion
+// off): one allreduce per tensor on channel 0, in gradient-ready order, one optimizer step after
+// all are in.
+absl::StatusOr<Plan> PlanWfbp(const Profile&, const CostModel&, const PlannerOptions&);
+
+// Horovod tensor fusion (Sergeev and Del Balso, 2018): every cycle_time_ms the background thread
+// fuses the tensors that became ready, in ready order, into buffers of at most the threshold (a
+// larger tensor goes alone). Choice where Horovod is silent about timing: cycles are aligned with
+// the start of backward. The simulator launches a bucket when its last tensor is ready, not at
+// the next cycle tick, so it is an upper bound on Horovod's speed with these buckets.
+absl::StatusOr<Plan> PlanFusion(const Profile&, const CostModel&, const PlannerOptions&);
+
+// MG-WFBP (Shi, Chu and Li, INFOCOM 2019): merge consecutive gradients (in ready order) so that
+// the end of the last allreduce, and so the iteration time F + end + U, is minimal. We compute the
+// optimal merge with an exact O(n^2) dynamic programme over contiguous groups instead of the
+// paper's greedy rule; both reach the optimum under the linear model, and the DP stays optimal
+// for any cost that grows with size (ring, tree).
+absl::StatusOr<Plan> PlanMgwfbp(const Profile&, const CostModel&, const PlannerOptions&);
+
+// ByteScheduler (Peng et al., SOSP 2019): tensors cut into partitions of partition_bytes; a
+// partition's priority is its layer's forward position (front layers first); at most
+// credit_bytes are handed to the channel at a time; the next forward overlaps with the remaining
+// communication (each layer updated once its partitions are in). The plan order is the order in
+// which this priority-and-credit scheduler sends the partitions of one iteration, computed with
+// the cost model. Partition and credit are tuned over {0.5, 2, 8, 32} MB x {1, 4} partitions.
+absl::StatusOr<Plan> PlanByteScheduler(const Profile&, const CostModel&, const PlannerOptions&);
+
+// US-Byte (unequal-sized blocks, after Zhou et al., TPDS 2023): ByteScheduler's priority and
+// credit, but block sizes grow with priority rank: front layers, needed first in the next
+// forward, are cut small so they overtake quickly; later layers in large blocks that amortise
+// latency. The paper's own size search is not available here; our choice: the k-th block in
+// priority order has size min(P0 x g^k, 64 MB), credit one block, and (P0, g) are tuned by
+// simulation over {0.25, 1, 4} MB x {1.1, 1.3, 1.6}.
+absl::StatusOr<Plan> PlanUsByte(const Profile&, const CostModel&, const PlannerOptions&);
+
+// DeAR (Zhang et al., ICDCS 2023): each fused bucket's allreduce is decoupled into a
+// reduce-scatter launched in backward as soon as the bucket is ready and an all-gather in the
+// next forward just before the layers that need it (front layers first). Fusion: buckets of
+// consecutive tensors up to a size tuned over {1, 4, 16, 64} MB by simulation (the paper tunes it
+// with Bayesian optimisation).
+absl::StatusOr<Plan> PlanDear(const Profile&, const CostModel&, const PlannerOptions&);
+
+// DeFT, our formulation (DESIGN section 6; the paper's full text was not available). Gradients
+// are cut into items (consecutive small tensors fused, large ones split; item size tuned over a
+// small grid). The backward and the next forward form one merged window per channel, so the
+// channel can run continuously. Items are assigned to channels by earliest finish, ordered by
+// deadline (first use in the next forward). A binary search finds the smallest set of items,
+// taken in order of earliest deadline, whose delay must grow (up to the staleness bound and
+// within the convergence budget) for the compute stream to stop waiting; the simulator is the
+// feasibility test, which is the knapsack capacity check with the cycle-to-cycle interplay
+// included. When a channel's coverage rate (communication / compute time) is still above 1 and
+// max_period > 1, the smallest items get update periods 2..max_period with staggered phases until
+// the rate is <= 1 or the budget is spent. Reports the budget used.
+absl::StatusOr<Plan> PlanDeft(const Profile&, const CostModel&, const PlannerOptions&);
+
+// auto: every other planner, simulated; returns the plan with the smallest iteration time (ties
+// go to the earlier planner in PlannerNames order, i.e. the simpler one). Its `planner` field
+// reads "auto:<winner>".
+absl::StatusOr<Plan> PlanAuto(const Profile&, const CostModel&, const PlannerOptions&);
+
+}  // namespace overlap::sched
+
+#endif  // OVERLAP_SCHEDULER_PLANNER_H_

@@ -1,0 +1,62 @@
+// Building blocks shared by the planners: gradient-ready order, cutting tensors into pieces,
+// turning pieces into buckets, simulating a candidate plan. Internal to scheduler/.
+#ifndef OVERLAP_SCHEDULER_PLANNERS_COMMON_H_
+#define OVERLAP_SCHEDULER_PLANNERS_COMMON_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/plan.h"
+#include "scheduler/planner.h"
+#include "scheduler/profile.h"
+
+namespace overlap::sched::internal {
+
+// Tensor indices by gradient-ready time (ties: later layer first, then later tensor first,
+// which is the order autograd produces them).
+std::vector<int> ReadyOrder(const Profile& profile);
+
+// A contiguous piece of one tensor, in elements.
+struct Piece {
+  int tensor = 0;
+  int64_t offset = 0;
+  int64_t count = 0;
+  int64_t bytes = 0;
+};
+
+// Cuts `tensor` into pieces of at most max_bytes (rounded down to whole elements, at least one).
+std::vector<Piece> CutTensor(const Profile& profile, int tensor, int64_t max_bytes);
+std::vector<Piece> WholeTensors(const Profile& profile, const std::vector<int>& order);
+
+// Groups consecutive pieces into fused groups of at most max_bytes (a larger piece alone).
+std::vector<std::vector<Piece>> FuseConsecutive(const std::vector<Piece>& pieces,
+                                                int64_t max_bytes);
+
+// A bucket holding `pieces` (bytes and names filled in).
+Bucket MakeBucket(const Profile& profile, const std::vector<Piece>& pieces, Collective op,
+                  int channel, Window window);
+
+// The latest ready time (ms from backward start) and earliest first use (ms from forward
+// start) of the pieces' tensors.
+double ReadyMs(const Profile& profile, const std::vector<Piece>& pieces);
+double FirstUseMs(const Profile& profile, const std::vector<Piece>& pieces);
+
+// Plan skeleton with planner name, model and staleness filled in.
+Plan NewPlan(const char* planner, const Profile& profile, int staleness);
+
+// Simulated iteration time of `plan`, or +inf when it does not validate or simulate.
+double SimulatedMs(const Profile& profile, const Plan& plan, const CostModel& cost);
+
+// Orders buckets the way a priority scheduler with credit sends them in one iteration: a bucket
+// becomes eligible at its ready time; whenever less than `credit_bytes` are queued on the
+// channel, the eligible bucket with the smallest priority value is queued next. Returns the
+// buckets in send order. Channel 0 only (ByteScheduler and US-Byte drive one link).
+std::vector<Bucket> PriorityOrder(const Profile& profile, const CostModel& cost,
+                                  std::vector<Bucket> buckets,
+                                  const std::vector<double>& priority, int64_t credit_bytes);
+
+}  // namespace overlap::sched::internal
+
+#endif  // OVERLAP_SCHEDULER_PLANNERS_COMMON_H_

@@ -1,0 +1,54 @@
+// Discrete-event simulator of a data-parallel iteration executing a Plan (plan.h semantics).
+//
+// One compute stream runs forward (layers in order), backward (in reverse) and the optimizer
+// step; each channel of the cost model runs its buckets one at a time in plan order. Every event
+// time is the maximum of the times it waits for (stream free, gradients ready, channel free,
+// gradients applied), so the schedule is the unique earliest-start schedule of those
+// dependencies. Iterations are simulated until the iteration time (averaged over a window of
+// 12 x the least common multiple of the update periods) stops changing.
+#ifndef OVERLAP_SCHEDULER_SIMULATOR_H_
+#define OVERLAP_SCHEDULER_SIMULATOR_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/plan.h"
+#include "scheduler/profile.h"
+
+namespace overlap::sched {
+
+struct SimOptions {
+  int max_iterations = 2000;
+  double relative_tolerance = 1e-9;
+  bool record_trace = false;  // fill SimResult::trace_json with the last iterations
+  int trace_iterations = 3;
+};
+
+// Timing of one bucket in a steady-state iteration, in ms from the start of that iteration's
+// backward (so a bucket running in the next forward has start > backward_ms).
+struct BucketTiming {
+  double ready_ms = 0;
+  double start_ms = 0;
+  double end_ms = 0;
+};
+
+struct SimResult {
+  double iteration_ms = 0;      // steady-state time between consecutive forward starts
+  double compute_ms = 0;        // forward + backward + update
+  double comm_ms = 0;           // sum of collective times per iteration (period-weighted)
+  double exposed_comm_ms = 0;   // iteration_ms - compute_ms: time the compute stream waited
+  int iterations = 0;           // iterations simulated
+  bool converged = false;
+  std::vector<BucketTiming> buckets;  // in plan order; empty times for skipped buckets
+  std::string trace_json;       // Chrome trace (Perfetto) when SimOptions::record_trace
+};
+
+// Simulates `plan` (validated first with ValidatePlan; its error is returned as is).
+absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
+                                   const CostModel& cost, const SimOptions& options = {});
+
+}  // namespace overlap::sched
+
+#endif  // OVERLAP_SCHEDULER_SIMULATOR_H_
