@@ -1,0 +1,72 @@
+// "fp16" and "bf16": round-to-nearest-even casts whose rounding error stays in the residual.
+// Payloads are arrays of fp16 / bf16 elements that the executor sums in that dtype.
+#include "compression/compressor_base.h"
+#include "compression/factories.h"
+
+namespace overlap {
+namespace compress {
+namespace {
+
+struct Fp16Kernels {
+  static constexpr DataType kDtype = DataType::kFloat16;
+  static constexpr auto kEncode = kernels::ErrorFeedbackToHalf;
+  static constexpr auto kDecode = kernels::HalfToFloat;
+  static constexpr auto kDecodeAdd = kernels::HalfToFloatAdd;
+};
+
+struct BFloat16Kernels {
+  static constexpr DataType kDtype = DataType::kBFloat16;
+  static constexpr auto kEncode = kernels::ErrorFeedbackToBFloat16;
+  static constexpr auto kDecode = kernels::BFloat16ToFloat;
+  static constexpr auto kDecodeAdd = kernels::BFloat16ToFloatAdd;
+};
+
+template <typename K>
+class CastCompressor final : public CompressorBase {
+ public:
+  using CompressorBase::CompressorBase;
+
+  Combine combine() const override { return Combine::kAllreduce; }
+  DataType payload_dtype() const override { return K::kDtype; }
+
+  absl::StatusOr<size_t> MaxPayloadBytes(size_t n) const override { return n * sizeof(uint16_t); }
+
+  absl::StatusOr<size_t> Compress(absl::Span<const float> grad, ResidualState& state, int64_t,
+                                  absl::Span<uint8_t> payload) const override {
+    const size_t bytes = grad.size() * sizeof(uint16_t);
+    if (absl::Status s = CheckCompressArgs(grad.size(), state, payload, bytes); !s.ok()) return s;
+    K::kEncode(grad, state.residual(), PayloadAs<uint16_t>(payload, 0, grad.size()), isa());
+    return bytes;
+  }
+
+  absl::Status Decompress(absl::Span<const uint8_t> payload, ResidualState& state, int64_t,
+                          absl::Span<float> out) const override {
+    const size_t bytes = out.size() * sizeof(uint16_t);
+    if (absl::Status s = CheckDecompressArgs(out.size(), state, payload, bytes); !s.ok()) return s;
+    K::kDecode(PayloadAs<uint16_t>(payload, 0, out.size()), out, isa());
+    return absl::OkStatus();
+  }
+
+  absl::Status DecompressAdd(absl::Span<const uint8_t> payload, const ResidualState& state,
+                             int64_t, absl::Span<float> out) const override {
+    const size_t bytes = out.size() * sizeof(uint16_t);
+    if (absl::Status s = CheckDecompressArgs(out.size(), state, payload, bytes); !s.ok()) return s;
+    K::kDecodeAdd(PayloadAs<uint16_t>(payload, 0, out.size()), out, isa());
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Compressor>> MakeFp16(ParamReader& params,
+                                                     const CompressorContext&) {
+  return std::make_unique<CastCompressor<Fp16Kernels>>(params.canonical());
+}
+
+absl::StatusOr<std::unique_ptr<Compressor>> MakeBf16(ParamReader& params,
+                                                     const CompressorContext&) {
+  return std::make_unique<CastCompressor<BFloat16Kernels>>(params.canonical());
+}
+
+}  // namespace compress
+}  // namespace overlap

@@ -1,0 +1,177 @@
+// "topk": the k largest-magnitude elements of grad + residual, sent as (index, value) pairs
+// through an allgather; the residual keeps everything else exactly (sent values are copies).
+//
+// method=exact: a 2048-bin histogram of magnitude keys finds the 1/8-octave bin holding the k-th
+// largest element; one scan collects every element at or above that bin, and nth_element over
+// those few candidates picks exactly k.
+// method=sampled: the threshold is the matching quantile of a strided sample (about 64 n / k
+// elements, at least 2048), so one scan collects ~k candidates; if more than k pass, the exact
+// top k of them are sent, if fewer, fewer are sent (the count is in the payload).
+//
+// Payload (fixed size, 4 + 8k bytes): u32 count | u32 index[k] | f32 value[k].
+#include <algorithm>
+#include <vector>
+
+#include "compression/compressor_base.h"
+#include "compression/factories.h"
+#include "compression/shared_random.h"
+
+namespace overlap {
+namespace compress {
+namespace {
+
+class TopKCompressor final : public CompressorBase {
+ public:
+  TopKCompressor(CompressorConfig config, int64_t k, double ratio, bool sampled)
+      : CompressorBase(std::move(config)), k_(k), ratio_(ratio), sampled_(sampled) {}
+
+  Combine combine() const override { return Combine::kAllgather; }
+  DataType payload_dtype() const override { return DataType::kUint8; }
+
+  absl::StatusOr<size_t> MaxPayloadBytes(size_t n) const override {
+    absl::StatusOr<size_t> k = Count(-1, n);
+    if (!k.ok()) return k.status();
+    return Bytes(*k);
+  }
+
+  absl::StatusOr<size_t> Compress(absl::Span<const float> grad, ResidualState& state,
+                                  int64_t step, absl::Span<uint8_t> payload) const override {
+    absl::StatusOr<size_t> k = Count(state.tensor_id(), grad.size());
+    if (!k.ok()) return k.status();
+    if (absl::Status s = CheckCompressArgs(grad.size(), state, payload, Bytes(*k)); !s.ok()) {
+      return s;
+    }
+    absl::Span<float> r = state.residual();
+    kernels::Add(grad, r, isa());
+
+    thread_local std::vector<uint32_t> chosen;
+    chosen.clear();
+    if (*k > 0) {
+      const uint32_t min_key = sampled_ ? SampledThreshold(r, *k, state.tensor_id(), step)
+                                        : HistogramThreshold(r, *k);
+      kernels::CollectAtLeast(r, min_key, chosen, isa());
+      if (chosen.size() > *k) {
+        std::nth_element(chosen.begin(), chosen.begin() + *k, chosen.end(),
+                         [&](uint32_t a, uint32_t b) {
+                           return kernels::MagnitudeKey(r[a]) > kernels::MagnitudeKey(r[b]);
+                         });
+        chosen.resize(*k);
+      }
+    }
+    PayloadAs<uint32_t>(payload, 0, 1)[0] = static_cast<uint32_t>(chosen.size());
+    absl::Span<uint32_t> indices = PayloadAs<uint32_t>(payload, 4, *k);
+    absl::Span<float> values = PayloadAs<float>(payload, 4 + 4 * *k, *k);
+    for (size_t i = 0; i < chosen.size(); ++i) {
+      indices[i] = chosen[i];
+      values[i] = r[chosen[i]];
+      r[chosen[i]] = 0.0f;
+    }
+    // Unused slots are zeroed so payloads are deterministic bytes.
+    std::fill(indices.begin() + chosen.size(), indices.end(), 0u);
+    std::fill(values.begin() + chosen.size(), values.end(), 0.0f);
+    return Bytes(*k);
+  }
+
+  absl::Status Decompress(absl::Span<const uint8_t> payload, ResidualState& state, int64_t step,
+                          absl::Span<float> out) const override {
+    std::fill(out.begin(), out.end(), 0.0f);
+    return DecompressAdd(payload, state, step, out);
+  }
+
+  absl::Status DecompressAdd(absl::Span<const uint8_t> payload, const ResidualState& state,
+                             int64_t, absl::Span<float> out) const override {
+    absl::StatusOr<size_t> k = Count(state.tensor_id(), out.size());
+    if (!k.ok()) return k.status();
+    if (absl::Status s = CheckDecompressArgs(out.size(), state, payload, Bytes(*k)); !s.ok()) {
+      return s;
+    }
+    const uint32_t count = PayloadAs<uint32_t>(payload, 0, 1)[0];
+    absl::Span<const uint32_t> indices = PayloadAs<uint32_t>(payload, 4, *k);
+    absl::Span<const float> values = PayloadAs<float>(payload, 4 + 4 * *k, *k);
+    if (count > *k) {
+      return absl::DataLossError(absl::StrCat(Who(state), ": payload claims ", count,
+                                              " elements, capacity is ", *k));
+    }
+    for (uint32_t i = 0; i < count; ++i) {
+      if (indices[i] >= out.size()) {
+        return absl::DataLossError(absl::StrCat(Who(state), ": payload index ", indices[i],
+                                                " is outside the tensor of ", out.size()));
+      }
+      out[indices[i]] += values[i];
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static size_t Bytes(size_t k) { return 4 + 8 * k; }
+
+  absl::StatusOr<size_t> Count(int64_t tensor_id, size_t n) const {
+    if (n > UINT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "compressor 'topk': tensors of more than 2^32 - 1 elements are not supported, got ", n));
+    }
+    return SelectCount(*this, tensor_id, n, k_, ratio_);
+  }
+
+  // Lowest key of the histogram bin that holds the k-th largest magnitude.
+  static uint32_t HistogramThreshold(absl::Span<const float> r, size_t k) {
+    std::vector<uint32_t> hist(2048, 0);
+    kernels::MagnitudeHistogram(r, absl::MakeSpan(hist));
+    size_t above = 0;
+    for (size_t bin = hist.size(); bin-- > 0;) {
+      above += hist[bin];
+      if (above >= k) return static_cast<uint32_t>(bin) << 20;
+    }
+    return 0;
+  }
+
+  // The key whose rank in a strided sample matches rank k in the whole tensor.
+  static uint32_t SampledThreshold(absl::Span<const float> r, size_t k, int64_t tensor_id,
+                                   int64_t step) {
+    const size_t n = r.size();
+    const size_t wanted = std::max<size_t>(2048, 64 * (n / k));
+    if (wanted >= n / 2) return HistogramThreshold(r, k);  // sampling would not save anything
+    const size_t stride = n / wanted;
+    // A per-step start offset keeps the sample from always hitting the same elements.
+    const size_t start = Below(Mix64(StreamKey(0, tensor_id, step)), static_cast<uint32_t>(stride));
+    thread_local std::vector<uint32_t> sample;
+    sample.clear();
+    for (size_t i = start; i < n; i += stride) sample.push_back(kernels::MagnitudeKey(r[i]));
+    const size_t rank = std::min(
+        sample.size() - 1,
+        static_cast<size_t>(static_cast<double>(k) * sample.size() / static_cast<double>(n)));
+    std::nth_element(sample.begin(), sample.begin() + rank, sample.end(), std::greater<>());
+    return sample[rank];
+  }
+
+  int64_t k_;
+  double ratio_;
+  bool sampled_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Compressor>> MakeTopK(ParamReader& params,
+                                                     const CompressorContext&) {
+  if (params.Has("k") && params.Has("ratio")) {
+    return absl::InvalidArgumentError(
+        "compressor 'topk': give either parameter 'k' or 'ratio', not both");
+  }
+  int64_t k = 0;
+  double ratio = 0.0;
+  if (params.Has("k")) {
+    absl::StatusOr<int64_t> v = params.Int("k", 0, 1, UINT32_MAX);
+    if (!v.ok()) return v.status();
+    k = *v;
+  } else {
+    absl::StatusOr<double> v = params.Double("ratio", 0.01, 1e-9, 1.0);
+    if (!v.ok()) return v.status();
+    ratio = *v;
+  }
+  absl::StatusOr<std::string> method = params.Choice("method", "exact", {"exact", "sampled"});
+  if (!method.ok()) return method.status();
+  return std::make_unique<TopKCompressor>(params.canonical(), k, ratio, *method == "sampled");
+}
+
+}  // namespace compress
+}  // namespace overlap
