@@ -1,0 +1,74 @@
+// The executor interface: runs collectives on buffers, asynchronously, on numbered channels.
+//
+// An executor knows nothing about tensors, names or scheduling: the runtime decides what runs,
+// in which order and on which channel, and guarantees that every rank starts the same collectives
+// in the same order on each channel. Channels are independent: collectives on different channels
+// may be in flight at the same time. The MPI executor (CPU) and the NCCL executor (GPU) implement
+// this interface; the runtime drives both through it.
+//
+// Threading: one thread (the runtime's coordinator) calls Start and Test.
+#ifndef OVERLAP_COLLECTIVES_EXECUTOR_H_
+#define OVERLAP_COLLECTIVES_EXECUTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/dtype.h"
+
+namespace overlap {
+
+enum class CollectiveKind : int32_t {
+  kAllreduce = 0,
+  kAllgatherv = 1,
+  kBroadcast = 2,
+  kReduceScatter = 3,
+  kAlltoallv = 4,
+  kBarrier = 5,
+};
+
+const char* CollectiveKindName(CollectiveKind kind);
+
+// One collective over raw buffers. Counts and displacements are in elements of `dtype`.
+struct CollectiveArgs {
+  CollectiveKind kind = CollectiveKind::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  // kSum, kMin, kMax or kProduct; the runtime turns kAverage into a sum and a scale.
+  ReduceOp op = ReduceOp::kSum;
+  // nullptr means in place: `recv` holds this rank's input (allreduce, broadcast).
+  const void* send = nullptr;
+  void* recv = nullptr;
+  // Allreduce and broadcast: elements in the buffer. Reduce-scatter: elements of the input.
+  int64_t count = 0;
+  int root = 0;
+  // Allgatherv: recv_counts/recv_displs per rank; send count is recv_counts[rank].
+  // Reduce-scatter: recv_counts per rank. Alltoallv: all four per rank.
+  std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
+};
+
+// A started collective.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // True once the collective finished; an error if it failed. Never blocks.
+  virtual absl::StatusOr<bool> Test() = 0;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  // "mpi", "nccl".
+  virtual const char* name() const = 0;
+  virtual int num_channels() const = 0;
+
+  // Starts `args` on `channel`. InvalidArgument if the arguments cannot be expressed on this
+  // backend (for example a count above its limit); the message names the cause.
+  virtual absl::StatusOr<std::unique_ptr<Work>> Start(int channel, const CollectiveArgs& args) = 0;
+};
+
+}  // namespace overlap
+
+#endif  // OVERLAP_COLLECTIVES_EXECUTOR_H_

@@ -1,0 +1,46 @@
+// The CPU executor: MPI non-blocking collectives, one duplicated communicator per channel.
+//
+// fp16 and bf16 reductions use user-defined MPI operations that accumulate each pairwise step in
+// fp32 and round to nearest even (collectives/half.h), so every rank gets bit-identical results.
+#ifndef OVERLAP_COLLECTIVES_MPI_EXECUTOR_H_
+#define OVERLAP_COLLECTIVES_MPI_EXECUTOR_H_
+
+#include <mpi.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collectives/executor.h"
+
+namespace overlap {
+
+class MpiExecutor : public Executor {
+ public:
+  // Duplicates `comm` once per channel. MPI must be initialised; the caller keeps `comm` alive.
+  static absl::StatusOr<std::unique_ptr<MpiExecutor>> Create(MPI_Comm comm, int num_channels);
+  ~MpiExecutor() override;
+
+  const char* name() const override { return "mpi"; }
+  int num_channels() const override { return static_cast<int>(comms_.size()); }
+  absl::StatusOr<std::unique_ptr<Work>> Start(int channel, const CollectiveArgs& args) override;
+
+ private:
+  explicit MpiExecutor(std::vector<MPI_Comm> comms) : comms_(std::move(comms)) {}
+
+  std::vector<MPI_Comm> comms_;
+};
+
+// The MPI datatype that carries `dtype` (fp16/bf16 travel as MPI_UINT16_T).
+MPI_Datatype MpiDataType(DataType dtype);
+
+// The MPI operation for `op` on `dtype`: a built-in one, or a user-defined one for fp16/bf16.
+// InvalidArgument for kAverage (the runtime scales instead) or an unknown value.
+absl::StatusOr<MPI_Op> MpiReduceOp(DataType dtype, ReduceOp op);
+
+// Text for an MPI error code, e.g. "MPI_ERR_COUNT: invalid count argument".
+std::string MpiErrorString(int code);
+
+}  // namespace overlap
+
+#endif  // OVERLAP_COLLECTIVES_MPI_EXECUTOR_H_

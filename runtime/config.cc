@@ -1,0 +1,109 @@
+#include "runtime/config.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "spdlog/spdlog.h"
+
+extern char** environ;
+
+namespace overlap {
+namespace {
+
+absl::Status BadValue(absl::string_view var, absl::string_view value, absl::string_view want) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(var, "='", value, "' is not valid: expected ", want));
+}
+
+absl::Status ReadInt(const char* var, int64_t* out) {
+  const char* value = std::getenv(var);
+  if (value == nullptr) return absl::OkStatus();
+  if (!absl::SimpleAtoi(value, out)) return BadValue(var, value, "an integer");
+  return absl::OkStatus();
+}
+
+absl::Status ReadDouble(const char* var, double* out) {
+  const char* value = std::getenv(var);
+  if (value == nullptr) return absl::OkStatus();
+  if (!absl::SimpleAtod(value, out)) return BadValue(var, value, "a number of seconds");
+  return absl::OkStatus();
+}
+
+constexpr const char* kKnownVariables[] = {
+    "OVERLAP_FUSION_THRESHOLD",     "OVERLAP_NUM_CHANNELS",   "OVERLAP_STALL_WARNING_S",
+    "OVERLAP_STALL_TIMEOUT_S",      "OVERLAP_TIMELINE",       "OVERLAP_LOG_LEVEL",
+    "OVERLAP_COLLECTIVE_TIMEOUT_S", "OVERLAP_START_TIMEOUT_S",
+};
+
+bool IsKnown(absl::string_view name) {
+  for (const char* known : kKnownVariables) {
+    if (name == known) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<Config> Config::FromEnvironment() {
+  Config config;
+  int64_t channels = config.num_channels;
+  absl::Status s = ReadInt("OVERLAP_FUSION_THRESHOLD", &config.fusion_threshold_bytes);
+  if (s.ok()) s = ReadInt("OVERLAP_NUM_CHANNELS", &channels);
+  if (s.ok()) s = ReadDouble("OVERLAP_STALL_WARNING_S", &config.stall_warning_s);
+  if (s.ok()) s = ReadDouble("OVERLAP_STALL_TIMEOUT_S", &config.stall_timeout_s);
+  if (s.ok()) s = ReadDouble("OVERLAP_COLLECTIVE_TIMEOUT_S", &config.collective_timeout_s);
+  if (s.ok()) s = ReadDouble("OVERLAP_START_TIMEOUT_S", &config.start_timeout_s);
+  if (!s.ok()) return s;
+  if (channels < 1 || channels > 16) {
+    return BadValue("OVERLAP_NUM_CHANNELS", std::to_string(channels), "an integer in 1..16");
+  }
+  config.num_channels = static_cast<int>(channels);
+  if (const char* v = std::getenv("OVERLAP_TIMELINE")) config.timeline_path = v;
+  if (const char* v = std::getenv("OVERLAP_LOG_LEVEL")) config.log_level = v;
+  // A misspelt variable would otherwise be silently ignored.
+  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
+    absl::string_view entry(*env);
+    if (!absl::StartsWith(entry, "OVERLAP_")) continue;
+    absl::string_view name = entry.substr(0, entry.find('='));
+    if (!IsKnown(name)) spdlog::warn("overlap: ignoring unknown environment variable {}", std::string(name));
+  }
+  absl::Status valid = config.Validate();
+  if (!valid.ok()) return valid;
+  return config;
+}
+
+absl::Status Config::Validate() const {
+  if (fusion_threshold_bytes < 0) {
+    return BadValue("OVERLAP_FUSION_THRESHOLD", std::to_string(fusion_threshold_bytes),
+                    "a byte count >= 0");
+  }
+  if (num_channels < 1 || num_channels > 16) {
+    return BadValue("OVERLAP_NUM_CHANNELS", std::to_string(num_channels), "an integer in 1..16");
+  }
+  struct Positive { const char* var; double value; };
+  for (const Positive& p : {Positive{"OVERLAP_STALL_WARNING_S", stall_warning_s},
+                            Positive{"OVERLAP_STALL_TIMEOUT_S", stall_timeout_s},
+                            Positive{"OVERLAP_COLLECTIVE_TIMEOUT_S", collective_timeout_s},
+                            Positive{"OVERLAP_START_TIMEOUT_S", start_timeout_s}}) {
+    if (!(p.value > 0) || p.value > 1e7) {
+      return BadValue(p.var, absl::StrCat(p.value), "seconds in (0, 1e7]");
+    }
+  }
+  if (stall_timeout_s < stall_warning_s) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OVERLAP_STALL_TIMEOUT_S=", stall_timeout_s, " is below OVERLAP_STALL_WARNING_S=",
+        stall_warning_s, ": a stall must be warned about before it fails"));
+  }
+  const spdlog::level::level_enum level = spdlog::level::from_str(log_level);
+  if (level == spdlog::level::off && log_level != "off") {
+    return BadValue("OVERLAP_LOG_LEVEL", log_level,
+                    "one of trace, debug, info, warn, error, critical, off");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace overlap

@@ -1,0 +1,57 @@
+// Runtime configuration: defaults in one place, read from OVERLAP_* environment variables or set in
+// code, validated before the runtime starts.
+#ifndef OVERLAP_RUNTIME_CONFIG_H_
+#define OVERLAP_RUNTIME_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace overlap {
+
+struct Config {
+  // Ready allreduces with the same dtype, op and scaling are packed into one collective of at most
+  // this many bytes. OVERLAP_FUSION_THRESHOLD (bytes); 0 disables fusion.
+  int64_t fusion_threshold_bytes = int64_t{64} << 20;
+
+  // Collectives are spread over this many independent MPI communicators so that several can be in
+  // flight at once. OVERLAP_NUM_CHANNELS, 1..16.
+  int num_channels = 2;
+
+  // Warn when some ranks have submitted a tensor and others have not for this long, naming both
+  // sets. OVERLAP_STALL_WARNING_S.
+  double stall_warning_s = 60.0;
+
+  // Fail the handles of a tensor that has been stalled this long. OVERLAP_STALL_TIMEOUT_S; must be
+  // at least stall_warning_s.
+  double stall_timeout_s = 300.0;
+
+  // A negotiation round or collective that has not completed after this long means a peer process
+  // died or the network is gone: every pending handle fails and the runtime stops.
+  // OVERLAP_COLLECTIVE_TIMEOUT_S.
+  double collective_timeout_s = 300.0;
+
+  // Seconds to wait for every rank to connect its control socket during Init.
+  // OVERLAP_START_TIMEOUT_S.
+  double start_timeout_s = 60.0;
+
+  // Chrome trace of every tensor's negotiation, queueing, copies and collectives; empty disables.
+  // OVERLAP_TIMELINE.
+  std::string timeline_path;
+
+  // trace, debug, info, warn, error, critical or off. OVERLAP_LOG_LEVEL.
+  std::string log_level = "warn";
+
+  // Reads every OVERLAP_* variable over the defaults above. A variable that does not parse, or
+  // an OVERLAP_* variable that is not known, gives InvalidArgument naming it and its value.
+  static absl::StatusOr<Config> FromEnvironment();
+
+  // InvalidArgument naming the field and the accepted range when a value is out of range.
+  absl::Status Validate() const;
+};
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_CONFIG_H_

@@ -1,0 +1,259 @@
+#include "runtime/control_plane.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace overlap {
+namespace {
+
+absl::Status Errno(const std::string& what) {
+  return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+int PollMillis(absl::Duration timeout) {
+  if (timeout == absl::InfiniteDuration()) return -1;
+  if (timeout <= absl::ZeroDuration()) return 0;
+  // Round up so that a short positive timeout does not become a busy loop.
+  return static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1))));
+}
+
+void Tune(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+}
+
+// Non-loopback IPv4 addresses first: they are what other hosts can reach.
+std::vector<std::string> LocalAddresses() {
+  std::vector<std::string> external, loopback;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+      if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
+      char text[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, text, sizeof(text));
+      (absl::string_view(text).substr(0, 4) == "127." ? loopback : external).push_back(text);
+    }
+    freeifaddrs(list);
+  }
+  external.insert(external.end(), loopback.begin(), loopback.end());
+  return external;
+}
+
+// Connects with a deadline; returns -1 on failure.
+int ConnectTo(const std::string& address, int port, absl::Duration timeout) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, address.c_str(), &sa.sin_addr) != 1) return -1;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  int rc = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  if (rc != 0 && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (poll(&p, 1, PollMillis(timeout)) == 1 &&
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) {
+      rc = 0;
+    }
+  }
+  if (rc != 0) {
+    close(fd);
+    return -1;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  Tune(fd);
+  return fd;
+}
+
+bool ReadExactly(int fd, void* out, size_t size, absl::Duration timeout) {
+  auto* p = static_cast<char*>(out);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (size > 0) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (poll(&pfd, 1, PollMillis(deadline - absl::Now())) != 1) return false;
+    const ssize_t n = read(fd, p, size);
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string ControlPlane::Peer(int rank) const {
+  const std::string& host = hosts_[static_cast<size_t>(rank)];
+  return absl::StrCat("rank ", rank, " (host ", host, ")");
+}
+
+absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Connect(MPI_Comm comm,
+                                                                    std::vector<std::string> hosts,
+                                                                    absl::Duration timeout) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  std::unique_ptr<ControlPlane> plane(new ControlPlane(rank, std::move(hosts)));
+  const absl::Time deadline = absl::Now() + timeout;
+
+  // Rank 0 publishes "addr,addr,...:port"; a listen failure publishes "" so nobody waits.
+  int listener = -1;
+  std::string contact;
+  if (rank == 0) {
+    listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof(sa);
+    if (listener >= 0 && bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 &&
+        listen(listener, size) == 0 &&
+        getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len) == 0) {
+      contact = absl::StrCat(absl::StrJoin(LocalAddresses(), ","), ":", ntohs(sa.sin_port));
+    }
+  }
+  int contact_size = static_cast<int>(contact.size());
+  MPI_Bcast(&contact_size, 1, MPI_INT, 0, comm);
+  contact.resize(static_cast<size_t>(contact_size));
+  MPI_Bcast(&contact[0], contact_size, MPI_CHAR, 0, comm);
+  if (contact.empty()) {
+    if (listener >= 0) close(listener);
+    return absl::UnavailableError(
+        absl::StrCat("rank ", rank, ": rank 0 could not open its control socket"));
+  }
+
+  if (rank != 0) {
+    const size_t colon = contact.rfind(':');
+    const int port = std::stoi(contact.substr(colon + 1));
+    int fd = -1;
+    const std::vector<std::string> addresses = absl::StrSplit(contact.substr(0, colon), ',');
+    while (fd < 0 && absl::Now() < deadline) {
+      for (const std::string& address : addresses) {
+        fd = ConnectTo(address, port, absl::Seconds(2));
+        if (fd >= 0) break;
+      }
+      if (fd < 0) absl::SleepFor(absl::Milliseconds(100));
+    }
+    if (fd < 0) {
+      return absl::UnavailableError(absl::StrCat("rank ", rank, ": could not connect to ",
+                                                 plane->Peer(0), " at ", contact, " within ",
+                                                 absl::FormatDuration(timeout)));
+    }
+    const int32_t me = rank;
+    if (write(fd, &me, sizeof(me)) != sizeof(me)) return Errno("control plane handshake");
+    plane->fds_.push_back(fd);
+    return plane;
+  }
+
+  plane->fds_.assign(static_cast<size_t>(size), -1);
+  int connected = 0;
+  while (connected < size - 1) {
+    pollfd p{listener, POLLIN, 0};
+    if (poll(&p, 1, PollMillis(deadline - absl::Now())) != 1) break;
+    const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    int32_t peer = -1;
+    if (!ReadExactly(fd, &peer, sizeof(peer), absl::Seconds(5)) || peer <= 0 || peer >= size ||
+        plane->fds_[static_cast<size_t>(peer)] >= 0) {
+      close(fd);  // not one of ours
+      continue;
+    }
+    Tune(fd);
+    plane->fds_[static_cast<size_t>(peer)] = fd;
+    ++connected;
+  }
+  close(listener);
+  if (connected < size - 1) {
+    std::vector<std::string> missing;
+    for (int r = 1; r < size; ++r) {
+      if (plane->fds_[static_cast<size_t>(r)] < 0) missing.push_back(plane->Peer(r));
+    }
+    return absl::UnavailableError(absl::StrCat("rank 0: ", absl::StrJoin(missing, ", "),
+                                               " did not connect its control socket within ",
+                                               absl::FormatDuration(timeout)));
+  }
+  return plane;
+}
+
+ControlPlane::~ControlPlane() {
+  for (int fd : fds_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+absl::Status ControlPlane::SendByte(int fd, char byte, int peer) {
+  if (fd < 0) return absl::OkStatus();
+  while (true) {
+    if (write(fd, &byte, 1) == 1) return absl::OkStatus();
+    if (errno != EINTR) {
+      return absl::UnavailableError(absl::StrCat("rank ", rank_, ": lost the control connection to ",
+                                                 Peer(peer), ": ", std::strerror(errno)));
+    }
+  }
+}
+
+absl::Status ControlPlane::RequestRound() { return SendByte(fds_[0], 'W', 0); }
+
+absl::Status ControlPlane::AnnounceRound() {
+  for (size_t r = 1; r < fds_.size(); ++r) {
+    absl::Status s = SendByte(fds_[r], 'R', static_cast<int>(r));
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ControlEvents> ControlPlane::Wait(absl::Duration timeout, int extra_fd) {
+  std::vector<pollfd> polls;
+  std::vector<int> peers;
+  for (size_t i = 0; i < fds_.size(); ++i) {
+    if (fds_[i] < 0) continue;
+    polls.push_back(pollfd{fds_[i], POLLIN, 0});
+    peers.push_back(static_cast<int>(i));
+  }
+  if (extra_fd >= 0) polls.push_back(pollfd{extra_fd, POLLIN, 0});
+  ControlEvents events;
+  int ready = poll(polls.data(), polls.size(), PollMillis(timeout));
+  if (ready < 0 && errno != EINTR) return Errno("poll");
+  for (size_t i = 0; ready > 0 && i < polls.size(); ++i) {
+    if (polls[i].revents == 0) continue;
+    if (polls[i].fd == extra_fd) {
+      events.local_ready = true;
+      continue;
+    }
+    char buffer[256];
+    const ssize_t n = read(polls[i].fd, buffer, sizeof(buffer));
+    if (n <= 0) {
+      const size_t index = static_cast<size_t>(peers[i]);
+      const int peer = rank_ == 0 ? peers[i] : 0;
+      if (closing_) {
+        close(fds_[index]);
+        fds_[index] = -1;
+        continue;
+      }
+      return absl::UnavailableError(absl::StrCat(
+          "rank ", rank_, ": lost the control connection to ", Peer(peer),
+          n == 0 ? ": the process exited or shut down early" : absl::StrCat(": ", std::strerror(errno))));
+    }
+    for (ssize_t k = 0; k < n; ++k) {
+      if (buffer[k] == 'R') ++events.rounds_announced;
+      if (buffer[k] == 'W') events.round_requested = true;
+    }
+  }
+  return events;
+}
+
+}  // namespace overlap

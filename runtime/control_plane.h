@@ -1,0 +1,68 @@
+// A star of TCP connections between rank 0 and every other rank.
+//
+// MPI cannot wait on anything but its own requests, so a coordinator that must sleep until either
+// local work arrives or a peer starts a negotiation round cannot block in MPI. This plane carries
+// one-byte signals instead, over sockets the coordinator can poll() together with its own
+// eventfd: a worker asks rank 0 for a round ('W'), rank 0 announces each round to every worker
+// ('R'). It also notices a peer that died: its connection closes, and the coordinator fails at
+// once instead of waiting for a collective timeout.
+//
+// Threading: used by the coordinator thread only.
+#ifndef OVERLAP_RUNTIME_CONTROL_PLANE_H_
+#define OVERLAP_RUNTIME_CONTROL_PLANE_H_
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace overlap {
+
+struct ControlEvents {
+  int rounds_announced = 0;     // workers: 'R' signals received
+  bool round_requested = false;  // rank 0: some worker sent 'W'
+  bool local_ready = false;      // the extra fd became readable
+};
+
+class ControlPlane {
+ public:
+  // Collective over `comm`: rank 0 listens on an ephemeral port of every IPv4 interface and
+  // broadcasts its addresses; the others connect. `hosts[r]` names rank r's host in messages.
+  // Unavailable, naming the ranks that did not connect, after `timeout`.
+  static absl::StatusOr<std::unique_ptr<ControlPlane>> Connect(MPI_Comm comm,
+                                                               std::vector<std::string> hosts,
+                                                               absl::Duration timeout);
+  ~ControlPlane();
+
+  // Worker: asks rank 0 to start a round.
+  absl::Status RequestRound();
+  // Rank 0: tells every worker that a round starts now.
+  absl::Status AnnounceRound();
+
+  // Waits up to `timeout` (zero: just look) for signals or for `extra_fd` to become readable,
+  // and consumes the signals that arrived. Unavailable, naming the peer and its host, when a
+  // connection closed unexpectedly.
+  absl::StatusOr<ControlEvents> Wait(absl::Duration timeout, int extra_fd);
+
+  // After this, closed connections are expected (an orderly shutdown) and not errors.
+  void ExpectClose() { closing_ = true; }
+
+ private:
+  ControlPlane(int rank, std::vector<std::string> hosts) : rank_(rank), hosts_(std::move(hosts)) {}
+  absl::Status SendByte(int fd, char byte, int peer);
+  std::string Peer(int rank) const;
+
+  const int rank_;
+  const std::vector<std::string> hosts_;
+  // Rank 0: fds_[r] is the connection to rank r (fds_[0] unused). Workers: fds_[0] is rank 0.
+  std::vector<int> fds_;
+  bool closing_ = false;
+};
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_CONTROL_PLANE_H_

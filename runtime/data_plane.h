@@ -1,0 +1,83 @@
+// Runs the operations that negotiation agreed on, through an Executor.
+//
+// Consecutive allreduces with the same dtype, op and scaling are fused into buckets of at most
+// fusion_threshold_bytes (a grouped allreduce always stays whole); every other operation is a
+// bucket of its own. Buckets go to channels round-robin, so the k-th bucket of every rank lands
+// on the same channel and each channel sees the same sequence on every rank. A channel runs one
+// bucket at a time through its own fusion buffer.
+//
+// Threading: the coordinator thread only.
+#ifndef OVERLAP_RUNTIME_DATA_PLANE_H_
+#define OVERLAP_RUNTIME_DATA_PLANE_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "collectives/executor.h"
+#include "runtime/config.h"
+#include "runtime/negotiator.h"
+#include "runtime/timeline.h"
+
+namespace overlap {
+
+class DataPlane {
+ public:
+  // Called once per finished operation, with its outcome.
+  using CompleteFn = std::function<void(PendingOp& op, const absl::Status& status)>;
+
+  DataPlane(Executor* executor, const Config& config, int rank, int size, Timeline* timeline,
+            CompleteFn complete);
+
+  // Queues operations in the order every rank agreed on.
+  void Submit(std::vector<ReadyOp> ready);
+
+  // Starts queued buckets on free channels and finishes the ones that completed. Never blocks.
+  // Returns an error (and stops) when a collective fails or runs past collective_timeout_s:
+  // the job cannot continue after that.
+  absl::Status Progress();
+
+  // True when nothing is queued or running.
+  bool idle() const;
+
+  // Fails every queued and running operation with `status`.
+  void FailAll(const absl::Status& status);
+
+ private:
+  struct Bucket {
+    std::vector<ReadyOp> ops;
+    OpKind kind = OpKind::kAllreduce;
+    int channel = 0;
+    bool fused = false;
+    std::unique_ptr<Work> work;
+    std::vector<uint8_t> scratch;  // prescaled or zero input outside the fusion buffer
+    absl::Time queued, started;
+  };
+  struct Channel {
+    std::deque<Bucket> buckets;  // front() is running when its work is set
+    std::vector<uint8_t> fusion_buffer;
+  };
+
+  absl::Status Start(Bucket* bucket);
+  absl::Status StartAllreduce(Bucket* bucket, CollectiveArgs* args);
+  absl::Status StartOther(Bucket* bucket, CollectiveArgs* args);
+  void Finish(Bucket* bucket);
+  void FinishAllreduce(Bucket* bucket);
+  void Complete(Bucket* bucket, const absl::Status& status);
+  std::string Describe(const Bucket& bucket) const;
+
+  Executor* const executor_;
+  const Config config_;
+  const int rank_;
+  const int size_;
+  Timeline* const timeline_;
+  const CompleteFn complete_;
+  std::vector<Channel> channels_;
+  int next_channel_ = 0;
+};
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_DATA_PLANE_H_

@@ -1,0 +1,87 @@
+#include "runtime/handle_state.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace overlap {
+namespace internal {
+
+void HandleState::Complete(absl::Status status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (done_) return;
+    done_ = true;
+    status_ = status;
+  }
+  if (on_done_) on_done_(status);
+}
+
+bool HandleState::done() const {
+  absl::MutexLock lock(&mu_);
+  return done_;
+}
+
+absl::Status HandleState::Wait(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto is_done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return done_; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&is_done), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("'", name_, "' has not completed after ",
+                                                    absl::FormatDuration(timeout)));
+  }
+  return status_;
+}
+
+}  // namespace internal
+
+namespace {
+const Tensor kEmptyTensor;
+const std::vector<int64_t> kNoSplits;
+const std::string kNoName;
+}  // namespace
+
+bool Handle::Poll() const { return state_ != nullptr && state_->done(); }
+
+absl::Status Handle::Wait(absl::Duration timeout) const {
+  if (state_ == nullptr) return absl::FailedPreconditionError("Wait on an empty handle");
+  return state_->Wait(timeout);
+}
+
+absl::Status Handle::Wait() const { return Wait(absl::InfiniteDuration()); }
+
+const Tensor& Handle::output() const {
+  return state_ != nullptr && state_->done() ? state_->output() : kEmptyTensor;
+}
+
+const std::vector<int64_t>& Handle::received_splits() const {
+  return state_ != nullptr && state_->done() ? state_->received_splits() : kNoSplits;
+}
+
+const std::string& Handle::name() const { return state_ != nullptr ? state_->name() : kNoName; }
+
+int64_t Tensor::NumElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Tensor MakeTensor(void* data, DataType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.data = data;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.capacity_bytes = t.ByteSize();
+  return t;
+}
+Tensor MakeTensor(float* data, std::vector<int64_t> shape) {
+  return MakeTensor(data, DataType::kFloat32, std::move(shape));
+}
+Tensor MakeTensor(double* data, std::vector<int64_t> shape) {
+  return MakeTensor(data, DataType::kFloat64, std::move(shape));
+}
+Tensor MakeTensor(int32_t* data, std::vector<int64_t> shape) {
+  return MakeTensor(data, DataType::kInt32, std::move(shape));
+}
+Tensor MakeTensor(int64_t* data, std::vector<int64_t> shape) {
+  return MakeTensor(data, DataType::kInt64, std::move(shape));
+}
+
+}  // namespace overlap

@@ -1,0 +1,49 @@
+// The shared state behind a Handle: completed once, by the coordinator thread.
+#ifndef OVERLAP_RUNTIME_HANDLE_STATE_H_
+#define OVERLAP_RUNTIME_HANDLE_STATE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/overlap.h"
+
+namespace overlap {
+namespace internal {
+
+class HandleState {
+ public:
+  HandleState(std::string name, DoneCallback on_done)
+      : name_(std::move(name)), on_done_(std::move(on_done)) {}
+
+  const std::string& name() const { return name_; }
+
+  // Records the outcome, wakes waiters and runs the callback. Later calls are ignored, so a
+  // fatal error and a normal completion racing each other cannot complete a handle twice.
+  void Complete(absl::Status status);
+
+  bool done() const;
+  absl::Status Wait(absl::Duration timeout) const;
+
+  // Runtime-owned result for operations whose output size is decided by negotiation; set by the
+  // coordinator before Complete.
+  Tensor& output() { return output_; }
+  std::vector<uint8_t>& output_storage() { return output_storage_; }
+  std::vector<int64_t>& received_splits() { return received_splits_; }
+
+ private:
+  const std::string name_;
+  DoneCallback on_done_;
+  mutable absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  Tensor output_;
+  std::vector<uint8_t> output_storage_;
+  std::vector<int64_t> received_splits_;
+};
+
+}  // namespace internal
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_HANDLE_STATE_H_

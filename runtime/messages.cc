@@ -1,0 +1,144 @@
+#include "runtime/messages.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace overlap {
+
+const char* OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllreduce: return "allreduce";
+    case OpKind::kAllgather: return "allgather";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kReduceScatter: return "reducescatter";
+    case OpKind::kAlltoall: return "alltoall";
+    case OpKind::kBarrier: return "barrier";
+    case OpKind::kJoin: return "join";
+  }
+  return "unknown";
+}
+
+int64_t TensorMeta::NumElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+bool Request::operator==(const Request& o) const {
+  return name == o.name && kind == o.kind && op == o.op && prescale == o.prescale &&
+         postscale == o.postscale && root == o.root && tensors == o.tensors && splits == o.splits;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+void ByteWriter::PutRaw(const void* data, size_t size) {
+  bytes_.append(static_cast<const char*>(data), size);
+}
+
+void ByteWriter::PutString(absl::string_view s) {
+  PutI64(static_cast<int64_t>(s.size()));
+  PutRaw(s.data(), s.size());
+}
+
+void ByteWriter::PutI64s(const std::vector<int64_t>& v) {
+  PutI64(static_cast<int64_t>(v.size()));
+  PutRaw(v.data(), v.size() * sizeof(int64_t));
+}
+
+absl::Status ByteReader::GetRaw(void* out, size_t size) {
+  if (bytes_.size() - pos_ < size) {
+    return absl::DataLossError(absl::StrCat("negotiation message truncated: need ", size,
+                                            " bytes at offset ", pos_, " of ", bytes_.size()));
+  }
+  std::memcpy(out, bytes_.data() + pos_, size);
+  pos_ += size;
+  return absl::OkStatus();
+}
+
+absl::Status ByteReader::GetString(std::string* s) {
+  int64_t size = 0;
+  absl::Status status = GetI64(&size);
+  if (!status.ok()) return status;
+  if (size < 0 || static_cast<uint64_t>(size) > bytes_.size() - pos_) {
+    return absl::DataLossError(absl::StrCat("negotiation message has a bad string length ", size));
+  }
+  s->assign(bytes_.data() + pos_, static_cast<size_t>(size));
+  pos_ += static_cast<size_t>(size);
+  return absl::OkStatus();
+}
+
+absl::Status ByteReader::GetI64s(std::vector<int64_t>* v) {
+  int64_t size = 0;
+  absl::Status status = GetI64(&size);
+  if (!status.ok()) return status;
+  if (size < 0 || static_cast<uint64_t>(size) > (bytes_.size() - pos_) / sizeof(int64_t)) {
+    return absl::DataLossError(absl::StrCat("negotiation message has a bad array length ", size));
+  }
+  v->resize(static_cast<size_t>(size));
+  return GetRaw(v->data(), v->size() * sizeof(int64_t));
+}
+
+void EncodeRequest(const Request& r, ByteWriter* out) {
+  out->PutString(r.name);
+  out->PutI32(static_cast<int32_t>(r.kind));
+  out->PutI32(static_cast<int32_t>(r.op));
+  out->PutF64(r.prescale);
+  out->PutF64(r.postscale);
+  out->PutI32(r.root);
+  out->PutI64(static_cast<int64_t>(r.tensors.size()));
+  for (const TensorMeta& t : r.tensors) {
+    out->PutI32(static_cast<int32_t>(t.dtype));
+    out->PutI64s(t.shape);
+  }
+  out->PutI64s(r.splits);
+}
+
+absl::Status DecodeRequest(ByteReader* in, Request* r) {
+  int32_t kind = 0, op = 0;
+  int64_t num_tensors = 0;
+  absl::Status s = in->GetString(&r->name);
+  if (s.ok()) s = in->GetI32(&kind);
+  if (s.ok()) s = in->GetI32(&op);
+  if (s.ok()) s = in->GetF64(&r->prescale);
+  if (s.ok()) s = in->GetF64(&r->postscale);
+  if (s.ok()) s = in->GetI32(&r->root);
+  if (s.ok()) s = in->GetI64(&num_tensors);
+  if (!s.ok()) return s;
+  if (num_tensors < 0 || num_tensors > (int64_t{1} << 24)) {
+    return absl::DataLossError(absl::StrCat("negotiation message has ", num_tensors, " tensors"));
+  }
+  r->kind = static_cast<OpKind>(kind);
+  r->op = static_cast<ReduceOp>(op);
+  r->tensors.resize(static_cast<size_t>(num_tensors));
+  for (TensorMeta& t : r->tensors) {
+    int32_t dtype = 0;
+    s = in->GetI32(&dtype);
+    if (s.ok()) s = in->GetI64s(&t.shape);
+    if (!s.ok()) return s;
+    t.dtype = static_cast<DataType>(dtype);
+  }
+  return in->GetI64s(&r->splits);
+}
+
+void EncodeResponse(const Response& r, ByteWriter* out) {
+  out->PutString(r.name);
+  out->PutI32(r.cache_id);
+  out->PutString(r.error);
+  EncodeRequest(r.request, out);
+  out->PutI64s(r.rank_rows);
+}
+
+absl::Status DecodeResponse(ByteReader* in, Response* r) {
+  absl::Status s = in->GetString(&r->name);
+  if (s.ok()) s = in->GetI32(&r->cache_id);
+  if (s.ok()) s = in->GetString(&r->error);
+  if (s.ok()) s = DecodeRequest(in, &r->request);
+  if (s.ok()) s = in->GetI64s(&r->rank_rows);
+  return s;
+}
+
+}  // namespace overlap

@@ -1,0 +1,453 @@
+#include "runtime/negotiator.h"
+
+#include <sched.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/mpi_executor.h"
+#include "runtime/matcher.h"
+#include "spdlog/spdlog.h"
+
+namespace overlap {
+namespace {
+
+// Word 0 of the round vector. Every flag is phrased so that the bitwise AND over ranks answers
+// the question the round needs: "true on every rank".
+constexpr uint64_t kNoUncached = 1;     // cleared by a rank with requests the cache lacks
+constexpr uint64_t kShutdown = 2;       // set by a rank that is shutting down
+constexpr uint64_t kNoStallGather = 4;  // cleared by rank 0 to collect per-rank ready lists
+constexpr uint64_t kNoBroadcast = 8;    // cleared by rank 0 when it has responses to send
+
+size_t Words(size_t bits) { return (bits + 63) / 64; }
+bool TestBit(const std::vector<uint64_t>& v, size_t i) { return (v[i / 64] >> (i % 64)) & 1u; }
+void SetBit(std::vector<uint64_t>* v, size_t i) { (*v)[i / 64] |= uint64_t{1} << (i % 64); }
+
+std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), " s"); }
+
+}  // namespace
+
+Negotiator::Negotiator(MPI_Comm comm, const Config& config, std::vector<std::string> hosts)
+    : comm_(comm), config_(config), hosts_(std::move(hosts)) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  joined_.assign(static_cast<size_t>(size_), false);
+}
+
+absl::Status Negotiator::WaitFor(MPI_Request* request, const char* what) {
+  const absl::Time start = absl::Now();
+  const absl::Duration limit = absl::Seconds(config_.collective_timeout_s);
+  for (int spins = 0;; ++spins) {
+    int done = 0;
+    const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      return absl::UnavailableError(absl::StrCat("rank ", rank_, ": negotiation (", what,
+                                                 ") failed: ", MpiErrorString(rc)));
+    }
+    if (done) return absl::OkStatus();
+    if (spins < 2000) {
+      sched_yield();
+      continue;
+    }
+    // A peer is busy (copying a large bucket, say): stop burning the core it may need.
+    absl::SleepFor(absl::Microseconds(50));
+    if (spins % 256 == 0 && absl::Now() - start > limit) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rank ", rank_, ": negotiation (", what, ") did not complete within ", Seconds(limit),
+          " (OVERLAP_COLLECTIVE_TIMEOUT_S): a peer process is stuck or dead, or the network is down"));
+    }
+  }
+}
+
+std::vector<uint64_t> Negotiator::ReadyBits(const PendingTable& pending, bool joined) const {
+  std::vector<uint64_t> bits(Words(cache_.size()), 0);
+  for (const auto& [name, op] : pending) {
+    if (op.cache_id >= 0) SetBit(&bits, static_cast<size_t>(op.cache_id));
+  }
+  if (joined) {  // a joined rank stands ready for every allreduce, with zeros
+    for (size_t id = 0; id < cache_.size(); ++id) {
+      if (cache_[id].valid && cache_[id].response->request.kind == OpKind::kAllreduce) {
+        SetBit(&bits, id);
+      }
+    }
+  }
+  return bits;
+}
+
+std::string Negotiator::EncodeGather(PendingTable* pending, bool joined, bool include_ready,
+                                     const std::vector<uint64_t>& bits) const {
+  ByteWriter out;
+  std::vector<PendingOp*> unsent;
+  for (auto& [name, op] : *pending) {
+    if (op.cache_id < 0 && !op.sent) unsent.push_back(&op);
+  }
+  out.PutI64(static_cast<int64_t>(unsent.size()));
+  for (PendingOp* op : unsent) {
+    EncodeRequest(op->request, &out);
+    op->sent = true;
+  }
+  std::vector<int64_t> ready;
+  if (include_ready) {
+    for (size_t id = 0; id < cache_.size(); ++id) {
+      if (TestBit(bits, id)) ready.push_back(static_cast<int64_t>(id));
+    }
+  }
+  out.PutI64s(ready);
+  (void)joined;
+  return std::move(out.bytes());
+}
+
+absl::Status Negotiator::AbsorbGather(const std::string& bytes, int from,
+                                      std::vector<int32_t>* evictions) {
+  ByteReader in(bytes);
+  int64_t count = 0;
+  absl::Status s = in.GetI64(&count);
+  if (!s.ok()) return s;
+  const absl::Time now = absl::Now();
+  for (int64_t i = 0; i < count; ++i) {
+    Request request;
+    s = DecodeRequest(&in, &request);
+    if (!s.ok()) return s;
+    if (request.kind == OpKind::kJoin) joined_[static_cast<size_t>(from)] = true;
+    // A name the cache knows, sent whole, means this rank's request changed: every rank must
+    // send it whole again so that rank 0 can compare them.
+    auto cached = cache_ids_.find(request.name);
+    if (cached != cache_ids_.end() &&
+        std::find(evictions->begin(), evictions->end(), cached->second) == evictions->end()) {
+      evictions->push_back(cached->second);
+    }
+    auto [it, inserted] = table_.try_emplace(request.name);
+    if (inserted) {
+      it->second.requests.resize(static_cast<size_t>(size_));
+      it->second.first_seen = now;
+      table_order_.push_back(request.name);
+    }
+    it->second.requests[static_cast<size_t>(from)] = std::move(request);
+  }
+  std::vector<int64_t> ready;
+  s = in.GetI64s(&ready);
+  if (!s.ok()) return s;
+  for (int64_t id : ready) {
+    auto it = cached_stalls_.find(static_cast<int32_t>(id));
+    if (it != cached_stalls_.end()) it->second.ready_ranks.push_back(from);
+  }
+  return absl::OkStatus();
+}
+
+void Negotiator::MatchTable(std::vector<Response>* responses) {
+  std::vector<std::string> still_waiting;
+  for (const std::string& name : table_order_) {
+    auto it = table_.find(name);
+    if (it == table_.end()) continue;  // failed by the stall inspector
+    const TableEntry& entry = it->second;
+    OpKind kind = OpKind::kAllreduce;
+    for (const auto& r : entry.requests) {
+      if (r.has_value()) kind = r->kind;
+    }
+    bool complete = true;
+    std::vector<const Request*> requests;
+    for (int r = 0; r < size_; ++r) {
+      const auto& request = entry.requests[static_cast<size_t>(r)];
+      if (!request.has_value() && (kind == OpKind::kJoin || !joined_[static_cast<size_t>(r)])) {
+        complete = false;
+        break;
+      }
+      requests.push_back(request.has_value() ? &*request : nullptr);
+    }
+    if (!complete) {
+      still_waiting.push_back(name);
+      continue;
+    }
+    Response response = MatchRequests(requests);
+    if (response.error.empty() && kind != OpKind::kJoin) {
+      response.cache_id = static_cast<int32_t>(cache_.size() + static_cast<size_t>(std::count_if(
+          responses->begin(), responses->end(), [](const Response& r) { return r.cache_id >= 0 && r.error.empty(); })));
+    }
+    if (kind == OpKind::kJoin) joined_.assign(static_cast<size_t>(size_), false);
+    responses->push_back(std::move(response));
+    table_.erase(it);
+  }
+  table_order_ = std::move(still_waiting);
+}
+
+std::string Negotiator::RankList(const std::vector<int>& ranks) const {
+  std::vector<std::string> parts;
+  for (int r : ranks) parts.push_back(absl::StrCat(r, " (", hosts_[static_cast<size_t>(r)], ")"));
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vector<uint64_t>& any,
+                               bool gathered, bool may_fail, std::vector<Response>* responses) {
+  const absl::Time now = absl::Now();
+  const absl::Duration warning = absl::Seconds(config_.stall_warning_s);
+  const absl::Duration timeout = absl::Seconds(config_.stall_timeout_s);
+  auto report = [&](const Request& request, const std::vector<int>& have, absl::Duration age,
+                    bool fail, int32_t cache_id) {
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (std::find(have.begin(), have.end(), r) == have.end()) missing.push_back(r);
+    }
+    const std::string text = absl::StrCat(OpKindName(request.kind), " '", request.name,
+                                          "': submitted by ranks ", RankList(have),
+                                          " but not by ranks ", RankList(missing), " for ",
+                                          Seconds(age));
+    if (!fail) {
+      spdlog::warn("overlap: rank 0: stall: {} (fails after OVERLAP_STALL_TIMEOUT_S={})", text,
+                   config_.stall_timeout_s);
+      return;
+    }
+    Response response;
+    response.name = request.name;
+    response.request = request;
+    response.cache_id = cache_id;
+    response.error = absl::StrCat("stalled: ", text, ", past OVERLAP_STALL_TIMEOUT_S=",
+                                  config_.stall_timeout_s);
+    spdlog::error("overlap: rank 0: {}", response.error);
+    responses->push_back(std::move(response));
+  };
+
+  // Cached operations: ready somewhere (any) but not everywhere (all).
+  for (size_t id = 0; id < cache_.size(); ++id) {
+    const bool partial = TestBit(any, id) && !TestBit(all, id) && cache_[id].valid;
+    if (partial) {
+      cached_stalls_.try_emplace(static_cast<int32_t>(id), CachedStall{now, false, {}});
+    } else {
+      cached_stalls_.erase(static_cast<int32_t>(id));
+    }
+  }
+  for (auto it = cached_stalls_.begin(); it != cached_stalls_.end();) {
+    CachedStall& stall = it->second;
+    const absl::Duration age = now - stall.first_seen;
+    const Request& request = cache_[static_cast<size_t>(it->first)].response->request;
+    if (gathered && may_fail && age >= timeout) {
+      report(request, stall.ready_ranks, age, /*fail=*/true, it->first);
+      cached_stalls_.erase(it++);
+      continue;
+    }
+    if (gathered && age >= warning && !stall.warned) {
+      report(request, stall.ready_ranks, age, /*fail=*/false, -1);
+      stall.warned = true;
+    }
+    ++it;
+  }
+
+  // Operations first seen whole and still missing from some ranks.
+  for (auto it = table_.begin(); it != table_.end();) {
+    TableEntry& entry = it->second;
+    const absl::Duration age = now - entry.first_seen;
+    std::vector<int> have;
+    const Request* request = nullptr;
+    for (int r = 0; r < size_; ++r) {
+      if (entry.requests[static_cast<size_t>(r)].has_value()) {
+        have.push_back(r);
+        request = &*entry.requests[static_cast<size_t>(r)];
+      }
+    }
+    if (may_fail && age >= timeout) {
+      report(*request, have, age, /*fail=*/true, -1);
+      table_.erase(it++);
+      continue;
+    }
+    if (age >= warning && !entry.warned) {
+      report(*request, have, age, /*fail=*/false, -1);
+      entry.warned = true;
+    }
+    ++it;
+  }
+}
+
+bool Negotiator::StallGatherDue() const {
+  const absl::Time now = absl::Now();
+  for (const auto& [id, stall] : cached_stalls_) {
+    const absl::Duration age = now - stall.first_seen;
+    if ((!stall.warned && age >= absl::Seconds(config_.stall_warning_s)) ||
+        age >= absl::Seconds(config_.stall_timeout_s)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::Time Negotiator::NextStallCheck() const {
+  absl::Time next = absl::InfiniteFuture();
+  const absl::Duration warning = absl::Seconds(config_.stall_warning_s);
+  const absl::Duration timeout = absl::Seconds(config_.stall_timeout_s);
+  for (const auto& [id, stall] : cached_stalls_) {
+    next = std::min(next, stall.first_seen + (stall.warned ? timeout : warning));
+  }
+  for (const auto& [name, entry] : table_) {
+    next = std::min(next, entry.first_seen + (entry.warned ? timeout : warning));
+  }
+  return next;
+}
+
+void Negotiator::ApplyResponses(std::vector<int32_t> evictions, std::vector<Response> responses,
+                                const std::vector<uint64_t>& all_ready, PendingTable* pending,
+                                bool joined, RoundResult* result) {
+  auto take = [&](const std::string& name) -> std::optional<PendingOp> {
+    auto it = pending->find(name);
+    if (it == pending->end()) return std::nullopt;
+    std::optional<PendingOp> op(std::move(it->second));
+    pending->erase(it);
+    return op;
+  };
+  // Cached operations ready on every rank, in id order.
+  for (size_t id = 0; id < cache_.size(); ++id) {
+    if (!TestBit(all_ready, id) || !cache_[id].valid) continue;
+    if (std::find(evictions.begin(), evictions.end(), static_cast<int32_t>(id)) != evictions.end()) {
+      continue;
+    }
+    const std::shared_ptr<const Response>& response = cache_[id].response;
+    std::optional<PendingOp> op = take(response->name);
+    if (!op.has_value() && !joined) continue;  // cannot happen: we set the bit ourselves
+    result->ready.push_back(ReadyOp{response, std::move(op)});
+  }
+  for (int32_t id : evictions) {
+    CacheEntry& entry = cache_[static_cast<size_t>(id)];
+    entry.valid = false;
+    cache_ids_.erase(entry.response->name);
+    for (auto& [name, op] : *pending) {
+      if (op.cache_id == id) {
+        op.cache_id = -1;
+        op.sent = false;
+        result->resend = true;
+      }
+    }
+  }
+  for (Response& response : responses) {
+    if (!response.error.empty()) {
+      auto it = pending->find(response.name);
+      const bool ours = it != pending->end() &&
+                        (response.cache_id >= 0 ? it->second.cache_id == response.cache_id
+                                                : it->second.sent);
+      if (ours) {
+        result->failed.emplace_back(std::move(it->second), response.error);
+        pending->erase(it);
+      }
+      continue;
+    }
+    std::optional<PendingOp> op = take(response.name);
+    auto shared = std::make_shared<const Response>(std::move(response));
+    if (shared->cache_id >= 0) {
+      const size_t id = static_cast<size_t>(shared->cache_id);
+      if (cache_.size() <= id) cache_.resize(id + 1);
+      cache_[id] = CacheEntry{shared, op.has_value() ? op->request : Request{}, true};
+      cache_ids_[shared->name] = shared->cache_id;
+    }
+    if (!op.has_value() && !joined) continue;
+    result->ready.push_back(ReadyOp{shared, std::move(op)});
+  }
+}
+
+absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joined,
+                                                 bool shutting_down) {
+  bool has_uncached = false;
+  for (auto& [name, op] : *pending) {
+    if (op.cache_id >= 0 || op.sent) continue;
+    auto it = cache_ids_.find(name);
+    if (it != cache_ids_.end() && cache_[static_cast<size_t>(it->second)].local == op.request) {
+      op.cache_id = it->second;
+    } else {
+      has_uncached = true;
+    }
+  }
+  const std::vector<uint64_t> bits = ReadyBits(*pending, joined);
+  const size_t words = bits.size();
+  std::vector<uint64_t> vec(1 + 2 * words);
+  vec[0] = (has_uncached ? 0 : kNoUncached) | (shutting_down ? kShutdown : 0) | kNoStallGather |
+           kNoBroadcast;
+  if (rank_ == 0 && StallGatherDue()) vec[0] &= ~kNoStallGather;
+  if (rank_ == 0 && NextStallCheck() <= absl::Now()) vec[0] &= ~kNoBroadcast;
+  for (size_t w = 0; w < words; ++w) {
+    vec[1 + w] = bits[w];
+    vec[1 + words + w] = ~bits[w];
+  }
+  MPI_Request request;
+  MPI_Iallreduce(MPI_IN_PLACE, vec.data(), static_cast<int>(vec.size()), MPI_UINT64_T, MPI_BAND,
+                 comm_, &request);
+  absl::Status s = WaitFor(&request, "ready-bit allreduce");
+  if (!s.ok()) return s;
+  const uint64_t flags = vec[0];
+  std::vector<uint64_t> all(vec.begin() + 1, vec.begin() + 1 + static_cast<long>(words));
+  std::vector<uint64_t> any(words);
+  for (size_t w = 0; w < words; ++w) any[w] = ~vec[1 + words + w];
+
+  RoundResult result;
+  result.all_shutting_down = (flags & kShutdown) != 0;
+  const bool stall_gather = (flags & kNoStallGather) == 0;
+  const bool gather = (flags & kNoUncached) == 0 || stall_gather;
+  std::vector<int32_t> evictions;
+  std::vector<Response> responses;
+  if (gather) {
+    if (rank_ == 0) {
+      for (auto& [id, stall] : cached_stalls_) stall.ready_ranks.clear();
+    }
+    const std::string mine = EncodeGather(pending, joined, stall_gather, bits);
+    int my_size = static_cast<int>(mine.size());
+    std::vector<int> sizes(static_cast<size_t>(size_));
+    MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm_, &request);
+    s = WaitFor(&request, "request sizes gather");
+    if (!s.ok()) return s;
+    std::vector<int> displs(static_cast<size_t>(size_), 0);
+    for (int r = 1; r < size_; ++r) displs[r] = displs[r - 1] + sizes[r - 1];
+    std::string all_bytes(rank_ == 0 ? static_cast<size_t>(displs.back() + sizes.back()) : 0, '\0');
+    MPI_Igatherv(mine.data(), my_size, MPI_BYTE, &all_bytes[0], sizes.data(), displs.data(),
+                 MPI_BYTE, 0, comm_, &request);
+    s = WaitFor(&request, "request gather");
+    if (!s.ok()) return s;
+    if (rank_ == 0) {
+      for (int r = 0; r < size_; ++r) {
+        s = AbsorbGather(all_bytes.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(sizes[r])),
+                         r, &evictions);
+        if (!s.ok()) return s;
+      }
+    }
+  }
+  if (gather || (flags & kNoBroadcast) == 0) {
+    std::string bytes;
+    if (rank_ == 0) {
+      InspectStalls(all, any, stall_gather, /*may_fail=*/true, &responses);
+      MatchTable(&responses);
+      ByteWriter out;
+      out.PutI64(static_cast<int64_t>(evictions.size()));
+      for (int32_t id : evictions) out.PutI32(id);
+      out.PutI64(static_cast<int64_t>(responses.size()));
+      for (const Response& r : responses) EncodeResponse(r, &out);
+      bytes = std::move(out.bytes());
+    }
+    int64_t size = static_cast<int64_t>(bytes.size());
+    MPI_Ibcast(&size, 1, MPI_INT64_T, 0, comm_, &request);
+    s = WaitFor(&request, "response size broadcast");
+    if (!s.ok()) return s;
+    bytes.resize(static_cast<size_t>(size));
+    MPI_Ibcast(&bytes[0], static_cast<int>(size), MPI_BYTE, 0, comm_, &request);
+    s = WaitFor(&request, "response broadcast");
+    if (!s.ok()) return s;
+    if (rank_ != 0) {
+      ByteReader in(bytes);
+      int64_t n = 0;
+      s = in.GetI64(&n);
+      for (int64_t i = 0; s.ok() && i < n; ++i) {
+        int32_t id = 0;
+        s = in.GetI32(&id);
+        evictions.push_back(id);
+      }
+      if (s.ok()) s = in.GetI64(&n);
+      for (int64_t i = 0; s.ok() && i < n; ++i) {
+        Response r;
+        s = DecodeResponse(&in, &r);
+        responses.push_back(std::move(r));
+      }
+      if (!s.ok()) return s;
+    }
+  } else if (rank_ == 0) {
+    // Only tracks and warns: a failure must reach every rank, so it waits for a round that
+    // broadcasts (NextStallCheck makes the coordinator start one).
+    InspectStalls(all, any, /*gathered=*/false, /*may_fail=*/false, &responses);
+  }
+  ApplyResponses(std::move(evictions), std::move(responses), all, pending, joined, &result);
+  return result;
+}
+
+}  // namespace overlap

@@ -1,0 +1,110 @@
+// Negotiation: which submitted operations are ready on every rank, agreed in rounds.
+//
+// A round is collective over the control communicator. Every rank contributes a bit vector with
+// one bit per cached operation it has pending, and one bitwise-AND allreduce tells all ranks which
+// cached operations are ready everywhere (Horovod's response cache). Only when some rank has an
+// operation the cache does not know (first sight, changed shape) do the ranks also gather those
+// requests at rank 0, which checks that they agree (runtime/matcher.h), assigns cache ids, and
+// broadcasts the responses. Steady-state training therefore costs one small allreduce per round.
+//
+// Rank 0 is also the stall inspector: it warns, naming the ranks that have and have not submitted,
+// when an operation is ready on some ranks but not others for stall_warning_s, and fails it after
+// stall_timeout_s.
+//
+// Threading: the coordinator thread only.
+#ifndef OVERLAP_RUNTIME_NEGOTIATOR_H_
+#define OVERLAP_RUNTIME_NEGOTIATOR_H_
+
+#include <mpi.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "runtime/config.h"
+#include "runtime/messages.h"
+#include "runtime/pending_op.h"
+
+namespace overlap {
+
+// An operation every rank agreed to run now. `op` is empty on a rank that has joined and only
+// contributes zeros.
+struct ReadyOp {
+  std::shared_ptr<const Response> response;
+  std::optional<PendingOp> op;
+};
+
+struct RoundResult {
+  std::vector<ReadyOp> ready;   // in the same order on every rank
+  std::vector<std::pair<PendingOp, std::string>> failed;  // with the error text
+  bool all_shutting_down = false;
+  bool resend = false;  // some pending operations must be sent again next round
+};
+
+class Negotiator {
+ public:
+  // `comm` is used for rounds only; `hosts[r]` names rank r's host in messages.
+  Negotiator(MPI_Comm comm, const Config& config, std::vector<std::string> hosts);
+
+  // Runs one round. Moves operations that became ready or failed out of `pending`. `joined`:
+  // this rank has called Join and contributes zeros to every allreduce. DeadlineExceeded or
+  // Unavailable, naming the round, when a peer does not take part within collective_timeout_s.
+  absl::StatusOr<RoundResult> RunRound(PendingTable* pending, bool joined, bool shutting_down);
+
+  // Rank 0: when the stall inspector next needs a round even if nothing else happens.
+  absl::Time NextStallCheck() const;
+
+ private:
+  struct CacheEntry {
+    std::shared_ptr<const Response> response;
+    Request local;  // what this rank submitted when the entry was made
+    bool valid = false;
+  };
+  // Rank 0's record of requests not yet matched.
+  struct TableEntry {
+    std::vector<std::optional<Request>> requests;
+    absl::Time first_seen;
+    bool warned = false;
+  };
+  struct CachedStall {
+    absl::Time first_seen;
+    bool warned = false;
+    std::vector<int> ready_ranks;  // filled by a stall gather
+  };
+
+  absl::Status WaitFor(MPI_Request* request, const char* what);
+  std::vector<uint64_t> ReadyBits(const PendingTable& pending, bool joined) const;
+  std::string EncodeGather(PendingTable* pending, bool joined, bool include_ready,
+                           const std::vector<uint64_t>& bits) const;
+  // Rank 0.
+  absl::Status AbsorbGather(const std::string& bytes, int from, std::vector<int32_t>* evictions);
+  void MatchTable(std::vector<Response>* responses);
+  void InspectStalls(const std::vector<uint64_t>& all, const std::vector<uint64_t>& any,
+                     bool gathered, bool may_fail, std::vector<Response>* responses);
+  bool StallGatherDue() const;
+  std::string RankList(const std::vector<int>& ranks) const;
+  void ApplyResponses(std::vector<int32_t> evictions, std::vector<Response> responses,
+                      const std::vector<uint64_t>& all_ready, PendingTable* pending, bool joined,
+                      RoundResult* result);
+
+  MPI_Comm comm_;
+  const Config config_;
+  const std::vector<std::string> hosts_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<CacheEntry> cache_;
+  absl::flat_hash_map<std::string, int32_t> cache_ids_;
+  // Rank 0 only.
+  std::vector<std::string> table_order_;
+  absl::flat_hash_map<std::string, TableEntry> table_;
+  std::vector<bool> joined_;
+  absl::flat_hash_map<int32_t, CachedStall> cached_stalls_;
+};
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_NEGOTIATOR_H_

@@ -1,0 +1,187 @@
+// overlap: the public C++ API of the data-parallel training runtime.
+//
+// A training program calls Init() once per process, submits gradients for averaging as soon as
+// backward produces them, waits on the returned handles before the optimizer step, and calls
+// Shutdown() at the end. Every rank must submit the same named tensors with the same shapes,
+// dtypes and ops; the order and timing may differ between ranks. A background coordinator thread
+// learns which tensors are ready on every rank and runs the collectives, fused where possible.
+//
+// Threading: every function may be called from any thread. Handles may be waited on from any
+// thread. Completion callbacks run on the runtime's coordinator thread and must not block.
+//
+// Errors are absl::Status values whose message names the rank, the tensor and the cause, for
+// example "rank 2: allreduce 'fc1.weight': shape mismatch: rank 0 submitted [128,784], rank 2
+// submitted [128,785]". A mismatch reaches every rank that submitted the tensor; a failed peer or
+// network fails every pending handle within OVERLAP_COLLECTIVE_TIMEOUT_S; nothing hangs.
+#ifndef OVERLAP_RUNTIME_OVERLAP_H_
+#define OVERLAP_RUNTIME_OVERLAP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "collectives/dtype.h"
+#include "runtime/config.h"
+
+namespace overlap {
+
+// A view of caller-owned memory. The memory must stay valid and untouched until the handle of
+// the operation that uses it completes.
+struct Tensor {
+  void* data = nullptr;
+  size_t capacity_bytes = 0;  // bytes available at `data`; must cover the shape
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+
+  int64_t NumElements() const;
+  size_t ByteSize() const { return static_cast<size_t>(NumElements()) * DataTypeSize(dtype); }
+};
+
+// A Tensor over `data` whose capacity is exactly the shape's size.
+Tensor MakeTensor(void* data, DataType dtype, std::vector<int64_t> shape);
+Tensor MakeTensor(float* data, std::vector<int64_t> shape);
+Tensor MakeTensor(double* data, std::vector<int64_t> shape);
+Tensor MakeTensor(int32_t* data, std::vector<int64_t> shape);
+Tensor MakeTensor(int64_t* data, std::vector<int64_t> shape);
+
+namespace internal {
+class HandleState;
+}  // namespace internal
+
+// The completion of one submitted operation. Copyable; all copies refer to the same operation.
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(std::shared_ptr<internal::HandleState> state) : state_(std::move(state)) {}
+
+  // True once the operation finished, successfully or not. Never blocks.
+  bool Poll() const;
+
+  // Blocks until the operation finishes or `timeout` passes. Returns the operation's status, or
+  // DeadlineExceeded naming the tensor if it is still running (the operation goes on; wait again).
+  absl::Status Wait(absl::Duration timeout) const;
+
+  // Blocks until the operation finishes. This ends: the runtime fails stalled operations after
+  // OVERLAP_STALL_TIMEOUT_S and lost peers after OVERLAP_COLLECTIVE_TIMEOUT_S.
+  absl::Status Wait() const;
+
+  // The result of an operation whose output size is known only after negotiation (Allgather,
+  // ReduceScatter, Alltoall): memory owned by the handle. Empty for the other operations and
+  // before the operation succeeded.
+  const Tensor& output() const;
+
+  // Alltoall: how many first-dimension rows came from each rank.
+  const std::vector<int64_t>& received_splits() const;
+
+  // The name the operation was submitted under.
+  const std::string& name() const;
+
+ private:
+  std::shared_ptr<internal::HandleState> state_;
+};
+
+// Called once when the operation finishes, on the coordinator thread; must not block.
+using DoneCallback = std::function<void(const absl::Status&)>;
+
+struct AllreduceOptions {
+  ReduceOp op = ReduceOp::kAverage;
+  // Each rank's input is multiplied by prescale before the reduction and the result by postscale
+  // after it (floating-point dtypes only; integer dtypes require 1.0).
+  double prescale = 1.0;
+  double postscale = 1.0;
+  DoneCallback on_done;
+};
+
+struct AllgatherOptions {
+  DoneCallback on_done;
+};
+
+struct BroadcastOptions {
+  int root = 0;
+  DoneCallback on_done;
+};
+
+struct ReduceScatterOptions {
+  ReduceOp op = ReduceOp::kAverage;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  DoneCallback on_done;
+};
+
+struct AlltoallOptions {
+  // Rows of the first dimension sent to each rank, in rank order; empty means equal parts (the
+  // first dimension must then divide by the number of ranks).
+  std::vector<int64_t> splits;
+  DoneCallback on_done;
+};
+
+// Starts the runtime on every rank of MPI_COMM_WORLD (initialising MPI if the program has not),
+// with the configuration from OVERLAP_* environment variables or the one given. Collective: every
+// rank must call it. Fails with a clear message on a bad configuration or when a peer does not
+// connect within start_timeout_s; FailedPrecondition if already initialised.
+absl::Status Init();
+absl::Status Init(const Config& config);
+
+// Finishes pending operations, stops the coordinator thread and releases MPI resources.
+// Collective: every rank must call it. Safe to call twice (the second call is a no-op).
+absl::Status Shutdown();
+
+bool IsInitialized();
+
+// The calling process's position; -1 before Init and after Shutdown.
+int Rank();
+int Size();
+int LocalRank();  // among the ranks on this host
+int LocalSize();
+
+// Reduces `input` across ranks into `output` (which may be `input` itself: in place). Shapes and
+// dtypes of input and output must match.
+absl::StatusOr<Handle> Allreduce(const std::string& name, const Tensor& input,
+                                 const Tensor& output, const AllreduceOptions& options = {});
+
+// Reduces several tensors as one unit: they are negotiated together and travel in one fused
+// collective. One handle completes when all are done. `names`, `inputs` and `outputs` have equal
+// lengths; the group is identified by its names.
+absl::StatusOr<Handle> GroupedAllreduce(const std::vector<std::string>& names,
+                                        const std::vector<Tensor>& inputs,
+                                        const std::vector<Tensor>& outputs,
+                                        const AllreduceOptions& options = {});
+
+// Concatenates every rank's `input` along the first dimension, in rank order. First dimensions
+// may differ between ranks; the other dimensions must match. Result in handle.output().
+absl::StatusOr<Handle> Allgather(const std::string& name, const Tensor& input,
+                                 const AllgatherOptions& options = {});
+
+// Copies root's `input` into every rank's `output` (the same tensor for in place).
+absl::StatusOr<Handle> Broadcast(const std::string& name, const Tensor& input,
+                                 const Tensor& output, const BroadcastOptions& options = {});
+
+// Reduces `input` across ranks and leaves rank r with rows [r*q + min(r, m), ...) of the first
+// dimension, where q and m are the quotient and remainder of dim0 / size (earlier ranks get one
+// extra row). Result in handle.output().
+absl::StatusOr<Handle> ReduceScatter(const std::string& name, const Tensor& input,
+                                     const ReduceScatterOptions& options = {});
+
+// Sends options.splits[r] rows of `input` to rank r and receives the rows every rank sends here,
+// concatenated in rank order. Result in handle.output(); row counts in handle.received_splits().
+absl::StatusOr<Handle> Alltoall(const std::string& name, const Tensor& input,
+                                const AlltoallOptions& options = {});
+
+// Completes when every rank has called Barrier.
+absl::StatusOr<Handle> Barrier();
+
+// For ranks with uneven data: a rank that has run out calls Join and keeps contributing zeros to
+// the allreduces the other ranks still submit (averages still divide by Size()). Completes on
+// every rank when all ranks have joined. Only allreduce may run while some ranks have joined.
+absl::StatusOr<Handle> Join();
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_OVERLAP_H_

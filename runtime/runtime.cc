@@ -1,0 +1,341 @@
+#include "runtime/runtime.h"
+
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/mpi_executor.h"
+#include "runtime/validation.h"
+#include "spdlog/spdlog.h"
+
+namespace overlap {
+namespace {
+
+// Every rank learns every rank's configuration problem, so that no rank waits in a collective
+// that a failed rank will never join.
+absl::Status AgreeOnStart(const absl::Status& mine, int rank, int size) {
+  const std::string text = mine.ok() ? "" : absl::StrCat("rank ", rank, ": ", mine.message());
+  int length = static_cast<int>(text.size());
+  std::vector<int> lengths(static_cast<size_t>(size));
+  MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::vector<int> displs(static_cast<size_t>(size), 0);
+  for (int r = 1; r < size; ++r) displs[r] = displs[r - 1] + lengths[r - 1];
+  std::string all(static_cast<size_t>(displs.back() + lengths.back()), '\0');
+  MPI_Allgatherv(text.data(), length, MPI_CHAR, &all[0], lengths.data(), displs.data(), MPI_CHAR,
+                 MPI_COMM_WORLD);
+  if (all.empty()) return absl::OkStatus();
+  std::vector<std::string> reasons;
+  for (int r = 0; r < size; ++r) {
+    if (lengths[r] > 0) reasons.push_back(all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lengths[r])));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("rank ", rank, ": Init failed: ", absl::StrJoin(reasons, "; ")));
+}
+
+std::vector<std::string> GatherHosts(MPI_Comm comm, int size) {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  std::vector<char> all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                MPI_CHAR, comm);
+  std::vector<std::string> hosts;
+  for (int r = 0; r < size; ++r) hosts.emplace_back(&all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
+  return hosts;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(absl::StatusOr<Config> config) {
+  std::unique_ptr<Runtime> rt(new Runtime());
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) {
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    rt->owns_mpi_ = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &rt->size_);
+  absl::Status mine = config.status();
+  if (mine.ok() && provided < MPI_THREAD_SERIALIZED) {
+    mine = absl::FailedPreconditionError(
+        "MPI was initialised below MPI_THREAD_SERIALIZED; overlap's coordinator thread needs "
+        "MPI_THREAD_MULTIPLE (call MPI_Init_thread, or let overlap::Init initialise MPI)");
+  }
+  absl::Status agreed = AgreeOnStart(mine, rt->rank_, rt->size_);
+  if (!agreed.ok()) {
+    if (rt->owns_mpi_) MPI_Finalize();
+    return agreed;
+  }
+  rt->config_ = *config;
+  spdlog::set_level(spdlog::level::from_str(rt->config_.log_level));
+  absl::Status connected = rt->Connect(rt->config_);
+  if (!connected.ok()) return connected;
+  rt->thread_ = std::thread([r = rt.get()] { r->Loop(); });
+  return rt;
+}
+
+absl::Status Runtime::Connect(const Config& config) {
+  MPI_Comm_dup(MPI_COMM_WORLD, &control_comm_);
+  MPI_Comm_set_errhandler(control_comm_, MPI_ERRORS_RETURN);
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &local_rank_);
+  MPI_Comm_size(local, &local_size_);
+  MPI_Comm_free(&local);
+  hosts_ = GatherHosts(control_comm_, size_);
+
+  absl::StatusOr<std::unique_ptr<ControlPlane>> control =
+      ControlPlane::Connect(control_comm_, hosts_, absl::Seconds(config.start_timeout_s));
+  if (!control.ok()) return control.status();
+  control_ = std::move(*control);
+  absl::StatusOr<std::unique_ptr<MpiExecutor>> executor =
+      MpiExecutor::Create(MPI_COMM_WORLD, config.num_channels);
+  if (!executor.ok()) return executor.status();
+  executor_ = std::move(*executor);
+  if (!config.timeline_path.empty()) {
+    absl::Status s = timeline_.Open(config.timeline_path, rank_);
+    if (!s.ok()) spdlog::warn("overlap: {}", std::string(s.message()));
+  }
+  negotiator_ = std::make_unique<Negotiator>(control_comm_, config, hosts_);
+  data_plane_ = std::make_unique<DataPlane>(
+      executor_.get(), config, rank_, size_, &timeline_,
+      [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  spdlog::info("overlap: rank {} of {} on {} started ({} channels, fusion threshold {} bytes)",
+               rank_, size_, hosts_[static_cast<size_t>(rank_)], config.num_channels,
+               config.fusion_threshold_bytes);
+  return absl::OkStatus();
+}
+
+Runtime::~Runtime() {
+  if (thread_.joinable()) (void)Shutdown();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void Runtime::Wake() {
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+}
+
+absl::StatusOr<Handle> Runtime::Submit(PendingOp op, DoneCallback on_done) {
+  absl::Status valid = ValidateOp(op, size_);
+  if (!valid.ok()) return absl::Status(valid.code(), absl::StrCat("rank ", rank_, ": ", valid.message()));
+  const std::string& name = op.request.name;
+  auto state = std::make_shared<internal::HandleState>(name, std::move(on_done));
+  {
+    absl::MutexLock lock(&mu_);
+    const std::string what = absl::StrCat("rank ", rank_, ": ", OpKindName(op.request.kind), " '", name, "'");
+    if (!fatal_.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(what, ": the runtime stopped after an error: ", fatal_.message()));
+    }
+    if (shutdown_requested_) return absl::FailedPreconditionError(absl::StrCat(what, ": submitted after Shutdown"));
+    if (in_flight_.contains(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": a tensor with this name is already in flight; wait for its handle before submitting the name again"));
+    }
+    if (joined_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": submitted after Join on this rank; wait for the Join handle first"));
+    }
+    if (op.request.kind == OpKind::kJoin) joined_ = true;
+    in_flight_.insert(name);
+    op.handle = state;
+    op.enqueued = absl::Now();
+    incoming_.push_back(std::move(op));
+  }
+  Wake();
+  return Handle(state);
+}
+
+void Runtime::CompleteOp(PendingOp& op, const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight_.erase(op.request.name);
+    if (op.request.kind == OpKind::kJoin) joined_ = false;
+  }
+  op.handle->Complete(status);
+}
+
+absl::Status Runtime::ReadControl(absl::Duration timeout) {
+  absl::StatusOr<ControlEvents> events = control_->Wait(timeout, wake_fd_);
+  if (!events.ok()) return events.status();
+  if (events->local_ready) {
+    uint64_t count;
+    (void)!read(wake_fd_, &count, sizeof(count));
+  }
+  rounds_owed_ += events->rounds_announced;
+  peers_asked_ = peers_asked_ || events->round_requested;
+  return absl::OkStatus();
+}
+
+void Runtime::Fatal(const absl::Status& status) {
+  spdlog::error("overlap: {}", std::string(status.message()));
+  std::deque<PendingOp> incoming;
+  {
+    absl::MutexLock lock(&mu_);
+    fatal_ = status;
+    incoming.swap(incoming_);
+  }
+  for (PendingOp& op : incoming) CompleteOp(op, status);
+  for (auto& [name, op] : pending_) CompleteOp(op, status);
+  pending_.clear();
+  data_plane_->FailAll(status);
+  control_.reset();  // closing our sockets tells the peers at once
+}
+
+// Runs the rounds rank 0 has announced. Returns false after a fatal error.
+bool Runtime::RunRounds() {
+  while (rounds_owed_ > 0) {
+    --rounds_owed_;
+    const bool joined = pending_.contains("__join");
+    bool shutting_down;
+    {
+      absl::MutexLock lock(&mu_);
+      shutting_down = shutdown_requested_;
+    }
+    absl::StatusOr<RoundResult> round = negotiator_->RunRound(&pending_, joined, shutting_down);
+    if (!round.ok()) {
+      Fatal(round.status());
+      return false;
+    }
+    const absl::Time now = absl::Now();
+    for (auto& [op, error] : round->failed) {
+      CompleteOp(op, absl::FailedPreconditionError(absl::StrCat("rank ", rank_, ": ", error)));
+    }
+    if (timeline_.enabled()) {
+      for (const ReadyOp& r : round->ready) {
+        if (r.op.has_value()) timeline_.Span(r.response->name, "NEGOTIATE", r.op->enqueued, now);
+      }
+    }
+    data_plane_->Submit(std::move(round->ready));
+    if (round->resend) Wake();  // evicted requests go out whole in the next round
+    if (round->all_shutting_down && !stopping_) {
+      stopping_ = true;
+      control_->ExpectClose();
+    }
+  }
+  return true;
+}
+
+void Runtime::Loop() {
+  bool asked = false;               // worker: asked rank 0 for a round not yet run
+  bool announced_shutdown = false;  // our shutdown request took part in a round
+  absl::Time shutdown_deadline = absl::InfiniteFuture();
+  int quiet_spins = 0;
+  while (true) {
+    bool dirty = false;
+    bool shutting_down;
+    {
+      absl::MutexLock lock(&mu_);
+      for (PendingOp& op : incoming_) {
+        std::string name = op.request.name;
+        pending_.emplace(std::move(name), std::move(op));
+        dirty = true;
+      }
+      incoming_.clear();
+      shutting_down = shutdown_requested_;
+    }
+    if (shutting_down && !announced_shutdown) {
+      dirty = true;
+      announced_shutdown = true;
+      shutdown_deadline = absl::Now() + absl::Seconds(config_.collective_timeout_s);
+    }
+    absl::Status s;
+    if (rank_ == 0) {
+      if (dirty || peers_asked_ || negotiator_->NextStallCheck() <= absl::Now()) {
+        s = control_->AnnounceRound();
+        ++rounds_owed_;
+        peers_asked_ = false;
+      }
+    } else if (dirty && !asked) {
+      s = control_->RequestRound();
+      asked = true;
+    }
+    if (!s.ok()) {
+      Fatal(s);
+      return;
+    }
+    if (rounds_owed_ > 0) {
+      asked = false;
+      quiet_spins = 0;
+      if (!RunRounds()) return;
+    }
+    s = data_plane_->Progress();
+    if (!s.ok()) {
+      Fatal(s);
+      return;
+    }
+    if (stopping_ && data_plane_->idle()) break;
+    if (!stopping_ && absl::Now() > shutdown_deadline) {
+      Fatal(absl::DeadlineExceededError(absl::StrCat(
+          "rank ", rank_, ": Shutdown: not every rank called Shutdown within ",
+          config_.collective_timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S)")));
+      return;
+    }
+
+    // Sleep until something happens. While collectives are in flight MPI needs us to call it to
+    // make progress, so we only yield, and back off to short sleeps once nothing has moved for a
+    // while; with nothing in flight we block in poll() with no timer but the stall inspector's
+    // and the shutdown deadline.
+    absl::Duration timeout = absl::InfiniteDuration();
+    if (rounds_owed_ > 0 || !data_plane_->idle()) {
+      timeout = absl::ZeroDuration();
+    } else {
+      if (rank_ == 0) timeout = std::max(absl::ZeroDuration(), negotiator_->NextStallCheck() - absl::Now());
+      if (announced_shutdown) timeout = std::min(timeout, std::max(absl::ZeroDuration(), shutdown_deadline - absl::Now()));
+    }
+    s = ReadControl(timeout);
+    if (!s.ok()) {
+      Fatal(s);
+      return;
+    }
+    if (timeout == absl::ZeroDuration() && rounds_owed_ == 0) {
+      if (++quiet_spins < 4000) {
+        sched_yield();
+      } else {
+        absl::SleepFor(absl::Microseconds(50));
+      }
+    } else {
+      quiet_spins = 0;
+    }
+  }
+  // Every rank agreed to stop and our collectives are done.
+  const absl::Status aborted = absl::AbortedError(
+      absl::StrCat("rank ", rank_, ": the runtime shut down before every rank submitted this operation"));
+  for (auto& [name, op] : pending_) {
+    CompleteOp(op, absl::Status(aborted.code(), absl::StrCat(aborted.message(), " ('", name, "')")));
+  }
+  pending_.clear();
+}
+
+absl::Status Runtime::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return fatal_;
+    shutdown_requested_ = true;
+  }
+  Wake();
+  if (thread_.joinable()) thread_.join();
+  absl::Status fatal;
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    fatal = fatal_;
+  }
+  timeline_.Close();
+  if (!fatal.ok()) return fatal;  // MPI may be unusable: leave it to process exit
+  control_.reset();
+  data_plane_.reset();
+  negotiator_.reset();
+  executor_.reset();
+  MPI_Comm_free(&control_comm_);
+  if (owns_mpi_) MPI_Finalize();
+  return absl::OkStatus();
+}
+
+}  // namespace overlap

@@ -1,0 +1,99 @@
+// The Runtime: the one object that owns a process's overlap state.
+//
+// It holds the configuration, the MPI communicators, the control plane, the negotiator, the
+// data plane with its executor, the timeline and the coordinator thread. User threads submit
+// operations through Submit(); the coordinator thread does everything else: it sleeps in poll()
+// on an eventfd and the control sockets until there is work, runs negotiation rounds, hands agreed
+// operations to the data plane and drives them to completion.
+//
+// Threading: Submit and the accessors may be called from any thread; Shutdown from one.
+#ifndef OVERLAP_RUNTIME_RUNTIME_H_
+#define OVERLAP_RUNTIME_RUNTIME_H_
+
+#include <mpi.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "collectives/executor.h"
+#include "runtime/config.h"
+#include "runtime/control_plane.h"
+#include "runtime/data_plane.h"
+#include "runtime/negotiator.h"
+#include "runtime/overlap.h"
+#include "runtime/pending_op.h"
+#include "runtime/timeline.h"
+
+namespace overlap {
+
+class Runtime {
+ public:
+  // Collective over MPI_COMM_WORLD. Initialises MPI if needed. When any rank's configuration is
+  // invalid, every rank fails with every rank's reason.
+  static absl::StatusOr<std::unique_ptr<Runtime>> Start(absl::StatusOr<Config> config);
+  ~Runtime();
+
+  // Collective: finishes in-flight work, stops the coordinator, releases MPI. Returns the error
+  // that stopped the runtime, if one did.
+  absl::Status Shutdown();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+
+  // Validates `op` (its request, buffers and options) and queues it for the coordinator.
+  // InvalidArgument naming the rank, the tensor and the cause; FailedPrecondition after
+  // Shutdown or a fatal error.
+  absl::StatusOr<Handle> Submit(PendingOp op, DoneCallback on_done);
+
+ private:
+  Runtime() = default;
+  absl::Status Connect(const Config& config);
+  void Loop();
+  bool RunRounds();
+  void CompleteOp(PendingOp& op, const absl::Status& status);
+  void Fatal(const absl::Status& status);
+  absl::Status ReadControl(absl::Duration timeout);
+  void Wake();
+
+  Config config_;
+  bool owns_mpi_ = false;
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  std::vector<std::string> hosts_;
+  MPI_Comm control_comm_ = MPI_COMM_NULL;
+  std::unique_ptr<ControlPlane> control_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Negotiator> negotiator_;
+  std::unique_ptr<DataPlane> data_plane_;
+  Timeline timeline_;
+  int wake_fd_ = -1;
+  std::thread thread_;
+
+  // Coordinator thread only.
+  PendingTable pending_;
+  int rounds_owed_ = 0;       // workers: rounds rank 0 announced and we have not run
+  bool peers_asked_ = false;  // rank 0: a worker asked for a round
+  bool stopping_ = false;     // every rank agreed to shut down
+
+  absl::Mutex mu_;
+  std::deque<PendingOp> incoming_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> in_flight_ ABSL_GUARDED_BY(mu_);
+  bool joined_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_RUNTIME_H_

@@ -1,0 +1,21 @@
+// Element-wise scaling and scaled copies for every dtype, used around reductions (prescale,
+// postscale, average). fp16/bf16 are widened to fp32 and rounded back to nearest even.
+#ifndef OVERLAP_RUNTIME_SCALING_H_
+#define OVERLAP_RUNTIME_SCALING_H_
+
+#include <cstdint>
+
+#include "collectives/dtype.h"
+
+namespace overlap {
+
+// dst[i] = src[i] * factor for `count` elements; dst may equal src. Integer dtypes: factor must
+// be 1 (a plain copy), which callers check up front.
+void ScaledCopy(void* dst, const void* src, int64_t count, DataType dtype, double factor);
+
+// Integer average: divides each element by `divisor`, rounding toward zero.
+void DivideIntegers(void* data, int64_t count, DataType dtype, int64_t divisor);
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_SCALING_H_

@@ -1,0 +1,75 @@
+#include "runtime/timeline.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace overlap {
+namespace {
+
+// Tensor names are user text: escape what JSON requires.
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrCat("\\u00", (c >> 4) & 0xf, std::string(1, "0123456789abcdef"[c & 0xf]));
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Timeline::~Timeline() { Close(); }
+
+absl::Status Timeline::Open(const std::string& path, int rank) {
+  absl::MutexLock lock(&mu_);
+  const std::string file = rank == 0 ? path : absl::StrCat(path, ".rank", rank);
+  file_ = std::fopen(file.c_str(), "w");
+  if (file_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("rank ", rank, ": cannot write timeline '", file,
+                                               "': ", std::strerror(errno)));
+  }
+  rank_ = rank;
+  origin_ = absl::Now();
+  std::fprintf(file_, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}",
+               rank, rank);
+  return absl::OkStatus();
+}
+
+int Timeline::TrackId(const std::string& track) {
+  auto it = tracks_.find(track);
+  if (it != tracks_.end()) return it->second;
+  const int id = static_cast<int>(tracks_.size()) + 1;
+  tracks_.emplace(track, id);
+  std::fprintf(file_,
+               ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+               rank_, id, JsonEscape(track).c_str());
+  return id;
+}
+
+void Timeline::Span(const std::string& track, const char* what, absl::Time start, absl::Time end) {
+  absl::MutexLock lock(&mu_);
+  if (file_ == nullptr) return;
+  const int tid = TrackId(track);
+  std::fprintf(file_, ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}",
+               what, rank_, tid, absl::ToDoubleMicroseconds(start - origin_),
+               absl::ToDoubleMicroseconds(end - start));
+}
+
+void Timeline::Close() {
+  absl::MutexLock lock(&mu_);
+  if (file_ == nullptr) return;
+  std::fprintf(file_, "\n]\n");
+  std::fclose(file_);
+  file_ = nullptr;
+}
+
+}  // namespace overlap

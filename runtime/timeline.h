@@ -1,0 +1,50 @@
+// Chrome trace (Perfetto-viewable) of what the runtime did with each tensor.
+//
+// Each tensor gets its own track named after it; each channel gets a track for its collectives.
+// Events are complete spans ("ph":"X") in microseconds since the runtime started. The file is a
+// valid JSON array once Close() ran; Perfetto also accepts an unterminated array, so a crashed
+// run still leaves a readable trace.
+//
+// Threading: all methods may be called from any thread.
+#ifndef OVERLAP_RUNTIME_TIMELINE_H_
+#define OVERLAP_RUNTIME_TIMELINE_H_
+
+#include <cstdio>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace overlap {
+
+class Timeline {
+ public:
+  Timeline() = default;
+  ~Timeline();
+
+  // Starts writing to `path`; rank 0 writes `path` itself and rank r > 0 writes "<path>.rank<r>"
+  // so that ranks sharing a file system do not overwrite each other. Unavailable on open failure.
+  absl::Status Open(const std::string& path, int rank);
+  bool enabled() const { return file_ != nullptr; }
+
+  // A span [start, end) named `what` on the track of `track` (a tensor name or "channel N").
+  void Span(const std::string& track, const char* what, absl::Time start, absl::Time end);
+
+  // Flushes and terminates the JSON array.
+  void Close();
+
+ private:
+  int TrackId(const std::string& track) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  std::FILE* file_ = nullptr;
+  int rank_ = 0;
+  absl::Time origin_;
+  absl::flat_hash_map<std::string, int> tracks_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_TIMELINE_H_
