@@ -8,11 +8,14 @@ namespace internal {
 void HandleState::Complete(absl::Status status) {
   {
     absl::MutexLock lock(&mu_);
-    if (done_) return;
-    done_ = true;
-    status_ = status;
+    if (completing_) return;
+    completing_ = true;
   }
+  // The callback runs before waiters wake, so a returned Wait implies the callback has run.
   if (on_done_) on_done_(status);
+  absl::MutexLock lock(&mu_);
+  status_ = std::move(status);
+  done_ = true;
 }
 
 bool HandleState::done() const {

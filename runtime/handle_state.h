@@ -19,8 +19,8 @@ class HandleState {
 
   const std::string& name() const { return name_; }
 
-  // Records the outcome, wakes waiters and runs the callback. Later calls are ignored, so a
-  // fatal error and a normal completion racing each other cannot complete a handle twice.
+  // Runs the callback, then records the outcome and wakes waiters. Later calls are ignored, so
+  // a fatal error and a normal completion racing each other cannot complete a handle twice.
   void Complete(absl::Status status);
 
   bool done() const;
@@ -36,6 +36,7 @@ class HandleState {
   const std::string name_;
   DoneCallback on_done_;
   mutable absl::Mutex mu_;
+  bool completing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   Tensor output_;
