@@ -1,6 +1,6 @@
 // Prints, for every rank, the hostname, the IPv4 addresses of its network namespace and the network
 // namespace inode, then checks with one MPI_Allreduce that the ranks can talk. Used to prove that a
-// namespace cluster (tools/cluster.sh) really places ranks on distinct hosts: the test compares the
+// namespace cluster (tools/cluster/cluster.sh) really places ranks on distinct hosts: the test compares the
 // printed namespaces and addresses.
 #include <ifaddrs.h>
 #include <mpi.h>

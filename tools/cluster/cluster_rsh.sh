@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# rsh agent for the namespace cluster (tools/cluster.sh): mpirun runs
+# rsh agent for the namespace cluster (tools/cluster/cluster.sh): mpirun runs
 #   cluster_rsh.sh [options] HOST COMMAND...
 # the way it would run ssh, and this starts COMMAND in host HOST's network namespace with a UTS
 # namespace whose hostname is HOST, so each namespace host looks like its own machine to Open MPI
 # and to the ranks. Like ssh, the command words are joined and run by a shell.
 set -euo pipefail
+export PATH=$PATH:/usr/sbin:/sbin  # tc and ip live here; test runners often leave them out
 while [[ ${1:-} == -* ]]; do shift; done  # ssh-style options mpirun may add; none apply here
 host=${1:-}
 shift || true
@@ -16,7 +17,7 @@ case $host in
   *) echo "cluster_rsh.sh: '$host' is not a cluster host (expected h1..hK or 10.77.0.K)" >&2; exit 255 ;;
 esac
 if ! ip netns list | awk '{print $1}' | grep -qx "$ns"; then
-  echo "cluster_rsh.sh: host $host does not exist (no namespace $ns); run tools/cluster.sh up K" >&2
+  echo "cluster_rsh.sh: host $host does not exist (no namespace $ns); run tools/cluster/cluster.sh up K" >&2
   exit 255
 fi
 # Exit 255 like ssh when the host's link is down, so reachability checks fail the same way.
