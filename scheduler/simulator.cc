@@ -66,7 +66,9 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
     hyper = std::lcm(hyper, bucket.period);
     if (hyper > 1024) return absl::InvalidArgumentError("update periods' hyperperiod exceeds 1024");
   }
-  const int window = 12 * hyper;
+  // A window of 6 hyperperiods averages out max-plus cycles of length 1, 2, 3 and 6.
+  const int window = 6 * hyper;
+  constexpr int kStableChecks = 3;
   const int max_delay = plan.MaxDelay();
   const int iterations_cap = std::max(options.max_iterations, 4 * window + 4 * max_delay + 16);
   // end[b][j], start[b][j], ready[b][j]: instance of bucket b carrying iteration j's gradients.
@@ -158,7 +160,7 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
       if (last_estimate >= 0 &&
           std::fabs(estimate - last_estimate) <=
               options.relative_tolerance * std::max(1.0, estimate)) {
-        if (++stable >= window) {
+        if (++stable >= kStableChecks) {
           last_estimate = estimate;
           ++k;
           break;
@@ -170,7 +172,7 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
     }
   }
   result.iterations = k;
-  result.converged = stable >= window;
+  result.converged = stable >= kStableChecks;
   result.iteration_ms = last_estimate >= 0 ? last_estimate : t / std::max(1, k);
   result.exposed_comm_ms = std::max(0.0, result.iteration_ms - result.compute_ms);
   // Per-bucket timings of an iteration whose every instance has run.

@@ -5,7 +5,7 @@
 // time is the maximum of the times it waits for (stream free, gradients ready, channel free,
 // gradients applied), so the schedule is the unique earliest-start schedule of those
 // dependencies. Iterations are simulated until the iteration time (averaged over a window of
-// 12 x the least common multiple of the update periods) stops changing.
+// 6 x the least common multiple of the update periods) stops changing for 3 iterations.
 #ifndef OVERLAP_SCHEDULER_SIMULATOR_H_
 #define OVERLAP_SCHEDULER_SIMULATOR_H_
 

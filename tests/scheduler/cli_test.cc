@@ -1,0 +1,124 @@
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "scheduler/cli/sim_cli.h"
+
+namespace overlap::sched {
+namespace {
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+const char* kRing = " --cost ring --latency-us 10 --bandwidth-gbit 10";
+
+TEST_CASE("The CLI parses the issue's flags and expands worker series") {
+  auto o = ParseCliArgs(Split(std::string("--model vgg16 --sweep-workers 4,8,...,2048 "
+                                          "--planners all --staleness 1 --json") + kRing));
+  REQUIRE(o.ok());
+  CHECK(o->workers == std::vector<int>{4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048});
+  CHECK(o->planners.size() == 8);
+  CHECK(o->planner_options.staleness == 1);
+  CHECK(o->json);
+  auto lin = ParseCliArgs(Split("--model vgg16 --workers 8 --planners wfbp,deft --cost linear "
+                                "--alpha-us 5 --beta-us-per-mb 80"));
+  REQUIRE(lin.ok());
+  CHECK(lin->planners == std::vector<std::string>{"wfbp", "deft"});
+}
+
+TEST_CASE("Bad CLI arguments name the flag and the problem") {
+  struct Case {
+    std::string args, expect;
+  };
+  const std::string base = "--model vgg16 --workers 8 --planners wfbp";
+  const Case cases[] = {
+      {base + " --frobnicate 1" + kRing, "--frobnicate: unknown flag"},
+      {base + kRing + " --staleness", "--staleness: missing value"},
+      {base + kRing + " --staleness -1", "--staleness: expected an integer >= 0"},
+      {"--model vgg16 --workers 0 --planners wfbp" + std::string(kRing), "--workers"},
+      {"--model vgg16 --workers x --planners wfbp" + std::string(kRing), "got 'x'"},
+      {"--model vgg16 --workers 8 --planners magic" + std::string(kRing), "unknown planner 'magic'"},
+      {base, "--cost: required"},
+      {base + " --cost ring --latency-us 10", "needs --latency-us and --bandwidth-gbit"},
+      {base + " --cost linear --alpha-us 1", "needs --alpha-us and --beta-us-per-mb"},
+      {base + " --cost ring --latency-us 1 --bandwidth-gbit 0", "must be > 0"},
+      {base + " --cost mesh", "unknown cost model 'mesh'"},
+      {"--workers 8 --planners wfbp" + std::string(kRing), "give exactly one"},
+      {"--model a --profile b --workers 8 --planners wfbp" + std::string(kRing), "exactly one"},
+      {"--model vgg16 --planners wfbp" + std::string(kRing), "--workers: required"},
+      {"--model vgg16 --sweep-workers 4,...,64 --planners wfbp" + std::string(kRing), "'...'"},
+      {base + " --cost linear --alpha-us 1 --beta-us-per-mb 1 --latency-us 3", "not"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.args);
+    auto o = ParseCliArgs(Split(c.args));
+    REQUIRE_FALSE(o.ok());
+    CHECK_THAT(std::string(o.status().message()), Catch::Contains(c.expect));
+  }
+}
+
+TEST_CASE("RunCli prints one JSON line per planner and worker count") {
+  auto o = ParseCliArgs(Split(std::string("--model resnet50 --sweep-workers 4,16 --planners "
+                                          "wfbp,deft --staleness 1 --json") + kRing));
+  REQUIRE(o.ok());
+  std::ostringstream out;
+  REQUIRE(RunCli(*o, out).ok());
+  const std::vector<std::string> lines = [&] {
+    std::vector<std::string> v;
+    std::istringstream in(out.str());
+    for (std::string l; std::getline(in, l);) v.push_back(l);
+    return v;
+  }();
+  REQUIRE(lines.size() == 4);
+  for (const char* key : {"\"model\":\"resnet50\"", "\"workers\":4", "\"planner\":\"wfbp\"",
+                          "\"iter_ms\":", "\"compute_ms\":", "\"comm_ms\":",
+                          "\"exposed_comm_ms\":", "\"ideal_ms\":", "\"efficiency\":",
+                          "\"buckets\":", "\"max_delay\":", "\"budget_used\":"}) {
+    CHECK_THAT(lines[0], Catch::Contains(key));
+  }
+  CHECK_THAT(lines[3], Catch::Contains("\"workers\":16"));
+  CHECK_THAT(lines[3], Catch::Contains("\"planner\":\"deft\""));
+}
+
+TEST_CASE("RunCli reports malformed and missing profile files") {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR")
+                                                                   : "/tmp") +
+                           "/bad_profile.json";
+  std::ofstream(path) << "{\"model\": \"x\", \"update_ms\": 1, \"layers\": [}";
+  auto o = ParseCliArgs(Split("--profile " + path + " --workers 8 --planners wfbp" + kRing));
+  REQUIRE(o.ok());
+  std::ostringstream out;
+  absl::Status s = RunCli(*o, out);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(std::string(s.message()), Catch::Contains("bad_profile.json: not valid JSON"));
+  auto missing = ParseCliArgs(Split("--profile /no/such.json --workers 8 --planners wfbp" +
+                                    std::string(kRing)));
+  CHECK_FALSE(RunCli(*missing, out).ok());
+  auto model = ParseCliArgs(Split("--model resnet9000 --workers 8 --planners wfbp" +
+                                  std::string(kRing)));
+  CHECK_THAT(std::string(RunCli(*model, out).message()), Catch::Contains("valid models"));
+}
+
+TEST_CASE("--timeline writes a Chrome trace") {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR")
+                                                                   : "/tmp") +
+                           "/trace.json";
+  auto o = ParseCliArgs(Split("--model resnet50 --workers 8 --planners dear --timeline " + path +
+                              kRing));
+  REQUIRE(o.ok());
+  std::ostringstream out;
+  REQUIRE(RunCli(*o, out).ok());
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK_THAT(text.str(), Catch::Contains("reduce_scatter"));
+  CHECK_THAT(text.str(), Catch::Contains("allgather"));
+}
+
+}  // namespace
+}  // namespace overlap::sched

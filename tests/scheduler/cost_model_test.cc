@@ -1,0 +1,83 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+
+#include "scheduler/cost_model.h"
+
+namespace overlap::sched {
+namespace {
+
+TEST_CASE("Ring, tree and recursive-doubling closed forms") {
+  const double m = 100e6;  // bytes
+  CostModel ring = CostModel::Algorithmic(Algorithm::kRing, 8, 10, 8);  // 10 us, 1 GB/s
+  const double per = m / 1e9;
+  CHECK(ring.channels[0].Seconds(Collective::kAllreduce, m) ==
+        Approx(2 * 7 * 10e-6 + 2 * 7.0 / 8 * per));
+  CHECK(ring.channels[0].Seconds(Collective::kReduceScatter, m) ==
+        Approx(7 * 10e-6 + 7.0 / 8 * per));
+  // Ring allreduce = reduce-scatter + allgather.
+  CHECK(ring.channels[0].Seconds(Collective::kAllreduce, m) ==
+        Approx(ring.channels[0].Seconds(Collective::kReduceScatter, m) +
+               ring.channels[0].Seconds(Collective::kAllgather, m)));
+  CostModel rd = CostModel::Algorithmic(Algorithm::kRecursiveDoubling, 8, 10, 8);
+  CHECK(rd.channels[0].Seconds(Collective::kAllreduce, m) == Approx(3 * (10e-6 + per)));
+  CHECK(rd.channels[0].Seconds(Collective::kAllgather, m) == Approx(3 * 10e-6 + 7.0 / 8 * per));
+  CostModel tree = CostModel::Algorithmic(Algorithm::kTree, 8, 10, 8);
+  CHECK(tree.channels[0].Seconds(Collective::kAllreduce, m) == Approx(2 * 3 * (10e-6 + per)));
+  // Non-power-of-two counts round the step count up.
+  CHECK(CostModel::Algorithmic(Algorithm::kTree, 5, 10, 8).channels[0].Seconds(
+            Collective::kAllreduce, 0) == Approx(2 * 3 * 10e-6));
+  // One worker exchanges nothing.
+  CHECK(CostModel::Algorithmic(Algorithm::kRing, 1, 10, 8).channels[0].Seconds(
+            Collective::kAllreduce, m) == 0);
+  // Infinite bandwidth leaves the latency terms.
+  CostModel inf = CostModel::Algorithmic(Algorithm::kRing, 4, 5,
+                                         std::numeric_limits<double>::infinity());
+  CHECK(inf.channels[0].Seconds(Collective::kAllreduce, 1e9) == Approx(6 * 5e-6));
+  CHECK(inf.WithWorkers(16).channels[0].workers == 16);
+}
+
+TEST_CASE("Linear model: alpha + beta bytes, halves for reduce-scatter and allgather") {
+  CostModel lin = CostModel::Linear(100, 1000);  // 100 us + 1000 us per MB
+  CHECK(lin.Ms(0, Collective::kAllreduce, 2e6) == Approx(0.1 + 2.0));
+  CHECK(lin.Ms(0, Collective::kReduceScatter, 2e6) == Approx((0.1 + 2.0) / 2));
+  CHECK(lin.Validate().ok());
+}
+
+TEST_CASE("Validate names the bad channel field") {
+  CostModel bad = CostModel::Linear(-1, 1);
+  CHECK_FALSE(bad.Validate().ok());
+  CHECK_THAT(std::string(bad.Validate().message()), Catch::Contains("alpha"));
+  CostModel no_bw = CostModel::Algorithmic(Algorithm::kRing, 4, 1, 0);
+  CHECK_THAT(std::string(no_bw.Validate().message()), Catch::Contains("bandwidth"));
+  CHECK_FALSE(CostModel{}.Validate().ok());
+  CHECK_FALSE(CostModel::Algorithmic(Algorithm::kRing, 0, 1, 1).Validate().ok());
+  CHECK_FALSE(ParseAlgorithm("butterfly").ok());
+  CHECK(*ParseAlgorithm("recursive-doubling") == Algorithm::kRecursiveDoubling);
+}
+
+TEST_CASE("FitLinear recovers alpha and beta by least squares") {
+  std::vector<CostSample> samples;
+  for (double b : {1e3, 1e5, 1e6, 1e7}) samples.push_back({b, 20e-6 + b * 1e-9});
+  auto c = FitLinear(samples);
+  REQUIRE(c.ok());
+  CHECK(c->alpha_s == Approx(20e-6).epsilon(1e-6));
+  CHECK(c->beta_s_per_byte == Approx(1e-9).epsilon(1e-6));
+  // Noisy symmetric samples around the line still fit it.
+  std::vector<CostSample> noisy = {{1e6, 1.1e-3}, {1e6, 0.9e-3}, {2e6, 2.1e-3}, {2e6, 1.9e-3}};
+  auto n = FitLinear(noisy);
+  REQUIRE(n.ok());
+  CHECK(n->alpha_s == Approx(0).margin(1e-12));
+  CHECK(n->beta_s_per_byte == Approx(1e-9));
+  // Negative intercept is clamped, the slope refitted through the origin.
+  auto clamp = FitLinear({{{1e6, 0.5e-3}, {2e6, 2e-3}}});
+  REQUIRE(clamp.ok());
+  CHECK(clamp->alpha_s == 0);
+  CHECK(clamp->beta_s_per_byte > 0);
+  CHECK_FALSE(FitLinear({{{1e6, 1e-3}}}).ok());
+  CHECK_FALSE(FitLinear({{{1e6, 1e-3}, {1e6, 2e-3}}}).ok());
+  CHECK_FALSE(FitLinear({{{1e6, NAN}, {2e6, 2e-3}}}).ok());
+}
+
+}  // namespace
+}  // namespace overlap::sched

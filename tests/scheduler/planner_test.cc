@@ -1,0 +1,134 @@
+#include <catch2/catch.hpp>
+#include <ctime>
+
+#include "scheduler/builtin.h"
+#include "scheduler/planner.h"
+#include "scheduler/simulator.h"
+#include "tests/scheduler/test_util.h"
+
+namespace overlap::sched {
+namespace {
+
+TEST_CASE("Unknown planner names are rejected with the valid list") {
+  const Profile p = testing::MakeProfile({1}, {1}, {16}, 0);
+  auto plan = MakePlan("horovod", p, CostModel::Linear(1, 1), {});
+  REQUIRE_FALSE(plan.ok());
+  CHECK(plan.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(plan.status().message()), Catch::Contains("'horovod'"));
+  CHECK_THAT(std::string(plan.status().message()),
+             Catch::Contains("wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto"));
+  PlannerOptions bad;
+  bad.staleness = -1;
+  CHECK_FALSE(MakePlan("deft", p, CostModel::Linear(1, 1), bad).ok());
+  CHECK_FALSE(MakePlan("wfbp", p, CostModel::Linear(-1, 1), {}).ok());
+}
+
+TEST_CASE("Every planner covers every byte exactly once and keeps delays within the bound") {
+  const std::vector<CostModel> costs = {
+      CostModel::Algorithmic(Algorithm::kRing, 16, 10, 10),
+      CostModel::Algorithmic(Algorithm::kTree, 512, 5, 100),
+      CostModel::Linear(100, 200),
+  };
+  for (const std::string& model : BuiltinModelNames()) {
+    const Profile profile = *LoadBuiltinProfile(model);
+    for (size_t c = 0; c < costs.size(); ++c) {
+      for (int staleness : {0, 1, 2}) {
+        for (const std::string& name : PlannerNames()) {
+          if (name == "auto" && (c != 0 || staleness != 1)) continue;  // auto = all of the above
+          INFO(model << " cost " << c << " staleness " << staleness << " " << name);
+          PlannerOptions options;
+          options.staleness = staleness;
+          auto plan = MakePlan(name, profile, costs[c], options);
+          REQUIRE(plan.ok());
+          CHECK(testing::CoverageProblem(profile, *plan) == "");
+          CHECK(plan->MaxDelay() <= staleness);
+          const double budget = staleness;  // the default budget
+          CHECK(plan->budget_used <= budget + 1e-9);
+          for (const Bucket& b : plan->buckets) {
+            CHECK(b.lag <= b.delay);
+            CHECK(b.period == 1);  // max_period defaults to 1
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("Planners are pure: the same inputs give the same plan bytes") {
+  const Profile profile = *LoadBuiltinProfile("resnet50");
+  const CostModel cost = CostModel::Algorithmic(Algorithm::kRing, 64, 10, 10);
+  PlannerOptions options;
+  options.staleness = 1;
+  for (const std::string& name : PlannerNames()) {
+    INFO(name);
+    CHECK(MakePlan(name, profile, cost, options)->Serialize() ==
+          MakePlan(name, profile, cost, options)->Serialize());
+  }
+}
+
+TEST_CASE("auto is at least as fast as every planner it chooses from") {
+  const Profile profile = *LoadBuiltinProfile("bert-base");
+  const CostModel cost = CostModel::Algorithmic(Algorithm::kRing, 32, 10, 10);
+  PlannerOptions options;
+  options.staleness = 1;
+  auto best = MakePlan("auto", profile, cost, options);
+  REQUIRE(best.ok());
+  CHECK(best->planner.rfind("auto:", 0) == 0);
+  const double auto_ms = Simulate(profile, *best, cost)->iteration_ms;
+  for (const std::string& name : PlannerNames()) {
+    if (name == "auto") continue;
+    INFO(name);
+    CHECK(auto_ms <= Simulate(profile, *MakePlan(name, profile, cost, options), cost)
+                         ->iteration_ms * (1 + 1e-9));
+  }
+}
+
+TEST_CASE("deft with max_period > 1 uses update periods within the budget") {
+  const Profile profile = *LoadBuiltinProfile("vgg16");
+  const CostModel cost = CostModel::Algorithmic(Algorithm::kRing, 64, 10, 10);
+  PlannerOptions options;
+  options.staleness = 1;
+  options.max_period = 2;
+  options.budget = 1.5;
+  auto plan = MakePlan("deft", profile, cost, options);
+  REQUIRE(plan.ok());
+  CHECK(plan->budget_used <= 1.5 + 1e-9);
+  int periodic = 0;
+  for (const Bucket& b : plan->buckets) periodic += b.period > 1;
+  CHECK(periodic > 0);
+  CHECK(testing::CoverageProblem(profile, *plan) == "");
+}
+
+TEST_CASE("deft uses a second channel when the cost model has two") {
+  const Profile profile = *LoadBuiltinProfile("bert-base");
+  CostModel two = CostModel::Algorithmic(Algorithm::kRing, 16, 10, 10);
+  two.channels.push_back(two.channels[0]);
+  two.channels[1].name = "net2";
+  const CostModel one = CostModel::Algorithmic(Algorithm::kRing, 16, 10, 10);
+  PlannerOptions options;
+  options.staleness = 1;
+  auto plan2 = MakePlan("deft", profile, two, options);
+  REQUIRE(plan2.ok());
+  bool uses_second = false;
+  for (const Bucket& b : plan2->buckets) uses_second |= b.channel == 1;
+  CHECK(uses_second);
+  CHECK(Simulate(profile, *plan2, two)->iteration_ms <
+        Simulate(profile, *MakePlan("deft", profile, one, options), one)->iteration_ms);
+}
+
+// CPU time, not wall time: the shared test machine is often oversubscribed.
+TEST_CASE("deft plans BERT-large in under 100 ms of CPU time") {
+  const Profile profile = *LoadBuiltinProfile("bert-large");
+  const CostModel cost = CostModel::Algorithmic(Algorithm::kRing, 64, 10, 10);
+  PlannerOptions options;
+  options.staleness = 1;
+  const std::clock_t start = std::clock();
+  auto plan = MakePlan("deft", profile, cost, options);
+  const double ms = 1e3 * static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
+  REQUIRE(plan.ok());
+  WARN("deft planned bert-large in " << ms << " ms");
+  CHECK(ms < 100);
+}
+
+}  // namespace
+}  // namespace overlap::sched
