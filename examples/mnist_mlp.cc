@@ -50,14 +50,16 @@ std::vector<int64_t> EpochOrder(int64_t size, uint64_t seed, int epoch) {
 }
 
 // Copies the images order[begin, begin + count) into the columns of `x` and their labels.
+template <typename Scalar>
 void Gather(const Dataset& data, const std::vector<int64_t>& order, RowRange rows,
-            Eigen::MatrixXf* x, std::vector<uint8_t>* labels) {
+            Matrix<Scalar>* x, std::vector<uint8_t>* labels) {
   x->resize(Dataset::kPixels, rows.count);
   labels->resize(rows.count);
   for (int64_t j = 0; j < rows.count; ++j) {
     const int64_t image = order[rows.begin + j];
     x->col(j) = Eigen::Map<const Eigen::VectorXf>(&data.pixels[image * Dataset::kPixels],
-                                                  Dataset::kPixels);
+                                                  Dataset::kPixels)
+                    .cast<Scalar>();
     (*labels)[j] = data.labels[image];
   }
 }
@@ -71,10 +73,11 @@ absl::Status WaitAll(std::vector<Handle>& handles) {
 
 // Horovod's broadcast_parameters: the seeded initialisation already agrees everywhere, but a
 // broadcast makes that a guarantee rather than an assumption.
-absl::Status BroadcastParameters(Mlp& model) {
+template <typename Scalar>
+absl::Status BroadcastParameters(Mlp<Scalar>& model) {
   std::vector<Handle> handles;
   for (int l = 0; l < model.num_layers(); ++l) {
-    DenseLayer& p = model.params()[l];
+    DenseLayer<Scalar>& p = model.params()[l];
     const Tensor weight = MakeTensor(p.weight.data(), {p.weight.rows(), p.weight.cols()});
     const Tensor bias = MakeTensor(p.bias.data(), {p.bias.size()});
     for (auto [name, tensor] : {std::pair{ParamName(l, false), weight},
@@ -89,10 +92,11 @@ absl::Status BroadcastParameters(Mlp& model) {
 
 // One optimizer step on this rank's slice of the global batch `rows`. Returns the summed
 // (unscaled) loss of the slice.
+template <typename Scalar>
 absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t>& order,
-                                 RowRange global, Mlp& model, MomentumSgd& sgd) {
+                                 RowRange global, Mlp<Scalar>& model, MomentumSgd<Scalar>& sgd) {
   const RowRange mine = ShardOf(global.count, Rank(), Size());
-  Eigen::MatrixXf x;
+  Matrix<Scalar> x;
   std::vector<uint8_t> labels;
   Gather(train, order, {global.begin + mine.begin, mine.count}, &x, &labels);
   model.Forward(x);
@@ -100,11 +104,11 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
   // Each rank's gradient is scaled by size / global_rows, so that the average over ranks is
   // sum(per-sample gradients) / global_rows: exactly the 1-rank gradient of the global batch,
   // also when the batch does not divide evenly.
-  const float scale = static_cast<float>(Size()) / static_cast<float>(global.count);
+  const Scalar scale = static_cast<Scalar>(Size()) / static_cast<Scalar>(global.count);
   std::vector<Handle> handles;
   absl::Status submit_status;
   const double loss = model.Backward(labels, scale, [&](int l) {
-    DenseLayer& g = model.grads()[l];
+    DenseLayer<Scalar>& g = model.grads()[l];
     const Tensor weight = MakeTensor(g.weight.data(), {g.weight.rows(), g.weight.cols()});
     const Tensor bias = MakeTensor(g.bias.data(), {g.bias.size()});
     for (auto [name, tensor] : {std::pair{ParamName(l, false), weight},
@@ -125,10 +129,12 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
 }
 
 // This rank's count of correct predictions on its slice of the test set.
-int64_t CountCorrect(const Dataset& test, Mlp& model) {
+template <typename Scalar>
+int64_t CountCorrect(const Dataset& test, Mlp<Scalar>& model) {
   const RowRange mine = ShardOf(test.size, Rank(), Size());
   Eigen::Map<const Eigen::MatrixXf> all(test.pixels.data(), Dataset::kPixels, test.size);
-  const std::vector<int> predicted = model.Predict(all.middleCols(mine.begin, mine.count));
+  const Matrix<Scalar> x = all.middleCols(mine.begin, mine.count).cast<Scalar>();
+  const std::vector<int> predicted = model.Predict(x);
   int64_t correct = 0;
   for (int64_t j = 0; j < mine.count; ++j) {
     correct += predicted[j] == test.labels[mine.begin + j] ? 1 : 0;
@@ -146,21 +152,23 @@ absl::Status SumAcrossRanks(const std::string& name, std::vector<double>& values
   return handle->Wait();
 }
 
+template <typename Scalar>
 absl::Status Train(const TrainOptions& options, const Dataset& train, const Dataset& test) {
-  Mlp model(kLayerSizes, options.seed);
+  Mlp<Scalar> model(kLayerSizes, options.seed);
   absl::Status status = BroadcastParameters(model);
   if (!status.ok()) return status;
-  MomentumSgd sgd(model.params(), options.learning_rate, options.momentum);
+  MomentumSgd<Scalar> sgd(model.params(), options.learning_rate, options.momentum);
   if (Rank() == 0) {
-    std::printf("training 784-256-128-10 MLP on %d rank(s), global batch %lld, %lld images\n",
-                Size(), static_cast<long long>(options.batch), static_cast<long long>(train.size));
+    std::printf("training 784-256-128-10 MLP (%s) on %d rank(s), global batch %lld, %lld images\n",
+                sizeof(Scalar) == 4 ? "float32" : "float64", Size(),
+                static_cast<long long>(options.batch), static_cast<long long>(train.size));
   }
 
   int64_t steps = 0;
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
     const std::vector<int64_t> order = EpochOrder(train.size, options.seed, epoch);
-    sgd.set_learning_rate(options.learning_rate *
-                          std::pow(options.lr_decay, static_cast<float>(epoch - 1)));
+    sgd.set_learning_rate(static_cast<Scalar>(options.learning_rate *
+                                              std::pow(double{options.lr_decay}, epoch - 1)));
     const auto start = std::chrono::steady_clock::now();
     // {summed loss, training images, correct test predictions, test images}, summed over ranks.
     std::vector<double> totals = {0.0, 0.0, 0.0, 0.0};
@@ -213,7 +221,10 @@ int Main(int argc, char** argv) {
     return 1;
   }
   absl::Status status = Init();
-  if (status.ok()) status = Train(*options, *train, *test);
+  if (status.ok()) {
+    status = options->precision == Precision::kFloat64 ? Train<double>(*options, *train, *test)
+                                                       : Train<float>(*options, *train, *test);
+  }
   if (status.ok()) status = Shutdown();
   if (!status.ok()) {
     // Exiting without Shutdown on purpose: a failed collective may leave peers unable to join

@@ -3,16 +3,19 @@
 namespace overlap {
 namespace examples {
 
-MomentumSgd::MomentumSgd(const std::vector<DenseLayer>& params, float learning_rate,
-                         float momentum)
+template <typename Scalar>
+MomentumSgd<Scalar>::MomentumSgd(const std::vector<DenseLayer<Scalar>>& params,
+                                 Scalar learning_rate, Scalar momentum)
     : learning_rate_(learning_rate), momentum_(momentum) {
-  for (const DenseLayer& p : params) {
-    velocity_.push_back({Eigen::MatrixXf::Zero(p.weight.rows(), p.weight.cols()),
-                         Eigen::VectorXf::Zero(p.bias.size())});
+  for (const DenseLayer<Scalar>& p : params) {
+    velocity_.push_back({Matrix<Scalar>::Zero(p.weight.rows(), p.weight.cols()),
+                         Vector<Scalar>::Zero(p.bias.size())});
   }
 }
 
-void MomentumSgd::Step(const std::vector<DenseLayer>& grads, std::vector<DenseLayer>& params) {
+template <typename Scalar>
+void MomentumSgd<Scalar>::Step(const std::vector<DenseLayer<Scalar>>& grads,
+                               std::vector<DenseLayer<Scalar>>& params) {
   for (size_t l = 0; l < params.size(); ++l) {
     velocity_[l].weight = momentum_ * velocity_[l].weight + grads[l].weight;
     velocity_[l].bias = momentum_ * velocity_[l].bias + grads[l].bias;
@@ -20,6 +23,9 @@ void MomentumSgd::Step(const std::vector<DenseLayer>& grads, std::vector<DenseLa
     params[l].bias -= learning_rate_ * velocity_[l].bias;
   }
 }
+
+template class MomentumSgd<float>;
+template class MomentumSgd<double>;
 
 }  // namespace examples
 }  // namespace overlap

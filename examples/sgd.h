@@ -1,8 +1,7 @@
 // Stochastic gradient descent with classical momentum over an Mlp's parameters:
 //   velocity = momentum * velocity + gradient;  parameter -= learning_rate * velocity.
-// Plain SGD rather than Adam on purpose: its update is linear in the gradient, so the last-bit
-// differences between a 1-rank and an N-rank gradient stay last-bit differences in the weights,
-// which is what the equivalence test checks.
+// Plain SGD rather than Adam: its update is linear in the gradient, and it is all this model
+// needs to pass 85% on Fashion-MNIST.
 #ifndef OVERLAP_EXAMPLES_SGD_H_
 #define OVERLAP_EXAMPLES_SGD_H_
 
@@ -13,20 +12,26 @@
 namespace overlap {
 namespace examples {
 
+template <typename Scalar>
 class MomentumSgd {
  public:
-  MomentumSgd(const std::vector<DenseLayer>& params, float learning_rate, float momentum);
+  MomentumSgd(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate,
+              Scalar momentum);
 
-  void set_learning_rate(float learning_rate) { learning_rate_ = learning_rate; }
+  void set_learning_rate(Scalar learning_rate) { learning_rate_ = learning_rate; }
 
   // Applies one step of `grads` (same shapes as the params given to the constructor).
-  void Step(const std::vector<DenseLayer>& grads, std::vector<DenseLayer>& params);
+  void Step(const std::vector<DenseLayer<Scalar>>& grads,
+            std::vector<DenseLayer<Scalar>>& params);
 
  private:
-  float learning_rate_;
-  float momentum_;
-  std::vector<DenseLayer> velocity_;
+  Scalar learning_rate_;
+  Scalar momentum_;
+  std::vector<DenseLayer<Scalar>> velocity_;
 };
+
+extern template class MomentumSgd<float>;
+extern template class MomentumSgd<double>;
 
 }  // namespace examples
 }  // namespace overlap

@@ -21,6 +21,7 @@ const char kTrainUsage[] =
     "  --momentum X        SGD momentum in [0, 1) (default 0.9)\n"
     "  --lr-decay X        learning rate factor per epoch, in (0, 1] (default 0.6)\n"
     "  --seed N            seed of the initial weights and the shuffling (default 42)\n"
+    "  --precision P       float32 or float64 (default float32)\n"
     "  --max-steps N       stop after N optimizer steps, 0 = no limit (default 0)\n"
     "  --dump-weights FILE write the final weights to FILE (rank 0)\n"
     "  --data-dir DIR      Fashion-MNIST files (default /usr/share/datasets/fashion-mnist)\n";
@@ -68,6 +69,14 @@ absl::Status SetFlag(absl::string_view name, absl::string_view value, TrainOptio
   } else if (name == "seed") {
     status = ParseInt(name, value, 0, int64_t{1} << 62, &n);
     options->seed = static_cast<uint64_t>(n);
+  } else if (name == "precision") {
+    if (value == "float32") {
+      options->precision = Precision::kFloat32;
+    } else if (value == "float64") {
+      options->precision = Precision::kFloat64;
+    } else {
+      status = BadValue(name, value, "float32 or float64");
+    }
   } else if (name == "max-steps") {
     status = ParseInt(name, value, 0, int64_t{1} << 40, &options->max_steps);
   } else if (name == "dump-weights") {

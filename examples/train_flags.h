@@ -11,6 +11,9 @@
 namespace overlap {
 namespace examples {
 
+// The precision of the model, its gradients and their allreduce.
+enum class Precision { kFloat32, kFloat64 };
+
 struct TrainOptions {
   int epochs = 4;
   int64_t batch = 128;  // global batch: the sum of every rank's shard
@@ -20,6 +23,7 @@ struct TrainOptions {
   // falls fast, small ones to settle, which steadies the final accuracy.
   float lr_decay = 0.6f;
   uint64_t seed = 42;
+  Precision precision = Precision::kFloat32;
   int64_t max_steps = 0;  // stop after this many optimizer steps; 0 means run every epoch
   std::string dump_weights;  // write the final parameters here (rank 0) when not empty
   std::string data_dir = kDefaultFashionMnistDir;

@@ -37,14 +37,14 @@ int main(int argc, char** argv) {
   long violations = 0;
   long elements = 0;
   for (size_t t = 0; t < a->size(); ++t) {
-    const Eigen::MatrixXf& x = (*a)[t];
-    const Eigen::MatrixXf& y = (*b)[t];
+    const Eigen::MatrixXd& x = (*a)[t];
+    const Eigen::MatrixXd& y = (*b)[t];
     if (x.rows() != y.rows() || x.cols() != y.cols()) {
       return Fail("tensor " + std::to_string(t) + " has different shapes");
     }
     for (Eigen::Index i = 0; i < x.size(); ++i) {
-      const double diff = std::fabs(double{x.data()[i]} - double{y.data()[i]});
-      const double scale = std::fabs(double{y.data()[i]});
+      const double diff = std::fabs(x.data()[i] - y.data()[i]);
+      const double scale = std::fabs(y.data()[i]);
       max_abs = std::max(max_abs, diff);
       if (scale > 0) max_rel = std::max(max_rel, diff / scale);
       // NaN compares false, so it counts as a violation.

@@ -66,12 +66,15 @@ TEST_CASE("flags parse in both spellings and keep defaults") {
   CHECK(options->dump_weights == "/tmp/w");
   CHECK(options->momentum == Approx(0.9f));
   CHECK(options->max_steps == 0);
+  CHECK(options->precision == Precision::kFloat32);
+  CHECK(Parse({"--precision", "float64"})->precision == Precision::kFloat64);
 }
 
 TEST_CASE("bad flags are InvalidArgument naming the flag") {
   for (const auto& [args, needle] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--epochs", "zero"}, "--epochs"},
            {{"--batch=0"}, "--batch"},
+           {{"--precision", "fp8"}, "--precision"},
            {{"--lr", "-1"}, "--lr"},
            {{"--bogus", "1"}, "unknown flag --bogus"},
            {{"--seed"}, "--seed needs a value"},
@@ -84,16 +87,16 @@ TEST_CASE("bad flags are InvalidArgument naming the flag") {
 }
 
 TEST_CASE("weights survive a round trip through the file") {
-  Mlp model({4, 3, 2}, 9);
+  Mlp<float> model({4, 3, 2}, 9);
   const std::string path =
       std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/w.bin";
   REQUIRE(WriteWeights(path, model.params()).ok());
-  absl::StatusOr<std::vector<Eigen::MatrixXf>> read = ReadWeights(path);
+  absl::StatusOr<std::vector<Eigen::MatrixXd>> read = ReadWeights(path);
   REQUIRE(read.ok());
   REQUIRE(read->size() == 4);
-  CHECK((*read)[0] == model.params()[0].weight);
-  CHECK((*read)[1] == Eigen::MatrixXf(model.params()[0].bias));
-  CHECK((*read)[2] == model.params()[1].weight);
+  CHECK((*read)[0] == model.params()[0].weight.cast<double>());
+  CHECK((*read)[1] == Eigen::MatrixXd(model.params()[0].bias.cast<double>()));
+  CHECK((*read)[2] == model.params()[1].weight.cast<double>());
   CHECK(absl::IsNotFound(ReadWeights("/nonexistent/w.bin").status()));
 }
 
