@@ -4,12 +4,14 @@
 // method=exact: a 2048-bin histogram of magnitude keys finds the 1/8-octave bin holding the k-th
 // largest element; one scan collects every element at or above that bin, and nth_element over
 // those few candidates picks exactly k.
-// method=sampled: the threshold is the matching quantile of a strided sample (about 64 n / k
-// elements, at least 2048), so one scan collects ~k candidates; if more than k pass, the exact
-// top k of them are sent, if fewer, fewer are sent (the count is in the payload).
+// method=sampled: the threshold is the quantile of a strided sample (about 16 n / k elements, at
+// least 1024) that ~1.5 k elements should pass, so one scan collects a short candidate list and
+// nth_element sends its top k: the true top k unless the sample was off by over a third, in
+// which case fewer than k may pass and fewer are sent (the count is in the payload).
 //
 // Payload (fixed size, 4 + 8k bytes): u32 count | u32 index[k] | f32 value[k].
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "compression/compressor_base.h"
@@ -42,19 +44,20 @@ class TopKCompressor final : public CompressorBase {
       return s;
     }
     absl::Span<float> r = state.residual();
-    kernels::Add(grad, r, isa());
-
-    thread_local std::vector<uint32_t> chosen;
+    thread_local std::vector<uint64_t> chosen;  // key << 32 | index
     chosen.clear();
+    std::optional<uint32_t> sampled_key;
+    if (sampled_ && *k > 0) sampled_key = SampledThreshold(grad, r, *k, state.tensor_id(), step);
+    if (sampled_key) {
+      // The sample already saw grad + residual, so adding and scanning share one pass.
+      kernels::AddAndCollectAtLeast(grad, r, *sampled_key, chosen, isa());
+    } else {
+      kernels::Add(grad, r, isa());
+      if (*k > 0) kernels::CollectAtLeast(r, HistogramThreshold(r, *k), chosen, isa());
+    }
     if (*k > 0) {
-      const uint32_t min_key = sampled_ ? SampledThreshold(r, *k, state.tensor_id(), step)
-                                        : HistogramThreshold(r, *k);
-      kernels::CollectAtLeast(r, min_key, chosen, isa());
       if (chosen.size() > *k) {
-        std::nth_element(chosen.begin(), chosen.begin() + *k, chosen.end(),
-                         [&](uint32_t a, uint32_t b) {
-                           return kernels::MagnitudeKey(r[a]) > kernels::MagnitudeKey(r[b]);
-                         });
+        std::nth_element(chosen.begin(), chosen.begin() + *k, chosen.end(), std::greater<>());
         chosen.resize(*k);
       }
     }
@@ -62,9 +65,10 @@ class TopKCompressor final : public CompressorBase {
     absl::Span<uint32_t> indices = PayloadAs<uint32_t>(payload, 4, *k);
     absl::Span<float> values = PayloadAs<float>(payload, 4 + 4 * *k, *k);
     for (size_t i = 0; i < chosen.size(); ++i) {
-      indices[i] = chosen[i];
-      values[i] = r[chosen[i]];
-      r[chosen[i]] = 0.0f;
+      const uint32_t index = static_cast<uint32_t>(chosen[i]);
+      indices[i] = index;
+      values[i] = r[index];
+      r[index] = 0.0f;
     }
     // Unused slots are zeroed so payloads are deterministic bytes.
     std::fill(indices.begin() + chosen.size(), indices.end(), 0u);
@@ -125,21 +129,28 @@ class TopKCompressor final : public CompressorBase {
     return 0;
   }
 
-  // The key whose rank in a strided sample matches rank k in the whole tensor.
-  static uint32_t SampledThreshold(absl::Span<const float> r, size_t k, int64_t tensor_id,
-                                   int64_t step) {
+  // A key that about kOverSelect * k elements reach, from the matching rank in a strided sample
+  // of ~16 n / k elements (so ~16 sampled elements lie above the k-th largest). Aiming above k
+  // makes a short candidate list that almost always holds the true top k, which nth_element
+  // then picks; the sample stays small enough to be cheap for in-cache tensors.
+  // The sample reads grad + residual before the residual is updated. nullopt when the tensor is
+  // too small for sampling to save anything (the exact path is used then).
+  static std::optional<uint32_t> SampledThreshold(absl::Span<const float> g,
+                                                  absl::Span<const float> r, size_t k,
+                                                  int64_t tensor_id, int64_t step) {
+    constexpr double kOverSelect = 1.5;
     const size_t n = r.size();
-    const size_t wanted = std::max<size_t>(2048, 64 * (n / k));
-    if (wanted >= n / 2) return HistogramThreshold(r, k);  // sampling would not save anything
+    const size_t wanted = std::max<size_t>(1024, 16 * (n / k));
+    if (wanted >= n / 2) return std::nullopt;
     const size_t stride = n / wanted;
     // A per-step start offset keeps the sample from always hitting the same elements.
     const size_t start = Below(Mix64(StreamKey(0, tensor_id, step)), static_cast<uint32_t>(stride));
     thread_local std::vector<uint32_t> sample;
     sample.clear();
-    for (size_t i = start; i < n; i += stride) sample.push_back(kernels::MagnitudeKey(r[i]));
+    for (size_t i = start; i < n; i += stride) sample.push_back(kernels::MagnitudeKey(g[i] + r[i]));
     const size_t rank = std::min(
-        sample.size() - 1,
-        static_cast<size_t>(static_cast<double>(k) * sample.size() / static_cast<double>(n)));
+        sample.size() - 1, static_cast<size_t>(kOverSelect * static_cast<double>(k) *
+                                               sample.size() / static_cast<double>(n)));
     std::nth_element(sample.begin(), sample.begin() + rank, sample.end(), std::greater<>());
     return sample[rank];
   }

@@ -142,29 +142,69 @@ OVERLAP_AVX2 void BFloat16ToFloatAvx2(const uint16_t* in, float* out, size_t n, 
   for (; i < n; ++i) out[i] = add ? out[i] + overlap::BFloat16ToFloat(in[i]) : overlap::BFloat16ToFloat(in[i]);
 }
 
+// Error-feedback casts, 8 lanes at a time. Non-finite lanes are rare, so the common block takes
+// a short path (clamp, convert, subtract) and only a block holding inf or NaN takes the careful
+// one, which matches the scalar semantics lane by lane.
+OVERLAP_AVX2 inline void EfHalfBlock(const float* g, float* r, uint16_t* out) {
+  const __m256 v = _mm256_add_ps(_mm256_loadu_ps(g), _mm256_loadu_ps(r));
+  const __m256 finite = FiniteMask(v);
+  __m128i h;
+  __m256 residual;
+  if (_mm256_movemask_ps(finite) == 0xff) {
+    h = _mm256_cvtps_ph(_mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-kHalfMax)),
+                                      _mm256_set1_ps(kHalfMax)),
+                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    residual = _mm256_sub_ps(v, _mm256_cvtph_ps(h));
+  } else {
+    h = ToHalf8(Saturate(v, finite, kHalfMax));
+    residual = _mm256_and_ps(_mm256_sub_ps(v, _mm256_cvtph_ps(h)), finite);
+  }
+  _mm256_storeu_ps(r, residual);
+  Store8(out, h);
+}
+
 OVERLAP_AVX2 void EfHalfAvx2(const float* g, float* r, uint16_t* out, size_t n) {
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_add_ps(_mm256_loadu_ps(g + i), _mm256_loadu_ps(r + i));
-    const __m256 finite = FiniteMask(v);
-    const __m128i h = ToHalf8(Saturate(v, finite, kHalfMax));
-    const __m256 sent = _mm256_cvtph_ps(h);  // finite lanes only are kept, no NaN fix needed
-    _mm256_storeu_ps(r + i, _mm256_and_ps(_mm256_sub_ps(v, sent), finite));
-    Store8(out + i, h);
+  for (; i + 16 <= n; i += 16) {
+    EfHalfBlock(g + i, r + i, out + i);
+    EfHalfBlock(g + i + 8, r + i + 8, out + i + 8);
   }
+  for (; i + 8 <= n; i += 8) EfHalfBlock(g + i, r + i, out + i);
   for (; i < n; ++i) out[i] = EfHalfOne(g[i], r[i]);
+}
+
+OVERLAP_AVX2 inline __m256i EfBFloat16Block(const float* g, float* r) {
+  const __m256 v = _mm256_add_ps(_mm256_loadu_ps(g), _mm256_loadu_ps(r));
+  const __m256 finite = FiniteMask(v);
+  __m256i wide;
+  __m256 residual;
+  if (_mm256_movemask_ps(finite) == 0xff) {
+    const __m256 clamped = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-kBFloat16Max)),
+                                         _mm256_set1_ps(kBFloat16Max));
+    const __m256i u = _mm256_castps_si256(clamped);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    wide = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb),
+                             16);
+    residual = _mm256_sub_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+  } else {
+    wide = ToBFloat16Wide(Saturate(v, finite, kBFloat16Max));
+    residual = _mm256_and_ps(
+        _mm256_sub_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16))), finite);
+  }
+  _mm256_storeu_ps(r, residual);
+  return wide;
 }
 
 OVERLAP_AVX2 void EfBFloat16Avx2(const float* g, float* r, uint16_t* out, size_t n) {
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_add_ps(_mm256_loadu_ps(g + i), _mm256_loadu_ps(r + i));
-    const __m256 finite = FiniteMask(v);
-    const __m256i wide = ToBFloat16Wide(Saturate(v, finite, kBFloat16Max));
-    const __m256 sent = _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-    _mm256_storeu_ps(r + i, _mm256_and_ps(_mm256_sub_ps(v, sent), finite));
-    Store8(out + i, Narrow(wide));
+  for (; i + 16 <= n; i += 16) {
+    const __m256i a = EfBFloat16Block(g + i, r + i);
+    const __m256i b = EfBFloat16Block(g + i + 8, r + i + 8);
+    // One pack for 16 lanes: packus interleaves 128-bit halves, the permute restores order.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), packed);
   }
+  for (; i + 8 <= n; i += 8) Store8(out + i, Narrow(EfBFloat16Block(g + i, r + i)));
   for (; i < n; ++i) out[i] = EfBFloat16One(g[i], r[i]);
 }
 

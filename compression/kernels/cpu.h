@@ -77,9 +77,14 @@ inline uint32_t MagnitudeKey(float x) {
   return u & 0x7fffffffu;
 }
 
-// Appends (in ascending order) every i with MagnitudeKey(x[i]) >= min_key to `out`.
-void CollectAtLeast(absl::Span<const float> x, uint32_t min_key, std::vector<uint32_t>& out,
+// Appends (in ascending i) MagnitudeKey(x[i]) << 32 | i for every i with MagnitudeKey(x[i]) >=
+// min_key: candidates that sort by magnitude without touching x again.
+void CollectAtLeast(absl::Span<const float> x, uint32_t min_key, std::vector<uint64_t>& out,
                     Isa isa);
+
+// acc += grad, then CollectAtLeast(acc, ...), in one pass over memory.
+void AddAndCollectAtLeast(absl::Span<const float> grad, absl::Span<float> acc, uint32_t min_key,
+                          std::vector<uint64_t>& out, Isa isa);
 
 // hist[MagnitudeKey(x[i]) >> 20] += 1 for every i; hist has 2048 bins (1/8-octave wide).
 void MagnitudeHistogram(absl::Span<const float> x, absl::Span<uint32_t> hist);

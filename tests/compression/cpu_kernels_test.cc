@@ -183,15 +183,28 @@ TEST_CASE("sign pack, unpack and abs-sum agree across paths", "[kernels]") {
 TEST_CASE("collect-at-least and send-with-residual agree across paths", "[kernels]") {
   const std::vector<float> x = testing::GaussianGradient(10007, 11);
   for (uint32_t min_key : {0u, MagnitudeKey(1.0f), MagnitudeKey(2.5f), 0x7f800000u}) {
-    std::vector<uint32_t> scalar, avx;
+    std::vector<uint64_t> scalar, avx;
     CollectAtLeast(x, min_key, scalar, Isa::kScalar);
-    for (uint32_t i : scalar) REQUIRE(MagnitudeKey(x[i]) >= min_key);
+    for (uint64_t c : scalar) {
+      REQUIRE(MagnitudeKey(x[static_cast<uint32_t>(c)]) >= min_key);
+      REQUIRE((c >> 32) == MagnitudeKey(x[static_cast<uint32_t>(c)]));
+    }
     size_t expected = 0;
     for (float v : x) expected += MagnitudeKey(v) >= min_key;
     REQUIRE(scalar.size() == expected);
     if (!HaveAvx2()) continue;
     CollectAtLeast(x, min_key, avx, Isa::kAvx2);
     REQUIRE(avx == scalar);
+    // The fused add-and-collect sees the sums.
+    std::vector<float> acc1(x.size(), 0.5f), acc2 = acc1;
+    std::vector<uint64_t> fused_scalar, fused_avx;
+    AddAndCollectAtLeast(x, absl::MakeSpan(acc1), min_key, fused_scalar, Isa::kScalar);
+    AddAndCollectAtLeast(x, absl::MakeSpan(acc2), min_key, fused_avx, Isa::kAvx2);
+    REQUIRE(fused_avx == fused_scalar);
+    REQUIRE(acc1 == acc2);
+    size_t want = 0;
+    for (float v : x) want += MagnitudeKey(v + 0.5f) >= min_key;
+    REQUIRE(fused_scalar.size() == want);
   }
   const std::vector<float> g = testing::GaussianGradient(1001, 12);
   std::vector<float> r1 = testing::GaussianGradient(1001, 13), r2 = r1, o1(1001), o2(1001);
