@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every overlap test on this machine: Catch2 unit tests, multi-rank tests under mpirun,
+# launcher and failure tests, and the network-namespace cluster tests (those need root; without
+# it they report a skip). Installs missing Debian packages first (tools/setup.sh).
+# Extra arguments go to `bazel test`, e.g. tools/test.sh --test_tag_filters=-mpi
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh || exit 1
+log=$(mktemp)
+bazel test //... "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+passed=$(grep -cE '^//.* PASSED in' "$log")
+failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
+rm -f "$log"
+echo "overlap tests: ${passed} passed, ${failed} failed"
+exit "$rc"
