@@ -13,12 +13,39 @@ bool FailureLog::Add(const RankReport& report) {
 }
 
 std::optional<RankReport> FailureLog::Cause() const {
-  std::optional<RankReport> own, any;
+  std::vector<RankReport> own;
   for (const RankReport& r : reports_) {
-    if (!any || r.end_ms < any->end_ms) any = r;
-    if (!r.stopped_by_launcher && (!own || r.end_ms < own->end_ms)) own = r;
+    if (!r.stopped_by_launcher) own.push_back(r);
   }
-  return own ? own : any;
+  const std::vector<RankReport>& pool = own.empty() ? reports_ : own;
+  if (pool.empty()) return std::nullopt;
+  const RankReport* earliest = &pool[0];
+  for (const RankReport& r : pool) {
+    if (r.end_ms < earliest->end_ms) earliest = &r;
+  }
+  // Within the window, one rank that ended differently from all the others (which ended alike)
+  // is the cause even if its wrapper reported a few ms late.
+  std::vector<const RankReport*> window;
+  for (const RankReport& r : pool) {
+    if (r.end_ms <= earliest->end_ms + kSimultaneousMs) window.push_back(&r);
+  }
+  auto same_end = [](const RankReport* a, const RankReport* b) {
+    return a->how == b->how && a->code == b->code;
+  };
+  if (window.size() >= 3) {
+    for (const RankReport* odd : window) {
+      const RankReport* other = nullptr;
+      bool others_alike = true, odd_unique = true;
+      for (const RankReport* r : window) {
+        if (r == odd) continue;
+        if (same_end(r, odd)) odd_unique = false;
+        if (other == nullptr) other = r;
+        else if (!same_end(r, other)) others_alike = false;
+      }
+      if (odd_unique && others_alike) return *odd;
+    }
+  }
+  return *earliest;
 }
 
 std::string FailureLog::Summary(int64_t job_end_ms) const {

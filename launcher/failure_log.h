@@ -1,6 +1,13 @@
 // Collects the RankReports of one job and decides what overlaprun says and returns: the first rank
 // that failed on its own (earliest end time among ranks the launcher did not stop) is the cause;
 // the rest are consequences, counted but not blamed.
+//
+// End times come from wrappers on different processes (and hosts), each woken by the kernel when
+// its rank ended. On a loaded machine a peer that noticed the failure can exit and be reported a
+// few milliseconds before the rank that caused it. Peers that notice a failure end alike (the
+// program's error status), the cause ends differently (its own status or a signal), so among
+// failures within kSimultaneousMs of the first, a single one that ended unlike all the others
+// is the cause; otherwise the earliest is.
 #ifndef OVERLAP_LAUNCHER_FAILURE_LOG_H_
 #define OVERLAP_LAUNCHER_FAILURE_LOG_H_
 
@@ -15,6 +22,8 @@ namespace overlap::launcher {
 
 class FailureLog {
  public:
+  static constexpr int64_t kSimultaneousMs = 500;
+
   // Records one report. Returns true when it is the first report of a rank that failed on its own,
   // which is when overlaprun announces the failure and starts the kill grace period.
   bool Add(const RankReport& report);

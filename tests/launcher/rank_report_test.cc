@@ -70,6 +70,30 @@ TEST_CASE("the failure log blames the earliest rank that failed on its own", "[r
         "rank failed and 1 was stopped; the job ended 2.50 s after the first failure");
 }
 
+TEST_CASE("a cause reported a few ms late is still found by how it ended", "[report]") {
+  // Rank 2 exited with 7; ranks 0, 1 and 3 noticed and exited with 1, one of them reported 3 ms
+  // before rank 2's wrapper did.
+  FailureLog log;
+  log.Add(Report(3, RankReport::How::kExited, 1, 10000));
+  log.Add(Report(2, RankReport::How::kExited, 7, 10003));
+  log.Add(Report(0, RankReport::How::kExited, 1, 10005));
+  log.Add(Report(1, RankReport::How::kExited, 1, 10006));
+  CHECK(log.Cause()->rank == 2);
+  CHECK(log.ExitStatus(1) == 7);
+  // Outside the window the earliest wins, however it ended.
+  FailureLog late;
+  late.Add(Report(3, RankReport::How::kExited, 1, 10000));
+  late.Add(Report(2, RankReport::How::kExited, 7, 10000 + FailureLog::kSimultaneousMs + 1));
+  late.Add(Report(0, RankReport::How::kExited, 1, 10002));
+  CHECK(late.Cause()->rank == 3);
+  // No odd one out: the earliest.
+  FailureLog alike;
+  alike.Add(Report(1, RankReport::How::kExited, 1, 20004));
+  alike.Add(Report(0, RankReport::How::kExited, 1, 20001));
+  alike.Add(Report(2, RankReport::How::kExited, 1, 20002));
+  CHECK(alike.Cause()->rank == 0);
+}
+
 TEST_CASE("ranks stopped by the launcher are blamed only when nothing else failed", "[report]") {
   FailureLog log;
   CHECK_FALSE(log.Add(Report(1, RankReport::How::kSignaled, SIGTERM, 900, true)));
