@@ -85,6 +85,8 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
   result.comm_ms = comm_ms;
   double last_estimate = -1;
   int stable = 0;
+  std::vector<double> iteration_end;        // compute stream time after iteration k's update
+  std::vector<std::vector<double>> states;  // steady-state signature per iteration
   int k = 0;
   auto due_end = [&](int b, int k_forward) {
     // Gradients of iteration j are applied before forward j + 1 + delay.
@@ -154,21 +156,37 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
       if (trace) events.push_back({"update", "compute", k, t, t + profile.update_ms});
       t += profile.update_ms;
     }
-    // Steady state: the windowed mean of the iteration time stops moving.
-    if (k >= window + max_delay + 2) {
-      const double estimate = (forward_start[k] - forward_start[k - window]) / window;
-      if (last_estimate >= 0 &&
-          std::fabs(estimate - last_estimate) <=
-              options.relative_tolerance * std::max(1.0, estimate)) {
-        if (++stable >= kStableChecks) {
-          last_estimate = estimate;
-          ++k;
-          break;
+    // Steady state: everything the future depends on (channel free times, the bucket instances
+    // later iterations wait for, recent backward starts), taken relative to now, repeats with
+    // the window's period. The dynamics are then periodic from here on, so the windowed mean is
+    // exact. Comparing the iteration time alone is not enough: a channel backlog can grow for
+    // many iterations before it stalls the compute stream.
+    std::vector<double> state;
+    for (double f : channel_free) state.push_back(f - t);
+    for (int j = std::max(0, k - max_delay); j <= k; ++j) {
+      state.push_back(backward_start[j] - t);
+      for (int b = 0; b < nb; ++b) {
+        // Instances of lagged buckets for the latest iterations have not run yet.
+        if (Active(plan.buckets[b], j) && j <= k - plan.buckets[b].lag) {
+          state.push_back(end[b][j] - t);
         }
-      } else {
-        stable = 0;
       }
-      last_estimate = estimate;
+    }
+    iteration_end.push_back(t);
+    states.push_back(std::move(state));
+    if (k >= window) {
+      const std::vector<double>& now = states[k];
+      const std::vector<double>& then = states[k - window];
+      bool same = now.size() == then.size();
+      const double tol = options.relative_tolerance * std::max(1.0, t);
+      for (size_t i = 0; same && i < now.size(); ++i) same = std::fabs(now[i] - then[i]) <= tol;
+      stable = same ? stable + 1 : 0;
+      last_estimate = (iteration_end[k] - iteration_end[k - window]) / window;
+      states[k - window].clear();  // no longer needed
+      if (stable >= kStableChecks) {
+        ++k;
+        break;
+      }
     }
   }
   result.iterations = k;

@@ -241,10 +241,11 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
       } else {
         out << absl::StrFormat(
             "%-12s N=%-5d %-20s iter %9.2f ms  compute %8.2f  comm %9.2f  exposed %9.2f  "
-            "ideal %9.2f  eff %.3f  buckets %4zu  delay<=%d  budget %.2f\n",
+            "ideal %9.2f  eff %.3f  buckets %4zu  delay<=%d  budget %.2f  (%d iterations%s)\n",
             profile->model, workers, plan->planner, sim->iteration_ms, sim->compute_ms,
             sim->comm_ms, sim->exposed_comm_ms, ideal_ms, efficiency, plan->buckets.size(),
-            plan->MaxDelay(), plan->budget_used);
+            plan->MaxDelay(), plan->budget_used, sim->iterations,
+            sim->converged ? "" : ", not steady");
       }
     }
   }

@@ -41,6 +41,14 @@ TEST_CASE("Every planner covers every byte exactly once and keeps delays within 
           auto plan = MakePlan(name, profile, costs[c], options);
           REQUIRE(plan.ok());
           CHECK(testing::CoverageProblem(profile, *plan) == "");
+          // Steady state is real: one channel cannot carry more than one iteration's worth of
+          // communication per iteration (a growing backlog would show up here), nor can the
+          // iteration beat the compute stream.
+          auto sim = Simulate(profile, *plan, costs[c]);
+          REQUIRE(sim.ok());
+          CHECK(sim->converged);
+          CHECK(sim->iteration_ms >= sim->comm_ms * (1 - 1e-9));
+          CHECK(sim->iteration_ms >= profile.compute_ms() * (1 - 1e-9));
           CHECK(plan->MaxDelay() <= staleness);
           const double budget = staleness;  // the default budget
           CHECK(plan->budget_used <= budget + 1e-9);
