@@ -6,12 +6,14 @@
 // each compressor's sender-side work per step: Compress (which also updates the residual), plus
 // NextRound for PowerSGD. gbps = input bytes / time; ratio_vs_memcpy = gbps / memcpy_gbps;
 // wire_ratio = payload bytes on the wire per rank / input bytes (averaged over covap's R phases,
-// both rounds for PowerSGD). Each figure is the best of several ~25 ms batches, which filters out
-// the noise of a shared machine. With --json every row is one JSON object on its own line.
+// both rounds for PowerSGD). Batches (~20 ms) of memcpy and of the compressor alternate and each
+// side keeps its fastest batch, so the ratio holds up on a loaded machine. With --json every row
+// is one JSON object on its own line.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -30,34 +32,42 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kBatches = 5;
-constexpr double kBatchSeconds = 0.025;
+constexpr int kRounds = 7;
+constexpr double kBatchSeconds = 0.02;
 
-// Seconds per call of `f` (best batch); f(i) gets a running iteration number.
-template <typename F>
-double TimePerCall(F f) {
-  int64_t iter = 0;
-  f(iter++);  // warm-up: page in buffers, size scratch vectors
-  // Size a batch so it lasts about kBatchSeconds.
-  int64_t calls = 1;
-  for (;;) {
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < calls; ++i) f(iter++);
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (s >= kBatchSeconds / 4 || calls > (1 << 20)) {
-      calls = std::max<int64_t>(1, static_cast<int64_t>(calls * kBatchSeconds / std::max(s, 1e-9)));
-      break;
+// Times batches of calls to one function. Batches of memcpy and of each compressor alternate,
+// and each keeps its fastest batch, so load from other processes on a shared machine hits both
+// sides of the ratio alike instead of whichever ran during a burst.
+class Timer {
+ public:
+  explicit Timer(std::function<void(int64_t)> f) : f_(std::move(f)) {
+    f_(iter_++);  // warm-up: page in buffers, size scratch vectors
+    for (calls_ = 1;; calls_ *= 4) {
+      const double s = Batch();
+      if (s * calls_ >= kBatchSeconds / 4 || calls_ > (1 << 20)) {
+        calls_ = std::max<int64_t>(1, static_cast<int64_t>(kBatchSeconds / std::max(s, 1e-9)));
+        break;
+      }
     }
-    calls *= 4;
   }
-  double best = 1e30;
-  for (int b = 0; b < kBatches; ++b) {
+
+  // Runs one batch; returns seconds per call and keeps the best.
+  double Batch() {
     const auto t0 = Clock::now();
-    for (int64_t i = 0; i < calls; ++i) f(iter++);
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count() / calls);
+    for (int64_t i = 0; i < calls_; ++i) f_(iter_++);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count() / calls_;
+    best_ = std::min(best_, s);
+    return s;
   }
-  return best;
-}
+
+  double best() const { return best_; }
+
+ private:
+  std::function<void(int64_t)> f_;
+  int64_t iter_ = 0;
+  int64_t calls_ = 1;
+  double best_ = 1e30;
+};
 
 struct Row {
   std::string compressor;
@@ -79,40 +89,37 @@ void Print(const Row& row, bool json) {
   std::fflush(stdout);
 }
 
-double MemcpyGbps(size_t bytes) {
-  std::vector<char> src(bytes, 1), dst(bytes, 0);
-  const double s = TimePerCall([&](int64_t i) {
-    src[0] = static_cast<char>(i);  // keep the copy from being hoisted
-    std::memcpy(dst.data(), src.data(), bytes);
-  });
-  if (dst[0] == 42) std::printf(" ");
-  return bytes / s / 1e9;
-}
+// One compressor's sender-side step on a fixed gradient, with its own residual and payloads.
+class CompressorCase {
+ public:
+  CompressorCase(const Compressor& c, size_t n) : c_(c), grad_(n), state_(1, n) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (float& x : grad_) x = dist(rng);
+    const size_t cap = c.MaxPayloadBytes(n).value();
+    p0_.resize(cap / 4 + 1);
+    p1_.resize(cap / 4 + 1);
+  }
 
-// Returns {gbps, wire_ratio}, or gbps < 0 with a message when the compressor cannot run.
-std::pair<double, double> Measure(const Compressor& c, size_t n) {
-  std::mt19937 rng(1);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> grad(n);
-  for (float& x : grad) x = dist(rng);
-  const size_t cap = c.MaxPayloadBytes(n).value();
-  std::vector<uint32_t> p0(cap / 4 + 1), p1(cap / 4 + 1);
-  absl::Span<uint8_t> payload0(reinterpret_cast<uint8_t*>(p0.data()), p0.size() * 4);
-  absl::Span<uint8_t> payload1(reinterpret_cast<uint8_t*>(p1.data()), p1.size() * 4);
-  ResidualState state(1, n);
-  double wire_bytes = 0;
-  int64_t wire_steps = 0;
-  const double s = TimePerCall([&](int64_t step) {
-    size_t bytes = c.Compress(grad, state, step, payload0).value();
-    if (c.rounds() == 2) {
-      // The summed P of one rank is its own P.
-      bytes += c.NextRound(1, payload0, state, step, payload1).value();
-    }
-    wire_bytes += static_cast<double>(bytes);
-    ++wire_steps;
-  });
-  return {n * sizeof(float) / s / 1e9, wire_bytes / wire_steps / (n * sizeof(float))};
-}
+  void Step(int64_t step) {
+    absl::Span<uint8_t> payload0(reinterpret_cast<uint8_t*>(p0_.data()), p0_.size() * 4);
+    absl::Span<uint8_t> payload1(reinterpret_cast<uint8_t*>(p1_.data()), p1_.size() * 4);
+    size_t bytes = c_.Compress(grad_, state_, step, payload0).value();
+    if (c_.rounds() == 2) bytes += c_.NextRound(1, payload0, state_, step, payload1).value();
+    wire_bytes_ += static_cast<double>(bytes);
+    ++steps_;
+  }
+
+  double wire_ratio() const { return wire_bytes_ / steps_ / (grad_.size() * sizeof(float)); }
+
+ private:
+  const Compressor& c_;
+  std::vector<float> grad_;
+  ResidualState state_;
+  std::vector<uint32_t> p0_, p1_;
+  double wire_bytes_ = 0;
+  int64_t steps_ = 0;
+};
 
 int Main(int argc, char** argv) {
   bool json = false;
@@ -155,15 +162,31 @@ int Main(int argc, char** argv) {
   }
   for (size_t bytes : sizes) {
     const size_t n = bytes / sizeof(float);
-    const double memcpy_gbps = MemcpyGbps(n * sizeof(float));
+    std::vector<char> src(n * sizeof(float), 1), dst(n * sizeof(float), 0);
+    Timer memcpy_timer([&](int64_t i) {
+      src[i % src.size()] = static_cast<char>(i);  // a fresh source each call
+      std::memcpy(dst.data(), src.data(), src.size());
+    });
+    std::vector<Row> rows;
     for (const std::string& spec : specs) {
       auto c = MakeCompressor(spec);
       if (!c.ok()) {
         std::fprintf(stderr, "%s: %s\n", spec.c_str(), std::string(c.status().message()).c_str());
         return 1;
       }
-      const auto [gbps, wire] = Measure(**c, n);
-      Print({spec, n * sizeof(float), gbps, memcpy_gbps, wire}, json);
+      CompressorCase run(**c, n);
+      Timer timer([&](int64_t step) { run.Step(step); });
+      for (int r = 0; r < kRounds; ++r) {
+        memcpy_timer.Batch();
+        timer.Batch();
+      }
+      rows.push_back({spec, n * sizeof(float), n * sizeof(float) / timer.best() / 1e9, 0,
+                      run.wire_ratio()});
+    }
+    // memcpy's best over every round at this size: the baseline for all its rows.
+    for (Row& row : rows) {
+      row.memcpy_gbps = n * sizeof(float) / memcpy_timer.best() / 1e9;
+      Print(row, json);
     }
   }
   return 0;

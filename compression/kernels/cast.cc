@@ -145,6 +145,12 @@ OVERLAP_AVX2 void BFloat16ToFloatAvx2(const uint16_t* in, float* out, size_t n, 
 // Error-feedback casts, 8 lanes at a time. Non-finite lanes are rare, so the common block takes
 // a short path (clamp, convert, subtract) and only a block holding inf or NaN takes the careful
 // one, which matches the scalar semantics lane by lane.
+// Payloads at least this large bypass the cache (non-temporal stores): they are read next by the
+// network, not by this core, and skipping the read-for-ownership of each payload line saves an
+// eighth of the memory traffic on tensors that do not fit in cache anyway.
+constexpr size_t kStreamingElements = size_t{1} << 21;
+
+template <bool kStream>
 OVERLAP_AVX2 inline void EfHalfBlock(const float* g, float* r, uint16_t* out) {
   const __m256 v = _mm256_add_ps(_mm256_loadu_ps(g), _mm256_loadu_ps(r));
   const __m256 finite = FiniteMask(v);
@@ -160,16 +166,29 @@ OVERLAP_AVX2 inline void EfHalfBlock(const float* g, float* r, uint16_t* out) {
     residual = _mm256_and_ps(_mm256_sub_ps(v, _mm256_cvtph_ps(h)), finite);
   }
   _mm256_storeu_ps(r, residual);
-  Store8(out, h);
+  if (kStream) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out), h);
+  } else {
+    Store8(out, h);
+  }
 }
 
 OVERLAP_AVX2 void EfHalfAvx2(const float* g, float* r, uint16_t* out, size_t n) {
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    EfHalfBlock(g + i, r + i, out + i);
-    EfHalfBlock(g + i + 8, r + i + 8, out + i + 8);
+  if (n >= kStreamingElements && reinterpret_cast<uintptr_t>(out) % 2 == 0) {
+    // Scalar head until the payload is 16-byte aligned, as streaming stores require.
+    for (; reinterpret_cast<uintptr_t>(out + i) % 16 != 0; ++i) out[i] = EfHalfOne(g[i], r[i]);
+    for (; i + 16 <= n; i += 16) {
+      EfHalfBlock<true>(g + i, r + i, out + i);
+      EfHalfBlock<true>(g + i + 8, r + i + 8, out + i + 8);
+    }
+    _mm_sfence();  // order the streaming stores before whoever reads the payload next
   }
-  for (; i + 8 <= n; i += 8) EfHalfBlock(g + i, r + i, out + i);
+  for (; i + 16 <= n; i += 16) {
+    EfHalfBlock<false>(g + i, r + i, out + i);
+    EfHalfBlock<false>(g + i + 8, r + i + 8, out + i + 8);
+  }
+  for (; i + 8 <= n; i += 8) EfHalfBlock<false>(g + i, r + i, out + i);
   for (; i < n; ++i) out[i] = EfHalfOne(g[i], r[i]);
 }
 

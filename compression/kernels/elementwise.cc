@@ -4,6 +4,7 @@
 // because the compiler may not reorder float sums on its own.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "compression/kernels/cpu.h"
@@ -30,8 +31,28 @@ OVERLAP_INLINE void SendLoop(const float* __restrict g, float* __restrict r, flo
 }
 
 OVERLAP_AVX2 void AddAvx2(const float* in, float* acc, size_t n) { AddLoop(in, acc, n); }
+
+// Outputs at least this large bypass the cache: the payload is read next by the network, and
+// streaming stores skip the read-for-ownership of every payload line.
+constexpr size_t kStreamingElements = size_t{1} << 21;
+
 OVERLAP_AVX2 void SendAvx2(const float* g, float* r, float alpha, float* out, size_t n) {
-  SendLoop(g, r, alpha, out, n);
+  if (n < kStreamingElements || reinterpret_cast<uintptr_t>(out) % 4 != 0) {
+    return SendLoop(g, r, alpha, out, n);
+  }
+  size_t head = 0;
+  while (reinterpret_cast<uintptr_t>(out + head) % 32 != 0) ++head;
+  SendLoop(g, r, alpha, out, head);
+  const __m256 a = _mm256_set1_ps(alpha);
+  size_t i = head;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 rv = _mm256_loadu_ps(r + i);
+    const __m256 t = _mm256_mul_ps(a, rv);
+    _mm256_stream_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(g + i), t));
+    _mm256_storeu_ps(r + i, _mm256_sub_ps(rv, t));
+  }
+  _mm_sfence();  // order the streaming stores before whoever reads the payload next
+  SendLoop(g + i, r + i, alpha, out + i, n - i);
 }
 
 // Float partial sums over blocks this long are flushed into a double, bounding the error.

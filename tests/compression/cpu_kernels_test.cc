@@ -218,6 +218,30 @@ TEST_CASE("collect-at-least and send-with-residual agree across paths", "[kernel
   }
 }
 
+TEST_CASE("large tensors take the streaming-store paths and still match the scalar path",
+          "[kernels]") {
+  if (!HaveAvx2()) return;
+  // Above the 2^21-element streaming threshold, with outputs offset from any alignment.
+  const size_t n = (size_t{1} << 21) + 13;
+  const std::vector<float> g = testing::GaussianGradient(n, 14, 50.0f);
+  const std::vector<float> r0 = testing::GaussianGradient(n, 15, 0.01f);
+  std::vector<float> r_scalar = r0, r_avx = r0;
+  std::vector<uint16_t> h_scalar(n + 3), h_avx(n + 3);
+  ErrorFeedbackToHalf(g, absl::MakeSpan(r_scalar), absl::MakeSpan(h_scalar).subspan(3, n),
+                      Isa::kScalar);
+  ErrorFeedbackToHalf(g, absl::MakeSpan(r_avx), absl::MakeSpan(h_avx).subspan(3, n), Isa::kAvx2);
+  REQUIRE(h_scalar == h_avx);
+  REQUIRE(std::memcmp(r_scalar.data(), r_avx.data(), n * sizeof(float)) == 0);
+
+  std::vector<float> s_scalar = r0, s_avx = r0, o_scalar(n + 1), o_avx(n + 1);
+  SendWithResidual(g, absl::MakeSpan(s_scalar), 0.625f, absl::MakeSpan(o_scalar).subspan(1, n),
+                   Isa::kScalar);
+  SendWithResidual(g, absl::MakeSpan(s_avx), 0.625f, absl::MakeSpan(o_avx).subspan(1, n),
+                   Isa::kAvx2);
+  REQUIRE(std::memcmp(o_scalar.data(), o_avx.data(), (n + 1) * sizeof(float)) == 0);
+  REQUIRE(std::memcmp(s_scalar.data(), s_avx.data(), n * sizeof(float)) == 0);
+}
+
 TEST_CASE("magnitude histogram counts every element in its 1/8-octave bin", "[kernels]") {
   std::vector<float> x = {1.0f, -1.0f, 1.2f, 2.0f, 0.0f, -0.0f};
   std::vector<uint32_t> hist(2048, 0);
