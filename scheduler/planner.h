@@ -88,8 +88,8 @@ absl::StatusOr<Plan> PlanUsByte(const Profile&, const CostModel&, const PlannerO
 absl::StatusOr<Plan> PlanDear(const Profile&, const CostModel&, const PlannerOptions&);
 
 // DeFT, our formulation (DESIGN section 6; the paper's full text was not available). Gradients
-// are cut into items (consecutive small tensors fused, large ones split; item size tuned over a
-// small grid). The backward and the next forward form one merged window per channel, so the
+// are cut into items (consecutive small tensors fused, large ones split; item size tuned over
+// 2, 8, 32, 128 MB and the whole model). The backward and the next forward form one merged window per channel, so the
 // channel can run continuously. Items are assigned to channels by earliest finish, ordered by
 // deadline (first use in the next forward). A binary search finds the smallest set of items,
 // taken in order of earliest deadline, whose delay must grow (up to the staleness bound and

@@ -134,7 +134,10 @@ absl::StatusOr<Plan> PlanDeft(const Profile& profile, const CostModel& cost,
   if (options.max_period < 1) return absl::InvalidArgumentError("deft: max_period must be >= 1");
   const double budget = options.budget < 0 ? S : options.budget;
   Candidate best;
-  for (int64_t item_bytes : {2'000'000, 8'000'000, 32'000'000, 128'000'000}) {
+  // Item sizes: small items let the channel reorder finely; at large worker counts the per-
+  // collective latency dominates and a single item (all gradients, delayed) is best.
+  for (int64_t item_bytes : {int64_t{2'000'000}, int64_t{8'000'000}, int64_t{32'000'000},
+                             int64_t{128'000'000}, profile.total_bytes}) {
     const std::vector<Item> items = MakeItems(profile, cost, item_bytes);
     const size_t n = items.size();
     const std::vector<size_t> order = EdfOrder(profile, cost, items);
