@@ -90,7 +90,7 @@ absl::Status BroadcastParameters(Mlp<Scalar>& model) {
   return WaitAll(handles);
 }
 
-// One optimizer step on this rank's slice of the global batch `rows`. Returns the summed
+// One optimizer step on this rank's slice of the global batch `global`. Returns the summed
 // (unscaled) loss of the slice.
 template <typename Scalar>
 absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t>& order,
