@@ -21,8 +21,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "compression/compressor.h"
 #include "compression/kernels/cpu.h"
 
@@ -180,8 +180,8 @@ int Main(int argc, char** argv) {
         memcpy_timer.Batch();
         timer.Batch();
       }
-      rows.push_back({spec, n * sizeof(float), n * sizeof(float) / timer.best() / 1e9, 0,
-                      run.wire_ratio()});
+      rows.push_back(
+          {spec, n * sizeof(float), n * sizeof(float) / timer.best() / 1e9, 0, run.wire_ratio()});
     }
     // memcpy's best over every round at this size: the baseline for all its rows.
     for (Row& row : rows) {

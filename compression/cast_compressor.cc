@@ -47,8 +47,8 @@ class CastCompressor final : public CompressorBase {
     return absl::OkStatus();
   }
 
-  absl::Status DecompressAdd(absl::Span<const uint8_t> payload, const ResidualState& state,
-                             int64_t, absl::Span<float> out) const override {
+  absl::Status DecompressAdd(absl::Span<const uint8_t> payload, const ResidualState& state, int64_t,
+                             absl::Span<float> out) const override {
     const size_t bytes = out.size() * sizeof(uint16_t);
     if (absl::Status s = CheckDecompressArgs(out.size(), state, payload, bytes); !s.ok()) return s;
     K::kDecodeAdd(PayloadAs<uint16_t>(payload, 0, out.size()), out, isa());

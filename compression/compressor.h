@@ -116,9 +116,8 @@ class Compressor {
 
   // out += decoded(payload): how a kAllgather executor sums the ranks' payloads. Works for every
   // compressor, so tests can build the reference decompress-then-sum.
-  virtual absl::Status DecompressAdd(absl::Span<const uint8_t> payload,
-                                     const ResidualState& state, int64_t step,
-                                     absl::Span<float> out) const = 0;
+  virtual absl::Status DecompressAdd(absl::Span<const uint8_t> payload, const ResidualState& state,
+                                     int64_t step, absl::Span<float> out) const = 0;
 };
 
 // Creates the compressor named by `config`, filling in defaults and validating every parameter.

@@ -25,9 +25,9 @@ class CompressorBase : public Compressor {
   absl::Status CheckCompressArgs(size_t grad_size, const ResidualState& state,
                                  absl::Span<const uint8_t> payload, size_t payload_bytes) const {
     if (state.size() != grad_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Who(state), ": gradient has ", grad_size, " elements but its residual has ",
-          state.size()));
+      return absl::InvalidArgumentError(absl::StrCat(Who(state), ": gradient has ", grad_size,
+                                                     " elements but its residual has ",
+                                                     state.size()));
     }
     return CheckPayload(state, payload, payload_bytes);
   }

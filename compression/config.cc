@@ -17,16 +17,16 @@ absl::StatusOr<CompressorConfig> CompressorConfig::Parse(absl::string_view spec)
       absl::StrSplit(spec, absl::MaxSplits(':', 1));
   config.name = std::string(absl::StripAsciiWhitespace(name_and_params.first));
   if (config.name.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("compressor spec '", spec, "' has no compressor name (e.g. 'topk:ratio=0.01')"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compressor spec '", spec, "' has no compressor name (e.g. 'topk:ratio=0.01')"));
   }
   if (name_and_params.second.empty()) return config;
   for (absl::string_view item : absl::StrSplit(name_and_params.second, ',')) {
     item = absl::StripAsciiWhitespace(item);
     const size_t eq = item.find('=');
     if (eq == absl::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("compressor spec '", spec, "': parameter '",
-                                                     item, "' is not key=value"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("compressor spec '", spec, "': parameter '", item, "' is not key=value"));
     }
     std::string key(absl::StripAsciiWhitespace(item.substr(0, eq)));
     std::string value(absl::StripAsciiWhitespace(item.substr(eq + 1)));
@@ -52,12 +52,11 @@ std::string CompressorConfig::ToString() const {
   return out;
 }
 
-absl::StatusOr<size_t> Compressor::NextRound(int round, absl::Span<const uint8_t>,
-                                             ResidualState&, int64_t,
-                                             absl::Span<uint8_t>) const {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "compressor '", config().name, "' has ", rounds(), " round(s); NextRound(", round,
-      ") is not defined for it"));
+absl::StatusOr<size_t> Compressor::NextRound(int round, absl::Span<const uint8_t>, ResidualState&,
+                                             int64_t, absl::Span<uint8_t>) const {
+  return absl::FailedPreconditionError(absl::StrCat("compressor '", config().name, "' has ",
+                                                    rounds(), " round(s); NextRound(", round,
+                                                    ") is not defined for it"));
 }
 
 }  // namespace compress

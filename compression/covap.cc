@@ -25,7 +25,8 @@ absl::StatusOr<int> CovapIntervalForRatio(double comm_compute_ratio) {
 
 float CovapAlpha(double alpha0, int64_t ramp_steps, int64_t step) {
   if (ramp_steps <= 0 || step >= ramp_steps) return 1.0f;
-  return static_cast<float>(alpha0 + (1.0 - alpha0) * static_cast<double>(std::max<int64_t>(step, 0)) /
+  return static_cast<float>(alpha0 + (1.0 - alpha0) *
+                                         static_cast<double>(std::max<int64_t>(step, 0)) /
                                          static_cast<double>(ramp_steps));
 }
 
@@ -52,8 +53,8 @@ class CovapCompressor final : public CompressorBase {
     return std::min(n, most * shard) * sizeof(float);
   }
 
-  absl::StatusOr<size_t> Compress(absl::Span<const float> grad, ResidualState& state,
-                                  int64_t step, absl::Span<uint8_t> payload) const override {
+  absl::StatusOr<size_t> Compress(absl::Span<const float> grad, ResidualState& state, int64_t step,
+                                  absl::Span<uint8_t> payload) const override {
     const size_t bytes = SentElements(grad.size(), step) * sizeof(float);
     if (absl::Status s = CheckCompressArgs(grad.size(), state, payload, bytes); !s.ok()) return s;
     const float alpha = CovapAlpha(alpha0_, ramp_steps_, step);
@@ -95,7 +96,8 @@ class CovapCompressor final : public CompressorBase {
     const int64_t phase = step % interval_;
     size_t g = 0;
     for (size_t begin = 0; begin < n; begin += shard, ++g) {
-      f(begin, std::min(shard, n - begin), (static_cast<int64_t>(g % interval_) + phase) % interval_ == 0);
+      f(begin, std::min(shard, n - begin),
+        (static_cast<int64_t>(g % interval_) + phase) % interval_ == 0);
     }
   }
 

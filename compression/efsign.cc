@@ -42,12 +42,12 @@ class EfSignCompressor final : public CompressorBase {
     return DecompressAdd(payload, state, step, out);
   }
 
-  absl::Status DecompressAdd(absl::Span<const uint8_t> payload, const ResidualState& state,
-                             int64_t, absl::Span<float> out) const override {
+  absl::Status DecompressAdd(absl::Span<const uint8_t> payload, const ResidualState& state, int64_t,
+                             absl::Span<float> out) const override {
     const size_t n = out.size();
     if (absl::Status s = CheckDecompressArgs(n, state, payload, Bytes(n)); !s.ok()) return s;
-    kernels::SignUnpackAdd(payload.subspan(4, (n + 7) / 8), PayloadAs<float>(payload, 0, 1)[0],
-                           out, isa());
+    kernels::SignUnpackAdd(payload.subspan(4, (n + 7) / 8), PayloadAs<float>(payload, 0, 1)[0], out,
+                           isa());
     return absl::OkStatus();
   }
 

@@ -33,8 +33,8 @@ class NoneCompressor final : public CompressorBase {
     return absl::OkStatus();
   }
 
-  absl::Status DecompressAdd(absl::Span<const uint8_t> payload, const ResidualState& state,
-                             int64_t, absl::Span<float> out) const override {
+  absl::Status DecompressAdd(absl::Span<const uint8_t> payload, const ResidualState& state, int64_t,
+                             absl::Span<float> out) const override {
     const size_t bytes = out.size() * sizeof(float);
     if (absl::Status s = CheckDecompressArgs(out.size(), state, payload, bytes); !s.ok()) return s;
     kernels::Add(PayloadAs<float>(payload, 0, out.size()), out, isa());

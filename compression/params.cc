@@ -76,8 +76,8 @@ absl::StatusOr<std::string> ParamReader::Choice(absl::string_view key,
       return value;
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat(Where(key), " = '", value, "' must be one of: ",
-                                                 absl::StrJoin(allowed, ", ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat(Where(key), " = '", value, "' must be one of: ", absl::StrJoin(allowed, ", ")));
 }
 
 void ParamReader::SetCanonical(absl::string_view key, std::string value) {

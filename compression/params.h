@@ -30,8 +30,7 @@ class ParamReader {
   // InvalidArgument naming compressor, key and value when the value does not parse or lies
   // outside [lo, hi].
   absl::StatusOr<double> Double(absl::string_view key, double default_value, double lo, double hi);
-  absl::StatusOr<int64_t> Int(absl::string_view key, int64_t default_value, int64_t lo,
-                              int64_t hi);
+  absl::StatusOr<int64_t> Int(absl::string_view key, int64_t default_value, int64_t lo, int64_t hi);
   // One of `allowed`.
   absl::StatusOr<std::string> Choice(absl::string_view key, absl::string_view default_value,
                                      std::initializer_list<absl::string_view> allowed);

@@ -9,10 +9,9 @@
 // shared column space. Bound (tested): ||residual'|| <= ||v||, and share + residual' == v up to
 // float rounding. Q starts from shared randomness (seed, tensor id) and afterwards is the
 // previous step's summed Q (warm start), kept in the state's aux and saved with checkpoints.
+#include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
-
-#include <Eigen/Dense>
 
 #include "compression/compressor_base.h"
 #include "compression/factories.h"
@@ -66,8 +65,8 @@ class PowerSgdCompressor final : public CompressorBase {
     return std::max(s.rows, s.cols) * rank_ * sizeof(float);
   }
 
-  absl::StatusOr<size_t> Compress(absl::Span<const float> grad, ResidualState& state,
-                                  int64_t, absl::Span<uint8_t> payload) const override {
+  absl::StatusOr<size_t> Compress(absl::Span<const float> grad, ResidualState& state, int64_t,
+                                  absl::Span<uint8_t> payload) const override {
     const size_t n = grad.size();
     const Shape s = ShapeOf(n);
     const size_t bytes = s.rows * rank_ * sizeof(float);
@@ -92,9 +91,9 @@ class PowerSgdCompressor final : public CompressorBase {
     if (absl::Status st = CheckCompressArgs(n, state, payload, bytes); !st.ok()) return st;
     if (reduced.size() < s.rows * rank_ * sizeof(float) ||
         state.scratch().size() != s.rows * s.cols + s.rows * rank_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          Who(state), ": NextRound(1) needs this step's Compress and the summed P of ",
-          s.rows * rank_ * sizeof(float), " bytes"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(Who(state), ": NextRound(1) needs this step's Compress and the summed P of ",
+                       s.rows * rank_ * sizeof(float), " bytes"));
     }
     MatrixMap p_hat = PHat(state, s);
     p_hat = ConstMatrixMap(reinterpret_cast<const float*>(reduced.data()), s.rows, rank_);
@@ -117,8 +116,8 @@ class PowerSgdCompressor final : public CompressorBase {
     return absl::OkStatus();
   }
 
-  absl::Status DecompressAdd(absl::Span<const uint8_t> payload, const ResidualState& state,
-                             int64_t, absl::Span<float> out) const override {
+  absl::Status DecompressAdd(absl::Span<const uint8_t> payload, const ResidualState& state, int64_t,
+                             absl::Span<float> out) const override {
     const size_t n = out.size();
     const Shape s = ShapeOf(n);
     if (absl::Status st = CheckDecompressArgs(n, state, payload, s.cols * rank_ * sizeof(float));

@@ -28,8 +28,8 @@ class RandomKCompressor final : public CompressorBase {
     return *k * sizeof(float);
   }
 
-  absl::StatusOr<size_t> Compress(absl::Span<const float> grad, ResidualState& state,
-                                  int64_t step, absl::Span<uint8_t> payload) const override {
+  absl::StatusOr<size_t> Compress(absl::Span<const float> grad, ResidualState& state, int64_t step,
+                                  absl::Span<uint8_t> payload) const override {
     absl::StatusOr<size_t> k = SelectCount(*this, state.tensor_id(), grad.size(), k_, ratio_);
     if (!k.ok()) return k.status();
     const size_t bytes = *k * sizeof(float);

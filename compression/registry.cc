@@ -17,9 +17,9 @@ struct Entry {
 };
 
 constexpr Entry kCompressors[] = {
-    {"none", MakeNone},       {"fp16", MakeFp16},   {"bf16", MakeBf16},
-    {"topk", MakeTopK},       {"randomk", MakeRandomK}, {"covap", MakeCovap},
-    {"efsign", MakeEfSign},   {"powersgd", MakePowerSgd},
+    {"none", MakeNone},     {"fp16", MakeFp16},         {"bf16", MakeBf16},
+    {"topk", MakeTopK},     {"randomk", MakeRandomK},   {"covap", MakeCovap},
+    {"efsign", MakeEfSign}, {"powersgd", MakePowerSgd},
 };
 
 }  // namespace
@@ -36,8 +36,8 @@ absl::StatusOr<std::unique_ptr<Compressor>> MakeCompressor(const CompressorConfi
   }
   std::vector<std::string> names;
   for (const Entry& entry : kCompressors) names.push_back(entry.name);
-  return absl::InvalidArgumentError(absl::StrCat("unknown compressor '", config.name,
-                                                 "'; known: ", absl::StrJoin(names, ", ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown compressor '", config.name, "'; known: ", absl::StrJoin(names, ", ")));
 }
 
 absl::StatusOr<std::unique_ptr<Compressor>> MakeCompressor(absl::string_view spec,

@@ -67,10 +67,10 @@ absl::StatusOr<ResidualState*> ResidualMemory::Get(int64_t tensor_id, size_t num
   if (it == states_.end()) {
     it = states_.emplace(tensor_id, std::make_unique<ResidualState>(tensor_id, num_elements)).first;
   } else if (it->second->size() != num_elements) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "residual of tensor ", tensor_id, " has ", it->second->size(),
-        " elements but the tensor now has ", num_elements,
-        "; a tensor's size must not change while compression keeps its residual"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("residual of tensor ", tensor_id, " has ", it->second->size(),
+                     " elements but the tensor now has ", num_elements,
+                     "; a tensor's size must not change while compression keeps its residual"));
   }
   return it->second.get();
 }

@@ -12,10 +12,9 @@ absl::StatusOr<size_t> SelectCount(const Compressor& c, int64_t tensor_id, size_
   if (k > 0) {
     if (static_cast<uint64_t>(k) > n) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "compressor '", c.config().name, "': parameter 'k' = ", k,
-          " is out of range for ",
-          tensor_id >= 0 ? absl::StrCat("tensor ", tensor_id) : std::string("a tensor"), " of ", n, " elements (need 1 <= k <= ", n,
-          ")"));
+          "compressor '", c.config().name, "': parameter 'k' = ", k, " is out of range for ",
+          tensor_id >= 0 ? absl::StrCat("tensor ", tensor_id) : std::string("a tensor"), " of ", n,
+          " elements (need 1 <= k <= ", n, ")"));
     }
     return static_cast<size_t>(k);
   }

@@ -36,8 +36,8 @@ class TopKCompressor final : public CompressorBase {
     return Bytes(*k);
   }
 
-  absl::StatusOr<size_t> Compress(absl::Span<const float> grad, ResidualState& state,
-                                  int64_t step, absl::Span<uint8_t> payload) const override {
+  absl::StatusOr<size_t> Compress(absl::Span<const float> grad, ResidualState& state, int64_t step,
+                                  absl::Span<uint8_t> payload) const override {
     absl::StatusOr<size_t> k = Count(state.tensor_id(), grad.size());
     if (!k.ok()) return k.status();
     if (absl::Status s = CheckCompressArgs(grad.size(), state, payload, Bytes(*k)); !s.ok()) {
@@ -82,8 +82,8 @@ class TopKCompressor final : public CompressorBase {
     return DecompressAdd(payload, state, step, out);
   }
 
-  absl::Status DecompressAdd(absl::Span<const uint8_t> payload, const ResidualState& state,
-                             int64_t, absl::Span<float> out) const override {
+  absl::Status DecompressAdd(absl::Span<const uint8_t> payload, const ResidualState& state, int64_t,
+                             absl::Span<float> out) const override {
     absl::StatusOr<size_t> k = Count(state.tensor_id(), out.size());
     if (!k.ok()) return k.status();
     if (absl::Status s = CheckDecompressArgs(out.size(), state, payload, Bytes(*k)); !s.ok()) {
@@ -93,8 +93,8 @@ class TopKCompressor final : public CompressorBase {
     absl::Span<const uint32_t> indices = PayloadAs<uint32_t>(payload, 4, *k);
     absl::Span<const float> values = PayloadAs<float>(payload, 4 + 4 * *k, *k);
     if (count > *k) {
-      return absl::DataLossError(absl::StrCat(Who(state), ": payload claims ", count,
-                                              " elements, capacity is ", *k));
+      return absl::DataLossError(
+          absl::StrCat(Who(state), ": payload claims ", count, " elements, capacity is ", *k));
     }
     for (uint32_t i = 0; i < count; ++i) {
       if (indices[i] >= out.size()) {
@@ -148,9 +148,9 @@ class TopKCompressor final : public CompressorBase {
     thread_local std::vector<uint32_t> sample;
     sample.clear();
     for (size_t i = start; i < n; i += stride) sample.push_back(kernels::MagnitudeKey(g[i] + r[i]));
-    const size_t rank = std::min(
-        sample.size() - 1, static_cast<size_t>(kOverSelect * static_cast<double>(k) *
-                                               sample.size() / static_cast<double>(n)));
+    const size_t rank =
+        std::min(sample.size() - 1, static_cast<size_t>(kOverSelect * static_cast<double>(k) *
+                                                        sample.size() / static_cast<double>(n)));
     std::nth_element(sample.begin(), sample.begin() + rank, sample.end(), std::greater<>());
     return sample[rank];
   }

@@ -51,19 +51,19 @@ absl::Status CovapCompress(const float* grad, float* residual, float* payload, s
                            size_t shard, int interval, int64_t step, float alpha,
                            cudaStream_t stream) {
   if (interval < 1 || (n > 0 && shard == 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("covap CUDA kernel: R = ", interval,
-                                                   " and shard = ", shard, " must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("covap CUDA kernel: R = ", interval, " and shard = ", shard, " must be >= 1"));
   }
-  return Check(cuda_raw::CovapCompress(grad, residual, payload, n, shard, interval, step, alpha,
-                                       stream),
-               "covap_compress", n);
+  return Check(
+      cuda_raw::CovapCompress(grad, residual, payload, n, shard, interval, step, alpha, stream),
+      "covap_compress", n);
 }
 
 absl::Status CovapDecode(const float* payload, float* out, size_t n, size_t shard, int interval,
                          int64_t step, bool accumulate, cudaStream_t stream) {
   if (interval < 1 || (n > 0 && shard == 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("covap CUDA kernel: R = ", interval,
-                                                   " and shard = ", shard, " must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("covap CUDA kernel: R = ", interval, " and shard = ", shard, " must be >= 1"));
   }
   return Check(cuda_raw::CovapDecode(payload, out, n, shard, interval, step, accumulate, stream),
                "covap_decode", n);
@@ -71,8 +71,8 @@ absl::Status CovapDecode(const float* payload, float* out, size_t n, size_t shar
 
 size_t TopKWorkspaceBytes() { return cuda_raw::TopKWorkspaceBytes(); }
 
-absl::Status TopKCompress(const float* grad, float* residual, uint8_t* payload, size_t n,
-                          size_t k, void* workspace, cudaStream_t stream) {
+absl::Status TopKCompress(const float* grad, float* residual, uint8_t* payload, size_t n, size_t k,
+                          void* workspace, cudaStream_t stream) {
   if (k == 0 || k > n || n > 0xffffffffu) {
     return absl::InvalidArgumentError(absl::StrCat("topk CUDA kernel: k = ", k,
                                                    " is out of range for a tensor of ", n,

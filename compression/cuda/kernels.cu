@@ -20,7 +20,7 @@ unsigned Blocks(size_t n) {
   return static_cast<unsigned>(b < 4096 ? (b == 0 ? 1 : b) : 4096);
 }
 
-#define GRID_STRIDE(i, n) \
+#define GRID_STRIDE(i, n)                                                              \
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
 
@@ -130,12 +130,12 @@ __global__ void CovapDecodeKernel(const float* payload, float* out, size_t n, si
 // ---- top-k: three-level radix select on the magnitude key (bits 30..20, 19..10, 9..0) ----
 
 struct TopKState {
-  uint32_t prefix;     // key bits fixed so far
-  uint32_t need;       // how many more elements to take at or below the current prefix
-  uint32_t threshold;  // the k-th largest key, once known
-  uint32_t take_equal; // how many elements equal to threshold are sent
-  uint32_t count;      // slots used in the payload
-  uint32_t ties;       // elements equal to threshold seen by the collect kernel
+  uint32_t prefix;      // key bits fixed so far
+  uint32_t need;        // how many more elements to take at or below the current prefix
+  uint32_t threshold;   // the k-th largest key, once known
+  uint32_t take_equal;  // how many elements equal to threshold are sent
+  uint32_t count;       // slots used in the payload
+  uint32_t ties;        // elements equal to threshold seen by the collect kernel
 };
 
 struct TopKWorkspace {
@@ -194,7 +194,8 @@ __global__ void TopKPickBinKernel(TopKWorkspace* ws, int level, uint8_t* payload
     above += ws->hist[b];
   }
   s.need -= above;
-  s.prefix = level == 0 ? static_cast<uint32_t>(bin) : (s.prefix << 10) | static_cast<uint32_t>(bin);
+  s.prefix =
+      level == 0 ? static_cast<uint32_t>(bin) : (s.prefix << 10) | static_cast<uint32_t>(bin);
   for (int b = 0; b < 2048; ++b) ws->hist[b] = 0;
   if (level == 2) {
     s.threshold = s.prefix;
@@ -277,7 +278,8 @@ __global__ void SignPackKernel(float* r, uint8_t* payload, size_t n, const doubl
       if (4 * w + 4 <= bit_bytes) {
         *reinterpret_cast<uint32_t*>(dst) = word;
       } else {
-        for (size_t b = 0; 4 * w + b < bit_bytes; ++b) dst[b] = static_cast<uint8_t>(word >> (8 * b));
+        for (size_t b = 0; 4 * w + b < bit_bytes; ++b)
+          dst[b] = static_cast<uint8_t>(word >> (8 * b));
       }
     }
   }

@@ -5,7 +5,8 @@
 // either implementation:
 //   fp16 / bf16  error-feedback casts, bit-identical to collectives/half.h and the CPU kernels;
 //   covap        the coarse filter's step (payload = this step's shards, packed in order);
-//   topk         exact top-k by three-level radix select, payload u32 count | u32 idx[k] | f32 val[k]
+//   topk         exact top-k by three-level radix select, payload u32 count | u32 idx[k] | f32
+//   val[k]
 //                (pair order may differ from the CPU's; the set is the same);
 //   efsign       f32 scale | sign bits (LSB first), bits identical to the CPU's.
 // All pointers are device pointers; work is enqueued on `stream` and nothing blocks. Errors
@@ -48,8 +49,8 @@ absl::Status CovapDecode(const float* payload, float* out, size_t n, size_t shar
 
 // `workspace` is a device buffer of TopKWorkspaceBytes(), one per concurrent call.
 size_t TopKWorkspaceBytes();
-absl::Status TopKCompress(const float* grad, float* residual, uint8_t* payload, size_t n,
-                          size_t k, void* workspace, cudaStream_t stream);
+absl::Status TopKCompress(const float* grad, float* residual, uint8_t* payload, size_t n, size_t k,
+                          void* workspace, cudaStream_t stream);
 absl::Status TopKDecodeAdd(const uint8_t* payload, float* out, size_t n, size_t k,
                            cudaStream_t stream);
 

@@ -100,13 +100,12 @@ OVERLAP_AVX2 inline void Store8(uint16_t* p, __m128i v) {
 
 // Lanes where v is finite, as an all-ones mask; false for inf and NaN.
 OVERLAP_AVX2 inline __m256 FiniteMask(__m256 v) {
-  return _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v),
-                       _mm256_set1_ps(INFINITY), _CMP_LT_OQ);
+  return _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v), _mm256_set1_ps(INFINITY),
+                       _CMP_LT_OQ);
 }
 
 OVERLAP_AVX2 inline __m256 Saturate(__m256 v, __m256 finite, float max) {
-  const __m256 clamped =
-      _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-max)), _mm256_set1_ps(max));
+  const __m256 clamped = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-max)), _mm256_set1_ps(max));
   return _mm256_blendv_ps(v, clamped, finite);
 }
 
@@ -123,7 +122,8 @@ OVERLAP_AVX2 void HalfToFloatAvx2(const uint16_t* in, float* out, size_t n, bool
     if (add) v = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
     _mm256_storeu_ps(out + i, v);
   }
-  for (; i < n; ++i) out[i] = add ? out[i] + overlap::HalfToFloat(in[i]) : overlap::HalfToFloat(in[i]);
+  for (; i < n; ++i)
+    out[i] = add ? out[i] + overlap::HalfToFloat(in[i]) : overlap::HalfToFloat(in[i]);
 }
 
 OVERLAP_AVX2 void FloatToBFloat16Avx2(const float* in, uint16_t* out, size_t n) {
@@ -139,7 +139,8 @@ OVERLAP_AVX2 void BFloat16ToFloatAvx2(const uint16_t* in, float* out, size_t n, 
     if (add) v = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
     _mm256_storeu_ps(out + i, v);
   }
-  for (; i < n; ++i) out[i] = add ? out[i] + overlap::BFloat16ToFloat(in[i]) : overlap::BFloat16ToFloat(in[i]);
+  for (; i < n; ++i)
+    out[i] = add ? out[i] + overlap::BFloat16ToFloat(in[i]) : overlap::BFloat16ToFloat(in[i]);
 }
 
 // Error-feedback casts, 8 lanes at a time. Non-finite lanes are rare, so the common block takes
@@ -157,9 +158,9 @@ OVERLAP_AVX2 inline void EfHalfBlock(const float* g, float* r, uint16_t* out) {
   __m128i h;
   __m256 residual;
   if (_mm256_movemask_ps(finite) == 0xff) {
-    h = _mm256_cvtps_ph(_mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-kHalfMax)),
-                                      _mm256_set1_ps(kHalfMax)),
-                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    h = _mm256_cvtps_ph(
+        _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-kHalfMax)), _mm256_set1_ps(kHalfMax)),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     residual = _mm256_sub_ps(v, _mm256_cvtph_ps(h));
   } else {
     h = ToHalf8(Saturate(v, finite, kHalfMax));
@@ -207,8 +208,8 @@ OVERLAP_AVX2 inline __m256i EfBFloat16Block(const float* g, float* r) {
     residual = _mm256_sub_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
   } else {
     wide = ToBFloat16Wide(Saturate(v, finite, kBFloat16Max));
-    residual = _mm256_and_ps(
-        _mm256_sub_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16))), finite);
+    residual =
+        _mm256_and_ps(_mm256_sub_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16))), finite);
   }
   _mm256_storeu_ps(r, residual);
   return wide;

@@ -129,9 +129,10 @@ OVERLAP_AVX2 void SignUnpackAddAvx2(const uint8_t* bits, float scale, float* out
   const __m256 magnitude = _mm256_set1_ps(scale);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256i set = _mm256_cmpeq_epi32(
-        _mm256_and_si256(_mm256_set1_epi32(bits[i / 8]), lane_bit), lane_bit);
-    const __m256 value = _mm256_or_ps(magnitude, _mm256_and_ps(_mm256_castsi256_ps(set), sign_mask));
+    const __m256i set =
+        _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits[i / 8]), lane_bit), lane_bit);
+    const __m256 value =
+        _mm256_or_ps(magnitude, _mm256_and_ps(_mm256_castsi256_ps(set), sign_mask));
     _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), value));
   }
   for (; i < n; ++i) out[i] += ((bits[i / 8] >> (i % 8)) & 1u) ? -scale : scale;
@@ -146,7 +147,8 @@ void Add(absl::Span<const float> in, absl::Span<float> acc, Isa isa) {
 
 void SendWithResidual(absl::Span<const float> grad, absl::Span<float> residual, float alpha,
                       absl::Span<float> out, Isa isa) {
-  if (isa == Isa::kAvx2) return SendAvx2(grad.data(), residual.data(), alpha, out.data(), grad.size());
+  if (isa == Isa::kAvx2)
+    return SendAvx2(grad.data(), residual.data(), alpha, out.data(), grad.size());
   SendLoop(grad.data(), residual.data(), alpha, out.data(), grad.size());
 }
 

@@ -29,7 +29,8 @@ OVERLAP_AVX2 void CollectAvx2(const float* x, size_t n, uint32_t min_key,
   const __m256i below = _mm256_set1_epi32(static_cast<int32_t>(min_key - 1));
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), abs_mask);
+    const __m256i a =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), abs_mask);
     const __m256i b =
         _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8)), abs_mask);
     // Keys are < 2^31, so the signed compare orders them correctly.
@@ -66,11 +67,14 @@ OVERLAP_AVX2 void AddCollectAvx2(const float* g, float* r, size_t n, uint32_t mi
     _mm256_storeu_ps(r + i + 8, b);
     const __m256i ka = _mm256_and_si256(_mm256_castps_si256(a), abs_mask);
     const __m256i kb = _mm256_and_si256(_mm256_castps_si256(b), abs_mask);
-    const __m256i pass = _mm256_packs_epi32(_mm256_cmpgt_epi32(ka, below),
-                                            _mm256_cmpgt_epi32(kb, below));
+    const __m256i pass =
+        _mm256_packs_epi32(_mm256_cmpgt_epi32(ka, below), _mm256_cmpgt_epi32(kb, below));
     if (_mm256_testz_si256(pass, pass)) continue;  // the common case: nothing passes
-    unsigned mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(ka, below)))) |
-                    (static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(kb, below)))) << 8);
+    unsigned mask = static_cast<unsigned>(
+                        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(ka, below)))) |
+                    (static_cast<unsigned>(
+                         _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(kb, below))))
+                     << 8);
     while (mask != 0) {
       const size_t j = i + __builtin_ctz(mask);
       out.push_back(Candidate(r[j], j));

@@ -1,9 +1,8 @@
 // Per-compressor behaviour, and the multi-rank contract simulated in one process: combining the
 // payloads as the executor would (sum for kAllreduce, gather for kAllgather) and decompressing
 // equals the reference decompress-then-sum of every rank's payload.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
 
@@ -183,7 +182,7 @@ TEST_CASE("fp16 payload is plain fp16 the executor can sum", "[cast]") {
   REQUIRE(h[0] == 0x3c00);
   REQUIRE(h[1] == 0x3800);
   REQUIRE(h[2] == 0xc000);
-  REQUIRE(h[3] == 0x3c00);  // 1 + 2^-12 rounds to 1 ...
+  REQUIRE(h[3] == 0x3c00);                      // 1 + 2^-12 rounds to 1 ...
   REQUIRE(state.residual()[3] == 1.0f / 4096);  // ... and the residual keeps 2^-12
 }
 

@@ -12,7 +12,8 @@ bool Contains(const absl::Status& s, absl::string_view text) {
 }
 
 TEST_CASE("config parses name and parameters and prints them canonically", "[config]") {
-  absl::StatusOr<CompressorConfig> c = CompressorConfig::Parse(" topk : method=sampled, ratio=0.01 ");
+  absl::StatusOr<CompressorConfig> c =
+      CompressorConfig::Parse(" topk : method=sampled, ratio=0.01 ");
   REQUIRE(c.ok());
   REQUIRE(c->name == "topk");
   REQUIRE(c->params.at("ratio") == "0.01");

@@ -1,6 +1,5 @@
 // The AVX2 kernels against the scalar path and collectives/half.h, bit for bit.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -28,7 +27,8 @@ bool HaveAvx2() {
 // (prime, so it hits every low-bit residue) plus the rounding boundaries of fp16 and bf16.
 std::vector<float> SweepInputs() {
   std::vector<float> in;
-  for (uint64_t u = 0; u < (1ull << 32); u += 4099) in.push_back(BitsToFloat(static_cast<uint32_t>(u)));
+  for (uint64_t u = 0; u < (1ull << 32); u += 4099)
+    in.push_back(BitsToFloat(static_cast<uint32_t>(u)));
   for (uint32_t base : {0x477fe000u, 0x477ff000u, 0x38800000u, 0x33000000u, 0x3f808000u,
                         0x7f7f8000u, 0x7f7fffffu, 0x7f800000u, 0x7f800001u, 0x7fc00000u}) {
     for (uint32_t d = 0; d < 64; ++d) {
@@ -105,8 +105,8 @@ TEST_CASE("error-feedback casts: paths agree bit for bit and sent + residual is 
     const std::vector<float>& r = residuals[0];
     for (size_t i = 0; i < grad.size(); ++i) {
       const float v = grad[i] + residual0[i];
-      const float sent = bf16 ? overlap::BFloat16ToFloat(payloads[0][i])
-                              : overlap::HalfToFloat(payloads[0][i]);
+      const float sent =
+          bf16 ? overlap::BFloat16ToFloat(payloads[0][i]) : overlap::HalfToFloat(payloads[0][i]);
       const bool saturated = !bf16 && std::fabs(v) > 65504.0f;
       if (std::isfinite(v)) {
         REQUIRE(std::isfinite(sent));  // saturates instead of overflowing to inf

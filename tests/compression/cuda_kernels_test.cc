@@ -1,10 +1,9 @@
 // CUDA kernels against the CPU compressors and kernels. Needs a GPU; without one every GPU case
 // prints why it skipped (the build and link still prove the nvcc object is usable).
-#include <catch2/catch.hpp>
-
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -54,7 +53,8 @@ class DeviceVector {
 
 std::vector<float> Inputs(size_t n) {
   std::vector<float> x = testing::GaussianGradient(n, 21, 100.0f);
-  const float specials[] = {70000.0f, -1e9f, INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 1e-8f, 65520.0f};
+  const float specials[] = {70000.0f, -1e9f, INFINITY, -INFINITY, NAN,
+                            0.0f,     -0.0f, 1e-8f,    65520.0f};
   for (size_t i = 0; i < sizeof(specials) / sizeof(float) && i < n; ++i) x[i * 7 % n] = specials[i];
   return x;
 }
@@ -134,9 +134,9 @@ TEST_CASE("CUDA covap step equals the CPU compressor's payload and residual", "[
     const std::vector<float> r_gpu = r.ToHost();
     for (size_t i = 0; i < n; ++i) REQUIRE(FloatBits(r_gpu[i]) == FloatBits(state.residual()[i]));
     DeviceVector<float> decoded(n);
-    REQUIRE(cuda::CovapDecode(payload.get(), decoded.get(), n, shard, interval, step, false,
-                              nullptr)
-                .ok());
+    REQUIRE(
+        cuda::CovapDecode(payload.get(), decoded.get(), n, shard, interval, step, false, nullptr)
+            .ok());
     std::vector<float> want(n);
     REQUIRE(cpu->Decompress(p_cpu.span(), state, step, absl::MakeSpan(want)).ok());
     REQUIRE(decoded.ToHost() == want);
@@ -188,7 +188,8 @@ TEST_CASE("CUDA efsign packs the CPU's sign bits and scale", "[cuda]") {
     const size_t bytes = 4 + (n + 7) / 8;
     DeviceVector<float> g(grad), r(n);
     DeviceVector<uint8_t> payload(bytes), workspace(cuda::EfSignWorkspaceBytes());
-    REQUIRE(cuda::EfSignCompress(g.get(), r.get(), payload.get(), n, workspace.get(), nullptr).ok());
+    REQUIRE(
+        cuda::EfSignCompress(g.get(), r.get(), payload.get(), n, workspace.get(), nullptr).ok());
     const std::vector<uint8_t> p_gpu = payload.ToHost();
     const uint8_t* p = p_cpu.span().data();
     REQUIRE(std::equal(p_gpu.begin() + 4, p_gpu.end(), p + 4));

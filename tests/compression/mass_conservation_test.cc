@@ -2,7 +2,6 @@
 // every gradient seen so far. Exactly for the filters and casts (on a dyadic grid, where the
 // float running sums themselves are exact); within the documented bound for efsign and powersgd.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <string>
 #include <vector>
@@ -128,7 +127,8 @@ TEST_CASE("powersgd residual is the part outside the shared subspace: ||r'|| <= 
     ResidualState state(3, n);
     std::vector<double> seen(n, 0.0), sent(n, 0.0);
     for (int64_t step = 0; step < 8; ++step) {
-      const std::vector<float> grad = testing::GaussianGradient(n, static_cast<uint32_t>(step + 50));
+      const std::vector<float> grad =
+          testing::GaussianGradient(n, static_cast<uint32_t>(step + 50));
       std::vector<float> v(n);
       for (size_t i = 0; i < n; ++i) v[i] = grad[i] + state.residual()[i];
       const std::vector<float> out = RunStep(*c, grad, state, step);

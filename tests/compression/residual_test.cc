@@ -1,7 +1,8 @@
+#include "compression/residual.h"
+
 #include <catch2/catch.hpp>
 
 #include "compression/compressor.h"
-#include "compression/residual.h"
 #include "tests/compression/test_util.h"
 
 namespace overlap {

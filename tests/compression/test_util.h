@@ -36,7 +36,9 @@ inline std::vector<float> GaussianGradient(size_t n, uint32_t seed, float scale 
 // A 4-byte aligned payload buffer.
 struct Payload {
   explicit Payload(size_t bytes) : words((bytes + 3) / 4 + 1, 0) {}
-  absl::Span<uint8_t> span() { return absl::MakeSpan(reinterpret_cast<uint8_t*>(words.data()), words.size() * 4); }
+  absl::Span<uint8_t> span() {
+    return absl::MakeSpan(reinterpret_cast<uint8_t*>(words.data()), words.size() * 4);
+  }
   std::vector<uint32_t> words;
 };
 
