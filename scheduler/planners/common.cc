@@ -105,8 +105,8 @@ double BucketReadyMs(const Profile& profile, const Bucket& b) {
 
 }  // namespace
 
-std::vector<Bucket> PriorityOrder(const Profile& profile, const CostModel& cost,
-                                  std::vector<Bucket> buckets,
+std::vector<size_t> PriorityOrder(const Profile& profile, const CostModel& cost,
+                                  const std::vector<Bucket>& buckets,
                                   const std::vector<double>& priority, int64_t credit_bytes) {
   const size_t n = buckets.size();
   std::vector<double> ready(n);
@@ -150,10 +150,7 @@ std::vector<Bucket> PriorityOrder(const Profile& profile, const CostModel& cost,
     if (!std::isfinite(next)) break;  // cannot happen: some bucket is untaken and unreleased
     now = next;
   }
-  std::vector<Bucket> out;
-  out.reserve(n);
-  for (size_t i : order) out.push_back(std::move(buckets[i]));
-  return out;
+  return order;
 }
 
 }  // namespace overlap::sched::internal

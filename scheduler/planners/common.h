@@ -49,12 +49,12 @@ Plan NewPlan(const char* planner, const Profile& profile, int staleness);
 // Simulated iteration time of `plan`, or +inf when it does not validate or simulate.
 double SimulatedMs(const Profile& profile, const Plan& plan, const CostModel& cost);
 
-// Orders buckets the way a priority scheduler with credit sends them in one iteration: a bucket
+// The order in which a priority scheduler with credit sends `buckets` in one iteration: a bucket
 // becomes eligible at its ready time; whenever less than `credit_bytes` are queued on the
-// channel, the eligible bucket with the smallest priority value is queued next. Returns the
-// buckets in send order. Channel 0 only (ByteScheduler and US-Byte drive one link).
-std::vector<Bucket> PriorityOrder(const Profile& profile, const CostModel& cost,
-                                  std::vector<Bucket> buckets,
+// channel, the eligible bucket with the smallest priority value is queued next. Returns indices
+// into `buckets`. Every bucket is costed on channel 0 of `cost`.
+std::vector<size_t> PriorityOrder(const Profile& profile, const CostModel& cost,
+                                  const std::vector<Bucket>& buckets,
                                   const std::vector<double>& priority, int64_t credit_bytes);
 
 }  // namespace overlap::sched::internal

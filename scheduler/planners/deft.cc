@@ -60,18 +60,17 @@ std::vector<size_t> EdfOrder(const Profile& profile, const CostModel& cost,
   for (size_t c = 0; c < cost.channels.size(); ++c) {
     std::vector<Bucket> buckets;
     std::vector<double> priority;
-    std::vector<size_t> index;
+    std::vector<size_t> item_of;
     for (size_t i = 0; i < items.size(); ++i) {
       if (items[i].channel != static_cast<int>(c)) continue;
-      Bucket b = internal::MakeBucket(profile, items[i].pieces, Collective::kAllreduce, 0,
-                                      Window::kBackward);
-      b.phase = static_cast<int>(i);  // carries the item index through the reordering
-      buckets.push_back(std::move(b));
+      buckets.push_back(internal::MakeBucket(profile, items[i].pieces, Collective::kAllreduce, 0,
+                                             Window::kBackward));
       priority.push_back(items[i].first_use_ms * 1e6 + static_cast<double>(i) * 1e-3);
+      item_of.push_back(i);
     }
-    CostModel one{{cost.channels[c]}};
-    for (const Bucket& b : internal::PriorityOrder(profile, one, buckets, priority, 1)) {
-      order.push_back(static_cast<size_t>(b.phase));
+    const CostModel this_channel{{cost.channels[c]}};
+    for (size_t k : internal::PriorityOrder(profile, this_channel, buckets, priority, 1)) {
+      order.push_back(item_of[k]);
     }
   }
   return order;
@@ -147,10 +146,12 @@ absl::StatusOr<Plan> PlanDeft(const Profile& profile, const CostModel& cost,
     std::stable_sort(by_deadline.begin(), by_deadline.end(), [&](size_t x, size_t y) {
       return items[x].first_use_ms < items[y].first_use_ms;
     });
+    // Delay values to try: none without staleness; otherwise 1 (least stale) and S (most slack).
+    std::vector<int> delay_values = {0};
+    if (S >= 1) delay_values = S == 1 ? std::vector<int>{1} : std::vector<int>{1, S};
     for (bool delayed_first : {false, true}) {
-      for (int d = 1; d <= std::max(1, S); d = (d == S ? S + 1 : S)) {
-        if (S == 0 && delayed_first) break;
-        const int dv = S == 0 ? 0 : d;
+      if (S == 0 && delayed_first) break;  // nothing is delayed, so the variants coincide
+      for (int dv : delay_values) {
         // Largest prefix of by_deadline that the budget allows at delay dv.
         size_t max_m = 0;
         double spent = 0;
@@ -210,7 +211,6 @@ absl::StatusOr<Plan> PlanDeft(const Profile& profile, const CostModel& cost,
           Consider(profile, cost, BuildPlan(profile, items, order, a, S), &best);
         }
         Consider(profile, cost, std::move(plan), &best);
-        if (S == 0) break;
       }
     }
   }

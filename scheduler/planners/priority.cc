@@ -26,7 +26,9 @@ Plan PriorityPlan(const char* name, const Profile& profile, const CostModel& cos
   }
   Plan plan = internal::NewPlan(name, profile, 0);
   plan.layerwise_update = true;
-  plan.buckets = internal::PriorityOrder(profile, cost, std::move(buckets), priority, credit_bytes);
+  for (size_t i : internal::PriorityOrder(profile, cost, buckets, priority, credit_bytes)) {
+    plan.buckets.push_back(std::move(buckets[i]));
+  }
   // Buckets that finish after backward are, by intent, overlapping the next forward.
   double t = 0;
   for (Bucket& b : plan.buckets) {
