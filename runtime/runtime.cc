@@ -13,6 +13,8 @@
 namespace overlap {
 namespace {
 
+constexpr absl::Duration kSpinAfterActivity = absl::Microseconds(300);
+
 // Every rank learns every rank's configuration problem, so that no rank waits in a collective
 // that a failed rank will never join.
 absl::Status AgreeOnStart(const absl::Status& mine, int rank, int size) {
@@ -226,7 +228,7 @@ void Runtime::Loop() {
   bool asked = false;               // worker: asked rank 0 for a round not yet run
   bool announced_shutdown = false;  // our shutdown request took part in a round
   absl::Time shutdown_deadline = absl::InfiniteFuture();
-  int quiet_spins = 0;
+  absl::Time last_activity = absl::InfinitePast();
   while (true) {
     bool dirty = false;
     bool shutting_down;
@@ -262,10 +264,11 @@ void Runtime::Loop() {
     }
     if (rounds_owed_ > 0) {
       asked = false;
-      quiet_spins = 0;
       if (!RunRounds()) return;
     }
-    s = data_plane_->Progress();
+    if (dirty || !data_plane_->idle()) last_activity = absl::Now();
+    // Many cheap MPI_Test calls per syscall: MPI moves large messages a fragment per call.
+    for (int i = 0; i < 64 && s.ok() && !data_plane_->idle(); ++i) s = data_plane_->Progress();
     if (!s.ok()) {
       Fatal(s);
       return;
@@ -278,12 +281,12 @@ void Runtime::Loop() {
       return;
     }
 
-    // Sleep until something happens. While collectives are in flight MPI needs us to call it to
-    // make progress, so we only yield, and back off to short sleeps once nothing has moved for a
-    // while; with nothing in flight we block in poll() with no timer but the stall inspector's
-    // and the shutdown deadline.
+    // Sleep until something happens: with nothing in flight we block in poll() with no timer
+    // but the stall inspector's and the shutdown deadline. Right after activity we keep looking
+    // for a short while first: training submits in bursts, and a wake-up from poll() costs a
+    // context switch on every rank that the next submission would otherwise pay.
     absl::Duration timeout = absl::InfiniteDuration();
-    if (rounds_owed_ > 0 || !data_plane_->idle()) {
+    if (rounds_owed_ > 0 || !data_plane_->idle() || absl::Now() - last_activity < kSpinAfterActivity) {
       timeout = absl::ZeroDuration();
     } else {
       if (rank_ == 0) timeout = std::max(absl::ZeroDuration(), negotiator_->NextStallCheck() - absl::Now());
@@ -294,15 +297,10 @@ void Runtime::Loop() {
       Fatal(s);
       return;
     }
-    if (timeout == absl::ZeroDuration() && rounds_owed_ == 0) {
-      if (++quiet_spins < 4000) {
-        sched_yield();
-      } else {
-        absl::SleepFor(absl::Microseconds(50));
-      }
-    } else {
-      quiet_spins = 0;
-    }
+    // MPI's non-blocking collectives advance only inside MPI calls, so while ours are in
+    // flight we keep calling it, yielding the core between calls as MPI's own blocking
+    // collectives do when ranks outnumber cores.
+    if (timeout == absl::ZeroDuration() && rounds_owed_ == 0) sched_yield();
   }
   // Every rank agreed to stop and our collectives are done.
   const absl::Status aborted = absl::AbortedError(
