@@ -195,6 +195,11 @@ absl::Status Preflight(const LaunchOptions& options) {
   const char* path = getenv("PATH");
   absl::StatusOr<std::string> program = ResolveProgram(options.program[0], path ? path : "");
   if (!program.ok()) return program.status();
+  if (!ResolveProgram(options.mpirun, path ? path : "").ok()) {
+    return absl::NotFoundError(absl::StrCat("mpirun '", options.mpirun,
+                                            "' is not found or not executable; install Open MPI "
+                                            "(openmpi-bin) or pass --mpirun PATH"));
+  }
   auto timeline = options.runtime_env.find("OVERLAP_TIMELINE");
   if (timeline != options.runtime_env.end()) {
     std::string dir = timeline->second.substr(0, timeline->second.rfind('/') + 1);

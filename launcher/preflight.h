@@ -1,6 +1,6 @@
 // Checks against the machine before launching, so a job that cannot run fails in seconds with one
-// line instead of as a wall of mpirun output: the program exists and is executable, the timeline's
-// directory exists, and every remote host answers through the rsh agent mpirun will use.
+// line instead of as a wall of mpirun output: the program and mpirun exist and are executable, the
+// timeline's directory exists, and every remote host answers through the rsh agent mpirun will use.
 #ifndef OVERLAP_LAUNCHER_PREFLIGHT_H_
 #define OVERLAP_LAUNCHER_PREFLIGHT_H_
 

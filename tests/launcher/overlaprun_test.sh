@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# overlaprun end to end on this machine: refusals are one line with status 2, --dry-run prints
+# the command, a clean job exits 0, a failed rank's status and name come back, and the rank
+# wrapper reports exits, signals, exec failures and forwarded SIGTERM. Needs mpirun.
+set -uo pipefail
+R=${TEST_SRCDIR:-$PWD/..}/${TEST_WORKSPACE:-overlap}
+O=$R/launcher/overlaprun
+T=${TEST_TMPDIR:-/tmp}
+export HOME=${HOME:-$T}
+failures=0
+
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# expect STATUS "EXACT STDERR" -- ARGS...: overlaprun's status and its whole stderr.
+expect() {
+  local want_rc=$1 want_err=$2
+  shift 3
+  timeout 30 "$O" "$@" >"$T/out" 2>"$T/err"
+  local rc=$?
+  [ "$rc" -eq "$want_rc" ] || fail "overlaprun $*: status $rc, expected $want_rc"
+  [ "$(cat "$T/err")" = "$want_err" ] || fail "overlaprun $*: stderr '$(cat "$T/err")', expected '$want_err'"
+}
+
+# Refusals.
+expect 2 "overlaprun: -np N is required: how many ranks to start" -- true
+expect 2 "overlaprun: -np must be at least 1, got 0" -- -np 0 true
+expect 2 "overlaprun: no program given; usage: overlaprun -np N [options] [--] program [args...]" -- -np 2
+expect 2 "overlaprun: program 'no-such-program-xyz' is not found in PATH" -- -np 2 no-such-program-xyz
+expect 2 "overlaprun: -np 3 needs 3 slots but -H a:1,b:1 has 2; add hosts or slots, or pass --oversubscribe" -- -np 3 -H a,b true
+printf 'node1 slots=2\nnode2 slots=x\n' >"$T/hosts"
+expect 2 "overlaprun: hostfile $T/hosts line 2: slot count 'x' is not a positive integer" -- -np 2 --hostfile "$T/hosts" true
+expect 2 "overlaprun: host node9 is not reachable through '/bin/false': exit status 1" -- -np 2 -H node9:2 --rsh-agent /bin/false true
+expect 2 "overlaprun: mpirun 'no-mpirun' is not found or not executable; install Open MPI (openmpi-bin) or pass --mpirun PATH" -- -np 1 --mpirun no-mpirun true
+expect 2 "overlaprun: unknown option '--np' (overlaprun --help lists them)" -- --np 2 true
+
+# Help documents every option with examples.
+"$O" --help >"$T/help" || fail "--help status $?"
+for opt in -np -H --hostfile --dry-run --network-interface -x --fusion-threshold-mb --timeline \
+  --log-level --stall-warning --stall-timeout --collective-timeout --planner --compression \
+  --start-timeout --oversubscribe --rsh-agent --tcp-only --kill-grace --mpi-args examples:; do
+  grep -q -- "$opt" "$T/help" || fail "--help does not mention $opt"
+done
+
+# --dry-run prints exactly the command and launches nothing.
+env -i PATH=/usr/bin:/bin OVERLAP_NUM_CHANNELS=3 "$O" --dry-run -np 2 -H localhost:2 \
+  --fusion-threshold-mb 8 -x A=1 --mpirun mpirun prog arg >"$T/out" 2>&1
+want="mpirun $([ "$(id -u)" -eq 0 ] && echo '--allow-run-as-root ')-np 2 -H localhost:2 --bind-to none --map-by slot -x OVERLAP_FUSION_THRESHOLD=8388608 -x OVERLAP_NUM_CHANNELS -x PATH -x A=1 $(readlink -f "$O") --rank-wrapper -- prog arg"
+[ "$(cat "$T/out")" = "$want" ] || fail "--dry-run printed '$(cat "$T/out")', expected '$want'"
+
+# A clean job: status 0, the program's output, nothing from overlaprun; forwarded variables arrive.
+timeout 60 "$O" -np 3 -x GREETING=hi --log-level info sh -c 'echo "rank $OMPI_COMM_WORLD_RANK $GREETING $OVERLAP_LOG_LEVEL"' \
+  >"$T/out" 2>"$T/err"
+rc=$?
+[ "$rc" -eq 0 ] || fail "clean job status $rc: $(cat "$T/err")"
+[ "$(sort "$T/out")" = $'rank 0 hi info\nrank 1 hi info\nrank 2 hi info' ] || fail "clean job output: $(cat "$T/out")"
+! grep -q "overlaprun:" "$T/err" || fail "clean job printed: $(cat "$T/err")"
+
+# A failed rank: its status comes back and it is named with its host.
+timeout 60 "$O" -np 3 sh -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && exit 5; sleep 20' >"$T/out" 2>"$T/err"
+rc=$?
+[ "$rc" -eq 5 ] || fail "failed job status $rc, expected 5"
+grep -qx "overlaprun: rank 1 on host $(hostname) exited with status 5; stopping the job" "$T/err" || fail "no failure notice: $(cat "$T/err")"
+grep -q "^overlaprun: job failed: rank 1 on host $(hostname) exited with status 5; " "$T/err" || fail "no summary: $(cat "$T/err")"
+! grep -q "@@overlaprun-rank-end@@" "$T/err" || fail "raw rank reports leaked to the user"
+
+# The rank wrapper on its own.
+wrapper() { OMPI_COMM_WORLD_RANK=3 timeout 30 "$O" --rank-wrapper -- "$@" 2>"$T/err"; }
+report_re() { echo "^@@overlaprun-rank-end@@ rank=3 host=$(hostname) pid=[0-9]* how=$1 code=$2 end_ms=[0-9]* stopped=$3$"; }
+wrapper sh -c 'exit 0'; rc=$?
+[ "$rc" -eq 0 ] && [ ! -s "$T/err" ] || fail "wrapper success: status $rc, stderr '$(cat "$T/err")'"
+wrapper sh -c 'exit 9'; rc=$?
+[ "$rc" -eq 9 ] && grep -q "$(report_re exit 9 0)" "$T/err" || fail "wrapper exit: status $rc, '$(cat "$T/err")'"
+wrapper sh -c 'kill -9 $$'; rc=$?
+[ "$rc" -eq 137 ] && grep -q "$(report_re signal 9 0)" "$T/err" || fail "wrapper SIGKILL: status $rc, '$(cat "$T/err")'"
+wrapper /no/such/program; rc=$?
+[ "$rc" -eq 127 ] && grep -q "$(report_re exec 2 0)" "$T/err" || fail "wrapper exec failure: status $rc, '$(cat "$T/err")'"
+# SIGTERM from mpirun goes to the program, and the end is marked as stopped by the launcher.
+OMPI_COMM_WORLD_RANK=3 "$O" --rank-wrapper -- sleep 30 2>"$T/err" &
+pid=$!
+sleep 0.5
+start=$(date +%s%3N)
+kill -TERM $pid
+wait $pid
+rc=$?
+took=$(( $(date +%s%3N) - start ))
+[ "$rc" -eq 143 ] && grep -q "$(report_re signal 15 1)" "$T/err" || fail "wrapper SIGTERM: status $rc, '$(cat "$T/err")'"
+[ "$took" -lt 1000 ] || fail "wrapper took $took ms to stop after SIGTERM"
+
+[ "$failures" -eq 0 ] || { echo "$failures failures" >&2; exit 1; }
+echo PASS
