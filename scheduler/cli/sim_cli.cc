@@ -223,7 +223,7 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
       }
       const double efficiency = ideal_ms / sim->iteration_ms;
       if (o.json) {
-        nlohmann::json line = {
+        nlohmann::ordered_json line = {  // keys in the documented order
             {"model", profile->model},
             {"workers", workers},
             {"planner", plan->planner},
