@@ -145,14 +145,26 @@ class TopKCompressor final : public CompressorBase {
     const size_t stride = n / wanted;
     // A per-step start offset keeps the sample from always hitting the same elements.
     const size_t start = Below(Mix64(StreamKey(0, tensor_id, step)), static_cast<uint32_t>(stride));
-    thread_local std::vector<uint32_t> sample;
-    sample.clear();
-    for (size_t i = start; i < n; i += stride) sample.push_back(kernels::MagnitudeKey(g[i] + r[i]));
-    const size_t rank =
-        std::min(sample.size() - 1, static_cast<size_t>(kOverSelect * static_cast<double>(k) *
-                                                        sample.size() / static_cast<double>(n)));
-    std::nth_element(sample.begin(), sample.begin() + rank, sample.end(), std::greater<>());
-    return sample[rank];
+    const size_t count = (n - start + stride - 1) / stride;
+    const size_t rank = std::min(
+        count - 1,
+        static_cast<size_t>(kOverSelect * static_cast<double>(k) * count / static_cast<double>(n)));
+    // rank is ~24 by construction, so a min-heap of the rank + 1 largest keys beats nth_element
+    // over the whole sample: most keys lose one comparison against the heap's top and are gone.
+    thread_local std::vector<uint32_t> heap;
+    heap.clear();
+    for (size_t i = start; i < n; i += stride) {
+      const uint32_t key = kernels::MagnitudeKey(g[i] + r[i]);
+      if (heap.size() <= rank) {
+        heap.push_back(key);
+        std::push_heap(heap.begin(), heap.end(), std::greater<>());
+      } else if (key > heap.front()) {
+        std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+        heap.back() = key;
+        std::push_heap(heap.begin(), heap.end(), std::greater<>());
+      }
+    }
+    return heap.front();  // the (rank + 1)-th largest sampled key
   }
 
   int64_t k_;

@@ -186,6 +186,23 @@ TEST_CASE("fp16 payload is plain fp16 the executor can sum", "[cast]") {
   REQUIRE(state.residual()[3] == 1.0f / 4096);  // ... and the residual keeps 2^-12
 }
 
+TEST_CASE("fp16/bf16 with ef=0 send the plain cast and keep no residual", "[cast]") {
+  for (const char* spec : {"fp16:ef=0", "bf16:ef=0"}) {
+    INFO(spec);
+    auto c = MakeCompressor(spec).value();
+    const bool half = c->payload_dtype() == DataType::kFloat16;
+    const std::vector<float> grad = GaussianGradient(999, 17);
+    ResidualState state(1, grad.size());
+    Payload p(c->MaxPayloadBytes(grad.size()).value());
+    REQUIRE(c->Compress(grad, state, 0, p.span()).ok());
+    const auto* h = reinterpret_cast<const uint16_t*>(p.span().data());
+    for (size_t i = 0; i < grad.size(); ++i) {
+      REQUIRE(h[i] == (half ? FloatToHalf(grad[i]) : FloatToBFloat16(grad[i])));
+      REQUIRE(state.residual()[i] == 0.0f);
+    }
+  }
+}
+
 TEST_CASE("size mismatches and short buffers name the compressor and tensor", "[errors]") {
   auto c = MakeCompressor("fp16").value();
   ResidualState state(42, 10);

@@ -91,12 +91,15 @@ TEST_CASE("unknown parameters are rejected with the accepted list", "[config]") 
   const absl::Status s = MakeCompressor("fp16:ratio=0.1").status();
   REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(Contains(s, "unknown parameter(s) ratio"));
+  REQUIRE(Contains(s, "accepted: ef"));
+  REQUIRE(Contains(MakeCompressor("bf16:ef=2").status(), "out of range [0, 1]"));
   REQUIRE(Contains(MakeCompressor("powersgd:rank=4,rnk=2").status(), "accepted: rank, seed"));
 }
 
 TEST_CASE("canonical configs spell out defaults so ranks compare fully", "[config]") {
   REQUIRE(MakeCompressor("topk").value()->config().ToString() == "topk:method=exact,ratio=0.01");
   REQUIRE(MakeCompressor("powersgd").value()->config().ToString() == "powersgd:rank=4,seed=0");
+  REQUIRE(MakeCompressor("fp16").value()->config().ToString() == "fp16:ef=1");
   REQUIRE(MakeCompressor("covap:R=4").value()->config().ToString() ==
           "covap:R=4,alpha0=0.5,ramp_steps=0,shard=0");
 }
