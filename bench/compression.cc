@@ -127,6 +127,8 @@ int Main(int argc, char** argv) {
   std::vector<std::string> specs = {"none",
                                     "fp16",
                                     "bf16",
+                                    "fp16:ef=0",
+                                    "bf16:ef=0",
                                     "covap:R=4",
                                     "randomk:ratio=0.01",
                                     "topk:ratio=0.01,method=sampled",

@@ -128,6 +128,13 @@ OVERLAP_AVX2 void HalfToFloatAvx2(const uint16_t* in, float* out, size_t n, bool
 
 OVERLAP_AVX2 void FloatToBFloat16Avx2(const float* in, uint16_t* out, size_t n) {
   size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i packed =
+        _mm256_permute4x64_epi64(_mm256_packus_epi32(ToBFloat16Wide(_mm256_loadu_ps(in + i)),
+                                                     ToBFloat16Wide(_mm256_loadu_ps(in + i + 8))),
+                                 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), packed);
+  }
   for (; i + 8 <= n; i += 8) Store8(out + i, Narrow(ToBFloat16Wide(_mm256_loadu_ps(in + i))));
   for (; i < n; ++i) out[i] = overlap::FloatToBFloat16(in[i]);
 }
@@ -215,14 +222,28 @@ OVERLAP_AVX2 inline __m256i EfBFloat16Block(const float* g, float* r) {
   return wide;
 }
 
+// Packs two blocks of 8 bf16 results (32-bit lanes) into 16 ordered 16-bit lanes: packus
+// interleaves the 128-bit halves, the permute restores the order.
+OVERLAP_AVX2 inline __m256i Narrow16(__m256i a, __m256i b) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+}
+
 OVERLAP_AVX2 void EfBFloat16Avx2(const float* g, float* r, uint16_t* out, size_t n) {
   size_t i = 0;
+  if (n >= kStreamingElements && reinterpret_cast<uintptr_t>(out) % 2 == 0) {
+    // Scalar head until the payload is 32-byte aligned, as streaming stores require.
+    for (; reinterpret_cast<uintptr_t>(out + i) % 32 != 0; ++i) out[i] = EfBFloat16One(g[i], r[i]);
+    for (; i + 16 <= n; i += 16) {
+      const __m256i a = EfBFloat16Block(g + i, r + i);
+      const __m256i b = EfBFloat16Block(g + i + 8, r + i + 8);
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i), Narrow16(a, b));
+    }
+    _mm_sfence();  // order the streaming stores before whoever reads the payload next
+  }
   for (; i + 16 <= n; i += 16) {
     const __m256i a = EfBFloat16Block(g + i, r + i);
     const __m256i b = EfBFloat16Block(g + i + 8, r + i + 8);
-    // One pack for 16 lanes: packus interleaves 128-bit halves, the permute restores order.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), packed);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), Narrow16(a, b));
   }
   for (; i + 8 <= n; i += 8) Store8(out + i, Narrow(EfBFloat16Block(g + i, r + i)));
   for (; i < n; ++i) out[i] = EfBFloat16One(g[i], r[i]);

@@ -232,6 +232,14 @@ TEST_CASE("large tensors take the streaming-store paths and still match the scal
   ErrorFeedbackToHalf(g, absl::MakeSpan(r_avx), absl::MakeSpan(h_avx).subspan(3, n), Isa::kAvx2);
   REQUIRE(h_scalar == h_avx);
   REQUIRE(std::memcmp(r_scalar.data(), r_avx.data(), n * sizeof(float)) == 0);
+  r_scalar = r0;
+  r_avx = r0;
+  ErrorFeedbackToBFloat16(g, absl::MakeSpan(r_scalar), absl::MakeSpan(h_scalar).subspan(1, n),
+                          Isa::kScalar);
+  ErrorFeedbackToBFloat16(g, absl::MakeSpan(r_avx), absl::MakeSpan(h_avx).subspan(1, n),
+                          Isa::kAvx2);
+  REQUIRE(h_scalar == h_avx);
+  REQUIRE(std::memcmp(r_scalar.data(), r_avx.data(), n * sizeof(float)) == 0);
 
   std::vector<float> s_scalar = r0, s_avx = r0, o_scalar(n + 1), o_avx(n + 1);
   SendWithResidual(g, absl::MakeSpan(s_scalar), 0.625f, absl::MakeSpan(o_scalar).subspan(1, n),
