@@ -12,6 +12,13 @@ bool FailureLog::Add(const RankReport& report) {
   return true;
 }
 
+bool FailureLog::Reported(int rank) const {
+  for (const RankReport& r : reports_) {
+    if (r.rank == rank) return true;
+  }
+  return false;
+}
+
 std::optional<RankReport> FailureLog::Cause() const {
   std::vector<RankReport> own;
   for (const RankReport& r : reports_) {

@@ -30,6 +30,9 @@ class FailureLog {
 
   bool empty() const { return reports_.empty(); }
 
+  // Whether `rank` has reported its end.
+  bool Reported(int rank) const;
+
   // The failure to blame: the earliest one not caused by the launcher, else the earliest of all.
   std::optional<RankReport> Cause() const;
 

@@ -116,6 +116,14 @@ int TotalSlots(const std::vector<HostSlots>& hosts) {
   return total;
 }
 
+std::string HostOfRank(const std::vector<HostSlots>& hosts, int rank) {
+  for (const HostSlots& h : hosts) {
+    if (rank < h.slots) return h.host;
+    rank -= h.slots;
+  }
+  return "";
+}
+
 std::string FormatHostList(const std::vector<HostSlots>& hosts) {
   return absl::StrJoin(hosts, ",", [](std::string* out, const HostSlots& h) {
     absl::StrAppend(out, h.host, ":", h.slots);

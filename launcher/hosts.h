@@ -27,6 +27,10 @@ absl::StatusOr<std::vector<HostSlots>> ReadHostfile(const std::string& path);
 // Total slots over all hosts.
 int TotalSlots(const std::vector<HostSlots>& hosts);
 
+// The host mpirun places `rank` on with --map-by slot: hosts in order, each filled to its slots.
+// Empty when the rank lies beyond the slots (oversubscribed placement is mpirun's choice).
+std::string HostOfRank(const std::vector<HostSlots>& hosts, int rank);
+
 // "h1:2,h2:1": the form mpirun's -H takes and messages show.
 std::string FormatHostList(const std::vector<HostSlots>& hosts);
 

@@ -14,7 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "launcher/failure_log.h"
+#include "launcher/hosts.h"
 #include "launcher/rank_report.h"
 
 namespace overlap::launcher {
@@ -93,6 +95,21 @@ class StderrFilter {
   std::string buffer_;
 };
 
+// Ranks whose wrapper never reported while mpirun hung are the likely culprits: a host that lost
+// its network can neither report nor be stopped.
+void SaySilentRanks(const FailureLog& log, const LaunchOptions& options) {
+  std::vector<std::string> silent;
+  for (int rank = 0; rank < options.num_ranks; ++rank) {
+    if (log.Reported(rank)) continue;
+    const std::string host = HostOfRank(options.hosts, rank);
+    silent.push_back(host.empty() ? absl::StrCat(rank) : absl::StrCat(rank, " (", host, ")"));
+  }
+  if (silent.empty()) return;
+  Say(absl::StrCat("overlaprun: no end was reported by rank", silent.size() == 1 ? " " : "s ",
+                   absl::StrJoin(silent, ", "),
+                   ": still running, or on a host that is unreachable"));
+}
+
 }  // namespace
 
 int RunJob(const std::vector<std::string>& mpirun_argv, const LaunchOptions& options) {
@@ -158,6 +175,7 @@ int RunJob(const std::vector<std::string>& mpirun_argv, const LaunchOptions& opt
           "overlaprun: mpirun has not stopped the job %.0f s after rank %d failed "
           "(--kill-grace); terminating it",
           options.kill_grace_s, announced->rank));
+      SaySilentRanks(log, options);
       kill(pid, SIGTERM);
       terminate_at.reset();
       kill_at = Clock::now() + std::chrono::seconds(3);

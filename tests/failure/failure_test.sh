@@ -94,9 +94,11 @@ case $MODE in
       fail "no rank reported a clear error about the lost peer"
     [[ $summary =~ ^"overlaprun: job failed: rank "[013]" on host h"[124]" exited with status 1; " ]] ||
       fail "summary: '$summary'"
+    grep -qx "overlaprun: no end was reported by rank 2 (h3): still running, or on a host that is unreachable" "$OUT" ||
+      fail "overlaprun did not point at rank 2 on h3"
     limit=25 ;;  # 8 s collective timeout + 5 s kill grace + 3 s to SIGKILL mpirun + slack
 esac
 awk -v s="$stop_s" -v l="$limit" 'BEGIN { exit !(s < l) }' || fail "the job took $stop_s s to stop (limit $limit s)"
-grep "^overlaprun: " "$OUT"
+grep -E "^overlaprun: |^failure_loop: rank .*(injects|: step)|overlap: rank [0-9]+: (stall|lost)" "$OUT" | cut -c1-400 | head -20
 echo "measured: $MODE $WHERE stop_s=$stop_s"
 echo PASS

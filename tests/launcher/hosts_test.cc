@@ -18,6 +18,16 @@ TEST_CASE("-H lists give hosts in order with slots defaulting to 1", "[hosts]") 
   CHECK(FormatHostList(*hosts) == "node1:4,node2:1,10.0.0.3:2");
 }
 
+TEST_CASE("ranks map to hosts slot by slot, as mpirun --map-by slot places them", "[hosts]") {
+  auto hosts = ParseHostList("a:2,b:1,c:2");
+  REQUIRE(hosts.ok());
+  CHECK(HostOfRank(*hosts, 0) == "a");
+  CHECK(HostOfRank(*hosts, 1) == "a");
+  CHECK(HostOfRank(*hosts, 2) == "b");
+  CHECK(HostOfRank(*hosts, 4) == "c");
+  CHECK(HostOfRank(*hosts, 5).empty());
+}
+
 TEST_CASE("-H rejects bad slots, empty hosts and duplicates with the entry named", "[hosts]") {
   auto zero = ParseHostList("a:0");
   REQUIRE_FALSE(zero.ok());

@@ -58,11 +58,14 @@ TEST_CASE("descriptions and exit statuses follow the shell's conventions", "[rep
 TEST_CASE("the failure log blames the earliest rank that failed on its own", "[report]") {
   FailureLog log;
   CHECK(log.empty());
+  CHECK_FALSE(log.Reported(2));
   // Reports arrive out of order: rank 2 died first, rank 0 noticed and exited, rank 1 was stopped.
   CHECK(log.Add(Report(0, RankReport::How::kExited, 1, 5000)));  // first own failure: announce
   CHECK_FALSE(log.Add(Report(2, RankReport::How::kSignaled, SIGKILL, 4000)));
   CHECK_FALSE(log.Add(Report(1, RankReport::How::kSignaled, SIGTERM, 5100, true)));
   REQUIRE(log.Cause().has_value());
+  CHECK(log.Reported(2));
+  CHECK_FALSE(log.Reported(3));
   CHECK(log.Cause()->rank == 2);
   CHECK(log.ExitStatus(1) == 137);
   CHECK(log.Summary(6500) ==
