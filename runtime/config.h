@@ -17,8 +17,9 @@ struct Config {
   int64_t fusion_threshold_bytes = int64_t{64} << 20;
 
   // Collectives are spread over this many independent MPI communicators so that several can be in
-  // flight at once. OVERLAP_NUM_CHANNELS, 1..16.
-  int num_channels = 2;
+  // flight at once. One link gains little from concurrent collectives (they split its bandwidth),
+  // so the default is one; planners use more for separate links. OVERLAP_NUM_CHANNELS, 1..16.
+  int num_channels = 1;
 
   // Warn when some ranks have submitted a tensor and others have not for this long, naming both
   // sets. OVERLAP_STALL_WARNING_S.

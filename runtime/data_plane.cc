@@ -136,10 +136,10 @@ absl::Status DataPlane::StartAllreduce(Bucket* bucket, CollectiveArgs* args) {
   bucket->fused = true;
   std::vector<uint8_t>& buffer = channels_[static_cast<size_t>(bucket->channel)].fusion_buffer;
   if (buffer.size() < static_cast<size_t>(total) * elem) buffer.resize(static_cast<size_t>(total) * elem);
-  const absl::Time copy_start = absl::Now();
   uint8_t* cursor = buffer.data();
   for (const ReadyOp& r : bucket->ops) {
     const Request& request = r.response->request;
+    const absl::Time copy_start = absl::Now();
     for (size_t t = 0; t < request.tensors.size(); ++t) {
       const int64_t n = request.tensors[t].NumElements();
       if (r.op.has_value()) {
@@ -149,11 +149,7 @@ absl::Status DataPlane::StartAllreduce(Bucket* bucket, CollectiveArgs* args) {
       }
       cursor += static_cast<size_t>(n) * elem;
     }
-  }
-  if (timeline_->enabled()) {
-    for (const ReadyOp& r : bucket->ops) {
-      timeline_->Span(r.response->name, "COPY_IN", copy_start, absl::Now());
-    }
+    if (timeline_->enabled()) timeline_->Span(r.response->name, "COPY_IN", copy_start, absl::Now());
   }
   args->recv = buffer.data();
   return absl::OkStatus();
@@ -277,6 +273,7 @@ void DataPlane::FinishAllreduce(Bucket* bucket) {
   const size_t elem = DataTypeSize(dtype);
   for (ReadyOp& r : bucket->ops) {
     const Request& request = r.response->request;
+    const absl::Time copy_start = absl::Now();
     for (size_t t = 0; t < request.tensors.size(); ++t) {
       const int64_t n = request.tensors[t].NumElements();
       if (r.op.has_value()) {
@@ -286,11 +283,19 @@ void DataPlane::FinishAllreduce(Bucket* bucket) {
       }
       cursor += static_cast<size_t>(n) * elem;
     }
+    if (timeline_->enabled()) timeline_->Span(r.response->name, "COPY_OUT", copy_start, absl::Now());
   }
 }
 
 void DataPlane::Finish(Bucket* bucket) {
   const absl::Time done = absl::Now();
+  if (timeline_->enabled()) {
+    timeline_->Span(absl::StrCat("channel ", bucket->channel), OpKindName(bucket->kind),
+                    bucket->started, done);
+    for (const ReadyOp& r : bucket->ops) {
+      timeline_->Span(r.response->name, "COLLECTIVE", bucket->started, done);
+    }
+  }
   if (bucket->kind == OpKind::kAllreduce) {
     FinishAllreduce(bucket);
   } else if (bucket->kind == OpKind::kReduceScatter) {
@@ -301,14 +306,6 @@ void DataPlane::Finish(Bucket* bucket) {
     const double factor = request.postscale * (average && IsFloatingPoint(out.dtype) ? 1.0 / size_ : 1.0);
     ScaledCopy(out.data, out.data, out.NumElements(), out.dtype, factor);
     if (average && !IsFloatingPoint(out.dtype)) DivideIntegers(out.data, out.NumElements(), out.dtype, size_);
-  }
-  if (timeline_->enabled()) {
-    const std::string channel = absl::StrCat("channel ", bucket->channel);
-    timeline_->Span(channel, OpKindName(bucket->kind), bucket->started, done);
-    for (const ReadyOp& r : bucket->ops) {
-      timeline_->Span(r.response->name, "COLLECTIVE", bucket->started, done);
-      timeline_->Span(r.response->name, "COPY_OUT", done, absl::Now());
-    }
   }
   Complete(bucket, absl::OkStatus());
 }
