@@ -26,8 +26,8 @@ absl::StatusOr<Profile> LoadBuiltinProfile(absl::string_view name) {
                               absl::StrCat("scheduler/profiles/", name, ".json"));
     }
   }
-  return absl::NotFoundError(absl::StrCat("unknown model '", name, "'; valid models: ",
-                                          absl::StrJoin(BuiltinModelNames(), ", ")));
+  return absl::NotFoundError(absl::StrCat(
+      "unknown model '", name, "'; valid models: ", absl::StrJoin(BuiltinModelNames(), ", ")));
 }
 
 }  // namespace overlap::sched

@@ -8,19 +8,26 @@ namespace overlap::sched {
 
 const char* CollectiveName(Collective op) {
   switch (op) {
-    case Collective::kAllreduce: return "allreduce";
-    case Collective::kReduceScatter: return "reduce_scatter";
-    case Collective::kAllgather: return "allgather";
+    case Collective::kAllreduce:
+      return "allreduce";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllgather:
+      return "allgather";
   }
   return "unknown";
 }
 
 const char* AlgorithmName(Algorithm algorithm) {
   switch (algorithm) {
-    case Algorithm::kLinear: return "linear";
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kTree: return "tree";
-    case Algorithm::kRecursiveDoubling: return "rd";
+    case Algorithm::kLinear:
+      return "linear";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kTree:
+      return "tree";
+    case Algorithm::kRecursiveDoubling:
+      return "rd";
   }
   return "unknown";
 }
@@ -97,11 +104,12 @@ absl::Status CostModel::Validate() const {
     };
     auto ok = [](double v) { return !std::isnan(v) && v >= 0; };
     if (!ok(c.alpha_s) || std::isinf(c.alpha_s)) return bad("alpha", c.alpha_s);
-    if (!ok(c.beta_s_per_byte) || std::isinf(c.beta_s_per_byte)) return bad("beta", c.beta_s_per_byte);
+    if (!ok(c.beta_s_per_byte) || std::isinf(c.beta_s_per_byte))
+      return bad("beta", c.beta_s_per_byte);
     if (!ok(c.latency_s) || std::isinf(c.latency_s)) return bad("latency", c.latency_s);
     if (c.algorithm != Algorithm::kLinear && !(c.bandwidth_bytes_per_s > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("cost model channel ", i, " '", c.name,
-                                                     "': bandwidth must be > 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost model channel ", i, " '", c.name, "': bandwidth must be > 0"));
     }
     if (c.workers < 1) {
       return absl::InvalidArgumentError(absl::StrCat("cost model channel ", i, " '", c.name,
@@ -116,8 +124,8 @@ absl::StatusOr<ChannelCost> FitLinear(absl::Span<const CostSample> samples) {
   const double n = static_cast<double>(samples.size());
   for (const CostSample& s : samples) {
     if (!std::isfinite(s.bytes) || !std::isfinite(s.seconds) || s.bytes < 0 || s.seconds < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "FitLinear: sample (", s.bytes, " bytes, ", s.seconds, " s) is not finite and >= 0"));
+      return absl::InvalidArgumentError(absl::StrCat("FitLinear: sample (", s.bytes, " bytes, ",
+                                                     s.seconds, " s) is not finite and >= 0"));
     }
     sx += s.bytes;
     sy += s.seconds;

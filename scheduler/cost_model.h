@@ -35,11 +35,11 @@ absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name);
 struct ChannelCost {
   std::string name = "net";
   Algorithm algorithm = Algorithm::kRing;
-  double alpha_s = 0;           // linear: fixed cost per allreduce
-  double beta_s_per_byte = 0;   // linear: cost per byte of allreduce
-  double latency_s = 0;         // algorithmic: per message step
+  double alpha_s = 0;                // linear: fixed cost per allreduce
+  double beta_s_per_byte = 0;        // linear: cost per byte of allreduce
+  double latency_s = 0;              // algorithmic: per message step
   double bandwidth_bytes_per_s = 0;  // algorithmic: link bandwidth; +inf allowed
-  int workers = 2;              // algorithmic: N
+  int workers = 2;                   // algorithmic: N
 
   // Seconds for `op` over `bytes` bytes (the full tensor size, not per-rank chunk).
   double Seconds(Collective op, double bytes) const;

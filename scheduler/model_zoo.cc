@@ -112,8 +112,8 @@ class LayerBuilder {
 
 absl::StatusOr<Profile> BuildTransformerProfile(const TransformerConfig& cfg,
                                                 const Calibration& c) {
-  if (cfg.hidden <= 0 || cfg.layers <= 0 || cfg.heads <= 0 || cfg.batch <= 0 ||
-      cfg.sequence <= 0 || cfg.vocab <= 0 || c.matmul_forward_tflops <= 0) {
+  if (cfg.hidden <= 0 || cfg.layers <= 0 || cfg.heads <= 0 || cfg.batch <= 0 || cfg.sequence <= 0 ||
+      cfg.vocab <= 0 || c.matmul_forward_tflops <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("transformer '", cfg.name, "': sizes and calibration must be positive"));
   }
@@ -138,8 +138,8 @@ absl::StatusOr<Profile> BuildTransformerProfile(const TransformerConfig& cfg,
   }
   embed.AddTo(&p);
   for (int64_t l = 0; l < cfg.layers; ++l) {
-    const std::string pre =
-        cfg.encoder ? absl::StrCat("bert.encoder.layer.", l, ".") : absl::StrCat("transformer.h.", l, ".");
+    const std::string pre = cfg.encoder ? absl::StrCat("bert.encoder.layer.", l, ".")
+                                        : absl::StrCat("transformer.h.", l, ".");
     LayerBuilder attn(c, absl::StrCat("block", l, ".attention"));
     LayerBuilder mlp(c, absl::StrCat("block", l, ".mlp"));
     // Attention: QKV and output projections, scores QK^T and context AV (2 x 2 x b x heads x

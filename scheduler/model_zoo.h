@@ -23,9 +23,9 @@
 namespace overlap::sched {
 
 struct Calibration {
-  double matmul_forward_tflops = 0;   // 1e12 FLOP/s
-  double matmul_backward_tflops = 0;  // backward FLOPs (2x forward) per second
-  double elementwise_forward_ms_per_gb = 0;   // per 1e9 output bytes
+  double matmul_forward_tflops = 0;          // 1e12 FLOP/s
+  double matmul_backward_tflops = 0;         // backward FLOPs (2x forward) per second
+  double elementwise_forward_ms_per_gb = 0;  // per 1e9 output bytes
   double elementwise_backward_ms_per_gb = 0;
 
   double UpdateMs(int64_t parameter_bytes) const {

@@ -18,8 +18,8 @@ namespace overlap::sched {
 
 // One node of a PipeDream graph, as written in the file.
 struct PipeDreamNode {
-  int id = 0;                 // N of "nodeN"
-  std::string description;    // e.g. "Conv2d(3, 64, kernel_size=(7, 7), ...)"
+  int id = 0;               // N of "nodeN"
+  std::string description;  // e.g. "Conv2d(3, 64, kernel_size=(7, 7), ...)"
   double forward_ms = 0;
   double backward_ms = 0;
   double activation_bytes = 0;

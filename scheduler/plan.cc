@@ -273,8 +273,8 @@ absl::Status ValidatePlan(const Plan& plan, const Profile& profile, const CostMo
                                   "', the profile calls it '", t.name, "'"));
       }
       if (s.offset < 0 || s.count <= 0 || s.offset + s.count > t.count()) {
-        return error(absl::StrCat("slice [", s.offset, ", +", s.count, ") outside tensor '",
-                                  t.name, "' of ", t.count(), " elements"));
+        return error(absl::StrCat("slice [", s.offset, ", +", s.count, ") outside tensor '", t.name,
+                                  "' of ", t.count(), " elements"));
       }
       bytes += s.count * static_cast<int64_t>(DataTypeSize(t.dtype));
       key.emplace_back(s.tensor, s.offset, s.count);

@@ -59,9 +59,9 @@ struct Bucket {
 struct Plan {
   std::string planner;
   std::string model;
-  int staleness = 0;          // the bound the plan was made for
+  int staleness = 0;  // the bound the plan was made for
   bool layerwise_update = false;
-  double budget_used = 0;     // convergence budget spent (deft), 0 for synchronous plans
+  double budget_used = 0;  // convergence budget spent (deft), 0 for synchronous plans
   std::vector<Bucket> buckets;
 
   int MaxDelay() const;

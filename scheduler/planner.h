@@ -89,12 +89,12 @@ absl::StatusOr<Plan> PlanDear(const Profile&, const CostModel&, const PlannerOpt
 
 // DeFT, our formulation (DESIGN section 6; the paper's full text was not available). Gradients
 // are cut into items (consecutive small tensors fused, large ones split; item size tuned over
-// 2, 8, 32, 128 MB and the whole model). The backward and the next forward form one merged window per channel, so the
-// channel can run continuously. Items are assigned to channels by earliest finish, ordered by
-// deadline (first use in the next forward). A binary search finds the smallest set of items,
-// taken in order of earliest deadline, whose delay must grow (up to the staleness bound and
-// within the convergence budget) for the compute stream to stop waiting; the simulator is the
-// feasibility test, which is the knapsack capacity check with the cycle-to-cycle interplay
+// 2, 8, 32, 128 MB and the whole model). The backward and the next forward form one merged window
+// per channel, so the channel can run continuously. Items are assigned to channels by earliest
+// finish, ordered by deadline (first use in the next forward). A binary search finds the smallest
+// set of items, taken in order of earliest deadline, whose delay must grow (up to the staleness
+// bound and within the convergence budget) for the compute stream to stop waiting; the simulator is
+// the feasibility test, which is the knapsack capacity check with the cycle-to-cycle interplay
 // included. When a channel's coverage rate (communication / compute time) is still above 1 and
 // max_period > 1, the smallest items get update periods 2..max_period with staggered phases until
 // the rate is <= 1 or the budget is spent. Reports the budget used.

@@ -2,9 +2,9 @@
 
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
 
-#include <set>
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/json_util.h"
@@ -53,9 +53,9 @@ absl::Status Profile::Finalize() {
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerInfo& layer = layers[i];
     if (!ValidTime(layer.forward_ms) || !ValidTime(layer.backward_ms)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "profile '", model, "' layers[", i, "] '", layer.name,
-          "': forward_ms and backward_ms must be finite and >= 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("profile '", model, "' layers[", i, "] '", layer.name,
+                       "': forward_ms and backward_ms must be finite and >= 0"));
     }
     first_use[i] = forward_ms;
     forward_ms += layer.forward_ms;
@@ -70,8 +70,8 @@ absl::Status Profile::Finalize() {
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorInfo& tensor = tensors[i];
-    const std::string where = absl::StrCat("profile '", model, "' tensors[", i, "] '",
-                                           tensor.name, "'");
+    const std::string where =
+        absl::StrCat("profile '", model, "' tensors[", i, "] '", tensor.name, "'");
     if (tensor.name.empty()) return absl::InvalidArgumentError(where + ": empty name");
     if (!names.insert(tensor.name).second) {
       return absl::InvalidArgumentError(where + ": duplicate tensor name");
@@ -82,9 +82,9 @@ absl::Status Profile::Finalize() {
     const int64_t elem = static_cast<int64_t>(DataTypeSize(tensor.dtype));
     if (elem == 0) return absl::InvalidArgumentError(where + ": unknown dtype");
     if (tensor.bytes <= 0 || tensor.bytes % elem != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": bytes must be > 0 and a multiple of ", elem, " (", DataTypeName(tensor.dtype),
-          "), got ", tensor.bytes));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": bytes must be > 0 and a multiple of ", elem, " (",
+                       DataTypeName(tensor.dtype), "), got ", tensor.bytes));
     }
     tensor.ready_ms = ready[tensor.layer];
     tensor.first_use_ms = first_use[tensor.layer];

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,9 +29,9 @@ struct TensorInfo {
   std::string name;
   int64_t bytes = 0;
   DataType dtype = DataType::kFloat32;
-  int layer = 0;              // index into Profile::layers
-  double ready_ms = 0;        // gradient ready, measured from the start of backward
-  double first_use_ms = 0;    // parameter first read, measured from the start of forward
+  int layer = 0;            // index into Profile::layers
+  double ready_ms = 0;      // gradient ready, measured from the start of backward
+  double first_use_ms = 0;  // parameter first read, measured from the start of forward
 
   // Number of elements; bytes must be a multiple of the element size (checked by Finalize).
   int64_t count() const { return bytes / static_cast<int64_t>(DataTypeSize(dtype)); }

@@ -31,8 +31,8 @@ bool Active(const Bucket& b, int iteration) {
 
 }  // namespace
 
-absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
-                                   const CostModel& cost, const SimOptions& options) {
+absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, const CostModel& cost,
+                                   const SimOptions& options) {
   absl::Status valid = ValidatePlan(plan, profile, cost);
   if (!valid.ok()) return valid;
   const int nb = static_cast<int>(plan.buckets.size());
@@ -70,6 +70,8 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
   const int window = 6 * hyper;
   constexpr int kStableChecks = 3;
   const int max_delay = plan.MaxDelay();
+  int max_lag = 0;
+  for (const Bucket& b : plan.buckets) max_lag = std::max(max_lag, b.lag);
   const int iterations_cap = std::max(options.max_iterations, 4 * window + 4 * max_delay + 16);
   // end[b][j], start[b][j], ready[b][j]: instance of bucket b carrying iteration j's gradients.
   std::vector<std::vector<double>> start(nb), end(nb), ready(nb);
@@ -107,11 +109,13 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
         for (int b : layer_deps[l]) wait = std::max(wait, due_end(b, k));
         t = wait;
         const double u = k == 0 ? 0 : profile.update_ms * layer_bytes[l] / profile.total_bytes;
-        if (trace && u > 0) events.push_back({"update " + profile.layers[l].name, "compute", k, t, t + u});
+        if (trace && u > 0)
+          events.push_back({"update " + profile.layers[l].name, "compute", k, t, t + u});
         t += u;
       }
       const double f = profile.layers[l].forward_ms;
-      if (trace && f > 0) events.push_back({"fwd " + profile.layers[l].name, "compute", k, t, t + f});
+      if (trace && f > 0)
+        events.push_back({"fwd " + profile.layers[l].name, "compute", k, t, t + f});
       t += f;
     }
     // Backward; layer_ready[l] is when layer l's gradients of iteration k exist.
@@ -120,7 +124,8 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
     std::vector<double>& layer_ready = layer_ready_of.back();
     for (int l = nl - 1; l >= 0; --l) {
       const double d = profile.layers[l].backward_ms;
-      if (trace && d > 0) events.push_back({"bwd " + profile.layers[l].name, "compute", k, t, t + d});
+      if (trace && d > 0)
+        events.push_back({"bwd " + profile.layers[l].name, "compute", k, t, t + d});
       t += d;
       layer_ready[l] = t;
     }
@@ -140,9 +145,9 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
       end[b][j] = s + facts[b].duration_ms;
       channel_free[bucket.channel] = end[b][j];
       if (trace) {
-        events.push_back({absl::StrCat(CollectiveName(bucket.op), " #", b, " (", bucket.bytes,
-                                       " B)"),
-                          cost.channels[bucket.channel].name, j, s, end[b][j]});
+        events.push_back(
+            {absl::StrCat(CollectiveName(bucket.op), " #", b, " (", bucket.bytes, " B)"),
+             cost.channels[bucket.channel].name, j, s, end[b][j]});
       }
     }
     // Global optimizer step (Horovod/MG-WFBP): after backward, once every due bucket is in.
@@ -161,14 +166,20 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
     // the window's period. The dynamics are then periodic from here on, so the windowed mean is
     // exact. Comparing the iteration time alone is not enough: a channel backlog can grow for
     // many iterations before it stalls the compute stream.
+    // Times before `floor` (the earliest moment a future event can compare against: the oldest
+    // pending gradient's backward start, or now) are all equivalent, so they are clamped; this
+    // keeps an idle channel or a long-finished bucket from looking like a changing state.
+    const double floor =
+        max_lag == 0 ? t : std::min(t, backward_start[std::max(0, k + 1 - max_lag)]);
+    auto relative = [&](double time) { return std::max(time, floor) - t; };
     std::vector<double> state;
-    for (double f : channel_free) state.push_back(f - t);
+    for (double f : channel_free) state.push_back(relative(f));
     for (int j = std::max(0, k - max_delay); j <= k; ++j) {
       state.push_back(backward_start[j] - t);
       for (int b = 0; b < nb; ++b) {
         // Instances of lagged buckets for the latest iterations have not run yet.
         if (Active(plan.buckets[b], j) && j <= k - plan.buckets[b].lag) {
-          state.push_back(end[b][j] - t);
+          state.push_back(relative(end[b][j]));
         }
       }
     }
@@ -208,15 +219,23 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
     const int first = std::max(0, k - options.trace_iterations - max_delay - 1);
     const int last = first + options.trace_iterations;
     std::map<std::string, int> lanes{{"compute", 0}};
-    for (const ChannelCost& c : cost.channels) lanes.emplace(c.name, static_cast<int>(lanes.size()));
+    for (const ChannelCost& c : cost.channels)
+      lanes.emplace(c.name, static_cast<int>(lanes.size()));
     for (const auto& [lane, tid] : lanes) {
-      out.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid},
+      out.push_back({{"name", "thread_name"},
+                     {"ph", "M"},
+                     {"pid", 0},
+                     {"tid", tid},
                      {"args", {{"name", lane}}}});
     }
     for (const TraceEvent& e : events) {
       if (e.iteration < first || e.iteration >= last) continue;
-      out.push_back({{"name", e.name}, {"ph", "X"}, {"pid", 0}, {"tid", lanes[e.lane]},
-                     {"ts", e.start_ms * 1e3}, {"dur", (e.end_ms - e.start_ms) * 1e3},
+      out.push_back({{"name", e.name},
+                     {"ph", "X"},
+                     {"pid", 0},
+                     {"tid", lanes[e.lane]},
+                     {"ts", e.start_ms * 1e3},
+                     {"dur", (e.end_ms - e.start_ms) * 1e3},
                      {"args", {{"iteration", e.iteration}}}});
     }
     result.trace_json = nlohmann::json({{"traceEvents", out}, {"displayTimeUnit", "ms"}}).dump();

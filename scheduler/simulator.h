@@ -37,19 +37,19 @@ struct BucketTiming {
 };
 
 struct SimResult {
-  double iteration_ms = 0;      // steady-state time between consecutive forward starts
-  double compute_ms = 0;        // forward + backward + update
-  double comm_ms = 0;           // sum of collective times per iteration (period-weighted)
-  double exposed_comm_ms = 0;   // iteration_ms - compute_ms: time the compute stream waited
-  int iterations = 0;           // iterations simulated
+  double iteration_ms = 0;     // steady-state time between consecutive forward starts
+  double compute_ms = 0;       // forward + backward + update
+  double comm_ms = 0;          // sum of collective times per iteration (period-weighted)
+  double exposed_comm_ms = 0;  // iteration_ms - compute_ms: time the compute stream waited
+  int iterations = 0;          // iterations simulated
   bool converged = false;
   std::vector<BucketTiming> buckets;  // in plan order; empty times for skipped buckets
-  std::string trace_json;       // Chrome trace (Perfetto) when SimOptions::record_trace
+  std::string trace_json;             // Chrome trace (Perfetto) when SimOptions::record_trace
 };
 
 // Simulates `plan` (validated first with ValidatePlan; its error is returned as is).
-absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan,
-                                   const CostModel& cost, const SimOptions& options = {});
+absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, const CostModel& cost,
+                                   const SimOptions& options = {});
 
 }  // namespace overlap::sched
 

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   }
   auto options = overlap::sched::ParseCliArgs(args);
   if (!options.ok()) {
-    std::fprintf(stderr, "overlap-sim: error: %s\n", std::string(options.status().message()).c_str());
+    std::fprintf(stderr, "overlap-sim: error: %s\n",
+                 std::string(options.status().message()).c_str());
     return 2;
   }
   absl::Status status = overlap::sched::RunCli(*options, std::cout);

@@ -19,7 +19,7 @@ const char* CliUsage() {
   return "usage: overlap-sim (--profile FILE | --model NAME) (--workers N | --sweep-workers "
          "4,8,...,2048) --planners LIST|all (--cost linear --alpha-us A --beta-us-per-mb B | "
          "--cost ring|tree|rd --latency-us L --bandwidth-gbit G) [--staleness S] [--budget B] "
-         "[--max-period P] [--json] [--timeline FILE]";
+         "[--max-period P] [--channels K] [--json] [--timeline FILE]";
 }
 
 namespace {
@@ -80,11 +80,10 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
       o.json = true;
       continue;
     }
-    static const char* kValued[] = {"--profile",    "--model",      "--workers",
-                                    "--planners",   "--cost",       "--alpha-us",
-                                    "--beta-us-per-mb", "--latency-us", "--bandwidth-gbit",
-                                    "--staleness",  "--timeline",   "--sweep-workers",
-                                    "--budget",     "--max-period"};
+    static const char* kValued[] = {
+        "--profile",  "--model",          "--workers",    "--planners",       "--cost",
+        "--alpha-us", "--beta-us-per-mb", "--latency-us", "--bandwidth-gbit", "--staleness",
+        "--timeline", "--sweep-workers",  "--budget",     "--max-period",     "--channels"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued)) {
       return FlagError(flag, "unknown flag (see --help)");
     }
@@ -102,13 +101,13 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
       o.model = v;
     } else if (flag == "--workers" || flag == "--sweep-workers") {
       if (!o.workers.empty()) return FlagError(flag, "--workers and --sweep-workers conflict");
-      auto w = flag == "--workers" ? absl::StatusOr<std::vector<int>>(
-                                         [&]() -> absl::StatusOr<std::vector<int>> {
-                                           auto n = IntAtLeast(flag, v, 1);
-                                           if (!n.ok()) return n.status();
-                                           return std::vector<int>{*n};
-                                         }())
-                                   : WorkerList(flag, v);
+      auto w = flag == "--workers"
+                   ? absl::StatusOr<std::vector<int>>([&]() -> absl::StatusOr<std::vector<int>> {
+                       auto n = IntAtLeast(flag, v, 1);
+                       if (!n.ok()) return n.status();
+                       return std::vector<int>{*n};
+                     }())
+                   : WorkerList(flag, v);
       if (!w.ok()) return w.status();
       o.workers = *w;
     } else if (flag == "--planners") {
@@ -118,8 +117,8 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
         for (absl::string_view p : absl::StrSplit(v, ',')) {
           const auto& names = PlannerNames();
           if (std::find(names.begin(), names.end(), p) == names.end()) {
-            return FlagError(flag, absl::StrCat("unknown planner '", p, "'; valid: ",
-                                                absl::StrJoin(names, ", "), ", all"));
+            return FlagError(flag, absl::StrCat("unknown planner '", p,
+                                                "'; valid: ", absl::StrJoin(names, ", "), ", all"));
           }
           o.planners.emplace_back(p);
         }
@@ -149,6 +148,11 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
       auto p = IntAtLeast(flag, v, 1);
       if (!p.ok()) return p.status();
       o.planner_options.max_period = *p;
+    } else if (flag == "--channels") {
+      auto k = IntAtLeast(flag, v, 1);
+      if (!k.ok()) return k.status();
+      if (*k > 16) return FlagError(flag, "at most 16 links");
+      o.channels = *k;
     } else if (flag == "--timeline") {
       o.timeline_path = v;
     }
@@ -166,8 +170,9 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
       return FlagError("--cost linear", "needs --alpha-us and --beta-us-per-mb");
     }
     if (o.latency_us >= 0 || o.bandwidth_gbit >= 0) {
-      return FlagError("--cost linear", "takes --alpha-us/--beta-us-per-mb, not "
-                                        "--latency-us/--bandwidth-gbit");
+      return FlagError("--cost linear",
+                       "takes --alpha-us/--beta-us-per-mb, not "
+                       "--latency-us/--bandwidth-gbit");
     }
   } else {
     if (o.latency_us < 0 || o.bandwidth_gbit <= 0) {
@@ -201,12 +206,16 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
   if (!profile.ok()) return profile.status();
   const bool many = o.workers.size() * o.planners.size() > 1;
   for (int workers : o.workers) {
-    const CostModel cost =
-        o.cost == Algorithm::kLinear
-            ? CostModel::Linear(o.alpha_us, o.beta_us_per_mb)
-            : CostModel::Algorithmic(o.cost, workers, o.latency_us, o.bandwidth_gbit);
-    const double fused_ms = cost.Ms(0, Collective::kAllreduce,
-                                    static_cast<double>(profile->total_bytes));
+    CostModel cost = o.cost == Algorithm::kLinear
+                         ? CostModel::Linear(o.alpha_us, o.beta_us_per_mb)
+                         : CostModel::Algorithmic(o.cost, workers, o.latency_us, o.bandwidth_gbit);
+    for (int c = 1; c < o.channels; ++c) {
+      cost.channels.push_back(cost.channels[0]);
+      cost.channels.back().name = absl::StrCat("net", c);
+    }
+    // With K identical links the lower bound splits the fused collective evenly over them.
+    const double fused_ms =
+        cost.Ms(0, Collective::kAllreduce, static_cast<double>(profile->total_bytes) / o.channels);
     const double ideal_ms = std::max(profile->compute_ms(), fused_ms);
     for (const std::string& name : o.planners) {
       absl::StatusOr<Plan> plan = MakePlan(name, *profile, cost, o.planner_options);
@@ -223,7 +232,8 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
       }
       const double efficiency = ideal_ms / sim->iteration_ms;
       if (o.json) {
-        nlohmann::ordered_json line = {  // keys in the documented order
+        nlohmann::ordered_json line = {
+            // keys in the documented order
             {"model", profile->model},
             {"workers", workers},
             {"planner", plan->planner},

@@ -4,7 +4,9 @@
 //             --planners LIST|all
 //             (--cost linear --alpha-us A --beta-us-per-mb B |
 //              --cost ring|tree|rd --latency-us L --bandwidth-gbit G)
-//             [--staleness S] [--budget B] [--max-period P] [--json] [--timeline FILE]
+//             [--channels K] [--staleness S] [--budget B] [--max-period P] [--json]
+//             [--timeline FILE]
+// --channels K gives every worker K identical links (multi-rail); only deft uses more than one.
 // LIST is comma-separated; a worker list may use "a,b,...,z" for the geometric series a, b,
 // b*b/a, ... up to z (e.g. 4,8,...,2048).
 #ifndef OVERLAP_SCHEDULER_CLI_SIM_CLI_H_
@@ -28,6 +30,7 @@ struct CliOptions {
   Algorithm cost = Algorithm::kRing;
   double alpha_us = -1, beta_us_per_mb = -1;
   double latency_us = -1, bandwidth_gbit = -1;
+  int channels = 1;
   PlannerOptions planner_options;
   bool json = false;
   std::string timeline_path;

@@ -38,9 +38,9 @@ std::vector<Item> MakeItems(const Profile& profile, const CostModel& cost, int64
     item.first_use_ms = internal::FirstUseMs(profile, item.pieces);
     double best_end = std::numeric_limits<double>::infinity();
     for (size_t c = 0; c < free.size(); ++c) {
-      const double end = std::max(free[c], item.ready_ms) +
-                         cost.Ms(static_cast<int>(c), Collective::kAllreduce,
-                                 static_cast<double>(item.bytes));
+      const double end =
+          std::max(free[c], item.ready_ms) +
+          cost.Ms(static_cast<int>(c), Collective::kAllreduce, static_cast<double>(item.bytes));
       if (end < best_end) {
         best_end = end;
         item.channel = static_cast<int>(c);
@@ -77,8 +77,8 @@ std::vector<size_t> EdfOrder(const Profile& profile, const CostModel& cost,
 }
 
 struct Assignment {
-  std::vector<int> delay;   // per item
-  std::vector<int> period;  // per item
+  std::vector<int> delay;      // per item
+  std::vector<int> period;     // per item
   bool delayed_first = false;  // delayed items at the start of the next cycle (lag = delay)
 };
 
@@ -198,14 +198,15 @@ absl::StatusOr<Plan> PlanDeft(const Profile& profile, const CostModel& cost,
             for (size_t k = n; k-- > 0 && comm > profile.compute_ms();) {
               const size_t i = by_deadline[k];
               if (items[i].channel != static_cast<int>(c)) continue;
-              const double share = static_cast<double>(items[i].bytes) /
-                                   static_cast<double>(profile.total_bytes);
+              const double share =
+                  static_cast<double>(items[i].bytes) / static_cast<double>(profile.total_bytes);
               const int p = options.max_period;
               if (spent_now + share * (p - 1) > budget + 1e-12) continue;
               spent_now += share * (p - 1);
               a.period[i] = p;
               comm -= cost.Ms(static_cast<int>(c), Collective::kAllreduce,
-                              static_cast<double>(items[i].bytes)) * (1 - 1.0 / p);
+                              static_cast<double>(items[i].bytes)) *
+                      (1 - 1.0 / p);
             }
           }
           Consider(profile, cost, BuildPlan(profile, items, order, a, S), &best);

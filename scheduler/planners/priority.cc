@@ -33,7 +33,8 @@ Plan PriorityPlan(const char* name, const Profile& profile, const CostModel& cos
   double t = 0;
   for (Bucket& b : plan.buckets) {
     double ready = 0;
-    for (const TensorSlice& s : b.slices) ready = std::max(ready, profile.tensors[s.tensor].ready_ms);
+    for (const TensorSlice& s : b.slices)
+      ready = std::max(ready, profile.tensors[s.tensor].ready_ms);
     t = std::max(t, ready) + cost.Ms(0, b.op, static_cast<double>(b.bytes));
     if (t > profile.backward_ms) b.window = Window::kNextForward;
   }

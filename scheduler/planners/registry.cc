@@ -10,8 +10,7 @@
 namespace overlap::sched {
 namespace {
 
-using PlannerFn = absl::StatusOr<Plan> (*)(const Profile&, const CostModel&,
-                                           const PlannerOptions&);
+using PlannerFn = absl::StatusOr<Plan> (*)(const Profile&, const CostModel&, const PlannerOptions&);
 
 struct Entry {
   const char* name;
@@ -19,9 +18,10 @@ struct Entry {
 };
 
 const Entry kPlanners[] = {
-    {"wfbp", PlanWfbp},       {"fusion", PlanFusion},   {"mgwfbp", PlanMgwfbp},
-    {"bytescheduler", PlanByteScheduler}, {"usbyte", PlanUsByte}, {"dear", PlanDear},
-    {"deft", PlanDeft},       {"auto", PlanAuto},
+    {"wfbp", PlanWfbp},     {"fusion", PlanFusion},
+    {"mgwfbp", PlanMgwfbp}, {"bytescheduler", PlanByteScheduler},
+    {"usbyte", PlanUsByte}, {"dear", PlanDear},
+    {"deft", PlanDeft},     {"auto", PlanAuto},
 };
 
 }  // namespace
@@ -53,14 +53,13 @@ absl::StatusOr<Plan> MakePlan(absl::string_view planner, const Profile& profile,
     if (!plan.ok()) return plan.status();
     status = ValidatePlan(*plan, profile, cost);
     if (!status.ok()) {
-      return absl::InternalError(absl::StrCat("planner '", planner,
-                                              "' produced an invalid plan: ", status.message()));
+      return absl::InternalError(
+          absl::StrCat("planner '", planner, "' produced an invalid plan: ", status.message()));
     }
     return plan;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown planner '", planner,
-                                                 "'; valid planners: ",
-                                                 absl::StrJoin(PlannerNames(), ", ")));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown planner '", planner, "'; valid planners: ", absl::StrJoin(PlannerNames(), ", ")));
 }
 
 absl::StatusOr<Plan> PlanAuto(const Profile& profile, const CostModel& cost,

@@ -1,5 +1,6 @@
 // The synchronous baselines: WFBP, Horovod fusion, MG-WFBP (see planner.h for sources).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "scheduler/planner.h"
@@ -21,11 +22,11 @@ absl::StatusOr<Plan> PlanWfbp(const Profile& profile, const CostModel&, const Pl
 absl::StatusOr<Plan> PlanFusion(const Profile& profile, const CostModel&,
                                 const PlannerOptions& options) {
   if (options.fusion_threshold_bytes <= 0 || !(options.cycle_time_ms > 0)) {
-    return absl::InvalidArgumentError("fusion: fusion_threshold_bytes and cycle_time_ms must be > 0");
+    return absl::InvalidArgumentError(
+        "fusion: fusion_threshold_bytes and cycle_time_ms must be > 0");
   }
   Plan plan = internal::NewPlan("fusion", profile, 0);
-  const std::vector<Piece> pieces =
-      internal::WholeTensors(profile, internal::ReadyOrder(profile));
+  const std::vector<Piece> pieces = internal::WholeTensors(profile, internal::ReadyOrder(profile));
   // Tensors ready within the same cycle are fused together, up to the threshold.
   size_t i = 0;
   while (i < pieces.size()) {
@@ -45,8 +46,7 @@ absl::StatusOr<Plan> PlanFusion(const Profile& profile, const CostModel&,
 
 absl::StatusOr<Plan> PlanMgwfbp(const Profile& profile, const CostModel& cost,
                                 const PlannerOptions&) {
-  const std::vector<Piece> pieces =
-      internal::WholeTensors(profile, internal::ReadyOrder(profile));
+  const std::vector<Piece> pieces = internal::WholeTensors(profile, internal::ReadyOrder(profile));
   const size_t n = pieces.size();
   // best[i]: earliest end of the last allreduce when pieces [0, i) are sent in groups.
   // A later group's end only grows with the previous end, so optimal prefixes compose.
@@ -58,8 +58,7 @@ absl::StatusOr<Plan> PlanMgwfbp(const Profile& profile, const CostModel& cost,
     double bytes = 0;
     for (size_t j = i; j-- > 0;) {  // group = pieces [j, i)
       bytes += static_cast<double>(pieces[j].bytes);
-      const double end =
-          std::max(best[j], ready) + cost.Ms(0, Collective::kAllreduce, bytes);
+      const double end = std::max(best[j], ready) + cost.Ms(0, Collective::kAllreduce, bytes);
       if (end < best[i]) {
         best[i] = end;
         cut[i] = j;

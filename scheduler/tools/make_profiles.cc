@@ -45,11 +45,11 @@ int main(int argc, char** argv) {
   }
   auto calibration = CalibrateOnPipeDream(calibration_graphs, kBatch);
   if (!calibration.ok()) return Fail(calibration.status());
-  std::printf("matmul forward %.3f TFLOP/s, backward %.3f TFLOP/s; elementwise forward %.4f "
-              "ms/GB, backward %.4f ms/GB\n",
-              calibration->matmul_forward_tflops, calibration->matmul_backward_tflops,
-              calibration->elementwise_forward_ms_per_gb,
-              calibration->elementwise_backward_ms_per_gb);
+  std::printf(
+      "matmul forward %.3f TFLOP/s, backward %.3f TFLOP/s; elementwise forward %.4f "
+      "ms/GB, backward %.4f ms/GB\n",
+      calibration->matmul_forward_tflops, calibration->matmul_backward_tflops,
+      calibration->elementwise_forward_ms_per_gb, calibration->elementwise_backward_ms_per_gb);
   std::vector<Profile> profiles;
   for (const auto& [model, nodes] : graphs) {
     double bytes = 0;
@@ -69,10 +69,11 @@ int main(int argc, char** argv) {
     std::ofstream out(path);
     out << p.ToJson();
     if (!out) return Fail(absl::InternalError(absl::StrCat(path, ": write failed")));
-    std::printf("%-12s forward %8.2f ms  backward %8.2f ms  update %6.2f ms  %5zu tensors  "
-                "%9.2f MB\n",
-                p.model.c_str(), p.forward_ms, p.backward_ms, p.update_ms, p.tensors.size(),
-                p.total_bytes / 1e6);
+    std::printf(
+        "%-12s forward %8.2f ms  backward %8.2f ms  update %6.2f ms  %5zu tensors  "
+        "%9.2f MB\n",
+        p.model.c_str(), p.forward_ms, p.backward_ms, p.update_ms, p.tensors.size(),
+        p.total_bytes / 1e6);
   }
   return 0;
 }

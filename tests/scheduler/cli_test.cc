@@ -19,14 +19,16 @@ const char* kRing = " --cost ring --latency-us 10 --bandwidth-gbit 10";
 
 TEST_CASE("The CLI parses the issue's flags and expands worker series") {
   auto o = ParseCliArgs(Split(std::string("--model vgg16 --sweep-workers 4,8,...,2048 "
-                                          "--planners all --staleness 1 --json") + kRing));
+                                          "--planners all --staleness 1 --json") +
+                              kRing));
   REQUIRE(o.ok());
   CHECK(o->workers == std::vector<int>{4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048});
   CHECK(o->planners.size() == 8);
   CHECK(o->planner_options.staleness == 1);
   CHECK(o->json);
-  auto lin = ParseCliArgs(Split("--model vgg16 --workers 8 --planners wfbp,deft --cost linear "
-                                "--alpha-us 5 --beta-us-per-mb 80"));
+  auto lin =
+      ParseCliArgs(Split("--model vgg16 --workers 8 --planners wfbp,deft --cost linear "
+                         "--alpha-us 5 --beta-us-per-mb 80"));
   REQUIRE(lin.ok());
   CHECK(lin->planners == std::vector<std::string>{"wfbp", "deft"});
 }
@@ -42,7 +44,8 @@ TEST_CASE("Bad CLI arguments name the flag and the problem") {
       {base + kRing + " --staleness -1", "--staleness: expected an integer >= 0"},
       {"--model vgg16 --workers 0 --planners wfbp" + std::string(kRing), "--workers"},
       {"--model vgg16 --workers x --planners wfbp" + std::string(kRing), "got 'x'"},
-      {"--model vgg16 --workers 8 --planners magic" + std::string(kRing), "unknown planner 'magic'"},
+      {"--model vgg16 --workers 8 --planners magic" + std::string(kRing),
+       "unknown planner 'magic'"},
       {base, "--cost: required"},
       {base + " --cost ring --latency-us 10", "needs --latency-us and --bandwidth-gbit"},
       {base + " --cost linear --alpha-us 1", "needs --alpha-us and --beta-us-per-mb"},
@@ -53,6 +56,7 @@ TEST_CASE("Bad CLI arguments name the flag and the problem") {
       {"--model vgg16 --planners wfbp" + std::string(kRing), "--workers: required"},
       {"--model vgg16 --sweep-workers 4,...,64 --planners wfbp" + std::string(kRing), "'...'"},
       {base + " --cost linear --alpha-us 1 --beta-us-per-mb 1 --latency-us 3", "not"},
+      {base + kRing + " --channels 0", "--channels: expected an integer >= 1"},
   };
   for (const Case& c : cases) {
     INFO(c.args);
@@ -64,7 +68,8 @@ TEST_CASE("Bad CLI arguments name the flag and the problem") {
 
 TEST_CASE("RunCli prints one JSON line per planner and worker count") {
   auto o = ParseCliArgs(Split(std::string("--model resnet50 --sweep-workers 4,16 --planners "
-                                          "wfbp,deft --staleness 1 --json") + kRing));
+                                          "wfbp,deft --staleness 1 --json") +
+                              kRing));
   REQUIRE(o.ok());
   std::ostringstream out;
   REQUIRE(RunCli(*o, out).ok());
@@ -77,10 +82,10 @@ TEST_CASE("RunCli prints one JSON line per planner and worker count") {
   REQUIRE(lines.size() == 4);
   // Every field, in the order the issue documents.
   size_t at = 0;
-  for (const char* key : {"{\"model\":\"resnet50\"", "\"workers\":4", "\"planner\":\"wfbp\"",
-                          "\"iter_ms\":", "\"compute_ms\":", "\"comm_ms\":",
-                          "\"exposed_comm_ms\":", "\"ideal_ms\":", "\"efficiency\":",
-                          "\"buckets\":", "\"max_delay\":", "\"budget_used\":"}) {
+  for (const char* key :
+       {"{\"model\":\"resnet50\"", "\"workers\":4", "\"planner\":\"wfbp\"",
+        "\"iter_ms\":", "\"compute_ms\":", "\"comm_ms\":", "\"exposed_comm_ms\":", "\"ideal_ms\":",
+        "\"efficiency\":", "\"buckets\":", "\"max_delay\":", "\"budget_used\":"}) {
     INFO(key);
     const size_t pos = lines[0].find(key);
     REQUIRE(pos != std::string::npos);
@@ -91,10 +96,24 @@ TEST_CASE("RunCli prints one JSON line per planner and worker count") {
   CHECK_THAT(lines[3], Catch::Contains("\"planner\":\"deft\""));
 }
 
+TEST_CASE("--channels gives deft more links and splits the ideal's fused collective") {
+  const std::string args =
+      std::string("--model bert-base --workers 16 --planners deft --staleness 1 --json") + kRing;
+  std::ostringstream one, two;
+  REQUIRE(RunCli(*ParseCliArgs(Split(args)), one).ok());
+  REQUIRE(RunCli(*ParseCliArgs(Split(args + " --channels 2")), two).ok());
+  auto field = [](const std::string& line, const std::string& key) {
+    const size_t at = line.find("\"" + key + "\":") + key.size() + 3;
+    return std::stod(line.substr(at));
+  };
+  CHECK(field(two.str(), "iter_ms") < field(one.str(), "iter_ms"));
+  CHECK(field(two.str(), "ideal_ms") < field(one.str(), "ideal_ms"));
+}
+
 TEST_CASE("RunCli reports malformed and missing profile files") {
-  const std::string path = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR")
-                                                                   : "/tmp") +
-                           "/bad_profile.json";
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
+      "/bad_profile.json";
   std::ofstream(path) << "{\"model\": \"x\", \"update_ms\": 1, \"layers\": [}";
   auto o = ParseCliArgs(Split("--profile " + path + " --workers 8 --planners wfbp" + kRing));
   REQUIRE(o.ok());
@@ -102,20 +121,19 @@ TEST_CASE("RunCli reports malformed and missing profile files") {
   absl::Status s = RunCli(*o, out);
   REQUIRE_FALSE(s.ok());
   CHECK_THAT(std::string(s.message()), Catch::Contains("bad_profile.json: not valid JSON"));
-  auto missing = ParseCliArgs(Split("--profile /no/such.json --workers 8 --planners wfbp" +
-                                    std::string(kRing)));
+  auto missing = ParseCliArgs(
+      Split("--profile /no/such.json --workers 8 --planners wfbp" + std::string(kRing)));
   CHECK_FALSE(RunCli(*missing, out).ok());
-  auto model = ParseCliArgs(Split("--model resnet9000 --workers 8 --planners wfbp" +
-                                  std::string(kRing)));
+  auto model =
+      ParseCliArgs(Split("--model resnet9000 --workers 8 --planners wfbp" + std::string(kRing)));
   CHECK_THAT(std::string(RunCli(*model, out).message()), Catch::Contains("valid models"));
 }
 
 TEST_CASE("--timeline writes a Chrome trace") {
-  const std::string path = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR")
-                                                                   : "/tmp") +
-                           "/trace.json";
-  auto o = ParseCliArgs(Split("--model resnet50 --workers 8 --planners dear --timeline " + path +
-                              kRing));
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/trace.json";
+  auto o = ParseCliArgs(
+      Split("--model resnet50 --workers 8 --planners dear --timeline " + path + kRing));
   REQUIRE(o.ok());
   std::ostringstream out;
   REQUIRE(RunCli(*o, out).ok());

@@ -1,14 +1,14 @@
+#include "scheduler/cost_model.h"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
-
-#include "scheduler/cost_model.h"
 
 namespace overlap::sched {
 namespace {
 
 TEST_CASE("Ring, tree and recursive-doubling closed forms") {
-  const double m = 100e6;  // bytes
+  const double m = 100e6;                                               // bytes
   CostModel ring = CostModel::Algorithmic(Algorithm::kRing, 8, 10, 8);  // 10 us, 1 GB/s
   const double per = m / 1e9;
   CHECK(ring.channels[0].Seconds(Collective::kAllreduce, m) ==
@@ -25,14 +25,16 @@ TEST_CASE("Ring, tree and recursive-doubling closed forms") {
   CostModel tree = CostModel::Algorithmic(Algorithm::kTree, 8, 10, 8);
   CHECK(tree.channels[0].Seconds(Collective::kAllreduce, m) == Approx(2 * 3 * (10e-6 + per)));
   // Non-power-of-two counts round the step count up.
-  CHECK(CostModel::Algorithmic(Algorithm::kTree, 5, 10, 8).channels[0].Seconds(
-            Collective::kAllreduce, 0) == Approx(2 * 3 * 10e-6));
+  CHECK(CostModel::Algorithmic(Algorithm::kTree, 5, 10, 8)
+            .channels[0]
+            .Seconds(Collective::kAllreduce, 0) == Approx(2 * 3 * 10e-6));
   // One worker exchanges nothing.
-  CHECK(CostModel::Algorithmic(Algorithm::kRing, 1, 10, 8).channels[0].Seconds(
-            Collective::kAllreduce, m) == 0);
+  CHECK(CostModel::Algorithmic(Algorithm::kRing, 1, 10, 8)
+            .channels[0]
+            .Seconds(Collective::kAllreduce, m) == 0);
   // Infinite bandwidth leaves the latency terms.
-  CostModel inf = CostModel::Algorithmic(Algorithm::kRing, 4, 5,
-                                         std::numeric_limits<double>::infinity());
+  CostModel inf =
+      CostModel::Algorithmic(Algorithm::kRing, 4, 5, std::numeric_limits<double>::infinity());
   CHECK(inf.channels[0].Seconds(Collective::kAllreduce, 1e9) == Approx(6 * 5e-6));
   CHECK(inf.WithWorkers(16).channels[0].workers == 16);
 }

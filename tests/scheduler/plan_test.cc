@@ -1,7 +1,8 @@
+#include "scheduler/plan.h"
+
 #include <catch2/catch.hpp>
 #include <random>
 
-#include "scheduler/plan.h"
 #include "scheduler/planner.h"
 #include "tests/scheduler/test_util.h"
 

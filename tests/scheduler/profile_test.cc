@@ -1,9 +1,10 @@
+#include "scheduler/profile.h"
+
 #include <catch2/catch.hpp>
 
 #include "scheduler/builtin.h"
 #include "scheduler/model_zoo.h"
 #include "scheduler/pipedream.h"
-#include "scheduler/profile.h"
 
 namespace overlap::sched {
 namespace {
@@ -142,8 +143,12 @@ TEST_CASE("Bundled profiles load and transformers have their exact parameter cou
 
 TEST_CASE("The FLOP model reproduces its calibration data in aggregate") {
   // A Linear layer of known size at 1 TFLOP/s forward takes exactly FLOPs / 1e12 s.
-  PipeDreamNode linear{1, "Linear(in_features=1000, out_features=1000, bias=True)", 0.256, 0.512,
-                       4.0 * 128 * 1000, 4004000};
+  PipeDreamNode linear{1,
+                       "Linear(in_features=1000, out_features=1000, bias=True)",
+                       0.256,
+                       0.512,
+                       4.0 * 128 * 1000,
+                       4004000};
   PipeDreamNode relu{2, "ReLU(inplace)", 1.0, 2.0, 1e9, 0};
   auto c = CalibrateOnPipeDream({{linear, relu}}, 128);
   REQUIRE(c.ok());

@@ -1,10 +1,11 @@
+#include "scheduler/simulator.h"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 
 #include "scheduler/builtin.h"
 #include "scheduler/planner.h"
-#include "scheduler/simulator.h"
 #include "tests/scheduler/test_util.h"
 
 namespace overlap::sched {
@@ -16,8 +17,8 @@ using testing::MgwfbpModelMs;
 TEST_CASE("wfbp and mgwfbp reproduce MG-WFBP's iteration model exactly under linear cost") {
   for (const std::string& model : BuiltinModelNames()) {
     const Profile profile = *LoadBuiltinProfile(model);
-    for (auto [alpha_us, beta_us_per_mb] : {std::pair<double, double>{0, 0}, {50, 80},
-                                            {1000, 800}, {20000, 10}}) {
+    for (auto [alpha_us, beta_us_per_mb] :
+         {std::pair<double, double>{0, 0}, {50, 80}, {1000, 800}, {20000, 10}}) {
       const CostModel cost = CostModel::Linear(alpha_us, beta_us_per_mb);
       for (const char* planner : {"wfbp", "mgwfbp"}) {
         INFO(model << " " << planner << " alpha " << alpha_us << " beta " << beta_us_per_mb);
@@ -49,10 +50,11 @@ TEST_CASE("mgwfbp finds the optimal merge: brute force over all contiguous group
   CHECK(Simulate(p, *mg, cost)->iteration_ms == Approx(3 + 4.02));
   CHECK(Simulate(p, *MakePlan("wfbp", p, cost, {}), cost)->iteration_ms == Approx(3 + 4.03));
   // On a 12-layer model with uneven sizes, no grouping of the ready order beats the DP.
-  const Profile q = MakeProfile({1, 2, 1, 3, 1, 1, 2, 1, 1, 2, 1, 1},
-                                {2, 1, 3, 1, 2, 2, 1, 1, 3, 1, 2, 1},
-                                {400'000, 4'000, 2'000'000, 40'000, 8'000, 1'000'000, 4,
-                                 300'000, 64, 5'000'000, 12'000, 700'000}, 0.5);
+  const Profile q =
+      MakeProfile({1, 2, 1, 3, 1, 1, 2, 1, 1, 2, 1, 1}, {2, 1, 3, 1, 2, 2, 1, 1, 3, 1, 2, 1},
+                  {400'000, 4'000, 2'000'000, 40'000, 8'000, 1'000'000, 4, 300'000, 64, 5'000'000,
+                   12'000, 700'000},
+                  0.5);
   for (auto [alpha_us, beta] : {std::pair<double, double>{500, 1000}, {3000, 100}, {10, 2000}}) {
     const CostModel c = CostModel::Linear(alpha_us, beta);
     const Plan wfbp = *MakePlan("wfbp", q, c, {});
@@ -142,8 +144,8 @@ double PriorityClosedFormMs(const Profile& p, const Plan& plan, const CostModel&
 
 TEST_CASE("usbyte and bytescheduler match the priority-scheduling closed form") {
   // Four layers; only the last has backward time, so every gradient is ready at B = 10 ms.
-  const Profile p = MakeProfile({3, 2, 4, 1}, {0, 0, 0, 10}, {4'000'000, 2'000'000, 8'000'000,
-                                                             1'000'000}, 0);
+  const Profile p =
+      MakeProfile({3, 2, 4, 1}, {0, 0, 0, 10}, {4'000'000, 2'000'000, 8'000'000, 1'000'000}, 0);
   for (auto [alpha_us, beta] : {std::pair<double, double>{0, 1000}, {300, 1000}, {2000, 200}}) {
     const CostModel cost = CostModel::Linear(alpha_us, beta);
     for (const char* planner : {"usbyte", "bytescheduler"}) {
