@@ -68,6 +68,7 @@ class RandomKCompressor final : public CompressorBase {
   // Calls f(i, index) for stratum i = 0..k-1. The first n % k strata hold n / k + 1 elements.
   template <typename F>
   void ForEachIndex(int64_t tensor_id, int64_t step, size_t n, size_t k, F f) const {
+    if (k == 0) return;  // empty tensor
     const uint64_t key = StreamKey(seed_, tensor_id, step);
     const size_t base = n / k, extra = n % k;
     size_t start = 0;

@@ -203,6 +203,25 @@ TEST_CASE("fp16/bf16 with ef=0 send the plain cast and keep no residual", "[cast
   }
 }
 
+TEST_CASE("every compressor handles empty and one-element tensors", "[edge]") {
+  for (const char* spec : {"none", "fp16", "bf16", "covap:R=4", "randomk", "topk",
+                           "topk:method=sampled", "efsign", "powersgd"}) {
+    INFO(spec);
+    auto c = MakeCompressor(spec).value();
+    for (size_t n : {0u, 1u}) {
+      ResidualState state(1, n);
+      const std::vector<float> grad(n, 3.0f);
+      std::vector<float> sent(n, 0.0f);
+      for (int64_t step = 0; step < 4; ++step) {
+        const std::vector<float> out = testing::RunStep(*c, grad, state, step);
+        for (size_t i = 0; i < n; ++i) sent[i] += out[i];
+      }
+      // Four steps of 3.0: whatever was not sent is in the residual.
+      for (size_t i = 0; i < n; ++i) REQUIRE(sent[i] + state.residual()[i] == Approx(12.0f));
+    }
+  }
+}
+
 TEST_CASE("size mismatches and short buffers name the compressor and tensor", "[errors]") {
   auto c = MakeCompressor("fp16").value();
   ResidualState state(42, 10);
