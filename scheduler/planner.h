@@ -26,8 +26,9 @@ struct PlannerOptions {
   double budget = -1;
   // Largest update period deft may assign when a channel's coverage rate exceeds 1 (1 = never).
   int max_period = 1;
-  // Horovod fusion: HOROVOD_FUSION_THRESHOLD (64 MiB) and HOROVOD_CYCLE_TIME (ms).
-  int64_t fusion_threshold_bytes = 64 << 20;
+  // Horovod fusion: HOROVOD_FUSION_THRESHOLD and HOROVOD_CYCLE_TIME (ms), with Horovod's
+  // defaults since v0.21 (128 MiB and 1 ms; before that 64 MiB and 5 ms).
+  int64_t fusion_threshold_bytes = int64_t{128} << 20;
   double cycle_time_ms = 1.0;
   // ByteScheduler partition and credit in bytes; 0 = tune by simulation over a grid (the paper
   // tunes them online with Bayesian optimisation).
@@ -72,12 +73,14 @@ absl::StatusOr<Plan> PlanMgwfbp(const Profile&, const CostModel&, const PlannerO
 // the cost model. Partition and credit are tuned over {0.5, 2, 8, 32} MB x {1, 4} partitions.
 absl::StatusOr<Plan> PlanByteScheduler(const Profile&, const CostModel&, const PlannerOptions&);
 
-// US-Byte (unequal-sized blocks, after Zhou et al., TPDS 2023): ByteScheduler's priority and
-// credit, but block sizes grow with priority rank: front layers, needed first in the next
-// forward, are cut small so they overtake quickly; later layers in large blocks that amortise
-// latency. The paper's own size search is not available here; our choice: the k-th block in
-// priority order has size min(P0 x g^k, 64 MB), credit one block, and (P0, g) are tuned by
-// simulation over {0.25, 1, 4} MB x {1.1, 1.3, 1.6}.
+// US-Byte (Gao, Hu, Boloursaz Mashhadi, Jin, Xiao and Wu, TPDS 2023): ByteScheduler-style
+// priority scheduling of tensor blocks whose sizes are unequal. The paper models two phases, the
+// overlap of communication with backward and with the next forward, solves the second optimally
+// and the first with a heuristic; its full text was not available here, so this is our reading:
+// blocks in priority order (front layers first) grow geometrically, min(P0 x g^k, 64 MB), so the
+// first blocks of the next forward arrive quickly and later ones amortise latency; one block is
+// handed to the channel at a time (the paper's point that a fixed number in flight is not
+// optimal); (P0, g) are tuned by simulation over {0.25, 1, 4} MB x {1.1, 1.3, 1.6}.
 absl::StatusOr<Plan> PlanUsByte(const Profile&, const CostModel&, const PlannerOptions&);
 
 // DeAR (Zhang et al., ICDCS 2023): each fused bucket's allreduce is decoupled into a
