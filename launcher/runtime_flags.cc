@@ -74,10 +74,11 @@ constexpr RuntimeFlag kFlags[] = {
      "fail the job when a collective has not completed after this long (dead peer or network)",
      PositiveSeconds},
     {"--planner", "OVERLAP_PLANNER", "NAME",
-     "communication planner (wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto)",
+     "communication planner (wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto); "
+     "reserved: the runtime warns that it ignores it until planners are wired in",
      NonEmpty},
-    {"--compression", "OVERLAP_COMPRESSION", "NAME", "gradient compressor (e.g. none, fp16, topk)",
-     NonEmpty},
+    {"--compression", "OVERLAP_COMPRESSION", "NAME",
+     "gradient compressor (e.g. none, fp16, topk); reserved like --planner", NonEmpty},
 };
 
 }  // namespace
