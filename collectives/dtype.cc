@@ -26,25 +26,38 @@ size_t DataTypeSize(DataType dtype) {
 
 const char* DataTypeName(DataType dtype) {
   switch (dtype) {
-    case DataType::kUint8: return "uint8";
-    case DataType::kInt8: return "int8";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kFloat16: return "float16";
-    case DataType::kBFloat16: return "bfloat16";
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
+    case DataType::kUint8:
+      return "uint8";
+    case DataType::kInt8:
+      return "int8";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+    case DataType::kFloat16:
+      return "float16";
+    case DataType::kBFloat16:
+      return "bfloat16";
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat64:
+      return "float64";
   }
   return "unknown";
 }
 
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAverage: return "average";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kProduct: return "product";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAverage:
+      return "average";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "product";
   }
   return "unknown";
 }
@@ -56,20 +69,22 @@ bool IsFloatingPoint(DataType dtype) {
 
 absl::Status ValidateDataType(DataType dtype) {
   if (DataTypeSize(dtype) != 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown dtype ", static_cast<int32_t>(dtype),
-      " (expected uint8, int8, int32, int64, float16, bfloat16, float32 or float64)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype ", static_cast<int32_t>(dtype),
+                   " (expected uint8, int8, int32, int64, float16, bfloat16, float32 or float64)"));
 }
 
 absl::Status ValidateReduceOp(ReduceOp op) {
   if (std::string(ReduceOpName(op)) != "unknown") return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown reduce op ", static_cast<int32_t>(op),
-      " (expected sum, average, min, max or product)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", static_cast<int32_t>(op),
+                                                 " (expected sum, average, min, max or product)"));
 }
 
 absl::Status ParseDataType(absl::string_view name, DataType* out) {
-  struct Alias { const char* name; DataType dtype; };
+  struct Alias {
+    const char* name;
+    DataType dtype;
+  };
   static constexpr Alias kAliases[] = {
       {"uint8", DataType::kUint8},     {"u8", DataType::kUint8},
       {"int8", DataType::kInt8},       {"i8", DataType::kInt8},

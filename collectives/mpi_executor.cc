@@ -18,10 +18,18 @@ void ReduceHalf(const void* in, void* inout, int len, Combine combine) {
   for (int i = 0; i < len; ++i) b[i] = FromFloat(combine(ToFloat(a[i]), ToFloat(b[i])));
 }
 
-struct Sum { float operator()(float a, float b) const { return a + b; } };
-struct Prod { float operator()(float a, float b) const { return a * b; } };
-struct Min { float operator()(float a, float b) const { return std::min(a, b); } };
-struct Max { float operator()(float a, float b) const { return std::max(a, b); } };
+struct Sum {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct Prod {
+  float operator()(float a, float b) const { return a * b; }
+};
+struct Min {
+  float operator()(float a, float b) const { return std::min(a, b); }
+};
+struct Max {
+  float operator()(float a, float b) const { return std::max(a, b); }
+};
 
 template <typename Combine>
 void HalfOp(void* in, void* inout, int* len, MPI_Datatype*) {
@@ -49,11 +57,16 @@ struct HalfOps {
 
 int HalfOpIndex(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return 0;
-    case ReduceOp::kMin: return 1;
-    case ReduceOp::kMax: return 2;
-    case ReduceOp::kProduct: return 3;
-    default: return -1;
+    case ReduceOp::kSum:
+      return 0;
+    case ReduceOp::kMin:
+      return 1;
+    case ReduceOp::kMax:
+      return 2;
+    case ReduceOp::kProduct:
+      return 3;
+    default:
+      return -1;
   }
 }
 
@@ -90,9 +103,9 @@ absl::Status ToInts(const std::vector<int64_t>& in, const char* what, std::vecto
 
 absl::StatusOr<int> ToInt(int64_t count) {
   if (count < 0 || count > INT_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        count, " elements is outside what one MPI call can address (0..", INT_MAX,
-        "); split the tensor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(count, " elements is outside what one MPI call can address (0..", INT_MAX,
+                     "); split the tensor"));
   }
   return static_cast<int>(count);
 }
@@ -108,14 +121,21 @@ std::string MpiErrorString(int code) {
 
 MPI_Datatype MpiDataType(DataType dtype) {
   switch (dtype) {
-    case DataType::kUint8: return MPI_UINT8_T;
-    case DataType::kInt8: return MPI_INT8_T;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kUint8:
+      return MPI_UINT8_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
     case DataType::kFloat16:
-    case DataType::kBFloat16: return MPI_UINT16_T;
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kBFloat16:
+      return MPI_UINT16_T;
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -131,10 +151,14 @@ absl::StatusOr<MPI_Op> MpiReduceOp(DataType dtype, ReduceOp op) {
     return dtype == DataType::kFloat16 ? ops->fp16[index] : ops->bf16[index];
   }
   switch (op) {
-    case ReduceOp::kSum: return MPI_SUM;
-    case ReduceOp::kMin: return MPI_MIN;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kProduct: return MPI_PROD;
+    case ReduceOp::kSum:
+      return MPI_SUM;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kProduct:
+      return MPI_PROD;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("reduce op ", ReduceOpName(op), " has no MPI operation"));
@@ -169,8 +193,7 @@ void PreferBandwidthOptimalIallreduce() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MpiExecutor>> MpiExecutor::Create(MPI_Comm comm,
-                                                                   int num_channels) {
+absl::StatusOr<std::unique_ptr<MpiExecutor>> MpiExecutor::Create(MPI_Comm comm, int num_channels) {
   PreferBandwidthOptimalIallreduce();
   if (num_channels < 1) {
     return absl::InvalidArgumentError(absl::StrCat("num_channels = ", num_channels, " < 1"));
@@ -228,8 +251,8 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
       if (!s.ok()) return s;
       int rank = 0;
       MPI_Comm_rank(comm, &rank);
-      rc = MPI_Iallgatherv(a.send, counts[static_cast<size_t>(rank)], type, a.recv,
-                           counts.data(), displs.data(), type, comm, req);
+      rc = MPI_Iallgatherv(a.send, counts[static_cast<size_t>(rank)], type, a.recv, counts.data(),
+                           displs.data(), type, comm, req);
       break;
     }
     case CollectiveKind::kReduceScatter: {
@@ -259,8 +282,8 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
           absl::StrCat("unknown collective kind ", static_cast<int>(a.kind)));
   }
   if (rc != MPI_SUCCESS) {
-    return absl::InternalError(absl::StrCat("MPI ", CollectiveKindName(a.kind),
-                                            " failed to start: ", MpiErrorString(rc)));
+    return absl::InternalError(
+        absl::StrCat("MPI ", CollectiveKindName(a.kind), " failed to start: ", MpiErrorString(rc)));
   }
   return std::unique_ptr<Work>(std::move(work));
 }

@@ -16,35 +16,50 @@ struct NcclExecutor::Channel {
 namespace {
 
 absl::Status CudaError(cudaError_t e, const char* what) {
-  return absl::UnavailableError(absl::StrCat(what, ": CUDA error ", static_cast<int>(e), ": ", cudaGetErrorString(e)));
+  return absl::UnavailableError(
+      absl::StrCat(what, ": CUDA error ", static_cast<int>(e), ": ", cudaGetErrorString(e)));
 }
 
 absl::Status NcclError(ncclResult_t r, const char* what) {
-  return absl::UnavailableError(absl::StrCat(what, ": NCCL error ", static_cast<int>(r), ": ", ncclGetErrorString(r)));
+  return absl::UnavailableError(
+      absl::StrCat(what, ": NCCL error ", static_cast<int>(r), ": ", ncclGetErrorString(r)));
 }
 
 ncclDataType_t NcclType(DataType dtype) {
   switch (dtype) {
-    case DataType::kUint8: return ncclUint8;
-    case DataType::kInt8: return ncclInt8;
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kBFloat16: return ncclBfloat16;
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kUint8:
+      return ncclUint8;
+    case DataType::kInt8:
+      return ncclInt8;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
   }
   return ncclFloat32;
 }
 
 absl::StatusOr<ncclRedOp_t> NcclOp(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kProduct: return ncclProd;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("reduce op ", ReduceOpName(op), " has no NCCL operation"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("reduce op ", ReduceOpName(op), " has no NCCL operation"));
   }
 }
 
@@ -90,8 +105,9 @@ absl::StatusOr<std::unique_ptr<NcclExecutor>> NcclExecutor::Create(MPI_Comm comm
   int usable = device >= 0 && device < CudaDeviceCount() ? 1 : 0, all_usable = 0;
   MPI_Allreduce(&usable, &all_usable, 1, MPI_INT, MPI_MIN, comm);
   if (!all_usable) {
-    return absl::UnavailableError(absl::StrCat("rank ", rank, ": NCCL executor needs CUDA device ", device,
-                                               " on every rank; ", CudaDeviceCount(), " visible here"));
+    return absl::UnavailableError(absl::StrCat("rank ", rank, ": NCCL executor needs CUDA device ",
+                                               device, " on every rank; ", CudaDeviceCount(),
+                                               " visible here"));
   }
   cudaError_t e = cudaSetDevice(device);
   if (e != cudaSuccess) return CudaError(e, "cudaSetDevice");
@@ -112,7 +128,8 @@ absl::StatusOr<std::unique_ptr<NcclExecutor>> NcclExecutor::Create(MPI_Comm comm
   return executor;
 }
 
-NcclExecutor::NcclExecutor(int rank, int size, int device) : rank_(rank), size_(size), device_(device) {}
+NcclExecutor::NcclExecutor(int rank, int size, int device)
+    : rank_(rank), size_(size), device_(device) {}
 
 NcclExecutor::~NcclExecutor() {
   for (auto& channel : channels_) {
@@ -122,7 +139,8 @@ NcclExecutor::~NcclExecutor() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<Work>> NcclExecutor::Start(int channel_index, const CollectiveArgs& a) {
+absl::StatusOr<std::unique_ptr<Work>> NcclExecutor::Start(int channel_index,
+                                                          const CollectiveArgs& a) {
   if (channel_index < 0 || channel_index >= num_channels()) {
     return absl::InvalidArgumentError(absl::StrCat("channel ", channel_index, " out of range"));
   }
@@ -138,7 +156,8 @@ absl::StatusOr<std::unique_ptr<Work>> NcclExecutor::Start(int channel_index, con
       break;
     }
     case CollectiveKind::kBroadcast:
-      r = ncclBroadcast(a.recv, a.recv, static_cast<size_t>(a.count), type, a.root, ch.comm, ch.stream);
+      r = ncclBroadcast(a.recv, a.recv, static_cast<size_t>(a.count), type, a.root, ch.comm,
+                        ch.stream);
       break;
     case CollectiveKind::kAllgatherv: {
       ncclGroupStart();
@@ -146,7 +165,8 @@ absl::StatusOr<std::unique_ptr<Work>> NcclExecutor::Start(int channel_index, con
         const size_t n = static_cast<size_t>(a.recv_counts[static_cast<size_t>(rank_)]);
         ncclSend(a.send, n, type, peer, ch.comm, ch.stream);
         ncclRecv(const_cast<char*>(At(a.recv, a.recv_displs[static_cast<size_t>(peer)], a.dtype)),
-                 static_cast<size_t>(a.recv_counts[static_cast<size_t>(peer)]), type, peer, ch.comm, ch.stream);
+                 static_cast<size_t>(a.recv_counts[static_cast<size_t>(peer)]), type, peer, ch.comm,
+                 ch.stream);
       }
       r = ncclGroupEnd();
       break;
@@ -158,7 +178,8 @@ absl::StatusOr<std::unique_ptr<Work>> NcclExecutor::Start(int channel_index, con
       int64_t offset = 0;
       for (int root = 0; root < size_; ++root) {
         const int64_t n = a.recv_counts[static_cast<size_t>(root)];
-        ncclReduce(At(send, offset, a.dtype), a.recv, static_cast<size_t>(n), type, *op, root, ch.comm, ch.stream);
+        ncclReduce(At(send, offset, a.dtype), a.recv, static_cast<size_t>(n), type, *op, root,
+                   ch.comm, ch.stream);
         offset += n;
       }
       r = ncclGroupEnd();
@@ -168,9 +189,10 @@ absl::StatusOr<std::unique_ptr<Work>> NcclExecutor::Start(int channel_index, con
       ncclGroupStart();
       for (int peer = 0; peer < size_; ++peer) {
         const size_t p = static_cast<size_t>(peer);
-        ncclSend(At(a.send, a.send_displs[p], a.dtype), static_cast<size_t>(a.send_counts[p]), type, peer, ch.comm, ch.stream);
-        ncclRecv(const_cast<char*>(At(a.recv, a.recv_displs[p], a.dtype)), static_cast<size_t>(a.recv_counts[p]), type,
+        ncclSend(At(a.send, a.send_displs[p], a.dtype), static_cast<size_t>(a.send_counts[p]), type,
                  peer, ch.comm, ch.stream);
+        ncclRecv(const_cast<char*>(At(a.recv, a.recv_displs[p], a.dtype)),
+                 static_cast<size_t>(a.recv_counts[p]), type, peer, ch.comm, ch.stream);
       }
       r = ncclGroupEnd();
       break;

@@ -25,7 +25,7 @@ class NcclExecutor : public Executor {
   // MPI; every rank binds `device` and creates its communicators and streams. Unavailable with
   // the CUDA or NCCL error text when there is no usable GPU.
   static absl::StatusOr<std::unique_ptr<NcclExecutor>> Create(MPI_Comm comm, int device,
-                                                               int num_channels);
+                                                              int num_channels);
   ~NcclExecutor() override;
 
   const char* name() const override { return "nccl"; }

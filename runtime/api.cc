@@ -57,7 +57,8 @@ PendingOp SingleTensorOp(OpKind kind, const std::string& name, const Tensor& inp
 absl::Status StartDefault(absl::StatusOr<Config> config) {
   DefaultRuntime& d = Default();
   absl::MutexLock lock(&d.mu);
-  if (d.runtime != nullptr) return absl::FailedPreconditionError("overlap::Init: already initialised");
+  if (d.runtime != nullptr)
+    return absl::FailedPreconditionError("overlap::Init: already initialised");
   absl::StatusOr<std::unique_ptr<Runtime>> runtime = Runtime::Start(std::move(config));
   if (!runtime.ok()) return runtime.status();
   d.runtime = std::move(*runtime);
@@ -102,8 +103,8 @@ int LocalSize() {
   return r ? r->local_size() : -1;
 }
 
-absl::StatusOr<Handle> Allreduce(const std::string& name, const Tensor& input,
-                                 const Tensor& output, const AllreduceOptions& options) {
+absl::StatusOr<Handle> Allreduce(const std::string& name, const Tensor& input, const Tensor& output,
+                                 const AllreduceOptions& options) {
   PendingOp op = SingleTensorOp(OpKind::kAllreduce, name, input);
   op.outputs.push_back(output);
   op.request.op = options.op;
@@ -121,9 +122,10 @@ absl::StatusOr<Handle> GroupedAllreduce(const std::vector<std::string>& names,
   op.request.name = absl::StrCat("group[", absl::StrJoin(names, ","), "]");
   if (names.empty() || names.size() != inputs.size() || names.size() != outputs.size()) {
     std::shared_ptr<Runtime> r = Current();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", r ? r->rank() : -1, ": grouped allreduce '", op.request.name, "': ", names.size(),
-        " names, ", inputs.size(), " inputs and ", outputs.size(), " outputs (need equal, non-zero counts)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", r ? r->rank() : -1, ": grouped allreduce '", op.request.name,
+                     "': ", names.size(), " names, ", inputs.size(), " inputs and ", outputs.size(),
+                     " outputs (need equal, non-zero counts)"));
   }
   for (const Tensor& t : inputs) op.request.tensors.push_back(MetaOf(t));
   op.inputs = inputs;
@@ -139,8 +141,8 @@ absl::StatusOr<Handle> Allgather(const std::string& name, const Tensor& input,
   return Submit(SingleTensorOp(OpKind::kAllgather, name, input), options.on_done);
 }
 
-absl::StatusOr<Handle> Broadcast(const std::string& name, const Tensor& input,
-                                 const Tensor& output, const BroadcastOptions& options) {
+absl::StatusOr<Handle> Broadcast(const std::string& name, const Tensor& input, const Tensor& output,
+                                 const BroadcastOptions& options) {
   PendingOp op = SingleTensorOp(OpKind::kBroadcast, name, input);
   op.outputs.push_back(output);
   op.request.root = options.root;
@@ -163,9 +165,9 @@ absl::StatusOr<Handle> Alltoall(const std::string& name, const Tensor& input,
   const int size = Size();
   if (op.request.splits.empty() && size > 0 && !input.shape.empty()) {
     if (input.shape[0] % size != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", Rank(), ": alltoall '", name, "': first dimension ", input.shape[0],
-          " does not divide into ", size, " equal parts; pass options.splits"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", Rank(), ": alltoall '", name, "': first dimension ", input.shape[0],
+                       " does not divide into ", size, " equal parts; pass options.splits"));
     }
     op.request.splits.assign(static_cast<size_t>(size), input.shape[0] / size);
   }

@@ -34,8 +34,8 @@ absl::Status ReadDouble(const char* var, double* out) {
 }
 
 constexpr const char* kKnownVariables[] = {
-    "OVERLAP_FUSION_THRESHOLD",     "OVERLAP_NUM_CHANNELS",   "OVERLAP_STALL_WARNING_S",
-    "OVERLAP_STALL_TIMEOUT_S",      "OVERLAP_TIMELINE",       "OVERLAP_LOG_LEVEL",
+    "OVERLAP_FUSION_THRESHOLD",     "OVERLAP_NUM_CHANNELS",    "OVERLAP_STALL_WARNING_S",
+    "OVERLAP_STALL_TIMEOUT_S",      "OVERLAP_TIMELINE",        "OVERLAP_LOG_LEVEL",
     "OVERLAP_COLLECTIVE_TIMEOUT_S", "OVERLAP_START_TIMEOUT_S",
 };
 
@@ -69,7 +69,8 @@ absl::StatusOr<Config> Config::FromEnvironment() {
     absl::string_view entry(*env);
     if (!absl::StartsWith(entry, "OVERLAP_")) continue;
     absl::string_view name = entry.substr(0, entry.find('='));
-    if (!IsKnown(name)) spdlog::warn("overlap: ignoring unknown environment variable {}", std::string(name));
+    if (!IsKnown(name))
+      spdlog::warn("overlap: ignoring unknown environment variable {}", std::string(name));
   }
   absl::Status valid = config.Validate();
   if (!valid.ok()) return valid;
@@ -84,7 +85,10 @@ absl::Status Config::Validate() const {
   if (num_channels < 1 || num_channels > 16) {
     return BadValue("OVERLAP_NUM_CHANNELS", std::to_string(num_channels), "an integer in 1..16");
   }
-  struct Positive { const char* var; double value; };
+  struct Positive {
+    const char* var;
+    double value;
+  };
   for (const Positive& p : {Positive{"OVERLAP_STALL_WARNING_S", stall_warning_s},
                             Positive{"OVERLAP_STALL_TIMEOUT_S", stall_timeout_s},
                             Positive{"OVERLAP_COLLECTIVE_TIMEOUT_S", collective_timeout_s},

@@ -44,7 +44,8 @@ std::vector<std::string> LocalAddresses() {
     for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
       if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
       char text[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, text, sizeof(text));
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, text,
+                sizeof(text));
       (absl::string_view(text).substr(0, 4) == "127." ? loopback : external).push_back(text);
     }
     freeifaddrs(list);
@@ -200,8 +201,9 @@ absl::Status ControlPlane::SendByte(int fd, char byte, int peer) {
   while (true) {
     if (write(fd, &byte, 1) == 1) return absl::OkStatus();
     if (errno != EINTR) {
-      return absl::UnavailableError(absl::StrCat("rank ", rank_, ": lost the control connection to ",
-                                                 Peer(peer), ": ", std::strerror(errno)));
+      return absl::UnavailableError(absl::StrCat("rank ", rank_,
+                                                 ": lost the control connection to ", Peer(peer),
+                                                 ": ", std::strerror(errno)));
     }
   }
 }
@@ -244,9 +246,10 @@ absl::StatusOr<ControlEvents> ControlPlane::Wait(absl::Duration timeout, int ext
         fds_[index] = -1;
         continue;
       }
-      return absl::UnavailableError(absl::StrCat(
-          "rank ", rank_, ": lost the control connection to ", Peer(peer),
-          n == 0 ? ": the process exited or shut down early" : absl::StrCat(": ", std::strerror(errno))));
+      return absl::UnavailableError(
+          absl::StrCat("rank ", rank_, ": lost the control connection to ", Peer(peer),
+                       n == 0 ? ": the process exited or shut down early"
+                              : absl::StrCat(": ", std::strerror(errno))));
     }
     for (ssize_t k = 0; k < n; ++k) {
       if (buffer[k] == 'R') ++events.rounds_announced;

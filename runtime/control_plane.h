@@ -23,7 +23,7 @@
 namespace overlap {
 
 struct ControlEvents {
-  int rounds_announced = 0;     // workers: 'R' signals received
+  int rounds_announced = 0;      // workers: 'R' signals received
   bool round_requested = false;  // rank 0: some worker sent 'W'
   bool local_ready = false;      // the extra fd became readable
 };

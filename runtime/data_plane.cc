@@ -84,8 +84,9 @@ void DataPlane::Submit(std::vector<ReadyOp> ready) {
       continue;
     }
     const int64_t bytes =
-        request.tensors.empty() ? 0
-                                : Elements(request) * static_cast<int64_t>(DataTypeSize(request.tensors[0].dtype));
+        request.tensors.empty()
+            ? 0
+            : Elements(request) * static_cast<int64_t>(DataTypeSize(request.tensors[0].dtype));
     const bool joins_open = !open.ops.empty() &&
                             Fusable(open.ops.front().response->request, request) &&
                             open_bytes + bytes <= config_.fusion_threshold_bytes;
@@ -135,7 +136,8 @@ absl::Status DataPlane::StartAllreduce(Bucket* bucket, CollectiveArgs* args) {
   // Fused (or a joined rank's zeros): pack every tensor into the channel's fusion buffer.
   bucket->fused = true;
   std::vector<uint8_t>& buffer = channels_[static_cast<size_t>(bucket->channel)].fusion_buffer;
-  if (buffer.size() < static_cast<size_t>(total) * elem) buffer.resize(static_cast<size_t>(total) * elem);
+  if (buffer.size() < static_cast<size_t>(total) * elem)
+    buffer.resize(static_cast<size_t>(total) * elem);
   uint8_t* cursor = buffer.data();
   for (const ReadyOp& r : bucket->ops) {
     const Request& request = r.response->request;
@@ -159,8 +161,8 @@ absl::Status DataPlane::StartOther(Bucket* bucket, CollectiveArgs* args) {
   ReadyOp& ready = bucket->ops.front();
   const Response& response = *ready.response;
   if (!ready.op.has_value()) {
-    return absl::InternalError(absl::StrCat("rank ", rank_, ": ", Describe(*bucket),
-                                            " reached a joined rank"));
+    return absl::InternalError(
+        absl::StrCat("rank ", rank_, ": ", Describe(*bucket), " reached a joined rank"));
   }
   PendingOp& op = *ready.op;
   if (response.request.kind == OpKind::kBarrier) {
@@ -208,7 +210,8 @@ absl::Status DataPlane::StartOther(Bucket* bucket, CollectiveArgs* args) {
       args->send = in.data;
       if (response.request.prescale != 1.0) {
         bucket->scratch.resize(in.ByteSize());
-        ScaledCopy(bucket->scratch.data(), in.data, in.NumElements(), dtype, response.request.prescale);
+        ScaledCopy(bucket->scratch.data(), in.data, in.NumElements(), dtype,
+                   response.request.prescale);
         args->send = bucket->scratch.data();
       }
       std::vector<int64_t> shape = in.shape;
@@ -238,7 +241,8 @@ absl::Status DataPlane::StartOther(Bucket* bucket, CollectiveArgs* args) {
       return absl::OkStatus();
     }
     default:
-      return absl::InternalError(absl::StrCat("rank ", rank_, ": no data path for ", Describe(*bucket)));
+      return absl::InternalError(
+          absl::StrCat("rank ", rank_, ": no data path for ", Describe(*bucket)));
   }
 }
 
@@ -283,7 +287,8 @@ void DataPlane::FinishAllreduce(Bucket* bucket) {
       }
       cursor += static_cast<size_t>(n) * elem;
     }
-    if (timeline_->enabled()) timeline_->Span(r.response->name, "COPY_OUT", copy_start, absl::Now());
+    if (timeline_->enabled())
+      timeline_->Span(r.response->name, "COPY_OUT", copy_start, absl::Now());
   }
 }
 
@@ -303,9 +308,11 @@ void DataPlane::Finish(Bucket* bucket) {
     const Request& request = r.response->request;
     Tensor& out = r.op->handle->output();
     const bool average = request.op == ReduceOp::kAverage;
-    const double factor = request.postscale * (average && IsFloatingPoint(out.dtype) ? 1.0 / size_ : 1.0);
+    const double factor =
+        request.postscale * (average && IsFloatingPoint(out.dtype) ? 1.0 / size_ : 1.0);
     ScaledCopy(out.data, out.data, out.NumElements(), out.dtype, factor);
-    if (average && !IsFloatingPoint(out.dtype)) DivideIntegers(out.data, out.NumElements(), out.dtype, size_);
+    if (average && !IsFloatingPoint(out.dtype))
+      DivideIntegers(out.data, out.NumElements(), out.dtype, size_);
   }
   Complete(bucket, absl::OkStatus());
 }
@@ -325,7 +332,9 @@ absl::Status DataPlane::Progress() {
         absl::Status s = Start(&bucket);
         if (!s.ok()) {
           // Every rank derives the same arguments, so every rank fails the same way here.
-          Complete(&bucket, absl::Status(s.code(), absl::StrCat("rank ", rank_, ": ", Describe(bucket), ": ", s.message())));
+          Complete(&bucket,
+                   absl::Status(s.code(), absl::StrCat("rank ", rank_, ": ", Describe(bucket), ": ",
+                                                       s.message())));
           channel.buckets.pop_front();
           continue;
         }

@@ -8,7 +8,9 @@
 namespace overlap {
 namespace {
 
-std::string Describe(const Request& r) { return absl::StrCat(OpKindName(r.kind), " '", r.name, "'"); }
+std::string Describe(const Request& r) {
+  return absl::StrCat(OpKindName(r.kind), " '", r.name, "'");
+}
 
 std::vector<int64_t> TrailingDims(const std::vector<int64_t>& shape) {
   return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
@@ -19,11 +21,12 @@ std::vector<int64_t> TrailingDims(const std::vector<int64_t>& shape) {
 std::string Disagreement(const Request& first, int first_rank, const Request& other,
                          int other_rank) {
   auto both = [&](const std::string& a, const std::string& b) {
-    return absl::StrCat("rank ", first_rank, " submitted ", a, ", rank ", other_rank,
-                        " submitted ", b);
+    return absl::StrCat("rank ", first_rank, " submitted ", a, ", rank ", other_rank, " submitted ",
+                        b);
   };
   if (first.kind != other.kind) {
-    return absl::StrCat("operation mismatch: ", both(OpKindName(first.kind), OpKindName(other.kind)));
+    return absl::StrCat("operation mismatch: ",
+                        both(OpKindName(first.kind), OpKindName(other.kind)));
   }
   if (first.tensors.size() != other.tensors.size()) {
     return absl::StrCat("group size mismatch: ",
@@ -39,9 +42,9 @@ std::string Disagreement(const Request& first, int first_rank, const Request& ot
                           both(DataTypeName(a.dtype), DataTypeName(b.dtype)));
     }
     const bool ragged = first.kind == OpKind::kAllgather || first.kind == OpKind::kAlltoall;
-    const bool shapes_agree = ragged ? a.shape.size() == b.shape.size() &&
-                                           TrailingDims(a.shape) == TrailingDims(b.shape)
-                                     : a.shape == b.shape;
+    const bool shapes_agree =
+        ragged ? a.shape.size() == b.shape.size() && TrailingDims(a.shape) == TrailingDims(b.shape)
+               : a.shape == b.shape;
     if (!shapes_agree) {
       return absl::StrCat(ragged ? "shape mismatch beyond the first dimension" : "shape mismatch",
                           which, ": ", both(ShapeString(a.shape), ShapeString(b.shape)));
@@ -49,16 +52,18 @@ std::string Disagreement(const Request& first, int first_rank, const Request& ot
   }
   const bool reduces = first.kind == OpKind::kAllreduce || first.kind == OpKind::kReduceScatter;
   if (reduces && first.op != other.op) {
-    return absl::StrCat("reduce op mismatch: ", both(ReduceOpName(first.op), ReduceOpName(other.op)));
+    return absl::StrCat("reduce op mismatch: ",
+                        both(ReduceOpName(first.op), ReduceOpName(other.op)));
   }
   if (reduces && (first.prescale != other.prescale || first.postscale != other.postscale)) {
-    return absl::StrCat("scale mismatch: ",
-                        both(absl::StrCat("prescale ", first.prescale, " postscale ", first.postscale),
-                             absl::StrCat("prescale ", other.prescale, " postscale ", other.postscale)));
+    return absl::StrCat(
+        "scale mismatch: ",
+        both(absl::StrCat("prescale ", first.prescale, " postscale ", first.postscale),
+             absl::StrCat("prescale ", other.prescale, " postscale ", other.postscale)));
   }
   if (first.kind == OpKind::kBroadcast && first.root != other.root) {
-    return absl::StrCat("root rank mismatch: ", both(absl::StrCat("root ", first.root),
-                                                     absl::StrCat("root ", other.root)));
+    return absl::StrCat("root rank mismatch: ",
+                        both(absl::StrCat("root ", first.root), absl::StrCat("root ", other.root)));
   }
   return "";
 }
@@ -92,8 +97,9 @@ Response MatchRequests(const std::vector<const Request*>& requests) {
     }
   }
   if (!joined.empty() && first.kind != OpKind::kAllreduce && first.kind != OpKind::kJoin) {
-    response.error = absl::StrCat(Describe(first), ": only allreduce can run while ranks have joined; joined ranks: ",
-                                  absl::StrJoin(joined, ","));
+    response.error = absl::StrCat(
+        Describe(first), ": only allreduce can run while ranks have joined; joined ranks: ",
+        absl::StrJoin(joined, ","));
     return response;
   }
   if (first.kind == OpKind::kAllgather) {

@@ -9,13 +9,20 @@ namespace overlap {
 
 const char* OpKindName(OpKind kind) {
   switch (kind) {
-    case OpKind::kAllreduce: return "allreduce";
-    case OpKind::kAllgather: return "allgather";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kReduceScatter: return "reducescatter";
-    case OpKind::kAlltoall: return "alltoall";
-    case OpKind::kBarrier: return "barrier";
-    case OpKind::kJoin: return "join";
+    case OpKind::kAllreduce:
+      return "allreduce";
+    case OpKind::kAllgather:
+      return "allgather";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kReduceScatter:
+      return "reducescatter";
+    case OpKind::kAlltoall:
+      return "alltoall";
+    case OpKind::kBarrier:
+      return "barrier";
+    case OpKind::kJoin:
+      return "join";
   }
   return "unknown";
 }

@@ -42,8 +42,8 @@ absl::Status Negotiator::WaitFor(MPI_Request* request, const char* what) {
     int done = 0;
     const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
-      return absl::UnavailableError(absl::StrCat("rank ", rank_, ": negotiation (", what,
-                                                 ") failed: ", MpiErrorString(rc)));
+      return absl::UnavailableError(
+          absl::StrCat("rank ", rank_, ": negotiation (", what, ") failed: ", MpiErrorString(rc)));
     }
     if (done) return absl::OkStatus();
     if (spins < 2000) {
@@ -55,7 +55,8 @@ absl::Status Negotiator::WaitFor(MPI_Request* request, const char* what) {
     if (spins % 256 == 0 && absl::Now() - start > limit) {
       return absl::DeadlineExceededError(absl::StrCat(
           "rank ", rank_, ": negotiation (", what, ") did not complete within ", Seconds(limit),
-          " (OVERLAP_COLLECTIVE_TIMEOUT_S): a peer process is stuck or dead, or the network is down"));
+          " (OVERLAP_COLLECTIVE_TIMEOUT_S): a peer process is stuck or dead, or the network is "
+          "down"));
     }
   }
 }
@@ -161,8 +162,11 @@ void Negotiator::MatchTable(std::vector<Response>* responses) {
     }
     Response response = MatchRequests(requests);
     if (response.error.empty() && kind != OpKind::kJoin) {
-      response.cache_id = static_cast<int32_t>(cache_.size() + static_cast<size_t>(std::count_if(
-          responses->begin(), responses->end(), [](const Response& r) { return r.cache_id >= 0 && r.error.empty(); })));
+      response.cache_id = static_cast<int32_t>(
+          cache_.size() + static_cast<size_t>(std::count_if(
+                              responses->begin(), responses->end(), [](const Response& r) {
+                                return r.cache_id >= 0 && r.error.empty();
+                              })));
     }
     if (kind == OpKind::kJoin) joined_.assign(static_cast<size_t>(size_), false);
     responses->push_back(std::move(response));
@@ -188,10 +192,9 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
     for (int r = 0; r < size_; ++r) {
       if (std::find(have.begin(), have.end(), r) == have.end()) missing.push_back(r);
     }
-    const std::string text = absl::StrCat(OpKindName(request.kind), " '", request.name,
-                                          "': submitted by ranks ", RankList(have),
-                                          " but not by ranks ", RankList(missing), " for ",
-                                          Seconds(age));
+    const std::string text = absl::StrCat(
+        OpKindName(request.kind), " '", request.name, "': submitted by ranks ", RankList(have),
+        " but not by ranks ", RankList(missing), " for ", Seconds(age));
     if (!fail) {
       spdlog::warn("overlap: rank 0: stall: {} (fails after OVERLAP_STALL_TIMEOUT_S={})", text,
                    config_.stall_timeout_s);
@@ -201,8 +204,8 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
     response.name = request.name;
     response.request = request;
     response.cache_id = cache_id;
-    response.error = absl::StrCat("stalled: ", text, ", past OVERLAP_STALL_TIMEOUT_S=",
-                                  config_.stall_timeout_s);
+    response.error =
+        absl::StrCat("stalled: ", text, ", past OVERLAP_STALL_TIMEOUT_S=", config_.stall_timeout_s);
     spdlog::error("overlap: rank 0: {}", response.error);
     responses->push_back(std::move(response));
   };
@@ -295,7 +298,8 @@ void Negotiator::ApplyResponses(std::vector<int32_t> evictions, std::vector<Resp
   // Cached operations ready on every rank, in id order.
   for (size_t id = 0; id < cache_.size(); ++id) {
     if (!TestBit(all_ready, id) || !cache_[id].valid) continue;
-    if (std::find(evictions.begin(), evictions.end(), static_cast<int32_t>(id)) != evictions.end()) {
+    if (std::find(evictions.begin(), evictions.end(), static_cast<int32_t>(id)) !=
+        evictions.end()) {
       continue;
     }
     const std::shared_ptr<const Response>& response = cache_[id].response;
@@ -318,9 +322,9 @@ void Negotiator::ApplyResponses(std::vector<int32_t> evictions, std::vector<Resp
   for (Response& response : responses) {
     if (!response.error.empty()) {
       auto it = pending->find(response.name);
-      const bool ours = it != pending->end() &&
-                        (response.cache_id >= 0 ? it->second.cache_id == response.cache_id
-                                                : it->second.sent);
+      const bool ours =
+          it != pending->end() &&
+          (response.cache_id >= 0 ? it->second.cache_id == response.cache_id : it->second.sent);
       if (ours) {
         result->failed.emplace_back(std::move(it->second), response.error);
         pending->erase(it);
@@ -398,8 +402,9 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
     if (!s.ok()) return s;
     if (rank_ == 0) {
       for (int r = 0; r < size_; ++r) {
-        s = AbsorbGather(all_bytes.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(sizes[r])),
-                         r, &evictions);
+        s = AbsorbGather(
+            all_bytes.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(sizes[r])), r,
+            &evictions);
         if (!s.ok()) return s;
       }
     }

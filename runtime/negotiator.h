@@ -39,7 +39,7 @@ struct ReadyOp {
 };
 
 struct RoundResult {
-  std::vector<ReadyOp> ready;   // in the same order on every rank
+  std::vector<ReadyOp> ready;                             // in the same order on every rank
   std::vector<std::pair<PendingOp, std::string>> failed;  // with the error text
   bool all_shutting_down = false;
   bool resend = false;  // some pending operations must be sent again next round

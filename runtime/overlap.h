@@ -143,8 +143,8 @@ int LocalSize();
 
 // Reduces `input` across ranks into `output` (which may be `input` itself: in place). Shapes and
 // dtypes of input and output must match.
-absl::StatusOr<Handle> Allreduce(const std::string& name, const Tensor& input,
-                                 const Tensor& output, const AllreduceOptions& options = {});
+absl::StatusOr<Handle> Allreduce(const std::string& name, const Tensor& input, const Tensor& output,
+                                 const AllreduceOptions& options = {});
 
 // Reduces several tensors as one unit: they are negotiated together and travel in one fused
 // collective. One handle completes when all are done. `names`, `inputs` and `outputs` have equal
@@ -160,8 +160,8 @@ absl::StatusOr<Handle> Allgather(const std::string& name, const Tensor& input,
                                  const AllgatherOptions& options = {});
 
 // Copies root's `input` into every rank's `output` (the same tensor for in place).
-absl::StatusOr<Handle> Broadcast(const std::string& name, const Tensor& input,
-                                 const Tensor& output, const BroadcastOptions& options = {});
+absl::StatusOr<Handle> Broadcast(const std::string& name, const Tensor& input, const Tensor& output,
+                                 const BroadcastOptions& options = {});
 
 // Reduces `input` across ranks and leaves rank r with rows [r*q + min(r, m), ...) of the first
 // dimension, where q and m are the quotient and remainder of dim0 / size (earlier ranks get one

@@ -30,9 +30,12 @@ absl::Status AgreeOnStart(const absl::Status& mine, int rank, int size) {
   if (all.empty()) return absl::OkStatus();
   std::vector<std::string> reasons;
   for (int r = 0; r < size; ++r) {
-    if (lengths[r] > 0) reasons.push_back(all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lengths[r])));
+    if (lengths[r] > 0)
+      reasons.push_back(
+          all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lengths[r])));
   }
-  return absl::InvalidArgumentError(absl::StrCat("rank ", rank, ": Init failed: ", absl::StrJoin(reasons, "; ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat("rank ", rank, ": Init failed: ", absl::StrJoin(reasons, "; ")));
 }
 
 std::vector<std::string> GatherHosts(MPI_Comm comm, int size) {
@@ -43,7 +46,8 @@ std::vector<std::string> GatherHosts(MPI_Comm comm, int size) {
   MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
                 MPI_CHAR, comm);
   std::vector<std::string> hosts;
-  for (int r = 0; r < size; ++r) hosts.emplace_back(&all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
+  for (int r = 0; r < size; ++r)
+    hosts.emplace_back(&all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
   return hosts;
 }
 
@@ -126,19 +130,25 @@ void Runtime::Wake() {
 
 absl::StatusOr<Handle> Runtime::Submit(PendingOp op, DoneCallback on_done) {
   absl::Status valid = ValidateOp(op, size_);
-  if (!valid.ok()) return absl::Status(valid.code(), absl::StrCat("rank ", rank_, ": ", valid.message()));
+  if (!valid.ok())
+    return absl::Status(valid.code(), absl::StrCat("rank ", rank_, ": ", valid.message()));
   const std::string& name = op.request.name;
   auto state = std::make_shared<internal::HandleState>(name, std::move(on_done));
   {
     absl::MutexLock lock(&mu_);
-    const std::string what = absl::StrCat("rank ", rank_, ": ", OpKindName(op.request.kind), " '", name, "'");
+    const std::string what =
+        absl::StrCat("rank ", rank_, ": ", OpKindName(op.request.kind), " '", name, "'");
     if (!fatal_.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(what, ": the runtime stopped after an error: ", fatal_.message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": the runtime stopped after an error: ", fatal_.message()));
     }
-    if (shutdown_requested_) return absl::FailedPreconditionError(absl::StrCat(what, ": submitted after Shutdown"));
+    if (shutdown_requested_)
+      return absl::FailedPreconditionError(absl::StrCat(what, ": submitted after Shutdown"));
     if (in_flight_.contains(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": a tensor with this name is already in flight; wait for its handle before submitting the name again"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what,
+                       ": a tensor with this name is already in flight; wait for its handle before "
+                       "submitting the name again"));
     }
     if (joined_) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -275,9 +285,9 @@ void Runtime::Loop() {
     }
     if (stopping_ && data_plane_->idle()) break;
     if (!stopping_ && absl::Now() > shutdown_deadline) {
-      Fatal(absl::DeadlineExceededError(absl::StrCat(
-          "rank ", rank_, ": Shutdown: not every rank called Shutdown within ",
-          config_.collective_timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S)")));
+      Fatal(absl::DeadlineExceededError(
+          absl::StrCat("rank ", rank_, ": Shutdown: not every rank called Shutdown within ",
+                       config_.collective_timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S)")));
       return;
     }
 
@@ -286,11 +296,15 @@ void Runtime::Loop() {
     // for a short while first: training submits in bursts, and a wake-up from poll() costs a
     // context switch on every rank that the next submission would otherwise pay.
     absl::Duration timeout = absl::InfiniteDuration();
-    if (rounds_owed_ > 0 || !data_plane_->idle() || absl::Now() - last_activity < kSpinAfterActivity) {
+    if (rounds_owed_ > 0 || !data_plane_->idle() ||
+        absl::Now() - last_activity < kSpinAfterActivity) {
       timeout = absl::ZeroDuration();
     } else {
-      if (rank_ == 0) timeout = std::max(absl::ZeroDuration(), negotiator_->NextStallCheck() - absl::Now());
-      if (announced_shutdown) timeout = std::min(timeout, std::max(absl::ZeroDuration(), shutdown_deadline - absl::Now()));
+      if (rank_ == 0)
+        timeout = std::max(absl::ZeroDuration(), negotiator_->NextStallCheck() - absl::Now());
+      if (announced_shutdown)
+        timeout =
+            std::min(timeout, std::max(absl::ZeroDuration(), shutdown_deadline - absl::Now()));
     }
     s = ReadControl(timeout);
     if (!s.ok()) {
@@ -303,10 +317,11 @@ void Runtime::Loop() {
     if (timeout == absl::ZeroDuration() && rounds_owed_ == 0) sched_yield();
   }
   // Every rank agreed to stop and our collectives are done.
-  const absl::Status aborted = absl::AbortedError(
-      absl::StrCat("rank ", rank_, ": the runtime shut down before every rank submitted this operation"));
+  const absl::Status aborted = absl::AbortedError(absl::StrCat(
+      "rank ", rank_, ": the runtime shut down before every rank submitted this operation"));
   for (auto& [name, op] : pending_) {
-    CompleteOp(op, absl::Status(aborted.code(), absl::StrCat(aborted.message(), " ('", name, "')")));
+    CompleteOp(op,
+               absl::Status(aborted.code(), absl::StrCat(aborted.message(), " ('", name, "')")));
   }
   pending_.clear();
 }

@@ -37,22 +37,31 @@ void ScaledCopy(void* dst, const void* src, int64_t count, DataType dtype, doubl
     return;
   }
   switch (dtype) {
-    case DataType::kFloat32: return ScaleTyped<float>(dst, src, count, factor);
-    case DataType::kFloat64: return ScaleTyped<double>(dst, src, count, factor);
-    case DataType::kFloat16: return ScaleHalf<HalfToFloat, FloatToHalf>(dst, src, count, factor);
+    case DataType::kFloat32:
+      return ScaleTyped<float>(dst, src, count, factor);
+    case DataType::kFloat64:
+      return ScaleTyped<double>(dst, src, count, factor);
+    case DataType::kFloat16:
+      return ScaleHalf<HalfToFloat, FloatToHalf>(dst, src, count, factor);
     case DataType::kBFloat16:
       return ScaleHalf<BFloat16ToFloat, FloatToBFloat16>(dst, src, count, factor);
-    default: return;
+    default:
+      return;
   }
 }
 
 void DivideIntegers(void* data, int64_t count, DataType dtype, int64_t divisor) {
   switch (dtype) {
-    case DataType::kUint8: return DivideTyped<uint8_t>(data, count, divisor);
-    case DataType::kInt8: return DivideTyped<int8_t>(data, count, divisor);
-    case DataType::kInt32: return DivideTyped<int32_t>(data, count, divisor);
-    case DataType::kInt64: return DivideTyped<int64_t>(data, count, divisor);
-    default: return;
+    case DataType::kUint8:
+      return DivideTyped<uint8_t>(data, count, divisor);
+    case DataType::kInt8:
+      return DivideTyped<int8_t>(data, count, divisor);
+    case DataType::kInt32:
+      return DivideTyped<int32_t>(data, count, divisor);
+    case DataType::kInt64:
+      return DivideTyped<int64_t>(data, count, divisor);
+    default:
+      return;
   }
 }
 

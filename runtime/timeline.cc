@@ -39,8 +39,10 @@ absl::Status Timeline::Open(const std::string& path, int rank) {
   }
   rank_ = rank;
   origin_ = absl::Now();
-  std::fprintf(file_, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}",
-               rank, rank);
+  std::fprintf(
+      file_,
+      "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}",
+      rank, rank);
   return absl::OkStatus();
 }
 
@@ -49,9 +51,10 @@ int Timeline::TrackId(const std::string& track) {
   if (it != tracks_.end()) return it->second;
   const int id = static_cast<int>(tracks_.size()) + 1;
   tracks_.emplace(track, id);
-  std::fprintf(file_,
-               ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
-               rank_, id, JsonEscape(track).c_str());
+  std::fprintf(
+      file_,
+      ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+      rank_, id, JsonEscape(track).c_str());
   return id;
 }
 
@@ -59,7 +62,8 @@ void Timeline::Span(const std::string& track, const char* what, absl::Time start
   absl::MutexLock lock(&mu_);
   if (file_ == nullptr) return;
   const int tid = TrackId(track);
-  std::fprintf(file_, ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}",
+  std::fprintf(file_,
+               ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}",
                what, rank_, tid, absl::ToDoubleMicroseconds(start - origin_),
                absl::ToDoubleMicroseconds(end - start));
 }

@@ -13,9 +13,12 @@ absl::Status CheckTensor(const Request& r, const Tensor& t, const char* role) {
   absl::Status dtype = ValidateDataType(t.dtype);
   if (!dtype.ok()) return Invalid(r, absl::StrCat(role, ": ", dtype.message()));
   for (int64_t d : t.shape) {
-    if (d < 0) return Invalid(r, absl::StrCat(role, " has a negative dimension in shape ", ShapeString(t.shape)));
+    if (d < 0)
+      return Invalid(
+          r, absl::StrCat(role, " has a negative dimension in shape ", ShapeString(t.shape)));
   }
-  if (t.NumElements() > 0 && t.data == nullptr) return Invalid(r, absl::StrCat(role, " buffer is null"));
+  if (t.NumElements() > 0 && t.data == nullptr)
+    return Invalid(r, absl::StrCat(role, " buffer is null"));
   if (t.capacity_bytes < t.ByteSize()) {
     return Invalid(r, absl::StrCat(role, " buffer holds ", t.capacity_bytes, " bytes but shape ",
                                    ShapeString(t.shape), " of ", DataTypeName(t.dtype), " needs ",
@@ -26,8 +29,9 @@ absl::Status CheckTensor(const Request& r, const Tensor& t, const char* role) {
 
 absl::Status CheckSameLayout(const Request& r, const Tensor& in, const Tensor& out) {
   if (in.dtype != out.dtype || in.shape != out.shape) {
-    return Invalid(r, absl::StrCat("output ", DataTypeName(out.dtype), ShapeString(out.shape),
-                                   " does not match input ", DataTypeName(in.dtype), ShapeString(in.shape)));
+    return Invalid(
+        r, absl::StrCat("output ", DataTypeName(out.dtype), ShapeString(out.shape),
+                        " does not match input ", DataTypeName(in.dtype), ShapeString(in.shape)));
   }
   return absl::OkStatus();
 }
@@ -36,7 +40,8 @@ absl::Status CheckReduction(const Request& r, DataType dtype) {
   absl::Status op = ValidateReduceOp(r.op);
   if (!op.ok()) return Invalid(r, std::string(op.message()));
   if (!IsFloatingPoint(dtype) && (r.prescale != 1.0 || r.postscale != 1.0)) {
-    return Invalid(r, absl::StrCat("prescale/postscale must be 1 for integer dtype ", DataTypeName(dtype)));
+    return Invalid(
+        r, absl::StrCat("prescale/postscale must be 1 for integer dtype ", DataTypeName(dtype)));
   }
   return absl::OkStatus();
 }
@@ -45,7 +50,8 @@ absl::Status CheckReduction(const Request& r, DataType dtype) {
 
 absl::Status ValidateOp(const PendingOp& op, int size) {
   const Request& r = op.request;
-  if (r.name.empty()) return absl::InvalidArgumentError(absl::StrCat(OpKindName(r.kind), ": empty tensor name"));
+  if (r.name.empty())
+    return absl::InvalidArgumentError(absl::StrCat(OpKindName(r.kind), ": empty tensor name"));
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     absl::Status s = CheckTensor(r, op.inputs[i], "input");
     if (s.ok() && i < op.outputs.size()) s = CheckTensor(r, op.outputs[i], "output");
@@ -55,18 +61,22 @@ absl::Status ValidateOp(const PendingOp& op, int size) {
   switch (r.kind) {
     case OpKind::kAllreduce:
       if (op.inputs.empty()) return Invalid(r, "no tensors");
-      if (op.inputs.size() != op.outputs.size()) return Invalid(r, "inputs and outputs differ in number");
+      if (op.inputs.size() != op.outputs.size())
+        return Invalid(r, "inputs and outputs differ in number");
       for (const Tensor& t : op.inputs) {
-        if (t.dtype != op.inputs[0].dtype) return Invalid(r, "a grouped allreduce needs one dtype for all tensors");
+        if (t.dtype != op.inputs[0].dtype)
+          return Invalid(r, "a grouped allreduce needs one dtype for all tensors");
       }
       return CheckReduction(r, op.inputs[0].dtype);
     case OpKind::kReduceScatter: {
       absl::Status s = CheckReduction(r, op.inputs[0].dtype);
-      if (s.ok() && op.inputs[0].shape.empty()) s = Invalid(r, "needs at least one dimension to scatter");
+      if (s.ok() && op.inputs[0].shape.empty())
+        s = Invalid(r, "needs at least one dimension to scatter");
       return s;
     }
     case OpKind::kAllgather:
-      if (op.inputs[0].shape.empty()) return Invalid(r, "needs at least one dimension to gather along");
+      if (op.inputs[0].shape.empty())
+        return Invalid(r, "needs at least one dimension to gather along");
       return absl::OkStatus();
     case OpKind::kBroadcast:
       if (r.root < 0 || r.root >= size) {
@@ -85,7 +95,8 @@ absl::Status ValidateOp(const PendingOp& op, int size) {
         sum += s;
       }
       if (sum != shape[0]) {
-        return Invalid(r, absl::StrCat("splits add up to ", sum, " rows but the first dimension is ", shape[0]));
+        return Invalid(r, absl::StrCat("splits add up to ", sum,
+                                       " rows but the first dimension is ", shape[0]));
       }
       return absl::OkStatus();
     }

@@ -1,10 +1,10 @@
-#include <catch2/catch.hpp>
+#include "collectives/half.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 
 #include "collectives/dtype.h"
-#include "collectives/half.h"
 
 namespace overlap {
 namespace {
@@ -26,7 +26,7 @@ TEST_CASE("fp16 rounds to nearest even", "[half]") {
   // 1 + 3 * 2^-11 lies halfway between 1 + 2^-10 (odd) and 1 + 2^-9 (even).
   REQUIRE(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02u);
   REQUIRE(FloatToHalf(65504.0f) == 0x7bffu);
-  REQUIRE(FloatToHalf(65520.0f) == 0x7c00u);  // rounds up to infinity
+  REQUIRE(FloatToHalf(65520.0f) == 0x7c00u);               // rounds up to infinity
   REQUIRE(FloatToHalf(std::ldexp(1.0f, -25)) == 0x0000u);  // half of the smallest subnormal: even
   REQUIRE(FloatToHalf(std::ldexp(1.5f, -25)) == 0x0001u);
   REQUIRE(FloatToHalf(-std::numeric_limits<float>::infinity()) == 0xfc00u);

@@ -2,9 +2,9 @@
 // tests use CHECK (which continues) rather than REQUIRE for values that could differ by rank:
 // a rank that skipped ahead would submit different tensors than its peers.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <mpi.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 
 #include "runtime/overlap.h"
@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   }
   const int failures = Catch::Session().run(argc, argv);
   absl::Status down = overlap::Shutdown();
-  if (!down.ok()) std::fprintf(stderr, "overlap::Shutdown failed: %s\n", std::string(down.message()).c_str());
+  if (!down.ok())
+    std::fprintf(stderr, "overlap::Shutdown failed: %s\n", std::string(down.message()).c_str());
   int local = failures > 0 || !down.ok() ? 1 : 0, any = 0;
   MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();

@@ -1,14 +1,14 @@
 // The NCCL executor on real GPUs: allreduce, broadcast and uneven reduce-scatter through the same
 // Executor interface the runtime drives. Skips, saying why, where no GPU is visible.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "collectives/nccl_executor.h"
+
 #include <cuda_runtime.h>
 #include <mpi.h>
 
+#include <catch2/catch.hpp>
 #include <memory>
 #include <vector>
-
-#include "collectives/nccl_executor.h"
 
 namespace overlap {
 namespace {
@@ -57,11 +57,12 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int result = 0;
-  absl::StatusOr<std::unique_ptr<overlap::NcclExecutor>> executor =
-      overlap::NcclExecutor::Create(MPI_COMM_WORLD, /*device=*/rank % std::max(1, overlap::CudaDeviceCount()), 1);
+  absl::StatusOr<std::unique_ptr<overlap::NcclExecutor>> executor = overlap::NcclExecutor::Create(
+      MPI_COMM_WORLD, /*device=*/rank % std::max(1, overlap::CudaDeviceCount()), 1);
   if (!executor.ok()) {
     if (rank == 0) {
-      std::printf("SKIPPED: NCCL executor GPU test: %s\n", std::string(executor.status().message()).c_str());
+      std::printf("SKIPPED: NCCL executor GPU test: %s\n",
+                  std::string(executor.status().message()).c_str());
     }
   } else {
     overlap::TheExecutor() = std::move(*executor);

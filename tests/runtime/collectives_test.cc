@@ -1,8 +1,7 @@
 // Every collective x dtype x op on the ranks of this run, checked against references each rank
 // computes on its own from the formula that generated every rank's input.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -18,8 +17,8 @@ namespace overlap {
 namespace {
 
 constexpr absl::Duration kWait = absl::Seconds(60);
-const DataType kAllTypes[] = {DataType::kUint8,   DataType::kInt8,     DataType::kInt32,
-                              DataType::kInt64,   DataType::kFloat16,  DataType::kBFloat16,
+const DataType kAllTypes[] = {DataType::kUint8,   DataType::kInt8,    DataType::kInt32,
+                              DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
                               DataType::kFloat32, DataType::kFloat64};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                             ReduceOp::kProduct};
@@ -37,15 +36,25 @@ double InputValue(ReduceOp op, DataType dtype, int rank, int64_t i) {
 }
 
 double Expected(ReduceOp op, DataType dtype, int size, int64_t i) {
-  double acc = op == ReduceOp::kProduct ? 1 : (op == ReduceOp::kMin ? 1e300 : (op == ReduceOp::kMax ? -1e300 : 0));
+  double acc = op == ReduceOp::kProduct
+                   ? 1
+                   : (op == ReduceOp::kMin ? 1e300 : (op == ReduceOp::kMax ? -1e300 : 0));
   for (int r = 0; r < size; ++r) {
     const double v = InputValue(op, dtype, r, i);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAverage: acc += v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kProduct: acc *= v; break;
+      case ReduceOp::kAverage:
+        acc += v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
     }
   }
   if (op == ReduceOp::kAverage) acc = IsFloatingPoint(dtype) ? acc / size : std::trunc(acc / size);
@@ -58,31 +67,57 @@ struct Buffer {
   std::vector<uint8_t> bytes;
   Buffer(DataType d, int64_t n) : dtype(d), bytes(static_cast<size_t>(n) * DataTypeSize(d)) {}
   int64_t size() const { return static_cast<int64_t>(bytes.size() / DataTypeSize(dtype)); }
-  Tensor tensor(std::vector<int64_t> shape) { return MakeTensor(bytes.data(), dtype, std::move(shape)); }
+  Tensor tensor(std::vector<int64_t> shape) {
+    return MakeTensor(bytes.data(), dtype, std::move(shape));
+  }
   void Set(int64_t i, double v) {
     void* p = &bytes[static_cast<size_t>(i) * DataTypeSize(dtype)];
     switch (dtype) {
-      case DataType::kUint8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
-      case DataType::kInt8: *static_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
-      case DataType::kInt32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
-      case DataType::kInt64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
-      case DataType::kFloat16: *static_cast<uint16_t*>(p) = FloatToHalf(static_cast<float>(v)); break;
-      case DataType::kBFloat16: *static_cast<uint16_t*>(p) = FloatToBFloat16(static_cast<float>(v)); break;
-      case DataType::kFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
-      case DataType::kFloat64: *static_cast<double*>(p) = v; break;
+      case DataType::kUint8:
+        *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v);
+        break;
+      case DataType::kInt8:
+        *static_cast<int8_t*>(p) = static_cast<int8_t>(v);
+        break;
+      case DataType::kInt32:
+        *static_cast<int32_t*>(p) = static_cast<int32_t>(v);
+        break;
+      case DataType::kInt64:
+        *static_cast<int64_t*>(p) = static_cast<int64_t>(v);
+        break;
+      case DataType::kFloat16:
+        *static_cast<uint16_t*>(p) = FloatToHalf(static_cast<float>(v));
+        break;
+      case DataType::kBFloat16:
+        *static_cast<uint16_t*>(p) = FloatToBFloat16(static_cast<float>(v));
+        break;
+      case DataType::kFloat32:
+        *static_cast<float*>(p) = static_cast<float>(v);
+        break;
+      case DataType::kFloat64:
+        *static_cast<double*>(p) = v;
+        break;
     }
   }
   double Get(int64_t i) const {
     const void* p = &bytes[static_cast<size_t>(i) * DataTypeSize(dtype)];
     switch (dtype) {
-      case DataType::kUint8: return *static_cast<const uint8_t*>(p);
-      case DataType::kInt8: return *static_cast<const int8_t*>(p);
-      case DataType::kInt32: return *static_cast<const int32_t*>(p);
-      case DataType::kInt64: return static_cast<double>(*static_cast<const int64_t*>(p));
-      case DataType::kFloat16: return HalfToFloat(*static_cast<const uint16_t*>(p));
-      case DataType::kBFloat16: return BFloat16ToFloat(*static_cast<const uint16_t*>(p));
-      case DataType::kFloat32: return *static_cast<const float*>(p);
-      case DataType::kFloat64: return *static_cast<const double*>(p);
+      case DataType::kUint8:
+        return *static_cast<const uint8_t*>(p);
+      case DataType::kInt8:
+        return *static_cast<const int8_t*>(p);
+      case DataType::kInt32:
+        return *static_cast<const int32_t*>(p);
+      case DataType::kInt64:
+        return static_cast<double>(*static_cast<const int64_t*>(p));
+      case DataType::kFloat16:
+        return HalfToFloat(*static_cast<const uint16_t*>(p));
+      case DataType::kBFloat16:
+        return BFloat16ToFloat(*static_cast<const uint16_t*>(p));
+      case DataType::kFloat32:
+        return *static_cast<const float*>(p);
+      case DataType::kFloat64:
+        return *static_cast<const double*>(p);
     }
     return 0;
   }
@@ -111,7 +146,8 @@ TEST_CASE("allreduce: every dtype x op, in place and out of place", "[allreduce]
       for (bool in_place : {true, false}) {
         Buffer in(dtype, n), out(dtype, n);
         for (int64_t i = 0; i < n; ++i) in.Set(i, InputValue(op, dtype, rank, i));
-        const std::string name = absl::StrCat("ar.", DataTypeName(dtype), ".", ReduceOpName(op), in_place);
+        const std::string name =
+            absl::StrCat("ar.", DataTypeName(dtype), ".", ReduceOpName(op), in_place);
         AllreduceOptions options;
         options.op = op;
         Buffer& result = in_place ? in : out;
@@ -125,26 +161,30 @@ TEST_CASE("allreduce: every dtype x op, in place and out of place", "[allreduce]
 
 TEST_CASE("allreduce: prescale and postscale on floats", "[allreduce]") {
   const int size = Size();
-  for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+  for (DataType dtype :
+       {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
     Buffer x(dtype, 64);
     for (int64_t i = 0; i < 64; ++i) x.Set(i, 1.0);
     AllreduceOptions options;
     options.op = ReduceOp::kSum;
     options.prescale = 2.0;
     options.postscale = 0.25;
-    WaitOk(Allreduce(absl::StrCat("scaled.", DataTypeName(dtype)), x.tensor({8, 8}), x.tensor({8, 8}), options));
+    WaitOk(Allreduce(absl::StrCat("scaled.", DataTypeName(dtype)), x.tensor({8, 8}),
+                     x.tensor({8, 8}), options));
     CHECK(Mismatches(x, 64, [&](int64_t) { return size * 0.5; }) == 0);
   }
 }
 
-TEST_CASE("allreduce: fp16 and bf16 rounding stays within the fp32 reference bound", "[allreduce]") {
+TEST_CASE("allreduce: fp16 and bf16 rounding stays within the fp32 reference bound",
+          "[allreduce]") {
   const int rank = Rank(), size = Size();
   const int64_t n = 4096;
   for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
     // Machine epsilon of the format: each pairwise step of the reduction rounds once.
     const double eps = dtype == DataType::kFloat16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
     Buffer x(dtype, n);
-    std::vector<double> reference(static_cast<size_t>(n), 0.0), magnitude(static_cast<size_t>(n), 0.0);
+    std::vector<double> reference(static_cast<size_t>(n), 0.0),
+        magnitude(static_cast<size_t>(n), 0.0);
     for (int r = 0; r < size; ++r) {
       std::mt19937 gen(1234 + r);
       std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
@@ -159,7 +199,8 @@ TEST_CASE("allreduce: fp16 and bf16 rounding stays within the fp32 reference bou
     }
     AllreduceOptions options;
     options.op = ReduceOp::kSum;
-    WaitOk(Allreduce(absl::StrCat("round.", DataTypeName(dtype)), x.tensor({n}), x.tensor({n}), options));
+    WaitOk(Allreduce(absl::StrCat("round.", DataTypeName(dtype)), x.tensor({n}), x.tensor({n}),
+                     options));
     int64_t outside = 0;
     double worst = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -185,8 +226,10 @@ TEST_CASE("allreduce: each rank submits in its own random order", "[allreduce][o
     std::vector<Handle> handles;
     for (int t : order) {
       data[t].assign(static_cast<size_t>(16 + t * 37), static_cast<float>(rank + t + step));
-      absl::StatusOr<Handle> h = Allreduce(absl::StrCat("order.", t), MakeTensor(data[t].data(), {static_cast<int64_t>(data[t].size())}),
-                                           MakeTensor(data[t].data(), {static_cast<int64_t>(data[t].size())}), {ReduceOp::kSum});
+      absl::StatusOr<Handle> h = Allreduce(
+          absl::StrCat("order.", t),
+          MakeTensor(data[t].data(), {static_cast<int64_t>(data[t].size())}),
+          MakeTensor(data[t].data(), {static_cast<int64_t>(data[t].size())}), {ReduceOp::kSum});
       REQUIRE(h.ok());
       handles.push_back(*h);
     }
@@ -208,8 +251,10 @@ TEST_CASE("allreduce: 1,000 small tensors in one step", "[allreduce][many]") {
     std::vector<Handle> handles;
     for (int t = 0; t < kTensors; ++t) {
       data[t].assign(static_cast<size_t>(1 + t % 7), rank * 1000.0 + t);
-      absl::StatusOr<Handle> h = Allreduce(absl::StrCat("many.", t), MakeTensor(data[t].data(), {static_cast<int64_t>(data[t].size())}),
-                                           MakeTensor(data[t].data(), {static_cast<int64_t>(data[t].size())}), {ReduceOp::kAverage});
+      absl::StatusOr<Handle> h = Allreduce(
+          absl::StrCat("many.", t),
+          MakeTensor(data[t].data(), {static_cast<int64_t>(data[t].size())}),
+          MakeTensor(data[t].data(), {static_cast<int64_t>(data[t].size())}), {ReduceOp::kAverage});
       REQUIRE(h.ok());
       handles.push_back(*h);
     }
@@ -228,10 +273,12 @@ TEST_CASE("allreduce: a 256 MiB tensor", "[allreduce][large]") {
   const int64_t n = (int64_t{256} << 20) / 4;
   std::vector<float> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<float>((i % 1024) + rank);
-  WaitOk(Allreduce("large", MakeTensor(x.data(), {n}), MakeTensor(x.data(), {n}), {ReduceOp::kSum}));
+  WaitOk(
+      Allreduce("large", MakeTensor(x.data(), {n}), MakeTensor(x.data(), {n}), {ReduceOp::kSum}));
   int64_t bad = 0;
   for (int64_t i = 0; i < n; ++i) {
-    bad += x[static_cast<size_t>(i)] != static_cast<float>(size * (i % 1024) + size * (size - 1) / 2);
+    bad +=
+        x[static_cast<size_t>(i)] != static_cast<float>(size * (i % 1024) + size * (size - 1) / 2);
   }
   CHECK(bad == 0);
 }
@@ -256,7 +303,8 @@ TEST_CASE("allgather: ragged first dimension, every dtype", "[allgather]") {
     const int64_t rows = rank + 1, cols = 3;
     Buffer in(dtype, rows * cols);
     for (int64_t i = 0; i < rows * cols; ++i) in.Set(i, (rank * 10 + i) % 100);
-    absl::StatusOr<Handle> h = Allgather(absl::StrCat("gather.", DataTypeName(dtype)), in.tensor({rows, cols}));
+    absl::StatusOr<Handle> h =
+        Allgather(absl::StrCat("gather.", DataTypeName(dtype)), in.tensor({rows, cols}));
     WaitOk(h);
     const Tensor& out = h->output();
     const int64_t total_rows = size * (size + 1) / 2;
@@ -281,8 +329,10 @@ TEST_CASE("broadcast: every root and dtype, in place and out of place", "[broadc
       for (int64_t i = 0; i < 50; ++i) in.Set(i, rank == root ? (i + root) % 60 : 99);
       BroadcastOptions options;
       options.root = root;
-      WaitOk(Broadcast(absl::StrCat("bcast.", DataTypeName(dtype), root), in.tensor({5, 10}), in.tensor({5, 10}), options));
-      WaitOk(Broadcast(absl::StrCat("bcast.oop.", DataTypeName(dtype), root), in.tensor({5, 10}), out.tensor({5, 10}), options));
+      WaitOk(Broadcast(absl::StrCat("bcast.", DataTypeName(dtype), root), in.tensor({5, 10}),
+                       in.tensor({5, 10}), options));
+      WaitOk(Broadcast(absl::StrCat("bcast.oop.", DataTypeName(dtype), root), in.tensor({5, 10}),
+                       out.tensor({5, 10}), options));
       CHECK(Mismatches(in, 50, [&](int64_t i) { return (i + root) % 60; }) == 0);
       CHECK(Mismatches(out, 50, [&](int64_t i) { return (i + root) % 60; }) == 0);
     }
@@ -298,7 +348,9 @@ TEST_CASE("reducescatter: uneven rows, every dtype and op", "[reducescatter]") {
       for (int64_t i = 0; i < rows * cols; ++i) in.Set(i, InputValue(op, dtype, rank, i));
       ReduceScatterOptions options;
       options.op = op;
-      absl::StatusOr<Handle> h = ReduceScatter(absl::StrCat("rs.", DataTypeName(dtype), ReduceOpName(op)), in.tensor({rows, cols}), options);
+      absl::StatusOr<Handle> h =
+          ReduceScatter(absl::StrCat("rs.", DataTypeName(dtype), ReduceOpName(op)),
+                        in.tensor({rows, cols}), options);
       WaitOk(h);
       const int64_t my_rows = rows / size + (rank < rows % size ? 1 : 0);
       const int64_t first_row = rank * (rows / size) + std::min<int64_t>(rank, rows % size);
@@ -306,7 +358,9 @@ TEST_CASE("reducescatter: uneven rows, every dtype and op", "[reducescatter]") {
       Buffer got(dtype, my_rows * cols);
       std::memcpy(got.bytes.data(), h->output().data, got.bytes.size());
       INFO(DataTypeName(dtype) << " " << ReduceOpName(op));
-      CHECK(Mismatches(got, my_rows * cols, [&](int64_t i) { return Expected(op, dtype, size, first_row * cols + i); }) == 0);
+      CHECK(Mismatches(got, my_rows * cols, [&](int64_t i) {
+              return Expected(op, dtype, size, first_row * cols + i);
+            }) == 0);
     }
   }
 }
@@ -354,13 +408,15 @@ TEST_CASE("join: ranks with fewer batches contribute zeros", "[join]") {
   // Rank r has r + 1 batches; in step s the ranks with r >= s still submit.
   for (int step = 0; step <= rank; ++step) {
     std::vector<float> g(33, 1.0f);
-    WaitOk(Allreduce("join.grad", MakeTensor(g.data(), {33}), MakeTensor(g.data(), {33}), {ReduceOp::kSum}));
+    WaitOk(Allreduce("join.grad", MakeTensor(g.data(), {33}), MakeTensor(g.data(), {33}),
+                     {ReduceOp::kSum}));
     CHECK(std::count(g.begin(), g.end(), static_cast<float>(size - step)) == 33);
   }
   WaitOk(Join());
   // After everyone joined, normal collectives work again.
   std::vector<float> after(4, 1.0f);
-  WaitOk(Allreduce("join.after", MakeTensor(after.data(), {4}), MakeTensor(after.data(), {4}), {ReduceOp::kSum}));
+  WaitOk(Allreduce("join.after", MakeTensor(after.data(), {4}), MakeTensor(after.data(), {4}),
+                   {ReduceOp::kSum}));
   CHECK(after[0] == static_cast<float>(size));
 }
 
@@ -368,7 +424,8 @@ TEST_CASE("a changed shape under a cached name renegotiates", "[cache]") {
   const int size = Size();
   for (int64_t n : {10, 10, 20, 20, 10}) {
     std::vector<float> x(static_cast<size_t>(n), 1.0f);
-    WaitOk(Allreduce("reshaped", MakeTensor(x.data(), {n}), MakeTensor(x.data(), {n}), {ReduceOp::kSum}));
+    WaitOk(Allreduce("reshaped", MakeTensor(x.data(), {n}), MakeTensor(x.data(), {n}),
+                     {ReduceOp::kSum}));
     CHECK(std::count(x.begin(), x.end(), static_cast<float>(size)) == n);
   }
 }

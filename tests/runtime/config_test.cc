@@ -1,10 +1,10 @@
-#include <catch2/catch.hpp>
+#include "runtime/config.h"
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 
-#include "runtime/config.h"
-#include "runtime/scaling.h"
 #include "collectives/half.h"
+#include "runtime/scaling.h"
 
 namespace overlap {
 namespace {
@@ -24,14 +24,25 @@ TEST_CASE("configuration comes from OVERLAP_* variables", "[config]") {
 }
 
 TEST_CASE("bad values name the variable, the value and what is expected", "[config]") {
-  struct Case { const char* var; const char* value; const char* message; };
+  struct Case {
+    const char* var;
+    const char* value;
+    const char* message;
+  };
   const Case cases[] = {
-      {"OVERLAP_FUSION_THRESHOLD", "64MB", "OVERLAP_FUSION_THRESHOLD='64MB' is not valid: expected an integer"},
-      {"OVERLAP_FUSION_THRESHOLD", "-1", "OVERLAP_FUSION_THRESHOLD='-1' is not valid: expected a byte count >= 0"},
-      {"OVERLAP_NUM_CHANNELS", "0", "OVERLAP_NUM_CHANNELS='0' is not valid: expected an integer in 1..16"},
-      {"OVERLAP_STALL_TIMEOUT_S", "soon", "OVERLAP_STALL_TIMEOUT_S='soon' is not valid: expected a number of seconds"},
-      {"OVERLAP_COLLECTIVE_TIMEOUT_S", "-3", "OVERLAP_COLLECTIVE_TIMEOUT_S='-3' is not valid: expected seconds in (0, 1e7]"},
-      {"OVERLAP_LOG_LEVEL", "loud", "OVERLAP_LOG_LEVEL='loud' is not valid: expected one of trace, debug, info, warn, error, critical, off"},
+      {"OVERLAP_FUSION_THRESHOLD", "64MB",
+       "OVERLAP_FUSION_THRESHOLD='64MB' is not valid: expected an integer"},
+      {"OVERLAP_FUSION_THRESHOLD", "-1",
+       "OVERLAP_FUSION_THRESHOLD='-1' is not valid: expected a byte count >= 0"},
+      {"OVERLAP_NUM_CHANNELS", "0",
+       "OVERLAP_NUM_CHANNELS='0' is not valid: expected an integer in 1..16"},
+      {"OVERLAP_STALL_TIMEOUT_S", "soon",
+       "OVERLAP_STALL_TIMEOUT_S='soon' is not valid: expected a number of seconds"},
+      {"OVERLAP_COLLECTIVE_TIMEOUT_S", "-3",
+       "OVERLAP_COLLECTIVE_TIMEOUT_S='-3' is not valid: expected seconds in (0, 1e7]"},
+      {"OVERLAP_LOG_LEVEL", "loud",
+       "OVERLAP_LOG_LEVEL='loud' is not valid: expected one of trace, debug, info, warn, error, "
+       "critical, off"},
   };
   for (const Case& c : cases) {
     setenv(c.var, c.value, 1);

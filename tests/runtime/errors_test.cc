@@ -2,7 +2,6 @@
 // the runtime keeps working afterwards. Runs with OVERLAP_STALL_WARNING_S=1 and
 // OVERLAP_STALL_TIMEOUT_S=3 (see BUILD).
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <string>
 #include <thread>
@@ -28,7 +27,8 @@ std::string ErrorOf(const absl::StatusOr<Handle>& h) {
 
 void CheckStillWorks() {
   std::vector<float> x(5, 1.0f);
-  absl::StatusOr<Handle> h = Allreduce("still.works", MakeTensor(x.data(), {5}), MakeTensor(x.data(), {5}), {ReduceOp::kSum});
+  absl::StatusOr<Handle> h = Allreduce("still.works", MakeTensor(x.data(), {5}),
+                                       MakeTensor(x.data(), {5}), {ReduceOp::kSum});
   REQUIRE(h.ok());
   REQUIRE(h->Wait(kWait).ok());
   CHECK(x[4] == static_cast<float>(Size()));
@@ -37,10 +37,13 @@ void CheckStillWorks() {
 TEST_CASE("shape mismatch fails on every rank, naming both shapes", "[mismatch]") {
   const int64_t cols = Rank() == 1 ? 4 : 3;
   std::vector<float> x(static_cast<size_t>(2 * cols), 1.0f);
-  const std::string error = ErrorOf(Allreduce("mm.shape", MakeTensor(x.data(), {2, cols}), MakeTensor(x.data(), {2, cols})));
+  const std::string error = ErrorOf(
+      Allreduce("mm.shape", MakeTensor(x.data(), {2, cols}), MakeTensor(x.data(), {2, cols})));
   INFO(error);
   CHECK(absl::StartsWith(error, Me()));
-  CHECK(absl::StrContains(error, "allreduce 'mm.shape': shape mismatch: rank 0 submitted [2,3], rank 1 submitted [2,4]"));
+  CHECK(absl::StrContains(
+      error,
+      "allreduce 'mm.shape': shape mismatch: rank 0 submitted [2,3], rank 1 submitted [2,4]"));
   CheckStillWorks();
 }
 
@@ -52,7 +55,8 @@ TEST_CASE("dtype mismatch fails on every rank", "[mismatch]") {
   const std::string error = ErrorOf(Allreduce("mm.dtype", t, t));
   INFO(error);
   CHECK(absl::StartsWith(error, Me()));
-  CHECK(absl::StrContains(error, absl::StrCat("dtype mismatch: rank 0 submitted float32, rank ", Size() - 1, " submitted float64")));
+  CHECK(absl::StrContains(error, absl::StrCat("dtype mismatch: rank 0 submitted float32, rank ",
+                                              Size() - 1, " submitted float64")));
   CheckStillWorks();
 }
 
@@ -60,9 +64,11 @@ TEST_CASE("reduce op mismatch fails on every rank", "[mismatch]") {
   std::vector<float> x(4, 1.0f);
   AllreduceOptions options;
   options.op = Rank() == 1 ? ReduceOp::kMax : ReduceOp::kSum;
-  const std::string error = ErrorOf(Allreduce("mm.op", MakeTensor(x.data(), {4}), MakeTensor(x.data(), {4}), options));
+  const std::string error =
+      ErrorOf(Allreduce("mm.op", MakeTensor(x.data(), {4}), MakeTensor(x.data(), {4}), options));
   INFO(error);
-  CHECK(absl::StrContains(error, "allreduce 'mm.op': reduce op mismatch: rank 0 submitted sum, rank 1 submitted max"));
+  CHECK(absl::StrContains(
+      error, "allreduce 'mm.op': reduce op mismatch: rank 0 submitted sum, rank 1 submitted max"));
   CheckStillWorks();
 }
 
@@ -70,19 +76,24 @@ TEST_CASE("broadcast root mismatch fails on every rank", "[mismatch]") {
   std::vector<int32_t> x(4, 7);
   BroadcastOptions options;
   options.root = Rank() == 1 ? 1 : 0;
-  const std::string error = ErrorOf(Broadcast("mm.root", MakeTensor(x.data(), {4}), MakeTensor(x.data(), {4}), options));
+  const std::string error =
+      ErrorOf(Broadcast("mm.root", MakeTensor(x.data(), {4}), MakeTensor(x.data(), {4}), options));
   INFO(error);
-  CHECK(absl::StrContains(error, "broadcast 'mm.root': root rank mismatch: rank 0 submitted root 0, rank 1 submitted root 1"));
+  CHECK(absl::StrContains(
+      error,
+      "broadcast 'mm.root': root rank mismatch: rank 0 submitted root 0, rank 1 submitted root 1"));
   CheckStillWorks();
 }
 
 TEST_CASE("operation mismatch under one name fails on every rank", "[mismatch]") {
   std::vector<float> x(4, 1.0f);
-  absl::StatusOr<Handle> h = Rank() == 1 ? Allgather("mm.kind", MakeTensor(x.data(), {4}))
-                                         : Allreduce("mm.kind", MakeTensor(x.data(), {4}), MakeTensor(x.data(), {4}));
+  absl::StatusOr<Handle> h =
+      Rank() == 1 ? Allgather("mm.kind", MakeTensor(x.data(), {4}))
+                  : Allreduce("mm.kind", MakeTensor(x.data(), {4}), MakeTensor(x.data(), {4}));
   const std::string error = ErrorOf(h);
   INFO(error);
-  CHECK(absl::StrContains(error, "operation mismatch: rank 0 submitted allreduce, rank 1 submitted allgather"));
+  CHECK(absl::StrContains(
+      error, "operation mismatch: rank 0 submitted allreduce, rank 1 submitted allgather"));
   CheckStillWorks();
 }
 
@@ -90,12 +101,17 @@ TEST_CASE("the same name twice in flight is refused locally", "[local]") {
   // Rank 0 holds back so that nobody's first submission can complete before its second.
   if (Rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
   std::vector<float> a(4, 1.0f), b(4, 1.0f);
-  absl::StatusOr<Handle> first = Allreduce("dup", MakeTensor(a.data(), {4}), MakeTensor(a.data(), {4}));
-  absl::StatusOr<Handle> second = Allreduce("dup", MakeTensor(b.data(), {4}), MakeTensor(b.data(), {4}));
+  absl::StatusOr<Handle> first =
+      Allreduce("dup", MakeTensor(a.data(), {4}), MakeTensor(a.data(), {4}));
+  absl::StatusOr<Handle> second =
+      Allreduce("dup", MakeTensor(b.data(), {4}), MakeTensor(b.data(), {4}));
   REQUIRE(first.ok());
   REQUIRE(!second.ok());
   CHECK(second.status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(second.status().message() == Me() + "allreduce 'dup': a tensor with this name is already in flight; wait for its handle before submitting the name again");
+  CHECK(second.status().message() ==
+        Me() +
+            "allreduce 'dup': a tensor with this name is already in flight; wait for its handle "
+            "before submitting the name again");
   CHECK(first->Wait(kWait).ok());
 }
 
@@ -110,7 +126,9 @@ TEST_CASE("null, undersized and unknown-typed buffers are refused locally", "[lo
   small.capacity_bytes = 8;
   h = Allreduce("bad.small", small, small);
   REQUIRE(!h.ok());
-  CHECK(h.status().message() == Me() + "allreduce 'bad.small': input buffer holds 8 bytes but shape [4] of float32 needs 16");
+  CHECK(h.status().message() ==
+        Me() +
+            "allreduce 'bad.small': input buffer holds 8 bytes but shape [4] of float32 needs 16");
 
   Tensor weird = MakeTensor(x.data(), {4});
   weird.dtype = static_cast<DataType>(42);
@@ -128,24 +146,29 @@ TEST_CASE("null, undersized and unknown-typed buffers are refused locally", "[lo
   root.root = Size();
   h = Broadcast("bad.root", MakeTensor(x.data(), {4}), MakeTensor(x.data(), {4}), root);
   REQUIRE(!h.ok());
-  CHECK(absl::StrContains(h.status().message(), absl::StrCat("root rank ", Size(), " is outside [0, ", Size(), ")")));
+  CHECK(absl::StrContains(h.status().message(),
+                          absl::StrCat("root rank ", Size(), " is outside [0, ", Size(), ")")));
 
   std::vector<int32_t> ints(4, 1);
   AllreduceOptions scaled;
   scaled.postscale = 0.5;
   h = Allreduce("bad.intscale", MakeTensor(ints.data(), {4}), MakeTensor(ints.data(), {4}), scaled);
   REQUIRE(!h.ok());
-  CHECK(absl::StrContains(h.status().message(), "prescale/postscale must be 1 for integer dtype int32"));
+  CHECK(absl::StrContains(h.status().message(),
+                          "prescale/postscale must be 1 for integer dtype int32"));
   CheckStillWorks();
 }
 
-TEST_CASE("a tensor one rank never submits fails on the others within the stall timeout", "[stall]") {
+TEST_CASE("a tensor one rank never submits fails on the others within the stall timeout",
+          "[stall]") {
   const int missing = Size() - 1;
   if (Rank() != missing) {
     std::vector<float> x(4, 1.0f);
     const auto start = std::chrono::steady_clock::now();
-    const std::string error = ErrorOf(Allreduce("stalled.new", MakeTensor(x.data(), {4}), MakeTensor(x.data(), {4})));
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string error =
+        ErrorOf(Allreduce("stalled.new", MakeTensor(x.data(), {4}), MakeTensor(x.data(), {4})));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     INFO(error);
     CHECK(absl::StartsWith(error, Me() + "stalled: allreduce 'stalled.new': submitted by ranks ["));
     CHECK(absl::StrContains(error, absl::StrCat("but not by ranks [", missing, " (")));
@@ -166,7 +189,8 @@ TEST_CASE("a cached tensor one rank stops submitting fails on the others", "[sta
       std::this_thread::sleep_for(std::chrono::seconds(2));
       continue;
     }
-    const std::string error = ErrorOf(Allreduce("stalled.cached", MakeTensor(x.data(), {4}), MakeTensor(x.data(), {4})));
+    const std::string error =
+        ErrorOf(Allreduce("stalled.cached", MakeTensor(x.data(), {4}), MakeTensor(x.data(), {4})));
     INFO(error);
     if (step == 0) {
       CHECK(error.empty());

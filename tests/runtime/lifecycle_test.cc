@@ -1,9 +1,9 @@
 // Init and Shutdown: calls before Init and after Shutdown, a bad OVERLAP_* value on one rank
 // (every rank must fail Init with that rank's reason), double Init, double Shutdown.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <mpi.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <vector>
 
@@ -30,7 +30,9 @@ TEST_CASE("lifecycle", "[lifecycle]") {
   absl::StatusOr<Handle> early = Allreduce("early", t, t);
   REQUIRE(!early.ok());
   CHECK(early.status().code() == absl::StatusCode::kFailedPrecondition);
-  CHECK(early.status().message() == "allreduce 'early': overlap is not initialised (call overlap::Init() first, and not after Shutdown())");
+  CHECK(early.status().message() ==
+        "allreduce 'early': overlap is not initialised (call overlap::Init() first, and not after "
+        "Shutdown())");
 
   // A bad value on rank 1 only: every rank fails, and every rank is told why.
   if (WorldRank() == 1) setenv("OVERLAP_NUM_CHANNELS", "banana", 1);
@@ -38,7 +40,10 @@ TEST_CASE("lifecycle", "[lifecycle]") {
   unsetenv("OVERLAP_NUM_CHANNELS");
   INFO(bad.message());
   CHECK(bad.code() == absl::StatusCode::kInvalidArgument);
-  CHECK(absl::StartsWith(bad.message(), absl::StrCat("rank ", WorldRank(), ": Init failed: rank 1: OVERLAP_NUM_CHANNELS='banana' is not valid")));
+  CHECK(absl::StartsWith(
+      bad.message(),
+      absl::StrCat("rank ", WorldRank(),
+                   ": Init failed: rank 1: OVERLAP_NUM_CHANNELS='banana' is not valid")));
   CHECK(!IsInitialized());
 
   // Out of range in code, also refused.
@@ -46,7 +51,8 @@ TEST_CASE("lifecycle", "[lifecycle]") {
   config.stall_warning_s = 10;
   config.stall_timeout_s = 5;
   absl::Status range = Init(config);
-  CHECK(absl::StrContains(range.message(), "OVERLAP_STALL_TIMEOUT_S=5 is below OVERLAP_STALL_WARNING_S=10"));
+  CHECK(absl::StrContains(range.message(),
+                          "OVERLAP_STALL_TIMEOUT_S=5 is below OVERLAP_STALL_WARNING_S=10"));
 
   REQUIRE(Init().ok());
   CHECK(Rank() == WorldRank());

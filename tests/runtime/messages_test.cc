@@ -1,7 +1,8 @@
+#include "runtime/messages.h"
+
 #include <catch2/catch.hpp>
 
 #include "runtime/matcher.h"
-#include "runtime/messages.h"
 
 namespace overlap {
 namespace {
@@ -56,11 +57,13 @@ TEST_CASE("matching names the first disagreement", "[matcher]") {
   Request b = MakeRequest("w", {2, 3});
   CHECK(MatchRequests({&a, &b}).error.empty());
   b.tensors[0].shape = {3, 2};
-  CHECK(MatchRequests({&a, &b}).error == "allreduce 'w': shape mismatch: rank 0 submitted [2,3], rank 1 submitted [3,2]");
+  CHECK(MatchRequests({&a, &b}).error ==
+        "allreduce 'w': shape mismatch: rank 0 submitted [2,3], rank 1 submitted [3,2]");
   b = a;
   b.postscale = 2;
   CHECK(MatchRequests({&a, &a, &b}).error ==
-        "allreduce 'w': scale mismatch: rank 0 submitted prescale 0.5 postscale 1, rank 2 submitted prescale 0.5 postscale 2");
+        "allreduce 'w': scale mismatch: rank 0 submitted prescale 0.5 postscale 1, rank 2 "
+        "submitted prescale 0.5 postscale 2");
 }
 
 TEST_CASE("allgather matches ragged first dimensions and records them", "[matcher]") {
@@ -73,7 +76,8 @@ TEST_CASE("allgather matches ragged first dimensions and records them", "[matche
   CHECK(ok.rank_rows == std::vector<int64_t>{2, 5});
   b.tensors[0].shape = {5, 4};
   CHECK(MatchRequests({&a, &b}).error ==
-        "allgather 'g': shape mismatch beyond the first dimension: rank 0 submitted [2,3], rank 1 submitted [5,4]");
+        "allgather 'g': shape mismatch beyond the first dimension: rank 0 submitted [2,3], rank 1 "
+        "submitted [5,4]");
 }
 
 TEST_CASE("joined ranks may only sit out allreduces", "[matcher]") {

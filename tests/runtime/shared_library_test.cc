@@ -12,7 +12,8 @@ int main() {
   }
   std::vector<float> x(1000, static_cast<float>(overlap::Rank() + 1));
   const overlap::Tensor t = overlap::MakeTensor(x.data(), {1000});
-  absl::StatusOr<overlap::Handle> h = overlap::Allreduce("shared.x", t, t, {overlap::ReduceOp::kSum});
+  absl::StatusOr<overlap::Handle> h =
+      overlap::Allreduce("shared.x", t, t, {overlap::ReduceOp::kSum});
   const int n = overlap::Size();
   const bool ok = h.ok() && h->Wait(absl::Seconds(30)).ok() && x[999] == n * (n + 1) / 2.0f;
   const bool down = overlap::Shutdown().ok();
