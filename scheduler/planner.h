@@ -30,6 +30,14 @@ struct PlannerOptions {
   // defaults since v0.21 (128 MiB and 1 ms; before that 64 MiB and 5 ms).
   int64_t fusion_threshold_bytes = int64_t{128} << 20;
   double cycle_time_ms = 1.0;
+  // Compression applied to every bucket. Allreduce-combined compressors only (none, fp16, bf16,
+  // randomk, covap, powersgd); topk and efsign go through allgather and are not planned yet.
+  // compression_ratio = payload bytes / gradient bytes: 0 means the compressor's own (0.5 for
+  // fp16 and bf16) or, for the ratio-controlled ones, the ratio that brings one fused collective
+  // down to the compute time (DESIGN section 7), clamped to [0.01, 1]. Planners plan against the
+  // compressed sizes, so their choices match what the simulator and the runtime will see.
+  std::string compressor = "none";
+  double compression_ratio = 0;
   // ByteScheduler partition and credit in bytes; 0 = tune by simulation over a grid (the paper
   // tunes them online with Bayesian optimisation).
   int64_t partition_bytes = 0;

@@ -19,7 +19,8 @@ const char* CliUsage() {
   return "usage: overlap-sim (--profile FILE | --model NAME) (--workers N | --sweep-workers "
          "4,8,...,2048) --planners LIST|all (--cost linear --alpha-us A --beta-us-per-mb B | "
          "--cost ring|tree|rd --latency-us L --bandwidth-gbit G) [--staleness S] [--budget B] "
-         "[--max-period P] [--channels K] [--json] [--timeline FILE]";
+         "[--max-period P] [--channels K] [--compressor NAME [--compression-ratio R]] [--json] "
+         "[--timeline FILE]";
 }
 
 namespace {
@@ -80,10 +81,23 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
       o.json = true;
       continue;
     }
-    static const char* kValued[] = {
-        "--profile",  "--model",          "--workers",    "--planners",       "--cost",
-        "--alpha-us", "--beta-us-per-mb", "--latency-us", "--bandwidth-gbit", "--staleness",
-        "--timeline", "--sweep-workers",  "--budget",     "--max-period",     "--channels"};
+    static const char* kValued[] = {"--profile",
+                                    "--model",
+                                    "--workers",
+                                    "--planners",
+                                    "--cost",
+                                    "--alpha-us",
+                                    "--beta-us-per-mb",
+                                    "--latency-us",
+                                    "--bandwidth-gbit",
+                                    "--staleness",
+                                    "--timeline",
+                                    "--sweep-workers",
+                                    "--budget",
+                                    "--max-period",
+                                    "--channels",
+                                    "--compressor",
+                                    "--compression-ratio"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued)) {
       return FlagError(flag, "unknown flag (see --help)");
     }
@@ -148,6 +162,10 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
       auto p = IntAtLeast(flag, v, 1);
       if (!p.ok()) return p.status();
       o.planner_options.max_period = *p;
+    } else if (flag == "--compressor") {
+      o.planner_options.compressor = v;
+    } else if (flag == "--compression-ratio") {
+      st = set_num(&o.planner_options.compression_ratio);
     } else if (flag == "--channels") {
       auto k = IntAtLeast(flag, v, 1);
       if (!k.ok()) return k.status();

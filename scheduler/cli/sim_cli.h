@@ -6,7 +6,9 @@
 //              --cost ring|tree|rd --latency-us L --bandwidth-gbit G)
 //             [--channels K] [--staleness S] [--budget B] [--max-period P] [--json]
 //             [--timeline FILE]
+//             [--compressor NAME [--compression-ratio R]]
 // --channels K gives every worker K identical links (multi-rail); only deft uses more than one.
+// --compressor compresses every bucket (PlannerOptions::compressor says which and how much).
 // LIST is comma-separated; a worker list may use "a,b,...,z" for the geometric series a, b,
 // b*b/a, ... up to z (e.g. 4,8,...,2048).
 #ifndef OVERLAP_SCHEDULER_CLI_SIM_CLI_H_

@@ -1,4 +1,5 @@
 // MakePlan, the planner registry and the auto planner.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -24,6 +25,55 @@ const Entry kPlanners[] = {
     {"deft", PlanDeft},     {"auto", PlanAuto},
 };
 
+// The payload ratio for options.compressor, or the error naming the problem.
+absl::StatusOr<double> CompressionRatio(const Profile& profile, const CostModel& cost,
+                                        const PlannerOptions& options) {
+  const std::string& name = options.compressor;
+  const double r = options.compression_ratio;
+  if (!(r >= 0 && r <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("planner options: compression_ratio must be in [0, 1], got ", r));
+  }
+  if (name == "none") {
+    if (r != 0 && r != 1) {
+      return absl::InvalidArgumentError("planner options: compressor 'none' has ratio 1");
+    }
+    return 1.0;
+  }
+  if (name == "fp16" || name == "bf16") {
+    if (r != 0 && r != 0.5) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("planner options: compressor '", name, "' has ratio 0.5, got ", r));
+    }
+    return 0.5;
+  }
+  if (name == "randomk" || name == "covap" || name == "powersgd") {
+    if (r > 0) return r;
+    const double fused_ms =
+        cost.Ms(0, Collective::kAllreduce, static_cast<double>(profile.total_bytes));
+    if (fused_ms <= profile.compute_ms()) return 1.0;
+    return std::max(0.01, profile.compute_ms() / fused_ms);
+  }
+  if (name == "topk" || name == "efsign") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("planner options: compressor '", name,
+                     "' combines payloads with allgather, which the planners do not model yet"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("planner options: unknown compressor '", name,
+                   "'; valid: none, fp16, bf16, randomk, covap, powersgd"));
+}
+
+// `cost` as seen by payloads `ratio` times the gradient size: only the per-byte terms shrink.
+CostModel ScaledForPayload(const CostModel& cost, double ratio) {
+  CostModel scaled = cost;
+  for (ChannelCost& c : scaled.channels) {
+    c.beta_s_per_byte *= ratio;
+    c.bandwidth_bytes_per_s /= ratio;
+  }
+  return scaled;
+}
+
 }  // namespace
 
 const std::vector<std::string>& PlannerNames() {
@@ -47,10 +97,16 @@ absl::StatusOr<Plan> MakePlan(absl::string_view planner, const Profile& profile,
     return absl::InvalidArgumentError(
         absl::StrCat("profile '", profile.model, "' has no tensors (was Finalize called?)"));
   }
+  absl::StatusOr<double> ratio = CompressionRatio(profile, cost, options);
+  if (!ratio.ok()) return ratio.status();
   for (const Entry& e : kPlanners) {
     if (planner != e.name) continue;
-    absl::StatusOr<Plan> plan = e.fn(profile, cost, options);
+    absl::StatusOr<Plan> plan = e.fn(profile, ScaledForPayload(cost, *ratio), options);
     if (!plan.ok()) return plan.status();
+    for (Bucket& b : plan->buckets) {
+      b.compressor = options.compressor;
+      b.ratio = *ratio;
+    }
     status = ValidatePlan(*plan, profile, cost);
     if (!status.ok()) {
       return absl::InternalError(

@@ -150,3 +150,52 @@ TEST_CASE("deft plans BERT-large in under 100 ms of CPU time") {
 
 }  // namespace
 }  // namespace overlap::sched
+
+namespace overlap::sched {
+namespace {
+
+TEST_CASE("Compression: planners plan against payload sizes and mark every bucket") {
+  const Profile profile = *LoadBuiltinProfile("bert-base");
+  const CostModel cost = CostModel::Algorithmic(Algorithm::kRing, 32, 10, 10);
+  PlannerOptions options;
+  options.staleness = 1;
+  const double plain =
+      Simulate(profile, *MakePlan("deft", profile, cost, options), cost)->iteration_ms;
+  options.compressor = "fp16";
+  auto half = MakePlan("deft", profile, cost, options);
+  REQUIRE(half.ok());
+  for (const Bucket& b : half->buckets) {
+    CHECK(b.compressor == "fp16");
+    CHECK(b.ratio == 0.5);
+  }
+  const double half_ms = Simulate(profile, *half, cost)->iteration_ms;
+  CHECK(half_ms == Approx(plain / 2).epsilon(0.02));  // communication-bound: half the bytes
+  // randomk with the ratio left to the planner brings communication down to the compute time.
+  options.compressor = "randomk";
+  auto sparse = MakePlan("deft", profile, cost, options);
+  REQUIRE(sparse.ok());
+  CHECK(sparse->buckets[0].ratio < 0.5);
+  CHECK(Simulate(profile, *sparse, cost)->iteration_ms ==
+        Approx(profile.compute_ms()).epsilon(0.01));
+}
+
+TEST_CASE("Compression options are checked") {
+  const Profile p = testing::MakeProfile({1}, {1}, {16}, 0);
+  const CostModel cost = CostModel::Linear(1, 1);
+  auto expect = [&](const char* compressor, double ratio, const char* text) {
+    PlannerOptions options;
+    options.compressor = compressor;
+    options.compression_ratio = ratio;
+    auto plan = MakePlan("wfbp", p, cost, options);
+    INFO(compressor << " " << ratio);
+    REQUIRE_FALSE(plan.ok());
+    CHECK_THAT(std::string(plan.status().message()), Catch::Contains(text));
+  };
+  expect("topk", 0, "allgather");
+  expect("zip", 0, "unknown compressor 'zip'");
+  expect("fp16", 0.3, "has ratio 0.5");
+  expect("randomk", 1.5, "compression_ratio must be in [0, 1]");
+}
+
+}  // namespace
+}  // namespace overlap::sched
