@@ -7,14 +7,18 @@ namespace overlap::launcher {
 
 bool FailureLog::Add(const RankReport& report) {
   reports_.push_back(report);
-  if (announced_ || report.stopped_by_launcher) return false;
+  if (announced_ || report.stopped_by_launcher) {
+    return false;
+  }
   announced_ = true;
   return true;
 }
 
 bool FailureLog::Reported(int rank) const {
   for (const RankReport& r : reports_) {
-    if (r.rank == rank) return true;
+    if (r.rank == rank) {
+      return true;
+    }
   }
   return false;
 }
@@ -22,19 +26,27 @@ bool FailureLog::Reported(int rank) const {
 std::optional<RankReport> FailureLog::Cause() const {
   std::vector<RankReport> own;
   for (const RankReport& r : reports_) {
-    if (!r.stopped_by_launcher) own.push_back(r);
+    if (!r.stopped_by_launcher) {
+      own.push_back(r);
+    }
   }
   const std::vector<RankReport>& pool = own.empty() ? reports_ : own;
-  if (pool.empty()) return std::nullopt;
+  if (pool.empty()) {
+    return std::nullopt;
+  }
   const RankReport* earliest = &pool[0];
   for (const RankReport& r : pool) {
-    if (r.end_ms < earliest->end_ms) earliest = &r;
+    if (r.end_ms < earliest->end_ms) {
+      earliest = &r;
+    }
   }
   // Within the window, one rank that ended differently from all the others (which ended alike)
   // is the cause even if its wrapper reported a few ms late.
   std::vector<const RankReport*> window;
   for (const RankReport& r : pool) {
-    if (r.end_ms <= earliest->end_ms + kSimultaneousMs) window.push_back(&r);
+    if (r.end_ms <= earliest->end_ms + kSimultaneousMs) {
+      window.push_back(&r);
+    }
   }
   auto same_end = [](const RankReport* a, const RankReport* b) {
     return a->how == b->how && a->code == b->code;
@@ -44,12 +56,21 @@ std::optional<RankReport> FailureLog::Cause() const {
       const RankReport* other = nullptr;
       bool others_alike = true, odd_unique = true;
       for (const RankReport* r : window) {
-        if (r == odd) continue;
-        if (same_end(r, odd)) odd_unique = false;
-        if (other == nullptr) other = r;
-        else if (!same_end(r, other)) others_alike = false;
+        if (r == odd) {
+          continue;
+        }
+        if (same_end(r, odd)) {
+          odd_unique = false;
+        }
+        if (other == nullptr) {
+          other = r;
+        } else if (!same_end(r, other)) {
+          others_alike = false;
+        }
       }
-      if (odd_unique && others_alike) return *odd;
+      if (odd_unique && others_alike) {
+        return *odd;
+      }
     }
   }
   return *earliest;
@@ -57,10 +78,14 @@ std::optional<RankReport> FailureLog::Cause() const {
 
 std::string FailureLog::Summary(int64_t job_end_ms) const {
   std::optional<RankReport> cause = Cause();
-  if (!cause) return "";
+  if (!cause) {
+    return "";
+  }
   int stopped = 0, failed = 0;
   for (const RankReport& r : reports_) {
-    if (r.rank == cause->rank && r.end_ms == cause->end_ms) continue;
+    if (r.rank == cause->rank && r.end_ms == cause->end_ms) {
+      continue;
+    }
     ++(r.stopped_by_launcher ? stopped : failed);
   }
   return absl::StrFormat(
@@ -72,7 +97,9 @@ std::string FailureLog::Summary(int64_t job_end_ms) const {
 
 int FailureLog::ExitStatus(int mpirun_status) const {
   std::optional<RankReport> cause = Cause();
-  if (cause) return ExitStatusFor(*cause);
+  if (cause) {
+    return ExitStatusFor(*cause);
+  }
   return mpirun_status;
 }
 

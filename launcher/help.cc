@@ -7,7 +7,8 @@
 namespace overlap::launcher {
 
 std::string HelpText() {
-  std::string text = R"(usage: overlaprun -np N [-H host:slots,... | --hostfile FILE] [options] [--] program [args...]
+  std::string text =
+      R"(usage: overlaprun -np N [-H host:slots,... | --hostfile FILE] [options] [--] program [args...]
 
 Starts N ranks of program with Open MPI's mpirun. When a rank fails, the whole job stops and
 overlaprun prints the rank, its host and its exit status or signal, and exits with that status
@@ -36,8 +37,8 @@ environment:
 runtime (each sets one OVERLAP_* variable in every rank):
 )";
   for (const RuntimeFlag& f : RuntimeFlags()) {
-    absl::StrAppendFormat(&text, "  %s %s\n        %s\n        (sets %s)\n", f.flag,
-                          f.value_name, f.help, f.env);
+    absl::StrAppendFormat(&text, "  %s %s\n        %s\n        (sets %s)\n", f.flag, f.value_name,
+                          f.help, f.env);
   }
   absl::StrAppend(&text, R"(
 failure handling:

@@ -34,7 +34,9 @@ absl::StatusOr<HostSlots> ParseHostEntry(absl::string_view entry, absl::string_v
   }
   if (parts.size() == 2) {
     absl::StatusOr<int> slots = ParseSlots(absl::StripAsciiWhitespace(parts[1]), where);
-    if (!slots.ok()) return slots.status();
+    if (!slots.ok()) {
+      return slots.status();
+    }
     out.slots = *slots;
   }
   return out;
@@ -57,11 +59,15 @@ absl::StatusOr<std::vector<HostSlots>> ParseHostList(absl::string_view list) {
   std::vector<HostSlots> hosts;
   for (absl::string_view entry : absl::StrSplit(list, ',')) {
     absl::StatusOr<HostSlots> h = ParseHostEntry(entry, absl::StrCat("-H '", list, "'"));
-    if (!h.ok()) return h.status();
+    if (!h.ok()) {
+      return h.status();
+    }
     hosts.push_back(*std::move(h));
   }
   absl::Status unique = CheckUnique(hosts, "-H");
-  if (!unique.ok()) return unique;
+  if (!unique.ok()) {
+    return unique;
+  }
   return hosts;
 }
 
@@ -73,17 +79,23 @@ absl::StatusOr<std::vector<HostSlots>> ParseHostfile(absl::string_view text,
     ++line_number;
     line = line.substr(0, line.find('#'));
     line = absl::StripAsciiWhitespace(line);
-    if (line.empty()) continue;
+    if (line.empty()) {
+      continue;
+    }
     const std::string where = absl::StrCat("hostfile ", source, " line ", line_number);
-    std::vector<absl::string_view> words = absl::StrSplit(line, absl::ByAnyChar(" \t"),
-                                                          absl::SkipEmpty());
+    std::vector<absl::string_view> words =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     absl::StatusOr<HostSlots> h = ParseHostEntry(words[0], where);
-    if (!h.ok()) return h.status();
+    if (!h.ok()) {
+      return h.status();
+    }
     for (size_t i = 1; i < words.size(); ++i) {
       absl::string_view word = words[i];
       if (absl::ConsumePrefix(&word, "slots=")) {
         absl::StatusOr<int> slots = ParseSlots(word, where);
-        if (!slots.ok()) return slots.status();
+        if (!slots.ok()) {
+          return slots.status();
+        }
         h->slots = *slots;
       } else if (absl::ConsumePrefix(&word, "max_slots=")) {
         // Accepted for compatibility with Open MPI hostfiles; the slot count is what we plan with.
@@ -98,13 +110,17 @@ absl::StatusOr<std::vector<HostSlots>> ParseHostfile(absl::string_view text,
     return absl::InvalidArgumentError(absl::StrCat("hostfile ", source, " lists no hosts"));
   }
   absl::Status unique = CheckUnique(hosts, absl::StrCat("hostfile ", source));
-  if (!unique.ok()) return unique;
+  if (!unique.ok()) {
+    return unique;
+  }
   return hosts;
 }
 
 absl::StatusOr<std::vector<HostSlots>> ReadHostfile(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("hostfile ", path, " cannot be read"));
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("hostfile ", path, " cannot be read"));
+  }
   std::stringstream text;
   text << in.rdbuf();
   return ParseHostfile(text.str(), path);
@@ -112,13 +128,17 @@ absl::StatusOr<std::vector<HostSlots>> ReadHostfile(const std::string& path) {
 
 int TotalSlots(const std::vector<HostSlots>& hosts) {
   int total = 0;
-  for (const HostSlots& h : hosts) total += h.slots;
+  for (const HostSlots& h : hosts) {
+    total += h.slots;
+  }
   return total;
 }
 
 std::string HostOfRank(const std::vector<HostSlots>& hosts, int rank) {
   for (const HostSlots& h : hosts) {
-    if (rank < h.slots) return h.host;
+    if (rank < h.slots) {
+      return h.host;
+    }
     rank -= h.slots;
   }
   return "";

@@ -34,7 +34,9 @@ LaunchContext CurrentContext() {
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry(*e);
     size_t eq = entry.find('=');
-    if (eq != std::string::npos) context.environment.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
+    if (eq != std::string::npos) {
+      context.environment.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
+    }
   }
   context.running_as_root = geteuid() == 0;
   char self[PATH_MAX] = {};
@@ -46,7 +48,9 @@ LaunchContext CurrentContext() {
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   absl::StatusOr<ParsedCommand> parsed = ParseArgs(args);
-  if (!parsed.ok()) return Refuse(parsed.status());
+  if (!parsed.ok()) {
+    return Refuse(parsed.status());
+  }
   const LaunchOptions& options = parsed->options;
   switch (parsed->mode) {
     case ParsedCommand::Mode::kHelp:
@@ -57,14 +61,20 @@ int Main(int argc, char** argv) {
     case ParsedCommand::Mode::kLaunch:
       break;
   }
-  if (absl::Status s = Validate(options); !s.ok()) return Refuse(s);
+  if (absl::Status s = Validate(options); !s.ok()) {
+    return Refuse(s);
+  }
   const std::vector<std::string> command = BuildMpirunCommand(options, CurrentContext());
   if (options.dry_run) {
     std::printf("%s\n", ShellQuoted(command).c_str());
     return 0;
   }
-  if (absl::Status s = Preflight(options); !s.ok()) return Refuse(s);
-  if (options.verbose) std::fprintf(stderr, "overlaprun: %s\n", ShellQuoted(command).c_str());
+  if (absl::Status s = Preflight(options); !s.ok()) {
+    return Refuse(s);
+  }
+  if (options.verbose) {
+    std::fprintf(stderr, "overlaprun: %s\n", ShellQuoted(command).c_str());
+  }
   std::fflush(stdout);
   return RunJob(command, options);
 }

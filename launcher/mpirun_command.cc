@@ -17,7 +17,9 @@ void AddMca(std::vector<std::string>& argv, const std::string& key, const std::s
 
 bool IsSet(const LaunchContext& context, absl::string_view name) {
   for (const auto& [key, value] : context.environment) {
-    if (key == name) return true;
+    if (key == name) {
+      return true;
+    }
   }
   return false;
 }
@@ -28,19 +30,27 @@ std::vector<std::string> ForwardedVariables(const LaunchOptions& options,
                                             const LaunchContext& context) {
   std::vector<std::string> vars;
   std::set<std::string> named;  // a variable is forwarded once; the most specific source wins
-  for (const ForwardedVar& v : options.forwarded) named.insert(v.name);
+  for (const ForwardedVar& v : options.forwarded) {
+    named.insert(v.name);
+  }
   for (const auto& [name, value] : options.runtime_env) {
-    if (named.count(name)) continue;
+    if (named.count(name)) {
+      continue;
+    }
     vars.push_back(absl::StrCat(name, "=", value));
     named.insert(name);
   }
   for (const auto& [name, value] : context.environment) {
-    if (!absl::StartsWith(name, "OVERLAP_") || named.count(name)) continue;
+    if (!absl::StartsWith(name, "OVERLAP_") || named.count(name)) {
+      continue;
+    }
     vars.push_back(name);
     named.insert(name);
   }
   for (const char* name : {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH"}) {
-    if (!IsSet(context, name) || named.count(name)) continue;
+    if (!IsSet(context, name) || named.count(name)) {
+      continue;
+    }
     vars.emplace_back(name);
     named.insert(name);
   }
@@ -53,15 +63,25 @@ std::vector<std::string> ForwardedVariables(const LaunchOptions& options,
 std::vector<std::string> BuildMpirunCommand(const LaunchOptions& options,
                                             const LaunchContext& context) {
   std::vector<std::string> argv = {options.mpirun};
-  if (context.running_as_root) argv.push_back("--allow-run-as-root");
+  if (context.running_as_root) {
+    argv.push_back("--allow-run-as-root");
+  }
   argv.insert(argv.end(), {"-np", absl::StrCat(options.num_ranks)});
-  if (!options.hosts.empty()) argv.insert(argv.end(), {"-H", FormatHostList(options.hosts)});
+  if (!options.hosts.empty()) {
+    argv.insert(argv.end(), {"-H", FormatHostList(options.hosts)});
+  }
   argv.insert(argv.end(), {"--bind-to", "none", "--map-by", "slot"});
   // Ranks on this machine alone may outnumber its cores (tests, debugging): Open MPI then needs
   // --oversubscribe, and it makes idle ranks yield instead of spinning on shared cores.
-  if (options.oversubscribe || options.hosts.empty()) argv.push_back("--oversubscribe");
-  if (!options.rsh_agent.empty()) AddMca(argv, "plm_rsh_agent", options.rsh_agent);
-  if (options.tcp_only) AddMca(argv, "btl", "tcp,self");
+  if (options.oversubscribe || options.hosts.empty()) {
+    argv.push_back("--oversubscribe");
+  }
+  if (!options.rsh_agent.empty()) {
+    AddMca(argv, "plm_rsh_agent", options.rsh_agent);
+  }
+  if (options.tcp_only) {
+    AddMca(argv, "btl", "tcp,self");
+  }
   if (!options.network_interface.empty()) {
     AddMca(argv, "btl_tcp_if_include", options.network_interface);
     AddMca(argv, "oob_tcp_if_include", options.network_interface);
@@ -70,7 +90,9 @@ std::vector<std::string> BuildMpirunCommand(const LaunchOptions& options,
     argv.insert(argv.end(), {"-x", var});
   }
   argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
-  if (options.wrap_ranks) argv.insert(argv.end(), {context.self_path, "--rank-wrapper", "--"});
+  if (options.wrap_ranks) {
+    argv.insert(argv.end(), {context.self_path, "--rank-wrapper", "--"});
+  }
   argv.insert(argv.end(), options.program.begin(), options.program.end());
   return argv;
 }

@@ -34,8 +34,12 @@ class ArgReader {
   }
 
   absl::StatusOr<std::string> TakeValue(absl::string_view option) {
-    if (inline_value_) return *std::exchange(inline_value_, std::nullopt);
-    if (Done()) return absl::InvalidArgumentError(absl::StrCat(option, " needs a value"));
+    if (inline_value_) {
+      return *std::exchange(inline_value_, std::nullopt);
+    }
+    if (Done()) {
+      return absl::InvalidArgumentError(absl::StrCat(option, " needs a value"));
+    }
     return args_[pos_++];
   }
 
@@ -72,10 +76,12 @@ absl::StatusOr<ForwardedVar> ParseForwarded(absl::string_view value) {
   ForwardedVar var;
   std::vector<std::string> parts = absl::StrSplit(value, absl::MaxSplits('=', 1));
   var.name = parts[0];
-  if (parts.size() == 2) var.value = parts[1];
-  if (var.name.empty() || var.name.find_first_not_of(
-                              "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
-                              std::string::npos ||
+  if (parts.size() == 2) {
+    var.value = parts[1];
+  }
+  if (var.name.empty() ||
+      var.name.find_first_not_of(
+          "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos ||
       absl::ascii_isdigit(var.name[0])) {
     return absl::InvalidArgumentError(
         absl::StrCat("-x '", value, "' is not NAME or NAME=VALUE with a valid variable name"));
@@ -98,7 +104,9 @@ absl::Status ParseOption(const std::string& option, ArgReader& reader, ParsedCom
   }
   if (option == "-np" || option == "-n" || option == "--num-proc") {
     absl::StatusOr<std::string> v = value();
-    if (!v.ok()) return v.status();
+    if (!v.ok()) {
+      return v.status();
+    }
     if (!absl::SimpleAtoi(*v, &o.num_ranks)) {
       return absl::InvalidArgumentError(absl::StrCat(option, " '", *v, "' is not an integer"));
     }
@@ -113,27 +121,39 @@ absl::Status ParseOption(const std::string& option, ArgReader& reader, ParsedCom
           "give hosts once: with -H or with --hostfile, not both or twice");
     }
     absl::StatusOr<std::string> v = value();
-    if (!v.ok()) return v.status();
+    if (!v.ok()) {
+      return v.status();
+    }
     absl::StatusOr<std::vector<HostSlots>> hosts =
         option == "--hostfile" ? ReadHostfile(*v) : ParseHostList(*v);
-    if (!hosts.ok()) return hosts.status();
+    if (!hosts.ok()) {
+      return hosts.status();
+    }
     o.hosts = *std::move(hosts);
     o.hosts_source = option == "--hostfile" ? *v : "-H";
     return absl::OkStatus();
   }
   if (option == "-x") {
     absl::StatusOr<std::string> v = value();
-    if (!v.ok()) return v.status();
+    if (!v.ok()) {
+      return v.status();
+    }
     absl::StatusOr<ForwardedVar> var = ParseForwarded(*v);
-    if (!var.ok()) return var.status();
+    if (!var.ok()) {
+      return var.status();
+    }
     o.forwarded.push_back(*std::move(var));
     return absl::OkStatus();
   }
   if (option == "--start-timeout" || option == "--kill-grace") {
     absl::StatusOr<std::string> v = value();
-    if (!v.ok()) return v.status();
+    if (!v.ok()) {
+      return v.status();
+    }
     absl::StatusOr<double> s = ParseSeconds(option, *v);
-    if (!s.ok()) return s.status();
+    if (!s.ok()) {
+      return s.status();
+    }
     if (option == "--kill-grace") {
       o.kill_grace_s = *s;
     } else {
@@ -144,8 +164,12 @@ absl::Status ParseOption(const std::string& option, ArgReader& reader, ParsedCom
   }
   if (option == "--network-interface" || option == "--rsh-agent" || option == "--mpirun") {
     absl::StatusOr<std::string> v = value();
-    if (!v.ok()) return v.status();
-    if (v->empty()) return absl::InvalidArgumentError(absl::StrCat(option, " needs a value"));
+    if (!v.ok()) {
+      return v.status();
+    }
+    if (v->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(option, " needs a value"));
+    }
     (option == "--network-interface" ? o.network_interface
      : option == "--rsh-agent"       ? o.rsh_agent
                                      : o.mpirun) = *v;
@@ -153,25 +177,39 @@ absl::Status ParseOption(const std::string& option, ArgReader& reader, ParsedCom
   }
   if (option == "--mpi-args") {
     absl::StatusOr<std::string> v = value();
-    if (!v.ok()) return v.status();
+    if (!v.ok()) {
+      return v.status();
+    }
     for (absl::string_view word : absl::StrSplit(*v, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
       o.mpi_args.emplace_back(word);
     }
     return absl::OkStatus();
   }
-  if (option == "--dry-run") return flag(o.dry_run);
-  if (option == "--oversubscribe") return flag(o.oversubscribe);
-  if (option == "--verbose" || option == "-v") return flag(o.verbose);
-  if (option == "--tcp-only") return flag(o.tcp_only);
+  if (option == "--dry-run") {
+    return flag(o.dry_run);
+  }
+  if (option == "--oversubscribe") {
+    return flag(o.oversubscribe);
+  }
+  if (option == "--verbose" || option == "-v") {
+    return flag(o.verbose);
+  }
+  if (option == "--tcp-only") {
+    return flag(o.tcp_only);
+  }
   if (option == "--no-rank-wrapper") {
     o.wrap_ranks = false;
     return reader.NoValue(option);
   }
   if (const RuntimeFlag* rf = FindRuntimeFlag(option)) {
     absl::StatusOr<std::string> v = value();
-    if (!v.ok()) return v.status();
+    if (!v.ok()) {
+      return v.status();
+    }
     absl::StatusOr<std::string> env_value = rf->convert(rf->flag, *v);
-    if (!env_value.ok()) return env_value.status();
+    if (!env_value.ok()) {
+      return env_value.status();
+    }
     o.runtime_env[rf->env] = *std::move(env_value);
     return absl::OkStatus();
   }
@@ -187,7 +225,9 @@ absl::StatusOr<ParsedCommand> ParseArgs(absl::Span<const std::string> args) {
   // The wrapper mode is internal and only ever first: mpirun runs "overlaprun --rank-wrapper --".
   if (!reader.Done() && reader.Peek() == "--rank-wrapper") {
     reader.TakeOption();
-    if (!reader.Done() && reader.Peek() == "--") reader.TakeOption();
+    if (!reader.Done() && reader.Peek() == "--") {
+      reader.TakeOption();
+    }
     out.mode = ParsedCommand::Mode::kRankWrapper;
     out.options.program = reader.Rest();
     if (out.options.program.empty()) {
@@ -201,11 +241,17 @@ absl::StatusOr<ParsedCommand> ParseArgs(absl::Span<const std::string> args) {
       reader.TakeOption();
       break;
     }
-    if (next.size() < 2 || next[0] != '-') break;  // the program
+    if (next.size() < 2 || next[0] != '-') {
+      break;  // the program
+    }
     std::string option = reader.TakeOption();
     absl::Status status = ParseOption(option, reader, out);
-    if (!status.ok()) return status;
-    if (out.mode == ParsedCommand::Mode::kHelp) return out;
+    if (!status.ok()) {
+      return status;
+    }
+    if (out.mode == ParsedCommand::Mode::kHelp) {
+      return out;
+    }
   }
   out.options.program = reader.Rest();
   return out;

@@ -33,14 +33,19 @@ bool IsExecutableFile(const std::string& path) {
 std::vector<std::string> LocalAddresses() {
   std::vector<std::string> out;
   ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return out;
+  if (getifaddrs(&list) != 0) {
+    return out;
+  }
   for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr) continue;
+    if (a->ifa_addr == nullptr) {
+      continue;
+    }
     char buf[INET6_ADDRSTRLEN] = {};
     if (a->ifa_addr->sa_family == AF_INET) {
       inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof(buf));
     } else if (a->ifa_addr->sa_family == AF_INET6) {
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, buf, sizeof(buf));
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, buf,
+                sizeof(buf));
     } else {
       continue;
     }
@@ -72,15 +77,21 @@ Probe StartProbe(const std::vector<std::string>& agent, const std::string& host)
     int devnull = open("/dev/null", O_RDWR);
     dup2(devnull, STDIN_FILENO);
     dup2(devnull, STDOUT_FILENO);
-    if (fd >= 0) dup2(fd, STDERR_FILENO);
+    if (fd >= 0) {
+      dup2(fd, STDERR_FILENO);
+    }
     setpgid(0, 0);  // so a timeout can kill the agent and whatever it started
     std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
+    for (std::string& a : argv) {
+      args.push_back(a.data());
+    }
     args.push_back(nullptr);
     execvp(args[0], args.data());
     _exit(127);
   }
-  if (fd >= 0) close(fd);
+  if (fd >= 0) {
+    close(fd);
+  }
   return p;
 }
 
@@ -88,7 +99,9 @@ std::string LastLine(const std::string& path) {
   std::ifstream in(path);
   std::string line, last;
   while (std::getline(in, line)) {
-    if (!absl::StripAsciiWhitespace(line).empty()) last = line;
+    if (!absl::StripAsciiWhitespace(line).empty()) {
+      last = line;
+    }
   }
   return std::string(absl::StripAsciiWhitespace(last));
 }
@@ -103,16 +116,16 @@ absl::Status ProbeError(const Probe& p, const std::vector<std::string>& agent, b
   std::string detail = LastLine(p.stderr_path);
   std::string status = WIFEXITED(p.status) && WEXITSTATUS(p.status) == 127 && detail.empty()
                            ? absl::StrCat("the agent '", agent[0], "' could not be run")
-                           : WIFEXITED(p.status)
-                                 ? absl::StrCat("exit status ", WEXITSTATUS(p.status))
-                                 : absl::StrCat("signal ", WTERMSIG(p.status));
+                       : WIFEXITED(p.status) ? absl::StrCat("exit status ", WEXITSTATUS(p.status))
+                                             : absl::StrCat("signal ", WTERMSIG(p.status));
   return absl::UnavailableError(absl::StrCat("host ", p.host, " is not reachable through '", how,
                                              "': ", status, detail.empty() ? "" : ": ", detail));
 }
 
 }  // namespace
 
-absl::StatusOr<std::string> ResolveProgram(const std::string& program, const std::string& path_env) {
+absl::StatusOr<std::string> ResolveProgram(const std::string& program,
+                                           const std::string& path_env) {
   if (program.find('/') != std::string::npos) {
     struct stat st {};
     if (stat(program.c_str(), &st) != 0) {
@@ -126,17 +139,25 @@ absl::StatusOr<std::string> ResolveProgram(const std::string& program, const std
   }
   for (absl::string_view dir : absl::StrSplit(path_env, ':', absl::SkipEmpty())) {
     std::string candidate = absl::StrCat(dir, "/", program);
-    if (IsExecutableFile(candidate)) return candidate;
+    if (IsExecutableFile(candidate)) {
+      return candidate;
+    }
   }
   return absl::NotFoundError(absl::StrCat("program '", program, "' is not found in PATH"));
 }
 
 bool IsLocalHost(const std::string& host) {
-  if (host == "localhost" || host == "127.0.0.1" || host == "::1") return true;
+  if (host == "localhost" || host == "127.0.0.1" || host == "::1") {
+    return true;
+  }
   char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) == 0 && host == name) return true;
+  if (gethostname(name, sizeof(name) - 1) == 0 && host == name) {
+    return true;
+  }
   for (const std::string& addr : LocalAddresses()) {
-    if (host == addr) return true;
+    if (host == addr) {
+      return true;
+    }
   }
   return false;
 }
@@ -146,14 +167,20 @@ std::vector<std::string> AgentCommand(const LaunchOptions& options, double timeo
   if (agent.empty()) {
     const char* env = getenv("OMPI_MCA_plm_rsh_agent");
     // Open MPI's value is a ':'-separated list of choices; the first one is tried first.
-    if (env != nullptr) agent = std::string(absl::StripAsciiWhitespace(absl::string_view(env).substr(0, absl::string_view(env).find(':'))));
+    if (env != nullptr) {
+      agent = std::string(absl::StripAsciiWhitespace(
+          absl::string_view(env).substr(0, absl::string_view(env).find(':'))));
+    }
   }
-  if (agent.empty()) agent = "ssh";
+  if (agent.empty()) {
+    agent = "ssh";
+  }
   std::vector<std::string> argv = absl::StrSplit(agent, absl::ByAnyChar(" \t"), absl::SkipEmpty());
   const std::string base = argv[0].substr(argv[0].rfind('/') + 1);
   if (base == "ssh") {
-    argv.insert(argv.begin() + 1, {"-o", "BatchMode=yes", "-o",
-                                   absl::StrCat("ConnectTimeout=", std::max(1, static_cast<int>(timeout_s)))});
+    argv.insert(argv.begin() + 1,
+                {"-o", "BatchMode=yes", "-o",
+                 absl::StrCat("ConnectTimeout=", std::max(1, static_cast<int>(timeout_s)))});
   }
   return argv;
 }
@@ -162,10 +189,12 @@ absl::Status CheckHostsReachable(const LaunchOptions& options) {
   const std::vector<std::string> agent = AgentCommand(options, options.start_timeout_s);
   std::vector<Probe> probes;
   for (const HostSlots& h : options.hosts) {
-    if (!IsLocalHost(h.host)) probes.push_back(StartProbe(agent, h.host));
+    if (!IsLocalHost(h.host)) {
+      probes.push_back(StartProbe(agent, h.host));
+    }
   }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(options.start_timeout_s);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(options.start_timeout_s);
   size_t remaining = probes.size();
   while (remaining > 0 && std::chrono::steady_clock::now() < deadline) {
     for (Probe& p : probes) {
@@ -174,7 +203,9 @@ absl::Status CheckHostsReachable(const LaunchOptions& options) {
         --remaining;
       }
     }
-    if (remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (remaining > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
   absl::Status result;
   for (Probe& p : probes) {
@@ -185,7 +216,9 @@ absl::Status CheckHostsReachable(const LaunchOptions& options) {
       waitpid(p.pid, &p.status, 0);
     }
     const bool ok = !timed_out && WIFEXITED(p.status) && WEXITSTATUS(p.status) == 0;
-    if (!ok && result.ok()) result = ProbeError(p, agent, timed_out, options.start_timeout_s);
+    if (!ok && result.ok()) {
+      result = ProbeError(p, agent, timed_out, options.start_timeout_s);
+    }
     unlink(p.stderr_path.c_str());
   }
   return result;
@@ -194,7 +227,9 @@ absl::Status CheckHostsReachable(const LaunchOptions& options) {
 absl::Status Preflight(const LaunchOptions& options) {
   const char* path = getenv("PATH");
   absl::StatusOr<std::string> program = ResolveProgram(options.program[0], path ? path : "");
-  if (!program.ok()) return program.status();
+  if (!program.ok()) {
+    return program.status();
+  }
   if (!ResolveProgram(options.mpirun, path ? path : "").ok()) {
     return absl::NotFoundError(absl::StrCat("mpirun '", options.mpirun,
                                             "' is not found or not executable; install Open MPI "
@@ -205,8 +240,8 @@ absl::Status Preflight(const LaunchOptions& options) {
     std::string dir = timeline->second.substr(0, timeline->second.rfind('/') + 1);
     struct stat st {};
     if (!dir.empty() && (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
-      return absl::NotFoundError(absl::StrCat("--timeline ", timeline->second, ": directory ", dir,
-                                              " does not exist"));
+      return absl::NotFoundError(
+          absl::StrCat("--timeline ", timeline->second, ": directory ", dir, " does not exist"));
     }
   }
   return CheckHostsReachable(options);

@@ -13,17 +13,26 @@ namespace {
 
 const char* HowName(RankReport::How how) {
   switch (how) {
-    case RankReport::How::kExited: return "exit";
-    case RankReport::How::kSignaled: return "signal";
-    case RankReport::How::kExecFailed: return "exec";
+    case RankReport::How::kExited:
+      return "exit";
+    case RankReport::How::kSignaled:
+      return "signal";
+    case RankReport::How::kExecFailed:
+      return "exec";
   }
   return "exit";
 }
 
 std::optional<RankReport::How> HowFromName(absl::string_view name) {
-  if (name == "exit") return RankReport::How::kExited;
-  if (name == "signal") return RankReport::How::kSignaled;
-  if (name == "exec") return RankReport::How::kExecFailed;
+  if (name == "exit") {
+    return RankReport::How::kExited;
+  }
+  if (name == "signal") {
+    return RankReport::How::kSignaled;
+  }
+  if (name == "exec") {
+    return RankReport::How::kExecFailed;
+  }
   return std::nullopt;
 }
 
@@ -43,18 +52,24 @@ std::string FormatRankReport(const RankReport& r) {
 
 std::optional<RankReport> ParseRankReport(absl::string_view line) {
   size_t at = line.find(kRankReportMarker);
-  if (at == absl::string_view::npos) return std::nullopt;
+  if (at == absl::string_view::npos) {
+    return std::nullopt;
+  }
   line.remove_prefix(at + strlen(kRankReportMarker));
   std::map<std::string, std::string> fields;
-  for (absl::string_view word : absl::StrSplit(line, absl::ByAnyChar(" \t\r\n"), absl::SkipEmpty())) {
+  for (absl::string_view word :
+       absl::StrSplit(line, absl::ByAnyChar(" \t\r\n"), absl::SkipEmpty())) {
     std::vector<std::string> kv = absl::StrSplit(word, absl::MaxSplits('=', 1));
-    if (kv.size() == 2) fields[kv[0]] = kv[1];
+    if (kv.size() == 2) {
+      fields[kv[0]] = kv[1];
+    }
   }
   RankReport r;
   int stopped = 0;
   std::optional<RankReport::How> how = HowFromName(fields["how"]);
-  if (!how || !absl::SimpleAtoi(fields["rank"], &r.rank) || !absl::SimpleAtoi(fields["pid"], &r.pid) ||
-      !absl::SimpleAtoi(fields["code"], &r.code) || !absl::SimpleAtoi(fields["end_ms"], &r.end_ms) ||
+  if (!how || !absl::SimpleAtoi(fields["rank"], &r.rank) ||
+      !absl::SimpleAtoi(fields["pid"], &r.pid) || !absl::SimpleAtoi(fields["code"], &r.code) ||
+      !absl::SimpleAtoi(fields["end_ms"], &r.end_ms) ||
       !absl::SimpleAtoi(fields["stopped"], &stopped) || fields["host"].empty()) {
     return std::nullopt;
   }
@@ -78,9 +93,12 @@ std::string DescribeEnd(const RankReport& r) {
 
 int ExitStatusFor(const RankReport& r) {
   switch (r.how) {
-    case RankReport::How::kExited: return r.code != 0 ? r.code : 1;
-    case RankReport::How::kSignaled: return 128 + r.code;
-    case RankReport::How::kExecFailed: return 127;
+    case RankReport::How::kExited:
+      return r.code != 0 ? r.code : 1;
+    case RankReport::How::kSignaled:
+      return 128 + r.code;
+    case RankReport::How::kExecFailed:
+      return 127;
   }
   return 1;
 }

@@ -22,10 +22,14 @@ volatile sig_atomic_t g_pending_signal = 0;
 
 constexpr int kForwardedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
-bool IsStopSignal(int sig) { return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT; }
+bool IsStopSignal(int sig) {
+  return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
+}
 
 void ForwardSignal(int sig) {
-  if (IsStopSignal(sig)) g_stop_requested = 1;
+  if (IsStopSignal(sig)) {
+    g_stop_requested = 1;
+  }
   if (g_child_pid > 0) {
     kill(g_child_pid, sig);
   } else {
@@ -38,21 +42,27 @@ void InstallForwarding() {
   sa.sa_handler = ForwardSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  for (int sig : kForwardedSignals) sigaction(sig, &sa, nullptr);
+  for (int sig : kForwardedSignals) {
+    sigaction(sig, &sa, nullptr);
+  }
 }
 
 int RankFromEnvironment() {
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
     const char* value = getenv(name);
     int rank = 0;
-    if (value != nullptr && absl::SimpleAtoi(value, &rank)) return rank;
+    if (value != nullptr && absl::SimpleAtoi(value, &rank)) {
+      return rank;
+    }
   }
   return -1;
 }
 
 std::string HostName() {
   char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0) return "unknown-host";
+  if (gethostname(host, sizeof(host) - 1) != 0) {
+    return "unknown-host";
+  }
   return host;
 }
 
@@ -65,10 +75,14 @@ int64_t NowMs() {
 // In the child: undo the wrapper's signal handling, die with the wrapper, then exec. On failure the
 // errno goes through `error_fd` (close-on-exec, so a successful exec closes it with nothing sent).
 [[noreturn]] void ExecProgram(const std::vector<std::string>& program, int error_fd) {
-  for (int sig : kForwardedSignals) signal(sig, SIG_DFL);
+  for (int sig : kForwardedSignals) {
+    signal(sig, SIG_DFL);
+  }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   std::vector<char*> argv;
-  for (const std::string& arg : program) argv.push_back(const_cast<char*>(arg.c_str()));
+  for (const std::string& arg : program) {
+    argv.push_back(const_cast<char*>(arg.c_str()));
+  }
   argv.push_back(nullptr);
   execvp(argv[0], argv.data());
   const int err = errno;
@@ -93,15 +107,21 @@ int RunRankWrapper(const std::vector<std::string>& program) {
   // If the daemon that started us dies, we hear about it and take the program down with us.
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   int error_pipe[2];
-  if (pipe2(error_pipe, O_CLOEXEC) != 0) return 127;
+  if (pipe2(error_pipe, O_CLOEXEC) != 0) {
+    return 127;
+  }
   const pid_t pid = fork();
-  if (pid < 0) return 127;
+  if (pid < 0) {
+    return 127;
+  }
   if (pid == 0) {
     close(error_pipe[0]);
     ExecProgram(program, error_pipe[1]);
   }
   g_child_pid = pid;
-  if (g_pending_signal != 0) kill(pid, g_pending_signal);
+  if (g_pending_signal != 0) {
+    kill(pid, g_pending_signal);
+  }
   close(error_pipe[1]);
 
   int exec_errno = 0;

@@ -27,14 +27,20 @@ using Clock = std::chrono::steady_clock;
 volatile sig_atomic_t g_mpirun_pid = 0;
 
 void ForwardToMpirun(int sig) {
-  if (g_mpirun_pid > 0) kill(g_mpirun_pid, sig);
+  if (g_mpirun_pid > 0) {
+    kill(g_mpirun_pid, sig);
+  }
 }
 
 void WriteAll(int fd, const char* data, size_t size) {
   while (size > 0) {
     ssize_t n = write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return;
+    }
     data += n;
     size -= static_cast<size_t>(n);
   }
@@ -53,10 +59,14 @@ int64_t NowMs() {
 
 pid_t StartMpirun(const std::vector<std::string>& argv, int stderr_fd) {
   pid_t pid = fork();
-  if (pid != 0) return pid;
+  if (pid != 0) {
+    return pid;
+  }
   dup2(stderr_fd, STDERR_FILENO);
   std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : argv) {
+    args.push_back(const_cast<char*>(a.c_str()));
+  }
   args.push_back(nullptr);
   execvp(args[0], args.data());
   std::fprintf(stderr, "overlaprun: cannot run '%s': %s\n", args[0], strerror(errno));
@@ -77,7 +87,9 @@ class StderrFilter {
       std::string line = buffer_.substr(0, newline + 1);
       buffer_.erase(0, newline + 1);
       if (std::optional<RankReport> r = ParseRankReport(line)) {
-        if (log_.Add(*r) && !announce) announce = r;
+        if (log_.Add(*r) && !announce) {
+          announce = r;
+        }
       } else {
         WriteAll(STDERR_FILENO, line.data(), line.size());
       }
@@ -100,11 +112,15 @@ class StderrFilter {
 void SaySilentRanks(const FailureLog& log, const LaunchOptions& options) {
   std::vector<std::string> silent;
   for (int rank = 0; rank < options.num_ranks; ++rank) {
-    if (log.Reported(rank)) continue;
+    if (log.Reported(rank)) {
+      continue;
+    }
     const std::string host = HostOfRank(options.hosts, rank);
     silent.push_back(host.empty() ? absl::StrCat(rank) : absl::StrCat(rank, " (", host, ")"));
   }
-  if (silent.empty()) return;
+  if (silent.empty()) {
+    return;
+  }
   Say(absl::StrCat("overlaprun: no end was reported by rank", silent.size() == 1 ? " " : "s ",
                    absl::StrJoin(silent, ", "),
                    ": still running, or on a host that is unreachable"));
@@ -128,7 +144,9 @@ int RunJob(const std::vector<std::string>& mpirun_argv, const LaunchOptions& opt
   struct sigaction sa {};
   sa.sa_handler = ForwardToMpirun;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    sigaction(sig, &sa, nullptr);
+  }
 
   FailureLog log;
   StderrFilter filter(log);
@@ -152,7 +170,7 @@ int RunJob(const std::vector<std::string>& mpirun_argv, const LaunchOptions& opt
             Say(absl::StrCat("overlaprun: rank ", r->rank, " on host ", r->host, " ",
                              DescribeEnd(*r), "; stopping the job"));
             terminate_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(options.kill_grace_s));
+                                              std::chrono::duration<double>(options.kill_grace_s));
           }
         } else if (n == 0 || errno != EINTR) {
           pipe_open = false;
@@ -171,10 +189,10 @@ int RunJob(const std::vector<std::string>& mpirun_argv, const LaunchOptions& opt
       }
     }
     if (!mpirun_done && terminate_at && Clock::now() >= *terminate_at) {
-      Say(absl::StrFormat(
-          "overlaprun: mpirun has not stopped the job %.0f s after rank %d failed "
-          "(--kill-grace); terminating it",
-          options.kill_grace_s, announced->rank));
+      Say(
+          absl::StrFormat("overlaprun: mpirun has not stopped the job %.0f s after rank %d failed "
+                          "(--kill-grace); terminating it",
+                          options.kill_grace_s, announced->rank));
       SaySilentRanks(log, options);
       kill(pid, SIGTERM);
       terminate_at.reset();
@@ -188,8 +206,8 @@ int RunJob(const std::vector<std::string>& mpirun_argv, const LaunchOptions& opt
   filter.Flush();
   close(pipe_fds[0]);
 
-  const int status = WIFEXITED(mpirun_status) ? WEXITSTATUS(mpirun_status)
-                                              : 128 + WTERMSIG(mpirun_status);
+  const int status =
+      WIFEXITED(mpirun_status) ? WEXITSTATUS(mpirun_status) : 128 + WTERMSIG(mpirun_status);
   if (!log.empty()) {
     Say(log.Summary(end_ms));
     return log.ExitStatus(status);

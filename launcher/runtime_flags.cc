@@ -22,15 +22,23 @@ absl::StatusOr<double> NonNegative(absl::string_view flag, absl::string_view val
 // Megabytes on the command line, bytes in OVERLAP_FUSION_THRESHOLD (MiB, as Horovod's option).
 absl::StatusOr<std::string> MegabytesToBytes(absl::string_view flag, absl::string_view value) {
   absl::StatusOr<double> mb = NonNegative(flag, value);
-  if (!mb.ok()) return mb.status();
-  if (*mb > 1 << 20) return absl::InvalidArgumentError(absl::StrCat(flag, " '", value, "' MB is too large"));
+  if (!mb.ok()) {
+    return mb.status();
+  }
+  if (*mb > 1 << 20) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", value, "' MB is too large"));
+  }
   return absl::StrCat(static_cast<int64_t>(std::llround(*mb * 1024 * 1024)));
 }
 
 absl::StatusOr<std::string> PositiveSeconds(absl::string_view flag, absl::string_view value) {
   absl::StatusOr<double> s = NonNegative(flag, value);
-  if (!s.ok()) return s.status();
-  if (*s == 0) return absl::InvalidArgumentError(absl::StrCat(flag, " must be more than 0 seconds"));
+  if (!s.ok()) {
+    return s.status();
+  }
+  if (*s == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " must be more than 0 seconds"));
+  }
   return std::string(value);
 }
 
@@ -44,14 +52,18 @@ absl::StatusOr<std::string> ChannelCount(absl::string_view flag, absl::string_vi
 
 absl::StatusOr<std::string> LogLevel(absl::string_view flag, absl::string_view value) {
   for (const char* level : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
-    if (value == level) return std::string(value);
+    if (value == level) {
+      return std::string(value);
+    }
   }
   return absl::InvalidArgumentError(absl::StrCat(
       flag, " '", value, "' is not one of trace, debug, info, warn, error, critical, off"));
 }
 
 absl::StatusOr<std::string> NonEmpty(absl::string_view flag, absl::string_view value) {
-  if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
+  if (value.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
+  }
   return std::string(value);
 }
 
@@ -87,7 +99,9 @@ absl::Span<const RuntimeFlag> RuntimeFlags() { return kFlags; }
 
 const RuntimeFlag* FindRuntimeFlag(absl::string_view flag) {
   for (const RuntimeFlag& f : kFlags) {
-    if (flag == f.flag) return &f;
+    if (flag == f.flag) {
+      return &f;
+    }
   }
   return nullptr;
 }

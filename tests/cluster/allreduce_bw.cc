@@ -6,6 +6,7 @@
 //   allreduce_bw [BYTES [ITERS]]     defaults: 32 MiB, 5
 #include <mpi.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -18,15 +19,18 @@
 namespace overlap {
 namespace {
 
-void Print(const char* api, long bytes, int iters, double seconds) {
+void Print(const char* api, int64_t bytes, int iters, double seconds) {
   double slowest = 0;
   MPI_Reduce(&seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-  if (Rank() != 0) return;
+  if (Rank() != 0) {
+    return;
+  }
   const double algbw = static_cast<double>(bytes) * iters / slowest / 1e6;
   const double busbw = algbw * 2.0 * (Size() - 1) / Size();
-  std::printf("allreduce_bw api=%s ranks=%d bytes=%ld iters=%d seconds=%.3f algbw_MBps=%.1f "
-              "busbw_MBps=%.1f\n",
-              api, Size(), bytes, iters, slowest, algbw, busbw);
+  std::printf(
+      "allreduce_bw api=%s ranks=%d bytes=%lld iters=%d seconds=%.3f algbw_MBps=%.1f "
+      "busbw_MBps=%.1f\n",
+      api, Size(), static_cast<long long>(bytes), iters, slowest, algbw, busbw);
   std::fflush(stdout);
 }
 
@@ -35,7 +39,9 @@ absl::Status RuntimeAllreduce(std::vector<float>& data, int i) {
   AllreduceOptions sum;
   sum.op = ReduceOp::kSum;
   absl::StatusOr<Handle> h = Allreduce(absl::StrCat("bw.", i % 2), t, t, sum);
-  if (!h.ok()) return h.status();
+  if (!h.ok()) {
+    return h.status();
+  }
   return h->Wait(absl::Seconds(120));
 }
 
@@ -46,7 +52,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "allreduce_bw: Init: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  const long bytes = argc > 1 ? std::atol(argv[1]) : 32L << 20;
+  const int64_t bytes = argc > 1 ? std::atoll(argv[1]) : int64_t{32} << 20;
   const int iters = argc > 2 ? std::atoi(argv[2]) : 5;
   std::vector<float> data(static_cast<size_t>(bytes) / sizeof(float), 1.0f);
 

@@ -16,14 +16,15 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "runtime/overlap.h"
@@ -49,13 +50,17 @@ struct Flags {
 
 bool ParseFlag(const std::string& arg, Flags& f) {
   const size_t eq = arg.find('=');
-  if (!absl::StartsWith(arg, "--") || eq == std::string::npos) return false;
+  if (!absl::StartsWith(arg, "--") || eq == std::string::npos) {
+    return false;
+  }
   const std::string key = arg.substr(2, eq - 2), value = arg.substr(eq + 1);
   if (key == "mode") {
     f.mode = value;
     return value == "none" || value == "exit" || value == "sigkill" || value == "stop";
   }
-  if (key == "wait-s") return absl::SimpleAtod(value, &f.wait_s) && f.wait_s > 0;
+  if (key == "wait-s") {
+    return absl::SimpleAtod(value, &f.wait_s) && f.wait_s > 0;
+  }
   int* target = key == "steps"        ? &f.steps
                 : key == "tensors"    ? &f.tensors
                 : key == "tensor-kb"  ? &f.tensor_kb
@@ -73,14 +78,15 @@ std::string Host() {
   return host;
 }
 
-long long NowMs() {
+int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
 [[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "failure_loop: rank %d (host %s): %s\n", Rank(), Host().c_str(), what.c_str());
+  std::fprintf(stderr, "failure_loop: rank %d (host %s): %s\n", Rank(), Host().c_str(),
+               what.c_str());
   std::fflush(stderr);
   // No Shutdown: it is collective and the peers may be gone. The process exit closes the
   // runtime's sockets, which tells the peers at once.
@@ -88,13 +94,19 @@ long long NowMs() {
 }
 
 void Inject(const Flags& f, int step) {
-  std::fprintf(stderr, "failure_loop: rank %d (host %s) injects '%s' at step %d at_ms=%lld\n", Rank(),
-               Host().c_str(), f.mode.c_str(), step, NowMs());
+  std::fprintf(stderr, "failure_loop: rank %d (host %s) injects '%s' at step %d at_ms=%lld\n",
+               Rank(), Host().c_str(), f.mode.c_str(), step, static_cast<long long>(NowMs()));
   std::fflush(stderr);
-  if (f.mode == "exit") std::_Exit(f.exit_code);
-  if (f.mode == "sigkill") raise(SIGKILL);
+  if (f.mode == "exit") {
+    std::_Exit(f.exit_code);
+  }
+  if (f.mode == "sigkill") {
+    raise(SIGKILL);
+  }
   if (f.mode == "stop") {
-    while (true) pause();
+    while (true) {
+      pause();
+    }
   }
 }
 
@@ -108,12 +120,16 @@ void RunStep(const Flags& f, int step, std::vector<std::vector<float>>& grads) {
     absl::StatusOr<Handle> h =
         Allreduce(absl::StrCat("grad.", i), MakeTensor(g.data(), {static_cast<int64_t>(g.size())}),
                   MakeTensor(g.data(), {static_cast<int64_t>(g.size())}));
-    if (!h.ok()) Die(absl::StrCat("step ", step, ": submitting grad.", i, ": ", h.status().message()));
+    if (!h.ok()) {
+      Die(absl::StrCat("step ", step, ": submitting grad.", i, ": ", h.status().message()));
+    }
     handles.push_back(*h);
   }
   for (int i = 0; i < f.tensors; ++i) {
     absl::Status s = handles[static_cast<size_t>(i)].Wait(absl::Seconds(f.wait_s));
-    if (!s.ok()) Die(absl::StrCat("step ", step, ": grad.", i, ": ", s.message()));
+    if (!s.ok()) {
+      Die(absl::StrCat("step ", step, ": grad.", i, ": ", s.message()));
+    }
     const float want = (Size() + 1) / 2.0f * static_cast<float>(step + 1) + static_cast<float>(i);
     const float got = grads[static_cast<size_t>(i)][0];
     if (std::fabs(got - want) > 1e-3f * std::fabs(want)) {
@@ -126,7 +142,8 @@ int Main(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     if (!ParseFlag(argv[i], f)) {
-      std::fprintf(stderr, "failure_loop: bad argument '%s' (see the comment atop failure_loop.cc)\n",
+      std::fprintf(stderr,
+                   "failure_loop: bad argument '%s' (see the comment atop failure_loop.cc)\n",
                    argv[i]);
       return kBadArguments;
     }
@@ -139,7 +156,9 @@ int Main(int argc, char** argv) {
   std::vector<std::vector<float>> grads(static_cast<size_t>(f.tensors),
                                         std::vector<float>(static_cast<size_t>(f.tensor_kb) * 256));
   for (int step = 0; step < f.steps; ++step) {
-    if (Rank() == f.fail_rank && step == f.fail_step) Inject(f, step);
+    if (Rank() == f.fail_rank && step == f.fail_step) {
+      Inject(f, step);
+    }
     RunStep(f, step, grads);
     if (Rank() == 0) {
       std::printf("failure_loop: step %d done\n", step);
@@ -147,8 +166,12 @@ int Main(int argc, char** argv) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(f.compute_ms));
   }
-  if (absl::Status s = Shutdown(); !s.ok()) Die(absl::StrCat("Shutdown: ", s.message()));
-  if (Rank() == 0) std::printf("failure_loop: %d steps on %d ranks ok\n", f.steps, Size());
+  if (absl::Status s = Shutdown(); !s.ok()) {
+    Die(absl::StrCat("Shutdown: ", s.message()));
+  }
+  if (Rank() == 0) {
+    std::printf("failure_loop: %d steps on %d ranks ok\n", f.steps, Size());
+  }
   return 0;
 }
 

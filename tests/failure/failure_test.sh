@@ -63,7 +63,9 @@ else
 fi
 end_ms=$(now_ms)
 set -e
-[ "$rc" -ne 124 ] && [ "$rc" -ne 137 -o "$MODE" = sigkill ] || fail "overlaprun hung until timeout(1) (status $rc)"
+if [ "$rc" -eq 124 ] || { [ "$rc" -eq 137 ] && [ "$MODE" != sigkill ]; }; then
+  fail "overlaprun hung until timeout(1) (status $rc)"
+fi
 [ -n "$failed_ms" ] || fail "no injection time"
 stop_s=$(awk -v a="$failed_ms" -v b="$end_ms" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
 summary=$(grep "^overlaprun: job failed: " "$OUT" || true)

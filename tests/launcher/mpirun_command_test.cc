@@ -48,10 +48,10 @@ TEST_CASE("hosts, agent, interface, TCP only and root", "[command]") {
 }
 
 TEST_CASE("runtime options override inherited OVERLAP_* values; -x overrides both", "[command]") {
-  auto vars = ForwardedVariables(
-      Options({"-np", "2", "--log-level", "info", "--fusion-threshold-mb", "1", "-x",
-               "OVERLAP_NUM_CHANNELS=5", "-x", "HOME", "prog"}),
-      Context());
+  auto vars =
+      ForwardedVariables(Options({"-np", "2", "--log-level", "info", "--fusion-threshold-mb", "1",
+                                  "-x", "OVERLAP_NUM_CHANNELS=5", "-x", "HOME", "prog"}),
+                         Context());
   CHECK(absl::StrJoin(vars, " ") ==
         "OVERLAP_FUSION_THRESHOLD=1048576 OVERLAP_LOG_LEVEL=info PATH "
         "OVERLAP_NUM_CHANNELS=5 HOME");

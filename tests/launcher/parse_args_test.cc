@@ -9,9 +9,9 @@ namespace {
 absl::StatusOr<ParsedCommand> Parse(std::vector<std::string> args) { return ParseArgs(args); }
 
 TEST_CASE("placement, flags and the program are parsed", "[parse]") {
-  auto p = Parse({"-np", "4", "-H", "a:2,b:2", "--oversubscribe", "--dry-run", "--tcp-only",
-                  "--network-interface=eth1", "--rsh-agent", "/bin/rsh", "./train", "--epochs",
-                  "3"});
+  auto p =
+      Parse({"-np", "4", "-H", "a:2,b:2", "--oversubscribe", "--dry-run", "--tcp-only",
+             "--network-interface=eth1", "--rsh-agent", "/bin/rsh", "./train", "--epochs", "3"});
   REQUIRE(p.ok());
   const LaunchOptions& o = p->options;
   CHECK(p->mode == ParsedCommand::Mode::kLaunch);
@@ -34,10 +34,28 @@ TEST_CASE("-- ends the options even before a program that starts with a dash", "
 }
 
 TEST_CASE("runtime options become OVERLAP_* values in the runtime's units", "[parse]") {
-  auto p = Parse({"-np", "2", "--fusion-threshold-mb", "32", "--timeline", "/tmp/t.json",
-                  "--log-level", "debug", "--stall-warning", "5", "--stall-timeout=20",
-                  "--collective-timeout", "30", "--num-channels", "4", "--start-timeout", "45",
-                  "--planner", "deft", "--compression", "fp16", "prog"});
+  auto p = Parse({"-np",
+                  "2",
+                  "--fusion-threshold-mb",
+                  "32",
+                  "--timeline",
+                  "/tmp/t.json",
+                  "--log-level",
+                  "debug",
+                  "--stall-warning",
+                  "5",
+                  "--stall-timeout=20",
+                  "--collective-timeout",
+                  "30",
+                  "--num-channels",
+                  "4",
+                  "--start-timeout",
+                  "45",
+                  "--planner",
+                  "deft",
+                  "--compression",
+                  "fp16",
+                  "prog"});
   REQUIRE(p.ok());
   const auto& env = p->options.runtime_env;
   CHECK(env.at("OVERLAP_FUSION_THRESHOLD") == "33554432");
@@ -92,7 +110,8 @@ TEST_CASE("each bad argument gives one message naming the option", "[parse]") {
         "--fusion-threshold-mb '-1' is not a non-negative number");
   CHECK(message({"-np", "1", "--stall-timeout", "0", "p"}) ==
         "--stall-timeout must be more than 0 seconds");
-  CHECK(message({"-np", "1", "--num-channels", "17", "p"}) == "--num-channels '17' is not in 1..16");
+  CHECK(message({"-np", "1", "--num-channels", "17", "p"}) ==
+        "--num-channels '17' is not in 1..16");
   CHECK(message({"-np", "1", "--start-timeout", "soon", "p"}) ==
         "--start-timeout 'soon' is not a positive number of seconds");
   CHECK(message({"-np", "1", "-x", "1BAD=2", "p"}) ==
@@ -103,18 +122,14 @@ TEST_CASE("each bad argument gives one message naming the option", "[parse]") {
 }
 
 TEST_CASE("--hostfile reads the file and reports its syntax errors", "[parse]") {
-  const std::string path = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
-                           "/parse_args_hosts.txt";
-  {
-    std::ofstream(path) << "n1 slots=2\nn2 slots=2\n";
-  }
+  const std::string path =
+      std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/parse_args_hosts.txt";
+  { std::ofstream(path) << "n1 slots=2\nn2 slots=2\n"; }
   auto p = Parse({"-np", "4", "--hostfile", path, "prog"});
   REQUIRE(p.ok());
   CHECK(p->options.hosts_source == path);
   CHECK(p->options.hosts.size() == 2);
-  {
-    std::ofstream(path) << "n1 slots=2\nn2 slots=\n";
-  }
+  { std::ofstream(path) << "n1 slots=2\nn2 slots=\n"; }
   auto bad = Parse({"-np", "4", "--hostfile", path, "prog"});
   CHECK(bad.status().message() ==
         "hostfile " + path + " line 2: slot count '' is not a positive integer");

@@ -39,7 +39,8 @@ TEST_CASE("programs are found in PATH or by path, and must be executable", "[pre
   auto denied = ResolveProgram(plain, "");
   CHECK(denied.status().code() == absl::StatusCode::kPermissionDenied);
   CHECK(denied.status().message() == "program '" + plain + "' is not an executable file");
-  CHECK(ResolveProgram("/tmp", "").status().message() == "program '/tmp' is not an executable file");
+  CHECK(ResolveProgram("/tmp", "").status().message() ==
+        "program '/tmp' is not an executable file");
 }
 
 TEST_CASE("this machine's names are local and need no agent", "[preflight]") {
@@ -65,16 +66,18 @@ TEST_CASE("hosts are probed through the agent; failures name host, agent and cau
   CHECK(CheckHostsReachable(Options({"-np", "2", "-H", "n1,n2", "--rsh-agent", ok, "p"})).ok());
 
   const std::string refuse = WriteScript(
-      "agent_refuse.sh", "[ \"$1\" = n2 ] || exit 0\necho 'ssh: connect to host n2: No route' >&2\nexit 255");
-  absl::Status s = CheckHostsReachable(Options({"-np", "2", "-H", "n1,n2", "--rsh-agent", refuse, "p"}));
+      "agent_refuse.sh",
+      "[ \"$1\" = n2 ] || exit 0\necho 'ssh: connect to host n2: No route' >&2\nexit 255");
+  absl::Status s =
+      CheckHostsReachable(Options({"-np", "2", "-H", "n1,n2", "--rsh-agent", refuse, "p"}));
   CHECK(s.code() == absl::StatusCode::kUnavailable);
   CHECK(s.message() == "host n2 is not reachable through '" + refuse +
                            "': exit status 255: ssh: connect to host n2: No route");
 
-  s = CheckHostsReachable(
-      Options({"-np", "1", "-H", "n1", "--rsh-agent", "/no/such/agent", "p"}));
-  CHECK(s.message() == "host n1 is not reachable through '/no/such/agent': the agent "
-                       "'/no/such/agent' could not be run");
+  s = CheckHostsReachable(Options({"-np", "1", "-H", "n1", "--rsh-agent", "/no/such/agent", "p"}));
+  CHECK(s.message() ==
+        "host n1 is not reachable through '/no/such/agent': the agent "
+        "'/no/such/agent' could not be run");
 }
 
 TEST_CASE("a host that never answers fails at the start timeout, not later", "[preflight]") {
@@ -82,9 +85,10 @@ TEST_CASE("a host that never answers fails at the start timeout, not later", "[p
   const auto start = std::chrono::steady_clock::now();
   absl::Status s = CheckHostsReachable(
       Options({"-np", "1", "-H", "n1", "--rsh-agent", hang, "--start-timeout", "0.5", "p"}));
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  CHECK(s.message() == "host n1 did not answer through '" + hang +
-                           "' within 0.5 s (--start-timeout)");
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(s.message() ==
+        "host n1 did not answer through '" + hang + "' within 0.5 s (--start-timeout)");
   CHECK(took < 2.0);
 }
 

@@ -1,8 +1,7 @@
 #include "launcher/rank_report.h"
 
-#include <csignal>
-
 #include <catch2/catch.hpp>
+#include <csignal>
 
 #include "launcher/failure_log.h"
 
@@ -39,9 +38,11 @@ TEST_CASE("a report survives formatting and parsing, even behind a prefix", "[re
 TEST_CASE("lines without the marker or with broken fields are not reports", "[report]") {
   CHECK_FALSE(ParseRankReport("rank=1 host=a how=exit code=1").has_value());
   CHECK_FALSE(ParseRankReport(std::string(kRankReportMarker) + " rank=x host=a pid=1 how=exit "
-                              "code=1 end_ms=1 stopped=0").has_value());
+                                                               "code=1 end_ms=1 stopped=0")
+                  .has_value());
   CHECK_FALSE(ParseRankReport(std::string(kRankReportMarker) + " rank=1 host=a pid=1 how=melt "
-                              "code=1 end_ms=1 stopped=0").has_value());
+                                                               "code=1 end_ms=1 stopped=0")
+                  .has_value());
 }
 
 TEST_CASE("descriptions and exit statuses follow the shell's conventions", "[report]") {

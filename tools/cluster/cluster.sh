@@ -38,8 +38,8 @@ host_namespaces() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${P
 
 kill_namespace_processes() {
   local ns=$1 pids
-  pids=$(ip netns pids "$ns" 2>/dev/null || true)
-  [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
+  mapfile -t pids < <(ip netns pids "$ns" 2>/dev/null || true)
+  ((${#pids[@]} == 0)) || kill -9 "${pids[@]}" 2>/dev/null || true
 }
 
 cmd_down() {
@@ -101,7 +101,9 @@ cmd_up() {
   need_root up
   local k=${1:-} rate=""
   shift || true
-  [[ $k =~ ^[0-9]+$ ]] && (( k >= 1 && k <= 200 )) || die "up needs a host count 1..200, got '${k}'"
+  if ! [[ $k =~ ^[0-9]+$ ]] || ((k < 1 || k > 200)); then
+    die "up needs a host count 1..200, got '${k}'"
+  fi
   while (($#)); do
     case $1 in
       --rate) rate=${2:-}; [ -n "$rate" ] || die "--rate needs a value like 1gbit"; rate_bits "$rate" >/dev/null; shift 2 ;;
@@ -154,7 +156,7 @@ cmd_status() {
   [ -f "$DIR/hostfile" ] || { echo "cluster.sh: no cluster is up"; return 0; }
   echo "links: $(cat "$DIR/rate")"
   for ns in ${PREFIX}-head $(host_namespaces | sort -V); do
-    printf '%-10s %s\n' "${ns#${PREFIX}-}" "$(ip -n "$ns" -4 -o addr show dev eth0 | awk '{print $4}') $(ip -n "$ns" -o link show eth0 | grep -o 'state [A-Z]*')"
+    printf '%-10s %s\n' "${ns#"${PREFIX}"-}" "$(ip -n "$ns" -4 -o addr show dev eth0 | awk '{print $4}') $(ip -n "$ns" -o link show eth0 | grep -o 'state [A-Z]*')"
   done
 }
 
