@@ -107,6 +107,7 @@ absl::StatusOr<Handle> Allreduce(const std::string& name, const Tensor& input, c
                                  const AllreduceOptions& options) {
   PendingOp op = SingleTensorOp(OpKind::kAllreduce, name, input);
   op.outputs.push_back(output);
+  op.request.compression = options.compression;
   op.request.op = options.op;
   op.request.prescale = options.prescale;
   op.request.postscale = options.postscale;
@@ -130,6 +131,7 @@ absl::StatusOr<Handle> GroupedAllreduce(const std::vector<std::string>& names,
   for (const Tensor& t : inputs) op.request.tensors.push_back(MetaOf(t));
   op.inputs = inputs;
   op.outputs = outputs;
+  op.request.compression = options.compression;
   op.request.op = options.op;
   op.request.prescale = options.prescale;
   op.request.postscale = options.postscale;
@@ -172,6 +174,20 @@ absl::StatusOr<Handle> Alltoall(const std::string& name, const Tensor& input,
     op.request.splits.assign(static_cast<size_t>(size), input.shape[0] / size);
   }
   return Submit(std::move(op), options.on_done);
+}
+
+absl::StatusOr<std::string> SaveCompressionState() {
+  std::shared_ptr<Runtime> runtime = Current();
+  if (runtime == nullptr)
+    return absl::FailedPreconditionError("SaveCompressionState: overlap is not initialised");
+  return runtime->SaveCompressionState();
+}
+
+absl::Status RestoreCompressionState(const std::string& snapshot) {
+  std::shared_ptr<Runtime> runtime = Current();
+  if (runtime == nullptr)
+    return absl::FailedPreconditionError("RestoreCompressionState: overlap is not initialised");
+  return runtime->RestoreCompressionState(snapshot);
 }
 
 absl::StatusOr<Handle> Barrier() {

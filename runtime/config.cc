@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "runtime/compression_stage.h"
 #include "spdlog/spdlog.h"
 
 extern char** environ;
@@ -36,7 +37,7 @@ absl::Status ReadDouble(const char* var, double* out) {
 constexpr const char* kKnownVariables[] = {
     "OVERLAP_FUSION_THRESHOLD",     "OVERLAP_NUM_CHANNELS",    "OVERLAP_STALL_WARNING_S",
     "OVERLAP_STALL_TIMEOUT_S",      "OVERLAP_TIMELINE",        "OVERLAP_LOG_LEVEL",
-    "OVERLAP_COLLECTIVE_TIMEOUT_S", "OVERLAP_START_TIMEOUT_S",
+    "OVERLAP_COLLECTIVE_TIMEOUT_S", "OVERLAP_START_TIMEOUT_S", "OVERLAP_COMPRESSION",
 };
 
 bool IsKnown(absl::string_view name) {
@@ -64,6 +65,7 @@ absl::StatusOr<Config> Config::FromEnvironment() {
   config.num_channels = static_cast<int>(channels);
   if (const char* v = std::getenv("OVERLAP_TIMELINE")) config.timeline_path = v;
   if (const char* v = std::getenv("OVERLAP_LOG_LEVEL")) config.log_level = v;
+  if (const char* v = std::getenv("OVERLAP_COMPRESSION")) config.compression = v;
   // A misspelt variable would otherwise be silently ignored.
   for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
     absl::string_view entry(*env);
@@ -101,6 +103,10 @@ absl::Status Config::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "OVERLAP_STALL_TIMEOUT_S=", stall_timeout_s, " is below OVERLAP_STALL_WARNING_S=",
         stall_warning_s, ": a stall must be warned about before it fails"));
+  }
+  absl::StatusOr<std::string> compression = CompressionStage::Canonical(this->compression);
+  if (!compression.ok()) {
+    return BadValue("OVERLAP_COMPRESSION", this->compression, compression.status().message());
   }
   const spdlog::level::level_enum level = spdlog::level::from_str(log_level);
   if (level == spdlog::level::off && log_level != "off") {

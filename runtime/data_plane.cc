@@ -12,7 +12,7 @@ namespace {
 bool Fusable(const Request& a, const Request& b) {
   return a.kind == OpKind::kAllreduce && b.kind == OpKind::kAllreduce &&
          a.tensors[0].dtype == b.tensors[0].dtype && a.op == b.op && a.prescale == b.prescale &&
-         a.postscale == b.postscale;
+         a.postscale == b.postscale && a.compression == b.compression;
 }
 
 int64_t Elements(const Request& r) {
@@ -48,12 +48,13 @@ void* AllocateOutput(PendingOp& op, DataType dtype, std::vector<int64_t> shape) 
 }  // namespace
 
 DataPlane::DataPlane(Executor* executor, const Config& config, int rank, int size,
-                     Timeline* timeline, CompleteFn complete)
+                     Timeline* timeline, CompressionStage* compression, CompleteFn complete)
     : executor_(executor),
       config_(config),
       rank_(rank),
       size_(size),
       timeline_(timeline),
+      compression_(compression),
       complete_(std::move(complete)),
       channels_(static_cast<size_t>(executor->num_channels())) {}
 
@@ -120,6 +121,17 @@ absl::Status DataPlane::StartAllreduce(Bucket* bucket, CollectiveArgs* args) {
   args->op = first.op == ReduceOp::kAverage ? ReduceOp::kSum : first.op;
   args->count = total;
 
+  if (first.compression != "none") {
+    bucket->compressed = std::make_unique<CompressedBucketState>();
+    bucket->compressed->spec = first.compression;
+    const absl::Time start = absl::Now();
+    absl::Status s = compression_->Begin(bucket->ops, bucket->compressed.get(), args);
+    if (timeline_->enabled()) {
+      for (const ReadyOp& r : bucket->ops)
+        timeline_->Span(r.response->name, "COMPRESS", start, absl::Now());
+    }
+    return s;
+  }
   const ReadyOp& only = bucket->ops.front();
   const bool single = bucket->ops.size() == 1 && only.op.has_value() && only.op->inputs.size() == 1;
   if (single) {
@@ -323,6 +335,23 @@ void DataPlane::Complete(Bucket* bucket, const absl::Status& status) {
   }
 }
 
+absl::StatusOr<bool> DataPlane::ContinueCompressed(Bucket* bucket) {
+  CollectiveArgs args;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<bool> more = compression_->Next(bucket->ops, bucket->compressed.get(), &args);
+  if (!more.ok() || !*more) {
+    if (timeline_->enabled()) {
+      for (const ReadyOp& r : bucket->ops)
+        timeline_->Span(r.response->name, "DECOMPRESS", start, absl::Now());
+    }
+    return more;
+  }
+  absl::StatusOr<std::unique_ptr<Work>> work = executor_->Start(bucket->channel, args);
+  if (!work.ok()) return work.status();
+  bucket->work = std::move(*work);
+  return true;
+}
+
 absl::Status DataPlane::Progress() {
   const absl::Duration limit = absl::Seconds(config_.collective_timeout_s);
   for (Channel& channel : channels_) {
@@ -354,6 +383,17 @@ absl::Status DataPlane::Progress() {
               "network is down"));
         }
         break;
+      }
+      if (bucket.compressed != nullptr) {
+        absl::StatusOr<bool> more = ContinueCompressed(&bucket);
+        if (!more.ok()) {
+          Complete(&bucket, absl::Status(more.status().code(),
+                                         absl::StrCat("rank ", rank_, ": ", Describe(bucket), ": ",
+                                                      more.status().message())));
+          channel.buckets.pop_front();
+          continue;
+        }
+        if (*more) break;  // the next round is in flight
       }
       Finish(&bucket);
       channel.buckets.pop_front();

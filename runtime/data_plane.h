@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "collectives/executor.h"
+#include "runtime/compression_stage.h"
 #include "runtime/config.h"
 #include "runtime/negotiator.h"
 #include "runtime/timeline.h"
@@ -29,7 +30,7 @@ class DataPlane {
   using CompleteFn = std::function<void(PendingOp& op, const absl::Status& status)>;
 
   DataPlane(Executor* executor, const Config& config, int rank, int size, Timeline* timeline,
-            CompleteFn complete);
+            CompressionStage* compression, CompleteFn complete);
 
   // Queues operations in the order every rank agreed on.
   void Submit(std::vector<ReadyOp> ready);
@@ -53,6 +54,7 @@ class DataPlane {
     bool fused = false;
     std::unique_ptr<Work> work;
     std::vector<uint8_t> scratch;  // prescaled or zero input outside the fusion buffer
+    std::unique_ptr<CompressedBucketState> compressed;  // compressed allreduces only
     absl::Time queued, started;
   };
   struct Channel {
@@ -61,6 +63,8 @@ class DataPlane {
   };
 
   absl::Status Start(Bucket* bucket);
+  // After a compressed bucket's collective: true when it started another round.
+  absl::StatusOr<bool> ContinueCompressed(Bucket* bucket);
   absl::Status StartAllreduce(Bucket* bucket, CollectiveArgs* args);
   absl::Status StartOther(Bucket* bucket, CollectiveArgs* args);
   void Finish(Bucket* bucket);
@@ -73,6 +77,7 @@ class DataPlane {
   const int rank_;
   const int size_;
   Timeline* const timeline_;
+  CompressionStage* const compression_;
   const CompleteFn complete_;
   std::vector<Channel> channels_;
   int next_channel_ = 0;

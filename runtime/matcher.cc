@@ -61,6 +61,9 @@ std::string Disagreement(const Request& first, int first_rank, const Request& ot
         both(absl::StrCat("prescale ", first.prescale, " postscale ", first.postscale),
              absl::StrCat("prescale ", other.prescale, " postscale ", other.postscale)));
   }
+  if (first.kind == OpKind::kAllreduce && first.compression != other.compression) {
+    return absl::StrCat("compression mismatch: ", both(first.compression, other.compression));
+  }
   if (first.kind == OpKind::kBroadcast && first.root != other.root) {
     return absl::StrCat("root rank mismatch: ",
                         both(absl::StrCat("root ", first.root), absl::StrCat("root ", other.root)));

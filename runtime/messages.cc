@@ -35,7 +35,8 @@ int64_t TensorMeta::NumElements() const {
 
 bool Request::operator==(const Request& o) const {
   return name == o.name && kind == o.kind && op == o.op && prescale == o.prescale &&
-         postscale == o.postscale && root == o.root && tensors == o.tensors && splits == o.splits;
+         postscale == o.postscale && root == o.root && tensors == o.tensors && splits == o.splits &&
+         compression == o.compression;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -102,6 +103,7 @@ void EncodeRequest(const Request& r, ByteWriter* out) {
     out->PutI64s(t.shape);
   }
   out->PutI64s(r.splits);
+  out->PutString(r.compression);
 }
 
 absl::Status DecodeRequest(ByteReader* in, Request* r) {
@@ -128,7 +130,9 @@ absl::Status DecodeRequest(ByteReader* in, Request* r) {
     if (!s.ok()) return s;
     t.dtype = static_cast<DataType>(dtype);
   }
-  return in->GetI64s(&r->splits);
+  s = in->GetI64s(&r->splits);
+  if (s.ok()) s = in->GetString(&r->compression);
+  return s;
 }
 
 void EncodeResponse(const Response& r, ByteWriter* out) {

@@ -44,8 +44,9 @@ struct Request {
   double prescale = 1.0;
   double postscale = 1.0;
   int32_t root = 0;
-  std::vector<TensorMeta> tensors;  // more than one for a grouped allreduce
-  std::vector<int64_t> splits;      // alltoall: rows sent to each rank
+  std::vector<TensorMeta> tensors;   // more than one for a grouped allreduce
+  std::vector<int64_t> splits;       // alltoall: rows sent to each rank
+  std::string compression = "none";  // allreduce: canonical compressor configuration
 
   bool operator==(const Request& o) const;
 };

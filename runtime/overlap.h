@@ -92,6 +92,10 @@ using DoneCallback = std::function<void(const absl::Status&)>;
 
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::kAverage;
+  // Gradient compressor with error feedback, e.g. "fp16", "topk:ratio=0.01", "covap:R=4",
+  // "powersgd:rank=4" (docs/compression.md); empty means OVERLAP_COMPRESSION, whose default is
+  // "none". Needs float32 tensors and op kSum or kAverage. Every rank must use the same one.
+  std::string compression;
   // Each rank's input is multiplied by prescale before the reduction and the result by postscale
   // after it (floating-point dtypes only; integer dtypes require 1.0).
   double prescale = 1.0;
@@ -173,6 +177,12 @@ absl::StatusOr<Handle> ReduceScatter(const std::string& name, const Tensor& inpu
 // concatenated in rank order. Result in handle.output(); row counts in handle.received_splits().
 absl::StatusOr<Handle> Alltoall(const std::string& name, const Tensor& input,
                                 const AlltoallOptions& options = {});
+
+// The error-feedback residuals of every compressed tensor on this rank, for a checkpoint, and
+// their restoration (with the same compressor configurations) when training resumes.
+// FailedPrecondition before Init; InvalidArgument on bytes that are not such a snapshot.
+absl::StatusOr<std::string> SaveCompressionState();
+absl::Status RestoreCompressionState(const std::string& snapshot);
 
 // Completes when every rank has called Barrier.
 absl::StatusOr<Handle> Barrier();

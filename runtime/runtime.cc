@@ -107,9 +107,10 @@ absl::Status Runtime::Connect(const Config& config) {
     absl::Status s = timeline_.Open(config.timeline_path, rank_);
     if (!s.ok()) spdlog::warn("overlap: {}", std::string(s.message()));
   }
+  compression_ = std::make_unique<CompressionStage>(rank_, size_);
   negotiator_ = std::make_unique<Negotiator>(control_comm_, config, hosts_);
   data_plane_ = std::make_unique<DataPlane>(
-      executor_.get(), config, rank_, size_, &timeline_,
+      executor_.get(), config, rank_, size_, &timeline_, compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   spdlog::info("overlap: rank {} of {} on {} started ({} channels, fusion threshold {} bytes)",
@@ -129,6 +130,15 @@ void Runtime::Wake() {
 }
 
 absl::StatusOr<Handle> Runtime::Submit(PendingOp op, DoneCallback on_done) {
+  if (op.request.kind == OpKind::kAllreduce) {
+    absl::StatusOr<std::string> compression = CompressionStage::Canonical(
+        op.request.compression.empty() ? config_.compression : op.request.compression);
+    if (!compression.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", rank_, ": allreduce '", op.request.name, "': ", compression.status().message()));
+    }
+    op.request.compression = *compression;
+  }
   absl::Status valid = ValidateOp(op, size_);
   if (!valid.ok())
     return absl::Status(valid.code(), absl::StrCat("rank ", rank_, ": ", valid.message()));

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "collectives/executor.h"
+#include "runtime/compression_stage.h"
 #include "runtime/config.h"
 #include "runtime/control_plane.h"
 #include "runtime/data_plane.h"
@@ -53,6 +54,10 @@ class Runtime {
   // Shutdown or a fatal error.
   absl::StatusOr<Handle> Submit(PendingOp op, DoneCallback on_done);
 
+  // Error-feedback residuals of this rank's compressed tensors (see overlap.h).
+  std::string SaveCompressionState() { return compression_->Save(); }
+  absl::Status RestoreCompressionState(const std::string& s) { return compression_->Restore(s); }
+
  private:
   Runtime() = default;
   absl::Status Connect(const Config& config);
@@ -76,6 +81,7 @@ class Runtime {
   std::unique_ptr<Negotiator> negotiator_;
   std::unique_ptr<DataPlane> data_plane_;
   Timeline timeline_;
+  std::unique_ptr<CompressionStage> compression_;
   int wake_fd_ = -1;
   std::thread thread_;
 

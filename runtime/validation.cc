@@ -61,6 +61,12 @@ absl::Status ValidateOp(const PendingOp& op, int size) {
   switch (r.kind) {
     case OpKind::kAllreduce:
       if (op.inputs.empty()) return Invalid(r, "no tensors");
+      if (r.compression != "none" && (op.inputs[0].dtype != DataType::kFloat32 ||
+                                      (r.op != ReduceOp::kSum && r.op != ReduceOp::kAverage))) {
+        return Invalid(r, absl::StrCat("compression '", r.compression,
+                                       "' needs float32 tensors and op sum or average, not ",
+                                       DataTypeName(op.inputs[0].dtype), " ", ReduceOpName(r.op)));
+      }
       if (op.inputs.size() != op.outputs.size())
         return Invalid(r, "inputs and outputs differ in number");
       for (const Tensor& t : op.inputs) {

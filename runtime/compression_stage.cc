@@ -1,0 +1,236 @@
+#include "runtime/compression_stage.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/messages.h"
+
+namespace overlap {
+
+int64_t CompressionTensorId(const std::string& name, size_t index) {
+  // FNV-1a: stable across processes and builds, unlike std::hash.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* data, size_t size) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < size; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  };
+  mix(name.data(), name.size());
+  mix(&index, sizeof(index));
+  return static_cast<int64_t>(h >> 1);
+}
+
+absl::StatusOr<std::string> CompressionStage::Canonical(const std::string& spec) {
+  if (spec.empty() || spec == "none") return std::string("none");
+  absl::StatusOr<std::unique_ptr<compress::Compressor>> c = compress::MakeCompressor(spec);
+  if (!c.ok()) return c.status();
+  return (*c)->config().ToString();
+}
+
+absl::StatusOr<CompressionStage::PerConfig*> CompressionStage::Get(const std::string& spec) {
+  auto it = configs_.find(spec);
+  if (it != configs_.end()) return &it->second;
+  absl::StatusOr<std::unique_ptr<compress::Compressor>> c = compress::MakeCompressor(spec);
+  if (!c.ok()) return c.status();
+  PerConfig& config = configs_[spec];
+  config.compressor = std::move(*c);
+  config.memory = std::make_unique<compress::ResidualMemory>(spec);
+  return &config;
+}
+
+void CompressionStage::Describe(const compress::Compressor& c, CompressedBucketState* state,
+                                CollectiveArgs* args) const {
+  *args = CollectiveArgs();
+  if (c.combine() == compress::Combine::kAllreduce) {
+    args->kind = CollectiveKind::kAllreduce;
+    args->dtype = c.payload_dtype();
+    args->op = ReduceOp::kSum;
+    args->count = static_cast<int64_t>(state->payload.size() / DataTypeSize(c.payload_dtype()));
+    args->recv = state->payload.data();
+    return;
+  }
+  // Every rank's payload has the same size, so the gather is never ragged.
+  const int64_t bytes = static_cast<int64_t>(state->payload.size());
+  state->combined.resize(state->payload.size() * static_cast<size_t>(size_));
+  args->kind = CollectiveKind::kAllgatherv;
+  args->dtype = DataType::kUint8;
+  args->send = state->payload.data();
+  args->recv = state->combined.data();
+  for (int r = 0; r < size_; ++r) {
+    args->recv_counts.push_back(bytes);
+    args->recv_displs.push_back(bytes * r);
+  }
+}
+
+absl::Status CompressionStage::Begin(std::vector<ReadyOp>& ops, CompressedBucketState* state,
+                                     CollectiveArgs* args) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<PerConfig*> config = Get(state->spec);
+  if (!config.ok()) return config.status();
+  const compress::Compressor& c = *(*config)->compressor;
+  // Sizes first, so the payload buffer is allocated once.
+  size_t total = 0;
+  for (const ReadyOp& r : ops) {
+    for (const TensorMeta& t : r.response->request.tensors) {
+      absl::StatusOr<size_t> max = c.MaxPayloadBytes(static_cast<size_t>(t.NumElements()));
+      if (!max.ok()) return max.status();
+      state->offsets.push_back(total);
+      // Kernels read payloads as words: keep every tensor's part 8-byte aligned (the padding
+      // is zero on every rank, so it sums and gathers harmlessly).
+      total += (*max + 7) / 8 * 8;
+    }
+  }
+  state->payload.assign(total, 0);
+  state->sizes.clear();
+  size_t k = 0;
+  for (ReadyOp& r : ops) {
+    const Request& request = r.response->request;
+    for (size_t t = 0; t < request.tensors.size(); ++t, ++k) {
+      const size_t n = static_cast<size_t>(request.tensors[t].NumElements());
+      const int64_t id = CompressionTensorId(request.name, t);
+      absl::StatusOr<compress::ResidualState*> residual = (*config)->memory->Get(id, n);
+      if (!residual.ok()) return residual.status();
+      // A joined rank contributes a zero gradient (its residual still drains).
+      state->scaled.assign(n, 0.0f);
+      if (r.op.has_value()) {
+        const auto* in = static_cast<const float*>(r.op->inputs[t].data);
+        for (size_t i = 0; i < n; ++i)
+          state->scaled[i] = in[i] * static_cast<float>(request.prescale);
+      }
+      const int64_t step = (*config)->steps[id];
+      absl::StatusOr<size_t> bytes =
+          c.Compress(state->scaled, **residual, step,
+                     absl::MakeSpan(state->payload).subspan(state->offsets[k]));
+      if (!bytes.ok()) return bytes.status();
+      state->sizes.push_back(*bytes);
+    }
+  }
+  Describe(c, state, args);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CompressionStage::Next(std::vector<ReadyOp>& ops, CompressedBucketState* state,
+                                            CollectiveArgs* args) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<PerConfig*> config = Get(state->spec);
+  if (!config.ok()) return config.status();
+  const compress::Compressor& c = *(*config)->compressor;
+  const bool gathered = c.combine() == compress::Combine::kAllgather;
+  ++state->round;
+  if (state->round < c.rounds()) {  // PowerSGD: P was summed, compute and send Q
+    std::vector<uint8_t> next(state->payload.size(), 0);
+    size_t k = 0;
+    for (ReadyOp& r : ops) {
+      const Request& request = r.response->request;
+      for (size_t t = 0; t < request.tensors.size(); ++t, ++k) {
+        const int64_t id = CompressionTensorId(request.name, t);
+        absl::StatusOr<compress::ResidualState*> residual =
+            (*config)->memory->Get(id, static_cast<size_t>(request.tensors[t].NumElements()));
+        if (!residual.ok()) return residual.status();
+        absl::StatusOr<size_t> bytes = c.NextRound(
+            state->round,
+            absl::MakeConstSpan(state->payload).subspan(state->offsets[k], state->sizes[k]),
+            **residual, (*config)->steps[id], absl::MakeSpan(next).subspan(state->offsets[k]));
+        if (!bytes.ok()) return bytes.status();
+        state->sizes[k] = *bytes;
+      }
+    }
+    state->payload.swap(next);
+    Describe(c, state, args);
+    return true;
+  }
+  size_t k = 0;
+  for (ReadyOp& r : ops) {
+    const Request& request = r.response->request;
+    for (size_t t = 0; t < request.tensors.size(); ++t, ++k) {
+      const size_t n = static_cast<size_t>(request.tensors[t].NumElements());
+      const int64_t id = CompressionTensorId(request.name, t);
+      absl::StatusOr<compress::ResidualState*> residual = (*config)->memory->Get(id, n);
+      if (!residual.ok()) return residual.status();
+      int64_t& step = (*config)->steps[id];
+      std::vector<float> sink;
+      absl::Span<float> out;
+      if (r.op.has_value()) {
+        out = absl::MakeSpan(static_cast<float*>(r.op->outputs[t].data), n);
+      } else {
+        sink.resize(n);
+        out = absl::MakeSpan(sink);
+      }
+      absl::Status s;
+      if (gathered) {
+        std::fill(out.begin(), out.end(), 0.0f);
+        for (int rank = 0; s.ok() && rank < size_; ++rank) {
+          const size_t base = state->payload.size() * static_cast<size_t>(rank);
+          s = c.DecompressAdd(absl::MakeConstSpan(state->combined)
+                                  .subspan(base + state->offsets[k], state->sizes[k]),
+                              **residual, step, out);
+        }
+      } else {
+        s = c.Decompress(
+            absl::MakeConstSpan(state->payload).subspan(state->offsets[k], state->sizes[k]),
+            **residual, step, out);
+      }
+      if (!s.ok()) return s;
+      ++step;
+    }
+  }
+  return false;
+}
+
+std::string CompressionStage::Save() {
+  absl::MutexLock lock(&mu_);
+  ByteWriter out;
+  out.PutString("overlap-residuals-v1");
+  out.PutI64(static_cast<int64_t>(configs_.size()));
+  for (const auto& [spec, config] : configs_) {
+    out.PutString(spec);
+    out.PutString(config.memory->Save());
+    std::vector<int64_t> steps;
+    for (const auto& [id, step] : config.steps) {
+      steps.push_back(id);
+      steps.push_back(step);
+    }
+    out.PutI64s(steps);
+  }
+  return std::move(out.bytes());
+}
+
+absl::Status CompressionStage::Restore(const std::string& snapshot) {
+  ByteReader in(snapshot);
+  std::string magic;
+  int64_t count = 0;
+  absl::Status s = in.GetString(&magic);
+  if (s.ok() && magic != "overlap-residuals-v1") s = absl::DataLossError("bad magic");
+  if (s.ok()) s = in.GetI64(&count);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, ": RestoreCompressionState: not a compression snapshot (",
+                     s.message(), ")"));
+  }
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, PerConfig> restored;
+  for (int64_t i = 0; i < count; ++i) {
+    std::string spec, memory;
+    std::vector<int64_t> steps;
+    s = in.GetString(&spec);
+    if (s.ok()) s = in.GetString(&memory);
+    if (s.ok()) s = in.GetI64s(&steps);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank_, ": RestoreCompressionState: ", s.message()));
+    }
+    absl::StatusOr<std::unique_ptr<compress::Compressor>> c = compress::MakeCompressor(spec);
+    if (!c.ok()) return c.status();
+    PerConfig& config = restored[spec];
+    config.compressor = std::move(*c);
+    config.memory = std::make_unique<compress::ResidualMemory>(spec);
+    s = config.memory->Restore(memory);
+    if (!s.ok())
+      return absl::Status(s.code(),
+                          absl::StrCat("rank ", rank_, ": RestoreCompressionState: ", s.message()));
+    for (size_t j = 0; j + 1 < steps.size(); j += 2) config.steps[steps[j]] = steps[j + 1];
+  }
+  configs_ = std::move(restored);
+  return absl::OkStatus();
+}
+
+}  // namespace overlap
