@@ -41,6 +41,14 @@ absl::StatusOr<Handle> Submit(PendingOp op, DoneCallback on_done) {
 
 TensorMeta MetaOf(const Tensor& t) { return TensorMeta{t.dtype, t.shape}; }
 
+// The reduction fields shared by AllreduceOptions and ReduceScatterOptions.
+template <typename Options>
+void SetReduction(const Options& options, Request* request) {
+  request->op = options.op;
+  request->prescale = options.prescale;
+  request->postscale = options.postscale;
+}
+
 PendingOp SingleTensorOp(OpKind kind, const std::string& name, const Tensor& input) {
   PendingOp op;
   op.request.kind = kind;
@@ -108,9 +116,7 @@ absl::StatusOr<Handle> Allreduce(const std::string& name, const Tensor& input, c
   PendingOp op = SingleTensorOp(OpKind::kAllreduce, name, input);
   op.outputs.push_back(output);
   op.request.compression = options.compression;
-  op.request.op = options.op;
-  op.request.prescale = options.prescale;
-  op.request.postscale = options.postscale;
+  SetReduction(options, &op.request);
   return Submit(std::move(op), options.on_done);
 }
 
@@ -132,9 +138,7 @@ absl::StatusOr<Handle> GroupedAllreduce(const std::vector<std::string>& names,
   op.inputs = inputs;
   op.outputs = outputs;
   op.request.compression = options.compression;
-  op.request.op = options.op;
-  op.request.prescale = options.prescale;
-  op.request.postscale = options.postscale;
+  SetReduction(options, &op.request);
   return Submit(std::move(op), options.on_done);
 }
 
@@ -154,9 +158,7 @@ absl::StatusOr<Handle> Broadcast(const std::string& name, const Tensor& input, c
 absl::StatusOr<Handle> ReduceScatter(const std::string& name, const Tensor& input,
                                      const ReduceScatterOptions& options) {
   PendingOp op = SingleTensorOp(OpKind::kReduceScatter, name, input);
-  op.request.op = options.op;
-  op.request.prescale = options.prescale;
-  op.request.postscale = options.postscale;
+  SetReduction(options, &op.request);
   return Submit(std::move(op), options.on_done);
 }
 

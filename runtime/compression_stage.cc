@@ -19,6 +19,29 @@ int64_t CompressionTensorId(const std::string& name, size_t index) {
   return static_cast<int64_t>(h >> 1);
 }
 
+namespace {
+
+// Calls fn(op, t, k, residual, id) for tensor t of every operation, k counting tensors across
+// the bucket in payload order, with the tensor's residual state.
+template <typename Fn>
+absl::Status ForEachTensor(std::vector<ReadyOp>& ops, compress::ResidualMemory& memory, Fn fn) {
+  size_t k = 0;
+  for (ReadyOp& r : ops) {
+    const Request& request = r.response->request;
+    for (size_t t = 0; t < request.tensors.size(); ++t, ++k) {
+      const int64_t id = CompressionTensorId(request.name, t);
+      absl::StatusOr<compress::ResidualState*> residual =
+          memory.Get(id, static_cast<size_t>(request.tensors[t].NumElements()));
+      if (!residual.ok()) return residual.status();
+      absl::Status s = fn(r, t, k, **residual, id);
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> CompressionStage::Canonical(const std::string& spec) {
   if (spec.empty() || spec == "none") return std::string("none");
   absl::StatusOr<std::unique_ptr<compress::Compressor>> c = compress::MakeCompressor(spec);
@@ -81,29 +104,26 @@ absl::Status CompressionStage::Begin(std::vector<ReadyOp>& ops, CompressedBucket
   }
   state->payload.assign(total, 0);
   state->sizes.clear();
-  size_t k = 0;
-  for (ReadyOp& r : ops) {
-    const Request& request = r.response->request;
-    for (size_t t = 0; t < request.tensors.size(); ++t, ++k) {
-      const size_t n = static_cast<size_t>(request.tensors[t].NumElements());
-      const int64_t id = CompressionTensorId(request.name, t);
-      absl::StatusOr<compress::ResidualState*> residual = (*config)->memory->Get(id, n);
-      if (!residual.ok()) return residual.status();
-      // A joined rank contributes a zero gradient (its residual still drains).
-      state->scaled.assign(n, 0.0f);
-      if (r.op.has_value()) {
-        const auto* in = static_cast<const float*>(r.op->inputs[t].data);
-        for (size_t i = 0; i < n; ++i)
-          state->scaled[i] = in[i] * static_cast<float>(request.prescale);
-      }
-      const int64_t step = (*config)->steps[id];
-      absl::StatusOr<size_t> bytes =
-          c.Compress(state->scaled, **residual, step,
-                     absl::MakeSpan(state->payload).subspan(state->offsets[k]));
-      if (!bytes.ok()) return bytes.status();
-      state->sizes.push_back(*bytes);
-    }
-  }
+  PerConfig& per = **config;
+  absl::Status s = ForEachTensor(
+      ops, *per.memory,
+      [&](ReadyOp& r, size_t t, size_t k, compress::ResidualState& residual, int64_t id) {
+        const size_t n = residual.size();
+        // A joined rank contributes a zero gradient (its residual still drains).
+        state->scaled.assign(n, 0.0f);
+        if (r.op.has_value()) {
+          const auto* in = static_cast<const float*>(r.op->inputs[t].data);
+          const float prescale = static_cast<float>(r.response->request.prescale);
+          for (size_t i = 0; i < n; ++i) state->scaled[i] = in[i] * prescale;
+        }
+        absl::StatusOr<size_t> bytes =
+            c.Compress(state->scaled, residual, per.steps[id],
+                       absl::MakeSpan(state->payload).subspan(state->offsets[k]));
+        if (!bytes.ok()) return bytes.status();
+        state->sizes.push_back(*bytes);
+        return absl::OkStatus();
+      });
+  if (!s.ok()) return s;
   Describe(c, state, args);
   return absl::OkStatus();
 }
@@ -113,66 +133,59 @@ absl::StatusOr<bool> CompressionStage::Next(std::vector<ReadyOp>& ops, Compresse
   absl::MutexLock lock(&mu_);
   absl::StatusOr<PerConfig*> config = Get(state->spec);
   if (!config.ok()) return config.status();
-  const compress::Compressor& c = *(*config)->compressor;
+  PerConfig& per = **config;
+  const compress::Compressor& c = *per.compressor;
   const bool gathered = c.combine() == compress::Combine::kAllgather;
   ++state->round;
   if (state->round < c.rounds()) {  // PowerSGD: P was summed, compute and send Q
     std::vector<uint8_t> next(state->payload.size(), 0);
-    size_t k = 0;
-    for (ReadyOp& r : ops) {
-      const Request& request = r.response->request;
-      for (size_t t = 0; t < request.tensors.size(); ++t, ++k) {
-        const int64_t id = CompressionTensorId(request.name, t);
-        absl::StatusOr<compress::ResidualState*> residual =
-            (*config)->memory->Get(id, static_cast<size_t>(request.tensors[t].NumElements()));
-        if (!residual.ok()) return residual.status();
-        absl::StatusOr<size_t> bytes = c.NextRound(
-            state->round,
-            absl::MakeConstSpan(state->payload).subspan(state->offsets[k], state->sizes[k]),
-            **residual, (*config)->steps[id], absl::MakeSpan(next).subspan(state->offsets[k]));
-        if (!bytes.ok()) return bytes.status();
-        state->sizes[k] = *bytes;
-      }
-    }
+    absl::Status s = ForEachTensor(
+        ops, *per.memory,
+        [&](ReadyOp&, size_t, size_t k, compress::ResidualState& residual, int64_t id) {
+          absl::StatusOr<size_t> bytes = c.NextRound(
+              state->round,
+              absl::MakeConstSpan(state->payload).subspan(state->offsets[k], state->sizes[k]),
+              residual, per.steps[id], absl::MakeSpan(next).subspan(state->offsets[k]));
+          if (!bytes.ok()) return bytes.status();
+          state->sizes[k] = *bytes;
+          return absl::OkStatus();
+        });
+    if (!s.ok()) return s;
     state->payload.swap(next);
     Describe(c, state, args);
     return true;
   }
-  size_t k = 0;
-  for (ReadyOp& r : ops) {
-    const Request& request = r.response->request;
-    for (size_t t = 0; t < request.tensors.size(); ++t, ++k) {
-      const size_t n = static_cast<size_t>(request.tensors[t].NumElements());
-      const int64_t id = CompressionTensorId(request.name, t);
-      absl::StatusOr<compress::ResidualState*> residual = (*config)->memory->Get(id, n);
-      if (!residual.ok()) return residual.status();
-      int64_t& step = (*config)->steps[id];
-      std::vector<float> sink;
-      absl::Span<float> out;
-      if (r.op.has_value()) {
-        out = absl::MakeSpan(static_cast<float*>(r.op->outputs[t].data), n);
-      } else {
-        sink.resize(n);
-        out = absl::MakeSpan(sink);
-      }
-      absl::Status s;
-      if (gathered) {
-        std::fill(out.begin(), out.end(), 0.0f);
-        for (int rank = 0; s.ok() && rank < size_; ++rank) {
-          const size_t base = state->payload.size() * static_cast<size_t>(rank);
-          s = c.DecompressAdd(absl::MakeConstSpan(state->combined)
-                                  .subspan(base + state->offsets[k], state->sizes[k]),
-                              **residual, step, out);
+  absl::Status s = ForEachTensor(
+      ops, *per.memory,
+      [&](ReadyOp& r, size_t t, size_t k, compress::ResidualState& residual, int64_t id) {
+        const size_t n = residual.size();
+        int64_t& step = per.steps[id];
+        std::vector<float> sink;  // a joined rank decodes into nothing
+        absl::Span<float> out;
+        if (r.op.has_value()) {
+          out = absl::MakeSpan(static_cast<float*>(r.op->outputs[t].data), n);
+        } else {
+          sink.resize(n);
+          out = absl::MakeSpan(sink);
         }
-      } else {
-        s = c.Decompress(
-            absl::MakeConstSpan(state->payload).subspan(state->offsets[k], state->sizes[k]),
-            **residual, step, out);
-      }
-      if (!s.ok()) return s;
-      ++step;
-    }
-  }
+        absl::Status decoded;
+        if (gathered) {
+          std::fill(out.begin(), out.end(), 0.0f);
+          for (int rank = 0; decoded.ok() && rank < size_; ++rank) {
+            const size_t base = state->payload.size() * static_cast<size_t>(rank);
+            decoded = c.DecompressAdd(absl::MakeConstSpan(state->combined)
+                                          .subspan(base + state->offsets[k], state->sizes[k]),
+                                      residual, step, out);
+          }
+        } else {
+          decoded = c.Decompress(
+              absl::MakeConstSpan(state->payload).subspan(state->offsets[k], state->sizes[k]),
+              residual, step, out);
+        }
+        ++step;
+        return decoded;
+      });
+  if (!s.ok()) return s;
   return false;
 }
 
