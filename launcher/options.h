@@ -53,7 +53,8 @@ struct LaunchOptions {
   // OVERLAP_* variables set by runtime options such as --fusion-threshold-mb, already converted.
   std::map<std::string, std::string> runtime_env;
 
-  // Bounds the host checks before launch, and the runtime's Init (OVERLAP_START_TIMEOUT_S).
+  // Bounds the host checks before launch, the time until every rank's program is running, and
+  // (when given) the runtime's Init (OVERLAP_START_TIMEOUT_S).
   double start_timeout_s = 30.0;
   // After the first rank fails, mpirun gets this long to stop the others before overlaprun
   // terminates it: a host that vanished from the network can keep mpirun waiting forever.

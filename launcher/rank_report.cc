@@ -4,9 +4,11 @@
 #include <map>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace overlap::launcher {
 namespace {
@@ -43,6 +45,20 @@ std::string SignalName(int sig) {
 }
 
 }  // namespace
+
+std::string FormatRankStart(int rank) {
+  return absl::StrCat(kRankStartMarker, " rank=", rank, "\n");
+}
+
+std::optional<int> ParseRankStart(absl::string_view line) {
+  const size_t at = line.find(kRankStartMarker);
+  if (at == absl::string_view::npos) return std::nullopt;
+  line.remove_prefix(at + strlen(kRankStartMarker));
+  line = absl::StripAsciiWhitespace(line);
+  int rank = 0;
+  if (!absl::ConsumePrefix(&line, "rank=") || !absl::SimpleAtoi(line, &rank)) return std::nullopt;
+  return rank;
+}
 
 std::string FormatRankReport(const RankReport& r) {
   return absl::StrCat(kRankReportMarker, " rank=", r.rank, " host=", r.host, " pid=", r.pid,

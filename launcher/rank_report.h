@@ -31,6 +31,16 @@ struct RankReport {
   bool stopped_by_launcher = false;
 };
 
+// The wrapper's first line once the program is running: lets overlaprun see that every rank
+// started, and name the ranks (and hosts) that did not within --start-timeout.
+inline constexpr char kRankStartMarker[] = "@@overlaprun-rank-start@@";
+
+// "@@overlaprun-rank-start@@ rank=R\n".
+std::string FormatRankStart(int rank);
+
+// The rank in a start line (marker anywhere in `line`), or nullopt.
+std::optional<int> ParseRankStart(absl::string_view line);
+
 // One line (with '\n') holding the marker and every field.
 std::string FormatRankReport(const RankReport& report);
 

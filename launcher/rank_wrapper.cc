@@ -130,6 +130,11 @@ int RunRankWrapper(const std::vector<std::string>& program) {
     n = read(error_pipe[0], &exec_errno, sizeof(exec_errno));
   } while (n < 0 && errno == EINTR);
   close(error_pipe[0]);
+  if (n == 0) {
+    // The exec succeeded (it closed the pipe without a word): the rank is running.
+    const std::string line = FormatRankStart(RankFromEnvironment());
+    (void)!write(STDERR_FILENO, line.data(), line.size());
+  }
 
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {

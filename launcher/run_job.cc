@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,23 +25,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// mpirun gets this long after SIGTERM before SIGKILL.
+constexpr std::chrono::seconds kTermToKill{3};
+// After mpirun exits, its stderr is read for at most this long: daemons on a host that lost its
+// network may hold the pipe open forever.
+constexpr std::chrono::seconds kDrain{1};
+
 volatile sig_atomic_t g_mpirun_pid = 0;
 
 void ForwardToMpirun(int sig) {
-  if (g_mpirun_pid > 0) {
-    kill(g_mpirun_pid, sig);
-  }
+  if (g_mpirun_pid > 0) kill(g_mpirun_pid, sig);
 }
 
 void WriteAll(int fd, const char* data, size_t size) {
   while (size > 0) {
     ssize_t n = write(fd, data, size);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return;
-    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
     data += n;
     size -= static_cast<size_t>(n);
   }
@@ -57,74 +58,172 @@ int64_t NowMs() {
       .count();
 }
 
+Clock::time_point After(double seconds) {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 pid_t StartMpirun(const std::vector<std::string>& argv, int stderr_fd) {
   pid_t pid = fork();
-  if (pid != 0) {
-    return pid;
-  }
+  if (pid != 0) return pid;
   dup2(stderr_fd, STDERR_FILENO);
   std::vector<char*> args;
-  for (const std::string& a : argv) {
-    args.push_back(const_cast<char*>(a.c_str()));
-  }
+  args.reserve(argv.size() + 1);
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   execvp(args[0], args.data());
   std::fprintf(stderr, "overlaprun: cannot run '%s': %s\n", args[0], strerror(errno));
   _exit(127);
 }
 
-// Splits mpirun's stderr into lines, passing ordinary ones on and handing reports to the log.
-class StderrFilter {
+// Watches one mpirun: passes its stderr through line by line minus the wrappers' start and end
+// lines, announces the first failure, and enforces the start timeout and the kill grace.
+class JobWatcher {
  public:
-  explicit StderrFilter(FailureLog& log) : log_(log) {}
-
-  // Returns a report that is a new failure to announce, if the data completed one.
-  std::optional<RankReport> Feed(const char* data, size_t size) {
-    buffer_.append(data, size);
-    std::optional<RankReport> announce;
-    size_t newline;
-    while ((newline = buffer_.find('\n')) != std::string::npos) {
-      std::string line = buffer_.substr(0, newline + 1);
-      buffer_.erase(0, newline + 1);
-      if (std::optional<RankReport> r = ParseRankReport(line)) {
-        if (log_.Add(*r) && !announce) {
-          announce = r;
-        }
-      } else {
-        WriteAll(STDERR_FILENO, line.data(), line.size());
-      }
-    }
-    return announce;
+  JobWatcher(const LaunchOptions& options, pid_t mpirun, int stderr_fd)
+      : options_(options), mpirun_(mpirun), fd_(stderr_fd) {
+    // Without the wrapper no rank says it started, so there is nothing to time.
+    if (options_.wrap_ranks) start_deadline_ = After(options_.start_timeout_s);
   }
 
-  void Flush() {
+  // Runs until mpirun has exited and its stderr is drained; returns overlaprun's exit status.
+  int Run() {
+    while (!mpirun_done_ || (pipe_open_ && Clock::now() < drain_until_)) {
+      ReadSome();
+      CheckMpirun();
+      CheckDeadlines();
+    }
     WriteAll(STDERR_FILENO, buffer_.data(), buffer_.size());
-    buffer_.clear();
+    return Finish();
   }
 
  private:
-  FailureLog& log_;
-  std::string buffer_;
-};
-
-// Ranks whose wrapper never reported while mpirun hung are the likely culprits: a host that lost
-// its network can neither report nor be stopped.
-void SaySilentRanks(const FailureLog& log, const LaunchOptions& options) {
-  std::vector<std::string> silent;
-  for (int rank = 0; rank < options.num_ranks; ++rank) {
-    if (log.Reported(rank)) {
-      continue;
+  void ReadSome() {
+    if (!pipe_open_) {
+      usleep(100 * 1000);
+      return;
     }
-    const std::string host = HostOfRank(options.hosts, rank);
-    silent.push_back(host.empty() ? absl::StrCat(rank) : absl::StrCat(rank, " (", host, ")"));
+    pollfd pfd{fd_, POLLIN, 0};
+    if (poll(&pfd, 1, 100) <= 0) return;
+    char buf[4096];
+    const ssize_t n = read(fd_, buf, sizeof(buf));
+    if (n > 0) {
+      buffer_.append(buf, static_cast<size_t>(n));
+      size_t newline;
+      while ((newline = buffer_.find('\n')) != std::string::npos) {
+        HandleLine(buffer_.substr(0, newline + 1));
+        buffer_.erase(0, newline + 1);
+      }
+    } else if (n == 0 || errno != EINTR) {
+      pipe_open_ = false;
+    }
   }
-  if (silent.empty()) {
-    return;
+
+  void HandleLine(const std::string& line) {
+    if (std::optional<int> rank = ParseRankStart(line)) {
+      started_.insert(*rank);
+      return;
+    }
+    std::optional<RankReport> report = ParseRankReport(line);
+    if (!report) {
+      WriteAll(STDERR_FILENO, line.data(), line.size());
+      return;
+    }
+    if (!log_.Add(*report)) return;
+    Say(absl::StrCat("overlaprun: rank ", report->rank, " on host ", report->host, " ",
+                     DescribeEnd(*report), "; stopping the job"));
+    first_failed_rank_ = report->rank;
+    terminate_at_ = After(options_.kill_grace_s);
   }
-  Say(absl::StrCat("overlaprun: no end was reported by rank", silent.size() == 1 ? " " : "s ",
-                   absl::StrJoin(silent, ", "),
-                   ": still running, or on a host that is unreachable"));
-}
+
+  void CheckMpirun() {
+    if (mpirun_done_ || waitpid(mpirun_, &mpirun_status_, WNOHANG) != mpirun_) return;
+    mpirun_done_ = true;
+    end_ms_ = NowMs();
+    drain_until_ = Clock::now() + kDrain;
+    g_mpirun_pid = 0;
+  }
+
+  void CheckDeadlines() {
+    if (mpirun_done_) return;
+    const Clock::time_point now = Clock::now();
+    if (start_deadline_ && now >= *start_deadline_) {
+      start_deadline_.reset();
+      if (static_cast<int>(started_.size()) < options_.num_ranks && log_.empty()) {
+        failure_ = absl::StrFormat("%s did not start within %g s (--start-timeout)",
+                                   RankList([this](int r) { return started_.count(r) > 0; }),
+                                   options_.start_timeout_s);
+        Say(absl::StrCat("overlaprun: ", failure_, "; terminating mpirun"));
+        Terminate();
+      }
+    }
+    if (terminate_at_ && now >= *terminate_at_) {
+      terminate_at_.reset();
+      Say(
+          absl::StrFormat("overlaprun: mpirun has not stopped the job %g s after rank %d failed "
+                          "(--kill-grace); terminating it",
+                          options_.kill_grace_s, first_failed_rank_));
+      Say(absl::StrCat("overlaprun: no end was reported by ",
+                       RankList([this](int r) { return log_.Reported(r); }),
+                       ": still running, or on a host that is unreachable"));
+      Terminate();
+    }
+    if (kill_at_ && now >= *kill_at_) {
+      kill_at_.reset();
+      kill(mpirun_, SIGKILL);
+    }
+  }
+
+  void Terminate() {
+    kill(mpirun_, SIGTERM);
+    kill_at_ = Clock::now() + kTermToKill;
+  }
+
+  // "rank 2 (h3)" or "ranks 1 (h2), 3": the ranks for which `done` is false, with the host
+  // --map-by slot places them on when the host list says.
+  template <typename Done>
+  std::string RankList(Done done) const {
+    std::vector<std::string> ranks;
+    for (int rank = 0; rank < options_.num_ranks; ++rank) {
+      if (done(rank)) continue;
+      const std::string host = HostOfRank(options_.hosts, rank);
+      ranks.push_back(host.empty() ? absl::StrCat(rank) : absl::StrCat(rank, " (", host, ")"));
+    }
+    return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(ranks, ", "));
+  }
+
+  int Finish() const {
+    const int status =
+        WIFEXITED(mpirun_status_) ? WEXITSTATUS(mpirun_status_) : 128 + WTERMSIG(mpirun_status_);
+    if (!log_.empty()) {
+      Say(log_.Summary(end_ms_));
+      return log_.ExitStatus(status);
+    }
+    if (!failure_.empty()) {
+      Say(absl::StrCat("overlaprun: job failed: ", failure_));
+      return 1;
+    }
+    if (status != 0) {
+      Say(absl::StrCat("overlaprun: mpirun failed with status ", status,
+                       " before any rank reported a failure (its messages are above)"));
+    }
+    return status;
+  }
+
+  const LaunchOptions& options_;
+  const pid_t mpirun_;
+  const int fd_;
+  std::string buffer_;  // an incomplete last line of mpirun's stderr
+  FailureLog log_;
+  std::set<int> started_;
+  std::string failure_;  // why overlaprun stopped a job no rank reported failing
+  int first_failed_rank_ = -1;
+  std::optional<Clock::time_point> start_deadline_, terminate_at_, kill_at_;
+  Clock::time_point drain_until_;
+  bool mpirun_done_ = false, pipe_open_ = true;
+  int mpirun_status_ = 0;
+  int64_t end_ms_ = 0;
+};
 
 }  // namespace
 
@@ -138,84 +237,16 @@ int RunJob(const std::vector<std::string>& mpirun_argv, const LaunchOptions& opt
   close(pipe_fds[1]);
   if (pid < 0) {
     Say(absl::StrCat("overlaprun: cannot start mpirun: ", strerror(errno)));
+    close(pipe_fds[0]);
     return 1;
   }
   g_mpirun_pid = pid;
   struct sigaction sa {};
   sa.sa_handler = ForwardToMpirun;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-    sigaction(sig, &sa, nullptr);
-  }
-
-  FailureLog log;
-  StderrFilter filter(log);
-  std::optional<Clock::time_point> terminate_at, kill_at, drain_until;
-  std::optional<RankReport> announced;
-  int mpirun_status = 0;
-  bool mpirun_done = false, pipe_open = true;
-  int64_t end_ms = 0;
-
-  // Runs until mpirun has exited and its stderr is drained. Daemons on a host that lost its network
-  // may keep the pipe open forever, so draining stops one second after mpirun exits.
-  while (!mpirun_done || (pipe_open && Clock::now() < *drain_until)) {
-    if (pipe_open) {
-      pollfd pfd{pipe_fds[0], POLLIN, 0};
-      if (poll(&pfd, 1, 100) > 0) {
-        char buf[4096];
-        ssize_t n = read(pipe_fds[0], buf, sizeof(buf));
-        if (n > 0) {
-          if (std::optional<RankReport> r = filter.Feed(buf, static_cast<size_t>(n))) {
-            announced = r;
-            Say(absl::StrCat("overlaprun: rank ", r->rank, " on host ", r->host, " ",
-                             DescribeEnd(*r), "; stopping the job"));
-            terminate_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                              std::chrono::duration<double>(options.kill_grace_s));
-          }
-        } else if (n == 0 || errno != EINTR) {
-          pipe_open = false;
-        }
-      }
-    } else {
-      usleep(100 * 1000);
-    }
-    if (!mpirun_done) {
-      pid_t w = waitpid(pid, &mpirun_status, WNOHANG);
-      if (w == pid) {
-        mpirun_done = true;
-        end_ms = NowMs();
-        drain_until = Clock::now() + std::chrono::seconds(1);
-        g_mpirun_pid = 0;
-      }
-    }
-    if (!mpirun_done && terminate_at && Clock::now() >= *terminate_at) {
-      Say(
-          absl::StrFormat("overlaprun: mpirun has not stopped the job %.0f s after rank %d failed "
-                          "(--kill-grace); terminating it",
-                          options.kill_grace_s, announced->rank));
-      SaySilentRanks(log, options);
-      kill(pid, SIGTERM);
-      terminate_at.reset();
-      kill_at = Clock::now() + std::chrono::seconds(3);
-    }
-    if (!mpirun_done && kill_at && Clock::now() >= *kill_at) {
-      kill(pid, SIGKILL);
-      kill_at.reset();
-    }
-  }
-  filter.Flush();
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  const int status = JobWatcher(options, pid, pipe_fds[0]).Run();
   close(pipe_fds[0]);
-
-  const int status =
-      WIFEXITED(mpirun_status) ? WEXITSTATUS(mpirun_status) : 128 + WTERMSIG(mpirun_status);
-  if (!log.empty()) {
-    Say(log.Summary(end_ms));
-    return log.ExitStatus(status);
-  }
-  if (status != 0) {
-    Say(absl::StrCat("overlaprun: mpirun failed with status ", status,
-                     " before any rank reported a failure (its messages are above)"));
-  }
   return status;
 }
 

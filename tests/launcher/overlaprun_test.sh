@@ -63,11 +63,26 @@ grep -qx "overlaprun: rank 1 on host $(hostname) exited with status 5; stopping 
 grep -q "^overlaprun: job failed: rank 1 on host $(hostname) exited with status 5; " "$T/err" || fail "no summary: $(cat "$T/err")"
 ! grep -q "@@overlaprun-rank-end@@" "$T/err" || fail "raw rank reports leaked to the user"
 
+# A daemon that never comes up: the job ends at --start-timeout, naming the ranks and hosts.
+# The fake agent answers the reachability check, runs daemons for other hosts here, and hangs
+# for "slow" (15 s, then it ends by itself).
+printf '#!/bin/sh\nhost=$1; shift\n[ "$*" = true ] && exit 0\n[ "$host" = slow ] && exec sleep 15\nexec sh -c "$*"\n' >"$T/agent"
+chmod +x "$T/agent"
+start=$(date +%s%3N)
+timeout 60 "$O" -np 2 -H fast,slow --rsh-agent "$T/agent" --start-timeout 3 true >"$T/out" 2>"$T/err"
+rc=$?
+took=$(( $(date +%s%3N) - start ))
+[ "$rc" -eq 1 ] || fail "start timeout: status $rc, expected 1"
+grep -qx "overlaprun: job failed: ranks 0 (fast), 1 (slow) did not start within 3 s (--start-timeout)" "$T/err" ||
+  fail "start timeout message: $(cat "$T/err")"
+[ "$took" -lt 10000 ] || fail "start timeout took $took ms"
+
 # The rank wrapper on its own.
 wrapper() { OMPI_COMM_WORLD_RANK=3 timeout 30 "$O" --rank-wrapper -- "$@" 2>"$T/err"; }
 report_re() { echo "^@@overlaprun-rank-end@@ rank=3 host=$(hostname) pid=[0-9]* how=$1 code=$2 end_ms=[0-9]* stopped=$3$"; }
 wrapper sh -c 'exit 0'; rc=$?
-[ "$rc" -eq 0 ] && [ ! -s "$T/err" ] || fail "wrapper success: status $rc, stderr '$(cat "$T/err")'"
+[ "$rc" -eq 0 ] && [ "$(cat "$T/err")" = "@@overlaprun-rank-start@@ rank=3" ] ||
+  fail "wrapper success: status $rc, stderr '$(cat "$T/err")'"
 wrapper sh -c 'exit 9'; rc=$?
 [ "$rc" -eq 9 ] && grep -q "$(report_re exit 9 0)" "$T/err" || fail "wrapper exit: status $rc, '$(cat "$T/err")'"
 wrapper sh -c 'kill -9 $$'; rc=$?

@@ -35,6 +35,14 @@ TEST_CASE("a report survives formatting and parsing, even behind a prefix", "[re
   CHECK(parsed->stopped_by_launcher);
 }
 
+TEST_CASE("start lines carry the rank", "[report]") {
+  CHECK(FormatRankStart(7) == std::string(kRankStartMarker) + " rank=7\n");
+  CHECK(ParseRankStart("[1,7]<stderr>:" + FormatRankStart(7)) == 7);
+  CHECK_FALSE(ParseRankStart("rank=7").has_value());
+  CHECK_FALSE(ParseRankStart(std::string(kRankStartMarker) + " rank=x").has_value());
+  CHECK_FALSE(ParseRankReport(FormatRankStart(7)).has_value());
+}
+
 TEST_CASE("lines without the marker or with broken fields are not reports", "[report]") {
   CHECK_FALSE(ParseRankReport("rank=1 host=a how=exit code=1").has_value());
   CHECK_FALSE(ParseRankReport(std::string(kRankReportMarker) + " rank=x host=a pid=1 how=exit "
