@@ -30,7 +30,7 @@ absl::Status ReadInt(const char* var, int64_t* out) {
 absl::Status ReadDouble(const char* var, double* out) {
   const char* value = std::getenv(var);
   if (value == nullptr) return absl::OkStatus();
-  if (!absl::SimpleAtod(value, out)) return BadValue(var, value, "a number of seconds");
+  if (!absl::SimpleAtod(value, out)) return BadValue(var, value, "a number");
   return absl::OkStatus();
 }
 
@@ -38,6 +38,7 @@ constexpr const char* kKnownVariables[] = {
     "OVERLAP_FUSION_THRESHOLD",     "OVERLAP_NUM_CHANNELS",    "OVERLAP_STALL_WARNING_S",
     "OVERLAP_STALL_TIMEOUT_S",      "OVERLAP_TIMELINE",        "OVERLAP_LOG_LEVEL",
     "OVERLAP_COLLECTIVE_TIMEOUT_S", "OVERLAP_START_TIMEOUT_S", "OVERLAP_COMPRESSION",
+    "OVERLAP_CYCLE_TIME_MS",
 };
 
 bool IsKnown(absl::string_view name) {
@@ -58,6 +59,7 @@ absl::StatusOr<Config> Config::FromEnvironment() {
   if (s.ok()) s = ReadDouble("OVERLAP_STALL_TIMEOUT_S", &config.stall_timeout_s);
   if (s.ok()) s = ReadDouble("OVERLAP_COLLECTIVE_TIMEOUT_S", &config.collective_timeout_s);
   if (s.ok()) s = ReadDouble("OVERLAP_START_TIMEOUT_S", &config.start_timeout_s);
+  if (s.ok()) s = ReadDouble("OVERLAP_CYCLE_TIME_MS", &config.cycle_time_ms);
   if (!s.ok()) return s;
   if (channels < 1 || channels > 16) {
     return BadValue("OVERLAP_NUM_CHANNELS", std::to_string(channels), "an integer in 1..16");
@@ -98,6 +100,10 @@ absl::Status Config::Validate() const {
     if (!(p.value > 0) || p.value > 1e7) {
       return BadValue(p.var, absl::StrCat(p.value), "seconds in (0, 1e7]");
     }
+  }
+  if (!(cycle_time_ms >= 0) || cycle_time_ms > 1000) {
+    return BadValue("OVERLAP_CYCLE_TIME_MS", absl::StrCat(cycle_time_ms),
+                    "milliseconds in [0, 1000]");
   }
   if (stall_timeout_s < stall_warning_s) {
     return absl::InvalidArgumentError(absl::StrCat(

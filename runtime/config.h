@@ -34,6 +34,11 @@ struct Config {
   // OVERLAP_COLLECTIVE_TIMEOUT_S.
   double collective_timeout_s = 300.0;
 
+  // Rank 0 starts a negotiation round once every rank has new work, or this long after the
+  // first one did, so that tensors submitted close together are negotiated and fused together.
+  // OVERLAP_CYCLE_TIME_MS, 0..1000; 0 starts a round at once.
+  double cycle_time_ms = 0.5;
+
   // Seconds to wait for every rank to connect its control socket during Init.
   // OVERLAP_START_TIMEOUT_S.
   double start_timeout_s = 60.0;

@@ -251,10 +251,12 @@ absl::StatusOr<ControlEvents> ControlPlane::Wait(absl::Duration timeout, int ext
                        n == 0 ? ": the process exited or shut down early"
                               : absl::StrCat(": ", std::strerror(errno))));
     }
+    bool asked = false;
     for (ssize_t k = 0; k < n; ++k) {
       if (buffer[k] == 'R') ++events.rounds_announced;
-      if (buffer[k] == 'W') events.round_requested = true;
+      asked = asked || buffer[k] == 'W';
     }
+    events.round_requests += asked ? 1 : 0;
   }
   return events;
 }

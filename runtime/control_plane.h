@@ -23,9 +23,9 @@
 namespace overlap {
 
 struct ControlEvents {
-  int rounds_announced = 0;      // workers: 'R' signals received
-  bool round_requested = false;  // rank 0: some worker sent 'W'
-  bool local_ready = false;      // the extra fd became readable
+  int rounds_announced = 0;  // workers: 'R' signals received
+  int round_requests = 0;    // rank 0: how many workers sent 'W'
+  bool local_ready = false;  // the extra fd became readable
 };
 
 class ControlPlane {

@@ -191,7 +191,7 @@ absl::Status Runtime::ReadControl(absl::Duration timeout) {
     (void)!read(wake_fd_, &count, sizeof(count));
   }
   rounds_owed_ += events->rounds_announced;
-  peers_asked_ = peers_asked_ || events->round_requested;
+  peers_asked_ += events->round_requests;
   return absl::OkStatus();
 }
 
@@ -249,6 +249,9 @@ void Runtime::Loop() {
   bool announced_shutdown = false;  // our shutdown request took part in a round
   absl::Time shutdown_deadline = absl::InfiniteFuture();
   absl::Time last_activity = absl::InfinitePast();
+  bool own_work = false;                             // rank 0: new local work since the last round
+  absl::Time round_wanted = absl::InfiniteFuture();  // rank 0: when a round was first wanted
+  const absl::Duration cycle = absl::Milliseconds(config_.cycle_time_ms);
   while (true) {
     bool dirty = false;
     bool shutting_down;
@@ -269,10 +272,23 @@ void Runtime::Loop() {
     }
     absl::Status s;
     if (rank_ == 0) {
-      if (dirty || peers_asked_ || negotiator_->NextStallCheck() <= absl::Now()) {
+      // An operation becomes ready when its last rank submits it, so a round started by the
+      // first submitter is usually wasted. Rank 0 starts one when every rank has asked, or a
+      // cycle after the first asked, whichever is sooner (Horovod's cycle time, cut short
+      // when nobody is left to wait for); stall checks and shutdown do not wait.
+      own_work = own_work || dirty;
+      const absl::Time now = absl::Now();
+      if ((own_work || peers_asked_ > 0) && round_wanted == absl::InfiniteFuture()) {
+        round_wanted = now;
+      }
+      const bool everyone = peers_asked_ + (own_work ? 1 : 0) >= size_;
+      const bool urgent = negotiator_->NextStallCheck() <= now || (announced_shutdown && dirty);
+      if (everyone || urgent || now - round_wanted >= cycle) {
         s = control_->AnnounceRound();
         ++rounds_owed_;
-        peers_asked_ = false;
+        peers_asked_ = 0;
+        own_work = false;
+        round_wanted = absl::InfiniteFuture();
       }
     } else if (dirty && !asked) {
       s = control_->RequestRound();
@@ -310,8 +326,10 @@ void Runtime::Loop() {
         absl::Now() - last_activity < kSpinAfterActivity) {
       timeout = absl::ZeroDuration();
     } else {
-      if (rank_ == 0)
-        timeout = std::max(absl::ZeroDuration(), negotiator_->NextStallCheck() - absl::Now());
+      if (rank_ == 0) {
+        const absl::Time next = std::min(negotiator_->NextStallCheck(), round_wanted + cycle);
+        timeout = std::max(absl::ZeroDuration(), next - absl::Now());
+      }
       if (announced_shutdown)
         timeout =
             std::min(timeout, std::max(absl::ZeroDuration(), shutdown_deadline - absl::Now()));

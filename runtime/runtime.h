@@ -87,9 +87,9 @@ class Runtime {
 
   // Coordinator thread only.
   PendingTable pending_;
-  int rounds_owed_ = 0;       // workers: rounds rank 0 announced and we have not run
-  bool peers_asked_ = false;  // rank 0: a worker asked for a round
-  bool stopping_ = false;     // every rank agreed to shut down
+  int rounds_owed_ = 0;    // workers: rounds rank 0 announced and we have not run
+  int peers_asked_ = 0;    // rank 0: workers that asked for a round since the last one
+  bool stopping_ = false;  // every rank agreed to shut down
 
   absl::Mutex mu_;
   std::deque<PendingOp> incoming_ ABSL_GUARDED_BY(mu_);

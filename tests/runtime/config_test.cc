@@ -37,9 +37,11 @@ TEST_CASE("bad values name the variable, the value and what is expected", "[conf
       {"OVERLAP_NUM_CHANNELS", "0",
        "OVERLAP_NUM_CHANNELS='0' is not valid: expected an integer in 1..16"},
       {"OVERLAP_STALL_TIMEOUT_S", "soon",
-       "OVERLAP_STALL_TIMEOUT_S='soon' is not valid: expected a number of seconds"},
+       "OVERLAP_STALL_TIMEOUT_S='soon' is not valid: expected a number"},
       {"OVERLAP_COLLECTIVE_TIMEOUT_S", "-3",
        "OVERLAP_COLLECTIVE_TIMEOUT_S='-3' is not valid: expected seconds in (0, 1e7]"},
+      {"OVERLAP_CYCLE_TIME_MS", "-1",
+       "OVERLAP_CYCLE_TIME_MS='-1' is not valid: expected milliseconds in [0, 1000]"},
       {"OVERLAP_LOG_LEVEL", "loud",
        "OVERLAP_LOG_LEVEL='loud' is not valid: expected one of trace, debug, info, warn, error, "
        "critical, off"},
