@@ -15,7 +15,9 @@ extern const int kNumBuiltinProfiles;
 
 std::vector<std::string> BuiltinModelNames() {
   std::vector<std::string> names;
-  for (int i = 0; i < kNumBuiltinProfiles; ++i) names.push_back(kBuiltinProfiles[i].name);
+  for (int i = 0; i < kNumBuiltinProfiles; ++i) {
+    names.push_back(kBuiltinProfiles[i].name);
+  }
   return names;
 }
 

@@ -33,10 +33,18 @@ const char* AlgorithmName(Algorithm algorithm) {
 }
 
 absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name) {
-  if (name == "linear") return Algorithm::kLinear;
-  if (name == "ring") return Algorithm::kRing;
-  if (name == "tree") return Algorithm::kTree;
-  if (name == "rd" || name == "recursive-doubling") return Algorithm::kRecursiveDoubling;
+  if (name == "linear") {
+    return Algorithm::kLinear;
+  }
+  if (name == "ring") {
+    return Algorithm::kRing;
+  }
+  if (name == "tree") {
+    return Algorithm::kTree;
+  }
+  if (name == "rd" || name == "recursive-doubling") {
+    return Algorithm::kRecursiveDoubling;
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown cost model '", name, "'; valid: linear, ring, tree, rd (recursive-doubling)"));
 }
@@ -47,7 +55,9 @@ double ChannelCost::Seconds(Collective op, double bytes) const {
     return op == Collective::kAllreduce ? full : full / 2;
   }
   const double n = workers;
-  if (workers <= 1) return 0;  // nothing to exchange
+  if (workers <= 1) {
+    return 0;  // nothing to exchange
+  }
   const double p = std::ceil(std::log2(n));
   const double per_byte = std::isinf(bandwidth_bytes_per_s) ? 0 : 1 / bandwidth_bytes_per_s;
   const double m = bytes * per_byte;  // seconds to push the whole buffer once
@@ -90,12 +100,16 @@ CostModel CostModel::Algorithmic(Algorithm algorithm, int workers, double latenc
 
 CostModel CostModel::WithWorkers(int workers) const {
   CostModel copy = *this;
-  for (ChannelCost& c : copy.channels) c.workers = workers;
+  for (ChannelCost& c : copy.channels) {
+    c.workers = workers;
+  }
   return copy;
 }
 
 absl::Status CostModel::Validate() const {
-  if (channels.empty()) return absl::InvalidArgumentError("cost model has no channel");
+  if (channels.empty()) {
+    return absl::InvalidArgumentError("cost model has no channel");
+  }
   for (size_t i = 0; i < channels.size(); ++i) {
     const ChannelCost& c = channels[i];
     auto bad = [&](const char* field, double v) {
@@ -103,10 +117,15 @@ absl::Status CostModel::Validate() const {
                                                      "': ", field, " must be >= 0, got ", v));
     };
     auto ok = [](double v) { return !std::isnan(v) && v >= 0; };
-    if (!ok(c.alpha_s) || std::isinf(c.alpha_s)) return bad("alpha", c.alpha_s);
-    if (!ok(c.beta_s_per_byte) || std::isinf(c.beta_s_per_byte))
+    if (!ok(c.alpha_s) || std::isinf(c.alpha_s)) {
+      return bad("alpha", c.alpha_s);
+    }
+    if (!ok(c.beta_s_per_byte) || std::isinf(c.beta_s_per_byte)) {
       return bad("beta", c.beta_s_per_byte);
-    if (!ok(c.latency_s) || std::isinf(c.latency_s)) return bad("latency", c.latency_s);
+    }
+    if (!ok(c.latency_s) || std::isinf(c.latency_s)) {
+      return bad("latency", c.latency_s);
+    }
     if (c.algorithm != Algorithm::kLinear && !(c.bandwidth_bytes_per_s > 0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("cost model channel ", i, " '", c.name, "': bandwidth must be > 0"));

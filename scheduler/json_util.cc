@@ -23,7 +23,9 @@ std::string JsonErrorLocation(absl::string_view text) {
     }
     std::string what = e.what();
     const size_t colon = what.rfind(": ");
-    if (colon != std::string::npos) what = what.substr(colon + 2);
+    if (colon != std::string::npos) {
+      what = what.substr(colon + 2);
+    }
     return absl::StrCat("line ", line, " column ", column, ": ", what);
   }
   return "unknown syntax error";
@@ -31,36 +33,56 @@ std::string JsonErrorLocation(absl::string_view text) {
 
 absl::Status JsonReader::Error(absl::string_view field, absl::string_view cause) const {
   std::string where = path_;
-  if (!field.empty()) where = where.empty() ? std::string(field) : absl::StrCat(where, ".", field);
-  if (where.empty()) where = "(top level)";
+  if (!field.empty()) {
+    where = where.empty() ? std::string(field) : absl::StrCat(where, ".", field);
+  }
+  if (where.empty()) {
+    where = "(top level)";
+  }
   return absl::InvalidArgumentError(absl::StrCat(source_, ": ", where, ": ", cause));
 }
 
 absl::StatusOr<std::string> JsonReader::String(const json& obj, const char* key) const {
   auto it = obj.find(key);
-  if (it == obj.end()) return Error(key, "missing");
-  if (!it->is_string()) return Error(key, "must be a string");
+  if (it == obj.end()) {
+    return Error(key, "missing");
+  }
+  if (!it->is_string()) {
+    return Error(key, "must be a string");
+  }
   return it->get<std::string>();
 }
 
 absl::StatusOr<double> JsonReader::Number(const json& obj, const char* key) const {
   auto it = obj.find(key);
-  if (it == obj.end()) return Error(key, "missing");
-  if (!it->is_number()) return Error(key, "must be a number");
+  if (it == obj.end()) {
+    return Error(key, "missing");
+  }
+  if (!it->is_number()) {
+    return Error(key, "must be a number");
+  }
   return it->get<double>();
 }
 
 absl::StatusOr<int64_t> JsonReader::Integer(const json& obj, const char* key) const {
   auto it = obj.find(key);
-  if (it == obj.end()) return Error(key, "missing");
-  if (!it->is_number_integer()) return Error(key, "must be an integer");
+  if (it == obj.end()) {
+    return Error(key, "missing");
+  }
+  if (!it->is_number_integer()) {
+    return Error(key, "must be an integer");
+  }
   return it->get<int64_t>();
 }
 
 absl::StatusOr<const json*> JsonReader::Array(const json& obj, const char* key) const {
   auto it = obj.find(key);
-  if (it == obj.end()) return Error(key, "missing");
-  if (!it->is_array()) return Error(key, "must be an array");
+  if (it == obj.end()) {
+    return Error(key, "missing");
+  }
+  if (!it->is_array()) {
+    return Error(key, "must be an array");
+  }
   return &*it;
 }
 

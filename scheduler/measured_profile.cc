@@ -28,7 +28,9 @@ absl::StatusOr<Profile> ProfileFromMeasurements(const IterationMeasurement& m) {
     }
   }
   std::vector<size_t> order(m.tensors.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+  }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return m.tensors[a].first_use_ms < m.tensors[b].first_use_ms;
   });
@@ -48,7 +50,9 @@ absl::StatusOr<Profile> ProfileFromMeasurements(const IterationMeasurement& m) {
     for (size_t i : groups[l]) {
       ready[l] = std::max(ready[l], std::min(m.tensors[i].ready_ms, m.backward_ms));
     }
-    if (l + 1 < n) ready[l] = std::max(ready[l], ready[l + 1]);
+    if (l + 1 < n) {
+      ready[l] = std::max(ready[l], ready[l + 1]);
+    }
   }
   Profile p;
   p.model = m.model;
@@ -68,7 +72,9 @@ absl::StatusOr<Profile> ProfileFromMeasurements(const IterationMeasurement& m) {
     const double next_use = use_of(l + 1);
     const double backward = ready[l] - (l + 1 < n ? ready[l + 1] : 0.0);
     std::vector<std::pair<std::string, int64_t>> tensors;
-    for (size_t i : groups[l]) tensors.emplace_back(m.tensors[i].name, m.tensors[i].bytes);
+    for (size_t i : groups[l]) {
+      tensors.emplace_back(m.tensors[i].name, m.tensors[i].bytes);
+    }
     const size_t first = p.tensors.size();
     p.AddLayer(absl::StrCat("layer", l), next_use - use, backward, tensors);
     for (size_t k = 0; k < groups[l].size(); ++k) {
@@ -76,7 +82,9 @@ absl::StatusOr<Profile> ProfileFromMeasurements(const IterationMeasurement& m) {
     }
   }
   absl::Status status = p.Finalize();
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    return status;
+  }
   return p;
 }
 

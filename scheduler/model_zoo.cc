@@ -29,7 +29,9 @@ double MatmulFlops(const PipeDreamNode& node, int batch) {
 
 bool IsElementwise(const std::string& description) {
   for (const char* type : {"ReLU(", "BatchNorm2d(", "Add(", "Dropout("}) {
-    if (description.rfind(type, 0) == 0) return true;
+    if (description.rfind(type, 0) == 0) {
+      return true;
+    }
   }
   return false;
 }
@@ -123,7 +125,7 @@ absl::StatusOr<Profile> BuildTransformerProfile(const TransformerConfig& cfg,
   const int64_t h = cfg.hidden, ff = cfg.intermediate;
   const double scores = static_cast<double>(cfg.batch * cfg.heads * cfg.sequence * cfg.sequence);
   const std::string emb = cfg.encoder ? "bert.embeddings." : "transformer.";
-  LayerBuilder embed(c, cfg.encoder ? "embeddings" : "embeddings");
+  LayerBuilder embed(c, "embeddings");
   if (cfg.encoder) {
     embed.Param(emb + "word_embeddings.weight", cfg.vocab * h)
         .Param(emb + "position_embeddings.weight", cfg.positions * h)
@@ -144,7 +146,7 @@ absl::StatusOr<Profile> BuildTransformerProfile(const TransformerConfig& cfg,
     LayerBuilder mlp(c, absl::StrCat("block", l, ".mlp"));
     // Attention: QKV and output projections, scores QK^T and context AV (2 x 2 x b x heads x
     // s x s x head_dim FLOPs), softmax and dropout on the scores, residual add and LayerNorm.
-    attn.Matmul(2 * tokens * 4 * h * h + 4 * scores * (h / cfg.heads))
+    attn.Matmul(2 * tokens * 4 * h * h + 4 * scores * (static_cast<double>(h) / cfg.heads))
         .Elementwise(2 * scores + 3 * tokens * h);
     mlp.Matmul(2 * tokens * 2 * h * ff).Elementwise(tokens * ff + 3 * tokens * h);
     if (cfg.encoder) {
@@ -197,7 +199,9 @@ absl::StatusOr<Profile> BuildTransformerProfile(const TransformerConfig& cfg,
   }
   head.AddTo(&p);
   absl::Status status = p.Finalize();
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    return status;
+  }
   p.update_ms = c.UpdateMs(p.total_bytes);
   return p;
 }

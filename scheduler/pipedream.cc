@@ -15,7 +15,9 @@ namespace {
 
 bool ParseNodeId(absl::string_view token, int* id) {
   token = absl::StripAsciiWhitespace(token);
-  if (!absl::ConsumePrefix(&token, "node")) return false;
+  if (!absl::ConsumePrefix(&token, "node")) {
+    return false;
+  }
   return absl::SimpleAtoi(token, id) && *id >= 0;
 }
 
@@ -43,7 +45,9 @@ absl::Status ParseMetrics(absl::string_view text, PipeDreamNode* node) {
     }
     ++seen;
   }
-  if (seen != 4) return absl::InvalidArgumentError("expected the four metrics of a node line");
+  if (seen != 4) {
+    return absl::InvalidArgumentError("expected the four metrics of a node line");
+  }
   return absl::OkStatus();
 }
 
@@ -57,7 +61,9 @@ absl::StatusOr<std::vector<PipeDreamNode>> ParsePipeDreamGraph(absl::string_view
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
     line = absl::StripAsciiWhitespace(line);
-    if (line.empty()) continue;
+    if (line.empty()) {
+      continue;
+    }
     auto error = [&](absl::string_view cause) {
       return absl::InvalidArgumentError(absl::StrCat(source, ":", line_no, ": ", cause));
     };
@@ -70,20 +76,30 @@ absl::StatusOr<std::vector<PipeDreamNode>> ParsePipeDreamGraph(absl::string_view
       edges.emplace_back(from, to);
       continue;
     }
-    if (parts.size() != 3) return error("expected 'nodeN -- <layer> -- <metrics>' or an edge");
+    if (parts.size() != 3) {
+      return error("expected 'nodeN -- <layer> -- <metrics>' or an edge");
+    }
     PipeDreamNode node;
-    if (!ParseNodeId(parts[0], &node.id)) return error("node name must be nodeN");
+    if (!ParseNodeId(parts[0], &node.id)) {
+      return error("node name must be nodeN");
+    }
     node.description = std::string(parts[1]);
     absl::Status status = ParseMetrics(parts[2], &node);
-    if (!status.ok()) return error(status.message());
+    if (!status.ok()) {
+      return error(status.message());
+    }
     if (!nodes.emplace(node.id, node).second) {
       return error(absl::StrCat("duplicate node", node.id));
     }
   }
-  if (nodes.empty()) return absl::InvalidArgumentError(absl::StrCat(source, ": no nodes"));
+  if (nodes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": no nodes"));
+  }
   std::map<int, std::vector<int>> out;
   std::map<int, int> indegree;
-  for (const auto& [id, node] : nodes) indegree[id] = 0;
+  for (const auto& [id, node] : nodes) {
+    indegree[id] = 0;
+  }
   for (const auto& [from, to] : edges) {
     if (!nodes.count(from) || !nodes.count(to)) {
       return absl::InvalidArgumentError(
@@ -96,7 +112,9 @@ absl::StatusOr<std::vector<PipeDreamNode>> ParsePipeDreamGraph(absl::string_view
   // file's numbering, which PipeDream assigns in module-construction order.
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
   for (const auto& [id, degree] : indegree) {
-    if (degree == 0) ready.push(id);
+    if (degree == 0) {
+      ready.push(id);
+    }
   }
   std::vector<PipeDreamNode> order;
   while (!ready.empty()) {
@@ -104,7 +122,9 @@ absl::StatusOr<std::vector<PipeDreamNode>> ParsePipeDreamGraph(absl::string_view
     ready.pop();
     order.push_back(nodes[id]);
     for (int next : out[id]) {
-      if (--indegree[next] == 0) ready.push(next);
+      if (--indegree[next] == 0) {
+        ready.push(next);
+      }
     }
   }
   if (order.size() != nodes.size()) {
@@ -124,11 +144,15 @@ absl::StatusOr<Profile> PipeDreamToProfile(const std::vector<PipeDreamNode>& nod
     const bool is_input = type == "Input";
     std::vector<std::pair<std::string, int64_t>> tensors;
     const int64_t bytes = std::llround(node.parameter_bytes);
-    if (bytes > 0) tensors.emplace_back(name, bytes);
+    if (bytes > 0) {
+      tensors.emplace_back(name, bytes);
+    }
     profile.AddLayer(name, is_input ? 0.0 : node.forward_ms, node.backward_ms, tensors);
   }
   absl::Status status = profile.Finalize();
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    return status;
+  }
   return profile;
 }
 

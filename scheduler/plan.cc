@@ -16,7 +16,9 @@ const char* WindowName(Window window) {
 
 int Plan::MaxDelay() const {
   int d = 0;
-  for (const Bucket& b : buckets) d = std::max(d, b.delay);
+  for (const Bucket& b : buckets) {
+    d = std::max(d, b.delay);
+  }
   return d;
 }
 
@@ -80,7 +82,9 @@ class Reader {
   explicit Reader(absl::string_view in) : in_(in) {}
   template <typename T>
   absl::Status Pod(const char* field, T* v) {
-    if (in_.size() - pos_ < sizeof(T)) return Error(field, "truncated");
+    if (in_.size() - pos_ < sizeof(T)) {
+      return Error(field, "truncated");
+    }
     std::memcpy(v, in_.data() + pos_, sizeof(T));
     pos_ += sizeof(T);
     return absl::OkStatus();
@@ -88,8 +92,12 @@ class Reader {
   absl::Status Str(const char* field, std::string* s) {
     uint32_t n = 0;
     absl::Status st = Pod(field, &n);
-    if (!st.ok()) return st;
-    if (n > kMaxString || in_.size() - pos_ < n) return Error(field, "bad string length");
+    if (!st.ok()) {
+      return st;
+    }
+    if (n > kMaxString || in_.size() - pos_ < n) {
+      return Error(field, "bad string length");
+    }
     s->assign(in_.data() + pos_, n);
     pos_ += n;
     return absl::OkStatus();
@@ -115,7 +123,9 @@ class Reader {
 
 std::string Plan::Serialize() const {
   Writer w;
-  for (char c : kMagic) w.Pod(c);
+  for (char c : kMagic) {
+    w.Pod(c);
+  }
   w.Pod(kVersion);
   w.Str(planner);
   w.Str(model);
@@ -148,8 +158,12 @@ std::string Plan::Serialize() const {
 absl::StatusOr<Plan> Plan::Deserialize(absl::string_view bytes) {
   Reader r(bytes);
   char magic[4];
-  for (char& c : magic) OVERLAP_RETURN_IF_ERROR(r.Pod("magic", &c));
-  if (std::memcmp(magic, kMagic, 4) != 0) return r.Error("magic", "not a serialized plan");
+  for (char& c : magic) {
+    OVERLAP_RETURN_IF_ERROR(r.Pod("magic", &c));
+  }
+  if (std::memcmp(magic, kMagic, 4) != 0) {
+    return r.Error("magic", "not a serialized plan");
+  }
   uint32_t version = 0;
   OVERLAP_RETURN_IF_ERROR(r.Pod("version", &version));
   if (version != kVersion) {
@@ -160,26 +174,38 @@ absl::StatusOr<Plan> Plan::Deserialize(absl::string_view bytes) {
   OVERLAP_RETURN_IF_ERROR(r.Str("model", &plan.model));
   int32_t staleness = 0;
   OVERLAP_RETURN_IF_ERROR(r.Pod("staleness", &staleness));
-  if (staleness < 0) return r.Error("staleness", "negative");
+  if (staleness < 0) {
+    return r.Error("staleness", "negative");
+  }
   plan.staleness = staleness;
   uint8_t layerwise = 0;
   OVERLAP_RETURN_IF_ERROR(r.Pod("layerwise_update", &layerwise));
-  if (layerwise > 1) return r.Error("layerwise_update", "not a boolean");
+  if (layerwise > 1) {
+    return r.Error("layerwise_update", "not a boolean");
+  }
   plan.layerwise_update = layerwise == 1;
   OVERLAP_RETURN_IF_ERROR(r.Pod("budget_used", &plan.budget_used));
-  if (!std::isfinite(plan.budget_used)) return r.Error("budget_used", "not finite");
+  if (!std::isfinite(plan.budget_used)) {
+    return r.Error("budget_used", "not finite");
+  }
   uint64_t n = 0;
   OVERLAP_RETURN_IF_ERROR(r.Pod("bucket count", &n));
-  if (n > kMaxBuckets || n > bytes.size()) return r.Error("bucket count", "too large");
+  if (n > kMaxBuckets || n > bytes.size()) {
+    return r.Error("bucket count", "too large");
+  }
   plan.buckets.resize(n);
   for (Bucket& b : plan.buckets) {
     int32_t op = 0, window = 0;
     OVERLAP_RETURN_IF_ERROR(r.Pod("op", &op));
-    if (op < 0 || op > 2) return r.Error("op", "unknown collective");
+    if (op < 0 || op > 2) {
+      return r.Error("op", "unknown collective");
+    }
     b.op = static_cast<Collective>(op);
     OVERLAP_RETURN_IF_ERROR(r.Pod("channel", &b.channel));
     OVERLAP_RETURN_IF_ERROR(r.Pod("window", &window));
-    if (window < 0 || window > 1) return r.Error("window", "unknown window");
+    if (window < 0 || window > 1) {
+      return r.Error("window", "unknown window");
+    }
     b.window = static_cast<Window>(window);
     OVERLAP_RETURN_IF_ERROR(r.Pod("delay", &b.delay));
     OVERLAP_RETURN_IF_ERROR(r.Pod("lag", &b.lag));
@@ -191,11 +217,15 @@ absl::StatusOr<Plan> Plan::Deserialize(absl::string_view bytes) {
     }
     OVERLAP_RETURN_IF_ERROR(r.Str("compressor", &b.compressor));
     OVERLAP_RETURN_IF_ERROR(r.Pod("ratio", &b.ratio));
-    if (!(b.ratio > 0 && b.ratio <= 1)) return r.Error("ratio", "must be in (0, 1]");
+    if (!(b.ratio > 0 && b.ratio <= 1)) {
+      return r.Error("ratio", "must be in (0, 1]");
+    }
     OVERLAP_RETURN_IF_ERROR(r.Pod("bytes", &b.bytes));
     uint64_t ns = 0;
     OVERLAP_RETURN_IF_ERROR(r.Pod("slice count", &ns));
-    if (ns > kMaxSlices || ns > bytes.size()) return r.Error("slice count", "too large");
+    if (ns > kMaxSlices || ns > bytes.size()) {
+      return r.Error("slice count", "too large");
+    }
     b.slices.resize(ns);
     for (TensorSlice& s : b.slices) {
       OVERLAP_RETURN_IF_ERROR(r.Pod("slice tensor", &s.tensor));
@@ -207,7 +237,9 @@ absl::StatusOr<Plan> Plan::Deserialize(absl::string_view bytes) {
       }
     }
   }
-  if (!r.AtEnd()) return r.Error("end", "trailing bytes after the last bucket");
+  if (!r.AtEnd()) {
+    return r.Error("end", "trailing bytes after the last bucket");
+  }
   return plan;
 }
 
@@ -255,12 +287,18 @@ absl::Status ValidatePlan(const Plan& plan, const Profile& profile, const CostMo
     if (b.delay < 0 || b.delay > plan.staleness) {
       return error(absl::StrCat("delay ", b.delay, " outside [0, staleness ", plan.staleness, "]"));
     }
-    if (b.lag < 0 || b.lag > b.delay) return error("lag must be in [0, delay]");
+    if (b.lag < 0 || b.lag > b.delay) {
+      return error("lag must be in [0, delay]");
+    }
     if (b.period < 1 || b.phase < 0 || b.phase >= b.period) {
       return error("period must be >= 1 and phase in [0, period)");
     }
-    if (!(b.ratio > 0 && b.ratio <= 1)) return error("ratio must be in (0, 1]");
-    if (b.slices.empty()) return error("no slices");
+    if (!(b.ratio > 0 && b.ratio <= 1)) {
+      return error("ratio must be in (0, 1]");
+    }
+    if (b.slices.empty()) {
+      return error("no slices");
+    }
     int64_t bytes = 0;
     std::vector<std::tuple<int, int64_t, int64_t>> key;
     for (const TensorSlice& s : b.slices) {
@@ -310,9 +348,13 @@ absl::Status ValidatePlan(const Plan& plan, const Profile& profile, const CostMo
       s = CheckTiling(ar[t], tensor.count(), what);
     } else {
       s = CheckTiling(rs[t], tensor.count(), what + " (reduce-scatter)");
-      if (s.ok()) s = CheckTiling(ag[t], tensor.count(), what + " (allgather)");
+      if (s.ok()) {
+        s = CheckTiling(ag[t], tensor.count(), what + " (allgather)");
+      }
     }
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
 }

@@ -72,7 +72,9 @@ absl::Status Profile::Finalize() {
     TensorInfo& tensor = tensors[i];
     const std::string where =
         absl::StrCat("profile '", model, "' tensors[", i, "] '", tensor.name, "'");
-    if (tensor.name.empty()) return absl::InvalidArgumentError(where + ": empty name");
+    if (tensor.name.empty()) {
+      return absl::InvalidArgumentError(where + ": empty name");
+    }
     if (!names.insert(tensor.name).second) {
       return absl::InvalidArgumentError(where + ": duplicate tensor name");
     }
@@ -80,7 +82,9 @@ absl::Status Profile::Finalize() {
       return absl::InvalidArgumentError(where + ": layer index out of range");
     }
     const int64_t elem = static_cast<int64_t>(DataTypeSize(tensor.dtype));
-    if (elem == 0) return absl::InvalidArgumentError(where + ": unknown dtype");
+    if (elem == 0) {
+      return absl::InvalidArgumentError(where + ": unknown dtype");
+    }
     if (tensor.bytes <= 0 || tensor.bytes % elem != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": bytes must be > 0 and a multiple of ", elem, " (",
@@ -108,7 +112,9 @@ std::string Profile::ToJson() const {
       json tj;
       tj["name"] = tensors[t].name;
       tj["bytes"] = tensors[t].bytes;
-      if (tensors[t].dtype != DataType::kFloat32) tj["dtype"] = DataTypeName(tensors[t].dtype);
+      if (tensors[t].dtype != DataType::kFloat32) {
+        tj["dtype"] = DataTypeName(tensors[t].dtype);
+      }
       l["tensors"].push_back(tj);
     }
     out["layers"].push_back(l);
@@ -124,52 +130,82 @@ absl::StatusOr<Profile> ParseProfileJson(absl::string_view text, absl::string_vi
   }
   JsonReader reader(source);
   Profile profile;
-  if (!root.is_object()) return reader.Error("", "top level must be an object");
+  if (!root.is_object()) {
+    return reader.Error("", "top level must be an object");
+  }
   auto model = reader.String(root, "model");
-  if (!model.ok()) return model.status();
+  if (!model.ok()) {
+    return model.status();
+  }
   profile.model = *model;
   auto update = reader.Number(root, "update_ms");
-  if (!update.ok()) return update.status();
+  if (!update.ok()) {
+    return update.status();
+  }
   profile.update_ms = *update;
   auto layers = reader.Array(root, "layers");
-  if (!layers.ok()) return layers.status();
+  if (!layers.ok()) {
+    return layers.status();
+  }
   for (size_t i = 0; i < (*layers)->size(); ++i) {
     const json& lj = (**layers)[i];
     const std::string lpath = absl::StrCat("layers[", i, "]");
-    if (!lj.is_object()) return reader.Error(lpath, "must be an object");
+    if (!lj.is_object()) {
+      return reader.Error(lpath, "must be an object");
+    }
     JsonReader lr(source, lpath);
     auto name = lr.String(lj, "name");
-    if (!name.ok()) return name.status();
+    if (!name.ok()) {
+      return name.status();
+    }
     auto fwd = lr.Number(lj, "forward_ms");
-    if (!fwd.ok()) return fwd.status();
+    if (!fwd.ok()) {
+      return fwd.status();
+    }
     auto bwd = lr.Number(lj, "backward_ms");
-    if (!bwd.ok()) return bwd.status();
+    if (!bwd.ok()) {
+      return bwd.status();
+    }
     auto tensors = lr.Array(lj, "tensors");
-    if (!tensors.ok()) return tensors.status();
+    if (!tensors.ok()) {
+      return tensors.status();
+    }
     std::vector<std::pair<std::string, int64_t>> list;
     std::vector<DataType> dtypes;
     for (size_t j = 0; j < (*tensors)->size(); ++j) {
       const json& tj = (**tensors)[j];
       const std::string tpath = absl::StrCat(lpath, ".tensors[", j, "]");
-      if (!tj.is_object()) return reader.Error(tpath, "must be an object");
+      if (!tj.is_object()) {
+        return reader.Error(tpath, "must be an object");
+      }
       JsonReader tr(source, tpath);
       auto tname = tr.String(tj, "name");
-      if (!tname.ok()) return tname.status();
+      if (!tname.ok()) {
+        return tname.status();
+      }
       auto bytes = tr.Integer(tj, "bytes");
-      if (!bytes.ok()) return bytes.status();
+      if (!bytes.ok()) {
+        return bytes.status();
+      }
       DataType dtype = DataType::kFloat32;
       if (tj.contains("dtype")) {
         auto dname = tr.String(tj, "dtype");
-        if (!dname.ok()) return dname.status();
+        if (!dname.ok()) {
+          return dname.status();
+        }
         absl::Status s = ParseDataType(*dname, &dtype);
-        if (!s.ok()) return tr.Error("dtype", s.message());
+        if (!s.ok()) {
+          return tr.Error("dtype", s.message());
+        }
       }
       list.emplace_back(*tname, *bytes);
       dtypes.push_back(dtype);
     }
     const size_t first = profile.tensors.size();
     profile.AddLayer(*name, *fwd, *bwd, list);
-    for (size_t j = 0; j < dtypes.size(); ++j) profile.tensors[first + j].dtype = dtypes[j];
+    for (size_t j = 0; j < dtypes.size(); ++j) {
+      profile.tensors[first + j].dtype = dtypes[j];
+    }
   }
   absl::Status status = profile.Finalize();
   if (!status.ok()) {
@@ -180,7 +216,9 @@ absl::StatusOr<Profile> ParseProfileJson(absl::string_view text, absl::string_vi
 
 absl::StatusOr<Profile> LoadProfileJson(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open profile file"));
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open profile file"));
+  }
   std::stringstream buffer;
   buffer << in.rdbuf();
   return ParseProfileJson(buffer.str(), path);

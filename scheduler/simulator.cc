@@ -34,7 +34,9 @@ bool Active(const Bucket& b, int iteration) {
 absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, const CostModel& cost,
                                    const SimOptions& options) {
   absl::Status valid = ValidatePlan(plan, profile, cost);
-  if (!valid.ok()) return valid;
+  if (!valid.ok()) {
+    return valid;
+  }
   const int nb = static_cast<int>(plan.buckets.size());
   const int nl = static_cast<int>(profile.layers.size());
   std::vector<BucketFacts> facts(nb);
@@ -42,7 +44,9 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
   std::vector<std::vector<int>> layer_deps(nl);
   std::map<std::vector<std::pair<int, int64_t>>, int> reduce_scatter_of;
   std::vector<double> layer_bytes(nl, 0);
-  for (const TensorInfo& t : profile.tensors) layer_bytes[t.layer] += static_cast<double>(t.bytes);
+  for (const TensorInfo& t : profile.tensors) {
+    layer_bytes[t.layer] += static_cast<double>(t.bytes);
+  }
   int hyper = 1;
   double comm_ms = 0;
   for (int b = 0; b < nb; ++b) {
@@ -58,20 +62,30 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
     std::sort(facts[b].layers.begin(), facts[b].layers.end());
     facts[b].layers.erase(std::unique(facts[b].layers.begin(), facts[b].layers.end()),
                           facts[b].layers.end());
-    if (bucket.op == Collective::kReduceScatter) reduce_scatter_of[key] = b;
-    if (bucket.op == Collective::kAllgather) facts[b].source = reduce_scatter_of[key];
+    if (bucket.op == Collective::kReduceScatter) {
+      reduce_scatter_of[key] = b;
+    }
+    if (bucket.op == Collective::kAllgather) {
+      facts[b].source = reduce_scatter_of[key];
+    }
     if (bucket.op != Collective::kReduceScatter) {
-      for (int l : facts[b].layers) layer_deps[l].push_back(b);
+      for (int l : facts[b].layers) {
+        layer_deps[l].push_back(b);
+      }
     }
     hyper = std::lcm(hyper, bucket.period);
-    if (hyper > 1024) return absl::InvalidArgumentError("update periods' hyperperiod exceeds 1024");
+    if (hyper > 1024) {
+      return absl::InvalidArgumentError("update periods' hyperperiod exceeds 1024");
+    }
   }
   // A window of 6 hyperperiods averages out max-plus cycles of length 1, 2, 3 and 6.
   const int window = 6 * hyper;
   constexpr int kStableChecks = 3;
   const int max_delay = plan.MaxDelay();
   int max_lag = 0;
-  for (const Bucket& b : plan.buckets) max_lag = std::max(max_lag, b.lag);
+  for (const Bucket& b : plan.buckets) {
+    max_lag = std::max(max_lag, b.lag);
+  }
   const int iterations_cap = std::max(options.max_iterations, 4 * window + 4 * max_delay + 16);
   // end[b][j], start[b][j], ready[b][j]: instance of bucket b carrying iteration j's gradients.
   std::vector<std::vector<double>> start(nb), end(nb), ready(nb);
@@ -106,16 +120,20 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
     for (int l = 0; l < nl; ++l) {
       if (plan.layerwise_update) {
         double wait = t;
-        for (int b : layer_deps[l]) wait = std::max(wait, due_end(b, k));
+        for (int b : layer_deps[l]) {
+          wait = std::max(wait, due_end(b, k));
+        }
         t = wait;
         const double u = k == 0 ? 0 : profile.update_ms * layer_bytes[l] / profile.total_bytes;
-        if (trace && u > 0)
+        if (trace && u > 0) {
           events.push_back({"update " + profile.layers[l].name, "compute", k, t, t + u});
+        }
         t += u;
       }
       const double f = profile.layers[l].forward_ms;
-      if (trace && f > 0)
+      if (trace && f > 0) {
         events.push_back({"fwd " + profile.layers[l].name, "compute", k, t, t + f});
+      }
       t += f;
     }
     // Backward; layer_ready[l] is when layer l's gradients of iteration k exist.
@@ -124,8 +142,9 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
     std::vector<double>& layer_ready = layer_ready_of.back();
     for (int l = nl - 1; l >= 0; --l) {
       const double d = profile.layers[l].backward_ms;
-      if (trace && d > 0)
+      if (trace && d > 0) {
         events.push_back({"bwd " + profile.layers[l].name, "compute", k, t, t + d});
+      }
       t += d;
       layer_ready[l] = t;
     }
@@ -133,12 +152,16 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
     for (int b = 0; b < nb; ++b) {
       const Bucket& bucket = plan.buckets[b];
       const int j = k - bucket.lag;
-      if (!Active(bucket, j)) continue;
+      if (!Active(bucket, j)) {
+        continue;
+      }
       double r = 0;
       for (int l : facts[b].layers) {
         r = std::max(r, layer_ready_of[j][l]);
       }
-      if (facts[b].source >= 0) r = std::max(r, end[facts[b].source][j]);
+      if (facts[b].source >= 0) {
+        r = std::max(r, end[facts[b].source][j]);
+      }
       const double s = std::max(channel_free[bucket.channel], r);
       ready[b][j] = r;
       start[b][j] = s;
@@ -154,11 +177,15 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
     if (!plan.layerwise_update) {
       double wait = t;
       for (int b = 0; b < nb; ++b) {
-        if (plan.buckets[b].op == Collective::kReduceScatter) continue;
+        if (plan.buckets[b].op == Collective::kReduceScatter) {
+          continue;
+        }
         wait = std::max(wait, due_end(b, k + 1));
       }
       t = wait;
-      if (trace) events.push_back({"update", "compute", k, t, t + profile.update_ms});
+      if (trace) {
+        events.push_back({"update", "compute", k, t, t + profile.update_ms});
+      }
       t += profile.update_ms;
     }
     // Steady state: everything the future depends on (channel free times, the bucket instances
@@ -173,7 +200,9 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
         max_lag == 0 ? t : std::min(t, backward_start[std::max(0, k + 1 - max_lag)]);
     auto relative = [&](double time) { return std::max(time, floor) - t; };
     std::vector<double> state;
-    for (double f : channel_free) state.push_back(relative(f));
+    for (double f : channel_free) {
+      state.push_back(relative(f));
+    }
     for (int j = std::max(0, k - max_delay); j <= k; ++j) {
       state.push_back(backward_start[j] - t);
       for (int b = 0; b < nb; ++b) {
@@ -190,7 +219,9 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
       const std::vector<double>& then = states[k - window];
       bool same = now.size() == then.size();
       const double tol = options.relative_tolerance * std::max(1.0, t);
-      for (size_t i = 0; same && i < now.size(); ++i) same = std::fabs(now[i] - then[i]) <= tol;
+      for (size_t i = 0; same && i < now.size(); ++i) {
+        same = std::fabs(now[i] - then[i]) <= tol;
+      }
       stable = same ? stable + 1 : 0;
       last_estimate = (iteration_end[k] - iteration_end[k - window]) / window;
       states[k - window].clear();  // no longer needed
@@ -209,8 +240,12 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
   result.buckets.resize(nb);
   for (int b = 0; b < nb; ++b) {
     int jj = j;
-    while (jj > 0 && !Active(plan.buckets[b], jj)) --jj;
-    if (!Active(plan.buckets[b], jj)) continue;
+    while (jj > 0 && !Active(plan.buckets[b], jj)) {
+      --jj;
+    }
+    if (!Active(plan.buckets[b], jj)) {
+      continue;
+    }
     const double origin = backward_start[jj];
     result.buckets[b] = {ready[b][jj] - origin, start[b][jj] - origin, end[b][jj] - origin};
   }
@@ -219,8 +254,9 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
     const int first = std::max(0, k - options.trace_iterations - max_delay - 1);
     const int last = first + options.trace_iterations;
     std::map<std::string, int> lanes{{"compute", 0}};
-    for (const ChannelCost& c : cost.channels)
+    for (const ChannelCost& c : cost.channels) {
       lanes.emplace(c.name, static_cast<int>(lanes.size()));
+    }
     for (const auto& [lane, tid] : lanes) {
       out.push_back({{"name", "thread_name"},
                      {"ph", "M"},
@@ -229,7 +265,9 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
                      {"args", {{"name", lane}}}});
     }
     for (const TraceEvent& e : events) {
-      if (e.iteration < first || e.iteration >= last) continue;
+      if (e.iteration < first || e.iteration >= last) {
+        continue;
+      }
       out.push_back({{"name", e.name},
                      {"ph", "X"},
                      {"pid", 0},

@@ -54,17 +54,25 @@ absl::StatusOr<std::vector<int>> WorkerList(absl::string_view flag, absl::string
         return FlagError(flag, "'...' needs two values before it and one after (4,8,...,2048)");
       }
       auto last = IntAtLeast(flag, parts[i + 1], 1);
-      if (!last.ok()) return last.status();
+      if (!last.ok()) {
+        return last.status();
+      }
       const double ratio = static_cast<double>(out.back()) / out[out.size() - 2];
-      if (!(ratio > 1)) return FlagError(flag, "the series before '...' must grow");
+      if (!(ratio > 1)) {
+        return FlagError(flag, "the series before '...' must grow");
+      }
       for (double next = out.back() * ratio; std::llround(next) <= *last; next *= ratio) {
         out.push_back(static_cast<int>(std::llround(next)));
       }
-      if (out.back() != *last) out.push_back(*last);
+      if (out.back() != *last) {
+        out.push_back(*last);
+      }
       break;
     }
     auto n = IntAtLeast(flag, parts[i], 1);
-    if (!n.ok()) return n.status();
+    if (!n.ok()) {
+      return n.status();
+    }
     out.push_back(*n);
   }
   return out;
@@ -101,12 +109,16 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued)) {
       return FlagError(flag, "unknown flag (see --help)");
     }
-    if (i + 1 >= args.size()) return FlagError(flag, "missing value");
+    if (i + 1 >= args.size()) {
+      return FlagError(flag, "missing value");
+    }
     const std::string& v = args[++i];
     absl::Status st;
     auto set_num = [&](double* dst) {
       auto r = NonNegative(flag, v);
-      if (r.ok()) *dst = *r;
+      if (r.ok()) {
+        *dst = *r;
+      }
       return r.status();
     };
     if (flag == "--profile") {
@@ -114,15 +126,21 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
     } else if (flag == "--model") {
       o.model = v;
     } else if (flag == "--workers" || flag == "--sweep-workers") {
-      if (!o.workers.empty()) return FlagError(flag, "--workers and --sweep-workers conflict");
+      if (!o.workers.empty()) {
+        return FlagError(flag, "--workers and --sweep-workers conflict");
+      }
       auto w = flag == "--workers"
                    ? absl::StatusOr<std::vector<int>>([&]() -> absl::StatusOr<std::vector<int>> {
                        auto n = IntAtLeast(flag, v, 1);
-                       if (!n.ok()) return n.status();
+                       if (!n.ok()) {
+                         return n.status();
+                       }
                        return std::vector<int>{*n};
                      }())
                    : WorkerList(flag, v);
-      if (!w.ok()) return w.status();
+      if (!w.ok()) {
+        return w.status();
+      }
       o.workers = *w;
     } else if (flag == "--planners") {
       if (v == "all") {
@@ -139,7 +157,9 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
       }
     } else if (flag == "--cost") {
       auto a = ParseAlgorithm(v);
-      if (!a.ok()) return FlagError(flag, a.status().message());
+      if (!a.ok()) {
+        return FlagError(flag, a.status().message());
+      }
       o.cost = *a;
       have_cost = true;
     } else if (flag == "--alpha-us") {
@@ -150,17 +170,23 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
       st = set_num(&o.latency_us);
     } else if (flag == "--bandwidth-gbit") {
       st = set_num(&o.bandwidth_gbit);
-      if (st.ok() && o.bandwidth_gbit == 0) st = FlagError(flag, "must be > 0");
+      if (st.ok() && o.bandwidth_gbit == 0) {
+        st = FlagError(flag, "must be > 0");
+      }
     } else if (flag == "--staleness") {
       auto s = IntAtLeast(flag, v, 0);
-      if (!s.ok()) return s.status();
+      if (!s.ok()) {
+        return s.status();
+      }
       o.planner_options.staleness = *s;
       have_staleness = true;
     } else if (flag == "--budget") {
       st = set_num(&o.planner_options.budget);
     } else if (flag == "--max-period") {
       auto p = IntAtLeast(flag, v, 1);
-      if (!p.ok()) return p.status();
+      if (!p.ok()) {
+        return p.status();
+      }
       o.planner_options.max_period = *p;
     } else if (flag == "--compressor") {
       o.planner_options.compressor = v;
@@ -168,21 +194,33 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
       st = set_num(&o.planner_options.compression_ratio);
     } else if (flag == "--channels") {
       auto k = IntAtLeast(flag, v, 1);
-      if (!k.ok()) return k.status();
-      if (*k > 16) return FlagError(flag, "at most 16 links");
+      if (!k.ok()) {
+        return k.status();
+      }
+      if (*k > 16) {
+        return FlagError(flag, "at most 16 links");
+      }
       o.channels = *k;
     } else if (flag == "--timeline") {
       o.timeline_path = v;
     }
-    if (!st.ok()) return st;
+    if (!st.ok()) {
+      return st;
+    }
   }
   (void)have_staleness;
   if (o.profile_path.empty() == o.model.empty()) {
     return FlagError("--profile/--model", "give exactly one of them");
   }
-  if (o.workers.empty()) return FlagError("--workers", "required (or --sweep-workers)");
-  if (o.planners.empty()) return FlagError("--planners", "required");
-  if (!have_cost) return FlagError("--cost", "required (linear, ring, tree or rd)");
+  if (o.workers.empty()) {
+    return FlagError("--workers", "required (or --sweep-workers)");
+  }
+  if (o.planners.empty()) {
+    return FlagError("--planners", "required");
+  }
+  if (!have_cost) {
+    return FlagError("--cost", "required (linear, ring, tree or rd)");
+  }
   if (o.cost == Algorithm::kLinear) {
     if (o.alpha_us < 0 || o.beta_us_per_mb < 0) {
       return FlagError("--cost linear", "needs --alpha-us and --beta-us-per-mb");
@@ -209,10 +247,14 @@ namespace {
 
 std::string TimelinePath(const std::string& base, const std::string& planner, int workers,
                          bool many) {
-  if (!many) return base;
+  if (!many) {
+    return base;
+  }
   const size_t dot = base.rfind('.');
   const std::string suffix = absl::StrCat("-", planner, "-", workers);
-  if (dot == std::string::npos || base.find('/', dot) != std::string::npos) return base + suffix;
+  if (dot == std::string::npos || base.find('/', dot) != std::string::npos) {
+    return base + suffix;
+  }
   return base.substr(0, dot) + suffix + base.substr(dot);
 }
 
@@ -221,7 +263,9 @@ std::string TimelinePath(const std::string& base, const std::string& planner, in
 absl::Status RunCli(const CliOptions& o, std::ostream& out) {
   absl::StatusOr<Profile> profile =
       o.model.empty() ? LoadProfileJson(o.profile_path) : LoadBuiltinProfile(o.model);
-  if (!profile.ok()) return profile.status();
+  if (!profile.ok()) {
+    return profile.status();
+  }
   const bool many = o.workers.size() * o.planners.size() > 1;
   for (int workers : o.workers) {
     CostModel cost = o.cost == Algorithm::kLinear
@@ -237,16 +281,22 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
     const double ideal_ms = std::max(profile->compute_ms(), fused_ms);
     for (const std::string& name : o.planners) {
       absl::StatusOr<Plan> plan = MakePlan(name, *profile, cost, o.planner_options);
-      if (!plan.ok()) return plan.status();
+      if (!plan.ok()) {
+        return plan.status();
+      }
       SimOptions sim_options;
       sim_options.record_trace = !o.timeline_path.empty();
       absl::StatusOr<SimResult> sim = Simulate(*profile, *plan, cost, sim_options);
-      if (!sim.ok()) return sim.status();
+      if (!sim.ok()) {
+        return sim.status();
+      }
       if (!o.timeline_path.empty()) {
         const std::string path = TimelinePath(o.timeline_path, name, workers, many);
         std::ofstream trace(path);
         trace << sim->trace_json;
-        if (!trace) return absl::UnavailableError(absl::StrCat(path, ": cannot write timeline"));
+        if (!trace) {
+          return absl::UnavailableError(absl::StrCat(path, ": cannot write timeline"));
+        }
       }
       const double efficiency = ideal_ms / sim->iteration_ms;
       if (o.json) {

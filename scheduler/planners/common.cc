@@ -10,12 +10,18 @@ namespace overlap::sched::internal {
 
 std::vector<int> ReadyOrder(const Profile& profile) {
   std::vector<int> order(profile.tensors.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = static_cast<int>(i);
+  }
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     const TensorInfo& ta = profile.tensors[a];
     const TensorInfo& tb = profile.tensors[b];
-    if (ta.ready_ms != tb.ready_ms) return ta.ready_ms < tb.ready_ms;
-    if (ta.layer != tb.layer) return ta.layer > tb.layer;
+    if (ta.ready_ms != tb.ready_ms) {
+      return ta.ready_ms < tb.ready_ms;
+    }
+    if (ta.layer != tb.layer) {
+      return ta.layer > tb.layer;
+    }
     return a > b;
   });
   return order;
@@ -71,13 +77,17 @@ Bucket MakeBucket(const Profile& profile, const std::vector<Piece>& pieces, Coll
 
 double ReadyMs(const Profile& profile, const std::vector<Piece>& pieces) {
   double r = 0;
-  for (const Piece& p : pieces) r = std::max(r, profile.tensors[p.tensor].ready_ms);
+  for (const Piece& p : pieces) {
+    r = std::max(r, profile.tensors[p.tensor].ready_ms);
+  }
   return r;
 }
 
 double FirstUseMs(const Profile& profile, const std::vector<Piece>& pieces) {
   double f = std::numeric_limits<double>::infinity();
-  for (const Piece& p : pieces) f = std::min(f, profile.tensors[p.tensor].first_use_ms);
+  for (const Piece& p : pieces) {
+    f = std::min(f, profile.tensors[p.tensor].first_use_ms);
+  }
   return f;
 }
 
@@ -91,7 +101,9 @@ Plan NewPlan(const char* planner, const Profile& profile, int staleness) {
 
 double SimulatedMs(const Profile& profile, const Plan& plan, const CostModel& cost) {
   absl::StatusOr<SimResult> r = Simulate(profile, plan, cost);
-  if (!r.ok()) return std::numeric_limits<double>::infinity();
+  if (!r.ok()) {
+    return std::numeric_limits<double>::infinity();
+  }
   return r->iteration_ms;
 }
 
@@ -99,7 +111,9 @@ namespace {
 
 double BucketReadyMs(const Profile& profile, const Bucket& b) {
   double r = 0;
-  for (const TensorSlice& s : b.slices) r = std::max(r, profile.tensors[s.tensor].ready_ms);
+  for (const TensorSlice& s : b.slices) {
+    r = std::max(r, profile.tensors[s.tensor].ready_ms);
+  }
   return r;
 }
 
@@ -110,7 +124,9 @@ std::vector<size_t> PriorityOrder(const Profile& profile, const CostModel& cost,
                                   const std::vector<double>& priority, int64_t credit_bytes) {
   const size_t n = buckets.size();
   std::vector<double> ready(n);
-  for (size_t i = 0; i < n; ++i) ready[i] = BucketReadyMs(profile, buckets[i]);
+  for (size_t i = 0; i < n; ++i) {
+    ready[i] = BucketReadyMs(profile, buckets[i]);
+  }
   std::vector<bool> taken(n, false);
   std::vector<size_t> order;
   // Queue on the channel: (index, end time). Bytes in the queue = not yet finished.
@@ -122,11 +138,15 @@ std::vector<size_t> PriorityOrder(const Profile& profile, const CostModel& cost,
                                 [&](const auto& q) { return q.second <= now; }),
                  queued.end());
     int64_t in_flight = 0;
-    for (const auto& q : queued) in_flight += buckets[q.first].bytes;
+    for (const auto& q : queued) {
+      in_flight += buckets[q.first].bytes;
+    }
     size_t best = n;
     if (in_flight < credit_bytes || queued.empty()) {
       for (size_t i = 0; i < n; ++i) {
-        if (taken[i] || ready[i] > now) continue;
+        if (taken[i] || ready[i] > now) {
+          continue;
+        }
         if (best == n || priority[i] < priority[best] ||
             (priority[i] == priority[best] && ready[i] < ready[best])) {
           best = i;
@@ -143,11 +163,17 @@ std::vector<size_t> PriorityOrder(const Profile& profile, const CostModel& cost,
     }
     // Nothing to queue now: advance to the next finish or the next release.
     double next = std::numeric_limits<double>::infinity();
-    for (const auto& q : queued) next = std::min(next, q.second);
-    for (size_t i = 0; i < n; ++i) {
-      if (!taken[i] && ready[i] > now) next = std::min(next, ready[i]);
+    for (const auto& q : queued) {
+      next = std::min(next, q.second);
     }
-    if (!std::isfinite(next)) break;  // cannot happen: some bucket is untaken and unreleased
+    for (size_t i = 0; i < n; ++i) {
+      if (!taken[i] && ready[i] > now) {
+        next = std::min(next, ready[i]);
+      }
+    }
+    if (!std::isfinite(next)) {
+      break;  // cannot happen: some bucket is untaken and unreleased
+    }
     now = next;
   }
   return order;

@@ -24,7 +24,9 @@ absl::StatusOr<Plan> PlanDear(const Profile& profile, const CostModel& cost,
     }
     // All-gathers in the order the next forward needs them.
     std::vector<size_t> by_use(groups.size());
-    for (size_t i = 0; i < by_use.size(); ++i) by_use[i] = i;
+    for (size_t i = 0; i < by_use.size(); ++i) {
+      by_use[i] = i;
+    }
     std::stable_sort(by_use.begin(), by_use.end(), [&](size_t a, size_t b) {
       return internal::FirstUseMs(profile, groups[a]) < internal::FirstUseMs(profile, groups[b]);
     });
@@ -38,7 +40,9 @@ absl::StatusOr<Plan> PlanDear(const Profile& profile, const CostModel& cost,
       best = std::move(plan);
     }
   }
-  if (!std::isfinite(best_ms)) return absl::InternalError("dear: no candidate simulated");
+  if (!std::isfinite(best_ms)) {
+    return absl::InternalError("dear: no candidate simulated");
+  }
   return best;
 }
 

@@ -26,14 +26,18 @@ struct Item {
 std::vector<Item> MakeItems(const Profile& profile, const CostModel& cost, int64_t item_bytes) {
   std::vector<Piece> pieces;
   for (int t : internal::ReadyOrder(profile)) {
-    for (const Piece& p : internal::CutTensor(profile, t, item_bytes)) pieces.push_back(p);
+    for (const Piece& p : internal::CutTensor(profile, t, item_bytes)) {
+      pieces.push_back(p);
+    }
   }
   std::vector<Item> items;
   std::vector<double> free(cost.channels.size(), 0);
   for (auto& group : internal::FuseConsecutive(pieces, item_bytes)) {
     Item item;
     item.pieces = std::move(group);
-    for (const Piece& p : item.pieces) item.bytes += p.bytes;
+    for (const Piece& p : item.pieces) {
+      item.bytes += p.bytes;
+    }
     item.ready_ms = internal::ReadyMs(profile, item.pieces);
     item.first_use_ms = internal::FirstUseMs(profile, item.pieces);
     double best_end = std::numeric_limits<double>::infinity();
@@ -62,7 +66,9 @@ std::vector<size_t> EdfOrder(const Profile& profile, const CostModel& cost,
     std::vector<double> priority;
     std::vector<size_t> item_of;
     for (size_t i = 0; i < items.size(); ++i) {
-      if (items[i].channel != static_cast<int>(c)) continue;
+      if (items[i].channel != static_cast<int>(c)) {
+        continue;
+      }
       buckets.push_back(internal::MakeBucket(profile, items[i].pieces, Collective::kAllreduce, 0,
                                              Window::kBackward));
       priority.push_back(items[i].first_use_ms * 1e6 + static_cast<double>(i) * 1e-3);
@@ -107,7 +113,9 @@ Plan BuildPlan(const Profile& profile, const std::vector<Item>& items,
   // delayed_first: the previous iterations' delayed buckets open the cycle (they are ready at
   // its start), then this iteration's buckets in deadline order.
   plan.buckets = std::move(later);
-  for (Bucket& b : now) plan.buckets.push_back(std::move(b));
+  for (Bucket& b : now) {
+    plan.buckets.push_back(std::move(b));
+  }
   return plan;
 }
 
@@ -129,8 +137,12 @@ void Consider(const Profile& profile, const CostModel& cost, Plan plan, Candidat
 absl::StatusOr<Plan> PlanDeft(const Profile& profile, const CostModel& cost,
                               const PlannerOptions& options) {
   const int S = options.staleness;
-  if (S < 0) return absl::InvalidArgumentError("deft: staleness must be >= 0");
-  if (options.max_period < 1) return absl::InvalidArgumentError("deft: max_period must be >= 1");
+  if (S < 0) {
+    return absl::InvalidArgumentError("deft: staleness must be >= 0");
+  }
+  if (options.max_period < 1) {
+    return absl::InvalidArgumentError("deft: max_period must be >= 1");
+  }
   const double budget = options.budget < 0 ? S : options.budget;
   Candidate best;
   // Item sizes: small items let the channel reorder finely; at large worker counts the per-
@@ -142,15 +154,21 @@ absl::StatusOr<Plan> PlanDeft(const Profile& profile, const CostModel& cost,
     const std::vector<size_t> order = EdfOrder(profile, cost, items);
     // Delay candidates: earliest deadline first (front layers wait longest for their gradients).
     std::vector<size_t> by_deadline(n);
-    for (size_t i = 0; i < n; ++i) by_deadline[i] = i;
+    for (size_t i = 0; i < n; ++i) {
+      by_deadline[i] = i;
+    }
     std::stable_sort(by_deadline.begin(), by_deadline.end(), [&](size_t x, size_t y) {
       return items[x].first_use_ms < items[y].first_use_ms;
     });
     // Delay values to try: none without staleness; otherwise 1 (least stale) and S (most slack).
     std::vector<int> delay_values = {0};
-    if (S >= 1) delay_values = S == 1 ? std::vector<int>{1} : std::vector<int>{1, S};
+    if (S >= 1) {
+      delay_values = S == 1 ? std::vector<int>{1} : std::vector<int>{1, S};
+    }
     for (bool delayed_first : {false, true}) {
-      if (S == 0 && delayed_first) break;  // nothing is delayed, so the variants coincide
+      if (S == 0 && delayed_first) {
+        break;  // nothing is delayed, so the variants coincide
+      }
       for (int dv : delay_values) {
         // Largest prefix of by_deadline that the budget allows at delay dv.
         size_t max_m = 0;
@@ -158,13 +176,17 @@ absl::StatusOr<Plan> PlanDeft(const Profile& profile, const CostModel& cost,
         while (dv > 0 && max_m < n) {
           const double share = static_cast<double>(items[by_deadline[max_m]].bytes) /
                                static_cast<double>(profile.total_bytes);
-          if (spent + share * dv > budget + 1e-12) break;
+          if (spent + share * dv > budget + 1e-12) {
+            break;
+          }
           spent += share * dv;
           ++max_m;
         }
         auto plan_for = [&](size_t m) {
           Assignment a{std::vector<int>(n, 0), std::vector<int>(n, 1), delayed_first};
-          for (size_t k = 0; k < m; ++k) a.delay[by_deadline[k]] = dv;
+          for (size_t k = 0; k < m; ++k) {
+            a.delay[by_deadline[k]] = dv;
+          }
           return BuildPlan(profile, items, order, a, S);
         };
         const double full_ms = internal::SimulatedMs(profile, plan_for(max_m), cost);
@@ -183,7 +205,9 @@ absl::StatusOr<Plan> PlanDeft(const Profile& profile, const CostModel& cost,
         // Update periods when communication alone exceeds the compute time on a channel.
         if (options.max_period > 1) {
           std::vector<int> delay(n, 0);
-          for (size_t k = 0; k < lo; ++k) delay[by_deadline[k]] = dv;
+          for (size_t k = 0; k < lo; ++k) {
+            delay[by_deadline[k]] = dv;
+          }
           Assignment a{delay, std::vector<int>(n, 1), delayed_first};
           double spent_now = plan.budget_used;
           for (size_t c = 0; c < cost.channels.size(); ++c) {
@@ -197,11 +221,15 @@ absl::StatusOr<Plan> PlanDeft(const Profile& profile, const CostModel& cost,
             // Latest deadlines first: their staleness matters least for the next forward.
             for (size_t k = n; k-- > 0 && comm > profile.compute_ms();) {
               const size_t i = by_deadline[k];
-              if (items[i].channel != static_cast<int>(c)) continue;
+              if (items[i].channel != static_cast<int>(c)) {
+                continue;
+              }
               const double share =
                   static_cast<double>(items[i].bytes) / static_cast<double>(profile.total_bytes);
               const int p = options.max_period;
-              if (spent_now + share * (p - 1) > budget + 1e-12) continue;
+              if (spent_now + share * (p - 1) > budget + 1e-12) {
+                continue;
+              }
               spent_now += share * (p - 1);
               a.period[i] = p;
               comm -= cost.Ms(static_cast<int>(c), Collective::kAllreduce,
@@ -215,7 +243,9 @@ absl::StatusOr<Plan> PlanDeft(const Profile& profile, const CostModel& cost,
       }
     }
   }
-  if (!std::isfinite(best.ms)) return absl::InternalError("deft: no candidate simulated");
+  if (!std::isfinite(best.ms)) {
+    return absl::InternalError("deft: no candidate simulated");
+  }
   return best.plan;
 }
 

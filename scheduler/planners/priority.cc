@@ -33,10 +33,13 @@ Plan PriorityPlan(const char* name, const Profile& profile, const CostModel& cos
   double t = 0;
   for (Bucket& b : plan.buckets) {
     double ready = 0;
-    for (const TensorSlice& s : b.slices)
+    for (const TensorSlice& s : b.slices) {
       ready = std::max(ready, profile.tensors[s.tensor].ready_ms);
+    }
     t = std::max(t, ready) + cost.Ms(0, b.op, static_cast<double>(b.bytes));
-    if (t > profile.backward_ms) b.window = Window::kNextForward;
+    if (t > profile.backward_ms) {
+      b.window = Window::kNextForward;
+    }
   }
   return plan;
 }
@@ -44,7 +47,9 @@ Plan PriorityPlan(const char* name, const Profile& profile, const CostModel& cos
 std::vector<Piece> EqualPartitions(const Profile& profile, int64_t partition_bytes) {
   std::vector<Piece> pieces;
   for (int t : internal::ReadyOrder(profile)) {
-    for (const Piece& p : internal::CutTensor(profile, t, partition_bytes)) pieces.push_back(p);
+    for (const Piece& p : internal::CutTensor(profile, t, partition_bytes)) {
+      pieces.push_back(p);
+    }
   }
   return pieces;
 }
@@ -53,7 +58,9 @@ std::vector<Piece> EqualPartitions(const Profile& profile, int64_t partition_byt
 std::vector<Piece> GrowingPartitions(const Profile& profile, double p0, double growth) {
   constexpr double kCap = 64e6;
   std::vector<int> by_priority(profile.tensors.size());
-  for (size_t i = 0; i < by_priority.size(); ++i) by_priority[i] = static_cast<int>(i);
+  for (size_t i = 0; i < by_priority.size(); ++i) {
+    by_priority[i] = static_cast<int>(i);
+  }
   std::stable_sort(by_priority.begin(), by_priority.end(), [&](int a, int b) {
     return profile.tensors[a].first_use_ms < profile.tensors[b].first_use_ms;
   });
@@ -80,7 +87,9 @@ absl::StatusOr<Plan> PlanByteScheduler(const Profile& profile, const CostModel& 
                                        const PlannerOptions& options) {
   std::vector<int64_t> partitions = {500'000, 2'000'000, 8'000'000, 32'000'000};
   std::vector<int64_t> credits = {1, 4};  // in partitions
-  if (options.partition_bytes > 0) partitions = {options.partition_bytes};
+  if (options.partition_bytes > 0) {
+    partitions = {options.partition_bytes};
+  }
   Plan best;
   double best_ms = std::numeric_limits<double>::infinity();
   for (int64_t p : partitions) {
@@ -89,7 +98,9 @@ absl::StatusOr<Plan> PlanByteScheduler(const Profile& profile, const CostModel& 
     if (options.credit_bytes > 0) {
       credit_list = {options.credit_bytes};
     } else {
-      for (int64_t c : credits) credit_list.push_back(c * p);
+      for (int64_t c : credits) {
+        credit_list.push_back(c * p);
+      }
     }
     for (int64_t credit : credit_list) {
       Plan plan = PriorityPlan("bytescheduler", profile, cost, pieces, credit);
@@ -100,7 +111,9 @@ absl::StatusOr<Plan> PlanByteScheduler(const Profile& profile, const CostModel& 
       }
     }
   }
-  if (!std::isfinite(best_ms)) return absl::InternalError("bytescheduler: no candidate simulated");
+  if (!std::isfinite(best_ms)) {
+    return absl::InternalError("bytescheduler: no candidate simulated");
+  }
   return best;
 }
 
@@ -120,7 +133,9 @@ absl::StatusOr<Plan> PlanUsByte(const Profile& profile, const CostModel& cost,
       }
     }
   }
-  if (!std::isfinite(best_ms)) return absl::InternalError("usbyte: no candidate simulated");
+  if (!std::isfinite(best_ms)) {
+    return absl::InternalError("usbyte: no candidate simulated");
+  }
   return best;
 }
 

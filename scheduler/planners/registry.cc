@@ -48,10 +48,14 @@ absl::StatusOr<double> CompressionRatio(const Profile& profile, const CostModel&
     return 0.5;
   }
   if (name == "randomk" || name == "covap" || name == "powersgd") {
-    if (r > 0) return r;
+    if (r > 0) {
+      return r;
+    }
     const double fused_ms =
         cost.Ms(0, Collective::kAllreduce, static_cast<double>(profile.total_bytes));
-    if (fused_ms <= profile.compute_ms()) return 1.0;
+    if (fused_ms <= profile.compute_ms()) {
+      return 1.0;
+    }
     return std::max(0.01, profile.compute_ms() / fused_ms);
   }
   if (name == "topk" || name == "efsign") {
@@ -79,7 +83,9 @@ CostModel ScaledForPayload(const CostModel& cost, double ratio) {
 const std::vector<std::string>& PlannerNames() {
   static const auto* names = [] {
     auto* v = new std::vector<std::string>();
-    for (const Entry& e : kPlanners) v->push_back(e.name);
+    for (const Entry& e : kPlanners) {
+      v->push_back(e.name);
+    }
     return v;
   }();
   return *names;
@@ -88,7 +94,9 @@ const std::vector<std::string>& PlannerNames() {
 absl::StatusOr<Plan> MakePlan(absl::string_view planner, const Profile& profile,
                               const CostModel& cost, const PlannerOptions& options) {
   absl::Status status = cost.Validate();
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    return status;
+  }
   if (options.staleness < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("planner options: staleness must be >= 0, got ", options.staleness));
@@ -98,11 +106,17 @@ absl::StatusOr<Plan> MakePlan(absl::string_view planner, const Profile& profile,
         absl::StrCat("profile '", profile.model, "' has no tensors (was Finalize called?)"));
   }
   absl::StatusOr<double> ratio = CompressionRatio(profile, cost, options);
-  if (!ratio.ok()) return ratio.status();
+  if (!ratio.ok()) {
+    return ratio.status();
+  }
   for (const Entry& e : kPlanners) {
-    if (planner != e.name) continue;
+    if (planner != e.name) {
+      continue;
+    }
     absl::StatusOr<Plan> plan = e.fn(profile, ScaledForPayload(cost, *ratio), options);
-    if (!plan.ok()) return plan.status();
+    if (!plan.ok()) {
+      return plan.status();
+    }
     for (Bucket& b : plan->buckets) {
       b.compressor = options.compressor;
       b.ratio = *ratio;
@@ -124,9 +138,13 @@ absl::StatusOr<Plan> PlanAuto(const Profile& profile, const CostModel& cost,
   double best_ms = std::numeric_limits<double>::infinity();
   std::string winner;
   for (const Entry& e : kPlanners) {
-    if (e.fn == PlanAuto) continue;
+    if (e.fn == PlanAuto) {
+      continue;
+    }
     absl::StatusOr<Plan> plan = e.fn(profile, cost, options);
-    if (!plan.ok()) continue;
+    if (!plan.ok()) {
+      continue;
+    }
     const double ms = internal::SimulatedMs(profile, *plan, cost);
     if (ms < best_ms * (1 - 1e-9)) {
       best_ms = ms;
@@ -134,7 +152,9 @@ absl::StatusOr<Plan> PlanAuto(const Profile& profile, const CostModel& cost,
       winner = e.name;
     }
   }
-  if (!std::isfinite(best_ms)) return absl::InternalError("auto: no planner produced a plan");
+  if (!std::isfinite(best_ms)) {
+    return absl::InternalError("auto: no planner produced a plan");
+  }
   best.planner = absl::StrCat("auto:", winner);
   return best;
 }

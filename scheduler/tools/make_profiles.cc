@@ -14,7 +14,14 @@
 
 namespace {
 
-using namespace overlap::sched;
+using overlap::sched::BuildTransformerProfile;
+using overlap::sched::CalibrateOnPipeDream;
+using overlap::sched::ParsePipeDreamGraph;
+using overlap::sched::PipeDreamNode;
+using overlap::sched::PipeDreamToProfile;
+using overlap::sched::Profile;
+using overlap::sched::TransformerConfig;
+using overlap::sched::TransformerPresets;
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "make_profiles: %s\n", std::string(status.message()).c_str());
@@ -35,16 +42,24 @@ int main(int argc, char** argv) {
   for (const char* model : {"resnet50", "resnet101", "vgg16"}) {
     const std::string path = absl::StrCat(dir, "/pipedream/", model, ".txt");
     std::ifstream in(path);
-    if (!in) return Fail(absl::NotFoundError(absl::StrCat(path, ": cannot open")));
+    if (!in) {
+      return Fail(absl::NotFoundError(absl::StrCat(path, ": cannot open")));
+    }
     std::stringstream text;
     text << in.rdbuf();
     auto nodes = ParsePipeDreamGraph(text.str(), path);
-    if (!nodes.ok()) return Fail(nodes.status());
-    if (std::string(model) != "resnet101") calibration_graphs.push_back(*nodes);
+    if (!nodes.ok()) {
+      return Fail(nodes.status());
+    }
+    if (std::string(model) != "resnet101") {
+      calibration_graphs.push_back(*nodes);
+    }
     graphs.emplace_back(model, *nodes);
   }
   auto calibration = CalibrateOnPipeDream(calibration_graphs, kBatch);
-  if (!calibration.ok()) return Fail(calibration.status());
+  if (!calibration.ok()) {
+    return Fail(calibration.status());
+  }
   std::printf(
       "matmul forward %.3f TFLOP/s, backward %.3f TFLOP/s; elementwise forward %.4f "
       "ms/GB, backward %.4f ms/GB\n",
@@ -53,22 +68,30 @@ int main(int argc, char** argv) {
   std::vector<Profile> profiles;
   for (const auto& [model, nodes] : graphs) {
     double bytes = 0;
-    for (const PipeDreamNode& n : nodes) bytes += n.parameter_bytes;
+    for (const PipeDreamNode& n : nodes) {
+      bytes += n.parameter_bytes;
+    }
     auto profile =
         PipeDreamToProfile(nodes, model, calibration->UpdateMs(static_cast<int64_t>(bytes)));
-    if (!profile.ok()) return Fail(profile.status());
+    if (!profile.ok()) {
+      return Fail(profile.status());
+    }
     profiles.push_back(*profile);
   }
   for (const TransformerConfig& config : TransformerPresets()) {
     auto profile = BuildTransformerProfile(config, *calibration);
-    if (!profile.ok()) return Fail(profile.status());
+    if (!profile.ok()) {
+      return Fail(profile.status());
+    }
     profiles.push_back(*profile);
   }
   for (const Profile& p : profiles) {
     const std::string path = absl::StrCat(dir, "/", p.model, ".json");
     std::ofstream out(path);
     out << p.ToJson();
-    if (!out) return Fail(absl::InternalError(absl::StrCat(path, ": write failed")));
+    if (!out) {
+      return Fail(absl::InternalError(absl::StrCat(path, ": write failed")));
+    }
     std::printf(
         "%-12s forward %8.2f ms  backward %8.2f ms  update %6.2f ms  %5zu tensors  "
         "%9.2f MB\n",

@@ -11,7 +11,9 @@ namespace {
 std::vector<std::string> Split(const std::string& s) {
   std::vector<std::string> out;
   std::istringstream in(s);
-  for (std::string w; in >> w;) out.push_back(w);
+  for (std::string w; in >> w;) {
+    out.push_back(w);
+  }
   return out;
 }
 
@@ -76,7 +78,9 @@ TEST_CASE("RunCli prints one JSON line per planner and worker count") {
   const std::vector<std::string> lines = [&] {
     std::vector<std::string> v;
     std::istringstream in(out.str());
-    for (std::string l; std::getline(in, l);) v.push_back(l);
+    for (std::string l; std::getline(in, l);) {
+      v.push_back(l);
+    }
     return v;
   }();
   REQUIRE(lines.size() == 4);

@@ -60,7 +60,9 @@ TEST_CASE("Validate names the bad channel field") {
 
 TEST_CASE("FitLinear recovers alpha and beta by least squares") {
   std::vector<CostSample> samples;
-  for (double b : {1e3, 1e5, 1e6, 1e7}) samples.push_back({b, 20e-6 + b * 1e-9});
+  for (double b : {1e3, 1e5, 1e6, 1e7}) {
+    samples.push_back({b, 20e-6 + b * 1e-9});
+  }
   auto c = FitLinear(samples);
   REQUIRE(c.ok());
   CHECK(c->alpha_s == Approx(20e-6).epsilon(1e-6));

@@ -64,9 +64,13 @@ TEST_CASE("Deserialize rejects garbage without reading past the end") {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 2000; ++trial) {
     std::string mutated = bytes;
-    for (int k = 0; k < 3; ++k) mutated[rng() % mutated.size()] = static_cast<char>(rng());
+    for (int k = 0; k < 3; ++k) {
+      mutated[rng() % mutated.size()] = static_cast<char>(rng());
+    }
     auto plan = Plan::Deserialize(mutated);
-    if (!plan.ok()) continue;
+    if (!plan.ok()) {
+      continue;
+    }
     for (const Bucket& b : plan->buckets) {
       CHECK(b.lag <= b.delay);
       CHECK(b.phase < b.period);

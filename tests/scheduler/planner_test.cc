@@ -42,7 +42,9 @@ TEST_CASE("Every planner covers every byte exactly once and keeps delays within 
     for (size_t c = 0; c < costs.size(); ++c) {
       for (int staleness : {0, 1, 2}) {
         for (const std::string& name : PlannerNames()) {
-          if (name == "auto" && (c != 0 || staleness != 1)) continue;  // auto = all of the above
+          if (name == "auto" && (c != 0 || staleness != 1)) {
+            continue;  // auto = all of the above
+          }
           INFO(model << " cost " << c << " staleness " << staleness << " " << name);
           PlannerOptions options;
           options.staleness = staleness;
@@ -93,7 +95,9 @@ TEST_CASE("auto is at least as fast as every planner it chooses from") {
   CHECK(best->planner.rfind("auto:", 0) == 0);
   const double auto_ms = Simulate(profile, *best, cost)->iteration_ms;
   for (const std::string& name : PlannerNames()) {
-    if (name == "auto") continue;
+    if (name == "auto") {
+      continue;
+    }
     INFO(name);
     CHECK(auto_ms <=
           Simulate(profile, *MakePlan(name, profile, cost, options), cost)->iteration_ms *
@@ -112,7 +116,9 @@ TEST_CASE("deft with max_period > 1 uses update periods within the budget") {
   REQUIRE(plan.ok());
   CHECK(plan->budget_used <= 1.5 + 1e-9);
   int periodic = 0;
-  for (const Bucket& b : plan->buckets) periodic += b.period > 1;
+  for (const Bucket& b : plan->buckets) {
+    periodic += b.period > 1;
+  }
   CHECK(periodic > 0);
   CHECK(testing::CoverageProblem(profile, *plan) == "");
 }
@@ -128,7 +134,9 @@ TEST_CASE("deft uses a second channel when the cost model has two") {
   auto plan2 = MakePlan("deft", profile, two, options);
   REQUIRE(plan2.ok());
   bool uses_second = false;
-  for (const Bucket& b : plan2->buckets) uses_second |= b.channel == 1;
+  for (const Bucket& b : plan2->buckets) {
+    uses_second |= b.channel == 1;
+  }
   CHECK(uses_second);
   CHECK(Simulate(profile, *plan2, two)->iteration_ms <
         Simulate(profile, *MakePlan("deft", profile, one, options), one)->iteration_ms);

@@ -114,7 +114,9 @@ TEST_CASE("PipeDream graphs load in topological order with input time dropped") 
 int64_t Params(const Profile& p, const std::string& prefix) {
   int64_t n = 0;
   for (const TensorInfo& t : p.tensors) {
-    if (t.name.rfind(prefix, 0) == 0) n += t.count();
+    if (t.name.rfind(prefix, 0) == 0) {
+      n += t.count();
+    }
   }
   return n;
 }

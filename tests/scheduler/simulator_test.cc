@@ -136,7 +136,9 @@ double PriorityClosedFormMs(const Profile& p, const Plan& plan, const CostModel&
   for (size_t i = 0; i < n; ++i) {
     e += comm[i];
     double rest = 0;
-    for (size_t j = i; j < n; ++j) rest += p.layers[j].forward_ms;
+    for (size_t j = i; j < n; ++j) {
+      rest += p.layers[j].forward_ms;
+    }
     t = std::max(t, e + rest);
   }
   return t;
@@ -172,7 +174,9 @@ TEST_CASE("Delays let communication overlap the whole iteration") {
   Plan plan = *MakePlan("wfbp", p, cost, {});
   plan.staleness = 1;
   plan.layerwise_update = true;
-  for (Bucket& b : plan.buckets) b.delay = 1;
+  for (Bucket& b : plan.buckets) {
+    b.delay = 1;
+  }
   auto sim = Simulate(p, plan, cost);
   REQUIRE(sim.ok());
   CHECK(sim->iteration_ms == Approx(12));

@@ -12,7 +12,9 @@ Profile MakeProfile(const std::vector<double>& forward_ms, const std::vector<dou
   p.update_ms = update_ms;
   for (size_t i = 0; i < forward_ms.size(); ++i) {
     std::vector<std::pair<std::string, int64_t>> tensors;
-    if (bytes[i] > 0) tensors.emplace_back("t" + std::to_string(i), bytes[i]);
+    if (bytes[i] > 0) {
+      tensors.emplace_back("t" + std::to_string(i), bytes[i]);
+    }
     p.AddLayer("l" + std::to_string(i), forward_ms[i], backward_ms[i], tensors);
   }
   (void)p.Finalize();
@@ -37,24 +39,36 @@ std::string CoverageProblem(const Profile& profile, const Plan& plan) {
     for (int op = 0; op < 3; ++op) {
       std::vector<std::pair<int64_t, int64_t>> parts;
       for (const Bucket& b : plan.buckets) {
-        if (static_cast<int>(b.op) != op) continue;
+        if (static_cast<int>(b.op) != op) {
+          continue;
+        }
         for (const TensorSlice& s : b.slices) {
-          if (s.tensor == static_cast<int>(t)) parts.emplace_back(s.offset, s.offset + s.count);
+          if (s.tensor == static_cast<int>(t)) {
+            parts.emplace_back(s.offset, s.offset + s.count);
+          }
         }
       }
-      if (parts.empty()) continue;  // which kinds must be present is checked below
+      if (parts.empty()) {
+        continue;  // which kinds must be present is checked below
+      }
       std::sort(parts.begin(), parts.end());
       int64_t at = 0;
       for (const auto& [begin, end] : parts) {
-        if (begin != at) return profile.tensors[t].name + ": gap or overlap";
+        if (begin != at) {
+          return profile.tensors[t].name + ": gap or overlap";
+        }
         at = end;
       }
-      if (at != profile.tensors[t].count()) return profile.tensors[t].name + ": tail missing";
+      if (at != profile.tensors[t].count()) {
+        return profile.tensors[t].name + ": tail missing";
+      }
     }
     bool any_ar = false, any_rs = false, any_ag = false;
     for (const Bucket& b : plan.buckets) {
       for (const TensorSlice& s : b.slices) {
-        if (s.tensor != static_cast<int>(t)) continue;
+        if (s.tensor != static_cast<int>(t)) {
+          continue;
+        }
         any_ar |= b.op == Collective::kAllreduce;
         any_rs |= b.op == Collective::kReduceScatter;
         any_ag |= b.op == Collective::kAllgather;
