@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -25,7 +26,7 @@ class ArgReader {
   std::string TakeOption() {
     std::string arg = args_[pos_++];
     inline_value_.reset();
-    size_t eq = arg.find('=');
+    const size_t eq = arg.find('=');
     if (absl::StartsWith(arg, "-") && eq != std::string::npos) {
       inline_value_ = arg.substr(eq + 1);
       arg.resize(eq);
@@ -52,7 +53,7 @@ class ArgReader {
   }
 
   std::vector<std::string> Rest() {
-    std::vector<std::string> rest(args_.begin() + pos_, args_.end());
+    std::vector<std::string> rest(args_.begin() + static_cast<ptrdiff_t>(pos_), args_.end());
     pos_ = args_.size();
     return rest;
   }
@@ -63,6 +64,10 @@ class ArgReader {
   std::optional<std::string> inline_value_;
 };
 
+// Applies one option's value (empty for flags) to the options.
+using Apply = absl::Status (*)(absl::string_view option, const std::string& value,
+                               LaunchOptions& o);
+
 absl::StatusOr<double> ParseSeconds(absl::string_view option, absl::string_view value) {
   double s = 0;
   if (!absl::SimpleAtod(value, &s) || !(s > 0)) {
@@ -72,145 +77,195 @@ absl::StatusOr<double> ParseSeconds(absl::string_view option, absl::string_view 
   return s;
 }
 
-absl::StatusOr<ForwardedVar> ParseForwarded(absl::string_view value) {
-  ForwardedVar var;
-  std::vector<std::string> parts = absl::StrSplit(value, absl::MaxSplits('=', 1));
-  var.name = parts[0];
-  if (parts.size() == 2) {
-    var.value = parts[1];
+absl::Status NonEmpty(absl::string_view option, const std::string& value) {
+  if (value.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(option, " needs a value"));
   }
-  if (var.name.empty() ||
-      var.name.find_first_not_of(
-          "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos ||
-      absl::ascii_isdigit(var.name[0])) {
+  return absl::OkStatus();
+}
+
+bool IsVariableName(absl::string_view name) {
+  if (name.empty() || absl::ascii_isdigit(name[0])) {
+    return false;
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '_') {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status SetNumRanks(absl::string_view option, const std::string& value, LaunchOptions& o) {
+  if (!absl::SimpleAtoi(value, &o.num_ranks)) {
+    return absl::InvalidArgumentError(absl::StrCat(option, " '", value, "' is not an integer"));
+  }
+  if (o.num_ranks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(option, " must be at least 1, got ", value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetHosts(absl::string_view option, const std::string& value, LaunchOptions& o) {
+  if (!o.hosts.empty()) {
+    return absl::InvalidArgumentError(
+        "give hosts once: with -H or with --hostfile, not both or twice");
+  }
+  const bool file = option == "--hostfile";
+  absl::StatusOr<std::vector<HostSlots>> hosts = file ? ReadHostfile(value) : ParseHostList(value);
+  if (!hosts.ok()) {
+    return hosts.status();
+  }
+  o.hosts = *std::move(hosts);
+  o.hosts_source = file ? value : "-H";
+  return absl::OkStatus();
+}
+
+absl::Status AddForwarded(absl::string_view, const std::string& value, LaunchOptions& o) {
+  std::vector<std::string> parts = absl::StrSplit(value, absl::MaxSplits('=', 1));
+  if (!IsVariableName(parts[0])) {
     return absl::InvalidArgumentError(
         absl::StrCat("-x '", value, "' is not NAME or NAME=VALUE with a valid variable name"));
   }
-  return var;
+  ForwardedVar var{parts[0], std::nullopt};
+  if (parts.size() == 2) {
+    var.value = parts[1];
+  }
+  o.forwarded.push_back(std::move(var));
+  return absl::OkStatus();
+}
+
+absl::Status SetStartTimeout(absl::string_view option, const std::string& value, LaunchOptions& o) {
+  absl::StatusOr<double> s = ParseSeconds(option, value);
+  if (!s.ok()) {
+    return s.status();
+  }
+  o.start_timeout_s = *s;
+  o.runtime_env["OVERLAP_START_TIMEOUT_S"] = value;  // the runtime's Init waits as long
+  return absl::OkStatus();
+}
+
+absl::Status SetKillGrace(absl::string_view option, const std::string& value, LaunchOptions& o) {
+  absl::StatusOr<double> s = ParseSeconds(option, value);
+  if (!s.ok()) {
+    return s.status();
+  }
+  o.kill_grace_s = *s;
+  return absl::OkStatus();
+}
+
+absl::Status SetNetworkInterface(absl::string_view option, const std::string& value,
+                                 LaunchOptions& o) {
+  o.network_interface = value;
+  return NonEmpty(option, value);
+}
+
+absl::Status SetRshAgent(absl::string_view option, const std::string& value, LaunchOptions& o) {
+  o.rsh_agent = value;
+  return NonEmpty(option, value);
+}
+
+absl::Status SetMpirun(absl::string_view option, const std::string& value, LaunchOptions& o) {
+  o.mpirun = value;
+  return NonEmpty(option, value);
+}
+
+absl::Status AddMpiArgs(absl::string_view, const std::string& value, LaunchOptions& o) {
+  for (absl::string_view word : absl::StrSplit(value, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
+    o.mpi_args.emplace_back(word);
+  }
+  return absl::OkStatus();
+}
+
+struct OptionSpec {
+  const char* names[3];  // unused entries are nullptr
+  bool takes_value;
+  Apply apply;
+};
+
+// Every option except --help, --rank-wrapper and the runtime flags (runtime_flags.h).
+const OptionSpec kOptions[] = {
+    {{"-np", "-n", "--num-proc"}, true, SetNumRanks},
+    {{"-H", "--hosts", "--hostfile"}, true, SetHosts},
+    {{"-x"}, true, AddForwarded},
+    {{"--start-timeout"}, true, SetStartTimeout},
+    {{"--kill-grace"}, true, SetKillGrace},
+    {{"--network-interface"}, true, SetNetworkInterface},
+    {{"--rsh-agent"}, true, SetRshAgent},
+    {{"--mpirun"}, true, SetMpirun},
+    {{"--mpi-args"}, true, AddMpiArgs},
+    {{"--dry-run"},
+     false,
+     [](absl::string_view, const std::string&, LaunchOptions& o) {
+       o.dry_run = true;
+       return absl::OkStatus();
+     }},
+    {{"--oversubscribe"},
+     false,
+     [](absl::string_view, const std::string&, LaunchOptions& o) {
+       o.oversubscribe = true;
+       return absl::OkStatus();
+     }},
+    {{"-v", "--verbose"},
+     false,
+     [](absl::string_view, const std::string&, LaunchOptions& o) {
+       o.verbose = true;
+       return absl::OkStatus();
+     }},
+    {{"--tcp-only"},
+     false,
+     [](absl::string_view, const std::string&, LaunchOptions& o) {
+       o.tcp_only = true;
+       return absl::OkStatus();
+     }},
+    {{"--no-rank-wrapper"},
+     false,
+     [](absl::string_view, const std::string&, LaunchOptions& o) {
+       o.wrap_ranks = false;
+       return absl::OkStatus();
+     }},
+};
+
+const OptionSpec* FindOption(absl::string_view option) {
+  for (const OptionSpec& spec : kOptions) {
+    for (const char* name : spec.names) {
+      if (name != nullptr && option == name) {
+        return &spec;
+      }
+    }
+  }
+  return nullptr;
 }
 
 // Handles one option; `option` is already consumed from `reader`.
 absl::Status ParseOption(const std::string& option, ArgReader& reader, ParsedCommand& out) {
-  LaunchOptions& o = out.options;
-  auto value = [&]() { return reader.TakeValue(option); };
-  auto flag = [&](bool& field) {
-    field = true;
-    return reader.NoValue(option);
-  };
-
   if (option == "-h" || option == "--help") {
     out.mode = ParsedCommand::Mode::kHelp;
     return reader.NoValue(option);
   }
-  if (option == "-np" || option == "-n" || option == "--num-proc") {
-    absl::StatusOr<std::string> v = value();
-    if (!v.ok()) {
-      return v.status();
+  if (const OptionSpec* spec = FindOption(option)) {
+    if (!spec->takes_value) {
+      if (absl::Status s = reader.NoValue(option); !s.ok()) {
+        return s;
+      }
+      return spec->apply(option, "", out.options);
     }
-    if (!absl::SimpleAtoi(*v, &o.num_ranks)) {
-      return absl::InvalidArgumentError(absl::StrCat(option, " '", *v, "' is not an integer"));
+    absl::StatusOr<std::string> value = reader.TakeValue(option);
+    if (!value.ok()) {
+      return value.status();
     }
-    if (o.num_ranks < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(option, " must be at least 1, got ", *v));
-    }
-    return absl::OkStatus();
+    return spec->apply(option, *value, out.options);
   }
-  if (option == "-H" || option == "--hosts" || option == "--hostfile") {
-    if (!o.hosts.empty()) {
-      return absl::InvalidArgumentError(
-          "give hosts once: with -H or with --hostfile, not both or twice");
+  if (const RuntimeFlag* flag = FindRuntimeFlag(option)) {
+    absl::StatusOr<std::string> value = reader.TakeValue(option);
+    if (!value.ok()) {
+      return value.status();
     }
-    absl::StatusOr<std::string> v = value();
-    if (!v.ok()) {
-      return v.status();
-    }
-    absl::StatusOr<std::vector<HostSlots>> hosts =
-        option == "--hostfile" ? ReadHostfile(*v) : ParseHostList(*v);
-    if (!hosts.ok()) {
-      return hosts.status();
-    }
-    o.hosts = *std::move(hosts);
-    o.hosts_source = option == "--hostfile" ? *v : "-H";
-    return absl::OkStatus();
-  }
-  if (option == "-x") {
-    absl::StatusOr<std::string> v = value();
-    if (!v.ok()) {
-      return v.status();
-    }
-    absl::StatusOr<ForwardedVar> var = ParseForwarded(*v);
-    if (!var.ok()) {
-      return var.status();
-    }
-    o.forwarded.push_back(*std::move(var));
-    return absl::OkStatus();
-  }
-  if (option == "--start-timeout" || option == "--kill-grace") {
-    absl::StatusOr<std::string> v = value();
-    if (!v.ok()) {
-      return v.status();
-    }
-    absl::StatusOr<double> s = ParseSeconds(option, *v);
-    if (!s.ok()) {
-      return s.status();
-    }
-    if (option == "--kill-grace") {
-      o.kill_grace_s = *s;
-    } else {
-      o.start_timeout_s = *s;
-      o.runtime_env["OVERLAP_START_TIMEOUT_S"] = *v;  // the runtime's Init waits as long
-    }
-    return absl::OkStatus();
-  }
-  if (option == "--network-interface" || option == "--rsh-agent" || option == "--mpirun") {
-    absl::StatusOr<std::string> v = value();
-    if (!v.ok()) {
-      return v.status();
-    }
-    if (v->empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(option, " needs a value"));
-    }
-    (option == "--network-interface" ? o.network_interface
-     : option == "--rsh-agent"       ? o.rsh_agent
-                                     : o.mpirun) = *v;
-    return absl::OkStatus();
-  }
-  if (option == "--mpi-args") {
-    absl::StatusOr<std::string> v = value();
-    if (!v.ok()) {
-      return v.status();
-    }
-    for (absl::string_view word : absl::StrSplit(*v, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
-      o.mpi_args.emplace_back(word);
-    }
-    return absl::OkStatus();
-  }
-  if (option == "--dry-run") {
-    return flag(o.dry_run);
-  }
-  if (option == "--oversubscribe") {
-    return flag(o.oversubscribe);
-  }
-  if (option == "--verbose" || option == "-v") {
-    return flag(o.verbose);
-  }
-  if (option == "--tcp-only") {
-    return flag(o.tcp_only);
-  }
-  if (option == "--no-rank-wrapper") {
-    o.wrap_ranks = false;
-    return reader.NoValue(option);
-  }
-  if (const RuntimeFlag* rf = FindRuntimeFlag(option)) {
-    absl::StatusOr<std::string> v = value();
-    if (!v.ok()) {
-      return v.status();
-    }
-    absl::StatusOr<std::string> env_value = rf->convert(rf->flag, *v);
+    absl::StatusOr<std::string> env_value = flag->convert(flag->flag, *value);
     if (!env_value.ok()) {
       return env_value.status();
     }
-    o.runtime_env[rf->env] = *std::move(env_value);
+    out.options.runtime_env[flag->env] = *std::move(env_value);
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
@@ -244,10 +299,9 @@ absl::StatusOr<ParsedCommand> ParseArgs(absl::Span<const std::string> args) {
     if (next.size() < 2 || next[0] != '-') {
       break;  // the program
     }
-    std::string option = reader.TakeOption();
-    absl::Status status = ParseOption(option, reader, out);
-    if (!status.ok()) {
-      return status;
+    const std::string option = reader.TakeOption();
+    if (absl::Status s = ParseOption(option, reader, out); !s.ok()) {
+      return s;
     }
     if (out.mode == ParsedCommand::Mode::kHelp) {
       return out;

@@ -52,11 +52,15 @@ std::string FormatRankStart(int rank) {
 
 std::optional<int> ParseRankStart(absl::string_view line) {
   const size_t at = line.find(kRankStartMarker);
-  if (at == absl::string_view::npos) return std::nullopt;
+  if (at == absl::string_view::npos) {
+    return std::nullopt;
+  }
   line.remove_prefix(at + strlen(kRankStartMarker));
   line = absl::StripAsciiWhitespace(line);
   int rank = 0;
-  if (!absl::ConsumePrefix(&line, "rank=") || !absl::SimpleAtoi(line, &rank)) return std::nullopt;
+  if (!absl::ConsumePrefix(&line, "rank=") || !absl::SimpleAtoi(line, &rank)) {
+    return std::nullopt;
+  }
   return rank;
 }
 

@@ -34,14 +34,20 @@ constexpr std::chrono::seconds kDrain{1};
 volatile sig_atomic_t g_mpirun_pid = 0;
 
 void ForwardToMpirun(int sig) {
-  if (g_mpirun_pid > 0) kill(g_mpirun_pid, sig);
+  if (g_mpirun_pid > 0) {
+    kill(g_mpirun_pid, sig);
+  }
 }
 
 void WriteAll(int fd, const char* data, size_t size) {
   while (size > 0) {
     ssize_t n = write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return;
+    }
     data += n;
     size -= static_cast<size_t>(n);
   }
@@ -65,11 +71,15 @@ Clock::time_point After(double seconds) {
 
 pid_t StartMpirun(const std::vector<std::string>& argv, int stderr_fd) {
   pid_t pid = fork();
-  if (pid != 0) return pid;
+  if (pid != 0) {
+    return pid;
+  }
   dup2(stderr_fd, STDERR_FILENO);
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : argv) {
+    args.push_back(const_cast<char*>(a.c_str()));
+  }
   args.push_back(nullptr);
   execvp(args[0], args.data());
   std::fprintf(stderr, "overlaprun: cannot run '%s': %s\n", args[0], strerror(errno));
@@ -83,7 +93,9 @@ class JobWatcher {
   JobWatcher(const LaunchOptions& options, pid_t mpirun, int stderr_fd)
       : options_(options), mpirun_(mpirun), fd_(stderr_fd) {
     // Without the wrapper no rank says it started, so there is nothing to time.
-    if (options_.wrap_ranks) start_deadline_ = After(options_.start_timeout_s);
+    if (options_.wrap_ranks) {
+      start_deadline_ = After(options_.start_timeout_s);
+    }
   }
 
   // Runs until mpirun has exited and its stderr is drained; returns overlaprun's exit status.
@@ -104,7 +116,9 @@ class JobWatcher {
       return;
     }
     pollfd pfd{fd_, POLLIN, 0};
-    if (poll(&pfd, 1, 100) <= 0) return;
+    if (poll(&pfd, 1, 100) <= 0) {
+      return;
+    }
     char buf[4096];
     const ssize_t n = read(fd_, buf, sizeof(buf));
     if (n > 0) {
@@ -129,7 +143,9 @@ class JobWatcher {
       WriteAll(STDERR_FILENO, line.data(), line.size());
       return;
     }
-    if (!log_.Add(*report)) return;
+    if (!log_.Add(*report)) {
+      return;
+    }
     Say(absl::StrCat("overlaprun: rank ", report->rank, " on host ", report->host, " ",
                      DescribeEnd(*report), "; stopping the job"));
     first_failed_rank_ = report->rank;
@@ -137,7 +153,9 @@ class JobWatcher {
   }
 
   void CheckMpirun() {
-    if (mpirun_done_ || waitpid(mpirun_, &mpirun_status_, WNOHANG) != mpirun_) return;
+    if (mpirun_done_ || waitpid(mpirun_, &mpirun_status_, WNOHANG) != mpirun_) {
+      return;
+    }
     mpirun_done_ = true;
     end_ms_ = NowMs();
     drain_until_ = Clock::now() + kDrain;
@@ -145,7 +163,9 @@ class JobWatcher {
   }
 
   void CheckDeadlines() {
-    if (mpirun_done_) return;
+    if (mpirun_done_) {
+      return;
+    }
     const Clock::time_point now = Clock::now();
     if (start_deadline_ && now >= *start_deadline_) {
       start_deadline_.reset();
@@ -185,7 +205,9 @@ class JobWatcher {
   std::string RankList(Done done) const {
     std::vector<std::string> ranks;
     for (int rank = 0; rank < options_.num_ranks; ++rank) {
-      if (done(rank)) continue;
+      if (done(rank)) {
+        continue;
+      }
       const std::string host = HostOfRank(options_.hosts, rank);
       ranks.push_back(host.empty() ? absl::StrCat(rank) : absl::StrCat(rank, " (", host, ")"));
     }
@@ -244,7 +266,9 @@ int RunJob(const std::vector<std::string>& mpirun_argv, const LaunchOptions& opt
   struct sigaction sa {};
   sa.sa_handler = ForwardToMpirun;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    sigaction(sig, &sa, nullptr);
+  }
   const int status = JobWatcher(options, pid, pipe_fds[0]).Run();
   close(pipe_fds[0]);
   return status;
