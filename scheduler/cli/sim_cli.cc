@@ -20,7 +20,7 @@ const char* CliUsage() {
          "4,8,...,2048) --planners LIST|all (--cost linear --alpha-us A --beta-us-per-mb B | "
          "--cost ring|tree|rd --latency-us L --bandwidth-gbit G) [--staleness S] [--budget B] "
          "[--max-period P] [--channels K] [--compressor NAME [--compression-ratio R]] [--json] "
-         "[--timeline FILE]";
+         "[--timeline FILE] [--plan-json FILE]";
 }
 
 namespace {
@@ -89,23 +89,11 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
       o.json = true;
       continue;
     }
-    static const char* kValued[] = {"--profile",
-                                    "--model",
-                                    "--workers",
-                                    "--planners",
-                                    "--cost",
-                                    "--alpha-us",
-                                    "--beta-us-per-mb",
-                                    "--latency-us",
-                                    "--bandwidth-gbit",
-                                    "--staleness",
-                                    "--timeline",
-                                    "--sweep-workers",
-                                    "--budget",
-                                    "--max-period",
-                                    "--channels",
-                                    "--compressor",
-                                    "--compression-ratio"};
+    static const char* kValued[] = {
+        "--profile",  "--model",          "--workers",          "--planners",       "--cost",
+        "--alpha-us", "--beta-us-per-mb", "--latency-us",       "--bandwidth-gbit", "--staleness",
+        "--timeline", "--plan-json",      "--sweep-workers",    "--budget",         "--max-period",
+        "--channels", "--compressor",     "--compression-ratio"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued)) {
       return FlagError(flag, "unknown flag (see --help)");
     }
@@ -203,6 +191,8 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
       o.channels = *k;
     } else if (flag == "--timeline") {
       o.timeline_path = v;
+    } else if (flag == "--plan-json") {
+      o.plan_path = v;
     }
     if (!st.ok()) {
       return st;
@@ -245,8 +235,8 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
 
 namespace {
 
-std::string TimelinePath(const std::string& base, const std::string& planner, int workers,
-                         bool many) {
+std::string OutputPath(const std::string& base, const std::string& planner, int workers,
+                       bool many) {
   if (!many) {
     return base;
   }
@@ -291,11 +281,19 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
         return sim.status();
       }
       if (!o.timeline_path.empty()) {
-        const std::string path = TimelinePath(o.timeline_path, name, workers, many);
+        const std::string path = OutputPath(o.timeline_path, name, workers, many);
         std::ofstream trace(path);
         trace << sim->trace_json;
         if (!trace) {
           return absl::UnavailableError(absl::StrCat(path, ": cannot write timeline"));
+        }
+      }
+      if (!o.plan_path.empty()) {
+        const std::string path = OutputPath(o.plan_path, name, workers, many);
+        std::ofstream plan_out(path);
+        plan_out << plan->ToJson();
+        if (!plan_out) {
+          return absl::UnavailableError(absl::StrCat(path, ": cannot write plan"));
         }
       }
       const double efficiency = ideal_ms / sim->iteration_ms;

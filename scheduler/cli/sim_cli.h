@@ -8,6 +8,8 @@
 //             [--timeline FILE]
 //             [--compressor NAME [--compression-ratio R]]
 // --channels K gives every worker K identical links (multi-rail); only deft uses more than one.
+// --plan-json FILE writes each plan as JSON; with several planners or worker counts, FILE (and
+// the --timeline FILE) get "-<planner>-<workers>" before the extension.
 // --compressor compresses every bucket (PlannerOptions::compressor says which and how much).
 // LIST is comma-separated; a worker list may use "a,b,...,z" for the geometric series a, b,
 // b*b/a, ... up to z (e.g. 4,8,...,2048).
@@ -36,6 +38,7 @@ struct CliOptions {
   PlannerOptions planner_options;
   bool json = false;
   std::string timeline_path;
+  std::string plan_path;  // --plan-json: Plan::ToJson() of each plan
 };
 
 // InvalidArgument naming the flag and the problem: unknown flag, missing value, value not a

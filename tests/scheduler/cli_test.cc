@@ -148,5 +148,22 @@ TEST_CASE("--timeline writes a Chrome trace") {
   CHECK_THAT(text.str(), Catch::Contains("allgather"));
 }
 
+TEST_CASE("--plan-json writes one plan per planner with suffixed names") {
+  const std::string dir =
+      std::getenv("TEST_TMPDIR") != nullptr ? std::getenv("TEST_TMPDIR") : "/tmp";
+  auto o = ParseCliArgs(Split("--model resnet50 --workers 8 --planners wfbp,dear --plan-json " +
+                              dir + "/plan.json" + kRing));
+  REQUIRE(o.ok());
+  std::ostringstream out;
+  REQUIRE(RunCli(*o, out).ok());
+  for (const char* planner : {"wfbp", "dear"}) {
+    std::ifstream in(dir + "/plan-" + planner + "-8.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    CHECK_THAT(text.str(), Catch::Contains(std::string("\"planner\": \"") + planner + "\""));
+    CHECK_THAT(text.str(), Catch::Contains("\"slices\""));
+  }
+}
+
 }  // namespace
 }  // namespace overlap::sched
