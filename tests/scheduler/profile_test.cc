@@ -136,7 +136,14 @@ TEST_CASE("Bundled profiles load and transformers have their exact parameter cou
   CHECK(Params(*LoadBuiltinProfile("bert-large"), "bert.") == 335141888);
   CHECK(Params(*LoadBuiltinProfile("gpt2-small"), "") == 124439808);
   CHECK(Params(*LoadBuiltinProfile("gpt2-medium"), "") == 354823168);
-  // PipeDream's measured totals (README of ../shared/profiles): VGG-16 553.4 MB of parameters.
+  // PipeDream's measured totals (README of ../shared/profiles) minus the input node's data
+  // loading time (ResNet-50 18.962 ms, VGG-16 17.972 ms): 201.5 / 260.9 ms and 251.9 / 438.6 ms.
+  CHECK(LoadBuiltinProfile("resnet50")->forward_ms == Approx(201.5 - 18.962).margin(0.1));
+  CHECK(LoadBuiltinProfile("resnet50")->backward_ms == Approx(260.9).margin(0.1));
+  CHECK(LoadBuiltinProfile("vgg16")->forward_ms == Approx(251.9 - 17.972).margin(0.1));
+  CHECK(LoadBuiltinProfile("vgg16")->backward_ms == Approx(438.6).margin(0.1));
+  CHECK(LoadBuiltinProfile("resnet50")->tensors.size() == 107);
+  // VGG-16 has 553.4 MB of parameters.
   CHECK(LoadBuiltinProfile("vgg16")->total_bytes == Approx(553.4e6).epsilon(1e-3));
   auto missing = LoadBuiltinProfile("alexnet-xl");
   REQUIRE_FALSE(missing.ok());
