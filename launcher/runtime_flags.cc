@@ -50,6 +50,15 @@ absl::StatusOr<std::string> ChannelCount(absl::string_view flag, absl::string_vi
   return std::string(value);
 }
 
+absl::StatusOr<std::string> CycleTime(absl::string_view flag, absl::string_view value) {
+  absl::StatusOr<double> ms = NonNegative(flag, value);
+  if (!ms.ok()) return ms.status();
+  if (*ms > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", value, "' is not in 0..1000"));
+  }
+  return std::string(value);
+}
+
 absl::StatusOr<std::string> LogLevel(absl::string_view flag, absl::string_view value) {
   for (const char* level : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
     if (value == level) {
@@ -89,8 +98,13 @@ constexpr RuntimeFlag kFlags[] = {
      "communication planner (wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto); "
      "reserved: the runtime warns that it ignores it until planners are wired in",
      NonEmpty},
-    {"--compression", "OVERLAP_COMPRESSION", "NAME",
-     "gradient compressor (e.g. none, fp16, topk); reserved like --planner", NonEmpty},
+    {"--compression", "OVERLAP_COMPRESSION", "SPEC",
+     "compressor for allreduces that do not name one, e.g. fp16 or topk:ratio=0.01 (none: off)",
+     NonEmpty},
+    {"--cycle-time-ms", "OVERLAP_CYCLE_TIME_MS", "MS",
+     "start a negotiation round at most MS ms after the first rank has new work (0..1000), so "
+     "tensors submitted close together fuse",
+     CycleTime},
 };
 
 }  // namespace

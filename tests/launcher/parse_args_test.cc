@@ -54,7 +54,9 @@ TEST_CASE("runtime options become OVERLAP_* values in the runtime's units", "[pa
                   "--planner",
                   "deft",
                   "--compression",
-                  "fp16",
+                  "topk:ratio=0.01",
+                  "--cycle-time-ms",
+                  "2.5",
                   "prog"});
   REQUIRE(p.ok());
   const auto& env = p->options.runtime_env;
@@ -67,9 +69,10 @@ TEST_CASE("runtime options become OVERLAP_* values in the runtime's units", "[pa
   CHECK(env.at("OVERLAP_NUM_CHANNELS") == "4");
   CHECK(env.at("OVERLAP_START_TIMEOUT_S") == "45");
   CHECK(env.at("OVERLAP_PLANNER") == "deft");
-  CHECK(env.at("OVERLAP_COMPRESSION") == "fp16");
+  CHECK(env.at("OVERLAP_COMPRESSION") == "topk:ratio=0.01");
+  CHECK(env.at("OVERLAP_CYCLE_TIME_MS") == "2.5");
   CHECK(p->options.start_timeout_s == 45.0);
-  CHECK(env.size() == 10);
+  CHECK(env.size() == 11);
 }
 
 TEST_CASE("fractional megabytes round to whole bytes", "[parse]") {
@@ -112,6 +115,8 @@ TEST_CASE("each bad argument gives one message naming the option", "[parse]") {
         "--stall-timeout must be more than 0 seconds");
   CHECK(message({"-np", "1", "--num-channels", "17", "p"}) ==
         "--num-channels '17' is not in 1..16");
+  CHECK(message({"-np", "1", "--cycle-time-ms", "1001", "p"}) ==
+        "--cycle-time-ms '1001' is not in 0..1000");
   CHECK(message({"-np", "1", "--start-timeout", "soon", "p"}) ==
         "--start-timeout 'soon' is not a positive number of seconds");
   CHECK(message({"-np", "1", "-x", "1BAD=2", "p"}) ==
