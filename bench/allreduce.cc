@@ -64,8 +64,7 @@ absl::StatusOr<BenchOptions> ParseFlags(int argc, char** argv) {
     const std::string arg = argv[i];
     auto next_int = [&](int64_t min, int64_t* out) -> absl::Status {
       if (i + 1 >= argc || !absl::SimpleAtoi(argv[i + 1], out) || *out < min) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("flag ", arg, " needs an integer >= ", min));
+        return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs an integer >= ", min));
       }
       ++i;
       return absl::OkStatus();
@@ -183,8 +182,8 @@ void VerifySum(const std::string& name, std::vector<float>& buffer, const Tensor
   const float want = Size() * (Size() + 1) / 2.0f;
   for (size_t i : {size_t{0}, buffer.size() / 2, buffer.size() - 1}) {
     if (buffer[i] != want) {
-      Die(absl::StrCat("allreduce '", name, "' gave ", buffer[i], " at element ", i,
-                       ", expected ", want));
+      Die(absl::StrCat("allreduce '", name, "' gave ", buffer[i], " at element ", i, ", expected ",
+                       want));
     }
   }
   // Zeros from here on: repeated in-place sums of zero never overflow or turn denormal, so every
@@ -264,11 +263,11 @@ void RunResNet50(const BenchOptions& options) {
         "\"ratio\":%.4f}\n",
         overlap_s * 1e3, mpi_s * 1e3, overlap_s / mpi_s);
   } else {
-    std::printf("\nresnet50_step: %zu tensors, %lld bytes, %d ranks: overlap %.3f ms, "
-                "one fused MPI_Allreduce %.3f ms, ratio %.3f (lower is better)\n",
-                kResNet50Parameters.size(),
-                static_cast<long long>(kResNet50TotalElements * sizeof(float)), Size(),
-                overlap_s * 1e3, mpi_s * 1e3, overlap_s / mpi_s);
+    std::printf(
+        "\nresnet50_step: %zu tensors, %lld bytes, %d ranks: overlap %.3f ms, "
+        "one fused MPI_Allreduce %.3f ms, ratio %.3f (lower is better)\n",
+        kResNet50Parameters.size(), static_cast<long long>(kResNet50TotalElements * sizeof(float)),
+        Size(), overlap_s * 1e3, mpi_s * 1e3, overlap_s / mpi_s);
   }
   std::fflush(stdout);
 }
@@ -282,11 +281,10 @@ int Main(int argc, char** argv) {
   if (!options.ok()) Die(std::string(options.status().message()));
   Check(Init());
   if (Rank() == 0 && !options->json) {
-    std::printf("fp32 sum allreduce, %d ranks; %s of %d interleaved trials, slowest rank\n",
-                Size(), options->statistic == Statistic::kBest ? "best" : "median",
-                options->trials);
-    std::printf("%12s %6s %12s %12s %12s %12s %10s %7s\n", "bytes", "ranks", "overlap_us",
-                "mpi_us", "mpi_nb_us", "overlap_GB/s", "mpi_GB/s", "ratio");
+    std::printf("fp32 sum allreduce, %d ranks; %s of %d interleaved trials, slowest rank\n", Size(),
+                options->statistic == Statistic::kBest ? "best" : "median", options->trials);
+    std::printf("%12s %6s %12s %12s %12s %12s %10s %7s\n", "bytes", "ranks", "overlap_us", "mpi_us",
+                "mpi_nb_us", "overlap_GB/s", "mpi_GB/s", "ratio");
   }
   for (int64_t bytes = options->min_bytes; bytes <= options->max_bytes; bytes *= 4) {
     RunSize(*options, bytes);

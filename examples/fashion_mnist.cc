@@ -29,8 +29,8 @@ absl::StatusOr<GzFile> OpenGz(const std::string& path) {
   if (file == nullptr) {
     const int err = errno;
     if (err == ENOENT) {
-      return absl::NotFoundError(absl::StrCat(
-          path, ": no such file (install the Debian package dataset-fashion-mnist)"));
+      return absl::NotFoundError(
+          absl::StrCat(path, ": no such file (install the Debian package dataset-fashion-mnist)"));
     }
     return absl::UnavailableError(absl::StrCat(path, ": cannot open: ", std::strerror(err)));
   }
@@ -46,8 +46,8 @@ absl::Status ReadExactly(gzFile file, const std::string& path, void* out, size_t
     if (got <= 0) {
       int zerr = 0;
       const char* msg = gzerror(file, &zerr);
-      return absl::DataLossError(absl::StrCat(
-          path, ": truncated or corrupt (", zerr == Z_OK ? "unexpected end of file" : msg, ")"));
+      return absl::DataLossError(absl::StrCat(path, ": truncated or corrupt (",
+                                              zerr == Z_OK ? "unexpected end of file" : msg, ")"));
     }
     dst += got;
     bytes -= static_cast<size_t>(got);
@@ -105,16 +105,16 @@ absl::Status ReadLabels(const std::string& path, Dataset* data) {
   absl::StatusOr<std::vector<uint32_t>> dims = ReadIdxHeader(file->get(), path, kLabelsMagic, 1);
   if (!dims.ok()) return dims.status();
   if ((*dims)[0] != data->size) {
-    return absl::DataLossError(absl::StrCat(path, ": ", (*dims)[0], " labels for ", data->size,
-                                            " images"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": ", (*dims)[0], " labels for ", data->size, " images"));
   }
   data->labels.resize(data->size);
   absl::Status status = ReadExactly(file->get(), path, data->labels.data(), data->labels.size());
   if (!status.ok()) return status;
   for (int64_t i = 0; i < data->size; ++i) {
     if (data->labels[i] >= Dataset::kClasses) {
-      return absl::DataLossError(absl::StrCat(path, ": label ", int{data->labels[i]},
-                                              " of image ", i, " is not a class in [0, 10)"));
+      return absl::DataLossError(absl::StrCat(path, ": label ", int{data->labels[i]}, " of image ",
+                                              i, " is not a class in [0, 10)"));
     }
   }
   return absl::OkStatus();

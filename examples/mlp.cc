@@ -72,8 +72,8 @@ double Mlp<Scalar>::Backward(absl::Span<const uint8_t> labels, Scalar grad_scale
     if (l == 0) break;
     // Through the weights, then through the ReLU of the layer below.
     Matrix<Scalar> below = params_[l].weight.transpose() * delta;
-    delta = below.cwiseProduct(
-        (pre_relu_[l - 1].array() > Scalar{0}).template cast<Scalar>().matrix());
+    delta =
+        below.cwiseProduct((pre_relu_[l - 1].array() > Scalar{0}).template cast<Scalar>().matrix());
   }
   return loss;
 }

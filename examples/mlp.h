@@ -7,11 +7,10 @@
 #ifndef OVERLAP_EXAMPLES_MLP_H_
 #define OVERLAP_EXAMPLES_MLP_H_
 
+#include <Eigen/Dense>
 #include <cstdint>
 #include <functional>
 #include <vector>
-
-#include <Eigen/Dense>
 
 #include "absl/types/span.h"
 

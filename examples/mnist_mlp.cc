@@ -6,6 +6,7 @@
 // below it; the optimizer step waits for all of them.
 //
 // Run:  mpirun -np 4 bazel-bin/examples/mnist_mlp [--epochs 4] [--batch 128] ...
+#include <Eigen/Core>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -13,8 +14,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <Eigen/Core>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -57,9 +56,9 @@ void Gather(const Dataset& data, const std::vector<int64_t>& order, RowRange row
   labels->resize(rows.count);
   for (int64_t j = 0; j < rows.count; ++j) {
     const int64_t image = order[rows.begin + j];
-    x->col(j) = Eigen::Map<const Eigen::VectorXf>(&data.pixels[image * Dataset::kPixels],
-                                                  Dataset::kPixels)
-                    .cast<Scalar>();
+    x->col(j) =
+        Eigen::Map<const Eigen::VectorXf>(&data.pixels[image * Dataset::kPixels], Dataset::kPixels)
+            .cast<Scalar>();
     (*labels)[j] = data.labels[image];
   }
 }
@@ -80,8 +79,8 @@ absl::Status BroadcastParameters(Mlp<Scalar>& model) {
     DenseLayer<Scalar>& p = model.params()[l];
     const Tensor weight = MakeTensor(p.weight.data(), {p.weight.rows(), p.weight.cols()});
     const Tensor bias = MakeTensor(p.bias.data(), {p.bias.size()});
-    for (auto [name, tensor] : {std::pair{ParamName(l, false), weight},
-                                std::pair{ParamName(l, true), bias}}) {
+    for (auto [name, tensor] :
+         {std::pair{ParamName(l, false), weight}, std::pair{ParamName(l, true), bias}}) {
       absl::StatusOr<Handle> handle = Broadcast(absl::StrCat("init.", name), tensor, tensor);
       if (!handle.ok()) return handle.status();
       handles.push_back(*handle);
@@ -111,8 +110,8 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
     DenseLayer<Scalar>& g = model.grads()[l];
     const Tensor weight = MakeTensor(g.weight.data(), {g.weight.rows(), g.weight.cols()});
     const Tensor bias = MakeTensor(g.bias.data(), {g.bias.size()});
-    for (auto [name, tensor] : {std::pair{ParamName(l, false), weight},
-                                std::pair{ParamName(l, true), bias}}) {
+    for (auto [name, tensor] :
+         {std::pair{ParamName(l, false), weight}, std::pair{ParamName(l, true), bias}}) {
       absl::StatusOr<Handle> handle = Allreduce(name, tensor, tensor);
       if (handle.ok()) {
         handles.push_back(*handle);
@@ -167,8 +166,8 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
   int64_t steps = 0;
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
     const std::vector<int64_t> order = EpochOrder(train.size, options.seed, epoch);
-    sgd.set_learning_rate(static_cast<Scalar>(options.learning_rate *
-                                              std::pow(double{options.lr_decay}, epoch - 1)));
+    sgd.set_learning_rate(
+        static_cast<Scalar>(options.learning_rate * std::pow(double{options.lr_decay}, epoch - 1)));
     const auto start = std::chrono::steady_clock::now();
     // {summed loss, training images, correct test predictions, test images}, summed over ranks.
     std::vector<double> totals = {0.0, 0.0, 0.0, 0.0};

@@ -15,14 +15,12 @@ namespace examples {
 template <typename Scalar>
 class MomentumSgd {
  public:
-  MomentumSgd(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate,
-              Scalar momentum);
+  MomentumSgd(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate, Scalar momentum);
 
   void set_learning_rate(Scalar learning_rate) { learning_rate_ = learning_rate; }
 
   // Applies one step of `grads` (same shapes as the params given to the constructor).
-  void Step(const std::vector<DenseLayer<Scalar>>& grads,
-            std::vector<DenseLayer<Scalar>>& params);
+  void Step(const std::vector<DenseLayer<Scalar>>& grads, std::vector<DenseLayer<Scalar>>& params);
 
  private:
   Scalar learning_rate_;

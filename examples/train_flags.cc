@@ -5,10 +5,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 
 namespace overlap {
 namespace examples {
@@ -86,8 +86,7 @@ absl::Status SetFlag(absl::string_view name, absl::string_view value, TrainOptio
     if (value.empty()) status = BadValue(name, value, "a directory");
     options->data_dir = std::string(value);
   } else {
-    status = absl::InvalidArgumentError(
-        absl::StrCat("unknown flag --", name, " (see --help)"));
+    status = absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
   }
   return status;
 }

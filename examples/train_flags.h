@@ -24,7 +24,7 @@ struct TrainOptions {
   float lr_decay = 0.6f;
   uint64_t seed = 42;
   Precision precision = Precision::kFloat32;
-  int64_t max_steps = 0;  // stop after this many optimizer steps; 0 means run every epoch
+  int64_t max_steps = 0;     // stop after this many optimizer steps; 0 means run every epoch
   std::string dump_weights;  // write the final parameters here (rank 0) when not empty
   std::string data_dir = kDefaultFashionMnistDir;
   bool help = false;

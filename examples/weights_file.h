@@ -6,10 +6,9 @@
 #ifndef OVERLAP_EXAMPLES_WEIGHTS_FILE_H_
 #define OVERLAP_EXAMPLES_WEIGHTS_FILE_H_
 
+#include <Eigen/Dense>
 #include <string>
 #include <vector>
-
-#include <Eigen/Dense>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -52,8 +52,9 @@ int main(int argc, char** argv) {
       ++elements;
     }
   }
-  std::printf("%ld elements in %zu tensors: max abs diff %.3g, max rel diff %.3g, "
-              "%ld outside atol %.3g + rtol %.3g\n",
-              elements, a->size(), max_abs, max_rel, violations, atol, rtol);
+  std::printf(
+      "%ld elements in %zu tensors: max abs diff %.3g, max rel diff %.3g, "
+      "%ld outside atol %.3g + rtol %.3g\n",
+      elements, a->size(), max_abs, max_rel, violations, atol, rtol);
   return violations == 0 ? 0 : 1;
 }

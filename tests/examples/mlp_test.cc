@@ -116,8 +116,7 @@ TEST_CASE("shards cover the batch contiguously, earlier ranks taking the remaind
 }
 
 TEST_CASE("momentum SGD accumulates velocity") {
-  std::vector<DenseLayer<float>> params = {
-      {Eigen::MatrixXf::Ones(1, 1), Eigen::VectorXf::Zero(1)}};
+  std::vector<DenseLayer<float>> params = {{Eigen::MatrixXf::Ones(1, 1), Eigen::VectorXf::Zero(1)}};
   std::vector<DenseLayer<float>> grads = {{Eigen::MatrixXf::Ones(1, 1), Eigen::VectorXf::Ones(1)}};
   MomentumSgd<float> sgd(params, 0.5f, 0.9f);
   sgd.Step(grads, params);  // v = 1, w = 1 - 0.5
