@@ -38,13 +38,13 @@ std::optional<RankReport::How> HowFromName(absl::string_view name) {
   return std::nullopt;
 }
 
+}  // namespace
+
 std::string SignalName(int sig) {
   // sigabbrev_np needs glibc 2.32; Debian 12 has 2.36.
   const char* abbrev = sigabbrev_np(sig);
   return abbrev ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
 }
-
-}  // namespace
 
 std::string FormatRankStart(int rank) {
   return absl::StrCat(kRankStartMarker, " rank=", rank, "\n");

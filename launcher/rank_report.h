@@ -51,6 +51,9 @@ std::optional<RankReport> ParseRankReport(absl::string_view line);
 // "exited with status 3", "was killed by signal 9 (SIGKILL)", "could not start: ..." for messages.
 std::string DescribeEnd(const RankReport& report);
 
+// "SIGKILL" for 9; "signal 77" when the number has no name.
+std::string SignalName(int sig);
+
 // The exit status overlaprun returns for this failure: the rank's status, 128+signal like a shell,
 // or 127 when the program could not start.
 int ExitStatusFor(const RankReport& report);

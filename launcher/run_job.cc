@@ -32,8 +32,10 @@ constexpr std::chrono::seconds kTermToKill{3};
 constexpr std::chrono::seconds kDrain{1};
 
 volatile sig_atomic_t g_mpirun_pid = 0;
+volatile sig_atomic_t g_received_signal = 0;
 
 void ForwardToMpirun(int sig) {
+  g_received_signal = sig;
   if (g_mpirun_pid > 0) {
     kill(g_mpirun_pid, sig);
   }
@@ -217,7 +219,14 @@ class JobWatcher {
   int Finish() const {
     const int status =
         WIFEXITED(mpirun_status_) ? WEXITSTATUS(mpirun_status_) : 128 + WTERMSIG(mpirun_status_);
-    if (!log_.empty()) {
+    const std::optional<RankReport> cause = log_.Cause();
+    // A job the user interrupted ends with ranks that mpirun stopped; none failed on its own.
+    if (const int sig = g_received_signal; sig != 0 && (!cause || cause->stopped_by_launcher)) {
+      Say(absl::StrCat("overlaprun: job stopped: overlaprun received ", SignalName(sig),
+                       " and passed it to mpirun"));
+      return 128 + sig;
+    }
+    if (cause) {
       Say(log_.Summary(end_ms_));
       return log_.ExitStatus(status);
     }

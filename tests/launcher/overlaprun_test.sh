@@ -78,6 +78,14 @@ grep -qx "overlaprun: job failed: ranks 0 (fast), 1 (slow) did not start within 
   fail "start timeout message: $(cat "$T/err")"
 [ "$took" -lt 10000 ] || fail "start timeout took $took ms"
 
+# Interrupted by the user (here timeout(1)): stops everything, says so, and blames no rank.
+timeout 3 "$O" -np 2 sleep 29.5 >"$T/out" 2>"$T/err"
+rc=$?
+[ "$rc" -eq 124 ] || fail "interrupted job: timeout(1) status $rc"
+grep -qx "overlaprun: job stopped: overlaprun received SIGTERM and passed it to mpirun" "$T/err" ||
+  fail "interrupted job message: $(cat "$T/err")"
+! grep -q "job failed" "$T/err" || fail "interrupted job blamed a rank: $(cat "$T/err")"
+
 # The rank wrapper on its own.
 wrapper() { OMPI_COMM_WORLD_RANK=3 timeout 30 "$O" --rank-wrapper -- "$@" 2>"$T/err"; }
 report_re() { echo "^@@overlaprun-rank-end@@ rank=3 host=$(hostname) pid=[0-9]* how=$1 code=$2 end_ms=[0-9]* stopped=$3$"; }
