@@ -55,7 +55,9 @@ struct BenchOptions {
 }
 
 void Check(const absl::Status& status) {
-  if (!status.ok()) Die(status.ToString());
+  if (!status.ok()) {
+    Die(status.ToString());
+  }
 }
 
 absl::StatusOr<BenchOptions> ParseFlags(int argc, char** argv) {
@@ -89,7 +91,9 @@ absl::StatusOr<BenchOptions> ParseFlags(int argc, char** argv) {
           "unknown argument ", arg,
           " (flags: --json --best --trials N --min-bytes B --max-bytes B --no-resnet50)"));
     }
-    if (!status.ok()) return status;
+    if (!status.ok()) {
+      return status;
+    }
   }
   return options;
 }
@@ -104,7 +108,9 @@ double MaxOverRanks(double value) {
 // shared machine the best trial is the closest to what the code itself costs.
 double Summarise(std::vector<double> values, Statistic statistic) {
   std::sort(values.begin(), values.end());
-  if (statistic == Statistic::kBest) return values.front();
+  if (statistic == Statistic::kBest) {
+    return values.front();
+  }
   const size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
@@ -121,7 +127,9 @@ double TimeOverlap(const std::string& name, const Tensor& tensor, int iters) {
   const double start = MPI_Wtime();
   for (int i = 0; i < iters; ++i) {
     absl::StatusOr<Handle> handle = Allreduce(name, tensor, tensor, SumOptions());
-    if (!handle.ok()) Die(handle.status().ToString());
+    if (!handle.ok()) {
+      Die(handle.status().ToString());
+    }
     Check(handle->Wait());
   }
   return MaxOverRanks((MPI_Wtime() - start) / iters);
@@ -168,7 +176,10 @@ std::vector<double> Interleaved(const BenchOptions& options,
     }
   }
   std::vector<double> summary;
-  for (const std::vector<double>& t : times) summary.push_back(Summarise(t, options.statistic));
+  summary.reserve(times.size());
+  for (const std::vector<double>& t : times) {
+    summary.push_back(Summarise(t, options.statistic));
+  }
   return summary;
 }
 
@@ -177,7 +188,9 @@ std::vector<double> Interleaved(const BenchOptions& options,
 void VerifySum(const std::string& name, std::vector<float>& buffer, const Tensor& tensor) {
   std::fill(buffer.begin(), buffer.end(), static_cast<float>(Rank() + 1));
   absl::StatusOr<Handle> handle = Allreduce(name, tensor, tensor, SumOptions());
-  if (!handle.ok()) Die(handle.status().ToString());
+  if (!handle.ok()) {
+    Die(handle.status().ToString());
+  }
   Check(handle->Wait());
   const float want = Size() * (Size() + 1) / 2.0f;
   for (size_t i : {size_t{0}, buffer.size() / 2, buffer.size() - 1}) {
@@ -213,7 +226,9 @@ void RunSize(const BenchOptions& options, int64_t bytes) {
   const double mpi_s = seconds[1];
   const double overlap_gbps = bytes / overlap_s / 1e9;
   const double mpi_gbps = bytes / mpi_s / 1e9;
-  if (Rank() != 0) return;
+  if (Rank() != 0) {
+    return;
+  }
   if (options.json) {
     std::printf(
         "{\"case\":\"size\",\"bytes\":%lld,\"ranks\":%d,\"overlap_gbps\":%.4f,"
@@ -237,16 +252,23 @@ double TimeResNetStep(std::vector<std::vector<float>>& grads) {
     const Tensor tensor = MakeTensor(grads[p].data(), {static_cast<int64_t>(grads[p].size())});
     absl::StatusOr<Handle> handle =
         Allreduce(kResNet50Parameters[p].name, tensor, tensor, SumOptions());
-    if (!handle.ok()) Die(handle.status().ToString());
+    if (!handle.ok()) {
+      Die(handle.status().ToString());
+    }
     handles.push_back(*handle);
   }
-  for (const Handle& handle : handles) Check(handle.Wait());
+  for (const Handle& handle : handles) {
+    Check(handle.Wait());
+  }
   return MaxOverRanks(MPI_Wtime() - start);
 }
 
 void RunResNet50(const BenchOptions& options) {
   std::vector<std::vector<float>> grads;
-  for (const ParameterShape& p : kResNet50Parameters) grads.emplace_back(p.NumElements(), 0.0f);
+  grads.reserve(kResNet50Parameters.size());
+  for (const ParameterShape& p : kResNet50Parameters) {
+    grads.emplace_back(p.NumElements(), 0.0f);
+  }
   std::vector<float> fused(kResNet50TotalElements, 0.0f);
   TimeResNetStep(grads);  // first step negotiates every tensor; later steps hit the cache
   TimeResNetStep(grads);
@@ -256,7 +278,9 @@ void RunResNet50(const BenchOptions& options) {
                             [&] { return TimeMpi(fused.data(), kResNet50TotalElements, 1); }});
   const double overlap_s = seconds[0];
   const double mpi_s = seconds[1];
-  if (Rank() != 0) return;
+  if (Rank() != 0) {
+    return;
+  }
   if (options.json) {
     std::printf(
         "{\"case\":\"resnet50_step\",\"overlap_ms\":%.3f,\"mpi_fused_ms\":%.3f,"
@@ -266,7 +290,8 @@ void RunResNet50(const BenchOptions& options) {
     std::printf(
         "\nresnet50_step: %zu tensors, %lld bytes, %d ranks: overlap %.3f ms, "
         "one fused MPI_Allreduce %.3f ms, ratio %.3f (lower is better)\n",
-        kResNet50Parameters.size(), static_cast<long long>(kResNet50TotalElements * sizeof(float)),
+        kResNet50Parameters.size(),
+        static_cast<long long>(kResNet50TotalElements) * static_cast<long long>(sizeof(float)),
         Size(), overlap_s * 1e3, mpi_s * 1e3, overlap_s / mpi_s);
   }
   std::fflush(stdout);
@@ -276,9 +301,13 @@ int Main(int argc, char** argv) {
   // The runtime's coordinator thread and this thread's raw MPI calls run concurrently.
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  if (provided < MPI_THREAD_MULTIPLE) Die("MPI does not provide MPI_THREAD_MULTIPLE");
+  if (provided < MPI_THREAD_MULTIPLE) {
+    Die("MPI does not provide MPI_THREAD_MULTIPLE");
+  }
   absl::StatusOr<BenchOptions> options = ParseFlags(argc, argv);
-  if (!options.ok()) Die(std::string(options.status().message()));
+  if (!options.ok()) {
+    Die(std::string(options.status().message()));
+  }
   Check(Init());
   if (Rank() == 0 && !options->json) {
     std::printf("fp32 sum allreduce, %d ranks; %s of %d interleaved trials, slowest rank\n", Size(),
@@ -289,11 +318,15 @@ int Main(int argc, char** argv) {
   for (int64_t bytes = options->min_bytes; bytes <= options->max_bytes; bytes *= 4) {
     RunSize(*options, bytes);
   }
-  if (options->resnet50) RunResNet50(*options);
+  if (options->resnet50) {
+    RunResNet50(*options);
+  }
   Check(Shutdown());
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (!finalized) {
+    MPI_Finalize();
+  }
   return 0;
 }
 

@@ -58,7 +58,9 @@ absl::Status ReadExactly(gzFile file, const std::string& path, void* out, size_t
 absl::StatusOr<uint32_t> ReadBigEndian32(gzFile file, const std::string& path) {
   std::array<unsigned char, 4> b;
   absl::Status status = ReadExactly(file, path, b.data(), b.size());
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    return status;
+  }
   return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | uint32_t{b[3]};
 }
 
@@ -66,7 +68,9 @@ absl::StatusOr<uint32_t> ReadBigEndian32(gzFile file, const std::string& path) {
 absl::StatusOr<std::vector<uint32_t>> ReadIdxHeader(gzFile file, const std::string& path,
                                                     uint32_t magic, int rank) {
   absl::StatusOr<uint32_t> got = ReadBigEndian32(file, path);
-  if (!got.ok()) return got.status();
+  if (!got.ok()) {
+    return got.status();
+  }
   if (*got != magic) {
     return absl::DataLossError(absl::StrCat(path, ": bad IDX magic number 0x",
                                             absl::Hex(*got, absl::kZeroPad8), ", expected 0x",
@@ -75,7 +79,9 @@ absl::StatusOr<std::vector<uint32_t>> ReadIdxHeader(gzFile file, const std::stri
   std::vector<uint32_t> dims;
   for (int i = 0; i < rank; ++i) {
     absl::StatusOr<uint32_t> dim = ReadBigEndian32(file, path);
-    if (!dim.ok()) return dim.status();
+    if (!dim.ok()) {
+      return dim.status();
+    }
     dims.push_back(*dim);
   }
   return dims;
@@ -83,9 +89,13 @@ absl::StatusOr<std::vector<uint32_t>> ReadIdxHeader(gzFile file, const std::stri
 
 absl::Status ReadImages(const std::string& path, Dataset* data) {
   absl::StatusOr<GzFile> file = OpenGz(path);
-  if (!file.ok()) return file.status();
+  if (!file.ok()) {
+    return file.status();
+  }
   absl::StatusOr<std::vector<uint32_t>> dims = ReadIdxHeader(file->get(), path, kImagesMagic, 3);
-  if (!dims.ok()) return dims.status();
+  if (!dims.ok()) {
+    return dims.status();
+  }
   if ((*dims)[1] != 28 || (*dims)[2] != 28) {
     return absl::DataLossError(
         absl::StrCat(path, ": images are ", (*dims)[1], "x", (*dims)[2], ", expected 28x28"));
@@ -93,24 +103,34 @@ absl::Status ReadImages(const std::string& path, Dataset* data) {
   data->size = (*dims)[0];
   std::vector<uint8_t> raw(static_cast<size_t>(data->size) * Dataset::kPixels);
   absl::Status status = ReadExactly(file->get(), path, raw.data(), raw.size());
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    return status;
+  }
   data->pixels.resize(raw.size());
-  for (size_t i = 0; i < raw.size(); ++i) data->pixels[i] = raw[i] / 255.0f;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    data->pixels[i] = raw[i] / 255.0f;
+  }
   return absl::OkStatus();
 }
 
 absl::Status ReadLabels(const std::string& path, Dataset* data) {
   absl::StatusOr<GzFile> file = OpenGz(path);
-  if (!file.ok()) return file.status();
+  if (!file.ok()) {
+    return file.status();
+  }
   absl::StatusOr<std::vector<uint32_t>> dims = ReadIdxHeader(file->get(), path, kLabelsMagic, 1);
-  if (!dims.ok()) return dims.status();
+  if (!dims.ok()) {
+    return dims.status();
+  }
   if ((*dims)[0] != data->size) {
     return absl::DataLossError(
         absl::StrCat(path, ": ", (*dims)[0], " labels for ", data->size, " images"));
   }
   data->labels.resize(data->size);
   absl::Status status = ReadExactly(file->get(), path, data->labels.data(), data->labels.size());
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    return status;
+  }
   for (int64_t i = 0; i < data->size; ++i) {
     if (data->labels[i] >= Dataset::kClasses) {
       return absl::DataLossError(absl::StrCat(path, ": label ", int{data->labels[i]}, " of image ",
@@ -126,9 +146,13 @@ absl::StatusOr<Dataset> LoadFashionMnist(absl::string_view dir, Split split) {
   const std::string prefix = absl::StrCat(dir, split == Split::kTrain ? "/train" : "/t10k");
   Dataset data;
   absl::Status status = ReadImages(absl::StrCat(prefix, "-images-idx3-ubyte.gz"), &data);
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    return status;
+  }
   status = ReadLabels(absl::StrCat(prefix, "-labels-idx1-ubyte.gz"), &data);
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    return status;
+  }
   return data;
 }
 

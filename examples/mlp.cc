@@ -43,7 +43,9 @@ const Matrix<Scalar>& Mlp<Scalar>::Forward(const Eigen::Ref<const Matrix<Scalar>
   for (int l = 0; l < num_layers(); ++l) {
     pre_relu_[l].noalias() = params_[l].weight * inputs_[l];
     pre_relu_[l].colwise() += params_[l].bias;
-    if (l + 1 < num_layers()) inputs_[l + 1] = pre_relu_[l].cwiseMax(Scalar{0});
+    if (l + 1 < num_layers()) {
+      inputs_[l + 1] = pre_relu_[l].cwiseMax(Scalar{0});
+    }
   }
   return pre_relu_.back();
 }
@@ -69,7 +71,9 @@ double Mlp<Scalar>::Backward(absl::Span<const uint8_t> labels, Scalar grad_scale
     grads_[l].weight.noalias() = delta * inputs_[l].transpose();
     grads_[l].bias = delta.rowwise().sum();
     on_layer_done(l);
-    if (l == 0) break;
+    if (l == 0) {
+      break;
+    }
     // Through the weights, then through the ReLU of the layer below.
     Matrix<Scalar> below = params_[l].weight.transpose() * delta;
     delta =

@@ -65,7 +65,9 @@ void Gather(const Dataset& data, const std::vector<int64_t>& order, RowRange row
 
 absl::Status WaitAll(std::vector<Handle>& handles) {
   absl::Status first;
-  for (const Handle& handle : handles) first.Update(handle.Wait());
+  for (const Handle& handle : handles) {
+    first.Update(handle.Wait());
+  }
   handles.clear();
   return first;
 }
@@ -82,7 +84,9 @@ absl::Status BroadcastParameters(Mlp<Scalar>& model) {
     for (auto [name, tensor] :
          {std::pair{ParamName(l, false), weight}, std::pair{ParamName(l, true), bias}}) {
       absl::StatusOr<Handle> handle = Broadcast(absl::StrCat("init.", name), tensor, tensor);
-      if (!handle.ok()) return handle.status();
+      if (!handle.ok()) {
+        return handle.status();
+      }
       handles.push_back(*handle);
     }
   }
@@ -122,7 +126,9 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
   });
   absl::Status status = WaitAll(handles);
   status.Update(submit_status);
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    return status;
+  }
   sgd.Step(model.grads(), model.params());
   return loss;
 }
@@ -147,7 +153,9 @@ absl::Status SumAcrossRanks(const std::string& name, std::vector<double>& values
   AllreduceOptions sum;
   sum.op = ReduceOp::kSum;
   absl::StatusOr<Handle> handle = Allreduce(name, tensor, tensor, sum);
-  if (!handle.ok()) return handle.status();
+  if (!handle.ok()) {
+    return handle.status();
+  }
   return handle->Wait();
 }
 
@@ -155,7 +163,9 @@ template <typename Scalar>
 absl::Status Train(const TrainOptions& options, const Dataset& train, const Dataset& test) {
   Mlp<Scalar> model(kLayerSizes, options.seed);
   absl::Status status = BroadcastParameters(model);
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    return status;
+  }
   MomentumSgd<Scalar> sgd(model.params(), options.learning_rate, options.momentum);
   if (Rank() == 0) {
     std::printf("training 784-256-128-10 MLP (%s) on %d rank(s), global batch %lld, %lld images\n",
@@ -172,10 +182,14 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
     // {summed loss, training images, correct test predictions, test images}, summed over ranks.
     std::vector<double> totals = {0.0, 0.0, 0.0, 0.0};
     for (int64_t begin = 0; begin < train.size; begin += options.batch) {
-      if (options.max_steps > 0 && steps >= options.max_steps) break;
+      if (options.max_steps > 0 && steps >= options.max_steps) {
+        break;
+      }
       const RowRange global = {begin, std::min(options.batch, train.size - begin)};
       absl::StatusOr<double> loss = TrainStep(train, order, global, model, sgd);
-      if (!loss.ok()) return loss.status();
+      if (!loss.ok()) {
+        return loss.status();
+      }
       totals[0] += *loss;
       totals[1] += static_cast<double>(ShardOf(global.count, Rank(), Size()).count);
       ++steps;
@@ -185,14 +199,18 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
     totals[2] = static_cast<double>(CountCorrect(test, model));
     totals[3] = static_cast<double>(ShardOf(test.size, Rank(), Size()).count);
     status = SumAcrossRanks("epoch_totals", totals);
-    if (!status.ok()) return status;
+    if (!status.ok()) {
+      return status;
+    }
     if (Rank() == 0) {
       std::printf("epoch %d  loss %.4f  test accuracy %.2f%%  %.0f images/s  (%.1f s)\n", epoch,
                   totals[0] / std::max(totals[1], 1.0), 100.0 * totals[2] / totals[3],
                   totals[1] / seconds, seconds);
       std::fflush(stdout);
     }
-    if (options.max_steps > 0 && steps >= options.max_steps) break;
+    if (options.max_steps > 0 && steps >= options.max_steps) {
+      break;
+    }
   }
   if (Rank() == 0 && !options.dump_weights.empty()) {
     return WriteWeights(options.dump_weights, model.params());
@@ -224,7 +242,9 @@ int Main(int argc, char** argv) {
     status = options->precision == Precision::kFloat64 ? Train<double>(*options, *train, *test)
                                                        : Train<float>(*options, *train, *test);
   }
-  if (status.ok()) status = Shutdown();
+  if (status.ok()) {
+    status = Shutdown();
+  }
   if (!status.ok()) {
     // Exiting without Shutdown on purpose: a failed collective may leave peers unable to join
     // it, and mpirun tears the job down once one rank exits non-zero.

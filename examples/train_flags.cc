@@ -80,10 +80,14 @@ absl::Status SetFlag(absl::string_view name, absl::string_view value, TrainOptio
   } else if (name == "max-steps") {
     status = ParseInt(name, value, 0, int64_t{1} << 40, &options->max_steps);
   } else if (name == "dump-weights") {
-    if (value.empty()) status = BadValue(name, value, "a file path");
+    if (value.empty()) {
+      status = BadValue(name, value, "a file path");
+    }
     options->dump_weights = std::string(value);
   } else if (name == "data-dir") {
-    if (value.empty()) status = BadValue(name, value, "a directory");
+    if (value.empty()) {
+      status = BadValue(name, value, "a directory");
+    }
     options->data_dir = std::string(value);
   } else {
     status = absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
@@ -117,7 +121,9 @@ absl::StatusOr<TrainOptions> ParseTrainFlags(int argc, char** argv) {
       return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
     }
     absl::Status status = SetFlag(name, value, &options);
-    if (!status.ok()) return status;
+    if (!status.ok()) {
+      return status;
+    }
   }
   return options;
 }

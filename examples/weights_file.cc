@@ -39,7 +39,9 @@ absl::Status WriteWeights(const std::string& path, const std::vector<DenseLayer<
     WriteMatrix(out, layer.bias.template cast<double>());
   }
   out.close();
-  if (!out) return absl::UnavailableError(absl::StrCat(path, ": write failed"));
+  if (!out) {
+    return absl::UnavailableError(absl::StrCat(path, ": write failed"));
+  }
   return absl::OkStatus();
 }
 
@@ -48,7 +50,9 @@ template absl::Status WriteWeights(const std::string&, const std::vector<DenseLa
 
 absl::StatusOr<std::vector<Eigen::MatrixXd>> ReadWeights(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
   char magic[sizeof(kMagic)];
   uint32_t count = 0;
   in.read(magic, sizeof(magic));
@@ -69,7 +73,9 @@ absl::StatusOr<std::vector<Eigen::MatrixXd>> ReadWeights(const std::string& path
     Eigen::MatrixXd m(rows, cols);
     in.read(reinterpret_cast<char*>(m.data()),
             static_cast<std::streamsize>(sizeof(double) * m.size()));
-    if (!in) return absl::DataLossError(absl::StrCat(path, ": tensor ", t, " is truncated"));
+    if (!in) {
+      return absl::DataLossError(absl::StrCat(path, ": tensor ", t, " is truncated"));
+    }
     tensors.push_back(std::move(m));
   }
   return tensors;

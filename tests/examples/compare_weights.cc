@@ -2,6 +2,7 @@
 // mnist_mlp --dump-weights, prints the largest absolute and relative element difference, and
 // exits 1 if any element differs by more than atol + rtol * |b| (numpy's allclose rule).
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -19,7 +20,9 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 && argc != 7) return Fail("usage: compare_weights A B [--atol X --rtol Y]");
+  if (argc != 3 && argc != 7) {
+    return Fail("usage: compare_weights A B [--atol X --rtol Y]");
+  }
   double atol = 1e-5;
   double rtol = 1e-3;
   if (argc == 7 && (std::string(argv[3]) != "--atol" || !absl::SimpleAtod(argv[4], &atol) ||
@@ -27,15 +30,21 @@ int main(int argc, char** argv) {
     return Fail("usage: compare_weights A B [--atol X --rtol Y]");
   }
   auto a = overlap::examples::ReadWeights(argv[1]);
-  if (!a.ok()) return Fail(std::string(a.status().message()));
+  if (!a.ok()) {
+    return Fail(std::string(a.status().message()));
+  }
   auto b = overlap::examples::ReadWeights(argv[2]);
-  if (!b.ok()) return Fail(std::string(b.status().message()));
-  if (a->size() != b->size()) return Fail("the files hold different numbers of tensors");
+  if (!b.ok()) {
+    return Fail(std::string(b.status().message()));
+  }
+  if (a->size() != b->size()) {
+    return Fail("the files hold different numbers of tensors");
+  }
 
   double max_abs = 0.0;
   double max_rel = 0.0;
-  long violations = 0;
-  long elements = 0;
+  int64_t violations = 0;
+  int64_t elements = 0;
   for (size_t t = 0; t < a->size(); ++t) {
     const Eigen::MatrixXd& x = (*a)[t];
     const Eigen::MatrixXd& y = (*b)[t];
@@ -46,15 +55,20 @@ int main(int argc, char** argv) {
       const double diff = std::fabs(x.data()[i] - y.data()[i]);
       const double scale = std::fabs(y.data()[i]);
       max_abs = std::max(max_abs, diff);
-      if (scale > 0) max_rel = std::max(max_rel, diff / scale);
+      if (scale > 0) {
+        max_rel = std::max(max_rel, diff / scale);
+      }
       // NaN compares false, so it counts as a violation.
-      if (!(diff <= atol + rtol * scale)) ++violations;
+      if (!(diff <= atol + rtol * scale)) {
+        ++violations;
+      }
       ++elements;
     }
   }
   std::printf(
-      "%ld elements in %zu tensors: max abs diff %.3g, max rel diff %.3g, "
-      "%ld outside atol %.3g + rtol %.3g\n",
-      elements, a->size(), max_abs, max_rel, violations, atol, rtol);
+      "%lld elements in %zu tensors: max abs diff %.3g, max rel diff %.3g, "
+      "%lld outside atol %.3g + rtol %.3g\n",
+      static_cast<long long>(elements), a->size(), max_abs, max_rel,
+      static_cast<long long>(violations), atol, rtol);
   return violations == 0 ? 0 : 1;
 }

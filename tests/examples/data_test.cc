@@ -19,7 +19,9 @@ TEST_CASE("the test split has 10,000 labelled 28x28 images in [0, 1]") {
   CHECK(test->pixels.size() == size_t{10000} * 784);
   CHECK(test->labels.size() == 10000);
   std::vector<int> per_class(10, 0);
-  for (uint8_t label : test->labels) ++per_class[label];
+  for (uint8_t label : test->labels) {
+    ++per_class[label];
+  }
   // Fashion-MNIST's test split is balanced: 1,000 images per class.
   CHECK(per_class == std::vector<int>(10, 1000));
   float lo = 1.0f;
@@ -52,7 +54,10 @@ TEST_CASE("a file that is not IDX is DataLoss") {
 absl::StatusOr<TrainOptions> Parse(std::vector<std::string> args) {
   args.insert(args.begin(), "mnist_mlp");
   std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
+  argv.reserve(args.size());
+  for (std::string& a : args) {
+    argv.push_back(a.data());
+  }
   return ParseTrainFlags(static_cast<int>(argv.size()), argv.data());
 }
 
