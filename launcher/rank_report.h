@@ -27,7 +27,8 @@ struct RankReport {
   int code = 0;  // exit status, signal number, or errno for kExecFailed
   // Wall-clock time the rank ended, in ms since the epoch; orders failures across ranks.
   int64_t end_ms = 0;
-  // True when the rank ended because the launcher stopped it after another rank had failed.
+  // True when the rank was killed by a signal after mpirun asked its wrapper to stop it (another
+  // rank had failed, or the user interrupted the job).
   bool stopped_by_launcher = false;
 };
 

@@ -94,7 +94,11 @@ void Report(RankReport report) {
   report.rank = RankFromEnvironment();
   report.host = HostName();
   report.end_ms = NowMs();
-  report.stopped_by_launcher = g_stop_requested != 0;
+  // Only a program killed by a signal after mpirun asked us to stop it was stopped; one that
+  // exited with a status did so itself, even if the request reached us before we saw the exit
+  // (mpirun may stop the cause of a failure a moment after a faster peer reported).
+  report.stopped_by_launcher = g_stop_requested != 0 && report.how == RankReport::How::kSignaled &&
+                               (IsStopSignal(report.code) || report.code == SIGKILL);
   const std::string line = FormatRankReport(report);
   // One write so the line reaches mpirun's forwarding in one piece.
   (void)!write(STDERR_FILENO, line.data(), line.size());

@@ -2,6 +2,7 @@
 //
 //   failure_loop [--steps=N] [--tensors=K] [--tensor-kb=KB] [--compute-ms=MS] [--wait-s=S]
 //                [--fail-rank=R --fail-step=S --mode=exit|sigkill|stop [--exit-code=C]]
+//                [--run-id=ID]  (ignored: marks one test's processes so it can check none are left)
 //
 // Each step submits K gradients (KB KiB of fp32 each) for averaging, waits for all of them and
 // checks the averages, then "computes" for MS ms. On rank R at step S it injects the failure:
@@ -57,6 +58,9 @@ bool ParseFlag(const std::string& arg, Flags& f) {
   if (key == "mode") {
     f.mode = value;
     return value == "none" || value == "exit" || value == "sigkill" || value == "stop";
+  }
+  if (key == "run-id") {
+    return true;  // only marks the processes of one test run, for pgrep
   }
   if (key == "wait-s") {
     return absl::SimpleAtod(value, &f.wait_s) && f.wait_s > 0;

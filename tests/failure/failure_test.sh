@@ -35,7 +35,8 @@ else
   host_of() { hostname; }
 fi
 
-COMMON=(--steps=400 --tensors=4 --tensor-kb=256 --compute-ms=20)
+RUN_ID=$$.$RANDOM
+COMMON=(--steps=400 --tensors=4 --tensor-kb=256 --compute-ms=20 --run-id="$RUN_ID")
 case $MODE in
   exit) ARGS=(-- "$LOOP" "${COMMON[@]}" --fail-rank=2 --fail-step=5 --mode=exit --exit-code=7) ;;
   sigkill) ARGS=(-- "$LOOP" "${COMMON[@]}" --fail-rank=1 --fail-step=5 --mode=sigkill) ;;
@@ -101,6 +102,14 @@ case $MODE in
     limit=25 ;;  # 8 s collective timeout + 5 s kill grace + 3 s to SIGKILL mpirun + slack
 esac
 awk -v s="$stop_s" -v l="$limit" 'BEGIN { exit !(s < l) }' || fail "the job took $stop_s s to stop (limit $limit s)"
+# Every rank is gone when overlaprun returns, except on a host cut off from the network, which
+# nothing can reach until the cluster is taken down.
+left=$( (pgrep -f -- "^$LOOP .*--run-id=$RUN_ID" || true) | wc -l)
+if [ "$MODE" = linkdown ]; then
+  [ "$left" -le 1 ] || fail "$left ranks still running; only h3's may be"
+else
+  [ "$left" -eq 0 ] || fail "$left ranks still running after overlaprun returned"
+fi
 grep -E "^overlaprun: |^failure_loop: rank .*(injects|: step)|overlap: rank [0-9]+: (stall|lost)" "$OUT" | cut -c1-400 | head -20
 echo "measured: $MODE $WHERE stop_s=$stop_s"
 echo PASS
