@@ -185,8 +185,8 @@ class JobWatcher {
           absl::StrFormat("overlaprun: mpirun has not stopped the job %g s after rank %d failed "
                           "(--kill-grace); terminating it",
                           options_.kill_grace_s, first_failed_rank_));
-      Say(absl::StrCat("overlaprun: no end was reported by ",
-                       RankList([this](int r) { return log_.Reported(r); }),
+      silent_ = RankList([this](int r) { return log_.Reported(r); });
+      Say(absl::StrCat("overlaprun: no end was reported by ", silent_,
                        ": still running, or on a host that is unreachable"));
       Terminate();
     }
@@ -227,7 +227,8 @@ class JobWatcher {
       return 128 + sig;
     }
     if (cause) {
-      Say(log_.Summary(end_ms_));
+      Say(absl::StrCat(log_.Summary(end_ms_),
+                       silent_.empty() ? "" : absl::StrCat("; no end was reported by ", silent_)));
       return log_.ExitStatus(status);
     }
     if (!failure_.empty()) {
@@ -248,6 +249,7 @@ class JobWatcher {
   FailureLog log_;
   std::set<int> started_;
   std::string failure_;  // why overlaprun stopped a job no rank reported failing
+  std::string silent_;   // ranks that had not reported when mpirun was terminated
   int first_failed_rank_ = -1;
   std::optional<Clock::time_point> start_deadline_, terminate_at_, kill_at_;
   Clock::time_point drain_until_;

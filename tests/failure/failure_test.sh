@@ -99,6 +99,7 @@ case $MODE in
       fail "summary: '$summary'"
     grep -qx "overlaprun: no end was reported by rank 2 (h3): still running, or on a host that is unreachable" "$OUT" ||
       fail "overlaprun did not point at rank 2 on h3"
+    [[ $summary =~ "; no end was reported by rank 2 (h3)"$ ]] || fail "summary does not name rank 2 (h3): '$summary'"
     limit=25 ;;  # 8 s collective timeout + 5 s kill grace + 3 s to SIGKILL mpirun + slack
 esac
 awk -v s="$stop_s" -v l="$limit" 'BEGIN { exit !(s < l) }' || fail "the job took $stop_s s to stop (limit $limit s)"
