@@ -35,10 +35,10 @@ absl::Status ReadDouble(const char* var, double* out) {
 }
 
 constexpr const char* kKnownVariables[] = {
-    "OVERLAP_FUSION_THRESHOLD",     "OVERLAP_NUM_CHANNELS",    "OVERLAP_STALL_WARNING_S",
-    "OVERLAP_STALL_TIMEOUT_S",      "OVERLAP_TIMELINE",        "OVERLAP_LOG_LEVEL",
-    "OVERLAP_COLLECTIVE_TIMEOUT_S", "OVERLAP_START_TIMEOUT_S", "OVERLAP_COMPRESSION",
-    "OVERLAP_CYCLE_TIME_MS",
+    "OVERLAP_FUSION_THRESHOLD",     "OVERLAP_NUM_CHANNELS",     "OVERLAP_STALL_WARNING_S",
+    "OVERLAP_STALL_TIMEOUT_S",      "OVERLAP_TIMELINE",         "OVERLAP_LOG_LEVEL",
+    "OVERLAP_COLLECTIVE_TIMEOUT_S", "OVERLAP_START_TIMEOUT_S",  "OVERLAP_COMPRESSION",
+    "OVERLAP_CYCLE_TIME_MS",        "OVERLAP_DIRECT_THRESHOLD",
 };
 
 bool IsKnown(absl::string_view name) {
@@ -54,6 +54,7 @@ absl::StatusOr<Config> Config::FromEnvironment() {
   Config config;
   int64_t channels = config.num_channels;
   absl::Status s = ReadInt("OVERLAP_FUSION_THRESHOLD", &config.fusion_threshold_bytes);
+  if (s.ok()) s = ReadInt("OVERLAP_DIRECT_THRESHOLD", &config.direct_threshold_bytes);
   if (s.ok()) s = ReadInt("OVERLAP_NUM_CHANNELS", &channels);
   if (s.ok()) s = ReadDouble("OVERLAP_STALL_WARNING_S", &config.stall_warning_s);
   if (s.ok()) s = ReadDouble("OVERLAP_STALL_TIMEOUT_S", &config.stall_timeout_s);
@@ -84,6 +85,10 @@ absl::StatusOr<Config> Config::FromEnvironment() {
 absl::Status Config::Validate() const {
   if (fusion_threshold_bytes < 0) {
     return BadValue("OVERLAP_FUSION_THRESHOLD", std::to_string(fusion_threshold_bytes),
+                    "a byte count >= 0");
+  }
+  if (direct_threshold_bytes < 0) {
+    return BadValue("OVERLAP_DIRECT_THRESHOLD", std::to_string(direct_threshold_bytes),
                     "a byte count >= 0");
   }
   if (num_channels < 1 || num_channels > 16) {

@@ -16,6 +16,12 @@ struct Config {
   // this many bytes. OVERLAP_FUSION_THRESHOLD (bytes); 0 disables fusion.
   int64_t fusion_threshold_bytes = int64_t{64} << 20;
 
+  // An allreduce of one tensor of at least this many bytes is reduced in place on its own
+  // instead of being copied into a fusion buffer: fusion saves per-collective latency, which a
+  // large tensor barely pays, and costs two copies, which it pays in full.
+  // OVERLAP_DIRECT_THRESHOLD (bytes); 0 fuses every tensor (Horovod's behaviour).
+  int64_t direct_threshold_bytes = int64_t{1} << 20;
+
   // Collectives are spread over this many independent MPI communicators so that several can be in
   // flight at once. One link gains little from concurrent collectives (they split its bandwidth),
   // so the default is one; planners use more for separate links. OVERLAP_NUM_CHANNELS, 1..16.

@@ -78,6 +78,16 @@ void DataPlane::Submit(std::vector<ReadyOp> ready) {
     open = Bucket();
     open_bytes = 0;
   };
+  auto alone = [&](ReadyOp ready_op) {
+    Bucket bucket;
+    bucket.kind = ready_op.response->request.kind;
+    bucket.ops.push_back(std::move(ready_op));
+    std::swap(bucket, open);
+    const int64_t kept_bytes = open_bytes;
+    close();
+    std::swap(bucket, open);
+    open_bytes = kept_bytes;
+  };
   for (ReadyOp& ready_op : ready) {
     const Request& request = ready_op.response->request;
     if (request.kind == OpKind::kJoin) {  // nothing to move: everyone has joined
@@ -88,6 +98,22 @@ void DataPlane::Submit(std::vector<ReadyOp> ready) {
         request.tensors.empty()
             ? 0
             : Elements(request) * static_cast<int64_t>(DataTypeSize(request.tensors[0].dtype));
+    if (request.kind != OpKind::kAllreduce) {
+      close();
+      alone(std::move(ready_op));
+      continue;
+    }
+    // Fusion saves per-collective latency at the price of two copies; a large tensor saves
+    // little and pays much, so it is reduced in place on its own while the small ones around it
+    // keep filling the open bucket. The decision uses only the agreed request, so every rank
+    // (a joined one too) builds the same buckets.
+    const bool direct = config_.direct_threshold_bytes > 0 &&
+                        bytes >= config_.direct_threshold_bytes && request.tensors.size() == 1 &&
+                        request.compression == "none";
+    if (direct) {
+      alone(std::move(ready_op));
+      continue;
+    }
     const bool joins_open = !open.ops.empty() &&
                             Fusable(open.ops.front().response->request, request) &&
                             open_bytes + bytes <= config_.fusion_threshold_bytes;
@@ -95,7 +121,6 @@ void DataPlane::Submit(std::vector<ReadyOp> ready) {
     open.kind = request.kind;
     open.ops.push_back(std::move(ready_op));
     open_bytes += bytes;
-    if (request.kind != OpKind::kAllreduce) close();
   }
   close();
 }

@@ -40,6 +40,8 @@ TEST_CASE("bad values name the variable, the value and what is expected", "[conf
        "OVERLAP_STALL_TIMEOUT_S='soon' is not valid: expected a number"},
       {"OVERLAP_COLLECTIVE_TIMEOUT_S", "-3",
        "OVERLAP_COLLECTIVE_TIMEOUT_S='-3' is not valid: expected seconds in (0, 1e7]"},
+      {"OVERLAP_DIRECT_THRESHOLD", "-5",
+       "OVERLAP_DIRECT_THRESHOLD='-5' is not valid: expected a byte count >= 0"},
       {"OVERLAP_CYCLE_TIME_MS", "-1",
        "OVERLAP_CYCLE_TIME_MS='-1' is not valid: expected milliseconds in [0, 1000]"},
       {"OVERLAP_LOG_LEVEL", "loud",
