@@ -53,8 +53,9 @@ struct Config {
   // OVERLAP_TIMELINE.
   std::string timeline_path;
 
-  // Compressor for allreduces that do not name one (AllreduceOptions::compression), e.g. "fp16"
-  // or "topk:ratio=0.01". OVERLAP_COMPRESSION; "none" sends gradients as they are.
+  // Compressor for float32 sum/average allreduces that do not name one
+  // (AllreduceOptions::compression), e.g. "fp16" or "topk:ratio=0.01"; other allreduces are
+  // not compressed. OVERLAP_COMPRESSION; "none" sends gradients as they are.
   std::string compression = "none";
 
   // trace, debug, info, warn, error, critical or off. OVERLAP_LOG_LEVEL.

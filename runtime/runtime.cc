@@ -131,8 +131,14 @@ void Runtime::Wake() {
 
 absl::StatusOr<Handle> Runtime::Submit(PendingOp op, DoneCallback on_done) {
   if (op.request.kind == OpKind::kAllreduce) {
+    // The process-wide default applies where it can (float32 gradients being summed or
+    // averaged, like Horovod's compression); asking for it explicitly elsewhere is an error.
+    const bool compressible =
+        !op.inputs.empty() && op.inputs[0].dtype == DataType::kFloat32 &&
+        (op.request.op == ReduceOp::kSum || op.request.op == ReduceOp::kAverage);
+    const std::string& fallback = compressible ? config_.compression : std::string("none");
     absl::StatusOr<std::string> compression = CompressionStage::Canonical(
-        op.request.compression.empty() ? config_.compression : op.request.compression);
+        op.request.compression.empty() ? fallback : op.request.compression);
     if (!compression.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "rank ", rank_, ": allreduce '", op.request.name, "': ", compression.status().message()));
