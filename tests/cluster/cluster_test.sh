@@ -59,6 +59,15 @@ grep -qx "overlaprun: host h3 is not reachable through '.*cluster_rsh.sh': exit 
   fail "unexpected message: $(cat "$LOG")"
 "$CLUSTER" link h3 up
 
+# Two slots per host: ranks fill h1 then h2, two to a namespace.
+timeout 60 "$CLUSTER" up 2 --slots 2 >/dev/null 2>&1
+[ "$(cat "$("$CLUSTER" hostfile)")" = $'h1 slots=2\nh2 slots=2' ] || fail "--slots 2 hostfile"
+timeout 60 "$CLUSTER" exec "$OVERLAPRUN" -np 4 --hostfile "$("$CLUSTER" hostfile)" --tcp-only "$WHERE" >"$LOG"
+for r in 0 1; do grep -q "^rank=$r size=4 host=h1 ipv4=10.77.0.1 " "$LOG" || fail "rank $r not on h1: $(cat "$LOG")"; done
+for r in 2 3; do grep -q "^rank=$r size=4 host=h2 ipv4=10.77.0.2 " "$LOG" || fail "rank $r not on h2: $(cat "$LOG")"; done
+"$CLUSTER" up 2 --slots 0 2>"$LOG" && fail "--slots 0 accepted"
+grep -qx "cluster.sh: --slots needs a positive integer, got '0'" "$LOG" || fail "--slots 0 message: $(cat "$LOG")"
+
 timeout 60 "$CLUSTER" down
 ! ip netns list | grep -q '^ovl-' || fail "namespaces left after down: $(ip netns list)"
 [ ! -e /etc/netns/ovl-h1 ] || fail "/etc/netns/ovl-h1 left after down"

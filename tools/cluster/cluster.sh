@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A multi-host cluster on one machine: K hosts as network namespaces joined to a switch.
 #
-#   cluster.sh up K [--rate RATE]   create (or re-create) hosts h1..hK, links capped at RATE
+#   cluster.sh up K [--rate RATE] [--slots N]
+#                                   create (or re-create) hosts h1..hK, links capped at RATE,
+#                                   N slots per host in the hostfile (default 1)
 #   cluster.sh down                 remove every namespace and file it made
 #   cluster.sh hostfile             print the path of the hostfile
 #   cluster.sh status               list hosts, addresses and link states
@@ -99,7 +101,7 @@ add_node() {
 
 cmd_up() {
   need_root up
-  local k=${1:-} rate=""
+  local k=${1:-} rate="" slots=1
   shift || true
   if ! [[ $k =~ ^[0-9]+$ ]] || ((k < 1 || k > 200)); then
     die "up needs a host count 1..200, got '${k}'"
@@ -108,9 +110,12 @@ cmd_up() {
     case $1 in
       --rate) rate=${2:-}; [ -n "$rate" ] || die "--rate needs a value like 1gbit"; rate_bits "$rate" >/dev/null; shift 2 ;;
       --rate=*) rate=${1#--rate=}; rate_bits "$rate" >/dev/null; shift ;;
-      *) die "unknown option '$1' for up (known: --rate RATE)" ;;
+      --slots) slots=${2:-}; shift 2 || true ;;
+      --slots=*) slots=${1#--slots=}; shift ;;
+      *) die "unknown option '$1' for up (known: --rate RATE, --slots N)" ;;
     esac
   done
+  [[ $slots =~ ^[1-9][0-9]*$ ]] || die "--slots needs a positive integer, got '${slots}'"
   # Idempotent: whatever an earlier run left behind is removed first.
   cmd_down
   local hosts i
@@ -128,7 +133,7 @@ cmd_up() {
     fi
   done
   mkdir -p "$DIR"
-  for ((i = 1; i <= k; i++)); do echo "h$i slots=1"; done >"$DIR/hostfile"
+  for ((i = 1; i <= k; i++)); do echo "h$i slots=$slots"; done >"$DIR/hostfile"
   cat >"$DIR/mpi.env" <<EOF
 # Open MPI settings for this cluster: rsh agent into the namespaces, TCP only on its subnet.
 OMPI_MCA_plm_rsh_agent=$HERE/cluster_rsh.sh
@@ -191,7 +196,7 @@ main() {
     status) cmd_status ;;
     exec) cmd_exec "$@" ;;
     link) cmd_link "$@" ;;
-    *) die "usage: cluster.sh up K [--rate RATE] | down | hostfile | status | exec CMD... | link HOST up|down" ;;
+    *) die "usage: cluster.sh up K [--rate RATE] [--slots N] | down | hostfile | status | exec CMD... | link HOST up|down" ;;
   esac
 }
 
