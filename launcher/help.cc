@@ -26,8 +26,9 @@ placement:
   --network-interface IF  interfaces or CIDR subnets for MPI and Open MPI control traffic,
                           e.g. --network-interface eth0 or --network-interface 10.77.0.0/24
   --tcp-only              use only TCP between ranks (no shared memory), e.g. for emulated hosts
-  --start-timeout SECONDS host checks, the start of every rank, and the runtime's Init must
-                          each finish within this (default 30), e.g. --start-timeout 60
+  --start-timeout SECONDS host checks and the start of every rank must finish within this
+                          (default 30); when given it also bounds the runtime's Init
+                          (OVERLAP_START_TIMEOUT_S), e.g. --start-timeout 60
 
 environment:
   -x NAME | -x NAME=VALUE forward a variable to every rank (repeatable), e.g. -x OMP_NUM_THREADS=1
