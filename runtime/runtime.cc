@@ -250,97 +250,88 @@ bool Runtime::RunRounds() {
   return true;
 }
 
-void Runtime::Loop() {
-  bool asked = false;               // worker: asked rank 0 for a round not yet run
-  bool announced_shutdown = false;  // our shutdown request took part in a round
-  absl::Time shutdown_deadline = absl::InfiniteFuture();
-  absl::Time last_activity = absl::InfinitePast();
-  bool own_work = false;                             // rank 0: new local work since the last round
-  absl::Time round_wanted = absl::InfiniteFuture();  // rank 0: when a round was first wanted
-  const absl::Duration cycle = absl::Milliseconds(config_.cycle_time_ms);
-  while (true) {
-    bool dirty = false;
-    bool shutting_down;
-    {
-      absl::MutexLock lock(&mu_);
-      for (PendingOp& op : incoming_) {
-        std::string name = op.request.name;
-        pending_.emplace(std::move(name), std::move(op));
-        dirty = true;
-      }
-      incoming_.clear();
-      shutting_down = shutdown_requested_;
-    }
-    if (shutting_down && !announced_shutdown) {
+bool Runtime::TakeIncoming() {
+  bool dirty = false;
+  bool shutting_down;
+  {
+    absl::MutexLock lock(&mu_);
+    for (PendingOp& op : incoming_) {
+      std::string name = op.request.name;
+      pending_.emplace(std::move(name), std::move(op));
       dirty = true;
-      announced_shutdown = true;
-      shutdown_deadline = absl::Now() + absl::Seconds(config_.collective_timeout_s);
     }
-    absl::Status s;
-    if (rank_ == 0) {
-      // An operation becomes ready when its last rank submits it, so a round started by the
-      // first submitter is usually wasted. Rank 0 starts one when every rank has asked, or a
-      // cycle after the first asked, whichever is sooner (Horovod's cycle time, cut short
-      // when nobody is left to wait for); stall checks and shutdown do not wait.
-      own_work = own_work || dirty;
-      const absl::Time now = absl::Now();
-      if ((own_work || peers_asked_ > 0) && round_wanted == absl::InfiniteFuture()) {
-        round_wanted = now;
-      }
-      const bool everyone = peers_asked_ + (own_work ? 1 : 0) >= size_;
-      const bool urgent = negotiator_->NextStallCheck() <= now || (announced_shutdown && dirty);
-      if (everyone || urgent || now - round_wanted >= cycle) {
-        s = control_->AnnounceRound();
-        ++rounds_owed_;
-        peers_asked_ = 0;
-        own_work = false;
-        round_wanted = absl::InfiniteFuture();
-      }
-    } else if (dirty && !asked) {
-      s = control_->RequestRound();
-      asked = true;
-    }
-    if (!s.ok()) {
-      Fatal(s);
-      return;
-    }
-    if (rounds_owed_ > 0) {
-      asked = false;
+    incoming_.clear();
+    shutting_down = shutdown_requested_;
+  }
+  if (shutting_down && loop_.shutdown_deadline == absl::InfiniteFuture()) {
+    loop_.shutdown_deadline = absl::Now() + absl::Seconds(config_.collective_timeout_s);
+    dirty = true;  // the shutdown flag must reach the others in a round
+  }
+  return dirty;
+}
+
+absl::Status Runtime::TriggerRounds(bool dirty) {
+  if (rank_ != 0) {
+    if (!dirty || loop_.asked) return absl::OkStatus();
+    loop_.asked = true;
+    return control_->RequestRound();
+  }
+  // An operation becomes ready when its last rank submits it, so a round started by the first
+  // submitter is usually wasted. Rank 0 starts one when every rank has asked, or a cycle after
+  // the first asked, whichever is sooner (Horovod's cycle time, cut short when nobody is left to
+  // wait for); stall checks and shutdown do not wait.
+  loop_.own_work = loop_.own_work || dirty;
+  const absl::Time now = absl::Now();
+  if ((loop_.own_work || peers_asked_ > 0) && loop_.round_wanted == absl::InfiniteFuture()) {
+    loop_.round_wanted = now;
+  }
+  const bool everyone = peers_asked_ + (loop_.own_work ? 1 : 0) >= size_;
+  const bool shutting_down = loop_.shutdown_deadline != absl::InfiniteFuture();
+  const bool urgent = negotiator_->NextStallCheck() <= now || (shutting_down && dirty);
+  if (!everyone && !urgent && now - loop_.round_wanted < Cycle()) return absl::OkStatus();
+  ++rounds_owed_;
+  peers_asked_ = 0;
+  loop_.own_work = false;
+  loop_.round_wanted = absl::InfiniteFuture();
+  return control_->AnnounceRound();
+}
+
+absl::Duration Runtime::IdleTimeout() const {
+  // Right after activity we keep looking for a short while: training submits in bursts, and a
+  // wake-up from poll() costs a context switch on every rank that the next submission would
+  // otherwise pay. While collectives are in flight MPI needs our calls to make progress.
+  const absl::Time now = absl::Now();
+  if (rounds_owed_ > 0 || !data_plane_->idle() || now - loop_.last_activity < kSpinAfterActivity) {
+    return absl::ZeroDuration();
+  }
+  // Otherwise no timer but the stall inspector's, the cycle and the shutdown deadline.
+  absl::Time next = loop_.shutdown_deadline;
+  if (rank_ == 0) {
+    next = std::min({next, negotiator_->NextStallCheck(), loop_.round_wanted + Cycle()});
+  }
+  if (next == absl::InfiniteFuture()) return absl::InfiniteDuration();
+  return std::max(absl::ZeroDuration(), next - now);
+}
+
+void Runtime::Loop() {
+  while (true) {
+    const bool dirty = TakeIncoming();
+    absl::Status s = TriggerRounds(dirty);
+    if (s.ok() && rounds_owed_ > 0) {
+      loop_.asked = false;
       if (!RunRounds()) return;
     }
-    if (dirty || !data_plane_->idle()) last_activity = absl::Now();
+    if (dirty || !data_plane_->idle()) loop_.last_activity = absl::Now();
     // Many cheap MPI_Test calls per syscall: MPI moves large messages a fragment per call.
     for (int i = 0; i < 64 && s.ok() && !data_plane_->idle(); ++i) s = data_plane_->Progress();
-    if (!s.ok()) {
-      Fatal(s);
-      return;
-    }
-    if (stopping_ && data_plane_->idle()) break;
-    if (!stopping_ && absl::Now() > shutdown_deadline) {
-      Fatal(absl::DeadlineExceededError(
+    if (s.ok() && stopping_ && data_plane_->idle()) break;
+    if (s.ok() && !stopping_ && absl::Now() > loop_.shutdown_deadline) {
+      s = absl::DeadlineExceededError(
           absl::StrCat("rank ", rank_, ": Shutdown: not every rank called Shutdown within ",
-                       config_.collective_timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S)")));
-      return;
+                       config_.collective_timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S)"));
     }
-
-    // Sleep until something happens: with nothing in flight we block in poll() with no timer
-    // but the stall inspector's and the shutdown deadline. Right after activity we keep looking
-    // for a short while first: training submits in bursts, and a wake-up from poll() costs a
-    // context switch on every rank that the next submission would otherwise pay.
-    absl::Duration timeout = absl::InfiniteDuration();
-    if (rounds_owed_ > 0 || !data_plane_->idle() ||
-        absl::Now() - last_activity < kSpinAfterActivity) {
-      timeout = absl::ZeroDuration();
-    } else {
-      if (rank_ == 0) {
-        const absl::Time next = std::min(negotiator_->NextStallCheck(), round_wanted + cycle);
-        timeout = std::max(absl::ZeroDuration(), next - absl::Now());
-      }
-      if (announced_shutdown)
-        timeout =
-            std::min(timeout, std::max(absl::ZeroDuration(), shutdown_deadline - absl::Now()));
-    }
-    s = ReadControl(timeout);
+    const absl::Duration timeout = IdleTimeout();
+    if (s.ok()) s = ReadControl(timeout);
     if (!s.ok()) {
       Fatal(s);
       return;
@@ -351,11 +342,10 @@ void Runtime::Loop() {
     if (timeout == absl::ZeroDuration() && rounds_owed_ == 0) sched_yield();
   }
   // Every rank agreed to stop and our collectives are done.
-  const absl::Status aborted = absl::AbortedError(absl::StrCat(
-      "rank ", rank_, ": the runtime shut down before every rank submitted this operation"));
   for (auto& [name, op] : pending_) {
-    CompleteOp(op,
-               absl::Status(aborted.code(), absl::StrCat(aborted.message(), " ('", name, "')")));
+    CompleteOp(op, absl::AbortedError(absl::StrCat(
+                       "rank ", rank_, ": the runtime shut down before every rank submitted '",
+                       name, "'")));
   }
   pending_.clear();
 }

@@ -62,6 +62,12 @@ class Runtime {
   Runtime() = default;
   absl::Status Connect(const Config& config);
   void Loop();
+  // Loop steps: moves submissions into pending_ (true if there were any); asks for or
+  // announces a negotiation round; how long the loop may sleep in poll().
+  bool TakeIncoming();
+  absl::Status TriggerRounds(bool dirty);
+  absl::Duration IdleTimeout() const;
+  absl::Duration Cycle() const { return absl::Milliseconds(config_.cycle_time_ms); }
   bool RunRounds();
   void CompleteOp(PendingOp& op, const absl::Status& status);
   void Fatal(const absl::Status& status);
@@ -90,6 +96,13 @@ class Runtime {
   int rounds_owed_ = 0;    // workers: rounds rank 0 announced and we have not run
   int peers_asked_ = 0;    // rank 0: workers that asked for a round since the last one
   bool stopping_ = false;  // every rank agreed to shut down
+  struct LoopState {
+    bool asked = false;     // worker: asked rank 0 for a round that has not run yet
+    bool own_work = false;  // rank 0: new local work since the last round
+    absl::Time round_wanted = absl::InfiniteFuture();       // rank 0: first ask since a round
+    absl::Time shutdown_deadline = absl::InfiniteFuture();  // set once Shutdown was called
+    absl::Time last_activity = absl::InfinitePast();
+  } loop_;
 
   absl::Mutex mu_;
   std::deque<PendingOp> incoming_ ABSL_GUARDED_BY(mu_);
