@@ -1,12 +1,11 @@
 #include "runtime/negotiator.h"
 
-#include <sched.h>
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/mpi_executor.h"
+#include "collectives/mpi_wait.h"
 #include "runtime/matcher.h"
 #include "spdlog/spdlog.h"
 
@@ -36,29 +35,9 @@ Negotiator::Negotiator(MPI_Comm comm, const Config& config, std::vector<std::str
 }
 
 absl::Status Negotiator::WaitFor(MPI_Request* request, const char* what) {
-  const absl::Time start = absl::Now();
-  const absl::Duration limit = absl::Seconds(config_.collective_timeout_s);
-  for (int spins = 0;; ++spins) {
-    int done = 0;
-    const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      return absl::UnavailableError(
-          absl::StrCat("rank ", rank_, ": negotiation (", what, ") failed: ", MpiErrorString(rc)));
-    }
-    if (done) return absl::OkStatus();
-    if (spins < 2000) {
-      sched_yield();
-      continue;
-    }
-    // A peer is busy (copying a large bucket, say): stop burning the core it may need.
-    absl::SleepFor(absl::Microseconds(50));
-    if (spins % 256 == 0 && absl::Now() - start > limit) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "rank ", rank_, ": negotiation (", what, ") did not complete within ", Seconds(limit),
-          " (OVERLAP_COLLECTIVE_TIMEOUT_S): a peer process is stuck or dead, or the network is "
-          "down"));
-    }
-  }
+  return WaitWithDeadline(
+      request, absl::Seconds(config_.collective_timeout_s),
+      absl::StrCat("rank ", rank_, ": negotiation (", what, ", OVERLAP_COLLECTIVE_TIMEOUT_S)"));
 }
 
 std::vector<uint64_t> Negotiator::ReadyBits(const PendingTable& pending, bool joined) const {

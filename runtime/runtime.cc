@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/mpi_executor.h"
+#include "collectives/mpi_wait.h"
 #include "runtime/validation.h"
 #include "spdlog/spdlog.h"
 
@@ -17,11 +18,18 @@ constexpr absl::Duration kSpinAfterActivity = absl::Microseconds(300);
 
 // Every rank learns every rank's configuration problem, so that no rank waits in a collective
 // that a failed rank will never join.
-absl::Status AgreeOnStart(const absl::Status& mine, int rank, int size) {
+// The first collective of Init also tells a rank whose peers never call Init: it times out.
+absl::Status AgreeOnStart(const absl::Status& mine, int rank, int size, absl::Duration limit) {
   const std::string text = mine.ok() ? "" : absl::StrCat("rank ", rank, ": ", mine.message());
   int length = static_cast<int>(text.size());
   std::vector<int> lengths(static_cast<size_t>(size));
-  MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  MPI_Request request;
+  MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &request);
+  absl::Status arrived = WaitWithDeadline(
+      &request, limit,
+      absl::StrCat("rank ", rank,
+                   ": Init: waiting for every rank to call Init (OVERLAP_START_TIMEOUT_S)"));
+  if (!arrived.ok()) return arrived;
   std::vector<int> displs(static_cast<size_t>(size), 0);
   for (int r = 1; r < size; ++r) displs[r] = displs[r - 1] + lengths[r - 1];
   std::string all(static_cast<size_t>(displs.back() + lengths.back()), '\0');
@@ -72,7 +80,8 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(absl::StatusOr<Config> c
         "MPI was initialised below MPI_THREAD_SERIALIZED; overlap's coordinator thread needs "
         "MPI_THREAD_MULTIPLE (call MPI_Init_thread, or let overlap::Init initialise MPI)");
   }
-  absl::Status agreed = AgreeOnStart(mine, rt->rank_, rt->size_);
+  const double start_timeout_s = config.ok() ? config->start_timeout_s : Config().start_timeout_s;
+  absl::Status agreed = AgreeOnStart(mine, rt->rank_, rt->size_, absl::Seconds(start_timeout_s));
   if (!agreed.ok()) {
     if (rt->owns_mpi_) MPI_Finalize();
     return agreed;

@@ -1,0 +1,33 @@
+#include "collectives/mpi_wait.h"
+
+#include <sched.h>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/mpi_executor.h"
+
+namespace overlap {
+
+absl::Status WaitWithDeadline(MPI_Request* request, absl::Duration limit, absl::string_view what) {
+  const absl::Time start = absl::Now();
+  for (int spins = 0;; ++spins) {
+    int done = 0;
+    const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      return absl::UnavailableError(absl::StrCat(what, " failed: ", MpiErrorString(rc)));
+    }
+    if (done) return absl::OkStatus();
+    if (spins < 2000) {
+      sched_yield();
+      continue;
+    }
+    // A peer is busy (copying a large bucket, say): stop burning the core it may need.
+    absl::SleepFor(absl::Microseconds(50));
+    if (spins % 256 == 0 && absl::Now() - start > limit) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, " did not complete within ", absl::ToInt64Seconds(limit),
+                       " s: a peer process is stuck, dead or not started, or the network is down"));
+    }
+  }
+}
+
+}  // namespace overlap
