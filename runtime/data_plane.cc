@@ -33,12 +33,13 @@ std::vector<int64_t> Prefix(const std::vector<int64_t>& counts) {
   return displs;
 }
 
-// Points the handle's output at freshly sized storage.
-void* AllocateOutput(PendingOp& op, DataType dtype, std::vector<int64_t> shape) {
+// Points the handle's output at fresh storage shaped like `like` but with `rows` rows.
+void* AllocateOutput(PendingOp& op, const Tensor& like, int64_t rows) {
   internal::HandleState& h = *op.handle;
   Tensor& out = h.output();
-  out.dtype = dtype;
-  out.shape = std::move(shape);
+  out.dtype = like.dtype;
+  out.shape = like.shape;
+  out.shape[0] = rows;
   h.output_storage().resize(out.ByteSize());
   out.data = h.output_storage().data();
   out.capacity_bytes = out.ByteSize();
@@ -230,10 +231,8 @@ absl::Status DataPlane::StartOther(Bucket* bucket, CollectiveArgs* args) {
         rows += r;
       }
       args->recv_displs = Prefix(args->recv_counts);
-      std::vector<int64_t> shape = in.shape;
-      shape[0] = rows;
       args->send = in.data;
-      args->recv = AllocateOutput(op, dtype, std::move(shape));
+      args->recv = AllocateOutput(op, in, rows);
       return absl::OkStatus();
     }
     case OpKind::kReduceScatter: {
@@ -251,9 +250,7 @@ absl::Status DataPlane::StartOther(Bucket* bucket, CollectiveArgs* args) {
                    response.request.prescale);
         args->send = bucket->scratch.data();
       }
-      std::vector<int64_t> shape = in.shape;
-      shape[0] = dim0 / size_ + (rank_ < dim0 % size_ ? 1 : 0);
-      args->recv = AllocateOutput(op, dtype, std::move(shape));
+      args->recv = AllocateOutput(op, in, dim0 / size_ + (rank_ < dim0 % size_ ? 1 : 0));
       return absl::OkStatus();
     }
     case OpKind::kAlltoall: {
@@ -271,10 +268,8 @@ absl::Status DataPlane::StartOther(Bucket* bucket, CollectiveArgs* args) {
       }
       args->send_displs = Prefix(args->send_counts);
       args->recv_displs = Prefix(args->recv_counts);
-      std::vector<int64_t> shape = in.shape;
-      shape[0] = rows;
       args->send = in.data;
-      args->recv = AllocateOutput(op, dtype, std::move(shape));
+      args->recv = AllocateOutput(op, in, rows);
       return absl::OkStatus();
     }
     default:
