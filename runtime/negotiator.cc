@@ -55,7 +55,7 @@ std::vector<uint64_t> Negotiator::ReadyBits(const PendingTable& pending, bool jo
   return bits;
 }
 
-std::string Negotiator::EncodeGather(PendingTable* pending, bool joined, bool include_ready,
+std::string Negotiator::EncodeGather(PendingTable* pending, bool include_ready,
                                      const std::vector<uint64_t>& bits) const {
   ByteWriter out;
   std::vector<PendingOp*> unsent;
@@ -74,7 +74,6 @@ std::string Negotiator::EncodeGather(PendingTable* pending, bool joined, bool in
     }
   }
   out.PutI64s(ready);
-  (void)joined;
   return std::move(out.bytes());
 }
 
@@ -366,7 +365,7 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
     if (rank_ == 0) {
       for (auto& [id, stall] : cached_stalls_) stall.ready_ranks.clear();
     }
-    const std::string mine = EncodeGather(pending, joined, stall_gather, bits);
+    const std::string mine = EncodeGather(pending, stall_gather, bits);
     int my_size = static_cast<int>(mine.size());
     std::vector<int> sizes(static_cast<size_t>(size_));
     MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm_, &request);

@@ -78,7 +78,7 @@ class Negotiator {
 
   absl::Status WaitFor(MPI_Request* request, const char* what);
   std::vector<uint64_t> ReadyBits(const PendingTable& pending, bool joined) const;
-  std::string EncodeGather(PendingTable* pending, bool joined, bool include_ready,
+  std::string EncodeGather(PendingTable* pending, bool include_ready,
                            const std::vector<uint64_t>& bits) const;
   // Rank 0.
   absl::Status AbsorbGather(const std::string& bytes, int from, std::vector<int32_t>* evictions);
