@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -95,9 +96,13 @@ absl::Status BroadcastParameters(Mlp<Scalar>& model) {
 
 // One optimizer step on this rank's slice of the global batch `global`. Returns the summed
 // (unscaled) loss of the slice.
+// `allreduce` carries the compressor for this step; `local` is null unless momentum correction
+// is on, in which case each rank's velocity is what gets allreduced.
 template <typename Scalar>
 absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t>& order,
-                                 RowRange global, Mlp<Scalar>& model, MomentumSgd<Scalar>& sgd) {
+                                 RowRange global, const AllreduceOptions& allreduce,
+                                 Mlp<Scalar>& model, LocalMomentum<Scalar>* local,
+                                 MomentumSgd<Scalar>& sgd) {
   const RowRange mine = ShardOf(global.count, Rank(), Size());
   Matrix<Scalar> x;
   std::vector<uint8_t> labels;
@@ -112,11 +117,14 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
   absl::Status submit_status;
   const double loss = model.Backward(labels, scale, [&](int l) {
     DenseLayer<Scalar>& g = model.grads()[l];
+    if (local != nullptr) {
+      local->Accumulate(g, l);
+    }
     const Tensor weight = MakeTensor(g.weight.data(), {g.weight.rows(), g.weight.cols()});
     const Tensor bias = MakeTensor(g.bias.data(), {g.bias.size()});
     for (auto [name, tensor] :
          {std::pair{ParamName(l, false), weight}, std::pair{ParamName(l, true), bias}}) {
-      absl::StatusOr<Handle> handle = Allreduce(name, tensor, tensor);
+      absl::StatusOr<Handle> handle = Allreduce(name, tensor, tensor, allreduce);
       if (handle.ok()) {
         handles.push_back(*handle);
       } else {
@@ -128,6 +136,9 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
   status.Update(submit_status);
   if (!status.ok()) {
     return status;
+  }
+  if (local != nullptr) {
+    local->Mask(model.grads());
   }
   sgd.Step(model.grads(), model.params());
   return loss;
@@ -166,7 +177,17 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
   if (!status.ok()) {
     return status;
   }
-  MomentumSgd<Scalar> sgd(model.params(), options.learning_rate, options.momentum);
+  // With momentum correction the momentum lives in each rank's LocalMomentum and the optimizer
+  // applies the averaged velocity as it is.
+  const bool corrected = options.momentum_correction != MomentumCorrection::kOff;
+  std::unique_ptr<LocalMomentum<Scalar>> local;
+  if (corrected) {
+    local = std::make_unique<LocalMomentum<Scalar>>(
+        model.params(), options.momentum,
+        options.momentum_correction == MomentumCorrection::kMasked);
+  }
+  MomentumSgd<Scalar> sgd(model.params(), options.learning_rate,
+                          corrected ? Scalar{0} : static_cast<Scalar>(options.momentum));
   if (Rank() == 0) {
     std::printf("training 784-256-128-10 MLP (%s) on %d rank(s), global batch %lld, %lld images\n",
                 sizeof(Scalar) == 4 ? "float32" : "float64", Size(),
@@ -178,6 +199,10 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
     const std::vector<int64_t> order = EpochOrder(train.size, options.seed, epoch);
     sgd.set_learning_rate(
         static_cast<Scalar>(options.learning_rate * std::pow(double{options.lr_decay}, epoch - 1)));
+    // Warm-up epochs ask for no compression explicitly; afterwards --compression, or the
+    // runtime's default when it is empty.
+    AllreduceOptions allreduce;
+    allreduce.compression = epoch <= options.warmup_epochs ? "none" : options.compression;
     const auto start = std::chrono::steady_clock::now();
     // {summed loss, training images, correct test predictions, test images}, summed over ranks.
     std::vector<double> totals = {0.0, 0.0, 0.0, 0.0};
@@ -186,7 +211,7 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
         break;
       }
       const RowRange global = {begin, std::min(options.batch, train.size - begin)};
-      absl::StatusOr<double> loss = TrainStep(train, order, global, model, sgd);
+      absl::StatusOr<double> loss = TrainStep(train, order, global, allreduce, model, local.get(), sgd);
       if (!loss.ok()) {
         return loss.status();
       }

@@ -28,8 +28,43 @@ class MomentumSgd {
   std::vector<DenseLayer<Scalar>> velocity_;
 };
 
+// DGC's momentum correction (Lin et al. 2018, "Deep Gradient Compression"), for training with a
+// compressor that keeps error feedback. Each rank keeps its own velocity
+//   u = momentum * u + gradient
+// and hands u, not the gradient, to the allreduce; the optimizer then steps with the averaged u
+// and no momentum of its own (MomentumSgd with momentum 0). Without compression this is the same
+// optimizer as MomentumSgd: the average of the ranks' velocities is the velocity of the average
+// gradient. With compression, error feedback then works on the momentum-corrected gradient, so
+// what a compressor holds back is released later at its true weight, instead of being scaled by
+// a global momentum that has already moved on.
+//
+// Masking (DGC's momentum factor masking): after the allreduce, a rank's velocity is zeroed
+// wherever the reduced value is non-zero, i.e. wherever a sparsifier delivered an accumulated
+// value this step, so momentum that has just been applied is not applied again. For allreduce
+// sparsifiers (covap, randomk) every rank sends exactly the delivered coordinates; for topk the
+// delivered set is the union over ranks, a superset of this rank's. Only for sparsifiers: with a
+// dense result (none, casts, efsign, powersgd) masking would remove momentum entirely.
+template <typename Scalar>
+class LocalMomentum {
+ public:
+  LocalMomentum(const std::vector<DenseLayer<Scalar>>& params, Scalar momentum, bool masking);
+
+  // grad := (velocity = momentum * velocity + grad): call before grad is allreduced in place.
+  void Accumulate(DenseLayer<Scalar>& grad, int layer);
+
+  // Momentum factor masking against the allreduced velocities (no-op without masking).
+  void Mask(const std::vector<DenseLayer<Scalar>>& reduced);
+
+ private:
+  Scalar momentum_;
+  bool masking_;
+  std::vector<DenseLayer<Scalar>> velocity_;
+};
+
 extern template class MomentumSgd<float>;
 extern template class MomentumSgd<double>;
+extern template class LocalMomentum<float>;
+extern template class LocalMomentum<double>;
 
 }  // namespace examples
 }  // namespace overlap

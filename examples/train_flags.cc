@@ -24,7 +24,14 @@ const char kTrainUsage[] =
     "  --precision P       float32 or float64 (default float32)\n"
     "  --max-steps N       stop after N optimizer steps, 0 = no limit (default 0)\n"
     "  --dump-weights FILE write the final weights to FILE (rank 0)\n"
-    "  --data-dir DIR      Fashion-MNIST files (default /usr/share/datasets/fashion-mnist)\n";
+    "  --data-dir DIR      Fashion-MNIST files (default /usr/share/datasets/fashion-mnist)\n"
+    "  --compression SPEC  gradient compressor, e.g. topk:ratio=0.01 (default: OVERLAP_COMPRESSION)\n"
+    "  --warmup-epochs N   epochs allreduced uncompressed before compression starts (default 0)\n"
+    "  --momentum-correction M\n"
+    "                      off, on (each rank allreduces its own velocity: DGC momentum\n"
+    "                      correction) or masked (on, and a rank's velocity restarts wherever\n"
+    "                      the allreduce delivered a value: DGC momentum factor masking, for\n"
+    "                      sparsifying compressors) (default off)\n";
 
 namespace {
 
@@ -89,6 +96,24 @@ absl::Status SetFlag(absl::string_view name, absl::string_view value, TrainOptio
       status = BadValue(name, value, "a directory");
     }
     options->data_dir = std::string(value);
+  } else if (name == "compression") {
+    if (value.empty()) {
+      status = BadValue(name, value, "a compressor spec such as topk:ratio=0.01");
+    }
+    options->compression = std::string(value);
+  } else if (name == "warmup-epochs") {
+    status = ParseInt(name, value, 0, 1000, &n);
+    options->warmup_epochs = static_cast<int>(n);
+  } else if (name == "momentum-correction") {
+    if (value == "off") {
+      options->momentum_correction = MomentumCorrection::kOff;
+    } else if (value == "on") {
+      options->momentum_correction = MomentumCorrection::kOn;
+    } else if (value == "masked") {
+      options->momentum_correction = MomentumCorrection::kMasked;
+    } else {
+      status = BadValue(name, value, "off, on or masked");
+    }
   } else {
     status = absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
   }

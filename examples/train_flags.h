@@ -14,6 +14,13 @@ namespace examples {
 // The precision of the model, its gradients and their allreduce.
 enum class Precision { kFloat32, kFloat64 };
 
+// Where momentum is applied relative to gradient compression (examples/sgd.h, LocalMomentum).
+enum class MomentumCorrection {
+  kOff,     // allreduce the gradient, momentum on the averaged result (the textbook optimizer)
+  kOn,      // DGC momentum correction: each rank allreduces its own velocity, no global momentum
+  kMasked,  // kOn plus DGC momentum factor masking: velocity restarts where a value arrived
+};
+
 struct TrainOptions {
   int epochs = 4;
   int64_t batch = 128;  // global batch: the sum of every rank's shard
@@ -27,6 +34,13 @@ struct TrainOptions {
   int64_t max_steps = 0;     // stop after this many optimizer steps; 0 means run every epoch
   std::string dump_weights;  // write the final parameters here (rank 0) when not empty
   std::string data_dir = kDefaultFashionMnistDir;
+  // Gradient compressor spec for every gradient allreduce (docs/compression.md); empty means the
+  // runtime's default, OVERLAP_COMPRESSION (what overlaprun --compression sets).
+  std::string compression;
+  // The first warmup_epochs epochs allreduce uncompressed (DGC and PowerSGD both warm up so); the
+  // compressor and its residuals start with the first epoch after them.
+  int warmup_epochs = 0;
+  MomentumCorrection momentum_correction = MomentumCorrection::kOff;
   bool help = false;
 };
 
