@@ -7,8 +7,10 @@
 
 namespace overlap {
 
-absl::Status WaitWithDeadline(MPI_Request* request, absl::Duration limit, absl::string_view what) {
+absl::Status WaitWithDeadline(MPI_Request* request, absl::Duration limit, absl::string_view what,
+                              const std::function<absl::Status()>& check) {
   const absl::Time start = absl::Now();
+  absl::Time next_check = start + absl::Milliseconds(1);
   for (int spins = 0;; ++spins) {
     int done = 0;
     const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
@@ -16,6 +18,11 @@ absl::Status WaitWithDeadline(MPI_Request* request, absl::Duration limit, absl::
       return absl::UnavailableError(absl::StrCat(what, " failed: ", MpiErrorString(rc)));
     }
     if (done) return absl::OkStatus();
+    if (check != nullptr && spins % 64 == 0 && absl::Now() >= next_check) {
+      absl::Status peers = check();
+      if (!peers.ok()) return peers;
+      next_check = absl::Now() + absl::Milliseconds(1);
+    }
     if (spins < 2000) {
       sched_yield();
       continue;

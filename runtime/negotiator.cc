@@ -27,8 +27,9 @@ std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds
 
 }  // namespace
 
-Negotiator::Negotiator(MPI_Comm comm, const Config& config, std::vector<std::string> hosts)
-    : comm_(comm), config_(config), hosts_(std::move(hosts)) {
+Negotiator::Negotiator(MPI_Comm comm, const Config& config, std::vector<std::string> hosts,
+                       std::function<absl::Status()> check_peers)
+    : comm_(comm), config_(config), check_peers_(std::move(check_peers)), hosts_(std::move(hosts)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   joined_.assign(static_cast<size_t>(size_), false);
@@ -37,7 +38,8 @@ Negotiator::Negotiator(MPI_Comm comm, const Config& config, std::vector<std::str
 absl::Status Negotiator::WaitFor(MPI_Request* request, const char* what) {
   return WaitWithDeadline(
       request, absl::Seconds(config_.collective_timeout_s),
-      absl::StrCat("rank ", rank_, ": negotiation (", what, ", OVERLAP_COLLECTIVE_TIMEOUT_S)"));
+      absl::StrCat("rank ", rank_, ": negotiation (", what, ", OVERLAP_COLLECTIVE_TIMEOUT_S)"),
+      check_peers_);
 }
 
 std::vector<uint64_t> Negotiator::ReadyBits(const PendingTable& pending, bool joined) const {

@@ -17,6 +17,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,8 +48,11 @@ struct RoundResult {
 
 class Negotiator {
  public:
-  // `comm` is used for rounds only; `hosts[r]` names rank r's host in messages.
-  Negotiator(MPI_Comm comm, const Config& config, std::vector<std::string> hosts);
+  // `comm` is used for rounds only; `hosts[r]` names rank r's host in messages. `check_peers`
+  // runs while a round waits and ends it with its error (a lost peer), instead of waiting for
+  // collective_timeout_s.
+  Negotiator(MPI_Comm comm, const Config& config, std::vector<std::string> hosts,
+             std::function<absl::Status()> check_peers);
 
   // Runs one round. Moves operations that became ready or failed out of `pending`. `joined`:
   // this rank has called Join and contributes zeros to every allreduce. DeadlineExceeded or
@@ -93,6 +97,7 @@ class Negotiator {
 
   MPI_Comm comm_;
   const Config config_;
+  const std::function<absl::Status()> check_peers_;
   const std::vector<std::string> hosts_;
   int rank_ = 0;
   int size_ = 1;

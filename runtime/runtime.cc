@@ -117,7 +117,10 @@ absl::Status Runtime::Connect(const Config& config) {
     if (!s.ok()) spdlog::warn("overlap: {}", std::string(s.message()));
   }
   compression_ = std::make_unique<CompressionStage>(rank_, size_);
-  negotiator_ = std::make_unique<Negotiator>(control_comm_, config, hosts_);
+  // A round that waits on a dead peer ends as soon as its control connection closes.
+  negotiator_ = std::make_unique<Negotiator>(control_comm_, config, hosts_, [this] {
+    return ReadControl(absl::ZeroDuration(), /*local=*/false);
+  });
   data_plane_ = std::make_unique<DataPlane>(
       executor_.get(), config, rank_, size_, &timeline_, compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
@@ -198,8 +201,9 @@ void Runtime::CompleteOp(PendingOp& op, const absl::Status& status) {
   op.handle->Complete(status);
 }
 
-absl::Status Runtime::ReadControl(absl::Duration timeout) {
-  absl::StatusOr<ControlEvents> events = control_->Wait(timeout, wake_fd_);
+absl::Status Runtime::ReadControl(absl::Duration timeout, bool local) {
+  // Only the loop's own wait consumes the eventfd: it looks at the submission queue right after.
+  absl::StatusOr<ControlEvents> events = control_->Wait(timeout, local ? wake_fd_ : -1);
   if (!events.ok()) return events.status();
   if (events->local_ready) {
     uint64_t count;
@@ -340,7 +344,7 @@ void Runtime::Loop() {
                        config_.collective_timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S)"));
     }
     const absl::Duration timeout = IdleTimeout();
-    if (s.ok()) s = ReadControl(timeout);
+    if (s.ok()) s = ReadControl(timeout, /*local=*/true);
     if (!s.ok()) {
       Fatal(s);
       return;

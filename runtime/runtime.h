@@ -71,7 +71,9 @@ class Runtime {
   bool RunRounds();
   void CompleteOp(PendingOp& op, const absl::Status& status);
   void Fatal(const absl::Status& status);
-  absl::Status ReadControl(absl::Duration timeout);
+  // Waits up to `timeout` for control signals (and, if `local`, for new submissions) and
+  // records them; the error of a lost peer.
+  absl::Status ReadControl(absl::Duration timeout, bool local);
   void Wake();
 
   Config config_;
