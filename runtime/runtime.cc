@@ -239,12 +239,14 @@ bool Runtime::RunRounds() {
       absl::MutexLock lock(&mu_);
       shutting_down = shutdown_requested_;
     }
+    const absl::Time start = absl::Now();
     absl::StatusOr<RoundResult> round = negotiator_->RunRound(&pending_, joined, shutting_down);
     if (!round.ok()) {
       Fatal(round.status());
       return false;
     }
     const absl::Time now = absl::Now();
+    timeline_.Span("negotiation rounds", "ROUND", start, now);
     for (auto& [op, error] : round->failed) {
       CompleteOp(op, absl::FailedPreconditionError(absl::StrCat("rank ", rank_, ": ", error)));
     }

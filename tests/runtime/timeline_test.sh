@@ -13,9 +13,10 @@ for path in (sys.argv[1], sys.argv[1] + ".rank1"):
     spans = [e for e in events if e.get("ph") == "X"]
     names = {e["name"] for e in spans}
     tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
-    for phase in ("NEGOTIATE", "QUEUE", "COLLECTIVE", "COPY_OUT"):
+    for phase in ("NEGOTIATE", "QUEUE", "COLLECTIVE", "COPY_OUT", "ROUND"):
         assert phase in names, f"{path}: no {phase} span in {sorted(names)}"
-    assert "order.7" in tracks and "channel 0" in tracks, f"{path}: tracks {sorted(tracks)[:5]}"
+    for track in ("order.7", "channel 0", "negotiation rounds"):
+        assert track in tracks, f"{path}: no track {track} in {sorted(tracks)[:5]}"
     assert all(e["dur"] >= 0 for e in spans), f"{path}: negative duration"
     print(f"{path}: {len(spans)} spans on {len(tracks)} tracks")
 PY
