@@ -65,8 +65,9 @@ PendingOp SingleTensorOp(OpKind kind, const std::string& name, const Tensor& inp
 absl::Status StartDefault(absl::StatusOr<Config> config) {
   DefaultRuntime& d = Default();
   absl::MutexLock lock(&d.mu);
-  if (d.runtime != nullptr)
+  if (d.runtime != nullptr) {
     return absl::FailedPreconditionError("overlap::Init: already initialised");
+  }
   absl::StatusOr<std::unique_ptr<Runtime>> runtime = Runtime::Start(std::move(config));
   if (!runtime.ok()) return runtime.status();
   d.runtime = std::move(*runtime);
@@ -180,15 +181,17 @@ absl::StatusOr<Handle> Alltoall(const std::string& name, const Tensor& input,
 
 absl::StatusOr<std::string> SaveCompressionState() {
   std::shared_ptr<Runtime> runtime = Current();
-  if (runtime == nullptr)
+  if (runtime == nullptr) {
     return absl::FailedPreconditionError("SaveCompressionState: overlap is not initialised");
+  }
   return runtime->SaveCompressionState();
 }
 
 absl::Status RestoreCompressionState(const std::string& snapshot) {
   std::shared_ptr<Runtime> runtime = Current();
-  if (runtime == nullptr)
+  if (runtime == nullptr) {
     return absl::FailedPreconditionError("RestoreCompressionState: overlap is not initialised");
+  }
   return runtime->RestoreCompressionState(snapshot);
 }
 

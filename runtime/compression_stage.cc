@@ -237,9 +237,10 @@ absl::Status CompressionStage::Restore(const std::string& snapshot) {
     config.compressor = std::move(*c);
     config.memory = std::make_unique<compress::ResidualMemory>(spec);
     s = config.memory->Restore(memory);
-    if (!s.ok())
+    if (!s.ok()) {
       return absl::Status(s.code(),
                           absl::StrCat("rank ", rank_, ": RestoreCompressionState: ", s.message()));
+    }
     for (size_t j = 0; j + 1 < steps.size(); j += 2) config.steps[steps[j]] = steps[j + 1];
   }
   configs_ = std::move(restored);

@@ -74,8 +74,9 @@ absl::StatusOr<Config> Config::FromEnvironment() {
     absl::string_view entry(*env);
     if (!absl::StartsWith(entry, "OVERLAP_")) continue;
     absl::string_view name = entry.substr(0, entry.find('='));
-    if (!IsKnown(name))
+    if (!IsKnown(name)) {
       spdlog::warn("overlap: ignoring unknown environment variable {}", std::string(name));
+    }
   }
   absl::Status valid = config.Validate();
   if (!valid.ok()) return valid;

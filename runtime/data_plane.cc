@@ -153,8 +153,9 @@ absl::Status DataPlane::StartAllreduce(Bucket* bucket, CollectiveArgs* args) {
     const absl::Time start = absl::Now();
     absl::Status s = compression_->Begin(bucket->ops, bucket->compressed.get(), args);
     if (timeline_->enabled()) {
-      for (const ReadyOp& r : bucket->ops)
+      for (const ReadyOp& r : bucket->ops) {
         timeline_->Span(r.response->name, "COMPRESS", start, absl::Now());
+      }
     }
     return s;
   }
@@ -174,8 +175,9 @@ absl::Status DataPlane::StartAllreduce(Bucket* bucket, CollectiveArgs* args) {
   // Fused (or a joined rank's zeros): pack every tensor into the channel's fusion buffer.
   bucket->fused = true;
   std::vector<uint8_t>& buffer = channels_[static_cast<size_t>(bucket->channel)].fusion_buffer;
-  if (buffer.size() < static_cast<size_t>(total) * elem)
+  if (buffer.size() < static_cast<size_t>(total) * elem) {
     buffer.resize(static_cast<size_t>(total) * elem);
+  }
   uint8_t* cursor = buffer.data();
   for (const ReadyOp& r : bucket->ops) {
     const Request& request = r.response->request;
@@ -259,9 +261,13 @@ absl::Status DataPlane::StartOther(Bucket* bucket, CollectiveArgs* args) {
       std::vector<int64_t>& received = op.handle->received_splits();
       received.clear();
       int64_t rows = 0;
+      const auto at = [this, &m](int sender, int receiver) {
+        return m[static_cast<size_t>(sender) * static_cast<size_t>(size_) +
+                 static_cast<size_t>(receiver)];
+      };
       for (int peer = 0; peer < size_; ++peer) {
-        args->send_counts.push_back(m[static_cast<size_t>(rank_ * size_ + peer)] * row);
-        const int64_t incoming = m[static_cast<size_t>(peer * size_ + rank_)];
+        args->send_counts.push_back(at(rank_, peer) * row);
+        const int64_t incoming = at(peer, rank_);
         args->recv_counts.push_back(incoming * row);
         received.push_back(incoming);
         rows += incoming;
@@ -319,8 +325,9 @@ void DataPlane::FinishAllreduce(Bucket* bucket) {
       }
       cursor += static_cast<size_t>(n) * elem;
     }
-    if (timeline_->enabled())
+    if (timeline_->enabled()) {
       timeline_->Span(r.response->name, "COPY_OUT", copy_start, absl::Now());
+    }
   }
 }
 
@@ -343,8 +350,9 @@ void DataPlane::Finish(Bucket* bucket) {
     const double factor =
         request.postscale * (average && IsFloatingPoint(out.dtype) ? 1.0 / size_ : 1.0);
     ScaledCopy(out.data, out.data, out.NumElements(), out.dtype, factor);
-    if (average && !IsFloatingPoint(out.dtype))
+    if (average && !IsFloatingPoint(out.dtype)) {
       DivideIntegers(out.data, out.NumElements(), out.dtype, size_);
+    }
   }
   Complete(bucket, absl::OkStatus());
 }
@@ -361,8 +369,9 @@ absl::StatusOr<bool> DataPlane::ContinueCompressed(Bucket* bucket) {
   absl::StatusOr<bool> more = compression_->Next(bucket->ops, bucket->compressed.get(), &args);
   if (!more.ok() || !*more) {
     if (timeline_->enabled()) {
-      for (const ReadyOp& r : bucket->ops)
+      for (const ReadyOp& r : bucket->ops) {
         timeline_->Span(r.response->name, "DECOMPRESS", start, absl::Now());
+      }
     }
     return more;
   }

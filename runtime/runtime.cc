@@ -38,9 +38,10 @@ absl::Status AgreeOnStart(const absl::Status& mine, int rank, int size, absl::Du
   if (all.empty()) return absl::OkStatus();
   std::vector<std::string> reasons;
   for (int r = 0; r < size; ++r) {
-    if (lengths[r] > 0)
+    if (lengths[r] > 0) {
       reasons.push_back(
           all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lengths[r])));
+    }
   }
   return absl::InvalidArgumentError(
       absl::StrCat("rank ", rank, ": Init failed: ", absl::StrJoin(reasons, "; ")));
@@ -54,8 +55,9 @@ std::vector<std::string> GatherHosts(MPI_Comm comm, int size) {
   MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
                 MPI_CHAR, comm);
   std::vector<std::string> hosts;
-  for (int r = 0; r < size; ++r)
+  for (int r = 0; r < size; ++r) {
     hosts.emplace_back(&all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
+  }
   return hosts;
 }
 
@@ -158,8 +160,9 @@ absl::StatusOr<Handle> Runtime::Submit(PendingOp op, DoneCallback on_done) {
     op.request.compression = *compression;
   }
   absl::Status valid = ValidateOp(op, size_);
-  if (!valid.ok())
+  if (!valid.ok()) {
     return absl::Status(valid.code(), absl::StrCat("rank ", rank_, ": ", valid.message()));
+  }
   const std::string& name = op.request.name;
   auto state = std::make_shared<internal::HandleState>(name, std::move(on_done));
   {
@@ -170,8 +173,9 @@ absl::StatusOr<Handle> Runtime::Submit(PendingOp op, DoneCallback on_done) {
       return absl::FailedPreconditionError(
           absl::StrCat(what, ": the runtime stopped after an error: ", fatal_.message()));
     }
-    if (shutdown_requested_)
+    if (shutdown_requested_) {
       return absl::FailedPreconditionError(absl::StrCat(what, ": submitted after Shutdown"));
+    }
     if (in_flight_.contains(name)) {
       return absl::InvalidArgumentError(
           absl::StrCat(what,

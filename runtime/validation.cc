@@ -13,12 +13,14 @@ absl::Status CheckTensor(const Request& r, const Tensor& t, const char* role) {
   absl::Status dtype = ValidateDataType(t.dtype);
   if (!dtype.ok()) return Invalid(r, absl::StrCat(role, ": ", dtype.message()));
   for (int64_t d : t.shape) {
-    if (d < 0)
+    if (d < 0) {
       return Invalid(
           r, absl::StrCat(role, " has a negative dimension in shape ", ShapeString(t.shape)));
+    }
   }
-  if (t.NumElements() > 0 && t.data == nullptr)
+  if (t.NumElements() > 0 && t.data == nullptr) {
     return Invalid(r, absl::StrCat(role, " buffer is null"));
+  }
   if (t.capacity_bytes < t.ByteSize()) {
     return Invalid(r, absl::StrCat(role, " buffer holds ", t.capacity_bytes, " bytes but shape ",
                                    ShapeString(t.shape), " of ", DataTypeName(t.dtype), " needs ",
@@ -50,8 +52,9 @@ absl::Status CheckReduction(const Request& r, DataType dtype) {
 
 absl::Status ValidateOp(const PendingOp& op, int size) {
   const Request& r = op.request;
-  if (r.name.empty())
+  if (r.name.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(OpKindName(r.kind), ": empty tensor name"));
+  }
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     absl::Status s = CheckTensor(r, op.inputs[i], "input");
     if (s.ok() && i < op.outputs.size()) s = CheckTensor(r, op.outputs[i], "output");
@@ -67,22 +70,26 @@ absl::Status ValidateOp(const PendingOp& op, int size) {
                                        "' needs float32 tensors and op sum or average, not ",
                                        DataTypeName(op.inputs[0].dtype), " ", ReduceOpName(r.op)));
       }
-      if (op.inputs.size() != op.outputs.size())
+      if (op.inputs.size() != op.outputs.size()) {
         return Invalid(r, "inputs and outputs differ in number");
+      }
       for (const Tensor& t : op.inputs) {
-        if (t.dtype != op.inputs[0].dtype)
+        if (t.dtype != op.inputs[0].dtype) {
           return Invalid(r, "a grouped allreduce needs one dtype for all tensors");
+        }
       }
       return CheckReduction(r, op.inputs[0].dtype);
     case OpKind::kReduceScatter: {
       absl::Status s = CheckReduction(r, op.inputs[0].dtype);
-      if (s.ok() && op.inputs[0].shape.empty())
+      if (s.ok() && op.inputs[0].shape.empty()) {
         s = Invalid(r, "needs at least one dimension to scatter");
+      }
       return s;
     }
     case OpKind::kAllgather:
-      if (op.inputs[0].shape.empty())
+      if (op.inputs[0].shape.empty()) {
         return Invalid(r, "needs at least one dimension to gather along");
+      }
       return absl::OkStatus();
     case OpKind::kBroadcast:
       if (r.root < 0 || r.root >= size) {
