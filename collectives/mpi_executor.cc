@@ -165,36 +165,55 @@ absl::StatusOr<MPI_Op> MpiReduceOp(DataType dtype, ReduceOp op) {
   }
 }
 
+namespace {}  // namespace
+
 namespace {
 
-// Open MPI's non-blocking allreduce defaults to a binomial tree for few ranks, which moves large
-// buffers at a third to a half of the blocking MPI_Allreduce's bandwidth on the same ranks;
-// Rabenseifner's reduce-scatter + allgather (libnbc algorithm 3) matches or beats it at every
-// size we measured (docs/benchmarks.md). Only the default ("ignore" = 0) is replaced, so a
-// user's OMPI_MCA_coll_libnbc_iallreduce_algorithm wins. Other MPIs lack the variable: no-op.
-void PreferBandwidthOptimalIallreduce() {
-  int provided = 0;
-  if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return;
-  int index = -1;
-  if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) == MPI_SUCCESS) {
-    MPI_T_cvar_handle handle;
+// Open MPI's non-blocking allreduce (libnbc) picks its algorithm from a process-wide MCA
+// variable. Its default choice (a binomial tree whenever the call is in place, as ours mostly
+// are) moved large buffers at under half of the blocking MPI_Allreduce's bandwidth; for every
+// size we measured (docs/benchmarks.md), recursive doubling is fastest below 64 KiB (9 us for a
+// negotiation round's few words against 29 us with Rabenseifner) and Rabenseifner's
+// reduce-scatter + allgather above. The variable is written through MPI_T before each call,
+// only when it changes, and never when the user set OMPI_MCA_coll_libnbc_iallreduce_algorithm
+// (its value is then not the default 0). Other MPIs lack the variable: no-op.
+class IallreduceAlgorithm {
+ public:
+  IallreduceAlgorithm() {
+    int provided = 0;
+    int index = -1;
     int count = 0;
-    if (MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
-      int value = 0;
-      if (MPI_T_cvar_read(handle, &value) == MPI_SUCCESS && value == 0) {
-        const int rabenseifner = 3;
-        MPI_T_cvar_write(handle, &rabenseifner);
-      }
-      MPI_T_cvar_handle_free(&handle);
-    }
+    if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return;
+    if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) != MPI_SUCCESS) return;
+    if (MPI_T_cvar_handle_alloc(index, nullptr, &handle_, &count) != MPI_SUCCESS) return;
+    int value = -1;
+    usable_ = MPI_T_cvar_read(handle_, &value) == MPI_SUCCESS && value == 0;
   }
-  MPI_T_finalize();
-}
+
+  void Select(size_t bytes) {
+    if (!usable_) return;
+    const int wanted = bytes < (size_t{64} << 10) ? kRecursiveDoubling : kRabenseifner;
+    if (wanted == current_) return;
+    if (MPI_T_cvar_write(handle_, &wanted) == MPI_SUCCESS) current_ = wanted;
+  }
+
+ private:
+  static constexpr int kRabenseifner = 3;
+  static constexpr int kRecursiveDoubling = 4;
+  MPI_T_cvar_handle handle_ = nullptr;
+  bool usable_ = false;
+  int current_ = 0;
+};
 
 }  // namespace
 
+void PrepareIallreduce(size_t bytes) {
+  // MPI tuning is per process, like MPI itself; the coordinator thread is its only caller.
+  static IallreduceAlgorithm* algorithm = new IallreduceAlgorithm();
+  algorithm->Select(bytes);
+}
+
 absl::StatusOr<std::unique_ptr<MpiExecutor>> MpiExecutor::Create(MPI_Comm comm, int num_channels) {
-  PreferBandwidthOptimalIallreduce();
   if (num_channels < 1) {
     return absl::InvalidArgumentError(absl::StrCat("num_channels = ", num_channels, " < 1"));
   }
@@ -234,6 +253,7 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
       if (!count.ok()) return count.status();
       absl::StatusOr<MPI_Op> op = MpiReduceOp(a.dtype, a.op);
       if (!op.ok()) return op.status();
+      PrepareIallreduce(static_cast<size_t>(*count) * DataTypeSize(a.dtype));
       rc = MPI_Iallreduce(send, a.recv, *count, type, *op, comm, req);
       break;
     }

@@ -38,6 +38,11 @@ MPI_Datatype MpiDataType(DataType dtype);
 // InvalidArgument for kAverage (the runtime scales instead) or an unknown value.
 absl::StatusOr<MPI_Op> MpiReduceOp(DataType dtype, ReduceOp op);
 
+// Chooses Open MPI's non-blocking allreduce algorithm for a call of `bytes` (latency-optimal for
+// small buffers, bandwidth-optimal for large ones) unless the user chose one. Call right before
+// MPI_Iallreduce, from the thread that makes it.
+void PrepareIallreduce(size_t bytes);
+
 // Text for an MPI error code, e.g. "MPI_ERR_COUNT: invalid count argument".
 std::string MpiErrorString(int code);
 

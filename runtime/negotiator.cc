@@ -348,6 +348,7 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
     vec[1 + words + w] = ~bits[w];
   }
   MPI_Request request;
+  PrepareIallreduce(vec.size() * sizeof(uint64_t));
   MPI_Iallreduce(MPI_IN_PLACE, vec.data(), static_cast<int>(vec.size()), MPI_UINT64_T, MPI_BAND,
                  comm_, &request);
   absl::Status s = WaitFor(&request, "ready-bit allreduce");
