@@ -365,38 +365,50 @@ TEST_CASE("reducescatter: uneven rows, every dtype and op", "[reducescatter]") {
   }
 }
 
-TEST_CASE("alltoall: uneven splits", "[alltoall]") {
+TEST_CASE("alltoall: uneven splits, every dtype", "[alltoall]") {
   const int rank = Rank(), size = Size();
   auto rows_sent = [](int from, int to) { return static_cast<int64_t>((from + 2 * to) % 3); };
-  AlltoallOptions options;
-  int64_t total = 0;
-  for (int to = 0; to < size; ++to) {
-    options.splits.push_back(rows_sent(rank, to));
-    total += rows_sent(rank, to);
-  }
-  std::vector<int32_t> in(static_cast<size_t>(total * 2));
-  int64_t row = 0;
-  for (int to = 0; to < size; ++to) {
-    for (int64_t k = 0; k < rows_sent(rank, to); ++k, ++row) {
-      in[static_cast<size_t>(row * 2)] = rank * 100 + to;
-      in[static_cast<size_t>(row * 2 + 1)] = static_cast<int32_t>(k);
+  // Row k sent from `from` to `to` holds (from * 10 + to, k): small enough for every dtype.
+  auto value = [](int from, int to, int64_t k, int col) {
+    return col == 0 ? from * 10 + to : static_cast<double>(k);
+  };
+  for (DataType dtype : kAllTypes) {
+    AlltoallOptions options;
+    int64_t total = 0;
+    for (int to = 0; to < size; ++to) {
+      options.splits.push_back(rows_sent(rank, to));
+      total += rows_sent(rank, to);
     }
-  }
-  absl::StatusOr<Handle> h = Alltoall("a2a", MakeTensor(in.data(), {total, 2}), options);
-  WaitOk(h);
-  const Tensor& out = h->output();
-  const auto* got = static_cast<const int32_t*>(out.data);
-  int64_t expect_rows = 0;
-  int bad = 0;
-  for (int from = 0; from < size; ++from) {
-    CHECK(h->received_splits()[static_cast<size_t>(from)] == rows_sent(from, rank));
-    for (int64_t k = 0; k < rows_sent(from, rank); ++k, ++expect_rows) {
-      bad += got[expect_rows * 2] != from * 100 + rank;
-      bad += got[expect_rows * 2 + 1] != k;
+    Buffer in(dtype, total * 2);
+    int64_t row = 0;
+    for (int to = 0; to < size; ++to) {
+      for (int64_t k = 0; k < rows_sent(rank, to); ++k, ++row) {
+        in.Set(row * 2, value(rank, to, k, 0));
+        in.Set(row * 2 + 1, value(rank, to, k, 1));
+      }
     }
+    absl::StatusOr<Handle> h =
+        Alltoall(absl::StrCat("a2a.", DataTypeName(dtype)), in.tensor({total, 2}), options);
+    WaitOk(h);
+    const Tensor& out = h->output();
+    int64_t expect_rows = 0;
+    for (int from = 0; from < size; ++from) expect_rows += rows_sent(from, rank);
+    REQUIRE(out.shape == std::vector<int64_t>{expect_rows, 2});
+    REQUIRE(out.dtype == dtype);
+    Buffer got(dtype, expect_rows * 2);
+    std::memcpy(got.bytes.data(), out.data, got.bytes.size());
+    int64_t bad = 0;
+    row = 0;
+    for (int from = 0; from < size; ++from) {
+      CHECK(h->received_splits()[static_cast<size_t>(from)] == rows_sent(from, rank));
+      for (int64_t k = 0; k < rows_sent(from, rank); ++k, ++row) {
+        bad += got.Get(row * 2) != value(from, rank, k, 0);
+        bad += got.Get(row * 2 + 1) != value(from, rank, k, 1);
+      }
+    }
+    INFO(DataTypeName(dtype));
+    CHECK(bad == 0);
   }
-  CHECK(out.shape == std::vector<int64_t>{expect_rows, 2});
-  CHECK(bad == 0);
 }
 
 TEST_CASE("barrier completes on every rank", "[barrier]") {
