@@ -8,24 +8,14 @@
 #include <fstream>
 
 #include "launcher/parse_args.h"
+#include "tests/launcher/test_util.h"
 
 namespace overlap::launcher {
 namespace {
 
-std::string TempDir() { return getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp"; }
-
-std::string WriteScript(const std::string& name, const std::string& body, mode_t mode = 0755) {
-  const std::string path = TempDir() + "/" + name;
-  std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
-  chmod(path.c_str(), mode);
-  return path;
-}
-
-LaunchOptions Options(std::vector<std::string> args) {
-  auto p = ParseArgs(args);
-  REQUIRE(p.ok());
-  return p->options;
-}
+using testing::Options;
+using testing::TempDir;
+using testing::WriteScript;
 
 TEST_CASE("this machine's names are local and need no agent", "[reachability]") {
   char name[256] = {};
