@@ -137,7 +137,9 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
   if (!status.ok()) {
     return status;
   }
-  if (local != nullptr) {
+  // Masking is for sparsified steps: after a dense (warm-up) allreduce it would zero every
+  // velocity.
+  if (local != nullptr && allreduce.compression != "none") {
     local->Mask(model.grads());
   }
   sgd.Step(model.grads(), model.params());
