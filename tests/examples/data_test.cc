@@ -73,6 +73,20 @@ TEST_CASE("flags parse in both spellings and keep defaults") {
   CHECK(options->max_steps == 0);
   CHECK(options->precision == Precision::kFloat32);
   CHECK(Parse({"--precision", "float64"})->precision == Precision::kFloat64);
+  CHECK(options->compression.empty());
+  CHECK(options->warmup_epochs == 0);
+  CHECK(options->momentum_correction == MomentumCorrection::kOff);
+}
+
+TEST_CASE("compression flags: spec, warm-up epochs, momentum correction") {
+  absl::StatusOr<TrainOptions> options = Parse({"--compression", "covap:R=4", "--warmup-epochs=1",
+                                                "--momentum-correction", "masked"});
+  REQUIRE(options.ok());
+  CHECK(options->compression == "covap:R=4");
+  CHECK(options->warmup_epochs == 1);
+  CHECK(options->momentum_correction == MomentumCorrection::kMasked);
+  CHECK(Parse({"--momentum-correction", "on"})->momentum_correction == MomentumCorrection::kOn);
+  CHECK(Parse({"--momentum-correction", "off"})->momentum_correction == MomentumCorrection::kOff);
 }
 
 TEST_CASE("bad flags are InvalidArgument naming the flag") {
@@ -83,6 +97,9 @@ TEST_CASE("bad flags are InvalidArgument naming the flag") {
            {{"--lr", "-1"}, "--lr"},
            {{"--bogus", "1"}, "unknown flag --bogus"},
            {{"--seed"}, "--seed needs a value"},
+           {{"--compression="}, "--compression"},
+           {{"--warmup-epochs", "-1"}, "--warmup-epochs"},
+           {{"--momentum-correction", "yes"}, "--momentum-correction"},
            {{"stray"}, "unexpected argument 'stray'"}}) {
     absl::StatusOr<TrainOptions> options = Parse(args);
     INFO(needle);

@@ -126,6 +126,44 @@ TEST_CASE("momentum SGD accumulates velocity") {
   CHECK(params[0].bias[0] == Approx(-1.45f));
 }
 
+TEST_CASE("momentum correction: averaged local velocities equal momentum on the average") {
+  // Two ranks, two steps: velocity of the average gradient vs average of the ranks' velocities.
+  const std::vector<std::vector<float>> grad = {{1.0f, 3.0f}, {-2.0f, 0.5f}};  // [rank][step]
+  std::vector<DenseLayer<float>> shape = {{Eigen::MatrixXf::Zero(1, 1), Eigen::VectorXf::Zero(1)}};
+  std::vector<LocalMomentum<float>> ranks(2, LocalMomentum<float>(shape, 0.9f, false));
+  float global_velocity = 0.0f;
+  for (int step = 0; step < 2; ++step) {
+    float average = 0.0f;
+    for (int r = 0; r < 2; ++r) {
+      DenseLayer<float> g = {Eigen::MatrixXf::Constant(1, 1, grad[r][step]),
+                             Eigen::VectorXf::Constant(1, grad[r][step])};
+      ranks[r].Accumulate(g, 0);
+      average += g.weight(0, 0) / 2;
+      CHECK(g.bias[0] == g.weight(0, 0));
+    }
+    global_velocity = 0.9f * global_velocity + (grad[0][step] + grad[1][step]) / 2;
+    CHECK(average == Approx(global_velocity));
+  }
+}
+
+TEST_CASE("momentum factor masking restarts the velocity where a value arrived") {
+  std::vector<DenseLayer<float>> shape = {{Eigen::MatrixXf::Zero(1, 2), Eigen::VectorXf::Zero(1)}};
+  for (const bool masking : {false, true}) {
+    LocalMomentum<float> local(shape, 0.5f, masking);
+    DenseLayer<float> g = {Eigen::MatrixXf::Ones(1, 2), Eigen::VectorXf::Ones(1)};
+    local.Accumulate(g, 0);
+    // The allreduce delivered the first weight only (a sparsifier's result).
+    std::vector<DenseLayer<float>> reduced = {
+        {(Eigen::MatrixXf(1, 2) << 1.0f, 0.0f).finished(), Eigen::VectorXf::Zero(1)}};
+    local.Mask(reduced);
+    g = {Eigen::MatrixXf::Ones(1, 2), Eigen::VectorXf::Ones(1)};
+    local.Accumulate(g, 0);
+    CHECK(g.weight(0, 0) == (masking ? 1.0f : 1.5f));
+    CHECK(g.weight(0, 1) == 1.5f);
+    CHECK(g.bias[0] == 1.5f);
+  }
+}
+
 }  // namespace
 }  // namespace examples
 }  // namespace overlap

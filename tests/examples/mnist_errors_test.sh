@@ -26,6 +26,7 @@ expect 2 "unknown flag --bogus" -- --bogus 1
 expect 2 "flag --epochs: bad value 'many'" -- --epochs many
 expect 2 "flag --batch needs a value" -- --batch
 expect 2 "flag --precision: bad value 'fp8'" -- --precision fp8
+expect 2 "flag --momentum-correction: bad value 'yes'" -- --momentum-correction yes
 expect 1 "/nonexistent/train-images-idx3-ubyte.gz: no such file" -- --data-dir /nonexistent
 OVERLAP_FUSION_THRESHOLD=abc expect 1 "OVERLAP_FUSION_THRESHOLD='abc' is not valid" -- --max-steps 1
 
