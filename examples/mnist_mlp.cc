@@ -213,7 +213,8 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
         break;
       }
       const RowRange global = {begin, std::min(options.batch, train.size - begin)};
-      absl::StatusOr<double> loss = TrainStep(train, order, global, allreduce, model, local.get(), sgd);
+      absl::StatusOr<double> loss =
+          TrainStep(train, order, global, allreduce, model, local.get(), sgd);
       if (!loss.ok()) {
         return loss.status();
       }

@@ -25,8 +25,8 @@ void MomentumSgd<Scalar>::Step(const std::vector<DenseLayer<Scalar>>& grads,
 }
 
 template <typename Scalar>
-LocalMomentum<Scalar>::LocalMomentum(const std::vector<DenseLayer<Scalar>>& params,
-                                     Scalar momentum, bool masking)
+LocalMomentum<Scalar>::LocalMomentum(const std::vector<DenseLayer<Scalar>>& params, Scalar momentum,
+                                     bool masking)
     : momentum_(momentum), masking_(masking) {
   for (const DenseLayer<Scalar>& p : params) {
     velocity_.push_back({Matrix<Scalar>::Zero(p.weight.rows(), p.weight.cols()),

@@ -79,8 +79,8 @@ TEST_CASE("flags parse in both spellings and keep defaults") {
 }
 
 TEST_CASE("compression flags: spec, warm-up epochs, momentum correction") {
-  absl::StatusOr<TrainOptions> options = Parse({"--compression", "covap:R=4", "--warmup-epochs=1",
-                                                "--momentum-correction", "masked"});
+  absl::StatusOr<TrainOptions> options =
+      Parse({"--compression", "covap:R=4", "--warmup-epochs=1", "--momentum-correction", "masked"});
   REQUIRE(options.ok());
   CHECK(options->compression == "covap:R=4");
   CHECK(options->warmup_epochs == 1);
