@@ -32,8 +32,8 @@ runs=(
   "efsign|$warm --momentum-correction on"
   "powersgd:rank=4|$warm"
 )
-echo "| compressor | demo flags | test accuracy after ${epochs} epochs | vs none (points) | ms per step |"
-echo "|---|---|---|---|---|"
+echo "| compressor | demo flags | test accuracy after ${epochs} epochs | vs none (points) | ms per step | seconds per epoch |"
+echo "|---|---|---|---|---|---|"
 base=""
 for run in "${runs[@]}"; do
   spec=${run%%|*}
@@ -43,7 +43,7 @@ for run in "${runs[@]}"; do
         --compression "$spec" $flags 2>&1) || true
   last=$(grep '^epoch' <<<"$out" | tail -1)
   if [ -z "$last" ]; then
-    echo "| $spec | ${flags:-(none)} | failed: $(tail -1 <<<"$out") | | |"
+    echo "| $spec | ${flags:-(none)} | failed: $(tail -1 <<<"$out") | | | |"
     continue
   fi
   acc=$(sed -E 's/.*test accuracy ([0-9.]+)%.*/\1/' <<<"$last")
@@ -55,6 +55,8 @@ for run in "${runs[@]}"; do
   ms=$(grep '^epoch' <<<"$out" | sed -E 's/.* ([0-9]+) images\/s.*/\1/' | tail -n +"$((skip + 1))" |
        sort -n | awk '{v[NR] = $1} END {m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2;
                                          printf "%.2f", 128 * 1000 / m}')
-  awk -v s="$spec" -v f="${flags:-(none)}" -v a="$acc" -v b="$base" -v ms="$ms" \
-    'BEGIN {printf "| %s | %s | %.2f%% | %+.2f | %s |\n", s, f, a, a - b, ms}'
+  # Every epoch's wall time, so that an epoch the median leaves out stays visible.
+  secs=$(grep '^epoch' <<<"$out" | sed -E 's/.*\(([0-9.]+) s\).*/\1/' | paste -sd' ')
+  awk -v s="$spec" -v f="${flags:-(none)}" -v a="$acc" -v b="$base" -v ms="$ms" -v e="$secs" \
+    'BEGIN {printf "| %s | %s | %.2f%% | %+.2f | %s | %s |\n", s, f, a, a - b, ms, e}'
 done
