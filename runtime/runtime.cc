@@ -260,7 +260,8 @@ bool Runtime::RunRounds() {
       }
     }
     data_plane_->Submit(std::move(round->ready));
-    if (round->resend) Wake();  // evicted requests go out whole in the next round
+    // Evicted requests go out whole in the next round, which this rank must ask for itself.
+    if (round->resend) loop_.resend = true;
     if (round->all_shutting_down && !stopping_) {
       stopping_ = true;
       control_->ExpectClose();
@@ -281,6 +282,10 @@ bool Runtime::TakeIncoming() {
     }
     incoming_.clear();
     shutting_down = shutdown_requested_;
+  }
+  if (loop_.resend) {
+    loop_.resend = false;
+    dirty = true;
   }
   if (shutting_down && loop_.shutdown_deadline == absl::InfiniteFuture()) {
     loop_.shutdown_deadline = absl::Now() + absl::Seconds(config_.collective_timeout_s);

@@ -47,6 +47,30 @@ TEST_CASE("shape mismatch fails on every rank, naming both shapes", "[mismatch]"
   CheckStillWorks();
 }
 
+TEST_CASE("a shape change on one rank under a cached name fails on every rank at once",
+          "[mismatch][cache]") {
+  // Step 0 caches the name; in step 1 rank 1 changes the shape, so the other ranks, which announce
+  // it by cache bit, must send their requests again for rank 0 to compare: that resend has to
+  // start a round by itself, well before the stall inspector's 1 s warning would.
+  for (int step = 0; step < 2; ++step) {
+    const int64_t cols = step == 1 && Rank() == 1 ? 4 : 3;
+    std::vector<float> x(static_cast<size_t>(2 * cols), 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string error = ErrorOf(
+        Allreduce("mm.cached", MakeTensor(x.data(), {2, cols}), MakeTensor(x.data(), {2, cols})));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO(error);
+    if (step == 0) {
+      CHECK(error.empty());
+    } else {
+      CHECK(absl::StrContains(error, "allreduce 'mm.cached': shape mismatch"));
+      CHECK(seconds < 0.8);
+    }
+  }
+  CheckStillWorks();
+}
+
 TEST_CASE("dtype mismatch fails on every rank", "[mismatch]") {
   std::vector<double> d(4, 1.0);
   std::vector<float> f(4, 1.0f);
