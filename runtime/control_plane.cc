@@ -208,6 +208,29 @@ absl::Status ControlPlane::SendByte(int fd, char byte, int peer) {
   }
 }
 
+void ControlPlane::AwaitPeersClosed(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    std::vector<pollfd> polls;
+    std::vector<size_t> index;
+    for (size_t i = rank_ == 0 ? 1 : 0; i < fds_.size(); ++i) {
+      if (fds_[i] < 0) continue;
+      polls.push_back(pollfd{fds_[i], POLLIN, 0});
+      index.push_back(i);
+    }
+    if (polls.empty()) return;
+    if (poll(polls.data(), polls.size(), PollMillis(deadline - absl::Now())) <= 0) return;
+    for (size_t k = 0; k < polls.size(); ++k) {
+      if (polls[k].revents == 0) continue;
+      char buffer[256];
+      if (read(polls[k].fd, buffer, sizeof(buffer)) <= 0) {  // closed; late signals are dropped
+        close(fds_[index[k]]);
+        fds_[index[k]] = -1;
+      }
+    }
+  }
+}
+
 absl::Status ControlPlane::RequestRound() { return SendByte(fds_[0], 'W', 0); }
 
 absl::Status ControlPlane::AnnounceRound() {

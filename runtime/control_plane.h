@@ -51,6 +51,11 @@ class ControlPlane {
   // After this, closed connections are expected (an orderly shutdown) and not errors.
   void ExpectClose() { closing_ = true; }
 
+  // Rank 0, after an orderly shutdown: waits until every worker has closed its connection, or
+  // `timeout` passes, so that no worker still finishing its last round sees rank 0 vanish and
+  // takes it for a crash.
+  void AwaitPeersClosed(absl::Duration timeout);
+
  private:
   ControlPlane(int rank, std::vector<std::string> hosts) : rank_(rank), hosts_(std::move(hosts)) {}
   absl::Status SendByte(int fd, char byte, int peer);

@@ -325,7 +325,8 @@ absl::Duration Runtime::IdleTimeout() const {
   // wake-up from poll() costs a context switch on every rank that the next submission would
   // otherwise pay. While collectives are in flight MPI needs our calls to make progress.
   const absl::Time now = absl::Now();
-  if (rounds_owed_ > 0 || !data_plane_->idle() || now - loop_.last_activity < kSpinAfterActivity) {
+  if (rounds_owed_ > 0 || loop_.resend || !data_plane_->idle() ||
+      now - loop_.last_activity < kSpinAfterActivity) {
     return absl::ZeroDuration();
   }
   // Otherwise no timer but the stall inspector's, the cycle and the shutdown deadline.
@@ -390,6 +391,7 @@ absl::Status Runtime::Shutdown() {
   }
   timeline_.Close();
   if (!fatal.ok()) return fatal;  // MPI may be unusable: leave it to process exit
+  if (rank_ == 0) control_->AwaitPeersClosed(absl::Seconds(config_.collective_timeout_s));
   control_.reset();
   data_plane_.reset();
   negotiator_.reset();
