@@ -24,6 +24,25 @@ std::optional<std::string> ParamReader::Raw(absl::string_view key) const {
   return it->second;
 }
 
+absl::Status ParamReader::KOrRatio(int64_t k_max, int64_t* k, double* ratio) {
+  if (Has("k") && Has("ratio")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compressor '", config_.name, "': give either parameter 'k' or 'ratio', not both"));
+  }
+  *k = 0;
+  *ratio = 0.0;
+  if (Has("k")) {
+    absl::StatusOr<int64_t> v = Int("k", 0, 1, k_max);
+    if (!v.ok()) return v.status();
+    *k = *v;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> v = Double("ratio", 0.01, 1e-9, 1.0);
+  if (!v.ok()) return v.status();
+  *ratio = *v;
+  return absl::OkStatus();
+}
+
 std::string ParamReader::Where(absl::string_view key) const {
   return absl::StrCat("compressor '", config_.name, "': parameter '", key, "'");
 }

@@ -35,6 +35,10 @@ class ParamReader {
   absl::StatusOr<std::string> Choice(absl::string_view key, absl::string_view default_value,
                                      std::initializer_list<absl::string_view> allowed);
 
+  // Sparsifiers' size: either "k" (1..k_max elements) or "ratio" (default 0.01 of the tensor),
+  // never both. Sets *k (0 when the ratio applies) and *ratio.
+  absl::Status KOrRatio(int64_t k_max, int64_t* k, double* ratio);
+
   // Records a derived value in canonical() without reading it (covap R=auto -> R=3).
   void SetCanonical(absl::string_view key, std::string value);
 

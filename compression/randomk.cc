@@ -88,21 +88,10 @@ class RandomKCompressor final : public CompressorBase {
 
 absl::StatusOr<std::unique_ptr<Compressor>> MakeRandomK(ParamReader& params,
                                                         const CompressorContext&) {
-  if (params.Has("k") && params.Has("ratio")) {
-    return absl::InvalidArgumentError(
-        "compressor 'randomk': give either parameter 'k' or 'ratio', not both");
-  }
   int64_t k = 0;
   double ratio = 0.0;
-  if (params.Has("k")) {
-    absl::StatusOr<int64_t> v = params.Int("k", 0, 1, int64_t{1} << 32);
-    if (!v.ok()) return v.status();
-    k = *v;
-  } else {
-    absl::StatusOr<double> v = params.Double("ratio", 0.01, 1e-9, 1.0);
-    if (!v.ok()) return v.status();
-    ratio = *v;
-  }
+  absl::Status size = params.KOrRatio(int64_t{1} << 32, &k, &ratio);
+  if (!size.ok()) return size;
   absl::StatusOr<int64_t> seed = params.Int("seed", 0, 0, INT64_MAX);
   if (!seed.ok()) return seed.status();
   return std::make_unique<RandomKCompressor>(params.canonical(), k, ratio,

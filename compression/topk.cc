@@ -176,21 +176,10 @@ class TopKCompressor final : public CompressorBase {
 
 absl::StatusOr<std::unique_ptr<Compressor>> MakeTopK(ParamReader& params,
                                                      const CompressorContext&) {
-  if (params.Has("k") && params.Has("ratio")) {
-    return absl::InvalidArgumentError(
-        "compressor 'topk': give either parameter 'k' or 'ratio', not both");
-  }
   int64_t k = 0;
   double ratio = 0.0;
-  if (params.Has("k")) {
-    absl::StatusOr<int64_t> v = params.Int("k", 0, 1, UINT32_MAX);
-    if (!v.ok()) return v.status();
-    k = *v;
-  } else {
-    absl::StatusOr<double> v = params.Double("ratio", 0.01, 1e-9, 1.0);
-    if (!v.ok()) return v.status();
-    ratio = *v;
-  }
+  absl::Status size = params.KOrRatio(UINT32_MAX, &k, &ratio);
+  if (!size.ok()) return size;
   absl::StatusOr<std::string> method = params.Choice("method", "exact", {"exact", "sampled"});
   if (!method.ok()) return method.status();
   return std::make_unique<TopKCompressor>(params.canonical(), k, ratio, *method == "sampled");
