@@ -39,6 +39,7 @@ constexpr const char* kKnownVariables[] = {
     "OVERLAP_STALL_TIMEOUT_S",      "OVERLAP_TIMELINE",         "OVERLAP_LOG_LEVEL",
     "OVERLAP_COLLECTIVE_TIMEOUT_S", "OVERLAP_START_TIMEOUT_S",  "OVERLAP_COMPRESSION",
     "OVERLAP_CYCLE_TIME_MS",        "OVERLAP_DIRECT_THRESHOLD",
+    "OVERLAP_PLAN_AFTER_STEPS",
 };
 
 bool IsKnown(absl::string_view name) {
@@ -53,9 +54,11 @@ bool IsKnown(absl::string_view name) {
 absl::StatusOr<Config> Config::FromEnvironment() {
   Config config;
   int64_t channels = config.num_channels;
+  int64_t plan_after = config.plan_after_steps;
   absl::Status s = ReadInt("OVERLAP_FUSION_THRESHOLD", &config.fusion_threshold_bytes);
   if (s.ok()) s = ReadInt("OVERLAP_DIRECT_THRESHOLD", &config.direct_threshold_bytes);
   if (s.ok()) s = ReadInt("OVERLAP_NUM_CHANNELS", &channels);
+  if (s.ok()) s = ReadInt("OVERLAP_PLAN_AFTER_STEPS", &plan_after);
   if (s.ok()) s = ReadDouble("OVERLAP_STALL_WARNING_S", &config.stall_warning_s);
   if (s.ok()) s = ReadDouble("OVERLAP_STALL_TIMEOUT_S", &config.stall_timeout_s);
   if (s.ok()) s = ReadDouble("OVERLAP_COLLECTIVE_TIMEOUT_S", &config.collective_timeout_s);
@@ -66,6 +69,11 @@ absl::StatusOr<Config> Config::FromEnvironment() {
     return BadValue("OVERLAP_NUM_CHANNELS", std::to_string(channels), "an integer in 1..16");
   }
   config.num_channels = static_cast<int>(channels);
+  if (plan_after < 0 || plan_after > 1000) {
+    return BadValue("OVERLAP_PLAN_AFTER_STEPS", std::to_string(plan_after),
+                    "an integer in 0..1000");
+  }
+  config.plan_after_steps = static_cast<int>(plan_after);
   if (const char* v = std::getenv("OVERLAP_TIMELINE")) config.timeline_path = v;
   if (const char* v = std::getenv("OVERLAP_LOG_LEVEL")) config.log_level = v;
   if (const char* v = std::getenv("OVERLAP_COMPRESSION")) config.compression = v;
@@ -94,6 +102,10 @@ absl::Status Config::Validate() const {
   }
   if (num_channels < 1 || num_channels > 16) {
     return BadValue("OVERLAP_NUM_CHANNELS", std::to_string(num_channels), "an integer in 1..16");
+  }
+  if (plan_after_steps < 0 || plan_after_steps > 1000) {
+    return BadValue("OVERLAP_PLAN_AFTER_STEPS", std::to_string(plan_after_steps),
+                    "an integer in 0..1000");
   }
   struct Positive {
     const char* var;

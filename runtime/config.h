@@ -45,6 +45,12 @@ struct Config {
   // OVERLAP_CYCLE_TIME_MS, 0..1000; 0 starts a round at once.
   double cycle_time_ms = 0.5;
 
+  // Planned execution (DDP's frozen buckets): once the same set of allreduces has been agreed in
+  // this many consecutive steps, every rank freezes that step as a plan and launches its buckets
+  // in plan order without negotiation, checking consistency alongside each collective.
+  // OVERLAP_PLAN_AFTER_STEPS, 0..1000; 0 keeps negotiating every operation (Horovod's behaviour).
+  int plan_after_steps = 3;
+
   // Seconds to wait for every rank to connect its control socket during Init.
   // OVERLAP_START_TIMEOUT_S.
   double start_timeout_s = 60.0;

@@ -49,7 +49,8 @@ void* AllocateOutput(PendingOp& op, const Tensor& like, int64_t rows) {
 }  // namespace
 
 DataPlane::DataPlane(Executor* executor, const Config& config, int rank, int size,
-                     Timeline* timeline, CompressionStage* compression, CompleteFn complete)
+                     Timeline* timeline, CompressionStage* compression, CompleteFn complete,
+                     std::string track_prefix)
     : executor_(executor),
       config_(config),
       rank_(rank),
@@ -57,6 +58,7 @@ DataPlane::DataPlane(Executor* executor, const Config& config, int rank, int siz
       timeline_(timeline),
       compression_(compression),
       complete_(std::move(complete)),
+      track_prefix_(std::move(track_prefix)),
       channels_(static_cast<size_t>(executor->num_channels())) {}
 
 bool DataPlane::idle() const {
@@ -334,7 +336,7 @@ void DataPlane::FinishAllreduce(Bucket* bucket) {
 void DataPlane::Finish(Bucket* bucket) {
   const absl::Time done = absl::Now();
   if (timeline_->enabled()) {
-    timeline_->Span(absl::StrCat("channel ", bucket->channel), OpKindName(bucket->kind),
+    timeline_->Span(absl::StrCat(track_prefix_, "channel ", bucket->channel), OpKindName(bucket->kind),
                     bucket->started, done);
     for (const ReadyOp& r : bucket->ops) {
       timeline_->Span(r.response->name, "COLLECTIVE", bucket->started, done);

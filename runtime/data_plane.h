@@ -29,8 +29,9 @@ class DataPlane {
   // Called once per finished operation, with its outcome.
   using CompleteFn = std::function<void(PendingOp& op, const absl::Status& status)>;
 
+  // `track_prefix` starts the names of this plane's channel tracks in the timeline.
   DataPlane(Executor* executor, const Config& config, int rank, int size, Timeline* timeline,
-            CompressionStage* compression, CompleteFn complete);
+            CompressionStage* compression, CompleteFn complete, std::string track_prefix = "");
 
   // Queues operations in the order every rank agreed on.
   void Submit(std::vector<ReadyOp> ready);
@@ -79,6 +80,7 @@ class DataPlane {
   Timeline* const timeline_;
   CompressionStage* const compression_;
   const CompleteFn complete_;
+  const std::string track_prefix_;
   std::vector<Channel> channels_;
   int next_channel_ = 0;
 };

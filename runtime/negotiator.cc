@@ -18,6 +18,7 @@ constexpr uint64_t kNoUncached = 1;     // cleared by a rank with requests the c
 constexpr uint64_t kShutdown = 2;       // set by a rank that is shutting down
 constexpr uint64_t kNoStallGather = 4;  // cleared by rank 0 to collect per-rank ready lists
 constexpr uint64_t kNoBroadcast = 8;    // cleared by rank 0 when it has responses to send
+constexpr uint64_t kNoUnfreeze = 16;    // cleared by a rank that asks to drop the frozen plan
 
 size_t Words(size_t bits) { return (bits + 63) / 64; }
 bool TestBit(const std::vector<uint64_t>& v, size_t i) { return (v[i / 64] >> (i % 64)) & 1u; }
@@ -42,14 +43,27 @@ absl::Status Negotiator::WaitFor(MPI_Request* request, const char* what) {
       check_peers_);
 }
 
-std::vector<uint64_t> Negotiator::ReadyBits(const PendingTable& pending, bool joined) const {
+std::shared_ptr<const Response> Negotiator::CachedResponse(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= cache_.size() || !cache_[id].valid) return nullptr;
+  return cache_[static_cast<size_t>(id)].response;
+}
+
+const Request* Negotiator::CachedLocalRequest(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= cache_.size() || !cache_[id].valid) return nullptr;
+  return &cache_[static_cast<size_t>(id)].local;
+}
+
+std::vector<uint64_t> Negotiator::ReadyBits(const PendingTable& pending, bool joined,
+                                            const absl::flat_hash_set<int32_t>* planned_ids) const {
   std::vector<uint64_t> bits(Words(cache_.size()), 0);
   for (const auto& [name, op] : pending) {
     if (op.cache_id >= 0) SetBit(&bits, static_cast<size_t>(op.cache_id));
   }
   if (joined) {  // a joined rank stands ready for every allreduce, with zeros
     for (size_t id = 0; id < cache_.size(); ++id) {
-      if (cache_[id].valid && cache_[id].response->request.kind == OpKind::kAllreduce) {
+      const bool planned = planned_ids != nullptr && planned_ids->contains(static_cast<int32_t>(id));
+      if (cache_[id].valid && cache_[id].response->request.kind == OpKind::kAllreduce &&
+          !planned) {
         SetBit(&bits, id);
       }
     }
@@ -287,6 +301,7 @@ void Negotiator::ApplyResponses(std::vector<int32_t> evictions, std::vector<Resp
     if (!op.has_value() && !joined) continue;  // cannot happen: we set the bit ourselves
     result->ready.push_back(ReadyOp{response, std::move(op)});
   }
+  result->evicted = !evictions.empty();
   for (int32_t id : evictions) {
     CacheEntry& entry = cache_[static_cast<size_t>(id)];
     entry.valid = false;
@@ -325,7 +340,7 @@ void Negotiator::ApplyResponses(std::vector<int32_t> evictions, std::vector<Resp
 }
 
 absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joined,
-                                                 bool shutting_down) {
+                                                 bool shutting_down, const PlanVote& vote) {
   bool has_uncached = false;
   for (auto& [name, op] : *pending) {
     if (op.cache_id >= 0 || op.sent) continue;
@@ -336,11 +351,15 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
       has_uncached = true;
     }
   }
-  const std::vector<uint64_t> bits = ReadyBits(*pending, joined);
+  const std::vector<uint64_t> bits = ReadyBits(*pending, joined, vote.planned_ids);
   const size_t words = bits.size();
-  std::vector<uint64_t> vec(1 + 2 * words);
+  // Flags, ready bits, their complement, then the planned-launch count and its complement: the
+  // AND of a value and of its complement tell whether every rank sent the same value.
+  std::vector<uint64_t> vec(1 + 2 * words + 2);
   vec[0] = (has_uncached ? 0 : kNoUncached) | (shutting_down ? kShutdown : 0) | kNoStallGather |
-           kNoBroadcast;
+           kNoBroadcast | (vote.wants_unfreeze ? 0 : kNoUnfreeze);
+  vec[1 + 2 * words] = vote.launches;
+  vec[2 + 2 * words] = ~vote.launches;
   if (rank_ == 0 && StallGatherDue()) vec[0] &= ~kNoStallGather;
   if (rank_ == 0 && NextStallCheck() <= absl::Now()) vec[0] &= ~kNoBroadcast;
   for (size_t w = 0; w < words; ++w) {
@@ -360,6 +379,8 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
 
   RoundResult result;
   result.all_shutting_down = (flags & kShutdown) != 0;
+  result.unfreeze_wanted = (flags & kNoUnfreeze) == 0;
+  if (vec[1 + 2 * words] == ~vec[2 + 2 * words]) result.agreed_launches = vec[1 + 2 * words];
   const bool stall_gather = (flags & kNoStallGather) == 0;
   const bool gather = (flags & kNoUncached) == 0 || stall_gather;
   std::vector<int32_t> evictions;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "runtime/config.h"
@@ -39,11 +40,24 @@ struct ReadyOp {
   std::optional<PendingOp> op;
 };
 
+// What planned execution (runtime/planned_mode.h) adds to a round.
+struct PlanVote {
+  uint64_t launches = 0;        // planned collectives this rank has started so far
+  bool wants_unfreeze = false;  // this rank is blocked on the plan and asks to drop it
+  // Cache ids the plan runs: a joined rank must not announce them here.
+  const absl::flat_hash_set<int32_t>* planned_ids = nullptr;
+};
+
 struct RoundResult {
   std::vector<ReadyOp> ready;                             // in the same order on every rank
   std::vector<std::pair<PendingOp, std::string>> failed;  // with the error text
   bool all_shutting_down = false;
-  bool resend = false;  // some pending operations must be sent again next round
+  bool resend = false;   // some pending operations must be sent again next round
+  bool evicted = false;  // cache ids were invalidated
+  // The planned-launch count, when every rank reported the same one: then no planned collective
+  // is started on some ranks and not others, and the plan may be changed.
+  std::optional<uint64_t> agreed_launches;
+  bool unfreeze_wanted = false;  // some rank asked to drop the plan
 };
 
 class Negotiator {
@@ -57,7 +71,12 @@ class Negotiator {
   // Runs one round. Moves operations that became ready or failed out of `pending`. `joined`:
   // this rank has called Join and contributes zeros to every allreduce. DeadlineExceeded or
   // Unavailable, naming the round, when a peer does not take part within collective_timeout_s.
-  absl::StatusOr<RoundResult> RunRound(PendingTable* pending, bool joined, bool shutting_down);
+  absl::StatusOr<RoundResult> RunRound(PendingTable* pending, bool joined, bool shutting_down,
+                                       const PlanVote& vote = PlanVote());
+
+  // The agreed operation and this rank's own request behind cache id `id`; null when not valid.
+  std::shared_ptr<const Response> CachedResponse(int32_t id) const;
+  const Request* CachedLocalRequest(int32_t id) const;
 
   // Rank 0: when the stall inspector next needs a round even if nothing else happens.
   absl::Time NextStallCheck() const;
@@ -81,7 +100,8 @@ class Negotiator {
   };
 
   absl::Status WaitFor(MPI_Request* request, const char* what);
-  std::vector<uint64_t> ReadyBits(const PendingTable& pending, bool joined) const;
+  std::vector<uint64_t> ReadyBits(const PendingTable& pending, bool joined,
+                                  const absl::flat_hash_set<int32_t>* planned_ids) const;
   std::string EncodeGather(PendingTable* pending, bool include_ready,
                            const std::vector<uint64_t>& bits) const;
   // Rank 0.

@@ -126,6 +126,18 @@ absl::Status Runtime::Connect(const Config& config) {
   data_plane_ = std::make_unique<DataPlane>(
       executor_.get(), config, rank_, size_, &timeline_, compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
+  // Planned collectives and their checks get communicators of their own: ranks start them
+  // without negotiation, so they must not share a sequence with negotiated ones.
+  absl::StatusOr<std::unique_ptr<MpiExecutor>> planned_executor =
+      MpiExecutor::Create(MPI_COMM_WORLD, config.num_channels);
+  if (!planned_executor.ok()) return planned_executor.status();
+  MPI_Comm check_comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &check_comm);
+  planned_ = std::make_unique<PlannedMode>(
+      std::move(*planned_executor), check_comm, config, rank_, size_, &timeline_,
+      compression_.get(),
+      [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
+  detector_ = std::make_unique<CycleDetector>(config.plan_after_steps);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   spdlog::info("overlap: rank {} of {} on {} started ({} channels, fusion threshold {} bytes)",
                rank_, size_, hosts_[static_cast<size_t>(rank_)], config.num_channels,
@@ -230,6 +242,7 @@ void Runtime::Fatal(const absl::Status& status) {
   for (auto& [name, op] : pending_) CompleteOp(op, status);
   pending_.clear();
   data_plane_->FailAll(status);
+  for (PendingOp& op : planned_->FailAll(status)) CompleteOp(op, status);
   control_.reset();  // closing our sockets tells the peers at once
 }
 
@@ -244,7 +257,12 @@ bool Runtime::RunRounds() {
       shutting_down = shutdown_requested_;
     }
     const absl::Time start = absl::Now();
-    absl::StatusOr<RoundResult> round = negotiator_->RunRound(&pending_, joined, shutting_down);
+    PlanVote vote;
+    vote.launches = planned_->launches();
+    vote.wants_unfreeze = planned_->wants_unfreeze();
+    vote.planned_ids = &planned_->planned_ids();
+    absl::StatusOr<RoundResult> round =
+        negotiator_->RunRound(&pending_, joined, shutting_down, vote);
     if (!round.ok()) {
       Fatal(round.status());
       return false;
@@ -259,9 +277,31 @@ bool Runtime::RunRounds() {
         if (r.op.has_value()) timeline_.Span(r.response->name, "NEGOTIATE", r.op->enqueued, now);
       }
     }
+    std::optional<LearnedStep> learned;
+    for (ReadyOp& r : round->ready) {
+      const Response& response = *r.response;
+      if (response.request.kind == OpKind::kAllreduce && response.cache_id >= 0) {
+        std::optional<LearnedStep> step =
+            detector_->Observe(response.cache_id, round->agreed_launches);
+        if (step.has_value()) learned = std::move(step);
+      } else if (response.request.kind == OpKind::kJoin) {
+        detector_->Reset();
+        // While a plan runs, the Join completes once the plan has seen every rank join too.
+        if (r.op.has_value()) r.op = planned_->JoinAgreed(std::move(*r.op));
+      }
+    }
     data_plane_->Submit(std::move(round->ready));
     // Evicted requests go out whole in the next round, which this rank must ask for itself.
     if (round->resend) loop_.resend = true;
+    if (round->evicted) detector_->Reset();
+    UpdatePlan(*round, learned);
+    if (round->all_shutting_down && !stopping_ && !round->agreed_launches.has_value() &&
+        !planned_->idle()) {
+      Fatal(absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank_, ": Shutdown: planned allreduce of ", planned_->DescribeStarted(),
+          " was started on this rank, but not every rank submitted it before Shutdown")));
+      return false;
+    }
     if (round->all_shutting_down && !stopping_) {
       stopping_ = true;
       control_->ExpectClose();
@@ -270,12 +310,67 @@ bool Runtime::RunRounds() {
   return true;
 }
 
+void Runtime::Renegotiate(std::vector<PendingOp> ops) {
+  for (PendingOp& op : ops) {
+    op.cache_id = -1;
+    op.sent = false;
+    std::string name = op.request.name;
+    pending_.emplace(std::move(name), std::move(op));
+    loop_.resend = true;
+  }
+}
+
+void Runtime::DropPlan(const char* why) {
+  spdlog::info("overlap: rank {}: dropping the frozen plan: {}", rank_, why);
+  Renegotiate(planned_->Unfreeze());
+  detector_->Reset();
+}
+
+void Runtime::UpdatePlan(const RoundResult& round, const std::optional<LearnedStep>& learned) {
+  // Changes need every rank to have started the same planned collectives (agreed_launches):
+  // then none is left waiting for a rank that stops following the plan.
+  if (planned_->frozen() && round.unfreeze_wanted && round.agreed_launches.has_value()) {
+    DropPlan("a rank waited on it longer than its patience");
+  }
+  if (!learned.has_value()) return;
+  if (planned_->frozen() && !(round.agreed_launches.has_value() && learned->launches_unchanged)) {
+    return;  // the plan in force is in use
+  }
+  std::vector<PlanEntry> entries;
+  for (int32_t id : learned->ids) {
+    std::shared_ptr<const Response> response = negotiator_->CachedResponse(id);
+    if (response == nullptr) return;
+    entries.push_back(PlanEntry{id, std::move(response)});
+  }
+  if (planned_->frozen()) DropPlan("another step repeats while the plan goes unused");
+  const absl::flat_hash_set<int32_t> agreed(detector_->current().begin(),
+                                            detector_->current().end());
+  planned_->Freeze(std::move(entries), agreed, learned->step_time);
+  // This step's submissions that negotiation has not agreed yet continue under the plan.
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (planned_->Owns(it->first)) {
+      PendingOp op = std::move(it->second);
+      op.cache_id = -1;
+      op.sent = false;
+      planned_->Add(std::move(op));
+      pending_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
 bool Runtime::TakeIncoming() {
   bool dirty = false;
   bool shutting_down;
   {
     absl::MutexLock lock(&mu_);
     for (PendingOp& op : incoming_) {
+      loop_.last_activity = absl::Now();
+      if (planned_->Owns(op.request.name)) {
+        planned_->Add(std::move(op));
+        continue;
+      }
       std::string name = op.request.name;
       pending_.emplace(std::move(name), std::move(op));
       dirty = true;
@@ -283,6 +378,7 @@ bool Runtime::TakeIncoming() {
     incoming_.clear();
     shutting_down = shutdown_requested_;
   }
+  planned_->SetJoined(pending_.contains("__join"));
   if (loop_.resend) {
     loop_.resend = false;
     dirty = true;
@@ -325,12 +421,12 @@ absl::Duration Runtime::IdleTimeout() const {
   // wake-up from poll() costs a context switch on every rank that the next submission would
   // otherwise pay. While collectives are in flight MPI needs our calls to make progress.
   const absl::Time now = absl::Now();
-  if (rounds_owed_ > 0 || loop_.resend || !data_plane_->idle() ||
+  if (rounds_owed_ > 0 || loop_.resend || !data_plane_->idle() || !planned_->idle() ||
       now - loop_.last_activity < kSpinAfterActivity) {
     return absl::ZeroDuration();
   }
-  // Otherwise no timer but the stall inspector's, the cycle and the shutdown deadline.
-  absl::Time next = loop_.shutdown_deadline;
+  // Otherwise no timer but the stall inspector's, the plan's, the cycle and the shutdown deadline.
+  absl::Time next = std::min(loop_.shutdown_deadline, planned_->NextDeadline());
   if (rank_ == 0) {
     next = std::min({next, negotiator_->NextStallCheck(), loop_.round_wanted + Cycle()});
   }
@@ -346,10 +442,18 @@ void Runtime::Loop() {
       loop_.asked = false;
       if (!RunRounds()) return;
     }
-    if (dirty || !data_plane_->idle()) loop_.last_activity = absl::Now();
+    if (dirty || !data_plane_->idle() || !planned_->idle()) loop_.last_activity = absl::Now();
     // Many cheap MPI_Test calls per syscall: MPI moves large messages a fragment per call.
-    for (int i = 0; i < 64 && s.ok() && !data_plane_->idle(); ++i) s = data_plane_->Progress();
-    if (s.ok() && stopping_ && data_plane_->idle()) break;
+    std::vector<PendingOp> renegotiate;
+    for (int i = 0; i < 64 && s.ok(); ++i) {
+      if (!data_plane_->idle()) s = data_plane_->Progress();
+      if (s.ok()) s = planned_->Progress(&renegotiate);
+      if (data_plane_->idle() && planned_->idle()) break;
+    }
+    Renegotiate(std::move(renegotiate));
+    if (planned_->must_unfreeze()) DropPlan("a tensor was submitted differently from the plan");
+    if (planned_->TakeUnfreezeWish()) loop_.resend = true;  // asks for a round to drop the plan
+    if (s.ok() && stopping_ && data_plane_->idle() && planned_->idle()) break;
     if (s.ok() && !stopping_ && absl::Now() > loop_.shutdown_deadline) {
       s = absl::DeadlineExceededError(
           absl::StrCat("rank ", rank_, ": Shutdown: not every rank called Shutdown within ",
@@ -367,6 +471,7 @@ void Runtime::Loop() {
     if (timeout == absl::ZeroDuration() && rounds_owed_ == 0) sched_yield();
   }
   // Every rank agreed to stop and our collectives are done.
+  Renegotiate(planned_->Unfreeze());
   for (auto& [name, op] : pending_) {
     CompleteOp(op, absl::AbortedError(absl::StrCat(
                        "rank ", rank_, ": the runtime shut down before every rank submitted '",
@@ -393,6 +498,7 @@ absl::Status Runtime::Shutdown() {
   if (!fatal.ok()) return fatal;  // MPI may be unusable: leave it to process exit
   if (rank_ == 0) control_->AwaitPeersClosed(absl::Seconds(config_.collective_timeout_s));
   control_.reset();
+  planned_.reset();
   data_plane_.reset();
   negotiator_.reset();
   executor_.reset();

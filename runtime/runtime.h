@@ -25,10 +25,12 @@
 #include "runtime/compression_stage.h"
 #include "runtime/config.h"
 #include "runtime/control_plane.h"
+#include "runtime/cycle_detector.h"
 #include "runtime/data_plane.h"
 #include "runtime/negotiator.h"
 #include "runtime/overlap.h"
 #include "runtime/pending_op.h"
+#include "runtime/planned_mode.h"
 #include "runtime/timeline.h"
 
 namespace overlap {
@@ -69,6 +71,11 @@ class Runtime {
   absl::Duration IdleTimeout() const;
   absl::Duration Cycle() const { return absl::Milliseconds(config_.cycle_time_ms); }
   bool RunRounds();
+  // Planned execution: learns steps from an agreed round and freezes, replaces or drops the plan
+  // as the round allows; moves operations between the plan and negotiation.
+  void UpdatePlan(const RoundResult& round, const std::optional<LearnedStep>& learned);
+  void DropPlan(const char* why);
+  void Renegotiate(std::vector<PendingOp> ops);
   void CompleteOp(PendingOp& op, const absl::Status& status);
   void Fatal(const absl::Status& status);
   // Waits up to `timeout` for control signals (and, if `local`, for new submissions) and
@@ -88,6 +95,8 @@ class Runtime {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Negotiator> negotiator_;
   std::unique_ptr<DataPlane> data_plane_;
+  std::unique_ptr<PlannedMode> planned_;
+  std::unique_ptr<CycleDetector> detector_;
   Timeline timeline_;
   std::unique_ptr<CompressionStage> compression_;
   int wake_fd_ = -1;

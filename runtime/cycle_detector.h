@@ -1,0 +1,58 @@
+// Learns a training step from the agreed sequence of allreduces, for planned execution.
+//
+// Negotiation hands every rank the same sequence of agreed operations, so a detector fed that
+// sequence reaches the same decision at the same point on every rank without communicating.
+// A step is the run of cached allreduce ids from one occurrence of its first id to the next; it
+// is learned once the same set of ids has formed `steps_needed` consecutive steps with no id twice.
+// Any other pattern (an id repeating mid-step) starts over, so graphs that change from step to
+// step are never planned.
+#ifndef OVERLAP_RUNTIME_CYCLE_DETECTOR_H_
+#define OVERLAP_RUNTIME_CYCLE_DETECTOR_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/time/time.h"
+
+namespace overlap {
+
+struct LearnedStep {
+  std::vector<int32_t> ids;  // in the order of the last step
+  // The agreed planned-launch count was the same at the start of the first of the repeated steps
+  // and now: no planned collective ran meanwhile, so a plan in force is not in use.
+  bool launches_unchanged = false;
+  absl::Duration step_time;  // between the last two step starts, on this rank's clock
+};
+
+class CycleDetector {
+ public:
+  explicit CycleDetector(int steps_needed) : steps_needed_(steps_needed) {}
+
+  // Feeds one agreed cached allreduce id. `agreed_launches` is the planned-launch count when every
+  // rank reported the same one in the round that agreed `id`, nullopt otherwise. Returns the step
+  // each time a step closes that completes `steps_needed` identical ones in a row.
+  std::optional<LearnedStep> Observe(int32_t id, std::optional<uint64_t> agreed_launches);
+
+  // Ids agreed since the last step started (the step in progress).
+  const std::vector<int32_t>& current() const { return current_; }
+
+  // Forgets everything (cache ids were invalidated, or a plan was adopted or dropped).
+  void Reset();
+
+ private:
+  const int steps_needed_;
+  std::vector<int32_t> current_;
+  absl::flat_hash_set<int32_t> current_set_;
+  std::vector<int32_t> last_sorted_;
+  int repeats_ = 0;
+  // Launch counts at the start of each of the last steps_needed_ steps (oldest first).
+  std::vector<std::optional<uint64_t>> step_starts_;
+  std::optional<uint64_t> current_start_;
+  absl::Time current_started_at_ = absl::InfinitePast();
+};
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_CYCLE_DETECTOR_H_
