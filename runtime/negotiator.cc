@@ -19,6 +19,7 @@ constexpr uint64_t kShutdown = 2;       // set by a rank that is shutting down
 constexpr uint64_t kNoStallGather = 4;  // cleared by rank 0 to collect per-rank ready lists
 constexpr uint64_t kNoBroadcast = 8;    // cleared by rank 0 when it has responses to send
 constexpr uint64_t kNoUnfreeze = 16;    // cleared by a rank that asks to drop the frozen plan
+constexpr uint64_t kNoPlanReport = 32;  // cleared by a rank that wants every rank's launch count
 
 size_t Words(size_t bits) { return (bits + 63) / 64; }
 bool TestBit(const std::vector<uint64_t>& v, size_t i) { return (v[i / 64] >> (i % 64)) & 1u; }
@@ -357,7 +358,8 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
   // AND of a value and of its complement tell whether every rank sent the same value.
   std::vector<uint64_t> vec(1 + 2 * words + 2);
   vec[0] = (has_uncached ? 0 : kNoUncached) | (shutting_down ? kShutdown : 0) | kNoStallGather |
-           kNoBroadcast | (vote.wants_unfreeze ? 0 : kNoUnfreeze);
+           kNoBroadcast | (vote.wants_unfreeze ? 0 : kNoUnfreeze) |
+           (vote.wants_report ? 0 : kNoPlanReport);
   vec[1 + 2 * words] = vote.launches;
   vec[2 + 2 * words] = ~vote.launches;
   if (rank_ == 0 && StallGatherDue()) vec[0] &= ~kNoStallGather;
@@ -381,6 +383,14 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
   result.all_shutting_down = (flags & kShutdown) != 0;
   result.unfreeze_wanted = (flags & kNoUnfreeze) == 0;
   if (vec[1 + 2 * words] == ~vec[2 + 2 * words]) result.agreed_launches = vec[1 + 2 * words];
+  if ((flags & kNoPlanReport) == 0) {
+    result.launch_counts.resize(static_cast<size_t>(size_));
+    uint64_t mine = vote.launches;
+    MPI_Iallgather(&mine, 1, MPI_UINT64_T, result.launch_counts.data(), 1, MPI_UINT64_T, comm_,
+                   &request);
+    s = WaitFor(&request, "planned launch count gather");
+    if (!s.ok()) return s;
+  }
   const bool stall_gather = (flags & kNoStallGather) == 0;
   const bool gather = (flags & kNoUncached) == 0 || stall_gather;
   std::vector<int32_t> evictions;

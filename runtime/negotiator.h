@@ -44,6 +44,7 @@ struct ReadyOp {
 struct PlanVote {
   uint64_t launches = 0;        // planned collectives this rank has started so far
   bool wants_unfreeze = false;  // this rank is blocked on the plan and asks to drop it
+  bool wants_report = false;    // a planned unit waits on peers: gather every rank's count
   // Cache ids the plan runs: a joined rank must not announce them here.
   const absl::flat_hash_set<int32_t>* planned_ids = nullptr;
 };
@@ -58,6 +59,7 @@ struct RoundResult {
   // is started on some ranks and not others, and the plan may be changed.
   std::optional<uint64_t> agreed_launches;
   bool unfreeze_wanted = false;  // some rank asked to drop the plan
+  std::vector<uint64_t> launch_counts;  // by rank, when some rank asked for a report
 };
 
 class Negotiator {

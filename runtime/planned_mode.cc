@@ -22,6 +22,12 @@ int64_t RequestBytes(const Request& request) {
   return bytes;
 }
 
+// How long a started unit waits before asking which ranks have started it: soon enough to warn on
+// time, and to notice an unreachable peer through a round that times out.
+absl::Duration ProbeInterval(const Config& config) {
+  return absl::Seconds(std::min(config.stall_warning_s, config.collective_timeout_s / 2));
+}
+
 // A planned unit may wait for ranks that are still computing for as long as a negotiated
 // operation may, so its collective's own timeout starts after the stall timeout.
 Config PlaneConfig(Config config) {
@@ -49,11 +55,13 @@ std::vector<std::vector<int>> MakeLaunchUnits(const std::vector<PlanEntry>& entr
 }
 
 PlannedMode::PlannedMode(std::unique_ptr<Executor> executor, MPI_Comm check_comm,
-                         const Config& config, int rank, int size, Timeline* timeline,
-                         CompressionStage* compression, DataPlane::CompleteFn complete)
+                         const Config& config, int rank, int size, std::vector<std::string> hosts,
+                         Timeline* timeline, CompressionStage* compression,
+                         DataPlane::CompleteFn complete)
     : config_(config),
       rank_(rank),
       size_(size),
+      hosts_(std::move(hosts)),
       timeline_(timeline),
       complete_(std::move(complete)),
       executor_(std::move(executor)),
@@ -185,6 +193,8 @@ void PlannedMode::LaunchNext() {
   }
   Advance();
   ++launch_count_;
+  launch.number = launch_count_;
+  launch.next_probe = launch.started + ProbeInterval(config_);
   blocked_since_ = absl::InfiniteFuture();
   blocked_warned_ = false;
   launches_.push_back(std::move(launch));
@@ -273,6 +283,7 @@ void PlannedMode::Finish(Launch* launch, std::vector<PendingOp>* renegotiate) {
 }
 
 absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
+  if (!stalled_.ok()) return stalled_;
   absl::Status s = plane_.Progress();
   if (!s.ok()) return s;
   const absl::Time now = absl::Now();
@@ -287,20 +298,14 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
       OnChecked(&l);
       continue;
     }
+    // OnReport names the ranks at the stall timeout; without a round this is the fallback.
     const absl::Duration age = now - l.started;
-    const std::string what = absl::StrCat("planned allreduce of ", UnitNames(l.responses),
-                                          " started on this rank ", absl::ToInt64Seconds(age),
-                                          " s ago, and not every rank has submitted it");
-    if (age >= absl::Seconds(config_.stall_timeout_s)) {
+    if (age >= absl::Seconds(config_.stall_timeout_s + config_.collective_timeout_s)) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "rank ", rank_, ": stalled: ", what, ", past OVERLAP_STALL_TIMEOUT_S=",
-          config_.stall_timeout_s, " (a started collective cannot be withdrawn, so the runtime "
-          "stops; set OVERLAP_PLAN_AFTER_STEPS=0 if ranks submit different tensors by design)"));
-    }
-    if (age >= absl::Seconds(config_.stall_warning_s) && !l.warned) {
-      l.warned = true;
-      spdlog::warn("overlap: rank {}: stall: {} (fails after OVERLAP_STALL_TIMEOUT_S={})", rank_,
-                   what, config_.stall_timeout_s);
+          "rank ", rank_, ": stalled: planned allreduce of ", UnitNames(l.responses),
+          " started on this rank ", absl::ToInt64Seconds(age),
+          " s ago and not started by every rank (OVERLAP_STALL_TIMEOUT_S=", config_.stall_timeout_s,
+          ")"));
     }
     break;  // later launches cannot be unchecked
   }
@@ -340,6 +345,60 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
   return absl::OkStatus();
 }
 
+bool PlannedMode::TakeReportWish() {
+  for (Launch& l : launches_) {
+    if (l.checked) continue;
+    const absl::Time now = absl::Now();
+    if (now < l.next_probe) return false;
+    const absl::Time timeout = l.started + absl::Seconds(config_.stall_timeout_s);
+    l.next_probe = now + ProbeInterval(config_);
+    if (now < timeout) l.next_probe = std::min(l.next_probe, timeout);
+    return true;
+  }
+  return false;
+}
+
+void PlannedMode::OnReport(const std::vector<uint64_t>& counts) {
+  for (Launch& l : launches_) {
+    if (l.checked) continue;
+    std::vector<int> have, missing;
+    for (int r = 0; r < size_; ++r) {
+      (counts[static_cast<size_t>(r)] >= l.number ? have : missing).push_back(r);
+    }
+    if (missing.empty()) return;  // every rank started it: only slow
+    const absl::Duration age = absl::Now() - l.started;
+    std::string others;
+    if (l.responses.size() > 1) {
+      std::vector<std::shared_ptr<const Response>> rest(l.responses.begin() + 1,
+                                                        l.responses.end());
+      others = absl::StrCat(" (planned with ", UnitNames(rest), ")");
+    }
+    const std::string text = absl::StrCat(
+        "allreduce '", l.responses.front()->name, "'", others, ": submitted by ranks ",
+        RankList(have), " but not by ranks ", RankList(missing), " for ",
+        absl::ToInt64Seconds(age), " s");
+    if (age >= absl::Seconds(config_.stall_timeout_s)) {
+      // A started collective cannot be withdrawn: the job cannot go on.
+      stalled_ = absl::DeadlineExceededError(absl::StrCat(
+          "rank ", rank_, ": stalled: ", text, ", past OVERLAP_STALL_TIMEOUT_S=",
+          config_.stall_timeout_s));
+    } else if (age >= absl::Seconds(config_.stall_warning_s) && !l.warned) {
+      l.warned = true;
+      if (rank_ == have.front()) {
+        spdlog::warn("overlap: rank {}: stall: {} (fails after OVERLAP_STALL_TIMEOUT_S={})",
+                     rank_, text, config_.stall_timeout_s);
+      }
+    }
+    return;
+  }
+}
+
+std::string PlannedMode::RankList(const std::vector<int>& ranks) const {
+  std::vector<std::string> parts;
+  for (int r : ranks) parts.push_back(absl::StrCat(r, " (", hosts_[static_cast<size_t>(r)], ")"));
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
 bool PlannedMode::TakeUnfreezeWish() {
   if (!wants_unfreeze_) return false;
   const absl::Time now = absl::Now();
@@ -352,12 +411,16 @@ absl::Time PlannedMode::NextDeadline() const {
   if (frozen_ && !waiting_.empty() && blocked_since_ == absl::InfiniteFuture()) {
     return absl::Now();  // Progress has not looked at these yet
   }
-  if (blocked_since_ == absl::InfiniteFuture()) return absl::InfiniteFuture();
+  absl::Time probe = absl::InfiniteFuture();
+  for (const Launch& l : launches_) {
+    if (!l.checked) probe = l.next_probe;
+  }
+  if (blocked_since_ == absl::InfiniteFuture()) return probe;
   absl::Time next = wants_unfreeze_ ? last_wish_ + patience_ : blocked_since_ + patience_;
   if (!blocked_warned_) {
     next = std::min(next, blocked_since_ + absl::Seconds(config_.stall_warning_s));
   }
-  return next;
+  return std::min(next, probe);
 }
 
 std::string PlannedMode::UnitNames(

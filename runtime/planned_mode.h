@@ -62,9 +62,10 @@ class PlannedMode {
 
   // `executor` and `check_comm` carry planned collectives and checks only. `complete` receives
   // every operation that finishes, with its outcome.
+  // `hosts[r]` names rank r's host in messages.
   PlannedMode(std::unique_ptr<Executor> executor, MPI_Comm check_comm, const Config& config,
-              int rank, int size, Timeline* timeline, CompressionStage* compression,
-              DataPlane::CompleteFn complete);
+              int rank, int size, std::vector<std::string> hosts, Timeline* timeline,
+              CompressionStage* compression, DataPlane::CompleteFn complete);
   ~PlannedMode();
 
   bool frozen() const { return frozen_; }
@@ -101,6 +102,13 @@ class PlannedMode {
   bool TakeUnfreezeWish();
   bool wants_unfreeze() const { return wants_unfreeze_; }
 
+  // A started unit has waited on its peers long enough to ask, in a round, which ranks have
+  // started it (at the stall warning, at the stall timeout, and every so often in between so that
+  // an unreachable peer ends the round with OVERLAP_COLLECTIVE_TIMEOUT_S). True once per probe.
+  bool TakeReportWish();
+  // Every rank's launch count, from that round: warns or fails naming the ranks.
+  void OnReport(const std::vector<uint64_t>& counts);
+
   // Nothing started and unfinished.
   bool idle() const { return launches_.empty() && plane_.idle(); }
   uint64_t launches() const { return launch_count_; }
@@ -125,7 +133,9 @@ class PlannedMode {
     absl::flat_hash_set<std::string> expected;  // names whose collective has not finished
     std::vector<std::pair<PendingOp, absl::Status>> done;
     std::vector<PendingOp> diverged_here;  // submitted differently here: sent as zeros
+    uint64_t number = 0;  // this launch's place in the sequence, from 1
     absl::Time started;
+    absl::Time next_probe;
     bool warned = false;
   };
 
@@ -134,12 +144,14 @@ class PlannedMode {
   void OnChecked(Launch* launch);
   void Finish(Launch* launch, std::vector<PendingOp>* renegotiate);
   void OnDataDone(PendingOp& op, const absl::Status& status);
+  std::string RankList(const std::vector<int>& ranks) const;
   std::string UnitNames(const std::vector<std::shared_ptr<const Response>>& responses) const;
   void Advance();
 
   const Config config_;
   const int rank_;
   const int size_;
+  const std::vector<std::string> hosts_;
   Timeline* const timeline_;
   const DataPlane::CompleteFn complete_;
   std::unique_ptr<Executor> executor_;
@@ -157,6 +169,7 @@ class PlannedMode {
   std::deque<Launch> launches_;
   uint64_t launch_count_ = 0;
   bool must_unfreeze_ = false;
+  absl::Status stalled_;  // set by OnReport: the job cannot continue
   JoinState join_ = JoinState::kNone;
   std::optional<PendingOp> held_join_;
 

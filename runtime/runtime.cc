@@ -134,7 +134,7 @@ absl::Status Runtime::Connect(const Config& config) {
   MPI_Comm check_comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &check_comm);
   planned_ = std::make_unique<PlannedMode>(
-      std::move(*planned_executor), check_comm, config, rank_, size_, &timeline_,
+      std::move(*planned_executor), check_comm, config, rank_, size_, hosts_, &timeline_,
       compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
   detector_ = std::make_unique<CycleDetector>(config.plan_after_steps);
@@ -261,6 +261,8 @@ bool Runtime::RunRounds() {
     vote.launches = planned_->launches();
     vote.wants_unfreeze = planned_->wants_unfreeze();
     vote.planned_ids = &planned_->planned_ids();
+    vote.wants_report = loop_.plan_report;
+    loop_.plan_report = false;
     absl::StatusOr<RoundResult> round =
         negotiator_->RunRound(&pending_, joined, shutting_down, vote);
     if (!round.ok()) {
@@ -295,6 +297,7 @@ bool Runtime::RunRounds() {
     if (round->resend) loop_.resend = true;
     if (round->evicted) detector_->Reset();
     UpdatePlan(*round, learned);
+    if (!round->launch_counts.empty()) planned_->OnReport(round->launch_counts);
     if (round->all_shutting_down && !stopping_ && !round->agreed_launches.has_value() &&
         !planned_->idle()) {
       Fatal(absl::FailedPreconditionError(absl::StrCat(
@@ -453,6 +456,7 @@ void Runtime::Loop() {
     Renegotiate(std::move(renegotiate));
     if (planned_->must_unfreeze()) DropPlan("a tensor was submitted differently from the plan");
     if (planned_->TakeUnfreezeWish()) loop_.resend = true;  // asks for a round to drop the plan
+    if (planned_->TakeReportWish()) loop_.plan_report = loop_.resend = true;
     if (s.ok() && stopping_ && data_plane_->idle() && planned_->idle()) break;
     if (s.ok() && !stopping_ && absl::Now() > loop_.shutdown_deadline) {
       s = absl::DeadlineExceededError(
