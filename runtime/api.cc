@@ -112,6 +112,11 @@ int LocalSize() {
   return r ? r->local_size() : -1;
 }
 
+RuntimeStats Stats() {
+  std::shared_ptr<Runtime> r = Current();
+  return r ? r->stats() : RuntimeStats();
+}
+
 absl::StatusOr<Handle> Allreduce(const std::string& name, const Tensor& input, const Tensor& output,
                                  const AllreduceOptions& options) {
   PendingOp op = SingleTensorOp(OpKind::kAllreduce, name, input);

@@ -6,6 +6,7 @@ namespace overlap {
 
 void CycleDetector::Reset() {
   current_.clear();
+  current_rounds_.clear();
   current_set_.clear();
   last_sorted_.clear();
   repeats_ = 0;
@@ -22,6 +23,7 @@ std::optional<LearnedStep> CycleDetector::Observe(int32_t id,
       current_started_at_ = absl::Now();
     }
     current_.push_back(id);
+    current_rounds_.push_back(round_);
     current_set_.insert(id);
     return std::nullopt;
   }
@@ -29,6 +31,7 @@ std::optional<LearnedStep> CycleDetector::Observe(int32_t id,
     // An id came back before the step's first one did: not a repeating step (yet).
     Reset();
     current_.push_back(id);
+    current_rounds_.push_back(round_);
     current_set_.insert(id);
     current_start_ = agreed_launches;
     current_started_at_ = absl::Now();
@@ -49,12 +52,13 @@ std::optional<LearnedStep> CycleDetector::Observe(int32_t id,
   }
   std::optional<LearnedStep> learned;
   if (repeats_ >= steps_needed_) {
-    learned = LearnedStep{current_, false, absl::Now() - current_started_at_};
+    learned = LearnedStep{current_, current_rounds_, false, absl::Now() - current_started_at_};
     const std::optional<uint64_t>& first = step_starts_.front();
     learned->launches_unchanged =
         first.has_value() && agreed_launches.has_value() && *first == *agreed_launches;
   }
   current_.assign(1, id);
+  current_rounds_.assign(1, round_);
   current_set_.clear();
   current_set_.insert(id);
   current_start_ = agreed_launches;

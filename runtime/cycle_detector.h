@@ -20,6 +20,10 @@ namespace overlap {
 
 struct LearnedStep {
   std::vector<int32_t> ids;  // in the order of the last step
+  // Per id, the negotiation round that agreed it in the last step. Ids agreed in different rounds
+  // must not wait for each other in a plan: the program may wait for one before submitting the
+  // next.
+  std::vector<int64_t> rounds;
   // The agreed planned-launch count was the same at the start of the first of the repeated steps
   // and now: no planned collective ran meanwhile, so a plan in force is not in use.
   bool launches_unchanged = false;
@@ -35,6 +39,9 @@ class CycleDetector {
   // each time a step closes that completes `steps_needed` identical ones in a row.
   std::optional<LearnedStep> Observe(int32_t id, std::optional<uint64_t> agreed_launches);
 
+  // Marks the end of one round's ids.
+  void EndRound() { ++round_; }
+
   // Ids agreed since the last step started (the step in progress).
   const std::vector<int32_t>& current() const { return current_; }
 
@@ -44,6 +51,8 @@ class CycleDetector {
  private:
   const int steps_needed_;
   std::vector<int32_t> current_;
+  std::vector<int64_t> current_rounds_;
+  int64_t round_ = 0;
   absl::flat_hash_set<int32_t> current_set_;
   std::vector<int32_t> last_sorted_;
   int repeats_ = 0;

@@ -267,6 +267,10 @@ bool Negotiator::StallGatherDue() const {
   return false;
 }
 
+void Negotiator::ForgetStalls(const absl::flat_hash_set<int32_t>& ids) {
+  for (int32_t id : ids) cached_stalls_.erase(id);
+}
+
 absl::Time Negotiator::NextStallCheck() const {
   absl::Time next = absl::InfiniteFuture();
   const absl::Duration warning = absl::Seconds(config_.stall_warning_s);

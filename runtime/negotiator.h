@@ -80,6 +80,9 @@ class Negotiator {
   std::shared_ptr<const Response> CachedResponse(int32_t id) const;
   const Request* CachedLocalRequest(int32_t id) const;
 
+  // Stops tracking stalls of `ids` (they left negotiation for a plan).
+  void ForgetStalls(const absl::flat_hash_set<int32_t>& ids);
+
   // Rank 0: when the stall inspector next needs a round even if nothing else happens.
   absl::Time NextStallCheck() const;
 

@@ -192,6 +192,17 @@ absl::StatusOr<Handle> Barrier();
 // every rank when all ranks have joined. Only allreduce may run while some ranks have joined.
 absl::StatusOr<Handle> Join();
 
+// What the runtime has done on this rank so far, for tests, benchmarks and logs.
+struct RuntimeStats {
+  int64_t negotiation_rounds = 0;
+  int64_t planned_launches = 0;  // units the frozen plan started without negotiation
+  int64_t plans_frozen = 0;      // plans adopted (see OVERLAP_PLAN_AFTER_STEPS)
+  int64_t plans_dropped = 0;     // plans given up (divergence, a changed step, a blocked rank)
+  int64_t planned_tensors = 0;   // tensors in the plan in force; 0 while negotiating everything
+};
+// Zeros before Init and after Shutdown.
+RuntimeStats Stats();
+
 }  // namespace overlap
 
 #endif  // OVERLAP_RUNTIME_OVERLAP_H_

@@ -14,14 +14,6 @@ size_t Words(size_t bits) { return (bits + 63) / 64; }
 bool TestBit(const std::vector<uint64_t>& v, size_t i) { return (v[i / 64] >> (i % 64)) & 1u; }
 void SetBit(std::vector<uint64_t>* v, size_t i) { (*v)[i / 64] |= uint64_t{1} << (i % 64); }
 
-int64_t RequestBytes(const Request& request) {
-  int64_t bytes = 0;
-  for (const TensorMeta& t : request.tensors) {
-    bytes += t.NumElements() * static_cast<int64_t>(DataTypeSize(t.dtype));
-  }
-  return bytes;
-}
-
 // How long a started unit waits before asking which ranks have started it: soon enough to warn on
 // time, and to notice an unreachable peer through a round that times out.
 absl::Duration ProbeInterval(const Config& config) {
@@ -36,23 +28,6 @@ Config PlaneConfig(Config config) {
 }
 
 }  // namespace
-
-std::vector<std::vector<int>> MakeLaunchUnits(const std::vector<PlanEntry>& entries,
-                                              int64_t first_bytes, int64_t unit_bytes) {
-  std::vector<std::vector<int>> units;
-  int64_t open_bytes = 0;
-  for (int i = 0; i < static_cast<int>(entries.size()); ++i) {
-    const int64_t bytes = RequestBytes(entries[static_cast<size_t>(i)].response->request);
-    const int64_t limit = units.size() <= 1 ? first_bytes : unit_bytes;
-    if (units.empty() || (open_bytes > 0 && open_bytes + bytes > limit)) {
-      units.emplace_back();
-      open_bytes = 0;
-    }
-    units.back().push_back(i);
-    open_bytes += bytes;
-  }
-  return units;
-}
 
 PlannedMode::PlannedMode(std::unique_ptr<Executor> executor, MPI_Comm check_comm,
                          const Config& config, int rank, int size, std::vector<std::string> hosts,
@@ -74,11 +49,11 @@ PlannedMode::~PlannedMode() {
   if (check_comm_ != MPI_COMM_NULL) MPI_Comm_free(&check_comm_);
 }
 
-void PlannedMode::Freeze(std::vector<PlanEntry> entries,
+void PlannedMode::Freeze(std::vector<PlanEntry> entries, const std::vector<int64_t>& groups,
                          const absl::flat_hash_set<int32_t>& already_agreed,
                          absl::Duration step_time) {
   entries_ = std::move(entries);
-  units_ = MakeLaunchUnits(entries_, kFirstUnitBytes, kUnitBytes);
+  units_ = MakeLaunchUnits(entries_, groups, kFirstUnitBytes, kUnitBytes);
   entry_of_.clear();
   planned_ids_.clear();
   for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {

@@ -38,21 +38,11 @@
 #include "absl/time/time.h"
 #include "collectives/executor.h"
 #include "runtime/data_plane.h"
+#include "runtime/launch_units.h"
 #include "runtime/messages.h"
 #include "runtime/pending_op.h"
 
 namespace overlap {
-
-// One tensor of the plan: the operation every rank agreed on, with its cache id.
-struct PlanEntry {
-  int32_t cache_id = -1;
-  std::shared_ptr<const Response> response;
-};
-
-// Launch units over `entries` in order: consecutive entries up to `first_bytes` for the first
-// unit and `unit_bytes` for the others (an entry larger than that is a unit of its own).
-std::vector<std::vector<int>> MakeLaunchUnits(const std::vector<PlanEntry>& entries,
-                                              int64_t first_bytes, int64_t unit_bytes);
 
 class PlannedMode {
  public:
@@ -73,8 +63,9 @@ class PlannedMode {
   // Adopts `entries` (one step, in order) as the plan. `already_agreed` holds cache ids that
   // negotiation has already agreed for the step in progress: the first pass skips them.
   // `step_time`: how long a step took while learning (sets the patience before asking to unfreeze).
-  void Freeze(std::vector<PlanEntry> entries, const absl::flat_hash_set<int32_t>& already_agreed,
-              absl::Duration step_time);
+  // `groups` as for MakeLaunchUnits.
+  void Freeze(std::vector<PlanEntry> entries, const std::vector<int64_t>& groups,
+              const absl::flat_hash_set<int32_t>& already_agreed, absl::Duration step_time);
 
   // Drops the plan. Returns the operations submitted for it and not started, for negotiation.
   // Started units run to completion.

@@ -150,6 +150,16 @@ Runtime::~Runtime() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
+RuntimeStats Runtime::stats() const {
+  RuntimeStats stats;
+  stats.negotiation_rounds = counters_.rounds.load();
+  stats.planned_launches = counters_.launches.load();
+  stats.plans_frozen = counters_.frozen.load();
+  stats.plans_dropped = counters_.dropped.load();
+  stats.planned_tensors = counters_.tensors.load();
+  return stats;
+}
+
 void Runtime::Wake() {
   const uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
@@ -270,6 +280,7 @@ bool Runtime::RunRounds() {
       return false;
     }
     const absl::Time now = absl::Now();
+    counters_.rounds.fetch_add(1, std::memory_order_relaxed);
     timeline_.Span("negotiation rounds", "ROUND", start, now);
     for (auto& [op, error] : round->failed) {
       CompleteOp(op, absl::FailedPreconditionError(absl::StrCat("rank ", rank_, ": ", error)));
@@ -292,6 +303,7 @@ bool Runtime::RunRounds() {
         if (r.op.has_value()) r.op = planned_->JoinAgreed(std::move(*r.op));
       }
     }
+    detector_->EndRound();
     data_plane_->Submit(std::move(round->ready));
     // Evicted requests go out whole in the next round, which this rank must ask for itself.
     if (round->resend) loop_.resend = true;
@@ -323,10 +335,12 @@ void Runtime::Renegotiate(std::vector<PendingOp> ops) {
   }
 }
 
-void Runtime::DropPlan(const char* why) {
+void Runtime::DropPlan(const char* why, bool relearn) {
   spdlog::info("overlap: rank {}: dropping the frozen plan: {}", rank_, why);
   Renegotiate(planned_->Unfreeze());
-  detector_->Reset();
+  if (relearn) detector_->Reset();
+  counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+  counters_.tensors.store(0, std::memory_order_relaxed);
 }
 
 void Runtime::UpdatePlan(const RoundResult& round, const std::optional<LearnedStep>& learned) {
@@ -345,10 +359,16 @@ void Runtime::UpdatePlan(const RoundResult& round, const std::optional<LearnedSt
     if (response == nullptr) return;
     entries.push_back(PlanEntry{id, std::move(response)});
   }
-  if (planned_->frozen()) DropPlan("another step repeats while the plan goes unused");
+  // The new plan's first pass skips what negotiation already agreed of the step in progress.
   const absl::flat_hash_set<int32_t> agreed(detector_->current().begin(),
                                             detector_->current().end());
-  planned_->Freeze(std::move(entries), agreed, learned->step_time);
+  if (planned_->frozen()) {
+    DropPlan("another step repeats while the plan goes unused", /*relearn=*/false);
+  }
+  counters_.frozen.fetch_add(1, std::memory_order_relaxed);
+  counters_.tensors.store(static_cast<int64_t>(entries.size()), std::memory_order_relaxed);
+  planned_->Freeze(std::move(entries), learned->rounds, agreed, learned->step_time);
+  negotiator_->ForgetStalls(planned_->planned_ids());
   // This step's submissions that negotiation has not agreed yet continue under the plan.
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (planned_->Owns(it->first)) {
@@ -454,6 +474,7 @@ void Runtime::Loop() {
       if (data_plane_->idle() && planned_->idle()) break;
     }
     Renegotiate(std::move(renegotiate));
+    counters_.launches.store(static_cast<int64_t>(planned_->launches()), std::memory_order_relaxed);
     if (planned_->must_unfreeze()) DropPlan("a tensor was submitted differently from the plan");
     if (planned_->TakeUnfreezeWish()) loop_.resend = true;  // asks for a round to drop the plan
     if (planned_->TakeReportWish()) loop_.plan_report = loop_.resend = true;

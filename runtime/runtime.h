@@ -12,6 +12,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <string>
@@ -56,6 +57,8 @@ class Runtime {
   // Shutdown or a fatal error.
   absl::StatusOr<Handle> Submit(PendingOp op, DoneCallback on_done);
 
+  RuntimeStats stats() const;
+
   // Error-feedback residuals of this rank's compressed tensors (see overlap.h).
   std::string SaveCompressionState() { return compression_->Save(); }
   absl::Status RestoreCompressionState(const std::string& s) { return compression_->Restore(s); }
@@ -74,7 +77,8 @@ class Runtime {
   // Planned execution: learns steps from an agreed round and freezes, replaces or drops the plan
   // as the round allows; moves operations between the plan and negotiation.
   void UpdatePlan(const RoundResult& round, const std::optional<LearnedStep>& learned);
-  void DropPlan(const char* why);
+  // `relearn`: forget the steps seen so far (not when a new plan replaces the old one).
+  void DropPlan(const char* why, bool relearn = true);
   void Renegotiate(std::vector<PendingOp> ops);
   void CompleteOp(PendingOp& op, const absl::Status& status);
   void Fatal(const absl::Status& status);
@@ -124,6 +128,10 @@ class Runtime {
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  // Written by the coordinator thread, read by stats().
+  struct Counters {
+    std::atomic<int64_t> rounds{0}, launches{0}, frozen{0}, dropped{0}, tensors{0};
+  } counters_;
 };
 
 }  // namespace overlap

@@ -1,0 +1,102 @@
+// CycleDetector and MakeLaunchUnits: the pure logic that decides when and how ranks freeze a plan.
+#include <catch2/catch.hpp>
+
+#include "runtime/cycle_detector.h"
+#include "runtime/launch_units.h"
+
+namespace overlap {
+namespace {
+
+// Feeds `ids` and returns the last step learned, if any.
+std::optional<LearnedStep> Feed(CycleDetector* d, const std::vector<int32_t>& ids,
+                                std::optional<uint64_t> launches = 0) {
+  std::optional<LearnedStep> last;
+  for (int32_t id : ids) {
+    std::optional<LearnedStep> step = d->Observe(id, launches);
+    if (step.has_value()) last = step;
+  }
+  return last;
+}
+
+TEST_CASE("a step is learned after the configured number of identical steps", "[detector]") {
+  CycleDetector d(3);
+  // Steps of {4, 2, 9}: the third step closes when 4 comes back a fourth time.
+  CHECK_FALSE(Feed(&d, {4, 2, 9, 4, 2, 9, 4, 2, 9}).has_value());
+  std::optional<LearnedStep> step = Feed(&d, {4});
+  REQUIRE(step.has_value());
+  CHECK(step->ids == std::vector<int32_t>{4, 2, 9});
+  CHECK(step->launches_unchanged);
+  CHECK(step->rounds.size() == 3);
+  // The step in progress is the one just begun.
+  CHECK(d.current() == std::vector<int32_t>{4});
+}
+
+TEST_CASE("order inside a step may vary, the set may not", "[detector]") {
+  CycleDetector d(3);
+  std::optional<LearnedStep> step = Feed(&d, {1, 2, 3, 1, 3, 2, 1, 2, 3, 1});
+  REQUIRE(step.has_value());
+  CHECK(step->ids == std::vector<int32_t>{1, 2, 3});  // the last step's order
+  CycleDetector f(3);
+  // {1,2,3}, {1,2}, {1,2,3}, {1,2,3}: never three identical sets in a row until the end.
+  CHECK_FALSE(Feed(&f, {1, 2, 3, 1, 2, 1, 2, 3, 1, 2, 3, 1}).has_value());
+}
+
+TEST_CASE("an id repeating mid-step starts over", "[detector]") {
+  CycleDetector d(2);
+  CHECK_FALSE(Feed(&d, {1, 2, 2, 1, 2}).has_value());  // 2 came back before 1: reset at 2
+  // From the reset: steps {2, 1} then {2, 1} again.
+  std::optional<LearnedStep> step = Feed(&d, {1, 2, 1, 2});
+  REQUIRE(step.has_value());
+  CHECK(step->ids == std::vector<int32_t>{2, 1});
+}
+
+TEST_CASE("zero steps needed disables learning", "[detector]") {
+  CycleDetector d(0);
+  CHECK_FALSE(Feed(&d, {1, 1, 1, 1, 1, 1}).has_value());
+}
+
+TEST_CASE("launches_unchanged compares the agreed launch counts across the repeated steps",
+          "[detector]") {
+  CycleDetector d(2);
+  Feed(&d, {7}, 10);
+  Feed(&d, {7}, 12);  // planned collectives ran during the first step
+  std::optional<LearnedStep> step = Feed(&d, {7}, 12);
+  REQUIRE(step.has_value());
+  CHECK_FALSE(step->launches_unchanged);
+  step = Feed(&d, {7}, 12);
+  REQUIRE(step.has_value());
+  CHECK(step->launches_unchanged);
+  step = Feed(&d, {7}, std::nullopt);  // ranks disagreed in that round
+  REQUIRE(step.has_value());
+  CHECK_FALSE(step->launches_unchanged);
+}
+
+PlanEntry Entry(int64_t floats) {
+  auto response = std::make_shared<Response>();
+  response->request.tensors.push_back(TensorMeta{DataType::kFloat32, {floats}});
+  return PlanEntry{0, response};
+}
+
+TEST_CASE("launch units: a small first unit, then units up to the cap, big tensors alone",
+          "[units]") {
+  // Bytes: 400, 400, 400, 4000, 400, 400.
+  std::vector<PlanEntry> entries = {Entry(100), Entry(100), Entry(100),
+                                    Entry(1000), Entry(100), Entry(100)};
+  const std::vector<int64_t> one_round(6, 0);
+  const std::vector<std::vector<int>> units = MakeLaunchUnits(entries, one_round, 800, 1200);
+  CHECK(units == std::vector<std::vector<int>>{{0, 1}, {2}, {3}, {4, 5}});
+  CHECK(MakeLaunchUnits({}, {}, 800, 1200).empty());
+  CHECK(MakeLaunchUnits({Entry(1000)}, {0}, 8, 12) == std::vector<std::vector<int>>{{0}});
+}
+
+TEST_CASE("launch units never join tensors that negotiation agreed in different rounds",
+          "[units]") {
+  // A program that waits for each tensor before submitting the next shows one tensor per round;
+  // a unit holding two of them would wait forever for the second.
+  std::vector<PlanEntry> entries = {Entry(1), Entry(1), Entry(1), Entry(1)};
+  CHECK(MakeLaunchUnits(entries, {5, 6, 6, 9}, 800, 1200) ==
+        std::vector<std::vector<int>>{{0}, {1, 2}, {3}});
+}
+
+}  // namespace
+}  // namespace overlap
