@@ -27,16 +27,6 @@ std::optional<LearnedStep> CycleDetector::Observe(int32_t id,
     current_set_.insert(id);
     return std::nullopt;
   }
-  if (id != current_.front()) {
-    // An id came back before the step's first one did: not a repeating step (yet).
-    Reset();
-    current_.push_back(id);
-    current_rounds_.push_back(round_);
-    current_set_.insert(id);
-    current_start_ = agreed_launches;
-    current_started_at_ = absl::Now();
-    return std::nullopt;
-  }
   std::vector<int32_t> sorted = current_;
   std::sort(sorted.begin(), sorted.end());
   if (sorted == last_sorted_) {

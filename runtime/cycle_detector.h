@@ -2,10 +2,12 @@
 //
 // Negotiation hands every rank the same sequence of agreed operations, so a detector fed that
 // sequence reaches the same decision at the same point on every rank without communicating.
-// A step is the run of cached allreduce ids from one occurrence of its first id to the next; it
-// is learned once the same set of ids has formed `steps_needed` consecutive steps with no id twice.
-// Any other pattern (an id repeating mid-step) starts over, so graphs that change from step to
-// step are never planned.
+// A step ends where an id comes back; it is learned once the same set of ids has formed
+// `steps_needed` consecutive steps. The order inside a step may vary (rounds agree ids in cache-id
+// order, and how ids fall into rounds depends on timing), and the first step seen may start
+// anywhere in the program's own step: a plan is a cycle, so only the set and, for the first pass
+// after freezing, the ids already agreed since the step began (current()) matter. Graphs that change
+// from step to step, or that submit a name twice per step, are never planned.
 #ifndef OVERLAP_RUNTIME_CYCLE_DETECTOR_H_
 #define OVERLAP_RUNTIME_CYCLE_DETECTOR_H_
 
