@@ -59,6 +59,14 @@ absl::StatusOr<std::string> CycleTime(absl::string_view flag, absl::string_view 
   return std::string(value);
 }
 
+absl::StatusOr<std::string> PlanAfterSteps(absl::string_view flag, absl::string_view value) {
+  int n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n < 0 || n > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", value, "' is not in 0..1000"));
+  }
+  return std::string(value);
+}
+
 absl::StatusOr<std::string> LogLevel(absl::string_view flag, absl::string_view value) {
   for (const char* level : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
     if (value == level) {
@@ -105,6 +113,9 @@ constexpr RuntimeFlag kFlags[] = {
      "start a negotiation round at most MS ms after the first rank has new work (0..1000), so "
      "tensors submitted close together fuse",
      CycleTime},
+    {"--plan-after-steps", "OVERLAP_PLAN_AFTER_STEPS", "N",
+     "freeze a plan after N identical steps and stop negotiating them (0..1000; 0: never)",
+     PlanAfterSteps},
 };
 
 }  // namespace

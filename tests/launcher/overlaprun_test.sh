@@ -37,7 +37,7 @@ expect 2 "overlaprun: unknown option '--np' (overlaprun --help lists them)" -- -
 "$O" --help >"$T/help" || fail "--help status $?"
 for opt in -np -H --hostfile --dry-run --network-interface -x --fusion-threshold-mb --timeline \
   --log-level --stall-warning --stall-timeout --collective-timeout --planner --compression \
-  --cycle-time-ms \
+  --cycle-time-ms --plan-after-steps \
   --start-timeout --oversubscribe --rsh-agent --tcp-only --kill-grace --mpi-args examples:; do
   grep -q -- "$opt" "$T/help" || fail "--help does not mention $opt"
 done

@@ -57,11 +57,14 @@ TEST_CASE("runtime options become OVERLAP_* values in the runtime's units", "[pa
                   "topk:ratio=0.01",
                   "--cycle-time-ms",
                   "2.5",
+                  "--plan-after-steps",
+                  "5",
                   "prog"});
   REQUIRE(p.ok());
   const auto& env = p->options.runtime_env;
   CHECK(env.at("OVERLAP_FUSION_THRESHOLD") == "33554432");
   CHECK(env.at("OVERLAP_TIMELINE") == "/tmp/t.json");
+  CHECK(env.at("OVERLAP_PLAN_AFTER_STEPS") == "5");
   CHECK(env.at("OVERLAP_LOG_LEVEL") == "debug");
   CHECK(env.at("OVERLAP_STALL_WARNING_S") == "5");
   CHECK(env.at("OVERLAP_STALL_TIMEOUT_S") == "20");
@@ -72,7 +75,7 @@ TEST_CASE("runtime options become OVERLAP_* values in the runtime's units", "[pa
   CHECK(env.at("OVERLAP_COMPRESSION") == "topk:ratio=0.01");
   CHECK(env.at("OVERLAP_CYCLE_TIME_MS") == "2.5");
   CHECK(p->options.start_timeout_s == 45.0);
-  CHECK(env.size() == 11);
+  CHECK(env.size() == 12);
 }
 
 TEST_CASE("fractional megabytes round to whole bytes", "[parse]") {
@@ -117,6 +120,8 @@ TEST_CASE("each bad argument gives one message naming the option", "[parse]") {
         "--num-channels '17' is not in 1..16");
   CHECK(message({"-np", "1", "--cycle-time-ms", "1001", "p"}) ==
         "--cycle-time-ms '1001' is not in 0..1000");
+  CHECK(message({"-np", "1", "--plan-after-steps", "-1", "p"}) ==
+        "--plan-after-steps '-1' is not in 0..1000");
   CHECK(message({"-np", "1", "--start-timeout", "soon", "p"}) ==
         "--start-timeout 'soon' is not a positive number of seconds");
   CHECK(message({"-np", "1", "-x", "1BAD=2", "p"}) ==

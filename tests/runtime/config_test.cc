@@ -36,6 +36,8 @@ TEST_CASE("bad values name the variable, the value and what is expected", "[conf
        "OVERLAP_FUSION_THRESHOLD='-1' is not valid: expected a byte count >= 0"},
       {"OVERLAP_NUM_CHANNELS", "0",
        "OVERLAP_NUM_CHANNELS='0' is not valid: expected an integer in 1..16"},
+      {"OVERLAP_PLAN_AFTER_STEPS", "1001",
+       "OVERLAP_PLAN_AFTER_STEPS='1001' is not valid: expected an integer in 0..1000"},
       {"OVERLAP_STALL_TIMEOUT_S", "soon",
        "OVERLAP_STALL_TIMEOUT_S='soon' is not valid: expected a number"},
       {"OVERLAP_COLLECTIVE_TIMEOUT_S", "-3",
