@@ -6,8 +6,13 @@
 // runtime and MPI_Allreduce (on MPI_COMM_WORLD, MPI_IN_PLACE) reduce the same buffer. Each
 // trial is a barrier followed by `iters` back-to-back operations; its time is the slowest rank's
 // mean per operation. Trials of the two interleave (rotating which goes first) so that load from
-// other processes on a shared machine hits both alike; the reported figure is the median trial,
-// or with --best the fastest one.
+// other processes on a shared machine hits both alike. Times are the median trial (or with --best
+// the fastest); the ratio is the median of the per-trial ratios (paired: a trial of each method
+// run back to back shares the machine's state, which on a shared machine drifts by more than the
+// difference being measured), or with --best the ratio of the fastest trials.
+// Before timing, each case runs long enough for the runtime to freeze its plan
+// (OVERLAP_PLAN_AFTER_STEPS), as a training job's first iterations do; "planned" in the output
+// says whether the timed operations ran on a plan.
 // GB/s is algorithm bandwidth, bytes / time / 1e9 (bus bandwidth is 2(n-1)/n times that).
 //
 // Case "resnet50_step": ResNet-50's 161 gradients (bench/resnet50_tensors.h), each in its own
@@ -164,24 +169,39 @@ double TimeMpi(float* data, int64_t count, int iters) {
   return MaxOverRanks((MPI_Wtime() - start) / iters);
 }
 
+struct Measured {
+  std::vector<double> summary;             // per method, over the trials
+  std::vector<std::vector<double>> trials;  // per method, per trial
+};
+
 // Runs every measurement once per trial, rotating which goes first so that no method always
-// follows another; returns each one's summary over the trials.
-std::vector<double> Interleaved(const BenchOptions& options,
-                                const std::vector<std::function<double()>>& measures) {
-  std::vector<std::vector<double>> times(measures.size());
+// follows another; returns each one's trials and summary.
+Measured Interleaved(const BenchOptions& options,
+                     const std::vector<std::function<double()>>& measures) {
+  Measured out;
+  out.trials.resize(measures.size());
   for (int t = 0; t < options.trials; ++t) {
     for (size_t k = 0; k < measures.size(); ++k) {
       const size_t m = (t + k) % measures.size();
-      times[m].push_back(measures[m]());
+      out.trials[m].push_back(measures[m]());
     }
   }
-  std::vector<double> summary;
-  summary.reserve(times.size());
-  for (const std::vector<double>& t : times) {
-    summary.push_back(Summarise(t, options.statistic));
+  for (const std::vector<double>& t : out.trials) {
+    out.summary.push_back(Summarise(t, options.statistic));
   }
-  return summary;
+  return out;
 }
+
+// Time of method b over time of method a: the median of the per-trial ratios, or with --best the
+// ratio of the fastest trials.
+double TimeRatio(const BenchOptions& options, const Measured& m, size_t a, size_t b) {
+  if (options.statistic == Statistic::kBest) return m.summary[b] / m.summary[a];
+  std::vector<double> ratios;
+  for (size_t t = 0; t < m.trials[a].size(); ++t) ratios.push_back(m.trials[b][t] / m.trials[a][t]);
+  return Summarise(ratios, Statistic::kMedian);
+}
+
+bool Planned() { return Stats().planned_tensors > 0; }
 
 // Before timing a size, one sum of (rank + 1) through the runtime must give n(n+1)/2 everywhere:
 // a fast wrong answer is not a result.
@@ -212,7 +232,7 @@ void RunSize(const BenchOptions& options, int64_t bytes) {
   VerifySum(name, buffer, tensor);
   // Enough back-to-back operations that a trial of a small size is not one timer tick.
   const int iters = static_cast<int>(std::clamp<int64_t>((int64_t{8} << 20) / bytes, 1, 50));
-  TimeOverlap(name, tensor, 1);  // warm-up: first-sight negotiation, buffers, caches
+  TimeOverlap(name, tensor, 5);  // warm-up: negotiation, caches, then the plan freezes
   TimeMpi(buffer.data(), count, 1);
   std::vector<std::function<double()>> measures = {
       [&] { return TimeOverlap(name, tensor, iters); },
@@ -221,23 +241,27 @@ void RunSize(const BenchOptions& options, int64_t bytes) {
     TimeMpiNonBlocking(buffer.data(), count, 1);
     measures.push_back([&] { return TimeMpiNonBlocking(buffer.data(), count, iters); });
   }
-  const std::vector<double> seconds = Interleaved(options, measures);
+  const Measured measured = Interleaved(options, measures);
+  const std::vector<double>& seconds = measured.summary;
   const double overlap_s = seconds[0];
   const double mpi_s = seconds[1];
   const double overlap_gbps = bytes / overlap_s / 1e9;
   const double mpi_gbps = bytes / mpi_s / 1e9;
+  const double ratio = TimeRatio(options, measured, 0, 1);  // overlap GB/s over MPI GB/s
+  const bool planned = Planned();
   if (Rank() != 0) {
     return;
   }
   if (options.json) {
     std::printf(
         "{\"case\":\"size\",\"bytes\":%lld,\"ranks\":%d,\"overlap_gbps\":%.4f,"
-        "\"mpi_gbps\":%.4f,\"ratio\":%.4f}\n",
-        static_cast<long long>(bytes), Size(), overlap_gbps, mpi_gbps, overlap_gbps / mpi_gbps);
+        "\"mpi_gbps\":%.4f,\"ratio\":%.4f,\"planned\":%s}\n",
+        static_cast<long long>(bytes), Size(), overlap_gbps, mpi_gbps, ratio,
+        planned ? "true" : "false");
   } else {
-    std::printf("%12lld %6d %12.1f %12.1f %12.1f %12.3f %10.3f %7.3f\n",
+    std::printf("%12lld %6d %12.1f %12.1f %12.1f %12.3f %10.3f %7.3f %s\n",
                 static_cast<long long>(bytes), Size(), overlap_s * 1e6, mpi_s * 1e6,
-                seconds[2] * 1e6, overlap_gbps, mpi_gbps, overlap_gbps / mpi_gbps);
+                seconds[2] * 1e6, overlap_gbps, mpi_gbps, ratio, planned ? "planned" : "");
   }
   std::fflush(stdout);
 }
@@ -270,29 +294,31 @@ void RunResNet50(const BenchOptions& options) {
     grads.emplace_back(p.NumElements(), 0.0f);
   }
   std::vector<float> fused(kResNet50TotalElements, 0.0f);
-  TimeResNetStep(grads);  // first step negotiates every tensor; later steps hit the cache
-  TimeResNetStep(grads);
+  // The first step negotiates every tensor, the next ones hit the cache, then the plan freezes.
+  for (int warm = 0; warm < 5; ++warm) TimeResNetStep(grads);
   TimeMpi(fused.data(), kResNet50TotalElements, 1);
-  const std::vector<double> seconds =
+  const Measured measured =
       Interleaved(options, {[&] { return TimeResNetStep(grads); },
                             [&] { return TimeMpi(fused.data(), kResNet50TotalElements, 1); }});
-  const double overlap_s = seconds[0];
-  const double mpi_s = seconds[1];
+  const double overlap_s = measured.summary[0];
+  const double mpi_s = measured.summary[1];
+  const double ratio = TimeRatio(options, measured, 1, 0);  // overlap time over MPI time
+  const bool planned = Planned();
   if (Rank() != 0) {
     return;
   }
   if (options.json) {
     std::printf(
         "{\"case\":\"resnet50_step\",\"overlap_ms\":%.3f,\"mpi_fused_ms\":%.3f,"
-        "\"ratio\":%.4f}\n",
-        overlap_s * 1e3, mpi_s * 1e3, overlap_s / mpi_s);
+        "\"ratio\":%.4f,\"planned\":%s}\n",
+        overlap_s * 1e3, mpi_s * 1e3, ratio, planned ? "true" : "false");
   } else {
     std::printf(
         "\nresnet50_step: %zu tensors, %lld bytes, %d ranks: overlap %.3f ms, "
-        "one fused MPI_Allreduce %.3f ms, ratio %.3f (lower is better)\n",
+        "one fused MPI_Allreduce %.3f ms, ratio %.3f (lower is better)%s\n",
         kResNet50Parameters.size(),
         static_cast<long long>(kResNet50TotalElements) * static_cast<long long>(sizeof(float)),
-        Size(), overlap_s * 1e3, mpi_s * 1e3, overlap_s / mpi_s);
+        Size(), overlap_s * 1e3, mpi_s * 1e3, ratio, planned ? ", planned" : "");
   }
   std::fflush(stdout);
 }

@@ -132,7 +132,7 @@ void PlannedMode::Advance() {
   }
 }
 
-void PlannedMode::LaunchNext() {
+absl::Status PlannedMode::LaunchNext() {
   const std::vector<int>& unit = units_[static_cast<size_t>(next_unit_)];
   Launch launch;
   launch.unit = next_unit_;
@@ -177,12 +177,15 @@ void PlannedMode::LaunchNext() {
   if (members.empty()) {  // the whole unit was agreed by negotiation before the freeze
     l.checked = true;
     l.diverged.assign(0, false);
-    return;
+    return absl::OkStatus();
   }
+  // The data first: the check is small and catches up.
+  plane_.Submit(std::move(ready));
+  const absl::Status started = plane_.Progress();
   PrepareIallreduce(l.check.size() * sizeof(uint64_t));
   MPI_Iallreduce(MPI_IN_PLACE, l.check.data(), static_cast<int>(l.check.size()), MPI_UINT64_T,
                  MPI_BOR, check_comm_, &l.request);
-  plane_.Submit(std::move(ready));
+  return started;
 }
 
 void PlannedMode::OnChecked(Launch* launch) {
@@ -289,8 +292,7 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
     launches_.pop_front();
   }
   if (CanLaunch()) {
-    LaunchNext();
-    s = plane_.Progress();
+    s = LaunchNext();
     if (!s.ok()) return s;
   }
   // Blocked: tensors are here but the next unit cannot start for want of others on this rank.

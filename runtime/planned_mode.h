@@ -131,7 +131,7 @@ class PlannedMode {
   };
 
   bool CanLaunch() const;
-  void LaunchNext();
+  absl::Status LaunchNext();
   void OnChecked(Launch* launch);
   void Finish(Launch* launch, std::vector<PendingOp>* renegotiate);
   void OnDataDone(PendingOp& op, const absl::Status& status);

@@ -214,7 +214,8 @@ absl::StatusOr<Handle> Runtime::Submit(PendingOp op, DoneCallback on_done) {
     op.enqueued = absl::Now();
     incoming_.push_back(std::move(op));
   }
-  Wake();
+  // A coordinator that is spinning looks at incoming_ anyway; only a sleeping one needs waking.
+  if (coordinator_sleeping_.load()) Wake();
   return Handle(state);
 }
 
@@ -484,8 +485,16 @@ void Runtime::Loop() {
           absl::StrCat("rank ", rank_, ": Shutdown: not every rank called Shutdown within ",
                        config_.collective_timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S)"));
     }
-    const absl::Duration timeout = IdleTimeout();
+    absl::Duration timeout = IdleTimeout();
+    if (timeout != absl::ZeroDuration()) {
+      // Announce the sleep before the last look at incoming_: a submission after that look sees
+      // the flag and writes the eventfd (the mutex orders the two).
+      coordinator_sleeping_.store(true);
+      absl::MutexLock lock(&mu_);
+      if (!incoming_.empty() || shutdown_requested_) timeout = absl::ZeroDuration();
+    }
     if (s.ok()) s = ReadControl(timeout, /*local=*/true);
+    coordinator_sleeping_.store(false);
     if (!s.ok()) {
       Fatal(s);
       return;

@@ -104,6 +104,7 @@ class Runtime {
   Timeline timeline_;
   std::unique_ptr<CompressionStage> compression_;
   int wake_fd_ = -1;
+  std::atomic<bool> coordinator_sleeping_{false};  // in poll() on wake_fd_, or about to be
   std::thread thread_;
 
   // Coordinator thread only.
