@@ -7,6 +7,7 @@
 #include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
 #include "runtime/matcher.h"
+#include "runtime/rank_bits.h"
 #include "spdlog/spdlog.h"
 
 namespace overlap {
@@ -21,9 +22,6 @@ constexpr uint64_t kNoBroadcast = 8;    // cleared by rank 0 when it has respons
 constexpr uint64_t kNoUnfreeze = 16;    // cleared by a rank that asks to drop the frozen plan
 constexpr uint64_t kNoPlanReport = 32;  // cleared by a rank that wants every rank's launch count
 
-size_t Words(size_t bits) { return (bits + 63) / 64; }
-bool TestBit(const std::vector<uint64_t>& v, size_t i) { return (v[i / 64] >> (i % 64)) & 1u; }
-void SetBit(std::vector<uint64_t>* v, size_t i) { (*v)[i / 64] |= uint64_t{1} << (i % 64); }
 
 std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), " s"); }
 
@@ -170,11 +168,6 @@ void Negotiator::MatchTable(std::vector<Response>* responses) {
   table_order_ = std::move(still_waiting);
 }
 
-std::string Negotiator::RankList(const std::vector<int>& ranks) const {
-  std::vector<std::string> parts;
-  for (int r : ranks) parts.push_back(absl::StrCat(r, " (", hosts_[static_cast<size_t>(r)], ")"));
-  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
-}
 
 void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vector<uint64_t>& any,
                                bool gathered, bool may_fail, std::vector<Response>* responses) {
@@ -188,8 +181,8 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
       if (std::find(have.begin(), have.end(), r) == have.end()) missing.push_back(r);
     }
     const std::string text = absl::StrCat(
-        OpKindName(request.kind), " '", request.name, "': submitted by ranks ", RankList(have),
-        " but not by ranks ", RankList(missing), " for ", Seconds(age));
+        OpKindName(request.kind), " '", request.name, "': submitted by ranks ", RankList(have, hosts_),
+        " but not by ranks ", RankList(missing, hosts_), " for ", Seconds(age));
     if (!fail) {
       spdlog::warn("overlap: rank 0: stall: {} (fails after OVERLAP_STALL_TIMEOUT_S={})", text,
                    config_.stall_timeout_s);

@@ -115,7 +115,6 @@ class Negotiator {
   void InspectStalls(const std::vector<uint64_t>& all, const std::vector<uint64_t>& any,
                      bool gathered, bool may_fail, std::vector<Response>* responses);
   bool StallGatherDue() const;
-  std::string RankList(const std::vector<int>& ranks) const;
   void ApplyResponses(std::vector<int32_t> evictions, std::vector<Response> responses,
                       const std::vector<uint64_t>& all_ready, PendingTable* pending, bool joined,
                       RoundResult* result);

@@ -5,19 +5,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/mpi_executor.h"
+#include "runtime/rank_bits.h"
 #include "spdlog/spdlog.h"
 
 namespace overlap {
 namespace {
 
-size_t Words(size_t bits) { return (bits + 63) / 64; }
-bool TestBit(const std::vector<uint64_t>& v, size_t i) { return (v[i / 64] >> (i % 64)) & 1u; }
-void SetBit(std::vector<uint64_t>* v, size_t i) { (*v)[i / 64] |= uint64_t{1} << (i % 64); }
-
 // How long a started unit waits before asking which ranks have started it: soon enough to warn on
 // time, and to notice an unreachable peer through a round that times out.
 absl::Duration ProbeInterval(const Config& config) {
-  return absl::Seconds(std::min(config.stall_warning_s, config.collective_timeout_s / 2));
+  return absl::Seconds(std::min(config.stall_warning_s, config.collective_timeout_s / 4));
 }
 
 // A planned unit may wait for ranks that are still computing for as long as a negotiated
@@ -190,6 +187,7 @@ absl::Status PlannedMode::LaunchNext() {
 
 void PlannedMode::OnChecked(Launch* launch) {
   launch->checked = true;
+  launch->checked_at = absl::Now();
   const size_t n = launch->responses.size();
   launch->diverged.assign(n, false);
   bool any = false;
@@ -266,7 +264,18 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
   if (!s.ok()) return s;
   const absl::Time now = absl::Now();
   for (Launch& l : launches_) {
-    if (l.checked) continue;
+    if (l.checked) {
+      // Every rank started it: from here the ordinary collective timeout applies.
+      if (!l.expected.empty() &&
+          now - l.checked_at > absl::Seconds(config_.collective_timeout_s)) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "rank ", rank_, ": planned allreduce of ", UnitNames(l.responses),
+            " did not complete within ", absl::ToInt64Seconds(absl::Seconds(config_.collective_timeout_s)),
+            " s after every rank started it (OVERLAP_COLLECTIVE_TIMEOUT_S): a peer process is "
+            "stuck or dead, or the network is down"));
+      }
+      continue;
+    }
     int done = 0;
     if (MPI_Test(&l.request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
       return absl::InternalError(absl::StrCat("rank ", rank_, ": planned check of ",
@@ -352,7 +361,7 @@ void PlannedMode::OnReport(const std::vector<uint64_t>& counts) {
     }
     const std::string text = absl::StrCat(
         "allreduce '", l.responses.front()->name, "'", others, ": submitted by ranks ",
-        RankList(have), " but not by ranks ", RankList(missing), " for ",
+        RankList(have, hosts_), " but not by ranks ", RankList(missing, hosts_), " for ",
         absl::ToInt64Seconds(age), " s");
     if (age >= absl::Seconds(config_.stall_timeout_s)) {
       // A started collective cannot be withdrawn: the job cannot go on.
@@ -370,11 +379,6 @@ void PlannedMode::OnReport(const std::vector<uint64_t>& counts) {
   }
 }
 
-std::string PlannedMode::RankList(const std::vector<int>& ranks) const {
-  std::vector<std::string> parts;
-  for (int r : ranks) parts.push_back(absl::StrCat(r, " (", hosts_[static_cast<size_t>(r)], ")"));
-  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
-}
 
 bool PlannedMode::TakeUnfreezeWish() {
   if (!wants_unfreeze_) return false;

@@ -126,6 +126,7 @@ class PlannedMode {
     std::vector<PendingOp> diverged_here;  // submitted differently here: sent as zeros
     uint64_t number = 0;  // this launch's place in the sequence, from 1
     absl::Time started;
+    absl::Time checked_at;  // every rank has started it from here on
     absl::Time next_probe;
     bool warned = false;
   };
@@ -135,7 +136,6 @@ class PlannedMode {
   void OnChecked(Launch* launch);
   void Finish(Launch* launch, std::vector<PendingOp>* renegotiate);
   void OnDataDone(PendingOp& op, const absl::Status& status);
-  std::string RankList(const std::vector<int>& ranks) const;
   std::string UnitNames(const std::vector<std::shared_ptr<const Response>>& responses) const;
   void Advance();
 
