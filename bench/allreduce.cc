@@ -170,7 +170,7 @@ double TimeMpi(float* data, int64_t count, int iters) {
 }
 
 struct Measured {
-  std::vector<double> summary;             // per method, over the trials
+  std::vector<double> summary;              // per method, over the trials
   std::vector<std::vector<double>> trials;  // per method, per trial
 };
 

@@ -6,8 +6,8 @@
 // `steps_needed` consecutive steps. The order inside a step may vary (rounds agree ids in cache-id
 // order, and how ids fall into rounds depends on timing), and the first step seen may start
 // anywhere in the program's own step: a plan is a cycle, so only the set and, for the first pass
-// after freezing, the ids already agreed since the step began (current()) matter. Graphs that change
-// from step to step, or that submit a name twice per step, are never planned.
+// after freezing, the ids already agreed since the step began (current()) matter. Graphs that
+// change from step to step, or that submit a name twice per step, are never planned.
 #ifndef OVERLAP_RUNTIME_CYCLE_DETECTOR_H_
 #define OVERLAP_RUNTIME_CYCLE_DETECTOR_H_
 

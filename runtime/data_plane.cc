@@ -336,8 +336,8 @@ void DataPlane::FinishAllreduce(Bucket* bucket) {
 void DataPlane::Finish(Bucket* bucket) {
   const absl::Time done = absl::Now();
   if (timeline_->enabled()) {
-    timeline_->Span(absl::StrCat(track_prefix_, "channel ", bucket->channel), OpKindName(bucket->kind),
-                    bucket->started, done);
+    timeline_->Span(absl::StrCat(track_prefix_, "channel ", bucket->channel),
+                    OpKindName(bucket->kind), bucket->started, done);
     for (const ReadyOp& r : bucket->ops) {
       timeline_->Span(r.response->name, "COLLECTIVE", bucket->started, done);
     }

@@ -21,7 +21,8 @@ std::vector<std::vector<int>> MakeLaunchUnits(const std::vector<PlanEntry>& entr
   for (int i = 0; i < static_cast<int>(entries.size()); ++i) {
     const int64_t bytes = RequestBytes(entries[static_cast<size_t>(i)].response->request);
     const int64_t limit = units.size() <= 1 ? first_bytes : unit_bytes;
-    const bool new_group = i > 0 && groups[static_cast<size_t>(i)] != groups[static_cast<size_t>(i - 1)];
+    const bool new_group =
+        i > 0 && groups[static_cast<size_t>(i)] != groups[static_cast<size_t>(i - 1)];
     if (units.empty() || new_group || (open_bytes > 0 && open_bytes + bytes > limit)) {
       units.emplace_back();
       open_bytes = 0;

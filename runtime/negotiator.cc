@@ -22,7 +22,6 @@ constexpr uint64_t kNoBroadcast = 8;    // cleared by rank 0 when it has respons
 constexpr uint64_t kNoUnfreeze = 16;    // cleared by a rank that asks to drop the frozen plan
 constexpr uint64_t kNoPlanReport = 32;  // cleared by a rank that wants every rank's launch count
 
-
 std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), " s"); }
 
 }  // namespace
@@ -60,9 +59,9 @@ std::vector<uint64_t> Negotiator::ReadyBits(const PendingTable& pending, bool jo
   }
   if (joined) {  // a joined rank stands ready for every allreduce, with zeros
     for (size_t id = 0; id < cache_.size(); ++id) {
-      const bool planned = planned_ids != nullptr && planned_ids->contains(static_cast<int32_t>(id));
-      if (cache_[id].valid && cache_[id].response->request.kind == OpKind::kAllreduce &&
-          !planned) {
+      const bool planned =
+          planned_ids != nullptr && planned_ids->contains(static_cast<int32_t>(id));
+      if (cache_[id].valid && cache_[id].response->request.kind == OpKind::kAllreduce && !planned) {
         SetBit(&bits, id);
       }
     }
@@ -168,7 +167,6 @@ void Negotiator::MatchTable(std::vector<Response>* responses) {
   table_order_ = std::move(still_waiting);
 }
 
-
 void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vector<uint64_t>& any,
                                bool gathered, bool may_fail, std::vector<Response>* responses) {
   const absl::Time now = absl::Now();
@@ -180,9 +178,10 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
     for (int r = 0; r < size_; ++r) {
       if (std::find(have.begin(), have.end(), r) == have.end()) missing.push_back(r);
     }
-    const std::string text = absl::StrCat(
-        OpKindName(request.kind), " '", request.name, "': submitted by ranks ", RankList(have, hosts_),
-        " but not by ranks ", RankList(missing, hosts_), " for ", Seconds(age));
+    const std::string text =
+        absl::StrCat(OpKindName(request.kind), " '", request.name, "': submitted by ranks ",
+                     RankList(have, hosts_), " but not by ranks ", RankList(missing, hosts_),
+                     " for ", Seconds(age));
     if (!fail) {
       spdlog::warn("overlap: rank 0: stall: {} (fails after OVERLAP_STALL_TIMEOUT_S={})", text,
                    config_.stall_timeout_s);

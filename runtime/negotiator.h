@@ -58,7 +58,7 @@ struct RoundResult {
   // The planned-launch count, when every rank reported the same one: then no planned collective
   // is started on some ranks and not others, and the plan may be changed.
   std::optional<uint64_t> agreed_launches;
-  bool unfreeze_wanted = false;  // some rank asked to drop the plan
+  bool unfreeze_wanted = false;         // some rank asked to drop the plan
   std::vector<uint64_t> launch_counts;  // by rank, when some rank asked for a report
 };
 

@@ -38,9 +38,10 @@ PlannedMode::PlannedMode(std::unique_ptr<Executor> executor, MPI_Comm check_comm
       complete_(std::move(complete)),
       executor_(std::move(executor)),
       check_comm_(check_comm),
-      plane_(executor_.get(), PlaneConfig(config), rank, size, timeline, compression,
-             [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); },
-             "planned ") {}
+      plane_(
+          executor_.get(), PlaneConfig(config), rank, size, timeline, compression,
+          [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); },
+          "planned ") {}
 
 PlannedMode::~PlannedMode() {
   if (check_comm_ != MPI_COMM_NULL) MPI_Comm_free(&check_comm_);
@@ -150,7 +151,8 @@ absl::Status PlannedMode::LaunchNext() {
     }
     PendingOp op = std::move(it->second);
     waiting_.erase(it);
-    if (timeline_->enabled()) timeline_->Span(e.response->name, "PLAN_WAIT", op.enqueued, launch.started);
+    if (timeline_->enabled())
+      timeline_->Span(e.response->name, "PLAN_WAIT", op.enqueued, launch.started);
     if (op.request == e.response->request) {
       launch.expected.insert(e.response->name);
       ready.push_back(ReadyOp{e.response, std::move(op)});
@@ -266,11 +268,11 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
   for (Launch& l : launches_) {
     if (l.checked) {
       // Every rank started it: from here the ordinary collective timeout applies.
-      if (!l.expected.empty() &&
-          now - l.checked_at > absl::Seconds(config_.collective_timeout_s)) {
+      if (!l.expected.empty() && now - l.checked_at > absl::Seconds(config_.collective_timeout_s)) {
         return absl::DeadlineExceededError(absl::StrCat(
             "rank ", rank_, ": planned allreduce of ", UnitNames(l.responses),
-            " did not complete within ", absl::ToInt64Seconds(absl::Seconds(config_.collective_timeout_s)),
+            " did not complete within ",
+            absl::ToInt64Seconds(absl::Seconds(config_.collective_timeout_s)),
             " s after every rank started it (OVERLAP_COLLECTIVE_TIMEOUT_S): a peer process is "
             "stuck or dead, or the network is down"));
       }
@@ -278,8 +280,8 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
     }
     int done = 0;
     if (MPI_Test(&l.request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-      return absl::InternalError(absl::StrCat("rank ", rank_, ": planned check of ",
-                                              UnitNames(l.responses), " failed"));
+      return absl::InternalError(
+          absl::StrCat("rank ", rank_, ": planned check of ", UnitNames(l.responses), " failed"));
     }
     if (done) {
       OnChecked(&l);
@@ -305,9 +307,9 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
     if (!s.ok()) return s;
   }
   // Blocked: tensors are here but the next unit cannot start for want of others on this rank.
-  const bool blocked = frozen_ && !must_unfreeze_ && !waiting_.empty() && !CanLaunch() &&
-                       std::all_of(launches_.begin(), launches_.end(),
-                                   [](const Launch& l) { return l.checked; });
+  const bool blocked =
+      frozen_ && !must_unfreeze_ && !waiting_.empty() && !CanLaunch() &&
+      std::all_of(launches_.begin(), launches_.end(), [](const Launch& l) { return l.checked; });
   if (!blocked) {
     blocked_since_ = absl::InfiniteFuture();
     blocked_warned_ = false;
@@ -320,7 +322,8 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
       std::vector<std::string> missing;
       for (int entry : units_[static_cast<size_t>(next_unit_)]) {
         if (!waiting_.contains(entry)) {
-          missing.push_back(absl::StrCat("'", entries_[static_cast<size_t>(entry)].response->name, "'"));
+          missing.push_back(
+              absl::StrCat("'", entries_[static_cast<size_t>(entry)].response->name, "'"));
         }
       }
       spdlog::warn(
@@ -355,30 +358,28 @@ void PlannedMode::OnReport(const std::vector<uint64_t>& counts) {
     const absl::Duration age = absl::Now() - l.started;
     std::string others;
     if (l.responses.size() > 1) {
-      std::vector<std::shared_ptr<const Response>> rest(l.responses.begin() + 1,
-                                                        l.responses.end());
+      std::vector<std::shared_ptr<const Response>> rest(l.responses.begin() + 1, l.responses.end());
       others = absl::StrCat(" (planned with ", UnitNames(rest), ")");
     }
-    const std::string text = absl::StrCat(
-        "allreduce '", l.responses.front()->name, "'", others, ": submitted by ranks ",
-        RankList(have, hosts_), " but not by ranks ", RankList(missing, hosts_), " for ",
-        absl::ToInt64Seconds(age), " s");
+    const std::string text =
+        absl::StrCat("allreduce '", l.responses.front()->name, "'", others, ": submitted by ranks ",
+                     RankList(have, hosts_), " but not by ranks ", RankList(missing, hosts_),
+                     " for ", absl::ToInt64Seconds(age), " s");
     if (age >= absl::Seconds(config_.stall_timeout_s)) {
       // A started collective cannot be withdrawn: the job cannot go on.
-      stalled_ = absl::DeadlineExceededError(absl::StrCat(
-          "rank ", rank_, ": stalled: ", text, ", past OVERLAP_STALL_TIMEOUT_S=",
-          config_.stall_timeout_s));
+      stalled_ = absl::DeadlineExceededError(
+          absl::StrCat("rank ", rank_, ": stalled: ", text,
+                       ", past OVERLAP_STALL_TIMEOUT_S=", config_.stall_timeout_s));
     } else if (age >= absl::Seconds(config_.stall_warning_s) && !l.warned) {
       l.warned = true;
       if (rank_ == have.front()) {
-        spdlog::warn("overlap: rank {}: stall: {} (fails after OVERLAP_STALL_TIMEOUT_S={})",
-                     rank_, text, config_.stall_timeout_s);
+        spdlog::warn("overlap: rank {}: stall: {} (fails after OVERLAP_STALL_TIMEOUT_S={})", rank_,
+                     text, config_.stall_timeout_s);
       }
     }
     return;
   }
 }
-
 
 bool PlannedMode::TakeUnfreezeWish() {
   if (!wants_unfreeze_) return false;

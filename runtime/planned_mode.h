@@ -117,14 +117,14 @@ class PlannedMode {
   struct Launch {
     int unit = 0;
     std::vector<std::shared_ptr<const Response>> responses;  // the unit's entries, this pass
-    std::vector<uint64_t> check;  // [diverged entries][joined ranks]
+    std::vector<uint64_t> check;                             // [diverged entries][joined ranks]
     MPI_Request request = MPI_REQUEST_NULL;
     bool checked = false;
-    std::vector<bool> diverged;  // by entry, once checked
+    std::vector<bool> diverged;                 // by entry, once checked
     absl::flat_hash_set<std::string> expected;  // names whose collective has not finished
     std::vector<std::pair<PendingOp, absl::Status>> done;
     std::vector<PendingOp> diverged_here;  // submitted differently here: sent as zeros
-    uint64_t number = 0;  // this launch's place in the sequence, from 1
+    uint64_t number = 0;                   // this launch's place in the sequence, from 1
     absl::Time started;
     absl::Time checked_at;  // every rank has started it from here on
     absl::Time next_probe;

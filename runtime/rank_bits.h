@@ -16,9 +16,7 @@ inline size_t Words(size_t bits) { return (bits + 63) / 64; }
 inline bool TestBit(const std::vector<uint64_t>& v, size_t i) {
   return (v[i / 64] >> (i % 64)) & 1u;
 }
-inline void SetBit(std::vector<uint64_t>* v, size_t i) {
-  (*v)[i / 64] |= uint64_t{1} << (i % 64);
-}
+inline void SetBit(std::vector<uint64_t>* v, size_t i) { (*v)[i / 64] |= uint64_t{1} << (i % 64); }
 
 // "[0 (host-a), 3 (host-b)]".
 inline std::string RankList(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {

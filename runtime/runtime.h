@@ -113,9 +113,9 @@ class Runtime {
   int peers_asked_ = 0;    // rank 0: workers that asked for a round since the last one
   bool stopping_ = false;  // every rank agreed to shut down
   struct LoopState {
-    bool asked = false;     // worker: asked rank 0 for a round that has not run yet
-    bool own_work = false;  // rank 0: new local work since the last round
-    bool resend = false;    // a round evicted requests of ours: they must be sent whole
+    bool asked = false;        // worker: asked rank 0 for a round that has not run yet
+    bool own_work = false;     // rank 0: new local work since the last round
+    bool resend = false;       // a round evicted requests of ours: they must be sent whole
     bool plan_report = false;  // a planned unit waits on peers: gather launch counts
     absl::Time round_wanted = absl::InfiniteFuture();       // rank 0: first ask since a round
     absl::Time shutdown_deadline = absl::InfiniteFuture();  // set once Shutdown was called

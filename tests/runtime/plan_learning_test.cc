@@ -83,7 +83,7 @@ PlanEntry Entry(int64_t floats) {
 TEST_CASE("launch units: a small first unit, then units up to the cap, big tensors alone",
           "[units]") {
   // Bytes: 400, 400, 400, 4000, 400, 400.
-  std::vector<PlanEntry> entries = {Entry(100), Entry(100), Entry(100),
+  std::vector<PlanEntry> entries = {Entry(100),  Entry(100), Entry(100),
                                     Entry(1000), Entry(100), Entry(100)};
   const std::vector<int64_t> one_round(6, 0);
   const std::vector<std::vector<int>> units = MakeLaunchUnits(entries, one_round, 800, 1200);

@@ -70,8 +70,7 @@ std::string RunStep(std::vector<Grad>& grads, int step, int contributors = -1) {
   return "";
 }
 
-TEST_CASE("repeated steps freeze a plan that runs with no negotiation and exact sums",
-          "[plan]") {
+TEST_CASE("repeated steps freeze a plan that runs with no negotiation and exact sums", "[plan]") {
   // Small tensors fuse; the 2 MiB one is reduced in place on its own.
   std::vector<Grad> grads = MakeGrads("p.basic", {3, 1000, 512 * 1024, 17, 40000});
   const RuntimeStats before = Stats();
@@ -100,8 +99,8 @@ TEST_CASE("grouped, averaged and float64 allreduces run under a plan", "[plan]")
     std::fill(b.begin(), b.end(), static_cast<float>(2 * Rank()));
     AllreduceOptions average;
     average.op = ReduceOp::kAverage;
-    absl::StatusOr<Handle> hd = Allreduce("p.mixed.d", MakeTensor(d.data(), {300}),
-                                          MakeTensor(d.data(), {300}), average);
+    absl::StatusOr<Handle> hd =
+        Allreduce("p.mixed.d", MakeTensor(d.data(), {300}), MakeTensor(d.data(), {300}), average);
     absl::StatusOr<Handle> hg = GroupedAllreduce(
         {"p.mixed.a", "p.mixed.b"}, {MakeTensor(a.data(), {64}), MakeTensor(b.data(), {65})},
         {MakeTensor(a.data(), {64}), MakeTensor(b.data(), {65})}, {ReduceOp::kSum});
@@ -140,8 +139,8 @@ TEST_CASE("a shape change on one rank under a plan fails that tensor on every ra
     const int64_t cols = step == 6 && Rank() == Size() - 1 ? 4 : 3;
     x.assign(static_cast<size_t>(2 * cols), 1.0f);
     y.assign(8, 2.0f);
-    absl::StatusOr<Handle> hy = Allreduce("p.mm.y", MakeTensor(y.data(), {8}),
-                                          MakeTensor(y.data(), {8}), {ReduceOp::kSum});
+    absl::StatusOr<Handle> hy =
+        Allreduce("p.mm.y", MakeTensor(y.data(), {8}), MakeTensor(y.data(), {8}), {ReduceOp::kSum});
     absl::StatusOr<Handle> hx = Allreduce("p.mm.x", MakeTensor(x.data(), {2, cols}),
                                           MakeTensor(x.data(), {2, cols}), {ReduceOp::kSum});
     REQUIRE(hx.ok());
@@ -227,15 +226,15 @@ TEST_CASE("negotiated operations between planned steps keep working", "[plan]") 
     REQUIRE(RunStep(grads, step) == "");
     // A broadcast every step and a loss allreduce every third: never part of the plan's step.
     std::vector<int32_t> seed(3, Rank() == 0 ? step : -1);
-    absl::StatusOr<Handle> b = Broadcast("p.mix.seed", MakeTensor(seed.data(), {3}),
-                                         MakeTensor(seed.data(), {3}), {0});
+    absl::StatusOr<Handle> b =
+        Broadcast("p.mix.seed", MakeTensor(seed.data(), {3}), MakeTensor(seed.data(), {3}), {0});
     REQUIRE(b.ok());
     REQUIRE(b->Wait(kWait).ok());
     CHECK(seed[2] == step);
     if (step % 3 == 0) {
       double loss = 1.0;
-      absl::StatusOr<Handle> l = Allreduce("p.mix.loss", MakeTensor(&loss, {1}),
-                                           MakeTensor(&loss, {1}), {ReduceOp::kSum});
+      absl::StatusOr<Handle> l =
+          Allreduce("p.mix.loss", MakeTensor(&loss, {1}), MakeTensor(&loss, {1}), {ReduceOp::kSum});
       REQUIRE(l.ok());
       REQUIRE(l->Wait(kWait).ok());
       CHECK(loss == static_cast<double>(Size()));
