@@ -7,10 +7,8 @@ namespace overlap {
 void CycleDetector::Reset() {
   current_.clear();
   current_rounds_.clear();
+  recent_.clear();
   current_set_.clear();
-  last_sorted_.clear();
-  repeats_ = 0;
-  step_starts_.clear();
   current_start_.reset();
 }
 
@@ -27,25 +25,28 @@ std::optional<LearnedStep> CycleDetector::Observe(int32_t id,
     current_set_.insert(id);
     return std::nullopt;
   }
-  std::vector<int32_t> sorted = current_;
-  std::sort(sorted.begin(), sorted.end());
-  if (sorted == last_sorted_) {
-    ++repeats_;
-  } else {
-    last_sorted_ = std::move(sorted);
-    repeats_ = 1;
-    step_starts_.clear();
-  }
-  step_starts_.push_back(current_start_);
-  if (step_starts_.size() > static_cast<size_t>(steps_needed_)) {
-    step_starts_.erase(step_starts_.begin());
-  }
+  recent_.push_back(ClosedStep{current_set_, current_start_});
+  if (recent_.size() > static_cast<size_t>(steps_needed_)) recent_.pop_front();
   std::optional<LearnedStep> learned;
-  if (repeats_ >= steps_needed_) {
-    learned = LearnedStep{current_, current_rounds_, false, absl::Now() - current_started_at_};
-    const std::optional<uint64_t>& first = step_starts_.front();
-    learned->launches_unchanged =
-        first.has_value() && agreed_launches.has_value() && *first == *agreed_launches;
+  if (recent_.size() == static_cast<size_t>(steps_needed_)) {
+    // The ids of every one of the last steps, in the last step's order: an id that comes only
+    // now and then (a loss reduced every tenth step) stays negotiated.
+    LearnedStep step;
+    for (size_t i = 0; i < current_.size(); ++i) {
+      const bool always = std::all_of(recent_.begin(), recent_.end(), [&](const ClosedStep& c) {
+        return c.ids.contains(current_[i]);
+      });
+      if (!always) continue;
+      step.ids.push_back(current_[i]);
+      step.rounds.push_back(current_rounds_[i]);
+    }
+    if (!step.ids.empty()) {
+      const std::optional<uint64_t>& first = recent_.front().start;
+      step.launches_unchanged =
+          first.has_value() && agreed_launches.has_value() && *first == *agreed_launches;
+      step.step_time = absl::Now() - current_started_at_;
+      learned = std::move(step);
+    }
   }
   current_.assign(1, id);
   current_rounds_.assign(1, round_);

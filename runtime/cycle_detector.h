@@ -2,16 +2,18 @@
 //
 // Negotiation hands every rank the same sequence of agreed operations, so a detector fed that
 // sequence reaches the same decision at the same point on every rank without communicating.
-// A step ends where an id comes back; it is learned once the same set of ids has formed
-// `steps_needed` consecutive steps. The order inside a step may vary (rounds agree ids in cache-id
-// order, and how ids fall into rounds depends on timing), and the first step seen may start
-// anywhere in the program's own step: a plan is a cycle, so only the set and, for the first pass
-// after freezing, the ids already agreed since the step began (current()) matter. Graphs that
-// change from step to step, or that submit a name twice per step, are never planned.
+// A step ends where an id comes back. After `steps_needed` steps, the ids present in every one of
+// the last `steps_needed` steps form the learned step; ids that come only now and then (a loss
+// reduced every tenth step, a layer used on some steps) stay negotiated. The order inside a step
+// may vary (rounds agree ids in cache-id order, and how ids fall into rounds depends on timing),
+// and the first step seen may start anywhere in the program's own step: a plan is a cycle, so
+// only the set and, for the first pass after freezing, the ids already agreed since the step
+// began (current()) matter.
 #ifndef OVERLAP_RUNTIME_CYCLE_DETECTOR_H_
 #define OVERLAP_RUNTIME_CYCLE_DETECTOR_H_
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <vector>
 
@@ -37,8 +39,9 @@ class CycleDetector {
   explicit CycleDetector(int steps_needed) : steps_needed_(steps_needed) {}
 
   // Feeds one agreed cached allreduce id. `agreed_launches` is the planned-launch count when every
-  // rank reported the same one in the round that agreed `id`, nullopt otherwise. Returns the step
-  // each time a step closes that completes `steps_needed` identical ones in a row.
+  // rank reported the same one in the round that agreed `id`, nullopt otherwise. Returns the
+  // learned step each time a step closes once `steps_needed` steps have been seen (nullopt while
+  // no id is common to all of them).
   std::optional<LearnedStep> Observe(int32_t id, std::optional<uint64_t> agreed_launches);
 
   // Marks the end of one round's ids.
@@ -56,10 +59,12 @@ class CycleDetector {
   std::vector<int64_t> current_rounds_;
   int64_t round_ = 0;
   absl::flat_hash_set<int32_t> current_set_;
-  std::vector<int32_t> last_sorted_;
-  int repeats_ = 0;
-  // Launch counts at the start of each of the last steps_needed_ steps (oldest first).
-  std::vector<std::optional<uint64_t>> step_starts_;
+  // The last steps_needed_ closed steps, oldest first, with the launch count at their start.
+  struct ClosedStep {
+    absl::flat_hash_set<int32_t> ids;
+    std::optional<uint64_t> start;
+  };
+  std::deque<ClosedStep> recent_;
   std::optional<uint64_t> current_start_;
   absl::Time current_started_at_ = absl::InfinitePast();
 };
