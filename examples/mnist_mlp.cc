@@ -240,6 +240,18 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
       break;
     }
   }
+  if (Rank() == 0) {
+    // How the gradients travelled: negotiated in the first steps, then on a frozen plan.
+    const RuntimeStats stats = Stats();
+    std::printf(
+        "runtime on rank 0: %lld negotiation rounds, %lld planned launches, plan of %lld "
+        "tensors (%lld frozen, %lld dropped)\n",
+        static_cast<long long>(stats.negotiation_rounds),
+        static_cast<long long>(stats.planned_launches),
+        static_cast<long long>(stats.planned_tensors), static_cast<long long>(stats.plans_frozen),
+        static_cast<long long>(stats.plans_dropped));
+    std::fflush(stdout);
+  }
   if (Rank() == 0 && !options.dump_weights.empty()) {
     return WriteWeights(options.dump_weights, model.params());
   }

@@ -238,6 +238,12 @@ absl::Status Runtime::ReadControl(absl::Duration timeout, bool local) {
   }
   rounds_owed_ += events->rounds_announced;
   peers_asked_ += events->round_requests;
+  // A request read here (also from inside a round, through the negotiator's peer check) starts
+  // the cycle at once; otherwise rank 0 would sleep until its next timer with the request
+  // already taken off the socket.
+  if (peers_asked_ > 0 && loop_.round_wanted == absl::InfiniteFuture()) {
+    loop_.round_wanted = absl::Now();
+  }
   return absl::OkStatus();
 }
 
