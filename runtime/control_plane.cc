@@ -199,7 +199,9 @@ ControlPlane::~ControlPlane() {
 absl::Status ControlPlane::SendByte(int fd, char byte, int peer) {
   if (fd < 0) return absl::OkStatus();
   while (true) {
-    if (write(fd, &byte, 1) == 1) return absl::OkStatus();
+    // MSG_NOSIGNAL: a peer that died turns into EPIPE and a clear error, not a SIGPIPE that
+    // would kill this process without a word.
+    if (send(fd, &byte, 1, MSG_NOSIGNAL) == 1) return absl::OkStatus();
     if (errno != EINTR) {
       return absl::UnavailableError(absl::StrCat("rank ", rank_,
                                                  ": lost the control connection to ", Peer(peer),
@@ -227,6 +229,25 @@ void ControlPlane::AwaitPeersClosed(absl::Duration timeout) {
         close(fds_[index[k]]);
         fds_[index[k]] = -1;
       }
+    }
+  }
+}
+
+void ControlPlane::ReleasePeers() {
+  for (size_t r = 1; r < fds_.size(); ++r) (void)SendByte(fds_[r], 'X', static_cast<int>(r));
+}
+
+void ControlPlane::AwaitRelease(absl::Duration timeout) {
+  if (rank_ == 0 || fds_.empty() || fds_[0] < 0) return;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    pollfd p{fds_[0], POLLIN, 0};
+    if (poll(&p, 1, PollMillis(deadline - absl::Now())) <= 0) return;
+    char buffer[256];
+    const ssize_t n = read(fds_[0], buffer, sizeof(buffer));
+    if (n <= 0) return;  // rank 0 is gone: nothing left to wait for
+    for (ssize_t k = 0; k < n; ++k) {
+      if (buffer[k] == 'X') return;  // earlier signals ('R') are stale by now
     }
   }
 }

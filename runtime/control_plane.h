@@ -51,10 +51,15 @@ class ControlPlane {
   // After this, closed connections are expected (an orderly shutdown) and not errors.
   void ExpectClose() { closing_ = true; }
 
-  // Rank 0, after an orderly shutdown: waits until every worker has closed its connection, or
-  // `timeout` passes, so that no worker still finishing its last round sees rank 0 vanish and
-  // takes it for a crash.
+  // Orderly shutdown. Rank 0 has finished its last round: it tells every worker it may close
+  // (ReleasePeers), then waits until every worker has closed its connection, or `timeout` passes
+  // (AwaitPeersClosed), so that no worker still finishing its last round sees rank 0 vanish. A
+  // worker waits for that word, or for rank 0's connection to close, or for `timeout`
+  // (AwaitRelease) before closing its own: a collective can end on one rank before another, and
+  // rank 0 still inside the last round would take a worker's early close for a crash.
+  void ReleasePeers();
   void AwaitPeersClosed(absl::Duration timeout);
+  void AwaitRelease(absl::Duration timeout);
 
  private:
   ControlPlane(int rank, std::vector<std::string> hosts) : rank_(rank), hosts_(std::move(hosts)) {}

@@ -536,7 +536,12 @@ absl::Status Runtime::Shutdown() {
   }
   timeline_.Close();
   if (!fatal.ok()) return fatal;  // MPI may be unusable: leave it to process exit
-  if (rank_ == 0) control_->AwaitPeersClosed(absl::Seconds(config_.collective_timeout_s));
+  if (rank_ == 0) {
+    control_->ReleasePeers();
+    control_->AwaitPeersClosed(absl::Seconds(config_.collective_timeout_s));
+  } else {
+    control_->AwaitRelease(absl::Seconds(config_.collective_timeout_s));
+  }
   control_.reset();
   planned_.reset();
   data_plane_.reset();
