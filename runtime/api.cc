@@ -112,6 +112,22 @@ int LocalSize() {
   return r ? r->local_size() : -1;
 }
 
+namespace {
+absl::Status MarkPhase(StepPhase phase) {
+  std::shared_ptr<Runtime> runtime = Current();
+  if (runtime == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step marker ", StepPhaseName(phase),
+        ": overlap is not initialised (call overlap::Init() first, and not after Shutdown())"));
+  }
+  return runtime->MarkPhase(phase);
+}
+}  // namespace
+
+absl::Status StartForward() { return MarkPhase(StepPhase::kForward); }
+absl::Status StartBackward() { return MarkPhase(StepPhase::kBackward); }
+absl::Status StartUpdate() { return MarkPhase(StepPhase::kUpdate); }
+
 RuntimeStats Stats() {
   std::shared_ptr<Runtime> r = Current();
   return r ? r->stats() : RuntimeStats();

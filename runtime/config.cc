@@ -39,7 +39,13 @@ constexpr const char* kKnownVariables[] = {
     "OVERLAP_STALL_TIMEOUT_S",      "OVERLAP_TIMELINE",         "OVERLAP_LOG_LEVEL",
     "OVERLAP_COLLECTIVE_TIMEOUT_S", "OVERLAP_START_TIMEOUT_S",  "OVERLAP_COMPRESSION",
     "OVERLAP_CYCLE_TIME_MS",        "OVERLAP_DIRECT_THRESHOLD", "OVERLAP_PLAN_AFTER_STEPS",
+    "OVERLAP_PLANNER",              "OVERLAP_PROFILE_STEPS",    "OVERLAP_STALENESS",
+    "OVERLAP_MAX_PERIOD",           "OVERLAP_BUDGET",           "OVERLAP_PARTITION_BYTES",
+    "OVERLAP_CREDIT_BYTES",         "OVERLAP_REPLAN_DRIFT",
 };
+
+constexpr const char* kPlanners[] = {"observed",      "wfbp",   "fusion", "mgwfbp", "bytescheduler",
+                                     "usbyte",        "dear",   "deft",   "auto"};
 
 bool IsKnown(absl::string_view name) {
   for (const char* known : kKnownVariables) {
@@ -63,7 +69,30 @@ absl::StatusOr<Config> Config::FromEnvironment() {
   if (s.ok()) s = ReadDouble("OVERLAP_COLLECTIVE_TIMEOUT_S", &config.collective_timeout_s);
   if (s.ok()) s = ReadDouble("OVERLAP_START_TIMEOUT_S", &config.start_timeout_s);
   if (s.ok()) s = ReadDouble("OVERLAP_CYCLE_TIME_MS", &config.cycle_time_ms);
+  int64_t profile_steps = config.profile_steps, staleness = config.staleness,
+          max_period = config.max_period;
+  if (s.ok()) s = ReadInt("OVERLAP_PROFILE_STEPS", &profile_steps);
+  if (s.ok()) s = ReadInt("OVERLAP_STALENESS", &staleness);
+  if (s.ok()) s = ReadInt("OVERLAP_MAX_PERIOD", &max_period);
+  if (s.ok()) s = ReadDouble("OVERLAP_BUDGET", &config.budget);
+  if (s.ok()) s = ReadInt("OVERLAP_PARTITION_BYTES", &config.partition_bytes);
+  if (s.ok()) s = ReadInt("OVERLAP_CREDIT_BYTES", &config.credit_bytes);
+  if (s.ok()) s = ReadDouble("OVERLAP_REPLAN_DRIFT", &config.replan_drift);
   if (!s.ok()) return s;
+  // Checked here as 64-bit values so that a huge number is not truncated into range.
+  if (profile_steps < 1 || profile_steps > 1000) {
+    return BadValue("OVERLAP_PROFILE_STEPS", std::to_string(profile_steps), "an integer in 1..1000");
+  }
+  if (staleness < 0 || staleness > 16) {
+    return BadValue("OVERLAP_STALENESS", std::to_string(staleness), "an integer in 0..16");
+  }
+  if (max_period < 1 || max_period > 64) {
+    return BadValue("OVERLAP_MAX_PERIOD", std::to_string(max_period), "an integer in 1..64");
+  }
+  config.profile_steps = static_cast<int>(profile_steps);
+  config.staleness = static_cast<int>(staleness);
+  config.max_period = static_cast<int>(max_period);
+  if (const char* v = std::getenv("OVERLAP_PLANNER")) config.planner = v;
   if (channels < 1 || channels > 16) {
     return BadValue("OVERLAP_NUM_CHANNELS", std::to_string(channels), "an integer in 1..16");
   }
@@ -126,6 +155,36 @@ absl::Status Config::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "OVERLAP_STALL_TIMEOUT_S=", stall_timeout_s, " is below OVERLAP_STALL_WARNING_S=",
         stall_warning_s, ": a stall must be warned about before it fails"));
+  }
+  bool known_planner = false;
+  for (const char* p : kPlanners) known_planner = known_planner || planner == p;
+  if (!known_planner) {
+    return BadValue("OVERLAP_PLANNER", planner,
+                    "one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto");
+  }
+  if (profile_steps < 1 || profile_steps > 1000) {
+    return BadValue("OVERLAP_PROFILE_STEPS", std::to_string(profile_steps), "an integer in 1..1000");
+  }
+  if (staleness < 0 || staleness > 16) {
+    return BadValue("OVERLAP_STALENESS", std::to_string(staleness), "an integer in 0..16");
+  }
+  if (max_period < 1 || max_period > 64) {
+    return BadValue("OVERLAP_MAX_PERIOD", std::to_string(max_period), "an integer in 1..64");
+  }
+  if (!(budget == -1 || (budget >= 0 && budget <= 1e6))) {
+    return BadValue("OVERLAP_BUDGET", absl::StrCat(budget), "-1 (equal to the staleness) or in [0, 1e6]");
+  }
+  if (partition_bytes < 0) {
+    return BadValue("OVERLAP_PARTITION_BYTES", std::to_string(partition_bytes),
+                    "a byte count >= 0 (0 tunes it)");
+  }
+  if (credit_bytes < 0) {
+    return BadValue("OVERLAP_CREDIT_BYTES", std::to_string(credit_bytes),
+                    "a byte count >= 0 (0 tunes it)");
+  }
+  if (!(replan_drift >= 0) || replan_drift > 10) {
+    return BadValue("OVERLAP_REPLAN_DRIFT", absl::StrCat(replan_drift),
+                    "a fraction in [0, 10] (0 never re-plans on drift)");
   }
   absl::StatusOr<std::string> compression = CompressionStage::Canonical(this->compression);
   if (!compression.ok()) {

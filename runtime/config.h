@@ -51,6 +51,30 @@ struct Config {
   // OVERLAP_PLAN_AFTER_STEPS, 0..1000; 0 keeps negotiating every operation (Horovod's behaviour).
   int plan_after_steps = 3;
 
+  // Communication planner. "observed" freezes the step negotiation observed (DDP-style launch
+  // units). Any other name is a scheduler planner (scheduler/planner.h): wfbp, fusion, mgwfbp,
+  // bytescheduler, usbyte, dear, deft or auto. Those need the step markers (StartForward...):
+  // the runtime measures profile_steps steps, fits the link cost, rank 0 plans and broadcasts
+  // the plan, and every rank adopts it at the same step. OVERLAP_PLANNER.
+  std::string planner = "observed";
+
+  // Steps measured (median) before a scheduled plan is made. OVERLAP_PROFILE_STEPS, 1..1000.
+  int profile_steps = 5;
+
+  // Planner options (scheduler/planner.h PlannerOptions). OVERLAP_STALENESS (0..16; plans with
+  // delays are refused until delayed updates exist), OVERLAP_MAX_PERIOD (1..64),
+  // OVERLAP_BUDGET (-1: equal to staleness, or >= 0), OVERLAP_PARTITION_BYTES and
+  // OVERLAP_CREDIT_BYTES (ByteScheduler; 0 tunes them by simulation).
+  int staleness = 0;
+  int max_period = 1;
+  double budget = -1;
+  int64_t partition_bytes = 0;
+  int64_t credit_bytes = 0;
+
+  // Re-plan when the measured step time drifts from the one the plan was made for by more than
+  // this fraction. OVERLAP_REPLAN_DRIFT, 0..10; 0 never re-plans on drift.
+  double replan_drift = 0.25;
+
   // Seconds to wait for every rank to connect its control socket during Init.
   // OVERLAP_START_TIMEOUT_S.
   double start_timeout_s = 60.0;

@@ -23,8 +23,14 @@ bool HandleState::done() const {
   return done_;
 }
 
+absl::Time HandleState::first_wait() const {
+  absl::MutexLock lock(&mu_);
+  return first_wait_;
+}
+
 absl::Status HandleState::Wait(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
+  if (first_wait_ == absl::InfiniteFuture()) first_wait_ = absl::Now();
   auto is_done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return done_; };
   if (!mu_.AwaitWithTimeout(absl::Condition(&is_done), timeout)) {
     return absl::DeadlineExceededError(

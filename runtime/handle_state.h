@@ -24,7 +24,10 @@ class HandleState {
   void Complete(absl::Status status);
 
   bool done() const;
+  // Records the first call's time (first_wait) before blocking.
   absl::Status Wait(absl::Duration timeout) const;
+  // When Wait was first called; absl::InfiniteFuture() until then. The step profiler's first use.
+  absl::Time first_wait() const;
 
   // Runtime-owned result for operations whose output size is decided by negotiation; set by the
   // coordinator before Complete.
@@ -39,6 +42,7 @@ class HandleState {
   bool completing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Time first_wait_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   Tensor output_;
   std::vector<uint8_t> output_storage_;
   std::vector<int64_t> received_splits_;

@@ -192,6 +192,17 @@ absl::StatusOr<Handle> Barrier();
 // every rank when all ranks have joined. Only allreduce may run while some ranks have joined.
 absl::StatusOr<Handle> Join();
 
+// Step markers: where each training step's forward, backward and optimizer update begin. A
+// program (or a framework adapter's hooks) calls them in that order every step, on every rank.
+// With them the runtime measures per-layer compute windows (when each gradient is submitted,
+// when each handle is first waited on in the next forward) and, when OVERLAP_PLANNER names a
+// scheduler planner, plans the communication from those measurements (docs/tuning.md).
+// Without them the runtime still works, with the plan it observes (OVERLAP_PLANNER=observed).
+// FailedPrecondition before Init or after Shutdown.
+absl::Status StartForward();
+absl::Status StartBackward();
+absl::Status StartUpdate();
+
 // What the runtime has done on this rank so far, for tests, benchmarks and logs.
 struct RuntimeStats {
   int64_t negotiation_rounds = 0;
@@ -199,6 +210,23 @@ struct RuntimeStats {
   int64_t plans_frozen = 0;      // plans adopted (see OVERLAP_PLAN_AFTER_STEPS)
   int64_t plans_dropped = 0;     // plans given up (divergence, a changed step, a blocked rank)
   int64_t planned_tensors = 0;   // tensors in the plan in force; 0 while negotiating everything
+  int64_t steps = 0;             // forwards marked with StartForward
+  // The scheduled plan in force, if any (OVERLAP_PLANNER other than observed): the planner that
+  // made it ("auto:dear" for auto), its number of buckets, the simulator's iteration time for it
+  // on the measured profile and fitted cost, and the step at which it took effect.
+  std::string planner;
+  int64_t plan_buckets = 0;
+  double predicted_step_ms = 0;
+  int64_t plan_adopted_step = -1;
+  int64_t plans_scheduled = 0;  // scheduled plans adopted (first plan and re-plans)
+  int64_t plans_refused = 0;    // broadcast plans that some rank refused
+  // The plan's update semantics (scheduler/plan.h): true when each layer may be updated once its
+  // own buckets are in (bytescheduler, usbyte, dear), false when one optimizer step follows the
+  // whole backward (wfbp, fusion, mgwfbp).
+  bool plan_layerwise_update = false;
+  // The link cost fitted for planning, channel 0 allreduce: t = alpha + beta x bytes.
+  double fitted_alpha_us = 0;
+  double fitted_beta_us_per_mb = 0;
 };
 // Zeros before Init and after Shutdown.
 RuntimeStats Stats();

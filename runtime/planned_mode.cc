@@ -1,11 +1,13 @@
 #include "runtime/planned_mode.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/mpi_executor.h"
 #include "runtime/rank_bits.h"
+#include "runtime/scaling.h"
 #include "spdlog/spdlog.h"
 
 namespace overlap {
@@ -47,40 +49,49 @@ PlannedMode::~PlannedMode() {
   if (check_comm_ != MPI_COMM_NULL) MPI_Comm_free(&check_comm_);
 }
 
-void PlannedMode::Freeze(std::vector<PlanEntry> entries, const std::vector<int64_t>& groups,
-                         const absl::flat_hash_set<int32_t>& already_agreed,
+void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>& already_agreed,
                          absl::Duration step_time) {
-  entries_ = std::move(entries);
-  units_ = MakeLaunchUnits(entries_, groups, kFirstUnitBytes, kUnitBytes);
+  plan.Index();
+  plan_ = std::make_shared<const ExecutablePlan>(std::move(plan));
   entry_of_.clear();
   planned_ids_.clear();
-  for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {
-    entry_of_[entries_[static_cast<size_t>(i)].response->name] = i;
-    planned_ids_.insert(entries_[static_cast<size_t>(i)].cache_id);
+  for (int i = 0; i < static_cast<int>(plan_->entries.size()); ++i) {
+    entry_of_[plan_->entries[static_cast<size_t>(i)].response->name] = i;
+    planned_ids_.insert(plan_->entries[static_cast<size_t>(i)].cache_id);
   }
   skip_.clear();
   for (int32_t id : already_agreed) {
     if (planned_ids_.contains(id)) skip_.insert(id);
   }
-  next_unit_ = 0;
+  next_bucket_ = 0;
+  chunks_.clear();
+  channel_jobs_.assign(static_cast<size_t>(executor_->num_channels()), {});
   frozen_ = true;
   must_unfreeze_ = false;
   patience_ = std::max(absl::Seconds(1), 4 * step_time);
   blocked_since_ = absl::InfiniteFuture();
   blocked_warned_ = false;
   wants_unfreeze_ = false;
-  spdlog::info("overlap: rank {}: planned execution of {} tensors in {} units", rank_,
-               entries_.size(), units_.size());
+  spdlog::info("overlap: rank {}: planned execution ({}) of {} tensors in {} buckets", rank_,
+               plan_->source, plan_->entries.size(), plan_->buckets.size());
 }
 
 std::vector<PendingOp> PlannedMode::Unfreeze() {
   std::vector<PendingOp> unstarted;
   for (auto& [entry, op] : waiting_) unstarted.push_back(std::move(op));
   waiting_.clear();
+  // A tensor with buckets still to start goes back whole; its input was never overwritten.
+  std::vector<int> partial;
+  for (auto& [entry, active] : active_) {
+    const size_t buckets = plan_->buckets_of[static_cast<size_t>(entry)].size();
+    if (active.launched < buckets) partial.push_back(entry);
+  }
+  for (int entry : partial) {
+    unstarted.push_back(std::move(active_[entry].op));
+    active_.erase(entry);
+  }
   frozen_ = false;
   must_unfreeze_ = false;
-  entries_.clear();
-  units_.clear();
   entry_of_.clear();
   planned_ids_.clear();
   skip_.clear();
@@ -110,41 +121,69 @@ std::optional<PendingOp> PlannedMode::JoinAgreed(PendingOp join) {
 }
 
 bool PlannedMode::CanLaunch() const {
-  if (!frozen_ || must_unfreeze_ || join_ == JoinState::kAllJoined || units_.empty()) return false;
+  if (!frozen_ || must_unfreeze_ || join_ == JoinState::kAllJoined || plan_->buckets.empty()) {
+    return false;
+  }
   for (const Launch& l : launches_) {
-    if (!l.checked) return false;  // unit k+1 waits for unit k's check
+    if (!l.checked) return false;  // bucket k+1 waits for bucket k's check
   }
   if (join_ == JoinState::kJoined) return true;
-  for (int entry : units_[static_cast<size_t>(next_unit_)]) {
-    if (skip_.contains(entries_[static_cast<size_t>(entry)].cache_id)) continue;
-    if (!waiting_.contains(entry)) return false;
+  const ExecBucket& bucket = plan_->buckets[static_cast<size_t>(next_bucket_)];
+  for (const ExecSlice& slice : bucket.slices) {
+    if (skip_.contains(plan_->entries[static_cast<size_t>(slice.entry)].cache_id)) continue;
+    if (!waiting_.contains(slice.entry) && !active_.contains(slice.entry)) return false;
   }
   return true;
 }
 
 void PlannedMode::Advance() {
-  ++next_unit_;
-  if (next_unit_ == static_cast<int>(units_.size())) {
-    next_unit_ = 0;
+  ++next_bucket_;
+  if (next_bucket_ == static_cast<int>(plan_->buckets.size())) {
+    next_bucket_ = 0;
     skip_.clear();  // the first pass is over
   }
 }
 
 absl::Status PlannedMode::LaunchNext() {
-  const std::vector<int>& unit = units_[static_cast<size_t>(next_unit_)];
+  const ExecBucket& bucket = plan_->buckets[static_cast<size_t>(next_bucket_)];
   Launch launch;
-  launch.unit = next_unit_;
+  launch.bucket = next_bucket_;
+  launch.plan = plan_;
   launch.started = absl::Now();
-  std::vector<ReadyOp> ready;
-  std::vector<int> members;
-  for (int entry : unit) {
-    if (!skip_.contains(entries_[static_cast<size_t>(entry)].cache_id)) members.push_back(entry);
+  for (const ExecSlice& slice : bucket.slices) {
+    const int entry = slice.entry;
+    if (skip_.contains(plan_->entries[static_cast<size_t>(entry)].cache_id)) continue;
+    if (std::find(launch.members.begin(), launch.members.end(), entry) != launch.members.end()) {
+      continue;
+    }
+    launch.members.push_back(entry);
+    launch.responses.push_back(plan_->entries[static_cast<size_t>(entry)].response);
   }
-  launch.check.assign(Words(members.size()) + Words(static_cast<size_t>(size_)), 0);
-  for (size_t i = 0; i < members.size(); ++i) {
-    const PlanEntry& e = entries_[static_cast<size_t>(members[i])];
-    launch.responses.push_back(e.response);
-    auto it = waiting_.find(members[i]);
+  const size_t n = launch.members.size();
+  launch.check.assign(Words(n) + Words(static_cast<size_t>(size_)), 0);
+  std::vector<ReadyOp> ready;
+  for (size_t i = 0; i < n; ++i) {
+    const int entry = launch.members[i];
+    const PlanEntry& e = plan_->entries[static_cast<size_t>(entry)];
+    auto it = waiting_.find(entry);
+    if (bucket.kind != BucketKind::kWhole) {
+      // Sliced: the tensor becomes active at its first bucket of the pass.
+      if (it != waiting_.end()) {
+        ActiveEntry active;
+        active.op = std::move(it->second);
+        waiting_.erase(it);
+        if (timeline_->enabled())
+          timeline_->Span(e.response->name, "PLAN_WAIT", active.op.enqueued, launch.started);
+        active.diverged_here = !(active.op.request == e.response->request);
+        active_.emplace(entry, std::move(active));
+      }
+      auto a = active_.find(entry);
+      if (a != active_.end()) {
+        ++a->second.launched;
+        if (a->second.diverged_here) SetBit(&launch.check, i);
+      }
+      continue;
+    }
     if (it == waiting_.end()) {  // joined: zeros
       ready.push_back(ReadyOp{e.response, std::nullopt});
       continue;
@@ -163,7 +202,7 @@ absl::Status PlannedMode::LaunchNext() {
     }
   }
   if (join_ == JoinState::kJoined) {
-    SetBit(&launch.check, Words(members.size()) * 64 + static_cast<size_t>(rank_));
+    SetBit(&launch.check, Words(n) * 64 + static_cast<size_t>(rank_));
   }
   Advance();
   ++launch_count_;
@@ -173,18 +212,195 @@ absl::Status PlannedMode::LaunchNext() {
   blocked_warned_ = false;
   launches_.push_back(std::move(launch));
   Launch& l = launches_.back();
-  if (members.empty()) {  // the whole unit was agreed by negotiation before the freeze
+  if (n == 0) {  // the whole unit was agreed by negotiation before the freeze
     l.checked = true;
     l.diverged.assign(0, false);
     return absl::OkStatus();
   }
   // The data first: the check is small and catches up.
-  plane_.Submit(std::move(ready));
-  const absl::Status started = plane_.Progress();
+  absl::Status started = absl::OkStatus();
+  if (bucket.kind == BucketKind::kWhole) {
+    plane_.Submit(std::move(ready));
+    started = plane_.Progress();
+  } else {
+    LaunchSliced(&l);
+    started = ProgressSlices();
+  }
   PrepareIallreduce(l.check.size() * sizeof(uint64_t));
-  MPI_Iallreduce(MPI_IN_PLACE, l.check.data(), static_cast<int>(l.check.size()), MPI_UINT64_T,
-                 MPI_BOR, check_comm_, &l.request);
+  if (MPI_Iallreduce(MPI_IN_PLACE, l.check.data(), static_cast<int>(l.check.size()), MPI_UINT64_T,
+                     MPI_BOR, check_comm_, &l.request) != MPI_SUCCESS) {
+    return absl::InternalError(absl::StrCat("rank ", rank_, ": starting the planned check of ",
+                                            UnitNames(l.responses), " failed"));
+  }
   return started;
+}
+
+void PlannedMode::LaunchSliced(Launch* launch) {
+  const ExecBucket& bucket = launch->plan->buckets[static_cast<size_t>(launch->bucket)];
+  auto job = std::make_unique<SliceJob>();
+  job->bucket = launch->bucket;
+  job->kind = bucket.kind;
+  job->channel = bucket.channel;
+  const Request& first =
+      launch->plan->entries[static_cast<size_t>(bucket.slices.front().entry)].response->request;
+  job->dtype = first.tensors[0].dtype;
+  job->op = first.op == ReduceOp::kAverage ? ReduceOp::kSum : first.op;
+  channel_jobs_[static_cast<size_t>(job->channel)].push_back(job.get());
+  launch->job = std::move(job);
+}
+
+absl::Status PlannedMode::StartJob(SliceJob* job, const ExecutablePlan& plan) {
+  const ExecBucket& bucket = plan.buckets[static_cast<size_t>(job->bucket)];
+  const size_t elem = DataTypeSize(job->dtype);
+  int64_t total = 0;
+  for (const ExecSlice& s : bucket.slices) total += s.count;
+  CollectiveArgs args;
+  args.dtype = job->dtype;
+  args.op = job->op;
+  args.count = total;
+  std::vector<int64_t> counts(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    counts[static_cast<size_t>(r)] = total / size_ + (r < total % size_ ? 1 : 0);
+  }
+  if (job->kind == BucketKind::kAllgather) {
+    auto chunk = chunks_.find(bucket.reduce_scatter);
+    if (chunk == chunks_.end()) {
+      return absl::InternalError(absl::StrCat("plan bucket ", job->bucket,
+                                              ": allgather before its reduce-scatter finished"));
+    }
+    job->chunk = std::move(chunk->second);
+    chunks_.erase(chunk);
+    job->buffer = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(total) * elem);
+    args.kind = CollectiveKind::kAllgatherv;
+    args.recv_counts = counts;
+    args.recv_displs.assign(counts.size(), 0);
+    for (size_t r = 1; r < counts.size(); ++r) {
+      args.recv_displs[r] = args.recv_displs[r - 1] + counts[r - 1];
+    }
+    args.send = job->chunk->data();
+    args.recv = job->buffer->data();
+  } else {
+    // One whole tensor alone, not prescaled: reduced in the user's buffer, as the data plane does
+    // for large tensors (nothing else of it can be pending, so no partial result is exposed).
+    const ExecSlice& only = bucket.slices.front();
+    auto a = active_.find(only.entry);
+    const bool whole_tensor =
+        bucket.slices.size() == 1 && job->kind == BucketKind::kAllreduce &&
+        plan.buckets_of[static_cast<size_t>(only.entry)].size() == 1 && a != active_.end() &&
+        !a->second.diverged_here && a->second.op.request.prescale == 1.0 &&
+        only.offset == 0 && only.count == a->second.op.request.tensors[0].NumElements();
+    if (whole_tensor) {
+      job->in_place = true;
+      const Tensor& in = a->second.op.inputs[0];
+      const Tensor& out = a->second.op.outputs[0];
+      if (in.data != out.data) args.send = in.data;
+      args.recv = out.data;
+    } else {
+      job->buffer = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(total) * elem);
+      uint8_t* cursor = job->buffer->data();
+      for (const ExecSlice& s : bucket.slices) {
+        auto e = active_.find(s.entry);
+        const size_t bytes = static_cast<size_t>(s.count) * elem;
+        if (e != active_.end() && !e->second.diverged_here) {
+          const PendingOp& op = e->second.op;
+          const uint8_t* in = static_cast<const uint8_t*>(op.inputs[0].data);
+          ScaledCopy(cursor, in + static_cast<size_t>(s.offset) * elem, s.count, job->dtype,
+                     op.request.prescale);
+        } else {
+          std::memset(cursor, 0, bytes);  // joined, or submitted differently here
+        }
+        cursor += bytes;
+      }
+      args.recv = job->buffer->data();
+    }
+    if (job->kind == BucketKind::kAllreduce) {
+      args.kind = CollectiveKind::kAllreduce;
+    } else {
+      args.kind = CollectiveKind::kReduceScatter;
+      args.recv_counts = counts;
+      job->chunk = std::make_shared<std::vector<uint8_t>>(
+          static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * elem);
+      args.send = job->buffer->data();
+      args.recv = job->chunk->data();
+    }
+  }
+  job->started = absl::Now();
+  absl::StatusOr<std::unique_ptr<Work>> work = executor_->Start(job->channel, args);
+  if (!work.ok()) {
+    return absl::Status(work.status().code(),
+                        absl::StrCat("rank ", rank_, ": planned ", BucketKindName(job->kind),
+                                     " of bucket ", job->bucket, ": ", work.status().message()));
+  }
+  job->work = std::move(*work);
+  return absl::OkStatus();
+}
+
+void PlannedMode::FinishJob(SliceJob* job, const ExecutablePlan& plan) {
+  job->done = true;
+  job->work.reset();
+  const absl::Time end = absl::Now();
+  if (timeline_->enabled()) {
+    timeline_->Span(absl::StrCat("planned channel ", job->channel), BucketKindName(job->kind),
+                    job->started, end);
+  }
+  if (job->kind == BucketKind::kReduceScatter) {
+    chunks_[job->bucket] = job->chunk;
+    job->chunk.reset();
+    return;
+  }
+  const ExecBucket& bucket = plan.buckets[static_cast<size_t>(job->bucket)];
+  int64_t offset = 0;
+  for (const ExecSlice& s : bucket.slices) {
+    auto a = active_.find(s.entry);
+    if (a != active_.end()) {
+      a->second.pieces.push_back(
+          ActiveEntry::Piece{job->in_place ? nullptr : job->buffer, offset, s.offset, s.count});
+    }
+    offset += s.count;
+  }
+  job->buffer.reset();
+}
+
+absl::Status PlannedMode::ProgressSlices() {
+  const absl::Duration limit = absl::Seconds(PlaneConfig(config_).collective_timeout_s);
+  for (std::deque<SliceJob*>& jobs : channel_jobs_) {
+    while (!jobs.empty()) {
+      SliceJob* job = jobs.front();
+      const ExecutablePlan* plan = nullptr;
+      for (const Launch& l : launches_) {
+        if (l.job.get() == job) plan = l.plan.get();
+      }
+      if (job->work == nullptr) {
+        if (job->kind == BucketKind::kAllgather &&
+            !chunks_.contains(plan->buckets[static_cast<size_t>(job->bucket)].reduce_scatter)) {
+          break;  // its reduce-scatter runs on another channel
+        }
+        absl::Status s = StartJob(job, *plan);
+        if (!s.ok()) return s;
+      }
+      absl::StatusOr<bool> done = job->work->Test();
+      if (!done.ok()) {
+        return absl::Status(done.status().code(),
+                            absl::StrCat("rank ", rank_, ": planned ", BucketKindName(job->kind),
+                                         " of bucket ", job->bucket, " on channel ", job->channel,
+                                         " failed: ", done.status().message()));
+      }
+      if (!*done) {
+        if (absl::Now() - job->started > limit) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "rank ", rank_, ": planned ", BucketKindName(job->kind), " of bucket ", job->bucket,
+              " on channel ", job->channel, " did not complete within ",
+              absl::ToInt64Seconds(limit),
+              " s (OVERLAP_COLLECTIVE_TIMEOUT_S): a peer process is stuck or dead, or the "
+              "network is down"));
+        }
+        break;
+      }
+      FinishJob(job, *plan);
+      jobs.pop_front();
+    }
+  }
+  return absl::OkStatus();
 }
 
 void PlannedMode::OnChecked(Launch* launch) {
@@ -218,7 +434,7 @@ void PlannedMode::OnChecked(Launch* launch) {
   if (joined == static_cast<size_t>(size_)) {
     // That unit was zeros everywhere; nobody starts another until the Join completes.
     join_ = JoinState::kAllJoined;
-    next_unit_ = 0;
+    next_bucket_ = 0;
     skip_.clear();
     if (held_join_.has_value()) {
       PendingOp join = std::move(*held_join_);
@@ -240,7 +456,49 @@ void PlannedMode::OnDataDone(PendingOp& op, const absl::Status& status) {
   complete_(op, status);  // cannot happen: every started operation has a launch
 }
 
+void PlannedMode::FinishSliced(Launch* launch, std::vector<PendingOp>* renegotiate) {
+  const ExecutablePlan& plan = *launch->plan;
+  for (size_t i = 0; i < launch->members.size(); ++i) {
+    const int entry = launch->members[i];
+    if (plan.buckets_of[static_cast<size_t>(entry)].back() != launch->bucket) continue;
+    auto a = active_.find(entry);
+    if (a == active_.end()) continue;  // joined here, or sent back to negotiation meanwhile
+    ActiveEntry active = std::move(a->second);
+    active_.erase(a);
+    PendingOp& op = active.op;
+    if (launch->diverged[i] || active.diverged_here) {
+      op.cache_id = -1;
+      op.sent = false;
+      renegotiate->push_back(std::move(op));
+      continue;
+    }
+    // Every slice is in: copy the averaged values out.
+    const Request& request = op.request;
+    const DataType dtype = request.tensors[0].dtype;
+    const bool average = request.op == ReduceOp::kAverage;
+    const double factor =
+        request.postscale * (average && IsFloatingPoint(dtype) ? 1.0 / size_ : 1.0);
+    const size_t elem = DataTypeSize(dtype);
+    uint8_t* out = static_cast<uint8_t*>(op.outputs[0].data);
+    const absl::Time copy_start = absl::Now();
+    for (const ActiveEntry::Piece& piece : active.pieces) {
+      uint8_t* dst = out + static_cast<size_t>(piece.offset) * elem;
+      const uint8_t* src = piece.buffer == nullptr
+                               ? dst
+                               : piece.buffer->data() + static_cast<size_t>(piece.buffer_offset) * elem;
+      ScaledCopy(dst, src, piece.count, dtype, factor);
+      if (average && !IsFloatingPoint(dtype)) DivideIntegers(dst, piece.count, dtype, size_);
+    }
+    if (timeline_->enabled()) timeline_->Span(request.name, "COPY_OUT", copy_start, absl::Now());
+    complete_(op, absl::OkStatus());
+  }
+}
+
 void PlannedMode::Finish(Launch* launch, std::vector<PendingOp>* renegotiate) {
+  if (launch->job != nullptr) {
+    FinishSliced(launch, renegotiate);
+    return;
+  }
   absl::flat_hash_set<std::string> diverged;
   for (size_t i = 0; i < launch->responses.size(); ++i) {
     if (launch->diverged[i]) diverged.insert(launch->responses[i]->name);
@@ -263,12 +521,13 @@ void PlannedMode::Finish(Launch* launch, std::vector<PendingOp>* renegotiate) {
 absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
   if (!stalled_.ok()) return stalled_;
   absl::Status s = plane_.Progress();
+  if (s.ok()) s = ProgressSlices();
   if (!s.ok()) return s;
   const absl::Time now = absl::Now();
   for (Launch& l : launches_) {
     if (l.checked) {
       // Every rank started it: from here the ordinary collective timeout applies.
-      if (!l.expected.empty() && now - l.checked_at > absl::Seconds(config_.collective_timeout_s)) {
+      if (!l.data_done() && now - l.checked_at > absl::Seconds(config_.collective_timeout_s)) {
         return absl::DeadlineExceededError(absl::StrCat(
             "rank ", rank_, ": planned allreduce of ", UnitNames(l.responses),
             " did not complete within ",
@@ -298,7 +557,7 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
     }
     break;  // later launches cannot be unchecked
   }
-  while (!launches_.empty() && launches_.front().checked && launches_.front().expected.empty()) {
+  while (!launches_.empty() && launches_.front().checked && launches_.front().data_done()) {
     Finish(&launches_.front(), renegotiate);
     launches_.pop_front();
   }
@@ -308,7 +567,7 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
   }
   // Blocked: tensors are here but the next unit cannot start for want of others on this rank.
   const bool blocked =
-      frozen_ && !must_unfreeze_ && !waiting_.empty() && !CanLaunch() &&
+      frozen_ && !must_unfreeze_ && !(waiting_.empty() && active_.empty()) && !CanLaunch() &&
       std::all_of(launches_.begin(), launches_.end(), [](const Launch& l) { return l.checked; });
   if (!blocked) {
     blocked_since_ = absl::InfiniteFuture();
@@ -320,10 +579,10 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
     if (now - blocked_since_ >= absl::Seconds(config_.stall_warning_s) && !blocked_warned_) {
       blocked_warned_ = true;
       std::vector<std::string> missing;
-      for (int entry : units_[static_cast<size_t>(next_unit_)]) {
-        if (!waiting_.contains(entry)) {
+      for (const ExecSlice& slice : plan_->buckets[static_cast<size_t>(next_bucket_)].slices) {
+        if (!waiting_.contains(slice.entry) && !active_.contains(slice.entry)) {
           missing.push_back(
-              absl::StrCat("'", entries_[static_cast<size_t>(entry)].response->name, "'"));
+              absl::StrCat("'", plan_->entries[static_cast<size_t>(slice.entry)].response->name, "'"));
         }
       }
       spdlog::warn(
@@ -429,6 +688,10 @@ std::vector<PendingOp> PlannedMode::FailAll(const absl::Status& status) {
     for (PendingOp& op : l.diverged_here) complete_(op, status);
   }
   launches_.clear();
+  for (auto& channel : channel_jobs_) channel.clear();
+  chunks_.clear();
+  for (auto& [entry, active] : active_) complete_(active.op, status);
+  active_.clear();
   if (held_join_.has_value()) {
     complete_(*held_join_, status);
     held_join_.reset();

@@ -1,24 +1,27 @@
-// Planned execution: DDP's frozen buckets, learned from negotiation.
+// The planned executor: runs one ExecutablePlan (runtime/executable_plan.h), whether observed
+// from negotiation (DDP's frozen buckets) or made by a scheduler planner, with no negotiation.
 //
-// When negotiation has agreed the same set of allreduces for several steps (CycleDetector), every
-// rank freezes that step, in the same order, as a plan of launch units (the first small, like
-// DDP's first bucket, the rest up to kUnitBytes). From then on a rank starts unit k as soon as all
-// of its tensors are submitted locally and unit k-1's check has completed - no negotiation round,
-// no message to rank 0. Every rank starts the same units in the same order on communicators only
-// the plan uses, so the collectives match.
+// A rank starts bucket k of the plan as soon as every tensor it holds is submitted locally and
+// bucket k-1's check has completed - no negotiation round, no message to rank 0. Every rank starts
+// the same buckets in the same order on communicators only the plan uses, so the collectives
+// match. Whole-tensor buckets (observed plans) go to a data plane that fuses them as negotiated
+// mode does; sliced buckets (scheduled plans) are packed here and run one at a time per channel
+// in plan order, so channels run concurrently.
 //
-// Consistency check: with each unit's collective, a small bitwise-OR allreduce on its own
-// communicator tells every rank which of the unit's tensors some rank submitted differently from
-// the plan (that rank contributes zeros for them, so the collective still matches) and which ranks
-// have joined. Handles complete only once both are done. Tensors that diverged on any rank go back
-// to negotiation on every rank - which agrees on the new request if every rank changed it alike,
-// and otherwise fails it with the usual mismatch error naming each rank's request - and the plan
-// is dropped. Since no rank starts unit k+1 before unit k's check is in, every rank drops the plan
-// at the same unit.
+// Consistency check: with each bucket's collective, a small bitwise-OR allreduce on its own
+// communicator tells every rank which of the bucket's tensors some rank submitted differently
+// from the plan (that rank contributes zeros for them, so the collective still matches) and which
+// ranks have joined. Handles complete only once the tensor's last bucket and its check are done.
+// Tensors that diverged on any rank go back to negotiation on every rank - which agrees on the
+// new request if every rank changed it alike, and otherwise fails it with the usual mismatch
+// error naming each rank's request - and the plan is dropped. Since no rank starts bucket k+1
+// before bucket k's check is in, every rank drops the plan at the same bucket. A tensor whose
+// slices were only partly sent goes back to negotiation with its input untouched: sliced results
+// reach the user's buffer only once all of a tensor's slices are in.
 //
-// Join: a joined rank starts each next unit with zeros (and whatever it submitted before joining).
-// When a unit's check shows every rank joined, that unit was all zeros, nobody starts another,
-// and the plan restarts at unit 0 once the negotiated Join completes.
+// Join: a joined rank starts each next bucket with zeros (and whatever it submitted before
+// joining). When a bucket's check shows every rank joined, that bucket was all zeros, nobody
+// starts another, and the plan restarts at bucket 0 once the negotiated Join completes.
 //
 // Threading: the coordinator thread only.
 #ifndef OVERLAP_RUNTIME_PLANNED_MODE_H_
@@ -38,7 +41,7 @@
 #include "absl/time/time.h"
 #include "collectives/executor.h"
 #include "runtime/data_plane.h"
-#include "runtime/launch_units.h"
+#include "runtime/executable_plan.h"
 #include "runtime/messages.h"
 #include "runtime/pending_op.h"
 
@@ -60,15 +63,19 @@ class PlannedMode {
 
   bool frozen() const { return frozen_; }
 
-  // Adopts `entries` (one step, in order) as the plan. `already_agreed` holds cache ids that
-  // negotiation has already agreed for the step in progress: the first pass skips them.
-  // `step_time`: how long a step took while learning (sets the patience before asking to unfreeze).
-  // `groups` as for MakeLaunchUnits.
-  void Freeze(std::vector<PlanEntry> entries, const std::vector<int64_t>& groups,
-              const absl::flat_hash_set<int32_t>& already_agreed, absl::Duration step_time);
+  // Adopts `plan` (one step, in launch order). `already_agreed` holds cache ids that negotiation
+  // has already agreed for the step in progress: the first pass skips them (whole-tensor buckets
+  // only). `step_time`: how long a step took while learning (sets the patience before asking to
+  // unfreeze).
+  void Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>& already_agreed,
+              absl::Duration step_time);
 
-  // Drops the plan. Returns the operations submitted for it and not started, for negotiation.
-  // Started units run to completion.
+  // The plan in force (meaningful while frozen()).
+  const ExecutablePlan& plan() const { return *plan_; }
+
+  // Drops the plan. Returns, for negotiation, the operations submitted for it and not started,
+  // and those whose slices were only partly started (their input is untouched). Started
+  // buckets run to completion.
   std::vector<PendingOp> Unfreeze();
 
   // True when the plan runs `name` (and the runtime must hand its submissions to Add).
@@ -102,6 +109,8 @@ class PlannedMode {
 
   // Nothing started and unfinished.
   bool idle() const { return launches_.empty() && plane_.idle(); }
+  // Nothing started, unfinished or waiting to start.
+  bool quiescent() const { return idle() && waiting_.empty() && active_.empty(); }
   uint64_t launches() const { return launch_count_; }
   const absl::flat_hash_set<int32_t>& planned_ids() const { return planned_ids_; }
   // When Progress must run again even if nothing happens (stall warnings, patience).
@@ -114,25 +123,62 @@ class PlannedMode {
 
  private:
   enum class JoinState { kNone, kJoined, kAllJoined };
+  // A sliced bucket's collective: packed when its channel is free, then run.
+  struct SliceJob {
+    int bucket = 0;
+    BucketKind kind = BucketKind::kAllreduce;
+    int channel = 0;
+    DataType dtype = DataType::kFloat32;
+    ReduceOp op = ReduceOp::kSum;
+    std::shared_ptr<std::vector<uint8_t>> buffer;  // packed slices, then their reduced values
+    std::shared_ptr<std::vector<uint8_t>> chunk;   // reduce-scatter: this rank's part
+    bool in_place = false;                         // one whole tensor reduced in the user's buffer
+    std::unique_ptr<Work> work;
+    bool done = false;
+    absl::Time started;
+  };
+  // A submitted tensor whose first bucket of this pass has started.
+  struct ActiveEntry {
+    PendingOp op;
+    bool diverged_here = false;  // submitted differently here: sent as zeros
+    size_t launched = 0;         // its buckets started so far
+    // Reduced values waiting to be copied out once every slice is in.
+    struct Piece {
+      std::shared_ptr<std::vector<uint8_t>> buffer;  // null: reduced in the user's buffer
+      int64_t buffer_offset = 0;                     // elements
+      int64_t offset = 0, count = 0;
+    };
+    std::vector<Piece> pieces;
+  };
   struct Launch {
-    int unit = 0;
-    std::vector<std::shared_ptr<const Response>> responses;  // the unit's entries, this pass
+    int bucket = 0;
+    std::shared_ptr<const ExecutablePlan> plan;
+    std::vector<int> members;                                // entries, in check-bit order
+    std::vector<std::shared_ptr<const Response>> responses;  // of the members
     std::vector<uint64_t> check;                             // [diverged entries][joined ranks]
     MPI_Request request = MPI_REQUEST_NULL;
     bool checked = false;
-    std::vector<bool> diverged;                 // by entry, once checked
-    absl::flat_hash_set<std::string> expected;  // names whose collective has not finished
+    std::vector<bool> diverged;  // by member, once checked
+    // Whole-tensor buckets: names whose collective has not finished, and the finished ones.
+    absl::flat_hash_set<std::string> expected;
     std::vector<std::pair<PendingOp, absl::Status>> done;
     std::vector<PendingOp> diverged_here;  // submitted differently here: sent as zeros
+    std::unique_ptr<SliceJob> job;         // sliced buckets
     uint64_t number = 0;                   // this launch's place in the sequence, from 1
     absl::Time started;
     absl::Time checked_at;  // every rank has started it from here on
     absl::Time next_probe;
     bool warned = false;
+    bool data_done() const { return job != nullptr ? job->done : expected.empty(); }
   };
 
   bool CanLaunch() const;
   absl::Status LaunchNext();
+  void LaunchSliced(Launch* launch);
+  absl::Status ProgressSlices();
+  absl::Status StartJob(SliceJob* job, const ExecutablePlan& plan);
+  void FinishJob(SliceJob* job, const ExecutablePlan& plan);
+  void FinishSliced(Launch* launch, std::vector<PendingOp>* renegotiate);
   void OnChecked(Launch* launch);
   void Finish(Launch* launch, std::vector<PendingOp>* renegotiate);
   void OnDataDone(PendingOp& op, const absl::Status& status);
@@ -150,13 +196,15 @@ class PlannedMode {
   DataPlane plane_;
 
   bool frozen_ = false;
-  std::vector<PlanEntry> entries_;
-  std::vector<std::vector<int>> units_;
+  std::shared_ptr<const ExecutablePlan> plan_;
   absl::flat_hash_map<std::string, int> entry_of_;
   absl::flat_hash_set<int32_t> planned_ids_;
   absl::flat_hash_set<int32_t> skip_;  // first pass only
-  int next_unit_ = 0;
-  absl::flat_hash_map<int, PendingOp> waiting_;  // by entry: submitted, not started
+  int next_bucket_ = 0;
+  absl::flat_hash_map<int, PendingOp> waiting_;    // by entry: submitted, no bucket started
+  absl::flat_hash_map<int, ActiveEntry> active_;   // by entry: some bucket started
+  std::vector<std::deque<SliceJob*>> channel_jobs_;  // sliced jobs by channel, in plan order
+  absl::flat_hash_map<int, std::shared_ptr<std::vector<uint8_t>>> chunks_;  // by RS bucket
   std::deque<Launch> launches_;
   uint64_t launch_count_ = 0;
   bool must_unfreeze_ = false;

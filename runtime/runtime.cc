@@ -150,6 +150,11 @@ Runtime::~Runtime() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
+absl::Status Runtime::MarkPhase(StepPhase phase) {
+  (void)phase;
+  return absl::OkStatus();
+}
+
 RuntimeStats Runtime::stats() const {
   RuntimeStats stats;
   stats.negotiation_rounds = counters_.rounds.load();
@@ -374,7 +379,9 @@ void Runtime::UpdatePlan(const RoundResult& round, const std::optional<LearnedSt
   }
   counters_.frozen.fetch_add(1, std::memory_order_relaxed);
   counters_.tensors.store(static_cast<int64_t>(entries.size()), std::memory_order_relaxed);
-  planned_->Freeze(std::move(entries), learned->rounds, agreed, learned->step_time);
+  planned_->Freeze(ObservedPlan(std::move(entries), learned->rounds, PlannedMode::kFirstUnitBytes,
+                                PlannedMode::kUnitBytes),
+                   agreed, learned->step_time);
   negotiator_->ForgetStalls(planned_->planned_ids());
   // This step's submissions that negotiation has not agreed yet continue under the plan.
   for (auto it = pending_.begin(); it != pending_.end();) {

@@ -32,6 +32,7 @@
 #include "runtime/overlap.h"
 #include "runtime/pending_op.h"
 #include "runtime/planned_mode.h"
+#include "runtime/step_profiler.h"
 #include "runtime/timeline.h"
 
 namespace overlap {
@@ -56,6 +57,9 @@ class Runtime {
   // InvalidArgument naming the rank, the tensor and the cause; FailedPrecondition after
   // Shutdown or a fatal error.
   absl::StatusOr<Handle> Submit(PendingOp op, DoneCallback on_done);
+
+  // A step marker from the program (StartForward, StartBackward, StartUpdate).
+  absl::Status MarkPhase(StepPhase phase);
 
   RuntimeStats stats() const;
 
