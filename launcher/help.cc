@@ -62,6 +62,7 @@ examples:
   overlaprun -np 8 -H node1:4,node2:4 --network-interface eth0 ./train
   overlaprun -np 2 --hostfile hosts.txt --fusion-threshold-mb 32 --timeline /tmp/tl.json ./train
   overlaprun -np 4 --stall-warning 5 --stall-timeout 20 --log-level info ./train
+  overlaprun -np 4 --planner auto --profile-steps 10 ./train
   overlaprun --dry-run -np 2 -x OMP_NUM_THREADS=1 ./train
   tools/cluster/cluster.sh exec overlaprun -np 4 --hostfile /tmp/overlap-cluster/hostfile --tcp-only ./train
 )");

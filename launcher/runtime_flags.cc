@@ -19,7 +19,7 @@ absl::StatusOr<double> NonNegative(absl::string_view flag, absl::string_view val
   return v;
 }
 
-// Megabytes on the command line, bytes in OVERLAP_FUSION_THRESHOLD (MiB, as Horovod's option).
+// Megabytes (MiB, as Horovod's option) on the command line, bytes in the variable.
 absl::StatusOr<std::string> MegabytesToBytes(absl::string_view flag, absl::string_view value) {
   absl::StatusOr<double> mb = NonNegative(flag, value);
   if (!mb.ok()) {
@@ -42,10 +42,13 @@ absl::StatusOr<std::string> PositiveSeconds(absl::string_view flag, absl::string
   return std::string(value);
 }
 
-absl::StatusOr<std::string> ChannelCount(absl::string_view flag, absl::string_view value) {
+// An integer in [kMin, kMax], passed on as given (the runtime reads it with the same parser).
+template <int kMin, int kMax>
+absl::StatusOr<std::string> IntInRange(absl::string_view flag, absl::string_view value) {
   int n = 0;
-  if (!absl::SimpleAtoi(value, &n) || n < 1 || n > 16) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " '", value, "' is not in 1..16"));
+  if (!absl::SimpleAtoi(value, &n) || n < kMin || n > kMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", value, "' is not in ", kMin, "..", kMax));
   }
   return std::string(value);
 }
@@ -59,12 +62,37 @@ absl::StatusOr<std::string> CycleTime(absl::string_view flag, absl::string_view 
   return std::string(value);
 }
 
-absl::StatusOr<std::string> PlanAfterSteps(absl::string_view flag, absl::string_view value) {
-  int n = 0;
-  if (!absl::SimpleAtoi(value, &n) || n < 0 || n > 1000) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " '", value, "' is not in 0..1000"));
+// -1 (as many steps of budget as --staleness) or a number in [0, 1e6], as runtime/config.cc.
+absl::StatusOr<std::string> Budget(absl::string_view flag, absl::string_view value) {
+  double v = 0;
+  if (!absl::SimpleAtod(value, &v) || !(v == -1 || (v >= 0 && v <= 1e6))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " '", value, "' is not -1 (equal to --staleness) or a number in [0, 1e6]"));
   }
   return std::string(value);
+}
+
+absl::StatusOr<std::string> ReplanDrift(absl::string_view flag, absl::string_view value) {
+  absl::StatusOr<double> drift = NonNegative(flag, value);
+  if (!drift.ok()) return drift.status();
+  if (*drift > 10) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", value, "' is not in [0, 10]"));
+  }
+  return std::string(value);
+}
+
+// The names runtime/config.cc accepts for OVERLAP_PLANNER (the launcher does not link the
+// runtime, so the list is repeated here; keep the two in step).
+constexpr const char* kPlanners[] = {"observed", "wfbp", "fusion", "mgwfbp", "bytescheduler",
+                                     "usbyte",   "dear", "deft",   "auto"};
+
+absl::StatusOr<std::string> Planner(absl::string_view flag, absl::string_view value) {
+  for (const char* planner : kPlanners) {
+    if (value == planner) return std::string(value);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      flag, " '", value,
+      "' is not one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto"));
 }
 
 absl::StatusOr<std::string> LogLevel(absl::string_view flag, absl::string_view value) {
@@ -88,7 +116,7 @@ constexpr RuntimeFlag kFlags[] = {
     {"--fusion-threshold-mb", "OVERLAP_FUSION_THRESHOLD", "MB",
      "pack ready tensors into collectives of at most MB MiB (0 disables fusion)", MegabytesToBytes},
     {"--num-channels", "OVERLAP_NUM_CHANNELS", "N",
-     "run collectives on N independent communicators (1..16)", ChannelCount},
+     "run collectives on N independent communicators (1..16)", IntInRange<1, 16>},
     {"--timeline", "OVERLAP_TIMELINE", "FILE",
      "write a Chrome trace of every tensor's life to FILE (open it in Perfetto)", NonEmpty},
     {"--log-level", "OVERLAP_LOG_LEVEL", "LEVEL",
@@ -103,9 +131,10 @@ constexpr RuntimeFlag kFlags[] = {
      "fail the job when a collective has not completed after this long (dead peer or network)",
      PositiveSeconds},
     {"--planner", "OVERLAP_PLANNER", "NAME",
-     "communication planner (wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto); "
-     "reserved: the runtime warns that it ignores it until planners are wired in",
-     NonEmpty},
+     "communication planner: observed (the default) freezes the step that negotiation observed; "
+     "wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft or auto plan from measured steps "
+     "and need the program to call overlap::StartForward/StartBackward/StartUpdate every step",
+     Planner},
     {"--compression", "OVERLAP_COMPRESSION", "SPEC",
      "compressor for allreduces that do not name one, e.g. fp16 or topk:ratio=0.01 (none: off)",
      NonEmpty},
@@ -115,7 +144,31 @@ constexpr RuntimeFlag kFlags[] = {
      CycleTime},
     {"--plan-after-steps", "OVERLAP_PLAN_AFTER_STEPS", "N",
      "freeze a plan after N identical steps and stop negotiating them (0..1000; 0: never)",
-     PlanAfterSteps},
+     IntInRange<0, 1000>},
+    {"--profile-steps", "OVERLAP_PROFILE_STEPS", "N",
+     "measure N steps (median) before a scheduler planner makes its plan (1..1000)",
+     IntInRange<1, 1000>},
+    {"--staleness", "OVERLAP_STALENESS", "S",
+     "deft: the largest delay, in steps, any bucket's update may get (0..16, default 0)",
+     IntInRange<0, 16>},
+    {"--max-period", "OVERLAP_MAX_PERIOD", "P",
+     "deft: the largest update period, in steps, it may give a bucket (1..64; default 1, every "
+     "step)",
+     IntInRange<1, 64>},
+    {"--budget", "OVERLAP_BUDGET", "B",
+     "deft: the convergence budget, a number in [0, 1e6], or -1 (the default) for the value of "
+     "--staleness",
+     Budget},
+    {"--partition-mb", "OVERLAP_PARTITION_BYTES", "MB",
+     "bytescheduler: the partition size in MiB (0, the default, tunes it by simulation)",
+     MegabytesToBytes},
+    {"--credit-mb", "OVERLAP_CREDIT_BYTES", "MB",
+     "bytescheduler: the credit (bytes in flight) in MiB (0, the default, tunes it by simulation)",
+     MegabytesToBytes},
+    {"--replan-drift", "OVERLAP_REPLAN_DRIFT", "F",
+     "re-plan when the step time drifts from the planned one by more than this fraction "
+     "(0..10, default 0.25; 0: never)",
+     ReplanDrift},
 };
 
 }  // namespace

@@ -16,6 +16,7 @@ void HandleState::Complete(absl::Status status) {
   absl::MutexLock lock(&mu_);
   status_ = std::move(status);
   done_ = true;
+  done_at_ = absl::Now();
 }
 
 bool HandleState::done() const {
@@ -26,6 +27,11 @@ bool HandleState::done() const {
 absl::Time HandleState::first_wait() const {
   absl::MutexLock lock(&mu_);
   return first_wait_;
+}
+
+absl::Time HandleState::done_at() const {
+  absl::MutexLock lock(&mu_);
+  return done_at_;
 }
 
 absl::Status HandleState::Wait(absl::Duration timeout) const {

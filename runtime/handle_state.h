@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "runtime/overlap.h"
 
 namespace overlap {
@@ -28,6 +29,9 @@ class HandleState {
   absl::Status Wait(absl::Duration timeout) const;
   // When Wait was first called; absl::InfiniteFuture() until then. The step profiler's first use.
   absl::Time first_wait() const;
+  // When Complete recorded the outcome (done() became true); absl::InfiniteFuture() until then.
+  // With first_wait, how long the first Wait blocked: the step profiler's blocked time.
+  absl::Time done_at() const;
 
   // Runtime-owned result for operations whose output size is decided by negotiation; set by the
   // coordinator before Complete.
@@ -43,6 +47,7 @@ class HandleState {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   mutable absl::Time first_wait_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Time done_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   Tensor output_;
   std::vector<uint8_t> output_storage_;
   std::vector<int64_t> received_splits_;

@@ -46,6 +46,11 @@ std::shared_ptr<const Response> Negotiator::CachedResponse(int32_t id) const {
   return cache_[static_cast<size_t>(id)].response;
 }
 
+int32_t Negotiator::CachedId(const std::string& name) const {
+  auto it = cache_ids_.find(name);
+  return it == cache_ids_.end() ? -1 : it->second;
+}
+
 const Request* Negotiator::CachedLocalRequest(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= cache_.size() || !cache_[id].valid) return nullptr;
   return &cache_[static_cast<size_t>(id)].local;

@@ -79,6 +79,8 @@ class Negotiator {
   // The agreed operation and this rank's own request behind cache id `id`; null when not valid.
   std::shared_ptr<const Response> CachedResponse(int32_t id) const;
   const Request* CachedLocalRequest(int32_t id) const;
+  // The cache id agreed for `name`, or -1.
+  int32_t CachedId(const std::string& name) const;
 
   // Stops tracking stalls of `ids` (they left negotiation for a plan).
   void ForgetStalls(const absl::flat_hash_set<int32_t>& ids);

@@ -131,9 +131,18 @@ bool PlannedMode::CanLaunch() const {
   const ExecBucket& bucket = plan_->buckets[static_cast<size_t>(next_bucket_)];
   for (const ExecSlice& slice : bucket.slices) {
     if (skip_.contains(plan_->entries[static_cast<size_t>(slice.entry)].cache_id)) continue;
-    if (!waiting_.contains(slice.entry) && !active_.contains(slice.entry)) return false;
+    // Its first bucket of the pass takes a new submission; later ones continue what it started
+    // (an entry still active from the previous pass must not be mistaken for this pass's).
+    if (FirstBucketOf(slice.entry) ? !waiting_.contains(slice.entry)
+                                   : !active_.contains(slice.entry)) {
+      return false;
+    }
   }
   return true;
+}
+
+bool PlannedMode::FirstBucketOf(int entry) const {
+  return plan_->buckets_of[static_cast<size_t>(entry)].front() == next_bucket_;
 }
 
 void PlannedMode::Advance() {
@@ -168,7 +177,7 @@ absl::Status PlannedMode::LaunchNext() {
     auto it = waiting_.find(entry);
     if (bucket.kind != BucketKind::kWhole) {
       // Sliced: the tensor becomes active at its first bucket of the pass.
-      if (it != waiting_.end()) {
+      if (it != waiting_.end() && FirstBucketOf(entry)) {
         ActiveEntry active;
         active.op = std::move(it->second);
         waiting_.erase(it);

@@ -173,6 +173,8 @@ class PlannedMode {
   };
 
   bool CanLaunch() const;
+  // The bucket about to start is the first of `entry`'s buckets in the plan.
+  bool FirstBucketOf(int entry) const;
   absl::Status LaunchNext();
   void LaunchSliced(Launch* launch);
   absl::Status ProgressSlices();

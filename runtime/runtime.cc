@@ -138,6 +138,18 @@ absl::Status Runtime::Connect(const Config& config) {
       compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
   detector_ = std::make_unique<CycleDetector>(config.plan_after_steps);
+  profiler_ = std::make_unique<StepProfiler>(config.profile_steps);
+  if (config.planner != "observed") {
+    // The scheduler's votes, broadcasts and link probe get communicators of their own.
+    absl::StatusOr<std::unique_ptr<MpiExecutor>> probe = MpiExecutor::Create(MPI_COMM_WORLD, 1);
+    if (!probe.ok()) return probe.status();
+    MPI_Comm plan_comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &plan_comm);
+    MPI_Comm_set_errhandler(plan_comm, MPI_ERRORS_RETURN);
+    scheduler_ = std::make_unique<PlanScheduler>(
+        config, rank_, size_, plan_comm, std::move(*probe), profiler_.get(),
+        [this] { return ReadControl(absl::ZeroDuration(), /*local=*/false); });
+  }
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   spdlog::info("overlap: rank {} of {} on {} started ({} channels, fusion threshold {} bytes)",
                rank_, size_, hosts_[static_cast<size_t>(rank_)], config.num_channels,
@@ -151,7 +163,19 @@ Runtime::~Runtime() {
 }
 
 absl::Status Runtime::MarkPhase(StepPhase phase) {
-  (void)phase;
+  const int64_t step = profiler_->OnPhase(phase, absl::Now());
+  if (phase != StepPhase::kForward) return absl::OkStatus();
+  counters_.steps.store(step, std::memory_order_relaxed);
+  if (scheduler_ == nullptr) return absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!fatal_.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank_, ": step ", step, ": the runtime stopped after an error: ", fatal_.message()));
+    }
+    markers_.push_back(Marker{step, incoming_.size()});
+  }
+  if (coordinator_sleeping_.load()) Wake();
   return absl::OkStatus();
 }
 
@@ -162,6 +186,19 @@ RuntimeStats Runtime::stats() const {
   stats.plans_frozen = counters_.frozen.load();
   stats.plans_dropped = counters_.dropped.load();
   stats.planned_tensors = counters_.tensors.load();
+  stats.steps = counters_.steps.load();
+  if (scheduler_ != nullptr) {
+    const ScheduleInfo info = scheduler_->info();
+    stats.planner = info.planner;
+    stats.plan_buckets = info.buckets;
+    stats.predicted_step_ms = info.predicted_step_ms;
+    stats.plan_adopted_step = info.adopted_step;
+    stats.plans_scheduled = info.adopted;
+    stats.plans_refused = info.refused;
+    stats.plan_layerwise_update = info.layerwise_update;
+    stats.fitted_alpha_us = info.alpha_us;
+    stats.fitted_beta_us_per_mb = info.beta_us_per_mb;
+  }
   return stats;
 }
 
@@ -192,6 +229,21 @@ absl::StatusOr<Handle> Runtime::Submit(PendingOp op, DoneCallback on_done) {
   }
   const std::string& name = op.request.name;
   auto state = std::make_shared<internal::HandleState>(name, std::move(on_done));
+  // Scheduled plans cover float32 gradients being summed or averaged, one tensor each.
+  if (scheduler_ != nullptr && op.request.kind == OpKind::kAllreduce &&
+      op.request.tensors.size() == 1 && op.request.compression == "none" &&
+      op.request.tensors[0].dtype == DataType::kFloat32 &&
+      (op.request.op == ReduceOp::kSum || op.request.op == ReduceOp::kAverage)) {
+    std::weak_ptr<internal::HandleState> weak = state;
+    profiler_->OnSubmit(name, op.request.tensors[0].NumElements() * 4, DataType::kFloat32,
+                        [weak] {
+                          std::shared_ptr<internal::HandleState> h = weak.lock();
+                          return h != nullptr
+                                     ? StepProfiler::WaitTimes{h->first_wait(), h->done_at()}
+                                     : StepProfiler::WaitTimes{};
+                        },
+                        absl::Now());
+  }
   {
     absl::MutexLock lock(&mu_);
     const std::string what =
@@ -353,6 +405,44 @@ void Runtime::DropPlan(const char* why, bool relearn) {
   if (relearn) detector_->Reset();
   counters_.dropped.fetch_add(1, std::memory_order_relaxed);
   counters_.tensors.store(0, std::memory_order_relaxed);
+  if (scheduled_in_force_) {
+    scheduled_in_force_ = false;
+    scheduler_->OnPlanDropped(counters_.steps.load());
+  }
+}
+
+bool Runtime::Quiescent() const {
+  return pending_.empty() && rounds_owed_ == 0 && data_plane_->idle() && planned_->quiescent();
+}
+
+absl::Status Runtime::ProgressSchedule() {
+  absl::StatusOr<std::optional<ExecutablePlan>> plan =
+      scheduler_->Progress(Quiescent(), [this](const std::vector<std::string>& names) {
+        // What negotiation has agreed under these names: all a plan may refer to.
+        absl::flat_hash_map<std::string, PlanEntry> table;
+        for (const std::string& name : names) {
+          const int32_t id = negotiator_->CachedId(name);
+          std::shared_ptr<const Response> response = negotiator_->CachedResponse(id);
+          if (response != nullptr) table.emplace(name, PlanEntry{id, std::move(response)});
+        }
+        return table;
+      });
+  if (!plan.ok()) return plan.status();
+  if (plan->has_value()) AdoptScheduled(std::move(**plan));
+  return absl::OkStatus();
+}
+
+void Runtime::AdoptScheduled(ExecutablePlan plan) {
+  // Every rank is here with nothing in flight, between the same two steps.
+  scheduled_in_force_ = false;  // a plan being replaced is not a plan lost
+  if (planned_->frozen()) DropPlan("a scheduled plan replaces it", /*relearn=*/true);
+  detector_->Reset();
+  counters_.frozen.fetch_add(1, std::memory_order_relaxed);
+  counters_.tensors.store(static_cast<int64_t>(plan.entries.size()), std::memory_order_relaxed);
+  const absl::Duration step = absl::Milliseconds(profiler_->median_step_ms());
+  planned_->Freeze(std::move(plan), {}, step);
+  negotiator_->ForgetStalls(planned_->planned_ids());
+  scheduled_in_force_ = true;
 }
 
 void Runtime::UpdatePlan(const RoundResult& round, const std::optional<LearnedStep>& learned) {
@@ -362,6 +452,17 @@ void Runtime::UpdatePlan(const RoundResult& round, const std::optional<LearnedSt
     DropPlan("a rank waited on it longer than its patience");
   }
   if (!learned.has_value()) return;
+  if (scheduler_ != nullptr && !warned_no_markers_ && !profiler_->used()) {
+    warned_no_markers_ = true;
+    if (rank_ == 0) {
+      spdlog::warn(
+          "overlap: OVERLAP_PLANNER={} needs the step markers (overlap::StartForward, "
+          "StartBackward, StartUpdate) to measure the step; this program calls none, so the "
+          "runtime runs the plan it observes",
+          config_.planner);
+    }
+  }
+  if (scheduled_in_force_) return;  // the scheduler's plan stays until it is dropped
   if (planned_->frozen() && !(round.agreed_launches.has_value() && learned->launches_unchanged)) {
     return;  // the plan in force is in use
   }
@@ -402,17 +503,30 @@ bool Runtime::TakeIncoming() {
   bool shutting_down;
   {
     absl::MutexLock lock(&mu_);
-    for (PendingOp& op : incoming_) {
-      loop_.last_activity = absl::Now();
-      if (planned_->Owns(op.request.name)) {
-        planned_->Add(std::move(op));
+    // Operations up to the next forward marker; a marker may start a scheduler stage, which holds
+    // the operations after it until every rank has voted.
+    while (!incoming_.empty() || !markers_.empty()) {
+      if (scheduler_ != nullptr && scheduler_->busy()) break;
+      if (!markers_.empty() && markers_.front().before == 0) {
+        scheduler_->OnStep(markers_.front().step);
+        markers_.pop_front();
         continue;
       }
-      std::string name = op.request.name;
-      pending_.emplace(std::move(name), std::move(op));
-      dirty = true;
+      const size_t take = markers_.empty() ? incoming_.size() : markers_.front().before;
+      for (size_t i = 0; i < take; ++i) {
+        PendingOp& op = incoming_.front();
+        loop_.last_activity = absl::Now();
+        if (planned_->Owns(op.request.name)) {
+          planned_->Add(std::move(op));
+        } else {
+          std::string name = op.request.name;
+          pending_.emplace(std::move(name), std::move(op));
+          dirty = true;
+        }
+        incoming_.pop_front();
+      }
+      for (Marker& m : markers_) m.before -= take;
     }
-    incoming_.clear();
     shutting_down = shutdown_requested_;
   }
   planned_->SetJoined(pending_.contains("__join"));
@@ -459,6 +573,7 @@ absl::Duration Runtime::IdleTimeout() const {
   // otherwise pay. While collectives are in flight MPI needs our calls to make progress.
   const absl::Time now = absl::Now();
   if (rounds_owed_ > 0 || loop_.resend || !data_plane_->idle() || !planned_->idle() ||
+      (scheduler_ != nullptr && scheduler_->busy()) ||
       now - loop_.last_activity < kSpinAfterActivity) {
     return absl::ZeroDuration();
   }
@@ -488,6 +603,7 @@ void Runtime::Loop() {
       if (data_plane_->idle() && planned_->idle()) break;
     }
     Renegotiate(std::move(renegotiate));
+    if (s.ok() && scheduler_ != nullptr) s = ProgressSchedule();
     counters_.launches.store(static_cast<int64_t>(planned_->launches()), std::memory_order_relaxed);
     if (planned_->must_unfreeze()) DropPlan("a tensor was submitted differently from the plan");
     if (planned_->TakeUnfreezeWish()) loop_.resend = true;  // asks for a round to drop the plan

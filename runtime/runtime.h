@@ -31,6 +31,7 @@
 #include "runtime/negotiator.h"
 #include "runtime/overlap.h"
 #include "runtime/pending_op.h"
+#include "runtime/plan_scheduler.h"
 #include "runtime/planned_mode.h"
 #include "runtime/step_profiler.h"
 #include "runtime/timeline.h"
@@ -84,6 +85,10 @@ class Runtime {
   // `relearn`: forget the steps seen so far (not when a new plan replaces the old one).
   void DropPlan(const char* why, bool relearn = true);
   void Renegotiate(std::vector<PendingOp> ops);
+  // Scheduled plans: hands the scheduler this rank's state; adopts the plan it returns.
+  absl::Status ProgressSchedule();
+  void AdoptScheduled(ExecutablePlan plan);
+  bool Quiescent() const;
   void CompleteOp(PendingOp& op, const absl::Status& status);
   void Fatal(const absl::Status& status);
   // Waits up to `timeout` for control signals (and, if `local`, for new submissions) and
@@ -105,6 +110,10 @@ class Runtime {
   std::unique_ptr<DataPlane> data_plane_;
   std::unique_ptr<PlannedMode> planned_;
   std::unique_ptr<CycleDetector> detector_;
+  std::unique_ptr<StepProfiler> profiler_;
+  std::unique_ptr<PlanScheduler> scheduler_;  // null for OVERLAP_PLANNER=observed
+  bool scheduled_in_force_ = false;           // the frozen plan came from the scheduler
+  bool warned_no_markers_ = false;
   Timeline timeline_;
   std::unique_ptr<CompressionStage> compression_;
   int wake_fd_ = -1;
@@ -128,6 +137,12 @@ class Runtime {
 
   absl::Mutex mu_;
   std::deque<PendingOp> incoming_ ABSL_GUARDED_BY(mu_);
+  // Forward markers for the scheduler, each with the number of incoming_ operations before it.
+  struct Marker {
+    int64_t step = 0;
+    size_t before = 0;
+  };
+  std::deque<Marker> markers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> in_flight_ ABSL_GUARDED_BY(mu_);
   bool joined_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
@@ -135,7 +150,7 @@ class Runtime {
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
   // Written by the coordinator thread, read by stats().
   struct Counters {
-    std::atomic<int64_t> rounds{0}, launches{0}, frozen{0}, dropped{0}, tensors{0};
+    std::atomic<int64_t> rounds{0}, launches{0}, frozen{0}, dropped{0}, tensors{0}, steps{0};
   } counters_;
 };
 

@@ -10,6 +10,16 @@
 // by the end of the next forward counts as used at the end of that forward. Ready times are
 // clamped into [0, backward_ms].
 //
+// Compute windows exclude time blocked in Wait on planned tensors. A wait blocks from its first
+// call until its handle completed (nothing if it completed before the call), and at most until
+// the step closes. Taking the program to be single-threaded, its waits sequential, the blocked
+// time of step k's submissions' waits that falls inside a window (each interval clipped to it;
+// overlapping intervals counted once) is subtracted from that window: from step k's backward
+// (its backward marker to its update marker), its update (update marker to step k+1's forward
+// marker) and step k+1's forward (forward marker to backward marker). A tensor's first use is the
+// time from the forward's start to its first wait less the blocked time inside the forward before
+// that wait, clamped into [0, forward_ms]. Every window and time is clamped at >= 0.
+//
 // Step k's measurement closes at the backward marker of step k+1 (when its first uses are known);
 // its forward_ms is step k+1's, the one its first uses are measured in, and its backward_ms and
 // update_ms are its own. MakeProfile() takes, over the last `steps_needed` closed steps in a row
@@ -41,10 +51,17 @@ const char* StepPhaseName(StepPhase phase);  // "forward", "backward", "update"
 
 class StepProfiler {
  public:
-  // The time the handle of a submission was first waited on; absl::InfiniteFuture() while it has
-  // not been. Called when the step closes, with the profiler's lock held: it may take its own
-  // locks but must not call back into the profiler. An empty function counts as never waited.
-  using FirstWaitFn = std::function<absl::Time()>;
+  // When the handle of a submission was first waited on (called) and when its operation
+  // completed (done); absl::InfiniteFuture() while it has not been / has not. The wait blocked
+  // from `called` to `done` (clipped at the step's close; nothing if done <= called).
+  struct WaitTimes {
+    absl::Time called = absl::InfiniteFuture();
+    absl::Time done = absl::InfiniteFuture();
+  };
+  // A submission's WaitTimes. Called when the step closes, with the profiler's lock held: it may
+  // take its own locks but must not call back into the profiler. An empty function counts as
+  // never waited.
+  using FirstWaitFn = std::function<WaitTimes()>;
 
   // steps_needed below 1 counts as 1.
   explicit StepProfiler(int steps_needed);

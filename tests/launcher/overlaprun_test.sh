@@ -32,12 +32,16 @@ expect 2 "overlaprun: hostfile $T/hosts line 2: slot count 'x' is not a positive
 expect 2 "overlaprun: host node9 is not reachable through '/bin/false': exit status 1" -- -np 2 -H node9:2 --rsh-agent /bin/false true
 expect 2 "overlaprun: mpirun 'no-mpirun' is not found or not executable; install Open MPI (openmpi-bin) or pass --mpirun PATH" -- -np 1 --mpirun no-mpirun true
 expect 2 "overlaprun: unknown option '--np' (overlaprun --help lists them)" -- --np 2 true
+expect 2 "overlaprun: --planner 'foo' is not one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto" -- -np 2 --planner foo true
+expect 2 "overlaprun: --staleness '17' is not in 0..16" -- -np 2 --staleness 17 true
+expect 2 "overlaprun: --budget '-2' is not -1 (equal to --staleness) or a number in [0, 1e6]" -- -np 2 --budget -2 true
 
 # Help documents every option with examples.
 "$O" --help >"$T/help" || fail "--help status $?"
 for opt in -np -H --hostfile --dry-run --network-interface -x --fusion-threshold-mb --timeline \
   --log-level --stall-warning --stall-timeout --collective-timeout --planner --compression \
-  --cycle-time-ms --plan-after-steps \
+  --cycle-time-ms --plan-after-steps --profile-steps --staleness --max-period --budget \
+  --partition-mb --credit-mb --replan-drift StartForward \
   --start-timeout --oversubscribe --rsh-agent --tcp-only --kill-grace --mpi-args examples:; do
   grep -q -- "$opt" "$T/help" || fail "--help does not mention $opt"
 done
@@ -47,6 +51,12 @@ env -i PATH=/usr/bin:/bin OVERLAP_NUM_CHANNELS=3 "$O" --dry-run -np 2 -H localho
   --fusion-threshold-mb 8 -x A=1 --mpirun mpirun prog arg >"$T/out" 2>&1
 want="mpirun $([ "$(id -u)" -eq 0 ] && echo '--allow-run-as-root ')-np 2 -H localhost:2 --bind-to none --map-by slot -x OVERLAP_FUSION_THRESHOLD=8388608 -x OVERLAP_NUM_CHANNELS -x PATH -x A=1 $(readlink -f "$O") --rank-wrapper -- prog arg"
 [ "$(cat "$T/out")" = "$want" ] || fail "--dry-run printed '$(cat "$T/out")', expected '$want'"
+# Planner options reach every rank as OVERLAP_* variables in the runtime's units (sorted by name).
+env -i PATH=/usr/bin:/bin "$O" --dry-run -np 2 -H localhost:2 --planner deft --profile-steps 7 \
+  --staleness 2 --max-period 4 --budget -1 --partition-mb 2 --credit-mb 0.5 --replan-drift 0.1 \
+  --mpirun mpirun prog >"$T/out" 2>&1
+want="mpirun $([ "$(id -u)" -eq 0 ] && echo '--allow-run-as-root ')-np 2 -H localhost:2 --bind-to none --map-by slot -x OVERLAP_BUDGET=-1 -x OVERLAP_CREDIT_BYTES=524288 -x OVERLAP_MAX_PERIOD=4 -x OVERLAP_PARTITION_BYTES=2097152 -x OVERLAP_PLANNER=deft -x OVERLAP_PROFILE_STEPS=7 -x OVERLAP_REPLAN_DRIFT=0.1 -x OVERLAP_STALENESS=2 -x PATH $(readlink -f "$O") --rank-wrapper -- prog"
+[ "$(cat "$T/out")" = "$want" ] || fail "--dry-run with planner options printed '$(cat "$T/out")', expected '$want'"
 
 # A clean job: status 0, the program's output, nothing from overlaprun; forwarded variables arrive.
 timeout 60 "$O" -np 3 -x GREETING=hi --log-level info sh -c 'echo "rank $OMPI_COMM_WORLD_RANK $GREETING $OVERLAP_LOG_LEVEL"' \

@@ -78,6 +78,52 @@ TEST_CASE("runtime options become OVERLAP_* values in the runtime's units", "[pa
   CHECK(env.size() == 12);
 }
 
+TEST_CASE("planner options become OVERLAP_* values in the runtime's units", "[parse]") {
+  auto p = Parse({"-np", "2", "--planner", "bytescheduler", "--profile-steps", "7", "--staleness",
+                  "2", "--max-period", "4", "--budget", "1.5", "--partition-mb", "4",
+                  "--credit-mb=0.25", "--replan-drift", "0.5", "prog"});
+  REQUIRE(p.ok());
+  const auto& env = p->options.runtime_env;
+  CHECK(env.at("OVERLAP_PLANNER") == "bytescheduler");
+  CHECK(env.at("OVERLAP_PROFILE_STEPS") == "7");
+  CHECK(env.at("OVERLAP_STALENESS") == "2");
+  CHECK(env.at("OVERLAP_MAX_PERIOD") == "4");
+  CHECK(env.at("OVERLAP_BUDGET") == "1.5");
+  CHECK(env.at("OVERLAP_PARTITION_BYTES") == "4194304");
+  CHECK(env.at("OVERLAP_CREDIT_BYTES") == "262144");
+  CHECK(env.at("OVERLAP_REPLAN_DRIFT") == "0.5");
+  CHECK(env.size() == 8);
+}
+
+TEST_CASE("planner options accept the ends of their ranges", "[parse]") {
+  auto env = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {"-np", "1"});
+    args.push_back("prog");
+    auto p = ParseArgs(args);
+    REQUIRE(p.ok());
+    REQUIRE(p->options.runtime_env.size() == 1);
+    return *p->options.runtime_env.begin();
+  };
+  using Var = std::pair<const std::string, std::string>;
+  for (const char* planner : {"observed", "wfbp", "fusion", "mgwfbp", "bytescheduler", "usbyte",
+                              "dear", "deft", "auto"}) {
+    CHECK(env({"--planner", planner}) == Var{"OVERLAP_PLANNER", planner});
+  }
+  CHECK(env({"--profile-steps", "1"}) == Var{"OVERLAP_PROFILE_STEPS", "1"});
+  CHECK(env({"--profile-steps", "1000"}) == Var{"OVERLAP_PROFILE_STEPS", "1000"});
+  CHECK(env({"--staleness", "0"}) == Var{"OVERLAP_STALENESS", "0"});
+  CHECK(env({"--staleness", "16"}) == Var{"OVERLAP_STALENESS", "16"});
+  CHECK(env({"--max-period", "1"}) == Var{"OVERLAP_MAX_PERIOD", "1"});
+  CHECK(env({"--max-period", "64"}) == Var{"OVERLAP_MAX_PERIOD", "64"});
+  CHECK(env({"--budget", "-1"}) == Var{"OVERLAP_BUDGET", "-1"});
+  CHECK(env({"--budget", "0"}) == Var{"OVERLAP_BUDGET", "0"});
+  CHECK(env({"--budget", "1e6"}) == Var{"OVERLAP_BUDGET", "1e6"});
+  CHECK(env({"--partition-mb", "0"}) == Var{"OVERLAP_PARTITION_BYTES", "0"});
+  CHECK(env({"--credit-mb", "0"}) == Var{"OVERLAP_CREDIT_BYTES", "0"});
+  CHECK(env({"--replan-drift", "0"}) == Var{"OVERLAP_REPLAN_DRIFT", "0"});
+  CHECK(env({"--replan-drift", "10"}) == Var{"OVERLAP_REPLAN_DRIFT", "10"});
+}
+
 TEST_CASE("fractional megabytes round to whole bytes", "[parse]") {
   auto p = Parse({"-np", "1", "--fusion-threshold-mb", "0.5", "prog"});
   REQUIRE(p.ok());
@@ -122,6 +168,41 @@ TEST_CASE("each bad argument gives one message naming the option", "[parse]") {
         "--cycle-time-ms '1001' is not in 0..1000");
   CHECK(message({"-np", "1", "--plan-after-steps", "-1", "p"}) ==
         "--plan-after-steps '-1' is not in 0..1000");
+  CHECK(message({"-np", "1", "--planner", "foo", "p"}) ==
+        "--planner 'foo' is not one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, "
+        "dear, deft, auto");
+  CHECK(message({"-np", "1", "--planner", "", "p"}) ==
+        "--planner '' is not one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, "
+        "dear, deft, auto");
+  CHECK(message({"-np", "1", "--profile-steps", "0", "p"}) ==
+        "--profile-steps '0' is not in 1..1000");
+  CHECK(message({"-np", "1", "--profile-steps", "1001", "p"}) ==
+        "--profile-steps '1001' is not in 1..1000");
+  CHECK(message({"-np", "1", "--staleness", "17", "p"}) == "--staleness '17' is not in 0..16");
+  CHECK(message({"-np", "1", "--staleness", "-1", "p"}) == "--staleness '-1' is not in 0..16");
+  CHECK(message({"-np", "1", "--staleness", "1.5", "p"}) == "--staleness '1.5' is not in 0..16");
+  CHECK(message({"-np", "1", "--max-period", "0", "p"}) == "--max-period '0' is not in 1..64");
+  CHECK(message({"-np", "1", "--max-period", "65", "p"}) == "--max-period '65' is not in 1..64");
+  CHECK(message({"-np", "1", "--budget", "-2", "p"}) ==
+        "--budget '-2' is not -1 (equal to --staleness) or a number in [0, 1e6]");
+  CHECK(message({"-np", "1", "--budget", "-0.5", "p"}) ==
+        "--budget '-0.5' is not -1 (equal to --staleness) or a number in [0, 1e6]");
+  CHECK(message({"-np", "1", "--budget", "2e6", "p"}) ==
+        "--budget '2e6' is not -1 (equal to --staleness) or a number in [0, 1e6]");
+  CHECK(message({"-np", "1", "--budget", "nan", "p"}) ==
+        "--budget 'nan' is not -1 (equal to --staleness) or a number in [0, 1e6]");
+  CHECK(message({"-np", "1", "--partition-mb", "-1", "p"}) ==
+        "--partition-mb '-1' is not a non-negative number");
+  CHECK(message({"-np", "1", "--partition-mb", "2097152", "p"}) ==
+        "--partition-mb '2097152' MB is too large");
+  CHECK(message({"-np", "1", "--credit-mb", "lots", "p"}) ==
+        "--credit-mb 'lots' is not a non-negative number");
+  CHECK(message({"-np", "1", "--replan-drift", "11", "p"}) ==
+        "--replan-drift '11' is not in [0, 10]");
+  CHECK(message({"-np", "1", "--replan-drift", "nan", "p"}) ==
+        "--replan-drift 'nan' is not a non-negative number");
+  CHECK(message({"-np", "1", "--replan-drift", "-0.1", "p"}) ==
+        "--replan-drift '-0.1' is not a non-negative number");
   CHECK(message({"-np", "1", "--start-timeout", "soon", "p"}) ==
         "--start-timeout 'soon' is not a positive number of seconds");
   CHECK(message({"-np", "1", "-x", "1BAD=2", "p"}) ==

@@ -1,0 +1,349 @@
+#include "runtime/plan_scheduler.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/mpi_wait.h"
+#include "scheduler/planner.h"
+#include "scheduler/simulator.h"
+#include "spdlog/spdlog.h"
+
+namespace overlap {
+namespace {
+
+// How long a rank waits for its own work to finish before voting "not quiescent".
+constexpr absl::Duration kDrainLimit = absl::Seconds(2);
+
+// The probe: a few sizes, each timed several times after a warm-up, on a quiet network.
+constexpr int64_t kProbeSizes[] = {int64_t{4} << 10, int64_t{256} << 10, int64_t{1} << 20,
+                                   int64_t{4} << 20, int64_t{16} << 20};
+constexpr int kProbeRepeats = 3;
+
+sched::PlannerOptions OptionsFrom(const Config& config) {
+  sched::PlannerOptions o;
+  o.staleness = config.staleness;
+  o.max_period = config.max_period;
+  o.budget = config.budget;
+  o.partition_bytes = config.partition_bytes;
+  o.credit_bytes = config.credit_bytes;
+  // Horovod's fusion as this runtime configures it.
+  o.fusion_threshold_bytes = config.fusion_threshold_bytes > 0 ? config.fusion_threshold_bytes
+                                                               : o.fusion_threshold_bytes;
+  o.cycle_time_ms = config.cycle_time_ms;
+  return o;
+}
+
+// Test hook: rank 0 damages the plan it broadcasts, so that the refusal path can be tested.
+// OVERLAP_TEST_CORRUPT_PLAN = slice | tensor | version | truncate.
+void CorruptForTest(std::string* bytes, sched::Plan* plan) {
+  const char* how = std::getenv("OVERLAP_TEST_CORRUPT_PLAN");
+  if (how == nullptr) return;
+  const std::string what = how;
+  if (what == "slice") {
+    plan->buckets.back().slices.back().count += 1;
+    *bytes = plan->Serialize();
+  } else if (what == "tensor") {
+    plan->buckets.front().slices.front().name = "no.such.tensor";
+    *bytes = plan->Serialize();
+  } else if (what == "version" && !bytes->empty()) {
+    (*bytes)[0] = static_cast<char>((*bytes)[0] + 7);
+  } else if (what == "truncate") {
+    bytes->resize(bytes->size() / 2);
+  }
+}
+
+}  // namespace
+
+PlanScheduler::PlanScheduler(const Config& config, int rank, int size, MPI_Comm comm,
+                             std::unique_ptr<Executor> probe, StepProfiler* profiler,
+                             std::function<absl::Status()> check_peers)
+    : config_(config),
+      rank_(rank),
+      size_(size),
+      comm_(comm),
+      probe_(std::move(probe)),
+      profiler_(profiler),
+      check_peers_(std::move(check_peers)),
+      next_attempt_(config.plan_after_steps + config.profile_steps + 2) {}
+
+PlanScheduler::~PlanScheduler() {
+  if (planner_.joinable()) planner_.join();
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+ScheduleInfo PlanScheduler::info() const {
+  absl::MutexLock lock(&mu_);
+  return info_;
+}
+
+void PlanScheduler::OnStep(int64_t step) {
+  step_ = step;
+  if (given_up_) return;
+  if (step == adopt_step_) {
+    adopting_ = true;
+  } else if (adopt_step_ < 0 && step >= next_attempt_) {
+    adopting_ = false;
+  } else {
+    return;
+  }
+  stage_ = Stage::kDrain;
+  drain_since_ = absl::Now();
+}
+
+void PlanScheduler::OnPlanDropped(int64_t step) {
+  if (given_up_) return;
+  profiler_->Reset();
+  next_attempt_ = step + config_.profile_steps + 2;
+  absl::MutexLock lock(&mu_);
+  info_.planner.clear();
+  info_.buckets = 0;
+}
+
+absl::Status PlanScheduler::Wait(MPI_Request* request, const char* what) {
+  return WaitWithDeadline(request, absl::Seconds(config_.collective_timeout_s),
+                          absl::StrCat("rank ", rank_, ": ", what), check_peers_);
+}
+
+absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quiescent,
+                                                                      const TableFn& table) {
+  if (stage_ == Stage::kDrain) {
+    if (!quiescent && absl::Now() - drain_since_ < kDrainLimit) return std::nullopt;
+    votes_[0] = quiescent ? 1 : 0;
+    votes_[1] = adopting_ || profiler_->steady_steps() >= config_.profile_steps ? 1 : 0;
+    if (MPI_Iallreduce(MPI_IN_PLACE, votes_, 2, MPI_INT, MPI_MIN, comm_, &vote_request_) !=
+        MPI_SUCCESS) {
+      return absl::InternalError(absl::StrCat("rank ", rank_, ": starting the plan vote failed"));
+    }
+    stage_ = Stage::kVote;
+  }
+  if (stage_ != Stage::kVote) return std::nullopt;
+  int done = 0;
+  if (MPI_Test(&vote_request_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+    return absl::UnavailableError(absl::StrCat("rank ", rank_, ": the plan vote failed"));
+  }
+  if (!done) return std::nullopt;
+  stage_ = Stage::kIdle;
+  if (votes_[0] == 0) {
+    // Some rank still had work in flight; try again at the next step (adopting) or later.
+    spdlog::info("overlap: rank {}: step {}: a rank was busy; planning postponed", rank_, step_);
+    if (adopting_) {
+      adopt_step_ = step_ + 1;
+    } else {
+      next_attempt_ = step_ + 1;
+    }
+    return std::nullopt;
+  }
+  if (adopting_) {
+    adopt_step_ = -1;
+    return Exchange(table);
+  }
+  if (votes_[1] == 0) {
+    next_attempt_ = step_ + config_.profile_steps + 1;
+    spdlog::info("overlap: rank {}: step {}: the step profile is not steady yet on every rank",
+                 rank_, step_);
+    return std::nullopt;
+  }
+  // Every rank is quiet: probe the network, then plan in the background.
+  sched::CostModel cost;
+  absl::Status probed = Probe(&cost);
+  if (!probed.ok()) return probed;
+  adopt_step_ = step_ + 2;
+  if (rank_ == 0) {
+    absl::StatusOr<sched::Profile> profile = profiler_->MakeProfile("measured");
+    if (!profile.ok()) {
+      absl::MutexLock lock(&mu_);
+      outcome_ = Outcome{true, profile.status(), "", 0};
+    } else {
+      StartPlanning(*std::move(profile), cost);
+    }
+  }
+  return std::nullopt;
+}
+
+absl::Status PlanScheduler::Probe(sched::CostModel* cost) {
+  std::vector<sched::CostSample> samples;
+  int64_t largest = kProbeSizes[0];
+  for (int64_t size : kProbeSizes) {
+    std::vector<float> buffer(static_cast<size_t>(size) / sizeof(float), 1.0f);
+    std::vector<double> times;
+    for (int repeat = 0; repeat <= kProbeRepeats; ++repeat) {
+      CollectiveArgs args;
+      args.kind = CollectiveKind::kAllreduce;
+      args.dtype = DataType::kFloat32;
+      args.op = ReduceOp::kSum;
+      args.recv = buffer.data();
+      args.count = static_cast<int64_t>(buffer.size());
+      const absl::Time start = absl::Now();
+      absl::StatusOr<std::unique_ptr<Work>> work = probe_->Start(0, args);
+      if (!work.ok()) return work.status();
+      while (true) {
+        absl::StatusOr<bool> finished = (*work)->Test();
+        if (!finished.ok()) return finished.status();
+        if (*finished) break;
+        if (absl::Now() - start > absl::Seconds(config_.collective_timeout_s)) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "rank ", rank_, ": the link probe did not complete within ",
+              config_.collective_timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S)"));
+        }
+      }
+      if (repeat > 0) times.push_back(absl::ToDoubleSeconds(absl::Now() - start));  // 0: warm-up
+    }
+    std::sort(times.begin(), times.end());
+    samples.push_back(sched::CostSample{static_cast<double>(size), times[times.size() / 2]});
+    largest = size;
+  }
+  absl::StatusOr<sched::ChannelCost> fitted = sched::FitLinear(samples);
+  if (!fitted.ok()) return fitted.status();
+  // Every rank uses rank 0's fit, so that the plan and the prediction agree everywhere.
+  double ab[2] = {fitted->alpha_s, fitted->beta_s_per_byte};
+  MPI_Request request;
+  MPI_Ibcast(ab, 2, MPI_DOUBLE, 0, comm_, &request);
+  absl::Status s = Wait(&request, "broadcasting the fitted link cost");
+  if (!s.ok()) return s;
+  fitted->alpha_s = ab[0];
+  fitted->beta_s_per_byte = ab[1];
+  fitted->name = "net";
+  cost->channels = {*fitted};
+  alpha_s_ = ab[0];
+  beta_s_ = ab[1];
+  spdlog::info(
+      "overlap: rank {}: fitted link cost from a probe up to {} bytes: alpha {:.1f} us, beta "
+      "{:.3f} us/MB",
+      rank_, largest, ab[0] * 1e6, ab[1] * 1e12);
+  absl::MutexLock lock(&mu_);
+  info_.alpha_us = ab[0] * 1e6;
+  info_.beta_us_per_mb = ab[1] * 1e12;
+  return absl::OkStatus();
+}
+
+void PlanScheduler::StartPlanning(sched::Profile profile, sched::CostModel cost) {
+  if (planner_.joinable()) planner_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    outcome_ = Outcome();
+  }
+  planner_ = std::thread([this, profile = std::move(profile), cost = std::move(cost)] {
+    const absl::Time start = absl::Now();
+    Outcome outcome;
+    outcome.done = true;
+    absl::StatusOr<sched::Plan> plan =
+        sched::MakePlan(config_.planner, profile, cost, OptionsFrom(config_));
+    if (!plan.ok()) {
+      outcome.status = plan.status();
+    } else {
+      absl::StatusOr<sched::SimResult> sim = sched::Simulate(profile, *plan, cost);
+      if (sim.ok()) outcome.predicted_ms = sim->iteration_ms;
+      outcome.bytes = plan->Serialize();
+      CorruptForTest(&outcome.bytes, &*plan);
+      spdlog::info(
+          "overlap: rank 0: planner {} made {} buckets in {:.1f} ms for a measured step of "
+          "{:.1f} ms compute; simulated step {:.1f} ms",
+          plan->planner, plan->buckets.size(), absl::ToDoubleMilliseconds(absl::Now() - start),
+          profile.compute_ms(), outcome.predicted_ms);
+    }
+    absl::MutexLock lock(&mu_);
+    outcome_ = std::move(outcome);
+  });
+}
+
+absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const TableFn& table) {
+  // Rank 0: [status code][predicted ms] then the message or the plan bytes.
+  std::string bytes;
+  double header[2] = {0, 0};
+  if (rank_ == 0) {
+    if (planner_.joinable()) planner_.join();  // holds training only if planning is slower
+    absl::MutexLock lock(&mu_);
+    if (!outcome_.status.ok()) {
+      header[0] = static_cast<double>(outcome_.status.code());
+      bytes = std::string(outcome_.status.message());
+    } else {
+      header[1] = outcome_.predicted_ms;
+      bytes = outcome_.bytes;
+    }
+  }
+  int64_t length = static_cast<int64_t>(bytes.size());
+  MPI_Request request;
+  MPI_Ibcast(header, 2, MPI_DOUBLE, 0, comm_, &request);
+  absl::Status s = Wait(&request, "broadcasting the plan");
+  if (s.ok()) {
+    MPI_Ibcast(&length, 1, MPI_INT64_T, 0, comm_, &request);
+    s = Wait(&request, "broadcasting the plan");
+  }
+  if (!s.ok()) return s;
+  bytes.resize(static_cast<size_t>(length));
+  MPI_Ibcast(bytes.data(), static_cast<int>(length), MPI_CHAR, 0, comm_, &request);
+  s = Wait(&request, "broadcasting the plan");
+  if (!s.ok()) return s;
+  if (header[0] != 0) {
+    given_up_ = true;
+    spdlog::warn("overlap: rank {}: rank 0 could not make a {} plan: {}; staying with the observed "
+                 "plan",
+                 rank_, config_.planner, bytes);
+    return std::nullopt;
+  }
+  // Every rank checks the plan against its own tensors; all verdicts are gathered.
+  std::string verdict;
+  std::optional<ExecutablePlan> plan;
+  absl::StatusOr<sched::Plan> decoded = sched::Plan::Deserialize(bytes);
+  if (!decoded.ok()) {
+    verdict = std::string(decoded.status().message());
+  } else {
+    std::vector<std::string> names;
+    for (const sched::Bucket& b : decoded->buckets) {
+      for (const sched::TensorSlice& slice : b.slices) names.push_back(slice.name);
+    }
+    absl::StatusOr<ExecutablePlan> executable =
+        ScheduledPlan(*decoded, table(names), config_.num_channels);
+    if (executable.ok()) {
+      plan = *std::move(executable);
+    } else {
+      verdict = std::string(executable.status().message());
+    }
+  }
+  if (!verdict.empty()) verdict = absl::StrCat("rank ", rank_, ": ", verdict);
+  int mine = static_cast<int>(verdict.size());
+  std::vector<int> lengths(static_cast<size_t>(size_));
+  MPI_Iallgather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_, &request);
+  s = Wait(&request, "gathering the plan verdicts");
+  if (!s.ok()) return s;
+  std::vector<int> displs(static_cast<size_t>(size_), 0);
+  for (int r = 1; r < size_; ++r) displs[r] = displs[r - 1] + lengths[r - 1];
+  std::string all(static_cast<size_t>(displs.back() + lengths.back()), '\0');
+  MPI_Iallgatherv(verdict.data(), mine, MPI_CHAR, all.data(), lengths.data(), displs.data(),
+                  MPI_CHAR, comm_, &request);
+  s = Wait(&request, "gathering the plan verdicts");
+  if (!s.ok()) return s;
+  if (!all.empty()) {
+    std::vector<std::string> reasons;
+    for (int r = 0; r < size_; ++r) {
+      if (lengths[r] > 0) {
+        reasons.push_back(
+            all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lengths[r])));
+      }
+    }
+    given_up_ = true;
+    spdlog::error("overlap: rank {}: the {} plan was refused, training continues without it: {}",
+                  rank_, config_.planner, absl::StrJoin(reasons, "; "));
+    absl::MutexLock lock(&mu_);
+    ++info_.refused;
+    return std::nullopt;
+  }
+  next_attempt_ = std::numeric_limits<int64_t>::max();  // until the plan is dropped
+  absl::MutexLock lock(&mu_);
+  info_.planner = plan->source;
+  info_.buckets = static_cast<int64_t>(plan->buckets.size());
+  info_.predicted_step_ms = header[1];
+  info_.adopted_step = step_;
+  info_.layerwise_update = plan->layerwise_update;
+  ++info_.adopted;
+  spdlog::info("overlap: rank {}: step {}: adopted the {} plan ({} buckets, predicted step {:.1f} "
+               "ms)",
+               rank_, step_, plan->source, plan->buckets.size(), header[1]);
+  return plan;
+}
+
+}  // namespace overlap

@@ -1,0 +1,126 @@
+// Plan scheduler: turns measured steps into a scheduled plan that every rank adopts at the same
+// step (DESIGN section 3, step 4).
+//
+// Driven by the forward markers of the step API, which every rank reaches in the same order:
+//  1. At the attempt step (first: OVERLAP_PLAN_AFTER_STEPS + OVERLAP_PROFILE_STEPS + 2), once this
+//     rank has nothing in flight (or after a short drain limit), every rank votes with one small
+//     allreduce whether it is quiescent and has a steady profile. If all agree, every rank runs a
+//     short probe of allreduces of a few sizes on the live network, rank 0 fits the link cost
+//     (sched::FitLinear) and starts the planner (sched::MakePlan, the code the simulator runs) and
+//     the simulator's prediction on a thread of its own; training goes on meanwhile.
+//  2. Two steps later (the adopt step), after the same quiescence vote, rank 0 broadcasts
+//     Plan::Serialize() with the prediction and the fitted cost; every rank decodes it and checks it
+//     against its own agreed tensors (ScheduledPlan), and every rank's verdict is gathered, so a
+//     plan is adopted by all ranks or by none, and every rank logs each refusing rank's reason.
+// The coordinator holds later submissions back while a step's vote or exchange runs: the
+// switch happens with nothing in flight on any rank. A failed attempt is retried after another
+// OVERLAP_PROFILE_STEPS steps; a refused plan is not retried.
+//
+// Threading: the coordinator thread, except that the planner runs on a thread of its own.
+#ifndef OVERLAP_RUNTIME_PLAN_SCHEDULER_H_
+#define OVERLAP_RUNTIME_PLAN_SCHEDULER_H_
+
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "collectives/executor.h"
+#include "runtime/config.h"
+#include "runtime/executable_plan.h"
+#include "runtime/step_profiler.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/plan.h"
+
+namespace overlap {
+
+// What the scheduler reports (RuntimeStats).
+struct ScheduleInfo {
+  std::string planner;  // of the adopted plan
+  int64_t buckets = 0;
+  double predicted_step_ms = 0;
+  int64_t adopted_step = -1;
+  int64_t adopted = 0;
+  int64_t refused = 0;
+  bool layerwise_update = false;
+  double alpha_us = 0, beta_us_per_mb = 0;
+};
+
+class PlanScheduler {
+ public:
+  // The agreed operation behind each of `names` that this rank knows.
+  using TableFn = std::function<absl::flat_hash_map<std::string, PlanEntry>(
+      const std::vector<std::string>& names)>;
+
+  // `comm` (owned) carries the votes and the broadcast; `probe` the cost probe. `check_peers`
+  // ends a wait early with a lost peer's error.
+  PlanScheduler(const Config& config, int rank, int size, MPI_Comm comm,
+                std::unique_ptr<Executor> probe, StepProfiler* profiler,
+                std::function<absl::Status()> check_peers);
+  ~PlanScheduler();
+
+  // A forward marker reached the coordinator, in submission order.
+  void OnStep(int64_t step);
+  // A vote or exchange is in progress: submissions after the marker must wait.
+  bool busy() const { return stage_ != Stage::kIdle; }
+
+  // Advances the stage. `quiescent`: nothing of this rank's is submitted and unfinished.
+  // Returns a plan when every rank has just agreed to adopt it (all ranks at the same call), or
+  // an error when a peer is lost (the runtime cannot go on).
+  absl::StatusOr<std::optional<ExecutablePlan>> Progress(bool quiescent, const TableFn& table);
+
+  // The plan in force was dropped (divergence, a changed step): plan again later.
+  void OnPlanDropped(int64_t step);
+
+  ScheduleInfo info() const;
+
+ private:
+  enum class Stage { kIdle, kDrain, kVote };
+  struct Outcome {  // rank 0's planner thread
+    bool done = false;
+    absl::Status status;
+    std::string bytes;  // Serialize()
+    double predicted_ms = 0;
+  };
+
+  absl::Status Probe(sched::CostModel* cost);
+  void StartPlanning(sched::Profile profile, sched::CostModel cost);
+  absl::StatusOr<std::optional<ExecutablePlan>> Exchange(const TableFn& table);
+  absl::Status Wait(MPI_Request* request, const char* what);
+
+  const Config config_;
+  const int rank_;
+  const int size_;
+  MPI_Comm comm_;
+  std::unique_ptr<Executor> probe_;
+  StepProfiler* const profiler_;
+  const std::function<absl::Status()> check_peers_;
+
+  Stage stage_ = Stage::kIdle;
+  bool adopting_ = false;  // the stage is an adopt step, not an attempt
+  int64_t step_ = 0;
+  int64_t next_attempt_;
+  int64_t adopt_step_ = -1;
+  bool given_up_ = false;
+  absl::Time drain_since_;
+  int votes_[2] = {0, 0};
+  MPI_Request vote_request_ = MPI_REQUEST_NULL;
+  double alpha_s_ = 0, beta_s_ = 0;
+
+  std::thread planner_;
+  mutable absl::Mutex mu_;
+  Outcome outcome_ ABSL_GUARDED_BY(mu_);
+  ScheduleInfo info_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_PLAN_SCHEDULER_H_

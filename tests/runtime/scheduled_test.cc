@@ -1,0 +1,126 @@
+// Scheduled plans (runtime/plan_scheduler.h, runtime/executable_plan.h): a program that calls the
+// step markers gets the plan of OVERLAP_PLANNER, made by rank 0 from the measured steps and
+// adopted by every rank at the same step. Every step's sums must be exact before, during and
+// after the switch, whatever the planner slices, fuses, reorders or splits into reduce-scatter and
+// allgather. Run once per planner (tests/runtime/BUILD sets OVERLAP_PLANNER).
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/overlap.h"
+
+namespace overlap {
+namespace {
+
+constexpr absl::Duration kWait = absl::Seconds(60);
+
+// Rank r contributes r + step + (i % 5) at element i; sums stay exact in float.
+float Value(int rank, int step, size_t i) {
+  return static_cast<float>(rank + step + static_cast<int>(i % 5));
+}
+float Average(int step, size_t i, int size) {
+  return static_cast<float>((size - 1) / 2.0 + step + static_cast<int>(i % 5));
+}
+
+struct Layer {
+  std::string name;
+  std::vector<float> grad;
+  Handle handle;
+  bool pending = false;
+};
+
+// A small synthetic model: sizes from 3 elements to 1.5 MB, so that planners fuse the small
+// ones and slice the large ones.
+std::vector<Layer> MakeModel() {
+  const std::vector<int64_t> sizes = {3, 1000, 250000, 17, 400000, 64, 4096, 131072, 5};
+  std::vector<Layer> layers;
+  for (size_t l = 0; l < sizes.size(); ++l) {
+    layers.push_back(Layer{absl::StrCat("layer", l, ".weight"),
+                           std::vector<float>(static_cast<size_t>(sizes[l])), Handle(), false});
+  }
+  return layers;
+}
+
+std::string Check(Layer& layer, int step) {
+  absl::Status s = layer.handle.Wait(kWait);
+  layer.pending = false;
+  if (!s.ok()) return std::string(s.message());
+  for (size_t i = 0; i < layer.grad.size(); ++i) {
+    if (layer.grad[i] != Average(step, i, Size())) {
+      return absl::StrCat(layer.name, "[", i, "] = ", layer.grad[i], " at step ", step,
+                          ", expected ", Average(step, i, Size()));
+    }
+  }
+  return "";
+}
+
+// One step in DDP/ByteScheduler style: each layer waits for its previous gradient right before
+// its forward; gradients are submitted as backward produces them (last layer first).
+std::string Step(std::vector<Layer>& layers, int step) {
+  if (!StartForward().ok()) return "StartForward failed";
+  for (Layer& layer : layers) {
+    if (layer.pending) {
+      std::string error = Check(layer, step - 1);
+      if (!error.empty()) return error;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+  }
+  if (!StartBackward().ok()) return "StartBackward failed";
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    std::this_thread::sleep_for(std::chrono::microseconds(600));
+    for (size_t i = 0; i < it->grad.size(); ++i) it->grad[i] = Value(Rank(), step, i);
+    const int64_t n = static_cast<int64_t>(it->grad.size());
+    absl::StatusOr<Handle> h =
+        Allreduce(it->name, MakeTensor(it->grad.data(), {n}), MakeTensor(it->grad.data(), {n}));
+    if (!h.ok()) return std::string(h.status().message());
+    it->handle = *h;
+    it->pending = true;
+  }
+  if (!StartUpdate().ok()) return "StartUpdate failed";
+  return "";
+}
+
+TEST_CASE("a scheduled plan is adopted by every rank and keeps every sum exact") {
+  const char* planner = std::getenv("OVERLAP_PLANNER");
+  REQUIRE(planner != nullptr);
+  std::vector<Layer> layers = MakeModel();
+  int step = 0;
+  int64_t adopted = -1;
+  for (; step < 60 && (adopted < 0 || step < adopted + 8); ++step) {
+    const std::string error = Step(layers, step);
+    INFO("rank " << Rank() << " step " << step);
+    REQUIRE(error == "");
+    adopted = Stats().plan_adopted_step;
+  }
+  for (Layer& layer : layers) {
+    if (layer.pending) REQUIRE(Check(layer, step - 1) == "");
+  }
+  const RuntimeStats stats = Stats();
+  INFO("rank " << Rank() << ": planner '" << stats.planner << "', " << stats.plan_buckets
+               << " buckets, adopted at step " << stats.plan_adopted_step);
+  REQUIRE(stats.plans_scheduled == 1);
+  REQUIRE(stats.plans_refused == 0);
+  REQUIRE(stats.plan_buckets > 0);
+  REQUIRE(stats.predicted_step_ms > 0);
+  REQUIRE(stats.fitted_beta_us_per_mb > 0);
+  if (std::string(planner) == "auto") {
+    REQUIRE(stats.planner.rfind("auto:", 0) == 0);
+  } else {
+    REQUIRE(stats.planner == planner);
+  }
+  // After adoption the planned tensors are no longer negotiated: a round per step at most
+  // (none is needed, but a stall probe or Join may ask for one).
+  const int64_t rounds_before = stats.negotiation_rounds;
+  for (int extra = 0; extra < 5; ++extra, ++step) REQUIRE(Step(layers, step) == "");
+  for (Layer& layer : layers) {
+    if (layer.pending) REQUIRE(Check(layer, step - 1) == "");
+  }
+  REQUIRE(Stats().negotiation_rounds - rounds_before <= 1);
+  REQUIRE(Stats().plans_dropped == stats.plans_dropped);
+}
+
+}  // namespace
+}  // namespace overlap
