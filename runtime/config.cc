@@ -41,7 +41,7 @@ constexpr const char* kKnownVariables[] = {
     "OVERLAP_CYCLE_TIME_MS",        "OVERLAP_DIRECT_THRESHOLD", "OVERLAP_PLAN_AFTER_STEPS",
     "OVERLAP_PLANNER",              "OVERLAP_PROFILE_STEPS",    "OVERLAP_STALENESS",
     "OVERLAP_MAX_PERIOD",           "OVERLAP_BUDGET",           "OVERLAP_PARTITION_BYTES",
-    "OVERLAP_CREDIT_BYTES",         "OVERLAP_REPLAN_DRIFT",
+    "OVERLAP_CREDIT_BYTES",         "OVERLAP_REPLAN_DRIFT",     "OVERLAP_TEST_CORRUPT_PLAN",
 };
 
 constexpr const char* kPlanners[] = {"observed",      "wfbp",   "fusion", "mgwfbp", "bytescheduler",

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
 #include "scheduler/planner.h"
 #include "scheduler/simulator.h"
@@ -116,6 +117,9 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     if (!quiescent && absl::Now() - drain_since_ < kDrainLimit) return std::nullopt;
     votes_[0] = quiescent ? 1 : 0;
     votes_[1] = adopting_ || profiler_->steady_steps() >= config_.profile_steps ? 1 : 0;
+    // Open MPI's non-blocking allreduce algorithm is a process-wide setting: every rank must
+    // select the same one for this call, whatever it ran last.
+    PrepareIallreduce(sizeof(votes_));
     if (MPI_Iallreduce(MPI_IN_PLACE, votes_, 2, MPI_INT, MPI_MIN, comm_, &vote_request_) !=
         MPI_SUCCESS) {
       return absl::InternalError(absl::StrCat("rank ", rank_, ": starting the plan vote failed"));
