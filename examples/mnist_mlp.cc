@@ -107,6 +107,9 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
   Matrix<Scalar> x;
   std::vector<uint8_t> labels;
   Gather(train, order, {global.begin + mine.begin, mine.count}, &x, &labels);
+  // Step markers: with them the runtime measures the step and can run a scheduler planner
+  // (OVERLAP_PLANNER); without them it still works, with the plan it observes.
+  (void)StartForward();
   model.Forward(x);
 
   // Each rank's gradient is scaled by size / global_rows, so that the average over ranks is
@@ -115,6 +118,7 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
   const Scalar scale = static_cast<Scalar>(Size()) / static_cast<Scalar>(global.count);
   std::vector<Handle> handles;
   absl::Status submit_status;
+  (void)StartBackward();
   const double loss = model.Backward(labels, scale, [&](int l) {
     DenseLayer<Scalar>& g = model.grads()[l];
     if (local != nullptr) {
@@ -132,6 +136,7 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
       }
     }
   });
+  (void)StartUpdate();  // this program waits for every gradient, then takes one optimizer step
   absl::Status status = WaitAll(handles);
   status.Update(submit_status);
   if (!status.ok()) {

@@ -206,6 +206,18 @@ absl::Status PlanScheduler::Probe(sched::CostModel* cost) {
   }
   absl::StatusOr<sched::ChannelCost> fitted = sched::FitLinear(samples);
   if (!fitted.ok()) return fitted.status();
+  // The fixed cost cannot exceed the smallest probe's time: a larger intercept is the slope bent
+  // by queueing at large sizes (tbf bursts, TCP). Then keep alpha at that time and refit beta.
+  if (fitted->alpha_s > samples.front().seconds) {
+    const double alpha = samples.front().seconds;
+    double num = 0, den = 0;
+    for (const sched::CostSample& c : samples) {
+      num += c.bytes * (c.seconds - alpha);
+      den += c.bytes * c.bytes;
+    }
+    fitted->alpha_s = alpha;
+    fitted->beta_s_per_byte = den > 0 ? std::max(0.0, num / den) : 0;
+  }
   if (fitted->beta_s_per_byte <= 0) {
     // Noise swamped the sizes (a loaded machine): a bandwidth-only bound from the largest probe
     // keeps the planners from believing that bytes are free.
