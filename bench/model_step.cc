@@ -1,0 +1,580 @@
+// A model's training step, emulated from a bundled profile, run through the runtime: measured
+// step time against the scheduler's prediction and against the ideal.
+//
+//   overlaprun -np 4 bazel-bin/bench/model_step --model resnet50 [--steps 20] [--link-rate 1gbit]
+//       [--time-scale X] [--bytes-scale X] [--target-step-ms 1000] [--max-warmup-steps 60]
+//
+// The program is the GPU training loop with the GPU taken out. Every layer of the profile
+// (scheduler/builtin.h, or --profile FILE) sleeps its forward and backward time times the time
+// scale, so the CPU stays free for the runtime as it would be while a GPU computes. Each layer's
+// gradients are real float32 buffers (the profile's element counts times the bytes scale, at least
+// one element), averaged in place by overlap::Allreduce under the tensor's name right when the
+// layer's backward ends. Update semantics follow the plan in force, as the simulator models them
+// (scheduler/plan.h): with no scheduled plan, or one with layerwise_update, the handles of a
+// layer are waited for just before its forward in the next step, and that layer's share of the
+// optimizer step (update_ms x its fraction of the gradient bytes) runs there; with a plan without
+// layerwise_update (wfbp, fusion, mgwfbp) every handle is waited for after backward and then the
+// whole update runs (Horovod, MG-WFBP). The step markers (StartForward, StartBackward,
+// StartUpdate) are called every step; StartUpdate comes right after backward in both modes.
+//
+// Sleeps follow a virtual compute clock: each sleep ends at the previous end plus its duration,
+// so oversleeping does not accumulate; the clock moves to the present only after a wait that
+// blocked (the stream stalled on communication) and at each forward.
+//
+// The run: warm-up steps until the plan is adopted on every rank (OVERLAP_PLANNER=observed:
+// until a plan is frozen, Stats().plans_frozen > 0; any other planner: Stats().plan_adopted_step
+// >= 0) and has stayed unchanged for --settle-steps steps (no re-plan, no drop), agreed through a
+// non-blocking MPI_Iallreduce so that every rank stops at the same step; it gives up after
+// --max-warmup-steps. Then --steps measured steps; "plan_held" in the output says whether the
+// plan stayed in force, unchanged, on every rank throughout them.
+// step_ms is the median over the measured steps of the slowest rank's time between consecutive
+// StartForward calls. Rank 0 prints one JSON line (fields in docs/benchmarks.md).
+//
+// Scaling (docs/benchmarks.md, "Emulated models on the namespace cluster"). The reference is N =
+// --ref-workers (16) workers on links of R_ref = --ref-rate (10 Gbit/s), where communication
+// over computation is c_ref = 2(N-1)/N x B / R_ref / C, with B the profile's gradient bytes and
+// C its forward + backward + update. Here n ranks on links of R = --link-rate, with time scale
+// ts and bytes scale s, have c = 2(n-1)/n x s B / R / (ts C). Equal ratios give
+//
+//   s = ts x [2(N-1)/N] / [2(n-1)/n] x R / R_ref
+//
+// (N = 16, n = 4, R_ref = 10 Gbit/s: s = ts x R / (1 GB/s); at R = 1 Gbit/s, s = ts / 8).
+// That is --bytes-scale's default. --time-scale defaults to the value that makes the
+// ideal step max(ts C, 2(n-1)/n s B / R) = ts x max(C, 2(N-1)/N B / R_ref) equal --target-step-ms.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "runtime/overlap.h"
+#include "scheduler/builtin.h"
+#include "scheduler/profile.h"
+
+namespace overlap {
+namespace bench {
+namespace {
+
+struct StepOptions {
+  std::string model = "resnet50";
+  std::string profile_path;  // a profile JSON file instead of a bundled model
+  int steps = 20;            // measured steps
+  int settle_steps = 3;      // steps the adopted plan must hold before measuring
+  int max_warmup_steps = 60;
+  double time_scale = 0;   // 0: from target_step_ms
+  double bytes_scale = 0;  // 0: from the scaling formula
+  double target_step_ms = 1000;
+  std::string link_rate = "1gbit";
+  double link_bytes_per_s = 1.25e8;
+  int ref_workers = 16;
+  double ref_bytes_per_s = 1.25e9;  // 10 Gbit/s
+  bool trace = false;               // rank 0 prints the runtime's plan state after every step
+};
+
+// Every failure ends the whole job: a rank that stopped would leave the others waiting.
+[[noreturn]] void Die(const std::string& message) {
+  std::fprintf(stderr, "bench/model_step: rank %d: %s\n", Rank(), message.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::exit(1);
+}
+
+void Check(const absl::Status& status) {
+  if (!status.ok()) {
+    Die(status.ToString());
+  }
+}
+
+// A tc-style rate ("1gbit", "500mbit", "800kbit", "1000000bit" or plain bits/s) in bytes/s.
+absl::StatusOr<double> ParseRate(const std::string& text) {
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  const size_t digits = lower.find_first_not_of("0123456789.");
+  const std::string number = lower.substr(0, digits);
+  const std::string unit = digits == std::string::npos ? "" : lower.substr(digits);
+  double value = 0;
+  double multiplier = 0;
+  if (unit.empty() || unit == "bit") multiplier = 1;
+  if (unit == "kbit") multiplier = 1e3;
+  if (unit == "mbit") multiplier = 1e6;
+  if (unit == "gbit") multiplier = 1e9;
+  if (!absl::SimpleAtod(number, &value) || value <= 0 || multiplier == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "' is not a rate like 1gbit, 500mbit or 800kbit"));
+  }
+  return value * multiplier / 8;
+}
+
+absl::StatusOr<StepOptions> ParseFlags(int argc, char** argv) {
+  StepOptions options;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool has_value = false;
+    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    auto next = [&]() -> absl::StatusOr<std::string> {
+      if (has_value) return value;
+      if (i + 1 >= argc)
+        return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a value"));
+      return std::string(argv[++i]);
+    };
+    auto next_int = [&](int min, int* out) -> absl::Status {
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok() || !absl::SimpleAtoi(*v, out) || *out < min) {
+        return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs an integer >= ", min));
+      }
+      return absl::OkStatus();
+    };
+    auto next_positive = [&](double* out) -> absl::Status {
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok() || !absl::SimpleAtod(*v, out) || !(*out > 0) || !std::isfinite(*out)) {
+        return absl::InvalidArgumentError(absl::StrCat("flag ", arg, " needs a number > 0"));
+      }
+      return absl::OkStatus();
+    };
+    auto next_rate = [&](double* out, std::string* text) -> absl::Status {
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok()) return v.status();
+      absl::StatusOr<double> rate = ParseRate(*v);
+      if (!rate.ok())
+        return absl::InvalidArgumentError(
+            absl::StrCat("flag ", arg, ": ", rate.status().message()));
+      *out = *rate;
+      if (text != nullptr) *text = *v;
+      return absl::OkStatus();
+    };
+    absl::Status status;
+    if (arg == "--model" || arg == "--profile") {
+      absl::StatusOr<std::string> v = next();
+      status = v.status();
+      if (v.ok()) (arg == "--model" ? options.model : options.profile_path) = *v;
+    } else if (arg == "--trace") {
+      options.trace = true;
+    } else if (arg == "--steps") {
+      status = next_int(1, &options.steps);
+    } else if (arg == "--settle-steps") {
+      status = next_int(0, &options.settle_steps);
+    } else if (arg == "--max-warmup-steps") {
+      status = next_int(1, &options.max_warmup_steps);
+    } else if (arg == "--time-scale") {
+      status = next_positive(&options.time_scale);
+    } else if (arg == "--bytes-scale") {
+      status = next_positive(&options.bytes_scale);
+    } else if (arg == "--target-step-ms") {
+      status = next_positive(&options.target_step_ms);
+    } else if (arg == "--link-rate") {
+      status = next_rate(&options.link_bytes_per_s, &options.link_rate);
+    } else if (arg == "--ref-rate") {
+      status = next_rate(&options.ref_bytes_per_s, nullptr);
+    } else if (arg == "--ref-workers") {
+      status = next_int(2, &options.ref_workers);
+    } else {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "unknown argument ", argv[i],
+          " (flags: --model NAME | --profile FILE, --steps N, --settle-steps N, "
+          "--max-warmup-steps N, --time-scale X, --bytes-scale X, --target-step-ms MS, "
+          "--link-rate RATE, --ref-workers N, --ref-rate RATE, --trace)"));
+    }
+    if (!status.ok()) {
+      return status;
+    }
+  }
+  return options;
+}
+
+// Bytes each rank sends (and receives) in a ring allreduce, per byte of the tensor: 2(n-1)/n.
+double RingFactor(int ranks) { return ranks > 1 ? 2.0 * (ranks - 1) / ranks : 0.0; }
+
+struct Scaling {
+  double time_scale = 1;
+  double bytes_scale = 1;
+};
+
+// The formula in the header comment: same communication/computation ratio as the reference.
+Scaling ChooseScaling(const StepOptions& options, const sched::Profile& profile, int ranks) {
+  const double ref_comm_ms =
+      RingFactor(options.ref_workers) * profile.total_bytes / options.ref_bytes_per_s * 1e3;
+  Scaling scaling;
+  scaling.time_scale = options.time_scale > 0
+                           ? options.time_scale
+                           : options.target_step_ms / std::max(profile.compute_ms(), ref_comm_ms);
+  const double ring_ratio = ranks > 1 ? RingFactor(options.ref_workers) / RingFactor(ranks) : 1.0;
+  scaling.bytes_scale =
+      options.bytes_scale > 0
+          ? options.bytes_scale
+          : scaling.time_scale * ring_ratio * options.link_bytes_per_s / options.ref_bytes_per_s;
+  return scaling;
+}
+
+// Sleeps on a virtual clock: a run of sleeps ends at the sum of their durations, whatever each
+// one overslept. Sync() moves the clock to now when the stream really stalled.
+class ComputeClock {
+ public:
+  void Sync() { t_ = std::max(t_, absl::Now()); }
+  void Run(double ms) {
+    if (ms <= 0) return;
+    t_ += absl::Microseconds(ms * 1e3);
+    const absl::Duration left = t_ - absl::Now();
+    if (left > absl::ZeroDuration()) absl::SleepFor(left);
+  }
+
+ private:
+  absl::Time t_ = absl::InfinitePast();
+};
+
+// The emulated model: the profile, scaled durations, gradient buffers and their handles.
+class EmulatedModel {
+ public:
+  EmulatedModel(sched::Profile profile, Scaling scaling)
+      : profile_(std::move(profile)), scaling_(scaling) {
+    const float start = static_cast<float>(Rank() + 1);
+    for (const sched::TensorInfo& t : profile_.tensors) {
+      const double elements = static_cast<double>(t.bytes) / DataTypeSize(t.dtype);
+      const int64_t count = std::max<int64_t>(1, std::llround(elements * scaling_.bytes_scale));
+      grads_.emplace_back(count, start);
+      bytes_ += count * static_cast<int64_t>(sizeof(float));
+    }
+    handles_.resize(grads_.size());
+    pending_.assign(grads_.size(), false);
+    for (const sched::LayerInfo& layer : profile_.layers) {
+      int64_t layer_bytes = 0;
+      for (int t : layer.tensors) layer_bytes += profile_.tensors[t].bytes;
+      layer_update_ms_.push_back(profile_.update_ms * layer_bytes / profile_.total_bytes);
+    }
+  }
+
+  const sched::Profile& profile() const { return profile_; }
+  int64_t bytes() const { return bytes_; }
+  size_t tensors() const { return grads_.size(); }
+  double compute_ms() const { return profile_.compute_ms() * scaling_.time_scale; }
+
+  // One training step; returns when it started (its StartForward). `global_update`: wait for
+  // every gradient after backward and run the whole update there, else layer by layer.
+  absl::Time Step(bool global_update) {
+    const absl::Time start = absl::Now();
+    Check(StartForward());
+    clock_.Sync();
+    const double ts = scaling_.time_scale;
+    for (size_t l = 0; l < profile_.layers.size(); ++l) {
+      for (int t : profile_.layers[l].tensors) WaitFor(t);
+      if (update_owed_) clock_.Run(layer_update_ms_[l] * ts);
+      clock_.Run(profile_.layers[l].forward_ms * ts);
+    }
+    Check(StartBackward());
+    for (size_t l = profile_.layers.size(); l-- > 0;) {
+      clock_.Run(profile_.layers[l].backward_ms * ts);
+      for (int t : profile_.layers[l].tensors) Submit(t);
+    }
+    Check(StartUpdate());
+    if (global_update) {
+      WaitForAll();
+      clock_.Run(profile_.update_ms * ts);
+    }
+    update_owed_ = !global_update;
+    return start;
+  }
+
+  void WaitForAll() {
+    for (size_t t = 0; t < grads_.size(); ++t) WaitFor(static_cast<int>(t));
+  }
+
+  // Every gradient started as rank + 1 and has only ever been averaged with equal values since,
+  // so each element must be (n + 1) / 2 exactly; a fast wrong answer is not a result.
+  void Verify() const {
+    const float want = (Size() + 1) / 2.0f;
+    for (size_t t = 0; t < grads_.size(); ++t) {
+      const std::vector<float>& g = grads_[t];
+      for (size_t i : {size_t{0}, g.size() / 2, g.size() - 1}) {
+        if (g[i] != want) {
+          Die(absl::StrCat("gradient '", profile_.tensors[t].name, "' holds ", g[i], " at element ",
+                           i, ", expected the average ", want));
+        }
+      }
+    }
+  }
+
+ private:
+  void Submit(int t) {
+    std::vector<float>& g = grads_[t];
+    const Tensor tensor = MakeTensor(g.data(), {static_cast<int64_t>(g.size())});
+    absl::StatusOr<Handle> handle = Allreduce(profile_.tensors[t].name, tensor, tensor);
+    if (!handle.ok()) Die(handle.status().ToString());
+    handles_[t] = *handle;
+    pending_[t] = true;
+  }
+
+  void WaitFor(int t) {
+    if (!pending_[t]) return;
+    const bool stalled = !handles_[t].Poll();
+    Check(handles_[t].Wait());
+    pending_[t] = false;
+    if (stalled) clock_.Sync();
+  }
+
+  const sched::Profile profile_;
+  const Scaling scaling_;
+  std::vector<std::vector<float>> grads_;  // per profile tensor
+  std::vector<Handle> handles_;
+  std::vector<bool> pending_;
+  std::vector<double> layer_update_ms_;  // unscaled
+  int64_t bytes_ = 0;
+  bool update_owed_ = false;  // the last step's update runs layer by layer in this forward
+  ComputeClock clock_;
+};
+
+std::string PlannerName() {
+  const char* env = std::getenv("OVERLAP_PLANNER");
+  return env == nullptr || *env == '\0' ? "observed" : env;
+}
+
+bool ScheduledPlanInForce(const RuntimeStats& stats) {
+  return !stats.planner.empty() && stats.planner != "observed";
+}
+
+bool Adopted(const std::string& planner, const RuntimeStats& stats) {
+  if (planner == "observed") return stats.plans_frozen > 0;
+  return ScheduledPlanInForce(stats) && stats.plan_adopted_step >= 0;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+std::string JsonNumber(double value, bool present, int digits = 3) {
+  return present && std::isfinite(value) ? absl::StrFormat("%.*f", digits, value) : "null";
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// What identifies the plan in force; a change means the runtime adopted, re-planned or dropped.
+struct PlanSignature {
+  std::string planner;
+  int64_t adopted_step = -1, scheduled = 0, frozen = 0, dropped = 0;
+  explicit PlanSignature(const RuntimeStats& s)
+      : planner(s.planner),
+        adopted_step(s.plan_adopted_step),
+        scheduled(s.plans_scheduled),
+        frozen(s.plans_frozen),
+        dropped(s.plans_dropped) {}
+  bool operator==(const PlanSignature& o) const {
+    return planner == o.planner && adopted_step == o.adopted_step && scheduled == o.scheduled &&
+           frozen == o.frozen && dropped == o.dropped;
+  }
+};
+
+bool GlobalUpdate(const RuntimeStats& stats) {
+  return ScheduledPlanInForce(stats) && !stats.plan_layerwise_update;
+}
+
+// --trace: one line per step on rank 0, for seeing what the runtime did when.
+void TraceStep(const StepOptions& options, const char* phase, int step, absl::Time start,
+               bool global_update) {
+  if (!options.trace || Rank() != 0) return;
+  const RuntimeStats s = Stats();
+  std::fprintf(stderr,
+               "model_step: %s step %d (runtime step %lld): %.1f ms, update %s; planner '%s' "
+               "adopted at %lld, %lld buckets, predicted %.1f ms, scheduled %lld, frozen %lld, "
+               "dropped %lld, refused %lld\n",
+               phase, step, static_cast<long long>(s.steps),
+               absl::ToDoubleMilliseconds(absl::Now() - start),
+               global_update ? "global" : "layerwise", s.planner.c_str(),
+               static_cast<long long>(s.plan_adopted_step), static_cast<long long>(s.plan_buckets),
+               s.predicted_step_ms, static_cast<long long>(s.plans_scheduled),
+               static_cast<long long>(s.plans_frozen), static_cast<long long>(s.plans_dropped),
+               static_cast<long long>(s.plans_refused));
+}
+
+// Warm-up until every rank has had the plan in force, unchanged, for settle_steps steps (a
+// runtime may re-plan once it measures steps under its first plan). Each step's local answer is
+// combined with a non-blocking MIN allreduce completed one step later, so no step waits for the
+// others and every rank leaves after the same step. Returns false after max_warmup_steps.
+bool WarmUp(EmulatedModel& model, const std::string& planner, const StepOptions& options,
+            int* steps_run) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  int local = 0;
+  int everywhere = 0;
+  PlanSignature last(Stats());
+  int unchanged = 0;  // steps the signature has held
+  for (int step = 0; step < options.max_warmup_steps; ++step) {
+    const bool global_update = GlobalUpdate(Stats());
+    const absl::Time start = model.Step(global_update);
+    TraceStep(options, "warm-up", step, start, global_update);
+    *steps_run = step + 1;
+    if (request != MPI_REQUEST_NULL) {
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+      if (everywhere == 1) return true;
+    }
+    const RuntimeStats stats = Stats();
+    const PlanSignature now(stats);
+    unchanged = now == last ? unchanged + 1 : 0;
+    last = now;
+    local = Adopted(planner, stats) && unchanged >= options.settle_steps ? 1 : 0;
+    MPI_Iallreduce(&local, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &request);
+  }
+  MPI_Wait(&request, MPI_STATUS_IGNORE);
+  return false;
+}
+
+int Main(int argc, char** argv) {
+  // The runtime's threads and this thread's own MPI calls run concurrently.
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    Die("MPI does not provide MPI_THREAD_MULTIPLE");
+  }
+  absl::StatusOr<StepOptions> options = ParseFlags(argc, argv);
+  if (!options.ok()) {
+    Die(std::string(options.status().message()));
+  }
+  absl::StatusOr<sched::Profile> profile = options->profile_path.empty()
+                                               ? sched::LoadBuiltinProfile(options->model)
+                                               : sched::LoadProfileJson(options->profile_path);
+  if (!profile.ok()) {
+    Die(std::string(profile.status().message()));
+  }
+  Check(Init());
+  const std::string planner = PlannerName();
+  const int n = Size();
+  const Scaling scaling = ChooseScaling(*options, *profile, n);
+  EmulatedModel model(*profile, scaling);
+  const double comm_bound_ms = RingFactor(n) * model.bytes() / options->link_bytes_per_s * 1e3;
+  const double ideal_ms = std::max(model.compute_ms(), comm_bound_ms);
+  if (Rank() == 0) {
+    std::fprintf(stderr,
+                 "model_step: %s, %d ranks, planner %s: time scale %.4g, bytes scale %.4g "
+                 "(%zu tensors, %.1f MB); compute %.1f ms/step, ring bound %.1f ms at %s; ideal "
+                 "%.1f ms\n",
+                 model.profile().model.c_str(), n, planner.c_str(), scaling.time_scale,
+                 scaling.bytes_scale, model.tensors(), model.bytes() / 1e6, model.compute_ms(),
+                 comm_bound_ms, options->link_rate.c_str(), ideal_ms);
+  }
+
+  int warmup_steps = 0;
+  if (!WarmUp(model, planner, *options, &warmup_steps)) {
+    model.WaitForAll();
+    const RuntimeStats stats = Stats();
+    if (Rank() == 0) {
+      std::fprintf(
+          stderr,
+          "bench/model_step: planner '%s' put no plan in force on every rank within %d "
+          "steps (--max-warmup-steps); rank 0: planner '%s', plan_adopted_step %lld, "
+          "plans_frozen %lld, plans_scheduled %lld, plans_refused %lld, plans_dropped "
+          "%lld, steps %lld. Check OVERLAP_PLANNER and that this runtime implements "
+          "the planner.\n",
+          planner.c_str(), options->max_warmup_steps, stats.planner.c_str(),
+          static_cast<long long>(stats.plan_adopted_step),
+          static_cast<long long>(stats.plans_frozen), static_cast<long long>(stats.plans_scheduled),
+          static_cast<long long>(stats.plans_refused), static_cast<long long>(stats.plans_dropped),
+          static_cast<long long>(stats.steps));
+    }
+    Check(Shutdown());
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+    return 3;
+  }
+
+  // Measured: steps + 1 forward starts bound `steps` step times. plan_held: the plan in force
+  // and the update semantics stayed the same on every rank throughout.
+  std::vector<double> starts;
+  const RuntimeStats at_start = Stats();
+  const PlanSignature signature(at_start);
+  const bool global_update = GlobalUpdate(at_start);
+  int held = 1;
+  for (int step = 0; step <= options->steps; ++step) {
+    const RuntimeStats now = Stats();
+    if (!(PlanSignature(now) == signature) || GlobalUpdate(now) != global_update) held = 0;
+    const absl::Time start = model.Step(GlobalUpdate(now));
+    TraceStep(*options, "measured", step, start, GlobalUpdate(now));
+    starts.push_back(absl::ToUnixMicros(start) / 1e3);
+  }
+  model.WaitForAll();
+  const RuntimeStats stats = Stats();
+  if (!(PlanSignature(stats) == signature)) held = 0;
+  int plan_held = 0;
+  MPI_Allreduce(&held, &plan_held, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const char* compression = std::getenv("OVERLAP_COMPRESSION");
+  if (compression == nullptr || std::string(compression).empty() ||
+      std::string(compression) == "none") {
+    model.Verify();
+  }
+
+  std::vector<double> local(options->steps);
+  for (int i = 0; i < options->steps; ++i) local[i] = starts[i + 1] - starts[i];
+  std::vector<double> slowest(options->steps);
+  MPI_Allreduce(local.data(), slowest.data(), options->steps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  const double step_ms = Median(slowest);
+  const bool scheduled = planner != "observed";
+  const double sim_ms = stats.predicted_step_ms;
+  const bool has_sim = scheduled && sim_ms > 0;
+  if (Rank() == 0 && !plan_held) {
+    std::fprintf(stderr,
+                 "model_step: warning: the plan changed during the measured steps (re-planned, "
+                 "dropped or a new update mode on some rank); rank 0 ends with planner '%s', "
+                 "plans_scheduled %lld, plans_dropped %lld\n",
+                 stats.planner.c_str(), static_cast<long long>(stats.plans_scheduled),
+                 static_cast<long long>(stats.plans_dropped));
+  }
+  if (Rank() == 0) {
+    std::printf(
+        "{\"model\":%s,\"planner\":%s,\"step_ms\":%.3f,\"sim_step_ms\":%s,\"sim_error\":%s,"
+        "\"ideal_ms\":%.3f,\"efficiency\":%.4f,\"buckets\":%lld,\"plan\":%s,"
+        "\"update\":%s,\"plan_held\":%s,\"ranks\":%d,\"steps\":%d,\"warmup_steps\":%d,"
+        "\"adopted_step\":%lld,\"plans_scheduled\":%lld,\"plans_dropped\":%lld,"
+        "\"step_ms_min\":%.3f,\"step_ms_max\":%.3f,\"compute_ms\":%.3f,\"comm_bound_ms\":%.3f,"
+        "\"grad_bytes\":%lld,\"time_scale\":%.6g,\"bytes_scale\":%.6g,\"link_rate\":%s,"
+        "\"fitted_alpha_us\":%s,\"fitted_beta_us_per_mb\":%s}\n",
+        JsonString(model.profile().model).c_str(), JsonString(planner).c_str(), step_ms,
+        JsonNumber(sim_ms, has_sim).c_str(),
+        JsonNumber((sim_ms - step_ms) / step_ms, has_sim, 4).c_str(), ideal_ms, ideal_ms / step_ms,
+        static_cast<long long>(stats.plan_buckets), JsonString(stats.planner).c_str(),
+        global_update ? "\"global\"" : "\"layerwise\"", plan_held ? "true" : "false", n,
+        options->steps, warmup_steps, static_cast<long long>(stats.plan_adopted_step),
+        static_cast<long long>(stats.plans_scheduled), static_cast<long long>(stats.plans_dropped),
+        *std::min_element(slowest.begin(), slowest.end()),
+        *std::max_element(slowest.begin(), slowest.end()), model.compute_ms(), comm_bound_ms,
+        static_cast<long long>(model.bytes()), scaling.time_scale, scaling.bytes_scale,
+        JsonString(options->link_rate).c_str(),
+        JsonNumber(stats.fitted_alpha_us, scheduled).c_str(),
+        JsonNumber(stats.fitted_beta_us_per_mb, scheduled).c_str());
+    std::fflush(stdout);
+  }
+  Check(Shutdown());
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) {
+    MPI_Finalize();
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace bench
+}  // namespace overlap
+
+int main(int argc, char** argv) { return overlap::bench::Main(argc, argv); }

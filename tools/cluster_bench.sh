@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Emulated models on the 4-host namespace cluster: one bench/model_step run per (model, planner)
+# with every host link capped by tc tbf, printed and written as JSON lines, then a markdown table
+# (docs/benchmarks.md, "Emulated models on the namespace cluster"). Needs root.
+#
+#   tools/cluster_bench.sh [--quick] [--models vgg16,resnet50,bert-base] [--planners LIST]
+#                          [--rate 1gbit] [--steps N] [--target-step-ms MS] [--out FILE] [--no-build]
+#
+# --planners: comma- or space-separated; default observed,wfbp,fusion,mgwfbp,bytescheduler,usbyte,
+#   dear,deft,auto (deft runs with OVERLAP_STALENESS=0). --quick: resnet50 only, 10 measured
+#   steps, 0.5 s steps, at most 30 warm-up steps (about 3-5 minutes for the nine planners).
+# Scaling: the cluster comes up once, with one rate for every model (--rate, default 1gbit); each
+# model gets its own time scale (the ideal step is --target-step-ms, default 1000) and bytes scale
+# s = time scale x rate / 1 GB/s, which keeps the communication/computation ratio of 16 workers
+# on 10 Gbit/s (bench/model_step.cc). The cluster is taken down on exit, whatever happens.
+set -euo pipefail
+export PATH=$PATH:/usr/sbin:/sbin
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CLUSTER=$ROOT/tools/cluster/cluster.sh
+
+die() { echo "cluster_bench.sh: $*" >&2; exit 1; }
+
+quick=0 models="" planners="" rate=1gbit steps="" target="" out="" out_given="" build=1
+while (($#)); do
+  case $1 in
+    --quick) quick=1; shift ;;
+    --models) models=${2:-}; shift 2 || die "--models needs a list" ;;
+    --planners) planners=${2:-}; shift 2 || die "--planners needs a list" ;;
+    --rate) rate=${2:-}; shift 2 || die "--rate needs a value like 1gbit" ;;
+    --steps) steps=${2:-}; shift 2 || die "--steps needs a number" ;;
+    --target-step-ms) target=${2:-}; shift 2 || die "--target-step-ms needs a number" ;;
+    --out) out=${2:-}; out_given=1; shift 2 || die "--out needs a file" ;;
+    --no-build) build=0; shift ;;
+    -h | --help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option '$1' (see --help)" ;;
+  esac
+done
+[ "$(id -u)" -eq 0 ] || die "needs root (it brings up the namespace cluster: network namespaces, veth, tc); run it as root or with sudo"
+
+if ((quick)); then
+  models=${models:-resnet50} steps=${steps:-10} target=${target:-500} warmup=30
+  out=${out:-$ROOT/docs/data/cluster_bench_quick.jsonl}
+  plot_default=$ROOT/docs/img/cluster_bench_quick.png
+else
+  models=${models:-vgg16,resnet50,bert-base} steps=${steps:-20} target=${target:-1000} warmup=60
+  out=${out:-$ROOT/docs/data/cluster_bench.jsonl}
+  plot_default=$ROOT/docs/img/cluster_bench.png
+fi
+# The plot goes to docs/img/ for the default output files, next to the output otherwise.
+plot=$plot_default
+[ -z "$out_given" ] || plot=${out%.jsonl}.png
+planners=${planners:-observed,wfbp,fusion,mgwfbp,bytescheduler,usbyte,dear,deft,auto}
+read -r -a model_list <<<"${models//,/ }"
+read -r -a planner_list <<<"${planners//,/ }"
+[[ $steps =~ ^[1-9][0-9]*$ ]] || die "--steps needs a positive integer, got '$steps'"
+
+# Binaries are copied out of bazel-bin so that a concurrent build cannot swap them mid-run.
+if ((build)); then
+  (cd "$ROOT" && bazel build //bench:model_step //launcher:overlaprun >&2) || die "bazel build failed"
+fi
+BIN=$(mktemp -d /tmp/cluster_bench.XXXXXX)
+LOG=$BIN/logs
+mkdir -p "$LOG"
+for b in bench/model_step launcher/overlaprun; do
+  [ -x "$ROOT/bazel-bin/$b" ] || die "$ROOT/bazel-bin/$b is missing; build it or drop --no-build"
+  cp "$ROOT/bazel-bin/$b" "$BIN/"
+done
+chmod -R a+rx "$BIN"
+
+# One cluster per machine: the same lock as the cluster tests (tests/cluster/BUILD).
+exec 9>/tmp/overlap-cluster.lock
+flock -w 300 9 || die "another job held /tmp/overlap-cluster.lock for 300 s"
+cleanup() { "$CLUSTER" down >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+timeout 60 "$CLUSTER" up 4 --rate "$rate"
+HOSTFILE=$("$CLUSTER" hostfile)
+
+mkdir -p "$(dirname "$out")"
+: >"$out"
+failed=0
+# Per run: warm-up steps of at most ~2 x target, measured steps and start-up.
+run_timeout=$(( (warmup + steps + 10) * target * 2 / 1000 + 60 ))
+for model in "${model_list[@]}"; do
+  for planner in "${planner_list[@]}"; do
+    env_args=(OVERLAP_PLANNER="$planner")
+    [ "$planner" != deft ] || env_args+=(OVERLAP_STALENESS=0)
+    log=$LOG/$model-$planner.log
+    echo "cluster_bench.sh: $model / $planner ($(date -u +%H:%M:%S) UTC)" >&2
+    # The ring allreduce (libnbc algorithm 1) drives tbf-capped links at the cap, the default
+    # Rabenseifner well below it (tests/cluster/bandwidth_test.sh), and the ideal is a ring.
+    set +e
+    env "${env_args[@]}" timeout -k 10 "$run_timeout" "$CLUSTER" exec "$BIN/overlaprun" -np 4 \
+      --hostfile "$HOSTFILE" --tcp-only --collective-timeout 60 \
+      --mpi-args "--mca coll_libnbc_iallreduce_algorithm 1" \
+      -- "$BIN/model_step" --model "$model" --link-rate "$rate" --steps "$steps" \
+      --target-step-ms "$target" --max-warmup-steps "$warmup" >"$log.out" 2>"$log"
+    rc=$?
+    set -e
+    line=$(grep -m1 '^{' "$log.out" || true)
+    if ((rc == 0)) && [ -n "$line" ]; then
+      echo "$line" | tee -a "$out"
+    else
+      failed=$((failed + 1))
+      reason=$(grep -m1 -E 'bench/model_step:|overlaprun: job failed' "$log" || tail -1 "$log")
+      ((rc != 124)) || reason="timed out after ${run_timeout} s; $reason"
+      echo "cluster_bench.sh: $model / $planner failed (status $rc): $reason" >&2
+      python3 -c 'import json, sys; print(json.dumps({"model": sys.argv[1], "planner": sys.argv[2], "error": sys.argv[3]}))' \
+        "$model" "$planner" "$reason" | tee -a "$out"
+    fi
+  done
+done
+
+echo "cluster_bench.sh: wrote $out; logs in $LOG" >&2
+python3 "$ROOT/tools/cluster_bench_report.py" "$out" --plot "$plot"
+((failed == 0)) || die "$failed of $(( ${#model_list[@]} * ${#planner_list[@]} )) runs failed (their lines in $out carry \"error\")"
