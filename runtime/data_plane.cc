@@ -343,6 +343,15 @@ void DataPlane::Finish(Bucket* bucket) {
     }
   }
   if (bucket->kind == OpKind::kAllreduce) {
+    if (bucket->compressed == nullptr) {
+      int64_t bytes = 0;
+      for (const ReadyOp& r : bucket->ops) {
+        bytes += Elements(r.response->request) *
+                 static_cast<int64_t>(DataTypeSize(r.response->request.tensors[0].dtype));
+      }
+      timings_.push_back(Timing{bytes, absl::ToDoubleSeconds(done - bucket->started)});
+      if (timings_.size() > kMaxTimings) timings_.pop_front();
+    }
     FinishAllreduce(bucket);
   } else if (bucket->kind == OpKind::kReduceScatter) {
     ReadyOp& r = bucket->ops.front();

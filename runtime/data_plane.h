@@ -47,6 +47,15 @@ class DataPlane {
   // Fails every queued and running operation with `status`.
   void FailAll(const absl::Status& status);
 
+  // The last uncompressed allreduces this plane ran, oldest first: bytes and seconds from start
+  // to completion on this rank. The scheduler fits the link cost to them.
+  struct Timing {
+    int64_t bytes = 0;
+    double seconds = 0;
+  };
+  static constexpr size_t kMaxTimings = 512;
+  const std::deque<Timing>& timings() const { return timings_; }
+
  private:
   struct Bucket {
     std::vector<ReadyOp> ops;
@@ -83,6 +92,7 @@ class DataPlane {
   const std::string track_prefix_;
   std::vector<Channel> channels_;
   int next_channel_ = 0;
+  std::deque<Timing> timings_;
 };
 
 }  // namespace overlap

@@ -63,13 +63,14 @@ void CorruptForTest(std::string* bytes, sched::Plan* plan) {
 
 PlanScheduler::PlanScheduler(const Config& config, int rank, int size, MPI_Comm comm,
                              std::unique_ptr<Executor> probe, StepProfiler* profiler,
-                             std::function<absl::Status()> check_peers)
+                             TimingsFn timings, std::function<absl::Status()> check_peers)
     : config_(config),
       rank_(rank),
       size_(size),
       comm_(comm),
       probe_(std::move(probe)),
       profiler_(profiler),
+      timings_(std::move(timings)),
       check_peers_(std::move(check_peers)),
       next_attempt_(config.plan_after_steps + config.profile_steps + 2) {}
 
@@ -155,7 +156,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
   }
   // Every rank is quiet: probe the network, then plan in the background.
   sched::CostModel cost;
-  absl::Status probed = Probe(&cost);
+  absl::Status probed = FitCost(&cost);
   if (!probed.ok()) return probed;
   adopt_step_ = step_ + 2;
   if (rank_ == 0) {
@@ -170,40 +171,46 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
   return std::nullopt;
 }
 
-absl::Status PlanScheduler::Probe(sched::CostModel* cost) {
-  std::vector<sched::CostSample> samples;
-  int64_t largest = kProbeSizes[0];
-  for (int64_t size : kProbeSizes) {
-    std::vector<float> buffer(static_cast<size_t>(size) / sizeof(float), 1.0f);
-    std::vector<double> times;
-    for (int repeat = 0; repeat <= kProbeRepeats; ++repeat) {
-      CollectiveArgs args;
-      args.kind = CollectiveKind::kAllreduce;
-      args.dtype = DataType::kFloat32;
-      args.op = ReduceOp::kSum;
-      args.recv = buffer.data();
-      args.count = static_cast<int64_t>(buffer.size());
-      const absl::Time start = absl::Now();
-      absl::StatusOr<std::unique_ptr<Work>> work = probe_->Start(0, args);
-      if (!work.ok()) return work.status();
-      while (true) {
-        absl::StatusOr<bool> finished = (*work)->Test();
-        if (!finished.ok()) return finished.status();
-        if (*finished) break;
-        sched_yield();  // ranks may outnumber cores: let the peers run
-        if (absl::Now() - start > absl::Seconds(config_.collective_timeout_s)) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              "rank ", rank_, ": the link probe did not complete within ",
-              config_.collective_timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S)"));
-        }
-      }
-      if (repeat > 0) times.push_back(absl::ToDoubleSeconds(absl::Now() - start));  // 0: warm-up
-    }
-    // The fastest run: on a shared machine the others include time the ranks were descheduled.
-    samples.push_back(
-        sched::CostSample{static_cast<double>(size), *std::min_element(times.begin(), times.end())});
-    largest = size;
+absl::StatusOr<std::vector<sched::CostSample>> PlanScheduler::MeasuredSamples() {
+  std::vector<sched::CostSample> local = timings_();
+  int count = static_cast<int>(local.size());
+  MPI_Request request;
+  MPI_Iallreduce(MPI_IN_PLACE, &count, 1, MPI_INT, MPI_MIN, comm_, &request);
+  absl::Status s = Wait(&request, "agreeing on the measured collectives");
+  if (!s.ok()) return s;
+  local.erase(local.begin(), local.end() - count);
+  // Every rank ran the same collectives in the same order; the one that started each last
+  // waited for nobody, so the smallest time is the collective's own.
+  std::vector<double> seconds(local.size()), bytes(local.size());
+  for (size_t i = 0; i < local.size(); ++i) {
+    seconds[i] = local[i].seconds;
+    bytes[i] = local[i].bytes;
   }
+  if (count > 0) {
+    PrepareIallreduce(seconds.size() * sizeof(double));
+    MPI_Iallreduce(MPI_IN_PLACE, seconds.data(), count, MPI_DOUBLE, MPI_MIN, comm_, &request);
+    s = Wait(&request, "combining the measured collectives");
+    if (!s.ok()) return s;
+  }
+  for (size_t i = 0; i < local.size(); ++i) local[i] = sched::CostSample{bytes[i], seconds[i]};
+  return local;
+}
+
+absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
+  absl::StatusOr<std::vector<sched::CostSample>> measured = MeasuredSamples();
+  if (!measured.ok()) return measured.status();
+  std::vector<sched::CostSample> samples = *std::move(measured);
+  std::vector<double> sizes;
+  for (const sched::CostSample& c : samples) sizes.push_back(c.bytes);
+  std::sort(sizes.begin(), sizes.end());
+  const size_t distinct = std::unique(sizes.begin(), sizes.end()) - sizes.begin();
+  const size_t from_training = samples.size();
+  if (distinct < 3) {
+    absl::Status s = Probe(&samples);
+    if (!s.ok()) return s;
+  }
+  std::sort(samples.begin(), samples.end(),
+            [](const sched::CostSample& a, const sched::CostSample& b) { return a.bytes < b.bytes; });
   absl::StatusOr<sched::ChannelCost> fitted = sched::FitLinear(samples);
   if (!fitted.ok()) return fitted.status();
   // The fixed cost cannot exceed the smallest probe's time: a larger intercept is the slope bent
@@ -239,12 +246,46 @@ absl::Status PlanScheduler::Probe(sched::CostModel* cost) {
   alpha_s_ = ab[0];
   beta_s_ = ab[1];
   spdlog::info(
-      "overlap: rank {}: fitted link cost from a probe up to {} bytes: alpha {:.1f} us, beta "
-      "{:.3f} us/MB",
-      rank_, largest, ab[0] * 1e6, ab[1] * 1e12);
+      "overlap: rank {}: fitted link cost from {} collectives of training and {} probes: alpha "
+      "{:.1f} us, beta {:.3f} us/MB",
+      rank_, from_training, samples.size() - from_training, ab[0] * 1e6, ab[1] * 1e12);
   absl::MutexLock lock(&mu_);
   info_.alpha_us = ab[0] * 1e6;
   info_.beta_us_per_mb = ab[1] * 1e12;
+  return absl::OkStatus();
+}
+
+absl::Status PlanScheduler::Probe(std::vector<sched::CostSample>* samples) {
+  for (int64_t size : kProbeSizes) {
+    std::vector<float> buffer(static_cast<size_t>(size) / sizeof(float), 1.0f);
+    std::vector<double> times;
+    for (int repeat = 0; repeat <= kProbeRepeats; ++repeat) {
+      CollectiveArgs args;
+      args.kind = CollectiveKind::kAllreduce;
+      args.dtype = DataType::kFloat32;
+      args.op = ReduceOp::kSum;
+      args.recv = buffer.data();
+      args.count = static_cast<int64_t>(buffer.size());
+      const absl::Time start = absl::Now();
+      absl::StatusOr<std::unique_ptr<Work>> work = probe_->Start(0, args);
+      if (!work.ok()) return work.status();
+      while (true) {
+        absl::StatusOr<bool> finished = (*work)->Test();
+        if (!finished.ok()) return finished.status();
+        if (*finished) break;
+        sched_yield();  // ranks may outnumber cores: let the peers run
+        if (absl::Now() - start > absl::Seconds(config_.collective_timeout_s)) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "rank ", rank_, ": the link probe did not complete within ",
+              config_.collective_timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S)"));
+        }
+      }
+      if (repeat > 0) times.push_back(absl::ToDoubleSeconds(absl::Now() - start));  // 0: warm-up
+    }
+    // The fastest run: on a shared machine the others include time the ranks were descheduled.
+    samples->push_back(
+        sched::CostSample{static_cast<double>(size), *std::min_element(times.begin(), times.end())});
+  }
   return absl::OkStatus();
 }
 

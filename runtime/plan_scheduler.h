@@ -60,10 +60,14 @@ class PlanScheduler {
   using TableFn = std::function<absl::flat_hash_map<std::string, PlanEntry>(
       const std::vector<std::string>& names)>;
 
-  // `comm` (owned) carries the votes and the broadcast; `probe` the cost probe. `check_peers`
-  // ends a wait early with a lost peer's error.
+  // This rank's recent allreduces (bytes, seconds from start to completion), oldest first, in
+  // the same sequence on every rank.
+  using TimingsFn = std::function<std::vector<sched::CostSample>()>;
+
+  // `comm` (owned) carries the votes and the broadcast; `probe` the cost probe; `timings` the
+  // collectives the runtime ran. `check_peers` ends a wait early with a lost peer's error.
   PlanScheduler(const Config& config, int rank, int size, MPI_Comm comm,
-                std::unique_ptr<Executor> probe, StepProfiler* profiler,
+                std::unique_ptr<Executor> probe, StepProfiler* profiler, TimingsFn timings,
                 std::function<absl::Status()> check_peers);
   ~PlanScheduler();
 
@@ -91,7 +95,12 @@ class PlanScheduler {
     double predicted_ms = 0;
   };
 
-  absl::Status Probe(sched::CostModel* cost);
+  // The link cost: fitted to the collectives the runtime ran while profiling (each one's time on
+  // the rank that started it last, which waited for nobody), topped up by a probe when they
+  // cover fewer than three sizes.
+  absl::Status FitCost(sched::CostModel* cost);
+  absl::StatusOr<std::vector<sched::CostSample>> MeasuredSamples();
+  absl::Status Probe(std::vector<sched::CostSample>* samples);
   void StartPlanning(sched::Profile profile, sched::CostModel cost);
   absl::StatusOr<std::optional<ExecutablePlan>> Exchange(const TableFn& table);
   absl::Status Wait(MPI_Request* request, const char* what);
@@ -102,6 +111,7 @@ class PlanScheduler {
   MPI_Comm comm_;
   std::unique_ptr<Executor> probe_;
   StepProfiler* const profiler_;
+  const TimingsFn timings_;
   const std::function<absl::Status()> check_peers_;
 
   Stage stage_ = Stage::kIdle;

@@ -112,6 +112,8 @@ class PlannedMode {
   // Nothing started, unfinished or waiting to start.
   bool quiescent() const { return idle() && waiting_.empty() && active_.empty(); }
   uint64_t launches() const { return launch_count_; }
+  // The whole-tensor buckets' collective timings (DataPlane::timings).
+  const std::deque<DataPlane::Timing>& timings() const { return plane_.timings(); }
   const absl::flat_hash_set<int32_t>& planned_ids() const { return planned_ids_; }
   // When Progress must run again even if nothing happens (stall warnings, patience).
   absl::Time NextDeadline() const;

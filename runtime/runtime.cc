@@ -148,6 +148,13 @@ absl::Status Runtime::Connect(const Config& config) {
     MPI_Comm_set_errhandler(plan_comm, MPI_ERRORS_RETURN);
     scheduler_ = std::make_unique<PlanScheduler>(
         config, rank_, size_, plan_comm, std::move(*probe), profiler_.get(),
+        [this] {
+          std::vector<sched::CostSample> samples;
+          for (const DataPlane::Timing& t : planned_->timings()) {
+            samples.push_back(sched::CostSample{static_cast<double>(t.bytes), t.seconds});
+          }
+          return samples;
+        },
         [this] { return ReadControl(absl::ZeroDuration(), /*local=*/false); });
   }
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
