@@ -141,6 +141,16 @@ bool PlannedMode::CanLaunch() const {
   return true;
 }
 
+bool PlannedMode::HasUnlaunched() const {
+  if (!waiting_.empty()) return true;
+  // A tensor whose buckets have all started is only waiting for its data (a long all-gather),
+  // not for the program: that is no reason to give up the plan.
+  for (const auto& [entry, active] : active_) {
+    if (active.launched < plan_->buckets_of[static_cast<size_t>(entry)].size()) return true;
+  }
+  return false;
+}
+
 bool PlannedMode::FirstBucketOf(int entry) const {
   return plan_->buckets_of[static_cast<size_t>(entry)].front() == next_bucket_;
 }
@@ -576,7 +586,7 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
   }
   // Blocked: tensors are here but the next unit cannot start for want of others on this rank.
   const bool blocked =
-      frozen_ && !must_unfreeze_ && !(waiting_.empty() && active_.empty()) && !CanLaunch() &&
+      frozen_ && !must_unfreeze_ && HasUnlaunched() && !CanLaunch() &&
       std::all_of(launches_.begin(), launches_.end(), [](const Launch& l) { return l.checked; });
   if (!blocked) {
     blocked_since_ = absl::InfiniteFuture();

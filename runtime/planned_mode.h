@@ -175,6 +175,8 @@ class PlannedMode {
   };
 
   bool CanLaunch() const;
+  // A submitted tensor has buckets not yet started (what "blocked on the plan" means).
+  bool HasUnlaunched() const;
   // The bucket about to start is the first of `entry`'s buckets in the plan.
   bool FirstBucketOf(int entry) const;
   absl::Status LaunchNext();
