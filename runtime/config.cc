@@ -35,17 +35,31 @@ absl::Status ReadDouble(const char* var, double* out) {
 }
 
 constexpr const char* kKnownVariables[] = {
-    "OVERLAP_FUSION_THRESHOLD",     "OVERLAP_NUM_CHANNELS",     "OVERLAP_STALL_WARNING_S",
-    "OVERLAP_STALL_TIMEOUT_S",      "OVERLAP_TIMELINE",         "OVERLAP_LOG_LEVEL",
-    "OVERLAP_COLLECTIVE_TIMEOUT_S", "OVERLAP_START_TIMEOUT_S",  "OVERLAP_COMPRESSION",
-    "OVERLAP_CYCLE_TIME_MS",        "OVERLAP_DIRECT_THRESHOLD", "OVERLAP_PLAN_AFTER_STEPS",
-    "OVERLAP_PLANNER",              "OVERLAP_PROFILE_STEPS",    "OVERLAP_STALENESS",
-    "OVERLAP_MAX_PERIOD",           "OVERLAP_BUDGET",           "OVERLAP_PARTITION_BYTES",
-    "OVERLAP_CREDIT_BYTES",         "OVERLAP_REPLAN_DRIFT",     "OVERLAP_TEST_CORRUPT_PLAN",
+    "OVERLAP_FUSION_THRESHOLD",
+    "OVERLAP_NUM_CHANNELS",
+    "OVERLAP_STALL_WARNING_S",
+    "OVERLAP_STALL_TIMEOUT_S",
+    "OVERLAP_TIMELINE",
+    "OVERLAP_LOG_LEVEL",
+    "OVERLAP_COLLECTIVE_TIMEOUT_S",
+    "OVERLAP_START_TIMEOUT_S",
+    "OVERLAP_COMPRESSION",
+    "OVERLAP_CYCLE_TIME_MS",
+    "OVERLAP_DIRECT_THRESHOLD",
+    "OVERLAP_PLAN_AFTER_STEPS",
+    "OVERLAP_PLANNER",
+    "OVERLAP_PROFILE_STEPS",
+    "OVERLAP_STALENESS",
+    "OVERLAP_MAX_PERIOD",
+    "OVERLAP_BUDGET",
+    "OVERLAP_PARTITION_BYTES",
+    "OVERLAP_CREDIT_BYTES",
+    "OVERLAP_REPLAN_DRIFT",
+    "OVERLAP_TEST_CORRUPT_PLAN",
 };
 
-constexpr const char* kPlanners[] = {"observed",      "wfbp",   "fusion", "mgwfbp", "bytescheduler",
-                                     "usbyte",        "dear",   "deft",   "auto"};
+constexpr const char* kPlanners[] = {"observed", "wfbp", "fusion", "mgwfbp", "bytescheduler",
+                                     "usbyte",   "dear", "deft",   "auto"};
 
 bool IsKnown(absl::string_view name) {
   for (const char* known : kKnownVariables) {
@@ -81,7 +95,8 @@ absl::StatusOr<Config> Config::FromEnvironment() {
   if (!s.ok()) return s;
   // Checked here as 64-bit values so that a huge number is not truncated into range.
   if (profile_steps < 1 || profile_steps > 1000) {
-    return BadValue("OVERLAP_PROFILE_STEPS", std::to_string(profile_steps), "an integer in 1..1000");
+    return BadValue("OVERLAP_PROFILE_STEPS", std::to_string(profile_steps),
+                    "an integer in 1..1000");
   }
   if (staleness < 0 || staleness > 16) {
     return BadValue("OVERLAP_STALENESS", std::to_string(staleness), "an integer in 0..16");
@@ -159,11 +174,13 @@ absl::Status Config::Validate() const {
   bool known_planner = false;
   for (const char* p : kPlanners) known_planner = known_planner || planner == p;
   if (!known_planner) {
-    return BadValue("OVERLAP_PLANNER", planner,
-                    "one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto");
+    return BadValue(
+        "OVERLAP_PLANNER", planner,
+        "one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto");
   }
   if (profile_steps < 1 || profile_steps > 1000) {
-    return BadValue("OVERLAP_PROFILE_STEPS", std::to_string(profile_steps), "an integer in 1..1000");
+    return BadValue("OVERLAP_PROFILE_STEPS", std::to_string(profile_steps),
+                    "an integer in 1..1000");
   }
   if (staleness < 0 || staleness > 16) {
     return BadValue("OVERLAP_STALENESS", std::to_string(staleness), "an integer in 0..16");
@@ -172,7 +189,8 @@ absl::Status Config::Validate() const {
     return BadValue("OVERLAP_MAX_PERIOD", std::to_string(max_period), "an integer in 1..64");
   }
   if (!(budget == -1 || (budget >= 0 && budget <= 1e6))) {
-    return BadValue("OVERLAP_BUDGET", absl::StrCat(budget), "-1 (equal to the staleness) or in [0, 1e6]");
+    return BadValue("OVERLAP_BUDGET", absl::StrCat(budget),
+                    "-1 (equal to the staleness) or in [0, 1e6]");
   }
   if (partition_bytes < 0) {
     return BadValue("OVERLAP_PARTITION_BYTES", std::to_string(partition_bytes),

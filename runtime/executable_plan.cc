@@ -84,18 +84,18 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
   for (size_t b = 0; b < plan.buckets.size(); ++b) {
     const sched::Bucket& in = plan.buckets[b];
     if (in.delay != 0 || in.lag != 0 || in.period != 1) {
-      return BadBucket(b, absl::StrCat("delay ", in.delay, ", lag ", in.lag, " and period ",
-                                       in.period,
-                                       " need delayed updates, which the runtime does not run yet "
-                                       "(use OVERLAP_STALENESS=0 and OVERLAP_MAX_PERIOD=1)"));
+      return BadBucket(b,
+                       absl::StrCat("delay ", in.delay, ", lag ", in.lag, " and period ", in.period,
+                                    " need delayed updates, which the runtime does not run yet "
+                                    "(use OVERLAP_STALENESS=0 and OVERLAP_MAX_PERIOD=1)"));
     }
     if (in.compressor != "none") {
       return BadBucket(b, absl::StrCat("compressor '", in.compressor,
                                        "' in a scheduled plan is not executable yet"));
     }
     if (in.channel < 0 || in.channel >= num_channels) {
-      return BadBucket(b, absl::StrCat("channel ", in.channel, " does not exist (",
-                                       num_channels, " channels)"));
+      return BadBucket(
+          b, absl::StrCat("channel ", in.channel, " does not exist (", num_channels, " channels)"));
     }
     if (in.slices.empty()) return BadBucket(b, "no slices");
     ExecBucket bucket;
@@ -117,27 +117,28 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
     for (const sched::TensorSlice& s : in.slices) {
       auto known = table.find(s.name);
       if (known == table.end()) {
-        return BadBucket(b, absl::StrCat("tensor '", s.name,
-                                         "' is not an allreduce this rank has agreed"));
+        return BadBucket(
+            b, absl::StrCat("tensor '", s.name, "' is not an allreduce this rank has agreed"));
       }
       const Request& request = known->second.response->request;
       if (request.kind != OpKind::kAllreduce || request.tensors.size() != 1 ||
           request.compression != "none") {
-        return BadBucket(b, absl::StrCat("tensor '", s.name,
-                                         "' is not a single-tensor uncompressed allreduce"));
+        return BadBucket(
+            b, absl::StrCat("tensor '", s.name, "' is not a single-tensor uncompressed allreduce"));
       }
       const int64_t elements = request.tensors[0].NumElements();
       if (s.offset < 0 || s.count <= 0 || s.offset > elements - s.count) {
-        return BadBucket(b, absl::StrCat("slice [", s.offset, ", ", s.offset + s.count,
-                                         ") of tensor '", s.name, "' is out of range (",
-                                         elements, " elements)"));
+        return BadBucket(
+            b, absl::StrCat("slice [", s.offset, ", ", s.offset + s.count, ") of tensor '", s.name,
+                            "' is out of range (", elements, " elements)"));
       }
       if (first == nullptr) {
         first = &request;
       } else if (request.tensors[0].dtype != first->tensors[0].dtype ||
                  Reduction(request) != Reduction(*first)) {
-        return BadBucket(b, absl::StrCat("tensor '", s.name, "' has another dtype or reduction than '",
-                                         first->name, "' in the same bucket"));
+        return BadBucket(b,
+                         absl::StrCat("tensor '", s.name, "' has another dtype or reduction than '",
+                                      first->name, "' in the same bucket"));
       }
       auto [it, added] = entry_of.emplace(s.name, static_cast<int>(out.entries.size()));
       if (added) {
@@ -154,7 +155,8 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
     if (bucket.kind == BucketKind::kAllgather) {
       for (int r = static_cast<int>(out.buckets.size()) - 1; r >= 0; --r) {
         const ExecBucket& earlier = out.buckets[static_cast<size_t>(r)];
-        if (earlier.kind == BucketKind::kReduceScatter && SameSlices(earlier.slices, bucket.slices)) {
+        if (earlier.kind == BucketKind::kReduceScatter &&
+            SameSlices(earlier.slices, bucket.slices)) {
           bucket.reduce_scatter = r;
           break;
         }
@@ -182,9 +184,9 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
     int64_t next = 0;
     for (const auto& [begin, end] : all) {
       if (begin != next) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "plan: tensor '", name, "': elements from ", std::min(begin, next), " are ",
-            begin > next ? "not covered" : "covered twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("plan: tensor '", name, "': elements from ", std::min(begin, next),
+                         " are ", begin > next ? "not covered" : "covered twice"));
       }
       next = end;
     }

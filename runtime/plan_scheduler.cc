@@ -34,8 +34,8 @@ sched::PlannerOptions OptionsFrom(const Config& config) {
   o.partition_bytes = config.partition_bytes;
   o.credit_bytes = config.credit_bytes;
   // Horovod's fusion as this runtime configures it.
-  o.fusion_threshold_bytes = config.fusion_threshold_bytes > 0 ? config.fusion_threshold_bytes
-                                                               : o.fusion_threshold_bytes;
+  o.fusion_threshold_bytes =
+      config.fusion_threshold_bytes > 0 ? config.fusion_threshold_bytes : o.fusion_threshold_bytes;
   o.cycle_time_ms = config.cycle_time_ms;
   return o;
 }
@@ -209,8 +209,9 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
     absl::Status s = Probe(&samples);
     if (!s.ok()) return s;
   }
-  std::sort(samples.begin(), samples.end(),
-            [](const sched::CostSample& a, const sched::CostSample& b) { return a.bytes < b.bytes; });
+  std::sort(
+      samples.begin(), samples.end(),
+      [](const sched::CostSample& a, const sched::CostSample& b) { return a.bytes < b.bytes; });
   absl::StatusOr<sched::ChannelCost> fitted = sched::FitLinear(samples);
   if (!fitted.ok()) return fitted.status();
   // The fixed cost cannot exceed the smallest probe's time: a larger intercept is the slope bent
@@ -231,7 +232,8 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
     fitted->alpha_s = samples.front().seconds;
     fitted->beta_s_per_byte =
         std::max(0.0, samples.back().seconds - fitted->alpha_s) / samples.back().bytes;
-    if (fitted->beta_s_per_byte <= 0) fitted->beta_s_per_byte = samples.back().seconds / samples.back().bytes;
+    if (fitted->beta_s_per_byte <= 0)
+      fitted->beta_s_per_byte = samples.back().seconds / samples.back().bytes;
   }
   // Every rank uses rank 0's fit, so that the plan and the prediction agree everywhere.
   double ab[2] = {fitted->alpha_s, fitted->beta_s_per_byte};
@@ -275,16 +277,16 @@ absl::Status PlanScheduler::Probe(std::vector<sched::CostSample>* samples) {
         if (*finished) break;
         sched_yield();  // ranks may outnumber cores: let the peers run
         if (absl::Now() - start > absl::Seconds(config_.collective_timeout_s)) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              "rank ", rank_, ": the link probe did not complete within ",
-              config_.collective_timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S)"));
+          return absl::DeadlineExceededError(
+              absl::StrCat("rank ", rank_, ": the link probe did not complete within ",
+                           config_.collective_timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S)"));
         }
       }
       if (repeat > 0) times.push_back(absl::ToDoubleSeconds(absl::Now() - start));  // 0: warm-up
     }
     // The fastest run: on a shared machine the others include time the ranks were descheduled.
-    samples->push_back(
-        sched::CostSample{static_cast<double>(size), *std::min_element(times.begin(), times.end())});
+    samples->push_back(sched::CostSample{static_cast<double>(size),
+                                         *std::min_element(times.begin(), times.end())});
   }
   return absl::OkStatus();
 }
@@ -349,9 +351,10 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   if (!s.ok()) return s;
   if (header[0] != 0) {
     given_up_ = true;
-    spdlog::warn("overlap: rank {}: rank 0 could not make a {} plan: {}; staying with the observed "
-                 "plan",
-                 rank_, config_.planner, bytes);
+    spdlog::warn(
+        "overlap: rank {}: rank 0 could not make a {} plan: {}; staying with the observed "
+        "plan",
+        rank_, config_.planner, bytes);
     return std::nullopt;
   }
   // Every rank checks the plan against its own tensors; all verdicts are gathered.
@@ -409,9 +412,10 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   info_.adopted_step = step_;
   info_.layerwise_update = plan->layerwise_update;
   ++info_.adopted;
-  spdlog::info("overlap: rank {}: step {}: adopted the {} plan ({} buckets, predicted step {:.1f} "
-               "ms)",
-               rank_, step_, plan->source, plan->buckets.size(), header[1]);
+  spdlog::info(
+      "overlap: rank {}: step {}: adopted the {} plan ({} buckets, predicted step {:.1f} "
+      "ms)",
+      rank_, step_, plan->source, plan->buckets.size(), header[1]);
   return plan;
 }
 

@@ -9,8 +9,8 @@
 //     (sched::FitLinear) and starts the planner (sched::MakePlan, the code the simulator runs) and
 //     the simulator's prediction on a thread of its own; training goes on meanwhile.
 //  2. Two steps later (the adopt step), after the same quiescence vote, rank 0 broadcasts
-//     Plan::Serialize() with the prediction and the fitted cost; every rank decodes it and checks it
-//     against its own agreed tensors (ScheduledPlan), and every rank's verdict is gathered, so a
+//     Plan::Serialize() with the prediction and the fitted cost; every rank decodes it and checks
+//     it against its own agreed tensors (ScheduledPlan), and every rank's verdict is gathered, so a
 //     plan is adopted by all ranks or by none, and every rank logs each refusing rank's reason.
 // The coordinator holds later submissions back while a step's vote or exchange runs: the
 // switch happens with nothing in flight on any rank. A failed attempt is retried after another

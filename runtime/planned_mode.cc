@@ -303,11 +303,11 @@ absl::Status PlannedMode::StartJob(SliceJob* job, const ExecutablePlan& plan) {
     // for large tensors (nothing else of it can be pending, so no partial result is exposed).
     const ExecSlice& only = bucket.slices.front();
     auto a = active_.find(only.entry);
-    const bool whole_tensor =
-        bucket.slices.size() == 1 && job->kind == BucketKind::kAllreduce &&
-        plan.buckets_of[static_cast<size_t>(only.entry)].size() == 1 && a != active_.end() &&
-        !a->second.diverged_here && a->second.op.request.prescale == 1.0 &&
-        only.offset == 0 && only.count == a->second.op.request.tensors[0].NumElements();
+    const bool whole_tensor = bucket.slices.size() == 1 && job->kind == BucketKind::kAllreduce &&
+                              plan.buckets_of[static_cast<size_t>(only.entry)].size() == 1 &&
+                              a != active_.end() && !a->second.diverged_here &&
+                              a->second.op.request.prescale == 1.0 && only.offset == 0 &&
+                              only.count == a->second.op.request.tensors[0].NumElements();
     if (whole_tensor) {
       job->in_place = true;
       const Tensor& in = a->second.op.inputs[0];
@@ -502,9 +502,10 @@ void PlannedMode::FinishSliced(Launch* launch, std::vector<PendingOp>* renegotia
     const absl::Time copy_start = absl::Now();
     for (const ActiveEntry::Piece& piece : active.pieces) {
       uint8_t* dst = out + static_cast<size_t>(piece.offset) * elem;
-      const uint8_t* src = piece.buffer == nullptr
-                               ? dst
-                               : piece.buffer->data() + static_cast<size_t>(piece.buffer_offset) * elem;
+      const uint8_t* src =
+          piece.buffer == nullptr
+              ? dst
+              : piece.buffer->data() + static_cast<size_t>(piece.buffer_offset) * elem;
       ScaledCopy(dst, src, piece.count, dtype, factor);
       if (average && !IsFloatingPoint(dtype)) DivideIntegers(dst, piece.count, dtype, size_);
     }
@@ -600,8 +601,8 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
       std::vector<std::string> missing;
       for (const ExecSlice& slice : plan_->buckets[static_cast<size_t>(next_bucket_)].slices) {
         if (!waiting_.contains(slice.entry) && !active_.contains(slice.entry)) {
-          missing.push_back(
-              absl::StrCat("'", plan_->entries[static_cast<size_t>(slice.entry)].response->name, "'"));
+          missing.push_back(absl::StrCat(
+              "'", plan_->entries[static_cast<size_t>(slice.entry)].response->name, "'"));
         }
       }
       spdlog::warn(

@@ -207,8 +207,8 @@ class PlannedMode {
   absl::flat_hash_set<int32_t> planned_ids_;
   absl::flat_hash_set<int32_t> skip_;  // first pass only
   int next_bucket_ = 0;
-  absl::flat_hash_map<int, PendingOp> waiting_;    // by entry: submitted, no bucket started
-  absl::flat_hash_map<int, ActiveEntry> active_;   // by entry: some bucket started
+  absl::flat_hash_map<int, PendingOp> waiting_;      // by entry: submitted, no bucket started
+  absl::flat_hash_map<int, ActiveEntry> active_;     // by entry: some bucket started
   std::vector<std::deque<SliceJob*>> channel_jobs_;  // sliced jobs by channel, in plan order
   absl::flat_hash_map<int, std::shared_ptr<std::vector<uint8_t>>> chunks_;  // by RS bucket
   std::deque<Launch> launches_;

@@ -177,8 +177,9 @@ absl::Status Runtime::MarkPhase(StepPhase phase) {
   {
     absl::MutexLock lock(&mu_);
     if (!fatal_.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", rank_, ": step ", step, ": the runtime stopped after an error: ", fatal_.message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", rank_, ": step ", step,
+                       ": the runtime stopped after an error: ", fatal_.message()));
     }
     markers_.push_back(Marker{step, incoming_.size()});
   }
@@ -242,14 +243,14 @@ absl::StatusOr<Handle> Runtime::Submit(PendingOp op, DoneCallback on_done) {
       op.request.tensors[0].dtype == DataType::kFloat32 &&
       (op.request.op == ReduceOp::kSum || op.request.op == ReduceOp::kAverage)) {
     std::weak_ptr<internal::HandleState> weak = state;
-    profiler_->OnSubmit(name, op.request.tensors[0].NumElements() * 4, DataType::kFloat32,
-                        [weak] {
-                          std::shared_ptr<internal::HandleState> h = weak.lock();
-                          return h != nullptr
-                                     ? StepProfiler::WaitTimes{h->first_wait(), h->done_at()}
-                                     : StepProfiler::WaitTimes{};
-                        },
-                        absl::Now());
+    profiler_->OnSubmit(
+        name, op.request.tensors[0].NumElements() * 4, DataType::kFloat32,
+        [weak] {
+          std::shared_ptr<internal::HandleState> h = weak.lock();
+          return h != nullptr ? StepProfiler::WaitTimes{h->first_wait(), h->done_at()}
+                              : StepProfiler::WaitTimes{};
+        },
+        absl::Now());
   }
   {
     absl::MutexLock lock(&mu_);
