@@ -61,6 +61,27 @@ constexpr const char* kKnownVariables[] = {
 constexpr const char* kPlanners[] = {"observed", "wfbp", "fusion", "mgwfbp", "bytescheduler",
                                      "usbyte",   "dear", "deft",   "auto"};
 
+// The integer settings with a range, checked alike whether read from the environment or set in
+// code.
+struct IntSetting {
+  const char* var;
+  int Config::*field;
+  int64_t min, max;
+};
+constexpr IntSetting kIntSettings[] = {
+    {"OVERLAP_NUM_CHANNELS", &Config::num_channels, 1, 16},
+    {"OVERLAP_PLAN_AFTER_STEPS", &Config::plan_after_steps, 0, 1000},
+    {"OVERLAP_PROFILE_STEPS", &Config::profile_steps, 1, 1000},
+    {"OVERLAP_STALENESS", &Config::staleness, 0, 16},
+    {"OVERLAP_MAX_PERIOD", &Config::max_period, 1, 64},
+};
+
+absl::Status CheckRange(const IntSetting& setting, int64_t value) {
+  if (value >= setting.min && value <= setting.max) return absl::OkStatus();
+  return BadValue(setting.var, std::to_string(value),
+                  absl::StrCat("an integer in ", setting.min, "..", setting.max));
+}
+
 bool IsKnown(absl::string_view name) {
   for (const char* known : kKnownVariables) {
     if (name == known) return true;
@@ -72,51 +93,26 @@ bool IsKnown(absl::string_view name) {
 
 absl::StatusOr<Config> Config::FromEnvironment() {
   Config config;
-  int64_t channels = config.num_channels;
-  int64_t plan_after = config.plan_after_steps;
   absl::Status s = ReadInt("OVERLAP_FUSION_THRESHOLD", &config.fusion_threshold_bytes);
   if (s.ok()) s = ReadInt("OVERLAP_DIRECT_THRESHOLD", &config.direct_threshold_bytes);
-  if (s.ok()) s = ReadInt("OVERLAP_NUM_CHANNELS", &channels);
-  if (s.ok()) s = ReadInt("OVERLAP_PLAN_AFTER_STEPS", &plan_after);
   if (s.ok()) s = ReadDouble("OVERLAP_STALL_WARNING_S", &config.stall_warning_s);
   if (s.ok()) s = ReadDouble("OVERLAP_STALL_TIMEOUT_S", &config.stall_timeout_s);
   if (s.ok()) s = ReadDouble("OVERLAP_COLLECTIVE_TIMEOUT_S", &config.collective_timeout_s);
   if (s.ok()) s = ReadDouble("OVERLAP_START_TIMEOUT_S", &config.start_timeout_s);
   if (s.ok()) s = ReadDouble("OVERLAP_CYCLE_TIME_MS", &config.cycle_time_ms);
-  int64_t profile_steps = config.profile_steps, staleness = config.staleness,
-          max_period = config.max_period;
-  if (s.ok()) s = ReadInt("OVERLAP_PROFILE_STEPS", &profile_steps);
-  if (s.ok()) s = ReadInt("OVERLAP_STALENESS", &staleness);
-  if (s.ok()) s = ReadInt("OVERLAP_MAX_PERIOD", &max_period);
   if (s.ok()) s = ReadDouble("OVERLAP_BUDGET", &config.budget);
   if (s.ok()) s = ReadInt("OVERLAP_PARTITION_BYTES", &config.partition_bytes);
   if (s.ok()) s = ReadInt("OVERLAP_CREDIT_BYTES", &config.credit_bytes);
   if (s.ok()) s = ReadDouble("OVERLAP_REPLAN_DRIFT", &config.replan_drift);
+  // Read and checked as 64-bit values, so that a huge number is not truncated into range.
+  for (const IntSetting& setting : kIntSettings) {
+    int64_t value = config.*setting.field;
+    if (s.ok()) s = ReadInt(setting.var, &value);
+    if (s.ok()) s = CheckRange(setting, value);
+    if (s.ok()) config.*setting.field = static_cast<int>(value);
+  }
   if (!s.ok()) return s;
-  // Checked here as 64-bit values so that a huge number is not truncated into range.
-  if (profile_steps < 1 || profile_steps > 1000) {
-    return BadValue("OVERLAP_PROFILE_STEPS", std::to_string(profile_steps),
-                    "an integer in 1..1000");
-  }
-  if (staleness < 0 || staleness > 16) {
-    return BadValue("OVERLAP_STALENESS", std::to_string(staleness), "an integer in 0..16");
-  }
-  if (max_period < 1 || max_period > 64) {
-    return BadValue("OVERLAP_MAX_PERIOD", std::to_string(max_period), "an integer in 1..64");
-  }
-  config.profile_steps = static_cast<int>(profile_steps);
-  config.staleness = static_cast<int>(staleness);
-  config.max_period = static_cast<int>(max_period);
   if (const char* v = std::getenv("OVERLAP_PLANNER")) config.planner = v;
-  if (channels < 1 || channels > 16) {
-    return BadValue("OVERLAP_NUM_CHANNELS", std::to_string(channels), "an integer in 1..16");
-  }
-  config.num_channels = static_cast<int>(channels);
-  if (plan_after < 0 || plan_after > 1000) {
-    return BadValue("OVERLAP_PLAN_AFTER_STEPS", std::to_string(plan_after),
-                    "an integer in 0..1000");
-  }
-  config.plan_after_steps = static_cast<int>(plan_after);
   if (const char* v = std::getenv("OVERLAP_TIMELINE")) config.timeline_path = v;
   if (const char* v = std::getenv("OVERLAP_LOG_LEVEL")) config.log_level = v;
   if (const char* v = std::getenv("OVERLAP_COMPRESSION")) config.compression = v;
@@ -143,12 +139,9 @@ absl::Status Config::Validate() const {
     return BadValue("OVERLAP_DIRECT_THRESHOLD", std::to_string(direct_threshold_bytes),
                     "a byte count >= 0");
   }
-  if (num_channels < 1 || num_channels > 16) {
-    return BadValue("OVERLAP_NUM_CHANNELS", std::to_string(num_channels), "an integer in 1..16");
-  }
-  if (plan_after_steps < 0 || plan_after_steps > 1000) {
-    return BadValue("OVERLAP_PLAN_AFTER_STEPS", std::to_string(plan_after_steps),
-                    "an integer in 0..1000");
+  for (const IntSetting& setting : kIntSettings) {
+    absl::Status s = CheckRange(setting, this->*setting.field);
+    if (!s.ok()) return s;
   }
   struct Positive {
     const char* var;
@@ -177,16 +170,6 @@ absl::Status Config::Validate() const {
     return BadValue(
         "OVERLAP_PLANNER", planner,
         "one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto");
-  }
-  if (profile_steps < 1 || profile_steps > 1000) {
-    return BadValue("OVERLAP_PROFILE_STEPS", std::to_string(profile_steps),
-                    "an integer in 1..1000");
-  }
-  if (staleness < 0 || staleness > 16) {
-    return BadValue("OVERLAP_STALENESS", std::to_string(staleness), "an integer in 0..16");
-  }
-  if (max_period < 1 || max_period > 64) {
-    return BadValue("OVERLAP_MAX_PERIOD", std::to_string(max_period), "an integer in 1..64");
   }
   if (!(budget == -1 || (budget >= 0 && budget <= 1e6))) {
     return BadValue("OVERLAP_BUDGET", absl::StrCat(budget),

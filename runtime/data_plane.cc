@@ -146,7 +146,7 @@ absl::Status DataPlane::StartAllreduce(Bucket* bucket, CollectiveArgs* args) {
   for (const ReadyOp& r : bucket->ops) total += Elements(r.response->request);
   args->kind = CollectiveKind::kAllreduce;
   args->dtype = dtype;
-  args->op = first.op == ReduceOp::kAverage ? ReduceOp::kSum : first.op;
+  args->op = CollectiveOp(first.op);
   args->count = total;
 
   if (first.compression != "none") {
@@ -241,7 +241,7 @@ absl::Status DataPlane::StartOther(Bucket* bucket, CollectiveArgs* args) {
     }
     case OpKind::kReduceScatter: {
       args->kind = CollectiveKind::kReduceScatter;
-      args->op = response.request.op == ReduceOp::kAverage ? ReduceOp::kSum : response.request.op;
+      args->op = CollectiveOp(response.request.op);
       const int64_t dim0 = in.shape[0];
       for (int r = 0; r < size_; ++r) {
         args->recv_counts.push_back((dim0 / size_ + (r < dim0 % size_ ? 1 : 0)) * row);
@@ -310,9 +310,6 @@ absl::Status DataPlane::Start(Bucket* bucket) {
 void DataPlane::FinishAllreduce(Bucket* bucket) {
   const Request& first = bucket->ops.front().response->request;
   const DataType dtype = first.tensors[0].dtype;
-  const bool average = first.op == ReduceOp::kAverage;
-  const double factor = first.postscale * (average && IsFloatingPoint(dtype) ? 1.0 / size_ : 1.0);
-  const bool integer_average = average && !IsFloatingPoint(dtype);
   const uint8_t* cursor = channels_[static_cast<size_t>(bucket->channel)].fusion_buffer.data();
   const size_t elem = DataTypeSize(dtype);
   for (ReadyOp& r : bucket->ops) {
@@ -322,8 +319,8 @@ void DataPlane::FinishAllreduce(Bucket* bucket) {
       const int64_t n = request.tensors[t].NumElements();
       if (r.op.has_value()) {
         void* out = r.op->outputs[t].data;
-        ScaledCopy(out, bucket->fused ? cursor : out, n, dtype, factor);
-        if (integer_average) DivideIntegers(out, n, dtype, size_);
+        FinishReduced(out, bucket->fused ? cursor : out, n, dtype, first.op, first.postscale,
+                      size_);
       }
       cursor += static_cast<size_t>(n) * elem;
     }
@@ -357,13 +354,8 @@ void DataPlane::Finish(Bucket* bucket) {
     ReadyOp& r = bucket->ops.front();
     const Request& request = r.response->request;
     Tensor& out = r.op->handle->output();
-    const bool average = request.op == ReduceOp::kAverage;
-    const double factor =
-        request.postscale * (average && IsFloatingPoint(out.dtype) ? 1.0 / size_ : 1.0);
-    ScaledCopy(out.data, out.data, out.NumElements(), out.dtype, factor);
-    if (average && !IsFloatingPoint(out.dtype)) {
-      DivideIntegers(out.data, out.NumElements(), out.dtype, size_);
-    }
+    FinishReduced(out.data, out.data, out.NumElements(), out.dtype, request.op, request.postscale,
+                  size_);
   }
   Complete(bucket, absl::OkStatus());
 }

@@ -5,13 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/scaling.h"
 
 namespace overlap {
 namespace {
-
-ReduceOp Reduction(const Request& request) {
-  return request.op == ReduceOp::kAverage ? ReduceOp::kSum : request.op;
-}
 
 absl::Status BadBucket(size_t b, const std::string& cause) {
   return absl::InvalidArgumentError(absl::StrCat("plan bucket ", b, ": ", cause));
@@ -135,7 +132,7 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
       if (first == nullptr) {
         first = &request;
       } else if (request.tensors[0].dtype != first->tensors[0].dtype ||
-                 Reduction(request) != Reduction(*first)) {
+                 CollectiveOp(request.op) != CollectiveOp(first->op)) {
         return BadBucket(b,
                          absl::StrCat("tensor '", s.name, "' has another dtype or reduction than '",
                                       first->name, "' in the same bucket"));

@@ -245,8 +245,6 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
   fitted->beta_s_per_byte = ab[1];
   fitted->name = "net";
   cost->channels = {*fitted};
-  alpha_s_ = ab[0];
-  beta_s_ = ab[1];
   spdlog::info(
       "overlap: rank {}: fitted link cost from {} collectives of training and {} probes: alpha "
       "{:.1f} us, beta {:.3f} us/MB",

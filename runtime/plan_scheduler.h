@@ -123,7 +123,6 @@ class PlanScheduler {
   absl::Time drain_since_;
   int votes_[2] = {0, 0};
   MPI_Request vote_request_ = MPI_REQUEST_NULL;
-  double alpha_s_ = 0, beta_s_ = 0;
 
   std::thread planner_;
   mutable absl::Mutex mu_;

@@ -257,18 +257,20 @@ absl::Status PlannedMode::LaunchNext() {
 void PlannedMode::LaunchSliced(Launch* launch) {
   const ExecBucket& bucket = launch->plan->buckets[static_cast<size_t>(launch->bucket)];
   auto job = std::make_unique<SliceJob>();
+  job->plan = launch->plan.get();
   job->bucket = launch->bucket;
   job->kind = bucket.kind;
   job->channel = bucket.channel;
   const Request& first =
       launch->plan->entries[static_cast<size_t>(bucket.slices.front().entry)].response->request;
   job->dtype = first.tensors[0].dtype;
-  job->op = first.op == ReduceOp::kAverage ? ReduceOp::kSum : first.op;
+  job->op = CollectiveOp(first.op);
   channel_jobs_[static_cast<size_t>(job->channel)].push_back(job.get());
   launch->job = std::move(job);
 }
 
-absl::Status PlannedMode::StartJob(SliceJob* job, const ExecutablePlan& plan) {
+absl::Status PlannedMode::StartJob(SliceJob* job) {
+  const ExecutablePlan& plan = *job->plan;
   const ExecBucket& bucket = plan.buckets[static_cast<size_t>(job->bucket)];
   const size_t elem = DataTypeSize(job->dtype);
   int64_t total = 0;
@@ -354,7 +356,7 @@ absl::Status PlannedMode::StartJob(SliceJob* job, const ExecutablePlan& plan) {
   return absl::OkStatus();
 }
 
-void PlannedMode::FinishJob(SliceJob* job, const ExecutablePlan& plan) {
+void PlannedMode::FinishJob(SliceJob* job) {
   job->done = true;
   job->work.reset();
   const absl::Time end = absl::Now();
@@ -367,7 +369,7 @@ void PlannedMode::FinishJob(SliceJob* job, const ExecutablePlan& plan) {
     job->chunk.reset();
     return;
   }
-  const ExecBucket& bucket = plan.buckets[static_cast<size_t>(job->bucket)];
+  const ExecBucket& bucket = job->plan->buckets[static_cast<size_t>(job->bucket)];
   int64_t offset = 0;
   for (const ExecSlice& s : bucket.slices) {
     auto a = active_.find(s.entry);
@@ -385,16 +387,13 @@ absl::Status PlannedMode::ProgressSlices() {
   for (std::deque<SliceJob*>& jobs : channel_jobs_) {
     while (!jobs.empty()) {
       SliceJob* job = jobs.front();
-      const ExecutablePlan* plan = nullptr;
-      for (const Launch& l : launches_) {
-        if (l.job.get() == job) plan = l.plan.get();
-      }
       if (job->work == nullptr) {
         if (job->kind == BucketKind::kAllgather &&
-            !chunks_.contains(plan->buckets[static_cast<size_t>(job->bucket)].reduce_scatter)) {
+            !chunks_.contains(
+                job->plan->buckets[static_cast<size_t>(job->bucket)].reduce_scatter)) {
           break;  // its reduce-scatter runs on another channel
         }
-        absl::Status s = StartJob(job, *plan);
+        absl::Status s = StartJob(job);
         if (!s.ok()) return s;
       }
       absl::StatusOr<bool> done = job->work->Test();
@@ -415,7 +414,7 @@ absl::Status PlannedMode::ProgressSlices() {
         }
         break;
       }
-      FinishJob(job, *plan);
+      FinishJob(job);
       jobs.pop_front();
     }
   }
@@ -494,9 +493,6 @@ void PlannedMode::FinishSliced(Launch* launch, std::vector<PendingOp>* renegotia
     // Every slice is in: copy the averaged values out.
     const Request& request = op.request;
     const DataType dtype = request.tensors[0].dtype;
-    const bool average = request.op == ReduceOp::kAverage;
-    const double factor =
-        request.postscale * (average && IsFloatingPoint(dtype) ? 1.0 / size_ : 1.0);
     const size_t elem = DataTypeSize(dtype);
     uint8_t* out = static_cast<uint8_t*>(op.outputs[0].data);
     const absl::Time copy_start = absl::Now();
@@ -506,8 +502,7 @@ void PlannedMode::FinishSliced(Launch* launch, std::vector<PendingOp>* renegotia
           piece.buffer == nullptr
               ? dst
               : piece.buffer->data() + static_cast<size_t>(piece.buffer_offset) * elem;
-      ScaledCopy(dst, src, piece.count, dtype, factor);
-      if (average && !IsFloatingPoint(dtype)) DivideIntegers(dst, piece.count, dtype, size_);
+      FinishReduced(dst, src, piece.count, dtype, request.op, request.postscale, size_);
     }
     if (timeline_->enabled()) timeline_->Span(request.name, "COPY_OUT", copy_start, absl::Now());
     complete_(op, absl::OkStatus());

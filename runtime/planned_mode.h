@@ -127,6 +127,7 @@ class PlannedMode {
   enum class JoinState { kNone, kJoined, kAllJoined };
   // A sliced bucket's collective: packed when its channel is free, then run.
   struct SliceJob {
+    const ExecutablePlan* plan = nullptr;  // kept alive by the launch that owns the job
     int bucket = 0;
     BucketKind kind = BucketKind::kAllreduce;
     int channel = 0;
@@ -182,8 +183,8 @@ class PlannedMode {
   absl::Status LaunchNext();
   void LaunchSliced(Launch* launch);
   absl::Status ProgressSlices();
-  absl::Status StartJob(SliceJob* job, const ExecutablePlan& plan);
-  void FinishJob(SliceJob* job, const ExecutablePlan& plan);
+  absl::Status StartJob(SliceJob* job);
+  void FinishJob(SliceJob* job);
   void FinishSliced(Launch* launch, std::vector<PendingOp>* renegotiate);
   void OnChecked(Launch* launch);
   void Finish(Launch* launch, std::vector<PendingOp>* renegotiate);

@@ -65,4 +65,12 @@ void DivideIntegers(void* data, int64_t count, DataType dtype, int64_t divisor) 
   }
 }
 
+void FinishReduced(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op,
+                   double postscale, int size) {
+  const bool average = op == ReduceOp::kAverage;
+  const bool floating = IsFloatingPoint(dtype);
+  ScaledCopy(dst, src, count, dtype, postscale * (average && floating ? 1.0 / size : 1.0));
+  if (average && !floating) DivideIntegers(dst, count, dtype, size);
+}
+
 }  // namespace overlap

@@ -16,6 +16,15 @@ void ScaledCopy(void* dst, const void* src, int64_t count, DataType dtype, doubl
 // Integer average: divides each element by `divisor`, rounding toward zero.
 void DivideIntegers(void* data, int64_t count, DataType dtype, int64_t divisor);
 
+// The reduction a collective runs for `op`: an average travels as a sum and is divided after.
+inline ReduceOp CollectiveOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+
+// Turns `count` reduced elements at `src` (the collective's result for `op`) into what the caller
+// asked for at `dst` (dst may equal src): times postscale and, for an average, divided by `size`
+// (integers rounding toward zero).
+void FinishReduced(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op,
+                   double postscale, int size);
+
 }  // namespace overlap
 
 #endif  // OVERLAP_RUNTIME_SCALING_H_
