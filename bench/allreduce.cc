@@ -33,6 +33,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/job.h"
 #include "bench/resnet50_tensors.h"
 #include "runtime/overlap.h"
 
@@ -52,18 +53,10 @@ struct BenchOptions {
 };
 
 // Every failure ends the whole job: a rank that stopped would leave the others in a barrier.
-[[noreturn]] void Die(const std::string& message) {
-  std::fprintf(stderr, "bench/allreduce: rank %d: %s\n", Rank(), message.c_str());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::exit(1);
-}
+constexpr char kProgram[] = "bench/allreduce";
 
-void Check(const absl::Status& status) {
-  if (!status.ok()) {
-    Die(status.ToString());
-  }
-}
+[[noreturn]] void Die(const std::string& message) { AbortJob(kProgram, message); }
+void Check(const absl::Status& status) { CheckOrAbort(kProgram, status); }
 
 absl::StatusOr<BenchOptions> ParseFlags(int argc, char** argv) {
   BenchOptions options;
@@ -347,13 +340,7 @@ int Main(int argc, char** argv) {
   if (options->resnet50) {
     RunResNet50(*options);
   }
-  Check(Shutdown());
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) {
-    MPI_Finalize();
-  }
-  return 0;
+  return FinishJob(kProgram, 0);
 }
 
 }  // namespace

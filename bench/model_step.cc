@@ -58,6 +58,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/job.h"
 #include "runtime/overlap.h"
 #include "scheduler/builtin.h"
 #include "scheduler/profile.h"
@@ -83,18 +84,10 @@ struct StepOptions {
 };
 
 // Every failure ends the whole job: a rank that stopped would leave the others waiting.
-[[noreturn]] void Die(const std::string& message) {
-  std::fprintf(stderr, "bench/model_step: rank %d: %s\n", Rank(), message.c_str());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::exit(1);
-}
+constexpr char kProgram[] = "bench/model_step";
 
-void Check(const absl::Status& status) {
-  if (!status.ok()) {
-    Die(status.ToString());
-  }
-}
+[[noreturn]] void Die(const std::string& message) { AbortJob(kProgram, message); }
+void Check(const absl::Status& status) { CheckOrAbort(kProgram, status); }
 
 // A tc-style rate ("1gbit", "500mbit", "800kbit", "1000000bit" or plain bits/s) in bytes/s.
 absl::StatusOr<double> ParseRate(const std::string& text) {
@@ -492,11 +485,7 @@ int Main(int argc, char** argv) {
           static_cast<long long>(stats.plans_refused), static_cast<long long>(stats.plans_dropped),
           static_cast<long long>(stats.steps));
     }
-    Check(Shutdown());
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
-    return 3;
+    return FinishJob(kProgram, 3);
   }
 
   // Measured: steps + 1 forward starts bound `steps` step times. plan_held: the plan in force
@@ -564,13 +553,7 @@ int Main(int argc, char** argv) {
         JsonNumber(stats.fitted_beta_us_per_mb, scheduled).c_str());
     std::fflush(stdout);
   }
-  Check(Shutdown());
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) {
-    MPI_Finalize();
-  }
-  return 0;
+  return FinishJob(kProgram, 0);
 }
 
 }  // namespace
