@@ -24,8 +24,8 @@
 // The run: warm-up steps until the plan is adopted on every rank (OVERLAP_PLANNER=observed:
 // until a plan is frozen, Stats().plans_frozen > 0; any other planner: Stats().plan_adopted_step
 // >= 0) and has stayed unchanged for --settle-steps steps (no re-plan, no drop), agreed through a
-// non-blocking MPI_Iallreduce so that every rank stops at the same step; it gives up after
-// --max-warmup-steps. Then --steps measured steps; "plan_held" in the output says whether the
+// MIN allreduce through overlap, waited for a step later, so that every rank stops at the same
+// step; it gives up after --max-warmup-steps. Then --steps measured steps; "plan_held" in the output says whether the
 // plan stayed in force, unchanged, on every rank throughout them.
 // step_ms is the median over the measured steps of the slowest rank's time between consecutive
 // StartForward calls. Rank 0 prints one JSON line (fields in docs/benchmarks.md).
@@ -48,6 +48,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -404,32 +405,38 @@ void TraceStep(const StepOptions& options, const char* phase, int step, absl::Ti
 
 // Warm-up until every rank has had the plan in force, unchanged, for settle_steps steps (a
 // runtime may re-plan once it measures steps under its first plan). Each step's local answer is
-// combined with a non-blocking MIN allreduce completed one step later, so no step waits for the
-// others and every rank leaves after the same step. Returns false after max_warmup_steps.
+// combined with a MIN allreduce through overlap itself, waited for one step later, so no step
+// waits for the others and every rank leaves after the same step. (A raw MPI_Iallreduce here
+// would run whichever libnbc algorithm the runtime selected last on this rank, which can differ
+// between ranks: docs/architecture.md, "Open MPI tuning".) Returns false after max_warmup_steps.
 bool WarmUp(EmulatedModel& model, const std::string& planner, const StepOptions& options,
             int* steps_run) {
-  MPI_Request request = MPI_REQUEST_NULL;
-  int local = 0;
-  int everywhere = 0;
+  std::optional<Handle> pending;
+  int32_t settled = 0;  // this rank's answer, then the minimum over ranks
   PlanSignature last(Stats());
   int unchanged = 0;  // steps the signature has held
+  AllreduceOptions min;
+  min.op = ReduceOp::kMin;
   for (int step = 0; step < options.max_warmup_steps; ++step) {
     const bool global_update = GlobalUpdate(Stats());
     const absl::Time start = model.Step(global_update);
     TraceStep(options, "warm-up", step, start, global_update);
     *steps_run = step + 1;
-    if (request != MPI_REQUEST_NULL) {
-      MPI_Wait(&request, MPI_STATUS_IGNORE);
-      if (everywhere == 1) return true;
+    if (pending.has_value()) {
+      Check(pending->Wait(absl::Seconds(300)));
+      if (settled == 1) return true;
     }
     const RuntimeStats stats = Stats();
     const PlanSignature now(stats);
     unchanged = now == last ? unchanged + 1 : 0;
     last = now;
-    local = Adopted(planner, stats) && unchanged >= options.settle_steps ? 1 : 0;
-    MPI_Iallreduce(&local, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &request);
+    settled = Adopted(planner, stats) && unchanged >= options.settle_steps ? 1 : 0;
+    const Tensor t = MakeTensor(&settled, {1});
+    absl::StatusOr<Handle> h = Allreduce("model_step.settled", t, t, min);
+    Check(h.status());
+    pending = *h;
   }
-  MPI_Wait(&request, MPI_STATUS_IGNORE);
+  if (pending.has_value()) Check(pending->Wait(absl::Seconds(300)));
   return false;
 }
 

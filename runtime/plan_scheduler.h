@@ -4,17 +4,20 @@
 // Driven by the forward markers of the step API, which every rank reaches in the same order:
 //  1. At the attempt step (first: OVERLAP_PLAN_AFTER_STEPS + OVERLAP_PROFILE_STEPS + 2), once this
 //     rank has nothing in flight (or after a short drain limit), every rank votes with one small
-//     allreduce whether it is quiescent and has a steady profile. If all agree, every rank runs a
-//     short probe of allreduces of a few sizes on the live network, rank 0 fits the link cost
-//     (sched::FitLinear) and starts the planner (sched::MakePlan, the code the simulator runs) and
+//     allreduce whether it is quiescent and has a steady profile. If all agree, the link cost is
+//     fitted (sched::FitLinear) to the allreduces the runtime ran, each at its fastest rank's time,
+//     with a short probe of a few sizes only when those cover fewer than three sizes; rank 0's fit
+//     is broadcast. Rank 0 starts the planner (sched::MakePlan, the code the simulator runs) and
 //     the simulator's prediction on a thread of its own; training goes on meanwhile.
 //  2. Two steps later (the adopt step), after the same quiescence vote, rank 0 broadcasts
-//     Plan::Serialize() with the prediction and the fitted cost; every rank decodes it and checks
+//     Plan::Serialize() with the prediction; every rank decodes it and checks
 //     it against its own agreed tensors (ScheduledPlan), and every rank's verdict is gathered, so a
 //     plan is adopted by all ranks or by none, and every rank logs each refusing rank's reason.
 // The coordinator holds later submissions back while a step's vote or exchange runs: the
-// switch happens with nothing in flight on any rank. A failed attempt is retried after another
-// OVERLAP_PROFILE_STEPS steps; a refused plan is not retried.
+// switch happens with nothing in flight on any rank. A vote that finds a rank busy is retried at
+// the next step; one that finds a profile not yet steady, OVERLAP_PROFILE_STEPS + 1 steps later.
+// A plan that rank 0 could not make, or that some rank refused, is not retried; a dropped plan
+// is measured and made anew.
 //
 // Threading: the coordinator thread, except that the planner runs on a thread of its own.
 #ifndef OVERLAP_RUNTIME_PLAN_SCHEDULER_H_

@@ -348,9 +348,8 @@ absl::Status PlannedMode::StartJob(SliceJob* job) {
   job->started = absl::Now();
   absl::StatusOr<std::unique_ptr<Work>> work = executor_->Start(job->channel, args);
   if (!work.ok()) {
-    return absl::Status(work.status().code(),
-                        absl::StrCat("rank ", rank_, ": planned ", BucketKindName(job->kind),
-                                     " of bucket ", job->bucket, ": ", work.status().message()));
+    return absl::Status(work.status().code(), absl::StrCat("rank ", rank_, ": ", DescribeJob(*job),
+                                                           ": ", work.status().message()));
   }
   job->work = std::move(*work);
   return absl::OkStatus();
@@ -399,16 +398,14 @@ absl::Status PlannedMode::ProgressSlices() {
       absl::StatusOr<bool> done = job->work->Test();
       if (!done.ok()) {
         return absl::Status(done.status().code(),
-                            absl::StrCat("rank ", rank_, ": planned ", BucketKindName(job->kind),
-                                         " of bucket ", job->bucket, " on channel ", job->channel,
-                                         " failed: ", done.status().message()));
+                            absl::StrCat("rank ", rank_, ": ", DescribeJob(*job), " on channel ",
+                                         job->channel, " failed: ", done.status().message()));
       }
       if (!*done) {
         if (absl::Now() - job->started > limit) {
           return absl::DeadlineExceededError(absl::StrCat(
-              "rank ", rank_, ": planned ", BucketKindName(job->kind), " of bucket ", job->bucket,
-              " on channel ", job->channel, " did not complete within ",
-              absl::ToInt64Seconds(limit),
+              "rank ", rank_, ": ", DescribeJob(*job), " on channel ", job->channel,
+              " did not complete within ", absl::ToInt64Seconds(limit),
               " s (OVERLAP_COLLECTIVE_TIMEOUT_S): a peer process is stuck or dead, or the "
               "network is down"));
         }
@@ -688,6 +685,15 @@ std::string PlannedMode::UnitNames(
   std::string text = absl::StrJoin(names, ", ");
   if (responses.size() > 3) absl::StrAppend(&text, " and ", responses.size() - 3, " more");
   return text;
+}
+
+std::string PlannedMode::DescribeJob(const SliceJob& job) const {
+  std::vector<std::shared_ptr<const Response>> responses;
+  for (const ExecSlice& s : job.plan->buckets[static_cast<size_t>(job.bucket)].slices) {
+    responses.push_back(job.plan->entries[static_cast<size_t>(s.entry)].response);
+  }
+  return absl::StrCat("planned ", BucketKindName(job.kind), " of ", UnitNames(responses),
+                      " (plan bucket ", job.bucket, ")");
 }
 
 std::string PlannedMode::DescribeStarted() const {

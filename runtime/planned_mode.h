@@ -190,6 +190,8 @@ class PlannedMode {
   void Finish(Launch* launch, std::vector<PendingOp>* renegotiate);
   void OnDataDone(PendingOp& op, const absl::Status& status);
   std::string UnitNames(const std::vector<std::shared_ptr<const Response>>& responses) const;
+  // "planned reduce-scatter of 'a', 'b' and 3 more (plan bucket 7)", for errors.
+  std::string DescribeJob(const SliceJob& job) const;
   void Advance();
 
   const Config config_;
