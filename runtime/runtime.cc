@@ -674,6 +674,7 @@ absl::Status Runtime::Shutdown() {
     control_->AwaitRelease(absl::Seconds(config_.collective_timeout_s));
   }
   control_.reset();
+  scheduler_.reset();  // frees its communicators: before MPI_Finalize
   planned_.reset();
   data_plane_.reset();
   negotiator_.reset();
