@@ -128,6 +128,21 @@ absl::Status StartForward() { return MarkPhase(StepPhase::kForward); }
 absl::Status StartBackward() { return MarkPhase(StepPhase::kBackward); }
 absl::Status StartUpdate() { return MarkPhase(StepPhase::kUpdate); }
 
+absl::Status StartTimeline(const std::string& path) {
+  std::shared_ptr<Runtime> runtime = Current();
+  if (runtime == nullptr) {
+    return absl::FailedPreconditionError("start_timeline: overlap is not initialised");
+  }
+  if (path.empty()) return absl::InvalidArgumentError("start_timeline: empty file path");
+  return runtime->StartTimeline(path);
+}
+
+absl::Status StopTimeline() {
+  std::shared_ptr<Runtime> runtime = Current();
+  if (runtime != nullptr) runtime->StopTimeline();
+  return absl::OkStatus();
+}
+
 RuntimeStats Stats() {
   std::shared_ptr<Runtime> r = Current();
   return r ? r->stats() : RuntimeStats();

@@ -37,6 +37,9 @@ absl::Status ReadDouble(const char* var, double* out) {
 constexpr const char* kKnownVariables[] = {
     "OVERLAP_FUSION_THRESHOLD",
     "OVERLAP_NUM_CHANNELS",
+    // Read by the Python package (overlap/_core.py, tests), not the runtime.
+    "OVERLAP_LIBRARY",
+    "OVERLAP_PYTHON",
     "OVERLAP_STALL_WARNING_S",
     "OVERLAP_STALL_TIMEOUT_S",
     "OVERLAP_TIMELINE",

@@ -203,6 +203,11 @@ absl::Status StartForward();
 absl::Status StartBackward();
 absl::Status StartUpdate();
 
+// Starts writing the timeline (a Chrome trace, docs/architecture.md) to `path`, replacing the one
+// being written, if any; StopTimeline closes it. Local to this rank, like OVERLAP_TIMELINE.
+absl::Status StartTimeline(const std::string& path);
+absl::Status StopTimeline();
+
 // What the runtime has done on this rank so far, for tests, benchmarks and logs.
 struct RuntimeStats {
   int64_t negotiation_rounds = 0;

@@ -64,6 +64,9 @@ class Runtime {
 
   RuntimeStats stats() const;
 
+  absl::Status StartTimeline(const std::string& path) { return timeline_.Open(path, rank_); }
+  void StopTimeline() { timeline_.Close(); }
+
   // Error-feedback residuals of this rank's compressed tensors (see overlap.h).
   std::string SaveCompressionState() { return compression_->Save(); }
   absl::Status RestoreCompressionState(const std::string& s) { return compression_->Restore(s); }

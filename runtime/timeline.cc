@@ -30,6 +30,7 @@ std::string JsonEscape(const std::string& s) {
 Timeline::~Timeline() { Close(); }
 
 absl::Status Timeline::Open(const std::string& path, int rank) {
+  Close();
   absl::MutexLock lock(&mu_);
   const std::string file = rank == 0 ? path : absl::StrCat(path, ".rank", rank);
   file_ = std::fopen(file.c_str(), "w");
@@ -39,6 +40,8 @@ absl::Status Timeline::Open(const std::string& path, int rank) {
   }
   rank_ = rank;
   origin_ = absl::Now();
+  tracks_.clear();
+  open_ = true;
   std::fprintf(
       file_,
       "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}",
@@ -74,6 +77,7 @@ void Timeline::Close() {
   std::fprintf(file_, "\n]\n");
   std::fclose(file_);
   file_ = nullptr;
+  open_ = false;
 }
 
 }  // namespace overlap

@@ -9,6 +9,7 @@
 #ifndef OVERLAP_RUNTIME_TIMELINE_H_
 #define OVERLAP_RUNTIME_TIMELINE_H_
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 
@@ -24,10 +25,10 @@ class Timeline {
   Timeline() = default;
   ~Timeline();
 
-  // Starts writing to `path`; rank 0 writes `path` itself and rank r > 0 writes "<path>.rank<r>"
+  // Starts writing to `path` (closing the file written so far, if any); rank 0 writes `path` itself and rank r > 0 writes "<path>.rank<r>"
   // so that ranks sharing a file system do not overwrite each other. Unavailable on open failure.
   absl::Status Open(const std::string& path, int rank);
-  bool enabled() const { return file_ != nullptr; }
+  bool enabled() const { return open_.load(std::memory_order_relaxed); }
 
   // A span [start, end) named `what` on the track of `track` (a tensor name or "channel N").
   void Span(const std::string& track, const char* what, absl::Time start, absl::Time end);
@@ -39,7 +40,8 @@ class Timeline {
   int TrackId(const std::string& track) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
-  std::FILE* file_ = nullptr;
+  std::FILE* file_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::atomic<bool> open_{false};  // file_ != nullptr, readable without the lock
   int rank_ = 0;
   absl::Time origin_;
   absl::flat_hash_map<std::string, int> tracks_ ABSL_GUARDED_BY(mu_);

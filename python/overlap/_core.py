@@ -1,0 +1,380 @@
+"""The one binding to liboverlap.so (runtime/c_api.h), shared by every framework adapter.
+
+It knows buffers (address, bytes, dtype code, shape), handles and errors; the adapters turn
+their tensors into buffers and back. The library is the one installed next to this file by
+``pip install .``, or the one named by OVERLAP_LIBRARY (tests and development trees).
+"""
+
+import atexit
+import ctypes
+import json
+import os
+import threading
+
+from overlap.common import HorovodInternalError
+
+# overlap::DataType (collectives/dtype.h).
+UINT8, INT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = range(8)
+DTYPE_SIZES = {UINT8: 1, INT8: 1, INT32: 4, INT64: 8, FLOAT16: 2, BFLOAT16: 2, FLOAT32: 4,
+               FLOAT64: 8}
+
+# overlap::ReduceOp (collectives/dtype.h).
+C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT = range(5)
+
+# absl::StatusCode values the binding tells apart.
+_OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _FAILED_PRECONDITION = 0, 3, 4, 9
+
+_C_API_VERSION = 1
+_MAX_NDIM = 32
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("capacity_bytes", ctypes.c_int64),
+                ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.POINTER(ctypes.c_int64))]
+
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def library_path():
+    path = os.environ.get("OVERLAP_LIBRARY")
+    if path:
+        return path
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "liboverlap.so")
+
+
+def _declare(lib):
+    h = ctypes.c_void_p
+    hp = ctypes.POINTER(ctypes.c_void_p)
+    t = ctypes.POINTER(_Tensor)
+    sigs = {
+        "overlap_c_api_version": ([], ctypes.c_int),
+        "overlap_last_error": ([], ctypes.c_char_p),
+        "overlap_init": ([], ctypes.c_int),
+        "overlap_shutdown": ([], ctypes.c_int),
+        "overlap_is_initialized": ([], ctypes.c_int),
+        "overlap_rank": ([], ctypes.c_int),
+        "overlap_size": ([], ctypes.c_int),
+        "overlap_local_rank": ([], ctypes.c_int),
+        "overlap_local_size": ([], ctypes.c_int),
+        "overlap_start_forward": ([], ctypes.c_int),
+        "overlap_start_backward": ([], ctypes.c_int),
+        "overlap_start_update": ([], ctypes.c_int),
+        "overlap_start_timeline": ([ctypes.c_char_p], ctypes.c_int),
+        "overlap_stop_timeline": ([], ctypes.c_int),
+        "overlap_allreduce": ([ctypes.c_char_p, t, t, ctypes.c_int32, ctypes.c_double,
+                               ctypes.c_double, ctypes.c_char_p, hp], ctypes.c_int),
+        "overlap_grouped_allreduce": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p), t, t,
+                                       ctypes.c_int32, ctypes.c_double, ctypes.c_double,
+                                       ctypes.c_char_p, hp], ctypes.c_int),
+        "overlap_allgather": ([ctypes.c_char_p, t, hp], ctypes.c_int),
+        "overlap_broadcast": ([ctypes.c_char_p, t, t, ctypes.c_int32, hp], ctypes.c_int),
+        "overlap_reducescatter": ([ctypes.c_char_p, t, ctypes.c_int32, ctypes.c_double,
+                                   ctypes.c_double, hp], ctypes.c_int),
+        "overlap_alltoall": ([ctypes.c_char_p, t, ctypes.POINTER(ctypes.c_int64),
+                              ctypes.c_int32, hp], ctypes.c_int),
+        "overlap_barrier": ([hp], ctypes.c_int),
+        "overlap_join": ([hp], ctypes.c_int),
+        "overlap_handle_poll": ([h], ctypes.c_int),
+        "overlap_handle_wait": ([h, ctypes.c_double], ctypes.c_int),
+        "overlap_handle_output": ([h, ctypes.POINTER(ctypes.c_void_p),
+                                   ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
+                                   ctypes.POINTER(ctypes.c_int64), ctypes.c_int32], ctypes.c_int),
+        "overlap_handle_received_splits": ([h, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32],
+                                           ctypes.c_int32),
+        "overlap_handle_free": ([h], None),
+        "overlap_stats_json": ([], ctypes.c_char_p),
+        "overlap_save_compression_state": ([ctypes.POINTER(ctypes.c_void_p),
+                                            ctypes.POINTER(ctypes.c_int64)], ctypes.c_int),
+        "overlap_restore_compression_state": ([ctypes.c_char_p, ctypes.c_int64], ctypes.c_int),
+    }
+    for name, (args, res) in sigs.items():
+        fn = getattr(lib, name)
+        fn.argtypes = args
+        fn.restype = res
+
+
+def lib():
+    """The loaded core library (loaded on first use)."""
+    global _lib
+    with _lib_lock:
+        if _lib is None:
+            path = library_path()
+            if not os.path.exists(path):
+                raise ImportError(
+                    "overlap: core library not found at %s (install the package with "
+                    "`pip install .` at the repository root, or set OVERLAP_LIBRARY to a built "
+                    "bazel-bin/runtime/liboverlap.so)" % path)
+            # RTLD_GLOBAL: Open MPI's plugins resolve libmpi's symbols from the global scope.
+            loaded = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            _declare(loaded)
+            version = loaded.overlap_c_api_version()
+            if version != _C_API_VERSION:
+                raise ImportError("overlap: %s has C API version %d, this package needs %d "
+                                  "(reinstall the package)" % (path, version, _C_API_VERSION))
+            _lib = loaded
+        return _lib
+
+
+def last_error():
+    return lib().overlap_last_error().decode("utf-8", "replace")
+
+
+def check_submit(rc):
+    """Raises for a failed submission: ValueError for a bad argument (as Horovod does for bad
+    input and duplicate names), HorovodInternalError otherwise."""
+    if rc == _OK:
+        return
+    message = last_error()
+    if rc in (_INVALID_ARGUMENT, _FAILED_PRECONDITION):
+        raise ValueError(message)
+    raise HorovodInternalError(message)
+
+
+def check(rc):
+    if rc != _OK:
+        raise HorovodInternalError(last_error())
+
+
+# ---------------------------------------------------------------------------------------------
+# Process lifetime.
+
+_atexit_registered = False
+
+
+def init():
+    """Starts the runtime (collective). A second call while running is a no-op, as in Horovod."""
+    global _atexit_registered
+    if is_initialized():
+        return
+    rc = lib().overlap_init()
+    if rc != _OK:
+        raise ValueError(last_error()) if rc == _INVALID_ARGUMENT else HorovodInternalError(
+            last_error())
+    if not _atexit_registered:
+        atexit.register(shutdown)
+        _atexit_registered = True
+
+
+def shutdown():
+    if _lib is None:
+        return
+    check(lib().overlap_shutdown())
+
+
+def is_initialized():
+    return _lib is not None and bool(_lib.overlap_is_initialized())
+
+
+def _require_init(what):
+    if not is_initialized():
+        raise ValueError("overlap has not been initialized; call hvd.init() before %s" % what)
+
+
+def rank():
+    _require_init("rank()")
+    return lib().overlap_rank()
+
+
+def size():
+    _require_init("size()")
+    return lib().overlap_size()
+
+
+def local_rank():
+    _require_init("local_rank()")
+    return lib().overlap_local_rank()
+
+
+def local_size():
+    _require_init("local_size()")
+    return lib().overlap_local_size()
+
+
+def start_forward():
+    check(lib().overlap_start_forward())
+
+
+def start_backward():
+    check(lib().overlap_start_backward())
+
+
+def start_update():
+    check(lib().overlap_start_update())
+
+
+def start_timeline(path):
+    _require_init("start_timeline()")
+    check_submit(lib().overlap_start_timeline(str(path).encode()))
+
+
+def stop_timeline():
+    check(lib().overlap_stop_timeline())
+
+
+def stats():
+    """The runtime's counters and plan (overlap::Stats()) as a dict."""
+    return json.loads(lib().overlap_stats_json().decode())
+
+
+def save_compression_state():
+    data, n = ctypes.c_void_p(), ctypes.c_int64()
+    check(lib().overlap_save_compression_state(ctypes.byref(data), ctypes.byref(n)))
+    return ctypes.string_at(data, n.value)
+
+
+def restore_compression_state(snapshot):
+    check_submit(lib().overlap_restore_compression_state(snapshot, len(snapshot)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Buffers and operations.
+
+class Buffer:
+    """Caller-owned memory as the C API sees it. `owner` keeps the memory alive."""
+
+    __slots__ = ("struct", "shape_array", "owner")
+
+    def __init__(self, address, nbytes, dtype, shape, owner):
+        self.shape_array = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        self.struct = _Tensor(address, nbytes, dtype, len(shape), self.shape_array)
+        self.owner = owner
+
+
+class Handle:
+    """One submitted operation. Frees the C handle when collected."""
+
+    __slots__ = ("_ptr", "name")
+
+    def __init__(self, ptr, name):
+        self._ptr = ptr
+        self.name = name
+
+    def poll(self):
+        return bool(lib().overlap_handle_poll(self._ptr))
+
+    def wait(self):
+        """Blocks until the operation ends; raises HorovodInternalError if it failed. Waits in
+        one-second slices so that Ctrl-C reaches Python; the runtime's own timeouts end it."""
+        c = lib()
+        while True:
+            rc = c.overlap_handle_wait(self._ptr, 1.0)
+            if rc == _DEADLINE_EXCEEDED and not c.overlap_handle_poll(self._ptr):
+                continue
+            check(rc)
+            return
+
+    def output(self):
+        """(address, dtype, shape) of the runtime-owned result, valid while this handle lives."""
+        data, dtype, ndim = ctypes.c_void_p(), ctypes.c_int32(), ctypes.c_int32()
+        shape = (ctypes.c_int64 * _MAX_NDIM)()
+        check(lib().overlap_handle_output(self._ptr, ctypes.byref(data), ctypes.byref(dtype),
+                                          ctypes.byref(ndim), shape, _MAX_NDIM))
+        return data.value, dtype.value, [shape[i] for i in range(ndim.value)]
+
+    def received_splits(self):
+        buf = (ctypes.c_int64 * 4096)()
+        n = lib().overlap_handle_received_splits(self._ptr, buf, 4096)
+        return [buf[i] for i in range(min(n, 4096))]
+
+    def __del__(self):
+        if self._ptr and _lib is not None:
+            _lib.overlap_handle_free(self._ptr)
+            self._ptr = None
+
+
+def _out_handle():
+    return ctypes.c_void_p()
+
+
+def _finish(rc, ptr, name):
+    check_submit(rc)
+    return Handle(ptr, name)
+
+
+def _enc(s):
+    return None if s is None else s.encode()
+
+
+def allreduce(name, inp, out, op, prescale, postscale, compression):
+    p = _out_handle()
+    rc = lib().overlap_allreduce(name.encode(), ctypes.byref(inp.struct), ctypes.byref(out.struct),
+                                 op, prescale, postscale, _enc(compression), ctypes.byref(p))
+    return _finish(rc, p, name)
+
+
+def grouped_allreduce(names, inputs, outputs, op, prescale, postscale, compression):
+    n = len(names)
+    c_names = (ctypes.c_char_p * n)(*[s.encode() for s in names])
+    c_in = (_Tensor * n)(*[b.struct for b in inputs])
+    c_out = (_Tensor * n)(*[b.struct for b in outputs])
+    p = _out_handle()
+    rc = lib().overlap_grouped_allreduce(n, c_names, c_in, c_out, op, prescale, postscale,
+                                         _enc(compression), ctypes.byref(p))
+    return _finish(rc, p, "group[%s]" % ",".join(names))
+
+
+def allgather(name, inp):
+    p = _out_handle()
+    rc = lib().overlap_allgather(name.encode(), ctypes.byref(inp.struct), ctypes.byref(p))
+    return _finish(rc, p, name)
+
+
+def broadcast(name, inp, out, root):
+    p = _out_handle()
+    rc = lib().overlap_broadcast(name.encode(), ctypes.byref(inp.struct),
+                                 ctypes.byref(out.struct), root, ctypes.byref(p))
+    return _finish(rc, p, name)
+
+
+def reducescatter(name, inp, op, prescale, postscale):
+    p = _out_handle()
+    rc = lib().overlap_reducescatter(name.encode(), ctypes.byref(inp.struct), op, prescale,
+                                     postscale, ctypes.byref(p))
+    return _finish(rc, p, name)
+
+
+def alltoall(name, inp, splits):
+    p = _out_handle()
+    if splits is None:
+        rc = lib().overlap_alltoall(name.encode(), ctypes.byref(inp.struct), None, 0,
+                                    ctypes.byref(p))
+    else:
+        arr = (ctypes.c_int64 * len(splits))(*splits)
+        rc = lib().overlap_alltoall(name.encode(), ctypes.byref(inp.struct), arr, len(splits),
+                                    ctypes.byref(p))
+    return _finish(rc, p, name)
+
+
+def barrier():
+    p = _out_handle()
+    return _finish(lib().overlap_barrier(ctypes.byref(p)), p, "__barrier")
+
+
+def join():
+    p = _out_handle()
+    return _finish(lib().overlap_join(ctypes.byref(p)), p, "__join")
+
+
+def copy_bytes(dst_address, src_address, nbytes):
+    if nbytes:
+        ctypes.memmove(dst_address, src_address, nbytes)
+
+
+# Settings an adapter's init() may take as arguments; they become OVERLAP_* variables of this
+# process before the runtime reads its configuration.
+_INIT_SETTINGS = {"planner": "OVERLAP_PLANNER", "staleness": "OVERLAP_STALENESS",
+                  "max_period": "OVERLAP_MAX_PERIOD", "compression": "OVERLAP_COMPRESSION",
+                  "profile_steps": "OVERLAP_PROFILE_STEPS", "timeline": "OVERLAP_TIMELINE"}
+
+
+def apply_init_settings(**settings):
+    for key, value in settings.items():
+        if value is None:
+            continue
+        if key not in _INIT_SETTINGS:
+            raise TypeError("init() got an unexpected keyword argument '%s' (overlap's options: "
+                            "%s)" % (key, ", ".join(sorted(_INIT_SETTINGS))))
+        os.environ[_INIT_SETTINGS[key]] = str(value)

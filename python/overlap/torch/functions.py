@@ -1,0 +1,87 @@
+"""Model and object helpers of horovod.torch: broadcast_parameters, broadcast_optimizer_state,
+broadcast_object and allgather_object."""
+
+import io
+import pickle
+
+import torch
+
+from overlap import _core
+from overlap.common import _check_process_set, global_process_set
+from overlap.torch import mpi_ops
+
+
+def broadcast_parameters(params, root_rank, process_set=global_process_set):
+    """Copies root_rank's values into these tensors on every rank, in place. `params` is a
+    state_dict or an iterable of (name, tensor), e.g. model.named_parameters()."""
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    elif isinstance(params, list) or hasattr(params, "__iter__"):
+        items = list(params)
+        for item in items:
+            if not isinstance(item, tuple) or len(item) != 2:
+                raise ValueError("broadcast_parameters needs a state_dict or (name, tensor) pairs")
+    else:
+        raise ValueError("invalid params of type: %s" % type(params))
+    handles = []
+    for name, p in items:
+        if p is None:
+            continue
+        if isinstance(p, torch.Tensor):
+            handles.append(mpi_ops.broadcast_async_(p.data if p.requires_grad else p, root_rank,
+                                                    "broadcast." + name, process_set))
+    for handle in handles:
+        mpi_ops.synchronize(handle)
+
+
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
+    """Makes every rank's optimizer state (hyperparameters, momentum buffers, step counts) equal
+    to root_rank's. The whole state_dict travels as one object from the root, so state the
+    other ranks have not created yet (Adam before its first step) arrives too."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    state = optimizer.state_dict() if _core.rank() == root_rank else None
+    state = broadcast_object(state, root_rank, "broadcast_optimizer_state", process_set)
+    if _core.rank() != root_rank:
+        optimizer.load_state_dict(state)
+
+
+def _to_bytes_tensor(obj):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+
+
+def _from_bytes_tensor(t):
+    return torch.load(io.BytesIO(t.numpy().tobytes()), weights_only=False)
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """root_rank's picklable `obj`, on every rank."""
+    _check_process_set(process_set)
+    name = name or type(obj).__name__
+    if _core.rank() == root_rank:
+        payload = _to_bytes_tensor(obj)
+        length = torch.tensor([payload.numel()], dtype=torch.int64)
+    else:
+        payload, length = None, torch.zeros(1, dtype=torch.int64)
+    mpi_ops.broadcast_(length, root_rank, "broadcast_object.%s.size" % name, process_set)
+    if payload is None:
+        payload = torch.zeros(int(length.item()), dtype=torch.uint8)
+    mpi_ops.broadcast_(payload, root_rank, "broadcast_object.%s.bytes" % name, process_set)
+    return obj if _core.rank() == root_rank else _from_bytes_tensor(payload)
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Every rank's picklable `obj`, as a list in rank order."""
+    _check_process_set(process_set)
+    name = name or type(obj).__name__
+    payload = _to_bytes_tensor(obj)
+    sizes = mpi_ops.allgather(torch.tensor([payload.numel()], dtype=torch.int64),
+                              "allgather_object.%s.sizes" % name, process_set)
+    gathered = mpi_ops.allgather(payload, "allgather_object.%s.bytes" % name, process_set)
+    objects, offset = [], 0
+    for n in sizes.tolist():
+        objects.append(_from_bytes_tensor(gathered[offset:offset + n]))
+        offset += n
+    return objects

@@ -1,0 +1,573 @@
+"""Collectives on torch tensors with horovod.torch's names, arguments and results.
+
+Every operation turns its tensors into core buffers (overlap._core), submits them to the runtime
+and returns an integer handle; synchronize() waits and returns the result. Tensors the core
+cannot take directly (CUDA tensors until the GPU data path, int16, bool, non-contiguous ones) are
+staged through a host copy in a dtype it has, and the result is converted back, so the Python API
+does not change when the core learns them.
+"""
+
+import itertools
+import threading
+import time
+
+import torch
+
+from overlap import _core
+from overlap.common import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,
+                            _OP_NAMES, _check_process_set, global_process_set)
+from overlap.torch.compression import Compression
+
+_CORE_DTYPES = {
+    torch.uint8: _core.UINT8, torch.int8: _core.INT8, torch.int32: _core.INT32,
+    torch.int64: _core.INT64, torch.float16: _core.FLOAT16, torch.bfloat16: _core.BFLOAT16,
+    torch.float32: _core.FLOAT32, torch.float64: _core.FLOAT64,
+}
+_TORCH_DTYPES = {code: dtype for dtype, code in _CORE_DTYPES.items()}
+# Dtypes the core lacks travel as a wider or same-size one.
+_STAGED_AS = {torch.int16: torch.int32, torch.bool: torch.uint8}
+
+_C_OPS = {Average: _core.C_AVERAGE, Sum: _core.C_SUM, Min: _core.C_MIN, Max: _core.C_MAX,
+          Product: _core.C_PRODUCT}
+
+
+class _Op:
+    """An operation in flight: its core handles, the tensors they use, and how to build the
+    result once they are done."""
+
+    __slots__ = ("handles", "keep", "finish")
+
+    def __init__(self, handles, keep, finish):
+        self.handles = handles
+        self.keep = keep
+        self.finish = finish
+
+
+_ops = {}
+_ops_lock = threading.Lock()
+_handle_ids = itertools.count(1)
+_noname = {}
+
+
+def _register(handles, keep, finish):
+    handle = next(_handle_ids)
+    with _ops_lock:
+        _ops[handle] = _Op(handles, keep, finish)
+    return handle
+
+
+def _auto_name(kind, name):
+    """Unnamed operations are numbered per kind in call order, which every rank shares."""
+    if name is not None:
+        return str(name)
+    with _ops_lock:
+        n = _noname.get(kind, 0)
+        _noname[kind] = n + 1
+    return "%s.noname.%d" % (kind, n)
+
+
+def _c_op(op, average=None):
+    if average is not None:
+        if op is not None:
+            raise ValueError("the op parameter supersedes average; give only one of them")
+        op = Average if average else Sum
+    if op is None:
+        op = Average
+    if op == Adasum:
+        raise ValueError("rank %d: overlap does not implement Adasum; use op=hvd.Average or "
+                         "hvd.Sum" % _core.rank())
+    if op not in _C_OPS:
+        raise ValueError("rank %d: unknown reduction op %r (use hvd.Average, Sum, Min, Max or "
+                         "Product)" % (_core.rank(), op))
+    return _C_OPS[op]
+
+
+def _stage(tensor, what):
+    """A contiguous host tensor in a core dtype: the tensor itself when it already is one."""
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError("%s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
+    if tensor.is_sparse:
+        raise ValueError("%s: sparse tensors need sparse_allreduce_async or "
+                         "DistributedOptimizer(sparse_as_dense=True)" % what)
+    dtype = _STAGED_AS.get(tensor.dtype, tensor.dtype)
+    if dtype not in _CORE_DTYPES:
+        raise ValueError("%s: tensor type %s is not supported" % (what, tensor.dtype))
+    if tensor.device.type == "cpu" and dtype == tensor.dtype and tensor.is_contiguous():
+        return tensor
+    return tensor.detach().to("cpu", dtype).contiguous()
+
+
+def _buffer(tensor):
+    return _core.Buffer(tensor.data_ptr(), tensor.numel() * tensor.element_size(),
+                        _CORE_DTYPES[tensor.dtype], list(tensor.shape), tensor)
+
+
+def _like(result, original):
+    """`result` in `original`'s dtype and device (itself when they already match)."""
+    if result.dtype == original.dtype and result.device == original.device:
+        return result
+    return result.to(original.device, original.dtype)
+
+
+def _read_output(core_handle):
+    """The runtime-owned result of a core handle, copied into a new host tensor."""
+    address, dtype, shape = core_handle.output()
+    out = torch.empty(shape, dtype=_TORCH_DTYPES[dtype])
+    _core.copy_bytes(out.data_ptr(), address, out.numel() * out.element_size())
+    return out
+
+
+def _require_init(what):
+    if not _core.is_initialized():
+        raise ValueError("overlap has not been initialized; call hvd.init() before %s" % what)
+
+
+# ---------------------------------------------------------------------------------------------
+# Allreduce.
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
+                     compression_spec=None, process_set=global_process_set):
+    _require_init("allreduce")
+    _check_process_set(process_set)
+    c_op = _c_op(op)
+    name = _auto_name("allreduce", name)
+    src = _stage(tensor, "allreduce '%s'" % name)
+    in_place = output is tensor
+    dst = src if in_place else torch.empty_like(src)
+    core_handle = _core.allreduce(name, _buffer(src), _buffer(dst), c_op, float(prescale_factor),
+                                  float(postscale_factor), compression_spec)
+
+    def finish():
+        if in_place:
+            if src is not tensor:
+                tensor.copy_(src)
+            return tensor
+        return _like(dst, tensor)
+
+    return _register([core_handle], (tensor, src, dst), finish)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing `tensor` across ranks (Average by default) into a new tensor; returns a
+    handle for poll() and synchronize()."""
+    return _allreduce_async(tensor, None, name, _op_of(op, average), prescale_factor,
+                            postscale_factor, None, process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """As allreduce_async, writing the result into `tensor`."""
+    return _allreduce_async(tensor, tensor, name, _op_of(op, average), prescale_factor,
+                            postscale_factor, None, process_set)
+
+
+def _op_of(op, average):
+    if average is not None:
+        if op is not None:
+            raise ValueError("the op parameter supersedes average; give only one of them")
+        return Average if average else Sum
+    return Average if op is None else op
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    """Allreduce with a gradient: the gradient is reduced with the same op and factors."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, compression_spec,
+                process_set):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return synchronize(_allreduce_async(tensor, None, name, op, prescale_factor,
+                                            postscale_factor, compression_spec, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        op, prescale_factor, postscale_factor, process_set = ctx.args
+        grad = synchronize(_allreduce_async(grad_output.contiguous(), None, None, op,
+                                            prescale_factor, postscale_factor, None,
+                                            process_set))
+        return grad, None, None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` across ranks (Average by default) and returns the result; differentiable.
+    `compression` may be a Horovod-style compressor (cast around the call) or one of overlap's
+    error-feedback compressors (run by the runtime)."""
+    op = _op_of(op, average)
+    compressed, ctx = compression.compress(tensor)
+    reduced = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+                                     compression.runtime_spec, process_set)
+    return compression.decompress(reduced, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
+                             compression_spec=None, process_set=global_process_set):
+    _require_init("grouped_allreduce")
+    _check_process_set(process_set)
+    if not tensors:
+        raise ValueError("grouped_allreduce: empty list of tensors")
+    c_op = _c_op(op)
+    base = _auto_name("grouped_allreduce", name)
+    names = ["%s.%d" % (base, i) for i in range(len(tensors))]
+    srcs = [_stage(t, "grouped allreduce '%s'" % n) for t, n in zip(tensors, names)]
+    in_place = outputs is tensors
+    dsts = srcs if in_place else [torch.empty_like(s) for s in srcs]
+    core_handle = _core.grouped_allreduce(names, [_buffer(s) for s in srcs],
+                                          [_buffer(d) for d in dsts], c_op,
+                                          float(prescale_factor), float(postscale_factor),
+                                          compression_spec)
+
+    def finish():
+        if in_place:
+            for t, s in zip(tensors, srcs):
+                if s is not t:
+                    t.copy_(s)
+            return list(tensors)
+        return [_like(d, t) for d, t in zip(dsts, tensors)]
+
+    return _register([core_handle], (list(tensors), srcs, dsts), finish)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    return _grouped_allreduce_async(list(tensors), None, name, _op_of(op, average),
+                                    prescale_factor, postscale_factor, None, process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    tensors = list(tensors)
+    return _grouped_allreduce_async(tensors, tensors, name, _op_of(op, average), prescale_factor,
+                                    postscale_factor, None, process_set)
+
+
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, compression_spec, process_set,
+                *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(_grouped_allreduce_async(
+            list(tensors), None, name, op, prescale_factor, postscale_factor, compression_spec,
+            process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, prescale_factor, postscale_factor, process_set = ctx.args
+        reduced = synchronize(_grouped_allreduce_async(
+            [g.contiguous() for g in grads], None, None, op, prescale_factor, postscale_factor,
+            None, process_set))
+        return (None, None, None, None, None, None) + tuple(reduced)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces a list of tensors as one fused unit; differentiable."""
+    op = _op_of(op, average)
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
+                                            compression.runtime_spec, process_set,
+                                            *[c for c, _ in compressed])
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Reduces a sparse tensor by allgathering its indices and values; synchronize() returns the
+    coalesced sparse result (summed, then divided by size() for Average)."""
+    _require_init("sparse_allreduce_async")
+    if op not in (Average, Sum):
+        raise ValueError("sparse_allreduce_async: op must be Average or Sum, got %s" %
+                         _OP_NAMES.get(op, op))
+    t = tensor.coalesce()
+    base = _auto_name("sparse_allreduce", name)
+    h_values = _allgather_async(t._values().contiguous(), base + ".values", process_set)
+    h_indices = _allgather_async(t._indices().t().contiguous(), base + ".indices", process_set)
+    shape, divisor = t.shape, (_core.size() if op == Average else 1)
+
+    def finish():
+        values = synchronize(h_values)
+        indices = synchronize(h_indices).t()
+        out = torch.sparse_coo_tensor(indices, values, shape).coalesce()
+        return out / divisor if divisor != 1 else out
+
+    return _register([], (tensor,), finish)
+
+
+# ---------------------------------------------------------------------------------------------
+# Allgather, broadcast, alltoall, reducescatter.
+
+def _allgather_async(tensor, name, process_set=global_process_set):
+    _require_init("allgather")
+    _check_process_set(process_set)
+    name = _auto_name("allgather", name)
+    src = _stage(tensor, "allgather '%s'" % name)
+    if src.dim() == 0:
+        raise ValueError("rank %d: allgather '%s': needs at least one dimension (got a scalar)"
+                         % (_core.rank(), name))
+    core_handle = _core.allgather(name, _buffer(src))
+    return _register([core_handle], (tensor, src),
+                     lambda: _like(_read_output(core_handle), tensor))
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts concatenating every rank's `tensor` along dimension 0, in rank order."""
+    return _allgather_async(tensor, name, process_set)
+
+
+class HorovodAllgather(torch.autograd.Function):
+    """Allgather with a gradient: the summed gradient's rows that came from this rank."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim = tensor.shape[0]
+        ctx.process_set = process_set
+        return synchronize(_allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = synchronize(_allreduce_async(grad_output.contiguous(), None, None, Sum, 1.0, 1.0,
+                                            None, ctx.process_set))
+        dims = synchronize(_allgather_async(torch.tensor([ctx.dim], dtype=torch.int64), None,
+                                            ctx.process_set))
+        offset = int(dims[:_core.rank()].sum())
+        return grad.narrow(0, offset, ctx.dim), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Every rank's `tensor` concatenated along dimension 0 (first dimensions may differ);
+    differentiable."""
+    return HorovodAllgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    base = _auto_name("grouped_allgather", name)
+    handles = [_allgather_async(t, "%s.%d" % (base, i), process_set)
+               for i, t in enumerate(tensors)]
+    return _register([], (), lambda: [synchronize(h) for h in handles])
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+def _broadcast_async(tensor, output, root_rank, name, process_set=global_process_set):
+    _require_init("broadcast")
+    _check_process_set(process_set)
+    name = _auto_name("broadcast", name)
+    src = _stage(tensor, "broadcast '%s'" % name)
+    in_place = output is tensor
+    dst = src if in_place else torch.empty_like(src)
+    core_handle = _core.broadcast(name, _buffer(src), _buffer(dst), int(root_rank))
+
+    def finish():
+        if in_place:
+            if src is not tensor:
+                tensor.copy_(src)
+            return tensor
+        return _like(dst, tensor)
+
+    return _register([core_handle], (tensor, src, dst), finish)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts copying root_rank's `tensor` into a new tensor on every rank."""
+    return _broadcast_async(tensor, None, root_rank, name, process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    return _broadcast_async(tensor, tensor, root_rank, name, process_set)
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    """Broadcast with a gradient: the summed gradient on the root, zero elsewhere."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(_broadcast_async(tensor, None, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = synchronize(_allreduce_async(grad_output.contiguous(), None, None, Sum, 1.0, 1.0,
+                                            None, ctx.process_set))
+        if _core.rank() != ctx.root_rank:
+            grad = grad * 0
+        return grad, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def _splits_list(splits):
+    if splits is None:
+        return None
+    if isinstance(splits, torch.Tensor):
+        return [int(s) for s in splits.reshape(-1).tolist()]
+    return [int(s) for s in splits]
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts sending splits[r] rows of `tensor` to rank r (equal parts when splits is None);
+    synchronize() returns (received tensor, received splits)."""
+    _require_init("alltoall")
+    _check_process_set(process_set)
+    name = _auto_name("alltoall", name)
+    src = _stage(tensor, "alltoall '%s'" % name)
+    core_handle = _core.alltoall(name, _buffer(src), _splits_list(splits))
+
+    def finish():
+        received = torch.tensor(core_handle.received_splits(), dtype=torch.int32)
+        return _like(_read_output(core_handle), tensor), received
+
+    return _register([core_handle], (tensor, src), finish)
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    """Alltoall with a gradient: the gradient rows go back to where they came from."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        ctx.process_set = process_set
+        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.received = received
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_splits):
+        grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.received, None,
+                                             ctx.process_set))
+        return grad, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Returns (received tensor, received splits); differentiable in the tensor."""
+    return HorovodAlltoall.apply(tensor, splits, name, process_set)
+
+
+def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                         process_set=global_process_set):
+    _require_init("reducescatter")
+    _check_process_set(process_set)
+    c_op = _c_op(op)
+    name = _auto_name("reducescatter", name)
+    src = _stage(tensor, "reducescatter '%s'" % name)
+    if src.dim() == 0:
+        raise ValueError("rank %d: reducescatter '%s': needs at least one dimension" %
+                         (_core.rank(), name))
+    core_handle = _core.reducescatter(name, _buffer(src), c_op, float(prescale_factor),
+                                      float(postscale_factor))
+    return _register([core_handle], (tensor, src),
+                     lambda: _like(_read_output(core_handle), tensor))
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Starts reducing `tensor` and leaves this rank its share of dimension 0 (earlier ranks get
+    one more row when it does not divide evenly)."""
+    return _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor, process_set)
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    """Reducescatter with a gradient: the gathered gradient, scaled as the forward was."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.scale = prescale_factor * postscale_factor / (_core.size() if op == Average else 1)
+        ctx.process_set = process_set
+        return synchronize(_reducescatter_async(tensor, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = synchronize(_allgather_async(grad_output.contiguous(), None, ctx.process_set))
+        if ctx.scale != 1:
+            grad = grad * ctx.scale
+        return grad, None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    compressed, cctx = compression.compress(tensor)
+    out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor,
+                                     postscale_factor)
+    return compression.decompress(out, cctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    base = _auto_name("grouped_reducescatter", name)
+    handles = [_reducescatter_async(t, "%s.%d" % (base, i), op, prescale_factor,
+                                    postscale_factor, process_set)
+               for i, t in enumerate(tensors)]
+    return _register([], (), lambda: [synchronize(h) for h in handles])
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    compressed = [compression.compress(t) for t in tensors]
+    outs = synchronize(grouped_reducescatter_async([c for c, _ in compressed], name, op,
+                                                   process_set, prescale_factor,
+                                                   postscale_factor))
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, compressed)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Handles, barrier, join.
+
+def poll(handle):
+    """True once the operation behind `handle` finished (successfully or not)."""
+    with _ops_lock:
+        op = _ops.get(handle)
+    if op is None:
+        raise ValueError("poll: unknown handle %r (already synchronized?)" % (handle,))
+    return all(h.poll() for h in op.handles)
+
+
+def synchronize(handle):
+    """Waits for the operation behind `handle` and returns its result; raises
+    HorovodInternalError (a RuntimeError) naming the rank, tensor and cause if it failed."""
+    with _ops_lock:
+        op = _ops.pop(handle, None)
+    if op is None:
+        raise ValueError("synchronize: unknown handle %r (already synchronized?)" % (handle,))
+    for h in op.handles:
+        h.wait()
+    return op.finish()
+
+
+def barrier(process_set=global_process_set):
+    """Returns when every rank has called barrier()."""
+    _require_init("barrier")
+    _check_process_set(process_set)
+    _core.barrier().wait()
+
+
+def join(device=-1):
+    """For ranks with uneven data: keeps contributing zeros to the other ranks' allreduces until
+    every rank has joined. Returns the rank that joined last (the one that waited least)."""
+    _require_init("join")
+    start = time.monotonic()
+    _core.join().wait()
+    waited = torch.tensor([time.monotonic() - start], dtype=torch.float64)
+    waits = synchronize(_allgather_async(waited, "__join.waits"))
+    return int(torch.argmin(waits))

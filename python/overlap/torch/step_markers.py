@@ -1,0 +1,69 @@
+"""Drives the runtime's step markers (StartForward / StartBackward / StartUpdate) from PyTorch
+hooks, so that the planners see real per-layer compute windows (DESIGN.md section 13).
+
+forward: the first module forward after an update (a global module forward pre-hook);
+backward: the first gradient hook after that forward;
+update: the optimizer's synchronize() (or step()).
+Extra forwards and backwards within a step (backward_passes_per_step > 1) fall inside the
+backward window; a step without a module forward starts at its first gradient.
+"""
+
+import threading
+
+import torch
+
+from overlap import _core
+
+_IDLE, _FORWARD, _BACKWARD, _UPDATE = range(4)
+
+
+class StepMarkers:
+    def __init__(self):
+        self._state = _IDLE
+        self._lock = threading.Lock()
+        self._hook = None
+        register = getattr(torch.nn.modules.module, "register_module_forward_pre_hook", None)
+        if register is not None:
+            self._hook = register(self._on_module_forward)
+
+    def close(self):
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _on_module_forward(self, module, inputs):
+        if self._state in (_IDLE, _UPDATE) and torch.is_grad_enabled():
+            self._advance(_FORWARD)
+
+    def on_gradient(self):
+        if self._state != _BACKWARD:
+            if self._state != _FORWARD:
+                self._advance(_FORWARD)
+            self._advance(_BACKWARD)
+
+    def on_update(self):
+        if self._state != _UPDATE:
+            if self._state != _BACKWARD:
+                self.on_gradient()
+            self._advance(_UPDATE)
+
+    def _advance(self, state):
+        with self._lock:
+            if self._state == state or not _core.is_initialized():
+                return
+            self._state = state
+            marker = {_FORWARD: _core.start_forward, _BACKWARD: _core.start_backward,
+                      _UPDATE: _core.start_update}[state]
+        marker()
+
+
+_current = None
+
+
+def install():
+    """The process's markers; one optimizer drives them (the last one created)."""
+    global _current
+    if _current is not None:
+        _current.close()
+    _current = StepMarkers()
+    return _current

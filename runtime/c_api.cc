@@ -1,0 +1,217 @@
+// The C ABI of runtime/c_api.h: converts between C structs and the C++ API of overlap.h.
+#include "runtime/c_api.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/overlap.h"
+
+struct overlap_handle {
+  overlap::Handle handle;
+};
+
+namespace {
+
+thread_local std::string last_error;
+thread_local std::string stats_json;
+thread_local std::string saved_state;
+
+int Fail(const absl::Status& status) {
+  if (status.ok()) return 0;
+  last_error = std::string(status.message());
+  return static_cast<int>(status.code());
+}
+
+int InvalidArgument(const std::string& what) {
+  return Fail(absl::InvalidArgumentError(absl::StrCat("rank ", overlap::Rank(), ": ", what)));
+}
+
+// Checks the C description before it becomes a Tensor; the runtime checks the rest.
+int ToTensor(const char* op, const char* name, const overlap_tensor* in, overlap::Tensor* out) {
+  if (in == nullptr) return InvalidArgument(absl::StrCat(op, " '", name, "': null tensor"));
+  if (in->ndim < 0 || (in->ndim > 0 && in->shape == nullptr) || in->capacity_bytes < 0) {
+    return InvalidArgument(absl::StrCat(op, " '", name, "': malformed tensor description (ndim ",
+                                        in->ndim, ", capacity ", in->capacity_bytes, ")"));
+  }
+  out->data = in->data;
+  out->capacity_bytes = static_cast<size_t>(in->capacity_bytes);
+  out->dtype = static_cast<overlap::DataType>(in->dtype);
+  out->shape.assign(in->shape, in->shape + in->ndim);
+  return 0;
+}
+
+int Return(absl::StatusOr<overlap::Handle> handle, overlap_handle** out) {
+  if (!handle.ok()) return Fail(handle.status());
+  *out = new overlap_handle{*std::move(handle)};
+  return 0;
+}
+
+const char* Str(const char* s) { return s == nullptr ? "" : s; }
+
+}  // namespace
+
+extern "C" {
+
+int overlap_c_api_version(void) { return OVERLAP_C_API_VERSION; }
+
+const char* overlap_last_error(void) { return last_error.c_str(); }
+
+int overlap_init(void) { return Fail(overlap::Init()); }
+int overlap_shutdown(void) { return Fail(overlap::Shutdown()); }
+int overlap_is_initialized(void) { return overlap::IsInitialized() ? 1 : 0; }
+int overlap_rank(void) { return overlap::Rank(); }
+int overlap_size(void) { return overlap::Size(); }
+int overlap_local_rank(void) { return overlap::LocalRank(); }
+int overlap_local_size(void) { return overlap::LocalSize(); }
+
+int overlap_start_forward(void) { return Fail(overlap::StartForward()); }
+int overlap_start_backward(void) { return Fail(overlap::StartBackward()); }
+int overlap_start_update(void) { return Fail(overlap::StartUpdate()); }
+
+int overlap_start_timeline(const char* path) { return Fail(overlap::StartTimeline(Str(path))); }
+int overlap_stop_timeline(void) { return Fail(overlap::StopTimeline()); }
+
+int overlap_allreduce(const char* name, const overlap_tensor* input, const overlap_tensor* output,
+                      int32_t op, double prescale, double postscale, const char* compression,
+                      overlap_handle** handle) {
+  overlap::Tensor in, out;
+  if (int rc = ToTensor("allreduce", Str(name), input, &in)) return rc;
+  if (int rc = ToTensor("allreduce", Str(name), output, &out)) return rc;
+  overlap::AllreduceOptions options;
+  options.op = static_cast<overlap::ReduceOp>(op);
+  options.prescale = prescale;
+  options.postscale = postscale;
+  options.compression = Str(compression);
+  return Return(overlap::Allreduce(Str(name), in, out, options), handle);
+}
+
+int overlap_grouped_allreduce(int32_t count, const char* const* names, const overlap_tensor* inputs,
+                              const overlap_tensor* outputs, int32_t op, double prescale,
+                              double postscale, const char* compression, overlap_handle** handle) {
+  if (count <= 0 || names == nullptr || inputs == nullptr || outputs == nullptr) {
+    return InvalidArgument(absl::StrCat("grouped allreduce: ", count, " tensors (need at least 1)"));
+  }
+  std::vector<std::string> tensor_names;
+  std::vector<overlap::Tensor> ins(static_cast<size_t>(count)), outs(static_cast<size_t>(count));
+  for (int32_t i = 0; i < count; ++i) {
+    tensor_names.push_back(Str(names[i]));
+    if (int rc = ToTensor("grouped allreduce", Str(names[i]), &inputs[i], &ins[i])) return rc;
+    if (int rc = ToTensor("grouped allreduce", Str(names[i]), &outputs[i], &outs[i])) return rc;
+  }
+  overlap::AllreduceOptions options;
+  options.op = static_cast<overlap::ReduceOp>(op);
+  options.prescale = prescale;
+  options.postscale = postscale;
+  options.compression = Str(compression);
+  return Return(overlap::GroupedAllreduce(tensor_names, ins, outs, options), handle);
+}
+
+int overlap_allgather(const char* name, const overlap_tensor* input, overlap_handle** handle) {
+  overlap::Tensor in;
+  if (int rc = ToTensor("allgather", Str(name), input, &in)) return rc;
+  return Return(overlap::Allgather(Str(name), in), handle);
+}
+
+int overlap_broadcast(const char* name, const overlap_tensor* input, const overlap_tensor* output,
+                      int32_t root, overlap_handle** handle) {
+  overlap::Tensor in, out;
+  if (int rc = ToTensor("broadcast", Str(name), input, &in)) return rc;
+  if (int rc = ToTensor("broadcast", Str(name), output, &out)) return rc;
+  overlap::BroadcastOptions options;
+  options.root = root;
+  return Return(overlap::Broadcast(Str(name), in, out, options), handle);
+}
+
+int overlap_reducescatter(const char* name, const overlap_tensor* input, int32_t op,
+                          double prescale, double postscale, overlap_handle** handle) {
+  overlap::Tensor in;
+  if (int rc = ToTensor("reducescatter", Str(name), input, &in)) return rc;
+  overlap::ReduceScatterOptions options;
+  options.op = static_cast<overlap::ReduceOp>(op);
+  options.prescale = prescale;
+  options.postscale = postscale;
+  return Return(overlap::ReduceScatter(Str(name), in, options), handle);
+}
+
+int overlap_alltoall(const char* name, const overlap_tensor* input, const int64_t* splits,
+                     int32_t nsplits, overlap_handle** handle) {
+  overlap::Tensor in;
+  if (int rc = ToTensor("alltoall", Str(name), input, &in)) return rc;
+  overlap::AlltoallOptions options;
+  if (splits != nullptr && nsplits > 0) options.splits.assign(splits, splits + nsplits);
+  return Return(overlap::Alltoall(Str(name), in, options), handle);
+}
+
+int overlap_barrier(overlap_handle** handle) { return Return(overlap::Barrier(), handle); }
+int overlap_join(overlap_handle** handle) { return Return(overlap::Join(), handle); }
+
+int overlap_handle_poll(const overlap_handle* handle) {
+  return handle != nullptr && handle->handle.Poll() ? 1 : 0;
+}
+
+int overlap_handle_wait(const overlap_handle* handle, double timeout_s) {
+  if (handle == nullptr) return InvalidArgument("wait on a null handle");
+  if (timeout_s < 0) return Fail(handle->handle.Wait());
+  return Fail(handle->handle.Wait(absl::Seconds(timeout_s)));
+}
+
+int overlap_handle_output(const overlap_handle* handle, const void** data, int32_t* dtype,
+                          int32_t* ndim, int64_t* shape, int32_t max_ndim) {
+  if (handle == nullptr) return InvalidArgument("output of a null handle");
+  const overlap::Tensor& out = handle->handle.output();
+  if (static_cast<int32_t>(out.shape.size()) > max_ndim) {
+    return InvalidArgument(absl::StrCat("'", handle->handle.name(), "': output has ",
+                                        out.shape.size(), " dimensions, room for ", max_ndim));
+  }
+  *data = out.data;
+  *dtype = static_cast<int32_t>(out.dtype);
+  *ndim = static_cast<int32_t>(out.shape.size());
+  for (size_t i = 0; i < out.shape.size(); ++i) shape[i] = out.shape[i];
+  return 0;
+}
+
+int32_t overlap_handle_received_splits(const overlap_handle* handle, int64_t* splits,
+                                       int32_t max) {
+  if (handle == nullptr) return 0;
+  const std::vector<int64_t>& received = handle->handle.received_splits();
+  const int32_t n = static_cast<int32_t>(received.size());
+  for (int32_t i = 0; i < n && i < max; ++i) splits[i] = received[static_cast<size_t>(i)];
+  return n;
+}
+
+void overlap_handle_free(overlap_handle* handle) { delete handle; }
+
+const char* overlap_stats_json(void) {
+  const overlap::RuntimeStats s = overlap::Stats();
+  stats_json = absl::StrFormat(
+      "{\"negotiation_rounds\":%d,\"planned_launches\":%d,\"plans_frozen\":%d,"
+      "\"plans_dropped\":%d,\"planned_tensors\":%d,\"steps\":%d,\"planner\":\"%s\","
+      "\"plan_buckets\":%d,\"predicted_step_ms\":%.6g,\"plan_adopted_step\":%d,"
+      "\"plans_scheduled\":%d,\"plans_refused\":%d,\"plan_layerwise_update\":%s,"
+      "\"fitted_alpha_us\":%.6g,\"fitted_beta_us_per_mb\":%.6g}",
+      s.negotiation_rounds, s.planned_launches, s.plans_frozen, s.plans_dropped,
+      s.planned_tensors, s.steps, s.planner, s.plan_buckets, s.predicted_step_ms,
+      s.plan_adopted_step, s.plans_scheduled, s.plans_refused,
+      s.plan_layerwise_update ? "true" : "false", s.fitted_alpha_us, s.fitted_beta_us_per_mb);
+  return stats_json.c_str();
+}
+
+int overlap_save_compression_state(const char** data, int64_t* size) {
+  absl::StatusOr<std::string> state = overlap::SaveCompressionState();
+  if (!state.ok()) return Fail(state.status());
+  saved_state = *std::move(state);
+  *data = saved_state.data();
+  *size = static_cast<int64_t>(saved_state.size());
+  return 0;
+}
+
+int overlap_restore_compression_state(const char* data, int64_t size) {
+  if (data == nullptr && size > 0) return InvalidArgument("restore compression state: null data");
+  return Fail(overlap::RestoreCompressionState(std::string(data == nullptr ? "" : data,
+                                                           static_cast<size_t>(size))));
+}
+
+}  // extern "C"

@@ -1,0 +1,98 @@
+// overlap's C ABI: the entry points of liboverlap.so that the Python adapters call through
+// ctypes, so that no framework binding compiles its own copy of the core (DESIGN.md section 9).
+//
+// Conventions:
+// - Functions return 0 on success and otherwise an absl::StatusCode value; the message of the
+//   calling thread's last failure (naming the rank, the tensor and the cause) is then in
+//   overlap_last_error(), valid until that thread's next failing call.
+// - Tensors are caller-owned memory described by overlap_tensor; the memory must stay valid and
+//   untouched until the operation's handle completes (the Python layer keeps a reference).
+// - A handle is an opaque pointer from an op function; free it with overlap_handle_free once
+//   done with it (the operation goes on if it is freed early).
+// - Every function may be called from any thread. Waiting releases no locks the caller holds.
+#ifndef OVERLAP_RUNTIME_C_API_H_
+#define OVERLAP_RUNTIME_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// The ABI version; bumped when a signature below changes. Python checks it at load time.
+#define OVERLAP_C_API_VERSION 1
+int overlap_c_api_version(void);
+
+typedef struct overlap_handle overlap_handle;
+
+typedef struct {
+  void* data;
+  int64_t capacity_bytes;
+  int32_t dtype;  // overlap::DataType value
+  int32_t ndim;
+  const int64_t* shape;  // ndim entries
+} overlap_tensor;
+
+const char* overlap_last_error(void);
+
+// Init from the OVERLAP_* environment variables (an adapter sets them in-process for its
+// options before calling this).
+int overlap_init(void);
+int overlap_shutdown(void);
+int overlap_is_initialized(void);
+int overlap_rank(void);
+int overlap_size(void);
+int overlap_local_rank(void);
+int overlap_local_size(void);
+
+int overlap_start_forward(void);
+int overlap_start_backward(void);
+int overlap_start_update(void);
+
+int overlap_start_timeline(const char* path);
+int overlap_stop_timeline(void);
+
+// Operations. `op` is an overlap::ReduceOp value; `compression` may be NULL or "".
+int overlap_allreduce(const char* name, const overlap_tensor* input, const overlap_tensor* output,
+                      int32_t op, double prescale, double postscale, const char* compression,
+                      overlap_handle** handle);
+int overlap_grouped_allreduce(int32_t count, const char* const* names, const overlap_tensor* inputs,
+                              const overlap_tensor* outputs, int32_t op, double prescale,
+                              double postscale, const char* compression, overlap_handle** handle);
+int overlap_allgather(const char* name, const overlap_tensor* input, overlap_handle** handle);
+int overlap_broadcast(const char* name, const overlap_tensor* input, const overlap_tensor* output,
+                      int32_t root, overlap_handle** handle);
+int overlap_reducescatter(const char* name, const overlap_tensor* input, int32_t op,
+                          double prescale, double postscale, overlap_handle** handle);
+// `splits` may be NULL (equal parts) or hold `nsplits` == size row counts.
+int overlap_alltoall(const char* name, const overlap_tensor* input, const int64_t* splits,
+                     int32_t nsplits, overlap_handle** handle);
+int overlap_barrier(overlap_handle** handle);
+int overlap_join(overlap_handle** handle);
+
+// 1 once finished (successfully or not), else 0.
+int overlap_handle_poll(const overlap_handle* handle);
+// Waits up to `timeout_s` (< 0: until it finishes; that ends, see overlap.h). Returns the
+// operation's status; DEADLINE_EXCEEDED (4) if it is still running.
+int overlap_handle_wait(const overlap_handle* handle, double timeout_s);
+// The runtime-owned result of allgather, reducescatter and alltoall after success: data, dtype,
+// rank and up to `max_ndim` dims. The data lives until the handle is freed.
+int overlap_handle_output(const overlap_handle* handle, const void** data, int32_t* dtype,
+                          int32_t* ndim, int64_t* shape, int32_t max_ndim);
+// Alltoall: rows received from each rank; writes up to `max` entries, returns the count.
+int32_t overlap_handle_received_splits(const overlap_handle* handle, int64_t* splits, int32_t max);
+void overlap_handle_free(overlap_handle* handle);
+
+// Stats() as a JSON object; valid until this thread's next call of it.
+const char* overlap_stats_json(void);
+
+// Compression state for checkpoints. Save: the bytes are valid until this thread's next call.
+int overlap_save_compression_state(const char** data, int64_t* size);
+int overlap_restore_compression_state(const char* data, int64_t size);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // OVERLAP_RUNTIME_C_API_H_
