@@ -1,0 +1,15 @@
+"""The `overlaprun` command installed by pip: runs the launcher binary bundled with the package."""
+
+import os
+import sys
+
+
+def main():
+    binary = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "overlaprun")
+    if not os.path.exists(binary):
+        sys.exit("overlaprun: %s is missing; reinstall the package with `pip install .`" % binary)
+    os.execv(binary, [binary] + sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()
