@@ -15,3 +15,12 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Python side: torch, numpy, pytest and wheel for overlap.torch and its tests, into the python3 on PATH
+# (or OVERLAP_PYTHON). Debian's own python3 refuses pip without --break-system-packages.
+PY=${OVERLAP_PYTHON:-python3}
+if ! "$PY" -c "import torch, numpy, pytest, wheel" 2>/dev/null; then
+  echo "overlap setup: installing torch, numpy, pytest and wheel for $PY (pip)" >&2
+  "$PY" -m pip install -q torch numpy pytest wheel 2>/dev/null ||
+    "$PY" -m pip install -q --break-system-packages torch numpy pytest wheel
+fi

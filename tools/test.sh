@@ -6,6 +6,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
+# The Python tests (overlap.torch) run with the interpreter that has torch (tools/setup.sh).
+export OVERLAP_PYTHON=${OVERLAP_PYTHON:-$(command -v python3)}
 log=$(mktemp)
 bazel test //... "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
