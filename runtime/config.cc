@@ -40,6 +40,8 @@ constexpr const char* kKnownVariables[] = {
     // Read by the Python package (overlap/_core.py, tests), not the runtime.
     "OVERLAP_LIBRARY",
     "OVERLAP_PYTHON",
+    // Read by the build (third_party/cuda/cuda_configure.bzl), not the runtime.
+    "OVERLAP_CUDA_HOME",
     "OVERLAP_STALL_WARNING_S",
     "OVERLAP_STALL_TIMEOUT_S",
     "OVERLAP_TIMELINE",

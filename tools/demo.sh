@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 bazel build //launcher:overlaprun //examples:mnist_mlp
+tools/cuda_status.sh || true   # the demo runs on CPUs; says so when the GPU targets are skipped
 bin=$(bazel info bazel-bin)
 exec "$bin/launcher/overlaprun" -np "${OVERLAP_DEMO_RANKS:-4}" -- "$bin/examples/mnist_mlp" "$@"

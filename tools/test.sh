@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every overlap test on this machine: Catch2 unit tests, multi-rank tests under mpirun,
 # launcher and failure tests, and the network-namespace cluster tests (those need root; without
-# it they report a skip). Installs missing Debian packages first (tools/setup.sh).
+# it they report a skip). Without a CUDA toolkit the GPU tests are absent and one line says so
+# (OVERLAP_CUDA_HOME, see README). Installs missing Debian packages first (tools/setup.sh).
 # Extra arguments go to `bazel test`, e.g. tools/test.sh --test_tag_filters=-mpi
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,5 +15,6 @@ rc=${PIPESTATUS[0]}
 passed=$(grep -cE '^//.* PASSED in' "$log")
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
 rm -f "$log"
+tools/cuda_status.sh || true
 echo "overlap tests: ${passed} passed, ${failed} failed"
 exit "$rc"
