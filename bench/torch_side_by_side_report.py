@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Tables and a plot of bench/torch_side_by_side.sh's JSON lines.
+
+    bench/torch_side_by_side_report.py docs/data/torch_side_by_side.jsonl
+        [--doc docs/torch_side_by_side.md] [--plot docs/img/torch_side_by_side.png]
+
+Prints the markdown tables and writes them into --doc between the lines
+"<!-- results:begin -->" and "<!-- results:end -->", so the page's prose stays as written.
+Speed-ups are against the best of each rival (the faster Horovod variant, the faster DDP), which
+is the comparison a user choosing a system would make. Without matplotlib the plot is skipped.
+"""
+import argparse
+import json
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def label(r):
+    return r["system"] + (f" ({r['planner']})" if r.get("planner") else "")
+
+
+def best(runs, prefix):
+    times = [r["step_ms"] for r in runs if "error" not in r and r["system"].startswith(prefix)]
+    return min(times) if times else None
+
+
+def ratio(rival, r):
+    return "-" if rival is None or "error" in r else f"{rival / r['step_ms']:.2f}x"
+
+
+def emulated_table(runs):
+    lines = ["| model | system (planner) | step ms | samples/s | ideal ms | efficiency | vs Horovod | vs DDP |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for model in dict.fromkeys(r["model"] for r in runs):
+        rows = [r for r in runs if r["model"] == model]
+        hvd, ddp = best(rows, "horovod"), best(rows, "ddp")
+        for r in rows:
+            if "error" in r:
+                lines.append(f"| {model} | {label(r)} | failed: {r['error']} | | | | | |")
+                continue
+            extra = f", bucket {r['bucket_cap_mb']:g} MB" if r["system"] == "ddp-tuned" else ""
+            lines.append(f"| {model} | {label(r)}{extra} | {r['step_ms']:.1f} | {r['samples_per_s']:.1f} "
+                         f"| {r['ideal_ms']:.1f} | {r['ideal_ms'] / r['step_ms']:.2f} | {ratio(hvd, r)} | {ratio(ddp, r)} |")
+    return "\n".join(lines)
+
+
+def synthetic_table(runs):
+    lines = ["| system (planner) | step ms | img/s (4 ranks) | vs Horovod | vs DDP |", "|---|---:|---:|---:|---:|"]
+    hvd, ddp = best(runs, "horovod"), best(runs, "ddp")
+    for r in runs:
+        if "error" in r:
+            lines.append(f"| {label(r)} | failed: {r['error']} | | | |")
+            continue
+        lines.append(f"| {label(r)} | {r['step_ms']:.1f} | {r['samples_per_s']:.1f} | {ratio(hvd, r)} | {ratio(ddp, r)} |")
+    return "\n".join(lines)
+
+
+def tiny_table(runs):
+    lines = ["| system (planner) | step ms | overlap / this |", "|---|---:|---:|"]
+    ok = [r for r in runs if "error" not in r]
+    mine = [r["step_ms"] for r in ok if r["system"] == "overlap"]
+    for r in runs:
+        if "error" in r:
+            lines.append(f"| {label(r)} | failed: {r['error']} | |")
+            continue
+        rel = f"{min(mine) / r['step_ms']:.2f}" if mine and r["system"] != "overlap" else "-"
+        lines.append(f"| {label(r)} | {r['step_ms']:.2f} | {rel} |")
+    return "\n".join(lines)
+
+
+def tables(runs):
+    parts = []
+    emulated = [r for r in runs if r.get("mode", "emulated") == "emulated" and r.get("model") not in ("small-resnet", "tiny50")]
+    synthetic = [r for r in runs if r.get("mode") == "synthetic" or r.get("model") == "small-resnet"]
+    tiny = [r for r in runs if r.get("mode") == "tiny" or r.get("model") == "tiny50"]
+    if emulated:
+        parts.append("### Emulated models (compute slept, 4 hosts)\n\n" + emulated_table(emulated))
+    if synthetic:
+        parts.append("### Real CPU compute: small ResNet, 4 ranks\n\n" + synthetic_table(synthetic))
+    if tiny:
+        parts.append("### Coordination overhead: 50 tiny tensors per step\n\n" + tiny_table(tiny))
+    return "\n\n".join(parts)
+
+
+def write_doc(path, text, plot_rel):
+    with open(path) as f:
+        doc = f.read()
+    if BEGIN not in doc or END not in doc:
+        print(f"{path} has no '{BEGIN}' ... '{END}' section; not written", file=sys.stderr)
+        return
+    head, rest = doc.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    body = text + (f"\n\n![step time per system]({plot_rel})" if plot_rel else "")
+    with open(path, "w") as f:
+        f.write(f"{head}{BEGIN}\n{body}\n{END}{tail}")
+
+
+def plot(runs, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"(no matplotlib: {path} not drawn)", file=sys.stderr)
+        return False
+    ok = [r for r in runs if "error" not in r]
+    panels = [(m, [r for r in ok if r["model"] == m]) for m in dict.fromkeys(r["model"] for r in ok)]
+    if not panels:
+        return False
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4.2), squeeze=False)
+    colors = {"horovod": "tab:red", "ddp": "tab:blue", "overlap": "tab:green"}
+    for ax, (model, rows) in zip(axes[0], panels):
+        x = range(len(rows))
+        ax.bar(x, [r["step_ms"] for r in rows], color=[colors.get(r["system"].split("+")[0].split("-")[0], "gray") for r in rows])
+        if rows[0].get("ideal_ms"):
+            ax.axhline(rows[0]["ideal_ms"], color="black", linestyle="--", linewidth=1, label="ideal")
+            ax.legend(loc="upper right", fontsize=8)
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([r.get("planner") or r["system"] for r in rows], rotation=60, ha="right", fontsize=8)
+        ax.set_title(model)
+        ax.set_ylabel("step ms (slowest rank, median)")
+    fig.suptitle("horovod.torch (red), torch DDP (blue), overlap.torch by planner (green)")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("jsonl")
+    p.add_argument("--doc", default=os.path.join(REPO, "docs", "torch_side_by_side.md"))
+    p.add_argument("--plot", default=os.path.join(REPO, "docs", "img", "torch_side_by_side.png"))
+    args = p.parse_args()
+    with open(args.jsonl) as f:
+        runs = [json.loads(line) for line in f if line.strip()]
+    text = tables(runs)
+    print(text)
+    drawn = plot(runs, args.plot)
+    if args.doc and os.path.exists(args.doc):
+        write_doc(args.doc, text, os.path.relpath(args.plot, os.path.dirname(args.doc)) if drawn else None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The three data-parallel systems of the side-by-side behind one small interface.
+
+bench/torch_bench.py runs the same training loop under each; this file is the only place that
+knows how a system is initialised, how it wraps a model and optimizer, and how to agree on a
+number across ranks. horovod.torch and overlap.torch go through the very same code, because
+overlap.torch is meant to be a drop-in (`import overlap.torch as hvd`); only the module differs.
+"""
+
+import importlib
+import os
+
+import torch
+
+
+class HorovodAPI:
+    """horovod.torch, or anything with its API (overlap.torch)."""
+
+    def __init__(self, module_name):
+        self.name = module_name.split(".")[0]  # "horovod" or "overlap"
+        self.hvd = importlib.import_module(module_name)
+        self.hvd.init()
+        self.rank = self.hvd.rank()
+        self.size = self.hvd.size()
+
+    def wrap(self, model, optimizer, **_):
+        hvd = self.hvd
+        # Rank 0's weights and optimizer state everywhere, as every Horovod script starts.
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        return model, optimizer
+
+    def max_over_ranks(self, values):
+        t = torch.tensor(values, dtype=torch.float64)
+        return self.hvd.allreduce(t, op=self.hvd.Max, name="bench.max_over_ranks").tolist()
+
+    def shutdown(self):
+        self.hvd.shutdown()
+
+
+class TorchDDP:
+    """torch.nn.parallel.DistributedDataParallel over gloo; rank and size from Open MPI's
+    environment, since overlaprun (mpirun) starts every system's ranks the same way."""
+
+    name = "ddp"
+
+    def __init__(self, master_addr, master_port):
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+        self.size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
+        dist.init_process_group("gloo", init_method=f"tcp://{master_addr}:{master_port}",
+                                rank=self.rank, world_size=self.size)
+
+    def wrap(self, model, optimizer, bucket_cap_mb=None):
+        from torch.nn.parallel import DistributedDataParallel
+
+        kwargs = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}
+        # DDP broadcasts rank 0's parameters in its constructor; the optimizer holds the same
+        # parameter objects, so it needs no wrapping.
+        return DistributedDataParallel(model, **kwargs), optimizer
+
+    def max_over_ranks(self, values):
+        t = torch.tensor(values, dtype=torch.float64)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return t.tolist()
+
+    def shutdown(self):
+        self.dist.destroy_process_group()
+
+
+def make_system(name, master_addr="127.0.0.1", master_port=29500):
+    """'horovod', 'overlap' or 'ddp'."""
+    if name == "horovod":
+        return HorovodAPI("horovod.torch")
+    if name == "overlap":
+        return HorovodAPI("overlap.torch")
+    if name == "ddp":
+        return TorchDDP(master_addr, master_port)
+    raise ValueError(f"unknown system '{name}' (horovod, overlap, ddp)")
