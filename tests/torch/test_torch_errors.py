@@ -1,0 +1,223 @@
+"""overlap.torch's errors, as horovod.torch 0.28 raises them, on every rank and without hanging.
+
+- Before hvd.init(), ranks and collectives raise (ValueError in Horovod).
+- Tensors that disagree across ranks (shape, rank of the shape, dtype, broadcast root) raise on
+  every rank that submitted them: HorovodInternalError (a RuntimeError) from synchronize, or
+  ValueError, naming the tensor. After the error the ranks go on working.
+- A second operation under a name still in flight raises ValueError.
+- Adasum is refused with an error that names it.
+Every test is under the conftest watchdog: a hang ends the rank with a traceback.
+"""
+
+import time
+
+import pytest
+import torch
+
+# The first test runs before init: it must stay first, and must not use the `hvd` fixture.
+
+
+def test_calls_before_init_raise():
+    import overlap.torch as hvd
+    assert not hvd.is_initialized()
+    for query in [hvd.rank, hvd.size, hvd.local_rank, hvd.local_size]:
+        with pytest.raises((ValueError, RuntimeError)) as info:
+            query()
+        assert "init" in str(info.value).lower(), f"{query.__name__}: {info.value}"
+    with pytest.raises((ValueError, RuntimeError)) as info:
+        hvd.allreduce(torch.ones(3), name="before.init")
+    assert "init" in str(info.value).lower(), str(info.value)
+    with pytest.raises((ValueError, RuntimeError)):
+        hvd.synchronize(hvd.allgather_async(torch.ones(3), name="before.init.gather"))
+
+
+def test_internal_error_type(hvd):
+    assert issubclass(hvd.HorovodInternalError, RuntimeError)
+
+
+def errors(hvd):
+    return (hvd.HorovodInternalError, ValueError)
+
+
+def check_still_working(hvd, name):
+    result = hvd.allreduce(torch.ones(2), op=hvd.Sum, name=f"after.{name}")
+    assert torch.equal(result, torch.full((2,), float(hvd.size()))), f"allreduce after {name}"
+
+
+def expect_error_on_every_rank(hvd, name, call, also=()):
+    """`call` must raise on this rank (the test runs on every rank) with a message naming the
+    tensor; the ranks then agree on a fresh allreduce, so none is left hanging."""
+    with pytest.raises(errors(hvd) + tuple(also)) as info:
+        result = call()
+        # An async call may raise on submission or when synchronized.
+        if isinstance(result, int) or not isinstance(result, (torch.Tensor, list, tuple)):
+            hvd.synchronize(result)
+    assert name in str(info.value), f"the error does not name '{name}': {info.value}"
+    check_still_working(hvd, name)
+    return info.value
+
+
+def odd(hvd):
+    return hvd.rank() % 2 == 1
+
+
+def test_allreduce_shape_mismatch(hvd):
+    shape = (4, 6) if odd(hvd) else (4, 5)
+    expect_error_on_every_rank(hvd, "mismatch.allreduce.shape",
+                               lambda: hvd.allreduce(torch.ones(shape), name="mismatch.allreduce.shape"))
+
+
+def test_allreduce_shape_rank_mismatch(hvd):
+    shape = (2, 3, 4) if odd(hvd) else (6, 4)
+    expect_error_on_every_rank(hvd, "mismatch.allreduce.ndim",
+                               lambda: hvd.allreduce(torch.ones(shape), name="mismatch.allreduce.ndim"))
+
+
+def test_allreduce_dtype_mismatch(hvd):
+    dtype = torch.float32 if odd(hvd) else torch.int32
+    expect_error_on_every_rank(
+        hvd, "mismatch.allreduce.dtype",
+        lambda: hvd.allreduce(torch.ones(5, dtype=dtype), op=hvd.Sum, name="mismatch.allreduce.dtype"))
+
+
+def test_allreduce_op_mismatch(hvd):
+    op = hvd.Max if odd(hvd) else hvd.Sum
+    expect_error_on_every_rank(hvd, "mismatch.allreduce.op",
+                               lambda: hvd.allreduce(torch.ones(5), op=op, name="mismatch.allreduce.op"))
+
+
+def test_allreduce_async_mismatch_raises_at_synchronize_or_submit(hvd):
+    shape = (3,) if odd(hvd) else (4,)
+    expect_error_on_every_rank(
+        hvd, "mismatch.allreduce.async",
+        lambda: hvd.allreduce_async(torch.ones(shape), name="mismatch.allreduce.async"))
+
+
+def test_grouped_allreduce_mismatch(hvd):
+    shape = (3, 2) if odd(hvd) else (3, 3)
+    tensors = [torch.ones(4), torch.ones(shape)]
+    expect_error_on_every_rank(hvd, "mismatch.grouped",
+                               lambda: hvd.grouped_allreduce(tensors, name="mismatch.grouped"))
+
+
+def test_allgather_trailing_shape_mismatch(hvd):
+    shape = (2, 4) if odd(hvd) else (2, 3)
+    expect_error_on_every_rank(hvd, "mismatch.allgather.shape",
+                               lambda: hvd.allgather(torch.ones(shape), name="mismatch.allgather.shape"))
+
+
+def test_allgather_dtype_mismatch(hvd):
+    dtype = torch.float64 if odd(hvd) else torch.float32
+    expect_error_on_every_rank(
+        hvd, "mismatch.allgather.dtype",
+        lambda: hvd.allgather(torch.ones(2, dtype=dtype), name="mismatch.allgather.dtype"))
+
+
+def test_broadcast_shape_mismatch(hvd):
+    shape = (5,) if odd(hvd) else (6,)
+    expect_error_on_every_rank(hvd, "mismatch.broadcast.shape",
+                               lambda: hvd.broadcast(torch.ones(shape), 0, name="mismatch.broadcast.shape"))
+
+
+def test_broadcast_root_mismatch(hvd):
+    root = 1 if hvd.rank() != 0 else 0
+    expect_error_on_every_rank(hvd, "mismatch.broadcast.root",
+                               lambda: hvd.broadcast(torch.ones(3), root, name="mismatch.broadcast.root"))
+
+
+def test_reducescatter_shape_mismatch(hvd):
+    shape = (4 * hvd.size(), 3) if odd(hvd) else (4 * hvd.size(), 2)
+    expect_error_on_every_rank(
+        hvd, "mismatch.reducescatter",
+        lambda: hvd.reducescatter(torch.ones(shape), op=hvd.Sum, name="mismatch.reducescatter"))
+
+
+def test_alltoall_trailing_shape_mismatch(hvd):
+    shape = (hvd.size(), 3) if odd(hvd) else (hvd.size(), 2)
+    expect_error_on_every_rank(hvd, "mismatch.alltoall",
+                               lambda: hvd.alltoall(torch.ones(shape), name="mismatch.alltoall"))
+
+
+# ---- duplicate names ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "allgather", "broadcast"])
+def test_duplicate_name_in_flight(hvd, kind):
+    """A name may be reused once its operation is done, not while it is in flight. To be sure the
+    first operation is still in flight, one rank (the late one) submits it a second after the
+    others, which try the duplicate meanwhile; with two phases every rank tries it once."""
+    size, rank = hvd.size(), hvd.rank()
+    submit = {
+        "allreduce": lambda t, name: hvd.allreduce_async(t, op=hvd.Sum, name=name),
+        "allgather": lambda t, name: hvd.allgather_async(t, name=name),
+        "broadcast": lambda t, name: hvd.broadcast_async(t, 0, name=name),
+    }[kind]
+    for late in sorted({0, size - 1}):
+        name = f"duplicate.{kind}.{late}"
+        if rank == late:
+            time.sleep(1.0)
+        handle = submit(torch.ones(3), name)
+        if rank != late:
+            with pytest.raises(errors(hvd)) as info:
+                hvd.synchronize(submit(torch.ones(3), name))
+            assert name in str(info.value), str(info.value)
+        result = hvd.synchronize(handle)
+        assert result.shape[0] == (3 * size if kind == "allgather" else 3)
+    # Done: the name is free again.
+    hvd.synchronize(submit(torch.ones(3), f"duplicate.{kind}.0"))
+
+
+# ---- Adasum ---------------------------------------------------------------------------------
+
+
+def test_adasum_is_refused_clearly(hvd):
+    for what, call in [
+        ("allreduce", lambda: hvd.allreduce(torch.ones(4), op=hvd.Adasum, name="adasum.1")),
+        ("allreduce_async", lambda: hvd.synchronize(
+            hvd.allreduce_async(torch.ones(4), op=hvd.Adasum, name="adasum.2"))),
+        ("grouped_allreduce", lambda: hvd.grouped_allreduce([torch.ones(4)], op=hvd.Adasum)),
+    ]:
+        with pytest.raises((NotImplementedError, ValueError, RuntimeError)) as info:
+            call()
+        assert "adasum" in str(info.value).lower(), f"{what}: {info.value}"
+        check_still_working(hvd, f"adasum.{what}")
+
+
+def test_reducescatter_adasum_is_refused(hvd):
+    with pytest.raises((NotImplementedError, ValueError, RuntimeError)) as info:
+        hvd.reducescatter(torch.ones(2 * hvd.size()), op=hvd.Adasum)
+    assert "adasum" in str(info.value).lower(), str(info.value)
+    check_still_working(hvd, "reducescatter.adasum")
+
+
+# ---- process sets ---------------------------------------------------------------------------
+
+
+def test_process_set_api_exists(hvd):
+    assert callable(hvd.add_process_set)
+    assert callable(hvd.remove_process_set)
+    process_set = hvd.ProcessSet([0])
+    assert list(process_set.ranks) == [0]
+    assert isinstance(hvd.global_process_set, hvd.ProcessSet)
+    assert hvd.global_process_set.size() == hvd.size()
+
+
+def test_add_process_set_works_or_refuses_clearly(hvd):
+    """Horovod adds process sets at runtime only with dynamic process sets enabled; otherwise it
+    raises. Either is fine here; what must not happen is a hang or a wrong result."""
+    size, rank = hvd.size(), hvd.rank()
+    evens = list(range(0, size, 2))
+    try:
+        process_set = hvd.add_process_set(evens)
+    except (ValueError, RuntimeError, NotImplementedError) as error:
+        assert str(error), "add_process_set refused without saying why"
+        check_still_working(hvd, "add_process_set.refused")
+        return
+    if rank in evens:
+        assert process_set.size() == len(evens)
+        assert process_set.included()
+        result = hvd.allreduce(torch.full((3,), float(rank)), op=hvd.Sum, process_set=process_set,
+                               name="process_set.evens")
+        assert torch.equal(result, torch.full((3,), float(sum(evens))))
+    hvd.remove_process_set(process_set)
+    check_still_working(hvd, "remove_process_set")
