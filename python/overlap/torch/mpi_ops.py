@@ -66,11 +66,7 @@ def _auto_name(kind, name):
     return "%s.noname.%d" % (kind, n)
 
 
-def _c_op(op, average=None):
-    if average is not None:
-        if op is not None:
-            raise ValueError("the op parameter supersedes average; give only one of them")
-        op = Average if average else Sum
+def _c_op(op):
     if op is None:
         op = Average
     if op == Adasum:
@@ -95,6 +91,10 @@ def _stage(tensor, what):
     if tensor.device.type == "cpu" and dtype == tensor.dtype and tensor.is_contiguous():
         return tensor
     return tensor.detach().to("cpu", dtype).contiguous()
+
+
+def _int_scaled(tensor, factor):
+    return (tensor.to(torch.float64) * factor).to(tensor.dtype)
 
 
 def _buffer(tensor):
@@ -132,17 +132,23 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     c_op = _c_op(op)
     name = _auto_name("allreduce", name)
     src = _stage(tensor, "allreduce '%s'" % name)
+    pre, post = float(prescale_factor), float(postscale_factor)
+    int_scaled = not src.dtype.is_floating_point and (pre != 1.0 or post != 1.0)
+    if int_scaled:  # as Horovod: integer tensors are scaled in float64 and cast back
+        src = _int_scaled(src, pre)
+        pre = 1.0
     in_place = output is tensor
     dst = src if in_place else torch.empty_like(src)
-    core_handle = _core.allreduce(name, _buffer(src), _buffer(dst), c_op, float(prescale_factor),
-                                  float(postscale_factor), compression_spec)
+    core_handle = _core.allreduce(name, _buffer(src), _buffer(dst), c_op, pre,
+                                  1.0 if int_scaled else post, compression_spec)
 
     def finish():
+        result = _int_scaled(dst, post) if int_scaled else dst
         if in_place:
-            if src is not tensor:
-                tensor.copy_(src)
+            if result is not tensor:
+                tensor.copy_(result)
             return tensor
-        return _like(dst, tensor)
+        return _like(result, tensor)
 
     return _register([core_handle], (tensor, src, dst), finish)
 
@@ -284,8 +290,9 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
-    """Reduces a sparse tensor by allgathering its indices and values; synchronize() returns the
-    coalesced sparse result (summed, then divided by size() for Average)."""
+    """Reduces a sparse tensor by allgathering its indices and values. As in Horovod, returns a
+    callable that waits and returns the coalesced sparse result (summed, then divided by size()
+    for Average)."""
     _require_init("sparse_allreduce_async")
     if op not in (Average, Sum):
         raise ValueError("sparse_allreduce_async: op must be Average or Sum, got %s" %
@@ -302,7 +309,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
         out = torch.sparse_coo_tensor(indices, values, shape).coalesce()
         return out / divisor if divisor != 1 else out
 
-    return _register([], (tensor,), finish)
+    return finish
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,7 +334,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 
 class HorovodAllgather(torch.autograd.Function):
-    """Allgather with a gradient: the summed gradient's rows that came from this rank."""
+    """Allgather with a gradient: the rows that came from this rank of the gradient averaged
+    over ranks (Horovod 0.28's definition)."""
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
@@ -337,8 +345,8 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = synchronize(_allreduce_async(grad_output.contiguous(), None, None, Sum, 1.0, 1.0,
-                                            None, ctx.process_set))
+        grad = synchronize(_allreduce_async(grad_output.contiguous(), None, None, Average, 1.0,
+                                            1.0, None, ctx.process_set))
         dims = synchronize(_allgather_async(torch.tensor([ctx.dim], dtype=torch.int64), None,
                                             ctx.process_set))
         offset = int(dims[:_core.rank()].sum())
@@ -358,8 +366,30 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     return _register([], (), lambda: [synchronize(h) for h in handles])
 
 
+class HorovodGroupedAllgather(torch.autograd.Function):
+    """Allgather of several tensors at once, each with HorovodAllgather's gradient."""
+
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dims = [t.shape[0] for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        reduced = synchronize(_grouped_allreduce_async(
+            [g.contiguous() for g in grads], None, None, Average, 1.0, 1.0, None,
+            ctx.process_set))
+        dims = synchronize(_allgather_async(torch.tensor([ctx.dims], dtype=torch.int64), None,
+                                            ctx.process_set))
+        offsets = dims[:_core.rank()].sum(0).tolist() if _core.rank() else [0] * len(ctx.dims)
+        return (None, None) + tuple(g.narrow(0, int(o), d)
+                                    for g, o, d in zip(reduced, offsets, ctx.dims))
+
+
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
+    """allgather of each tensor, submitted together; differentiable."""
+    return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
 
 
 def _broadcast_async(tensor, output, root_rank, name, process_set=global_process_set):
@@ -391,7 +421,8 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 
 class HorovodBroadcast(torch.autograd.Function):
-    """Broadcast with a gradient: the summed gradient on the root, zero elsewhere."""
+    """Broadcast with a gradient: the gradient averaged over ranks on the root, zero elsewhere
+    (Horovod 0.28's definition)."""
 
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
@@ -401,8 +432,8 @@ class HorovodBroadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = synchronize(_allreduce_async(grad_output.contiguous(), None, None, Sum, 1.0, 1.0,
-                                            None, ctx.process_set))
+        grad = synchronize(_allreduce_async(grad_output.contiguous(), None, None, Average, 1.0,
+                                            1.0, None, ctx.process_set))
         if _core.rank() != ctx.root_rank:
             grad = grad * 0
         return grad, None, None, None
@@ -459,8 +490,10 @@ class HorovodAlltoall(torch.autograd.Function):
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Returns (received tensor, received splits); differentiable in the tensor."""
-    return HorovodAlltoall.apply(tensor, splits, name, process_set)
+    """The rows every rank sent here, concatenated in rank order; with `splits` given, also the
+    received splits (as horovod.torch). Differentiable in the tensor."""
+    output, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
+    return output if splits is None else (output, received)
 
 
 def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
@@ -473,10 +506,18 @@ def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
     if src.dim() == 0:
         raise ValueError("rank %d: reducescatter '%s': needs at least one dimension" %
                          (_core.rank(), name))
-    core_handle = _core.reducescatter(name, _buffer(src), c_op, float(prescale_factor),
-                                      float(postscale_factor))
-    return _register([core_handle], (tensor, src),
-                     lambda: _like(_read_output(core_handle), tensor))
+    pre, post = float(prescale_factor), float(postscale_factor)
+    int_scaled = not src.dtype.is_floating_point and (pre != 1.0 or post != 1.0)
+    if int_scaled:  # as Horovod: integer tensors are scaled in float64 and cast back
+        src = _int_scaled(src, pre)
+    core_handle = _core.reducescatter(name, _buffer(src), c_op, 1.0 if int_scaled else pre,
+                                      1.0 if int_scaled else post)
+
+    def finish():
+        out = _read_output(core_handle)
+        return _like(_int_scaled(out, post) if int_scaled else out, tensor)
+
+    return _register([core_handle], (tensor, src), finish)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -487,11 +528,12 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 
 
 class HorovodReducescatter(torch.autograd.Function):
-    """Reducescatter with a gradient: the gathered gradient, scaled as the forward was."""
+    """Reducescatter with a gradient, as Horovod 0.28 defines it (gradients of a loss averaged
+    over ranks): the gathered gradient, times size() for Sum."""
 
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
-        ctx.scale = prescale_factor * postscale_factor / (_core.size() if op == Average else 1)
+        ctx.op = op
         ctx.process_set = process_set
         return synchronize(_reducescatter_async(tensor, name, op, prescale_factor,
                                                 postscale_factor, process_set))
@@ -499,8 +541,8 @@ class HorovodReducescatter(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         grad = synchronize(_allgather_async(grad_output.contiguous(), None, ctx.process_set))
-        if ctx.scale != 1:
-            grad = grad * ctx.scale
+        if ctx.op == Sum:
+            grad = grad * _core.size()
         return grad, None, None, None, None, None
 
 
@@ -521,13 +563,32 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     return _register([], (), lambda: [synchronize(h) for h in handles])
 
 
+class HorovodGroupedReducescatter(torch.autograd.Function):
+    """Reducescatter of several tensors at once, each with HorovodReducescatter's gradient."""
+
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.op = op
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_reducescatter_async(
+            list(tensors), name, op, process_set, prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        gathered = synchronize(grouped_allgather_async([g.contiguous() for g in grads], None,
+                                                       ctx.process_set))
+        if ctx.op == Sum:
+            gathered = [g * _core.size() for g in gathered]
+        return (None, None, None, None, None) + tuple(gathered)
+
+
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
+    """reducescatter of each tensor, submitted together; differentiable."""
     compressed = [compression.compress(t) for t in tensors]
-    outs = synchronize(grouped_reducescatter_async([c for c, _ in compressed], name, op,
-                                                   process_set, prescale_factor,
-                                                   postscale_factor))
+    outs = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                             postscale_factor, *[c for c, _ in compressed])
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, compressed)]
 
 

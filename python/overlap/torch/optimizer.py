@@ -200,7 +200,7 @@ class _DistributedOptimizer:
             done.add(id(entry))
             kind, handle, ctx = entry
             if kind == "sparse":
-                p.grad = mpi_ops.synchronize(handle)
+                p.grad = handle()
             elif kind == "dense":
                 reduced = mpi_ops.synchronize(handle)
                 compressed, cctx = ctx
