@@ -12,7 +12,6 @@
 import faulthandler
 import os
 import sys
-import time
 
 import pytest
 
@@ -73,6 +72,4 @@ def pytest_unconfigure(config):
     if _failed:
         sys.stdout.flush()
         sys.stderr.flush()
-        # Give mpirun time to forward this rank's report before the job is torn down.
-        time.sleep(2)
         os._exit(1)

@@ -40,17 +40,29 @@ export PYTHONDONTWRITEBYTECODE=1
 suite=$(abspath "$suite")
 echo "run_pytest.sh: $np ranks, $python (torch $torch_version), $(basename "$suite")"
 
-log=$(mktemp)
+# Each rank writes its own log, printed rank by rank at the end: reports stay whole, and the
+# last lines of a rank that exits are not lost when overlaprun tears the job down.
+logs=$(mktemp -d)
+export OVERLAP_TEST_LOG_DIR=$logs
 timeout -k 10 "$timeout_s" "$overlaprun" -np "$np" --mpi-args "--mca btl self,vader,tcp" \
   -x OMP_NUM_THREADS -x PYTHONDONTWRITEBYTECODE -x HOME \
-  -- "$python" -m pytest -q -x -p no:cacheprovider --color=no "$suite" "$@" 2>&1 | tee "$log"
+  -- /bin/bash -c 'exec "$@" > "$OVERLAP_TEST_LOG_DIR/rank.${OMPI_COMM_WORLD_RANK:-x}.log" 2>&1' \
+  rank "$python" -m pytest -q -x -p no:cacheprovider --color=no "$suite" "$@" \
+  > "$logs/overlaprun.log" 2>&1
 rc=$?
+for rank_log in $(ls "$logs"/rank.*.log 2>/dev/null | sort -V); do
+  rank=${rank_log##*/rank.}
+  echo "======================== rank ${rank%.log} ========================"
+  cat "$rank_log"
+done
+echo "======================== overlaprun ========================"
+cat "$logs/overlaprun.log"
 if [ "$rc" -eq 124 ]; then
   echo "run_pytest.sh: the ranks did not finish within ${timeout_s}s" >&2
 fi
-if [ "$rc" -eq 0 ] && grep -q "Local abort after MPI_FINALIZE" "$log"; then
+if [ "$rc" -eq 0 ] && cat "$logs"/*.log | grep -q "Local abort after MPI_FINALIZE"; then
   echo "run_pytest.sh: the ranks passed but aborted in MPI_Finalize (see above)" >&2
   rc=1
 fi
-rm -f "$log"
+rm -rf "$logs"
 exit "$rc"

@@ -9,8 +9,6 @@
 Every test is under the conftest watchdog: a hang ends the rank with a traceback.
 """
 
-import time
-
 import pytest
 import torch
 
@@ -143,9 +141,10 @@ def test_alltoall_trailing_shape_mismatch(hvd):
 
 @pytest.mark.parametrize("kind", ["allreduce", "allgather", "broadcast"])
 def test_duplicate_name_in_flight(hvd, kind):
-    """A name may be reused once its operation is done, not while it is in flight. To be sure the
-    first operation is still in flight, one rank (the late one) submits it a second after the
-    others, which try the duplicate meanwhile; with two phases every rank tries it once."""
+    """A name may be reused once its operation is done, not while it is in flight. The first
+    operation stays in flight because one rank (the late one) submits it only after the others
+    have tried the duplicate (they tell it so through another allreduce); with two phases every
+    rank tries the duplicate once."""
     size, rank = hvd.size(), hvd.rank()
     submit = {
         "allreduce": lambda t, name: hvd.allreduce_async(t, op=hvd.Sum, name=name),
@@ -154,13 +153,15 @@ def test_duplicate_name_in_flight(hvd, kind):
     }[kind]
     for late in sorted({0, size - 1}):
         name = f"duplicate.{kind}.{late}"
-        if rank == late:
-            time.sleep(1.0)
-        handle = submit(torch.ones(3), name)
         if rank != late:
+            handle = submit(torch.ones(3), name)
             with pytest.raises(errors(hvd)) as info:
                 hvd.synchronize(submit(torch.ones(3), name))
             assert name in str(info.value), str(info.value)
+            hvd.allreduce(torch.ones(1), name=f"{name}.tried")
+        else:
+            hvd.allreduce(torch.ones(1), name=f"{name}.tried")
+            handle = submit(torch.ones(3), name)
         result = hvd.synchronize(handle)
         assert result.shape[0] == (3 * size if kind == "allgather" else 3)
     # Done: the name is free again.
