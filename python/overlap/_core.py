@@ -261,8 +261,11 @@ class Handle:
         c = lib()
         while True:
             rc = c.overlap_handle_wait(self._ptr, 1.0)
-            if rc == _DEADLINE_EXCEEDED and not c.overlap_handle_poll(self._ptr):
-                continue
+            if rc == _DEADLINE_EXCEEDED:
+                if not c.overlap_handle_poll(self._ptr):
+                    continue
+                # It finished between the timeout and the poll: ask again for its own status.
+                rc = c.overlap_handle_wait(self._ptr, 0.0)
             check(rc)
             return
 

@@ -306,7 +306,11 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     def finish():
         values = synchronize(h_values)
         indices = synchronize(h_indices).t()
-        out = torch.sparse_coo_tensor(indices, values, shape).coalesce()
+        try:
+            out = torch.sparse_coo_tensor(indices, values, shape, check_invariants=True)
+        except TypeError:  # torch < 2.0 has no check_invariants
+            out = torch.sparse_coo_tensor(indices, values, shape)
+        out = out.coalesce()
         return out / divisor if divisor != 1 else out
 
     return finish
