@@ -629,10 +629,14 @@ def barrier(process_set=global_process_set):
 
 def join(device=-1):
     """For ranks with uneven data: keeps contributing zeros to the other ranks' allreduces until
-    every rank has joined. Returns the rank that joined last (the one that waited least)."""
+    every rank has joined. Returns the rank that joined last: the one whose join() call has the
+    latest wall-clock time (the highest such rank on a tie). A rank with more batches cannot
+    finish its extra allreduces before the others have joined, so on one host the order is
+    exact; across hosts it relies on their clocks being synchronised."""
     _require_init("join")
-    start = time.monotonic()
+    called = time.time()
     _core.join().wait()
-    waited = torch.tensor([time.monotonic() - start], dtype=torch.float64)
-    waits = synchronize(_allgather_async(waited, "__join.waits"))
-    return int(torch.argmin(waits))
+    stamps = synchronize(_allgather_async(torch.tensor([called], dtype=torch.float64),
+                                          "__join.called"))
+    latest = float(stamps.max())
+    return max(r for r, t in enumerate(stamps.tolist()) if t == latest)
