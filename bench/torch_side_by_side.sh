@@ -4,7 +4,7 @@
 #
 #   bench/torch_side_by_side.sh [--quick] [--models vgg16,resnet50,bert-base] [--systems LIST]
 #       [--planners LIST] [--rate 1gbit] [--steps N] [--warmup N] [--target-step-ms MS]
-#       [--parts emulated,synthetic,tiny] [--out FILE] [--no-build]
+#       [--parts emulated,synthetic,tiny] [--out FILE] [--no-build] [--quiet-wait SECONDS]
 #
 # Systems (--systems, default all of them):
 #   horovod        horovod.torch 0.28.1 on torch 2.0.1 over MPI, as installed
@@ -27,6 +27,7 @@
 # Output: one JSON line per run on stdout and in docs/data/torch_side_by_side.jsonl (--out), then
 # docs/torch_side_by_side.md's tables and docs/img/torch_side_by_side.png
 # (bench/torch_side_by_side_report.py). The cluster is taken down on exit, whatever happens.
+# Each run waits (at most --quiet-wait, default 600 s) until the shared CPU is at most 25% busy.
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,7 +37,7 @@ die() { echo "torch_side_by_side.sh: $*" >&2; exit 1; }
 note() { echo "torch_side_by_side.sh: $*" >&2; }
 
 quick=0 models="" systems="horovod,horovod+yield,horovod-ring+yield,ddp,ddp-tuned,overlap" planners="" rate=1gbit
-steps="" warmup="" target="" parts="emulated,synthetic,tiny" out="" build=1
+steps="" warmup="" target="" parts="emulated,synthetic,tiny" out="" build=1 quiet_wait=600 max_busy=0.25
 while (($#)); do
   case $1 in
     --quick) quick=1; shift ;;
@@ -50,7 +51,8 @@ while (($#)); do
     --parts) parts=${2:-}; shift 2 || die "--parts needs a list" ;;
     --out) out=${2:-}; shift 2 || die "--out needs a file" ;;
     --no-build) build=0; shift ;;
-    -h | --help) sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --quiet-wait) quiet_wait=${2:-}; shift 2 || die "--quiet-wait needs seconds" ;;
+    -h | --help) sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
@@ -67,7 +69,13 @@ else
   sweep="sweep:2,5,10,25,50,100"
 fi
 planners=${planners:-observed,wfbp,fusion,mgwfbp,bytescheduler,usbyte,dear,deft,auto}
-out=${out:-$ROOT/docs/data/torch_side_by_side.jsonl}
+# The page and its plot are rewritten only for the default output; else the plot goes next to it.
+report_args=()
+if [ -z "$out" ]; then
+  out=$ROOT/docs/data/torch_side_by_side.jsonl
+else
+  report_args=(--doc "" --plot "${out%.jsonl}.png")
+fi
 read -r -a model_list <<<"${models//,/ }"
 read -r -a system_list <<<"${systems//,/ }"
 read -r -a planner_list <<<"${planners//,/ }"
@@ -102,8 +110,10 @@ if has "$systems" overlap; then
     cp -r "$ROOT/python" "$BIN/python"
     find "$BIN/python" -name __pycache__ -prune -exec rm -rf {} +
     cp "$ROOT/bazel-bin/runtime/liboverlap.so" "$BIN/"
-    overlap_missing=$(PYTHONPATH=$BIN/python OVERLAP_LIBRARY=$BIN/liboverlap.so "$NEW_PY" -c \
-      'import overlap.torch as hvd; hvd.DistributedOptimizer' 2>&1 | tail -1) || true
+    if ! check=$(PYTHONPATH=$BIN/python OVERLAP_LIBRARY=$BIN/liboverlap.so "$NEW_PY" -c \
+      'import overlap.torch as hvd; hvd.DistributedOptimizer' 2>&1); then
+      overlap_missing=$(echo "$check" | tail -1)
+    fi
   else
     overlap_missing="python/overlap/torch/__init__.py or bazel-bin/runtime/liboverlap.so is not there yet"
   fi
@@ -124,6 +134,28 @@ MASTER=10.77.0.1  # h1, where mpirun's by-slot mapping puts rank 0: DDP's rendez
 mkdir -p "$(dirname "$out")"
 : >"$out"
 failed=0 port=29500
+
+# The machine is shared (other people build and test on it) and has two cores, so a run that
+# starts while something else computes is slower for reasons that are not the system's. Before
+# each run: wait until the CPU has been mostly idle for 2 s (nothing of ours runs then), at most
+# --quiet-wait seconds, and record the busy fraction found in the run's line ("cpu_busy_before").
+cpu_busy() {  # fraction of the last 2 s the CPUs were busy, from /proc/stat
+  local a b
+  a=$(head -1 /proc/stat); sleep 2; b=$(head -1 /proc/stat)
+  awk -v a="$a" -v b="$b" 'BEGIN { n = split(a, x); split(b, y); t = 0
+    for (i = 2; i <= n; i++) t += y[i] - x[i]
+    idle = (y[5] - x[5]) + (y[6] - x[6]); printf "%.2f", (t > 0 ? 1 - idle / t : 0) }'
+}
+wait_quiet() {
+  local waited=0 busy
+  busy=$(cpu_busy)
+  while awk -v b="$busy" -v m="$max_busy" 'BEGIN { exit !(b > m) }' && ((waited < quiet_wait)); do
+    ((waited > 0)) || note "the CPU is ${busy} busy with other work; waiting up to ${quiet_wait} s for it to quiet down"
+    sleep 8; waited=$((waited + 10))
+    busy=$(cpu_busy)
+  done
+  echo "$busy"
+}
 
 # run LABEL PLANNER TIMEOUT_S -- bench args...: one job of 4 ranks; appends its JSON line.
 run() {
@@ -160,7 +192,9 @@ run() {
     emit_error "$label" "$planner" "$model" "$mode" "overlap.torch unavailable: $overlap_missing"
     return
   fi
-  note "$label ${planner:+($planner) }${args[*]} ($(date -u +%H:%M:%S) UTC)"
+  local busy
+  busy=$(wait_quiet)
+  note "$label ${planner:+($planner) }${args[*]} ($(date -u +%H:%M:%S) UTC, CPU busy before: $busy)"
   local rc=0
   env "${env_args[@]}" timeout -k 10 "$limit" "$CLUSTER" exec "$BIN/overlaprun" -np 4 \
     --hostfile "$HOSTFILE" --tcp-only --collective-timeout 120 \
@@ -170,7 +204,8 @@ run() {
   local line
   line=$(grep -m1 '^{' "$log.out" || true)
   if ((rc == 0)) && [ -n "$line" ]; then
-    echo "$line" | tee -a "$out"
+    "$NEW_PY" -c 'import json, sys; d = json.loads(sys.argv[1]); d["cpu_busy_before"] = float(sys.argv[2]); print(json.dumps(d))' \
+      "$line" "$busy" | tee -a "$out"
   else
     local reason
     # A Python traceback's last line, this benchmark's own message, or overlaprun's summary.
@@ -250,5 +285,5 @@ REPORT_PY=python3
 if ! python3 -c 'import matplotlib' 2>/dev/null && /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
   REPORT_PY=/usr/bin/python3
 fi
-"$REPORT_PY" "$ROOT/bench/torch_side_by_side_report.py" "$out"
+"$REPORT_PY" "$ROOT/bench/torch_side_by_side_report.py" "$out" "${report_args[@]}"
 ((failed == 0)) || die "$failed runs failed (their lines in $out carry \"error\")"
