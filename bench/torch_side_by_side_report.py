@@ -19,7 +19,10 @@ BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
 def label(r):
-    return r["system"] + (f" ({r['planner']})" if r.get("planner") else "")
+    text = r["system"] + (f" ({r['planner']})" if r.get("planner") else "")
+    if r["system"] == "ddp-tuned" and "bucket_cap_mb" in r:
+        text += f", bucket {r['bucket_cap_mb']:g} MB"
+    return text
 
 
 def best(runs, prefix):
@@ -41,8 +44,7 @@ def emulated_table(runs):
             if "error" in r:
                 lines.append(f"| {model} | {label(r)} | failed: {r['error']} | | | | | |")
                 continue
-            extra = f", bucket {r['bucket_cap_mb']:g} MB" if r["system"] == "ddp-tuned" else ""
-            lines.append(f"| {model} | {label(r)}{extra} | {r['step_ms']:.1f} | {r['samples_per_s']:.1f} "
+            lines.append(f"| {model} | {label(r)} | {r['step_ms']:.1f} | {r['samples_per_s']:.1f} "
                          f"| {r['ideal_ms']:.1f} | {r['ideal_ms'] / r['step_ms']:.2f} | {ratio(hvd, r)} | {ratio(ddp, r)} |")
     return "\n".join(lines)
 
