@@ -168,28 +168,28 @@ def is_initialized():
     return _lib is not None and bool(_lib.overlap_is_initialized())
 
 
-def _require_init(what):
+def require_init(what):
     if not is_initialized():
         raise ValueError("overlap has not been initialized; call hvd.init() before %s" % what)
 
 
 def rank():
-    _require_init("rank()")
+    require_init("rank()")
     return lib().overlap_rank()
 
 
 def size():
-    _require_init("size()")
+    require_init("size()")
     return lib().overlap_size()
 
 
 def local_rank():
-    _require_init("local_rank()")
+    require_init("local_rank()")
     return lib().overlap_local_rank()
 
 
 def local_size():
-    _require_init("local_size()")
+    require_init("local_size()")
     return lib().overlap_local_size()
 
 
@@ -206,7 +206,7 @@ def start_update():
 
 
 def start_timeline(path):
-    _require_init("start_timeline()")
+    require_init("start_timeline()")
     check_submit(lib().overlap_start_timeline(str(path).encode()))
 
 

@@ -54,17 +54,18 @@ def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=
     comm naming a subset, or extra process sets, raise. overlap's options (each also an
     OVERLAP_* variable, docs/tuning.md): planner, staleness, max_period, compression (the
     default error-feedback compressor spec, e.g. "fp16"), profile_steps, timeline (a path)."""
-    if comm is not None and not isinstance(comm, (list, tuple)) and not hasattr(comm,
-                                                                                "Get_size"):
+    is_rank_list = isinstance(comm, (list, tuple))
+    if comm is not None and not is_rank_list and not hasattr(comm, "Get_size"):
         raise ValueError("init(comm=...): expected an mpi4py communicator or a list of ranks")
     _core.apply_init_settings(planner=planner, staleness=staleness, max_period=max_period,
                               compression=compression, profile_steps=profile_steps,
                               timeline=timeline)
     _core.init()
-    if isinstance(comm, (list, tuple)) and sorted(comm) != list(range(_core.size())):
-        raise NotImplementedError("init(comm=%r): overlap runs on all ranks only" % (comm,))
-    if comm is not None and hasattr(comm, "Get_size") and comm.Get_size() != _core.size():
-        raise NotImplementedError("init(comm=...): overlap runs on MPI_COMM_WORLD only")
+    world = _core.size()
+    if comm is not None and (sorted(comm) != list(range(world)) if is_rank_list
+                             else comm.Get_size() != world):
+        raise NotImplementedError("rank %d: init(comm=%r): overlap runs on all ranks "
+                                  "(MPI_COMM_WORLD) only" % (_core.rank(), comm))
     for process_set in process_sets or []:
         add_process_set(process_set)
 

@@ -109,6 +109,16 @@ def _like(result, original):
     return result.to(original.device, original.dtype)
 
 
+def _deliver(result, tensor, in_place):
+    """The operation's result for the caller: written into `tensor` for the in-place variants,
+    else a tensor of `tensor`'s dtype and device."""
+    if in_place:
+        if result is not tensor:
+            tensor.copy_(result)
+        return tensor
+    return _like(result, tensor)
+
+
 def _read_output(core_handle):
     """The runtime-owned result of a core handle, copied into a new host tensor."""
     address, dtype, shape = core_handle.output()
@@ -117,17 +127,12 @@ def _read_output(core_handle):
     return out
 
 
-def _require_init(what):
-    if not _core.is_initialized():
-        raise ValueError("overlap has not been initialized; call hvd.init() before %s" % what)
-
-
 # ---------------------------------------------------------------------------------------------
 # Allreduce.
 
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
                      compression_spec=None, process_set=global_process_set):
-    _require_init("allreduce")
+    _core.require_init("allreduce")
     _check_process_set(process_set)
     c_op = _c_op(op)
     name = _auto_name("allreduce", name)
@@ -143,12 +148,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
                                   1.0 if int_scaled else post, compression_spec)
 
     def finish():
-        result = _int_scaled(dst, post) if int_scaled else dst
-        if in_place:
-            if result is not tensor:
-                tensor.copy_(result)
-            return tensor
-        return _like(result, tensor)
+        return _deliver(_int_scaled(dst, post) if int_scaled else dst, tensor, in_place)
 
     return _register([core_handle], (tensor, src, dst), finish)
 
@@ -183,13 +183,16 @@ class HorovodAllreduce(torch.autograd.Function):
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, compression_spec,
                 process_set):
         ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        # A named forward gives its gradient a fixed name too, so that a step repeats the same
+        # tensors (the runtime's plan needs that); unnamed ones stay numbered as in Horovod.
+        ctx.grad_name = None if name is None else str(name) + ".grad"
         return synchronize(_allreduce_async(tensor, None, name, op, prescale_factor,
                                             postscale_factor, compression_spec, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
         op, prescale_factor, postscale_factor, process_set = ctx.args
-        grad = synchronize(_allreduce_async(grad_output.contiguous(), None, None, op,
+        grad = synchronize(_allreduce_async(grad_output.contiguous(), None, ctx.grad_name, op,
                                             prescale_factor, postscale_factor, None,
                                             process_set))
         return grad, None, None, None, None, None, None
@@ -215,7 +218,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
                              compression_spec=None, process_set=global_process_set):
-    _require_init("grouped_allreduce")
+    _core.require_init("grouped_allreduce")
     _check_process_set(process_set)
     if not tensors:
         raise ValueError("grouped_allreduce: empty list of tensors")
@@ -231,12 +234,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
                                           compression_spec)
 
     def finish():
-        if in_place:
-            for t, s in zip(tensors, srcs):
-                if s is not t:
-                    t.copy_(s)
-            return list(tensors)
-        return [_like(d, t) for d, t in zip(dsts, tensors)]
+        return [_deliver(d, t, in_place) for d, t in zip(dsts, tensors)]
 
     return _register([core_handle], (list(tensors), srcs, dsts), finish)
 
@@ -293,7 +291,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Reduces a sparse tensor by allgathering its indices and values. As in Horovod, returns a
     callable that waits and returns the coalesced sparse result (summed, then divided by size()
     for Average)."""
-    _require_init("sparse_allreduce_async")
+    _core.require_init("sparse_allreduce_async")
     if op not in (Average, Sum):
         raise ValueError("sparse_allreduce_async: op must be Average or Sum, got %s" %
                          _OP_NAMES.get(op, op))
@@ -320,7 +318,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 # Allgather, broadcast, alltoall, reducescatter.
 
 def _allgather_async(tensor, name, process_set=global_process_set):
-    _require_init("allgather")
+    _core.require_init("allgather")
     _check_process_set(process_set)
     name = _auto_name("allgather", name)
     src = _stage(tensor, "allgather '%s'" % name)
@@ -397,7 +395,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 
 def _broadcast_async(tensor, output, root_rank, name, process_set=global_process_set):
-    _require_init("broadcast")
+    _core.require_init("broadcast")
     _check_process_set(process_set)
     name = _auto_name("broadcast", name)
     src = _stage(tensor, "broadcast '%s'" % name)
@@ -406,11 +404,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set=global_process
     core_handle = _core.broadcast(name, _buffer(src), _buffer(dst), int(root_rank))
 
     def finish():
-        if in_place:
-            if src is not tensor:
-                tensor.copy_(src)
-            return tensor
-        return _like(dst, tensor)
+        return _deliver(dst, tensor, in_place)
 
     return _register([core_handle], (tensor, src, dst), finish)
 
@@ -462,7 +456,7 @@ def _splits_list(splits):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts sending splits[r] rows of `tensor` to rank r (equal parts when splits is None);
     synchronize() returns (received tensor, received splits)."""
-    _require_init("alltoall")
+    _core.require_init("alltoall")
     _check_process_set(process_set)
     name = _auto_name("alltoall", name)
     src = _stage(tensor, "alltoall '%s'" % name)
@@ -502,7 +496,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
                          process_set=global_process_set):
-    _require_init("reducescatter")
+    _core.require_init("reducescatter")
     _check_process_set(process_set)
     c_op = _c_op(op)
     name = _auto_name("reducescatter", name)
@@ -622,7 +616,7 @@ def synchronize(handle):
 
 def barrier(process_set=global_process_set):
     """Returns when every rank has called barrier()."""
-    _require_init("barrier")
+    _core.require_init("barrier")
     _check_process_set(process_set)
     _core.barrier().wait()
 
@@ -633,7 +627,7 @@ def join(device=-1):
     latest wall-clock time (the highest such rank on a tie). A rank with more batches cannot
     finish its extra allreduces before the others have joined, so on one host the order is
     exact; across hosts it relies on their clocks being synchronised."""
-    _require_init("join")
+    _core.require_init("join")
     called = time.time()
     _core.join().wait()
     stamps = synchronize(_allgather_async(torch.tensor([called], dtype=torch.float64),
