@@ -40,6 +40,11 @@ class _DistributedOptimizer:
         self._names = self._parameter_names(named_parameters, params)
         self._requires_update = [p for p in params if p.requires_grad]
         self._groups = self._parameter_groups(groups, params)
+        # Each group's trainable members in parameter order, fixed for the optimizer's life.
+        self._group_members = {}
+        for p in self._requires_update:
+            if p in self._groups:
+                self._group_members.setdefault(self._groups[p], []).append(p)
 
         self._handles = {}          # param -> (handle, ctx) or a group's shared entry
         self._group_ready = {}      # group index -> params whose gradient is in
@@ -55,7 +60,9 @@ class _DistributedOptimizer:
     @staticmethod
     def _parameter_names(named_parameters, params):
         if named_parameters is None:
-            return {p: "allreduce.noname.%d" % i for i, p in enumerate(params)}
+            # Not "allreduce.noname.N": unnamed hvd.allreduce calls are numbered that way, and a
+            # gradient must never share a name with one of them.
+            return {p: "allreduce.gradient.noname.%d" % i for i, p in enumerate(params)}
         named = list(named_parameters)
         if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
             raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
@@ -156,11 +163,11 @@ class _DistributedOptimizer:
         ready = self._group_ready.setdefault(index, [])
         ready.append(p)
         self._handles[p] = None
-        members = [q for q in self._requires_update if self._groups.get(q) == index]
-        if len(ready) == len(members):
-            self._launch_group(index, members)
+        if len(ready) == len(self._group_members[index]):
+            self._launch_group(index)
 
-    def _launch_group(self, index, members):
+    def _launch_group(self, index):
+        members = self._group_members[index]
         grads = [self._prepared_grad(q) for q in members]
         if any(g is None for g in grads):
             for q in members:  # sparse members go one by one
@@ -186,10 +193,8 @@ class _DistributedOptimizer:
         for p in self._requires_update:
             if self._handles.get(p) is None:
                 if p in self._groups:
-                    index = self._groups[p]
-                    members = [q for q in self._requires_update if self._groups.get(q) == index]
-                    self._group_ready[index] = []
-                    self._launch_group(index, members)
+                    self._group_ready[self._groups[p]] = []
+                    self._launch_group(self._groups[p])
                 else:
                     self._handles[p] = self._reduce_async(p)
         done = set()

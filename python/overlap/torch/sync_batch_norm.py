@@ -5,6 +5,8 @@ so backward sends the gradients of those sums back across ranks by the same rout
 result equals torch's BatchNorm on the concatenated batch.
 """
 
+import itertools
+
 import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -15,6 +17,14 @@ from overlap.torch import mpi_ops
 
 class SyncBatchNorm(_BatchNorm):
     """Drop-in for torch.nn.BatchNorm1d/2d/3d whose batch statistics span every rank."""
+
+    _instances = itertools.count()
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Every rank builds its modules in the same order, so the count names the same layer on
+        # every rank; a fixed name lets the runtime recognise the step and plan it.
+        self._stats_name = "sync_batch_norm.%d.stats" % next(SyncBatchNorm._instances)
 
     def _check_input_dim(self, input):
         if input.dim() < 2:
@@ -35,7 +45,7 @@ class SyncBatchNorm(_BatchNorm):
         x = input.to(torch.float64) if input.dtype in (torch.float16, torch.bfloat16) else input
         local_count = torch.tensor([x.numel() / channels], dtype=x.dtype)
         stats = torch.cat([local_count, x.sum(dims), (x * x).sum(dims)])
-        total = mpi_ops.allreduce(stats, op=Sum, name=None)
+        total = mpi_ops.allreduce(stats, op=Sum, name=self._stats_name)
         count = total[0]
         mean = total[1:1 + channels] / count
         var = total[1 + channels:] / count - mean * mean
