@@ -51,6 +51,16 @@ int Return(absl::StatusOr<overlap::Handle> handle, overlap_handle** out) {
 
 const char* Str(const char* s) { return s == nullptr ? "" : s; }
 
+overlap::AllreduceOptions AllreduceOptionsOf(int32_t op, double prescale, double postscale,
+                                             const char* compression) {
+  overlap::AllreduceOptions options;
+  options.op = static_cast<overlap::ReduceOp>(op);
+  options.prescale = prescale;
+  options.postscale = postscale;
+  options.compression = Str(compression);
+  return options;
+}
+
 }  // namespace
 
 extern "C" {
@@ -80,19 +90,17 @@ int overlap_allreduce(const char* name, const overlap_tensor* input, const overl
   overlap::Tensor in, out;
   if (int rc = ToTensor("allreduce", Str(name), input, &in)) return rc;
   if (int rc = ToTensor("allreduce", Str(name), output, &out)) return rc;
-  overlap::AllreduceOptions options;
-  options.op = static_cast<overlap::ReduceOp>(op);
-  options.prescale = prescale;
-  options.postscale = postscale;
-  options.compression = Str(compression);
-  return Return(overlap::Allreduce(Str(name), in, out, options), handle);
+  return Return(overlap::Allreduce(Str(name), in, out,
+                                   AllreduceOptionsOf(op, prescale, postscale, compression)),
+                handle);
 }
 
 int overlap_grouped_allreduce(int32_t count, const char* const* names, const overlap_tensor* inputs,
                               const overlap_tensor* outputs, int32_t op, double prescale,
                               double postscale, const char* compression, overlap_handle** handle) {
   if (count <= 0 || names == nullptr || inputs == nullptr || outputs == nullptr) {
-    return InvalidArgument(absl::StrCat("grouped allreduce: ", count, " tensors (need at least 1)"));
+    return InvalidArgument(
+        absl::StrCat("grouped allreduce: ", count, " tensors (need at least 1)"));
   }
   std::vector<std::string> tensor_names;
   std::vector<overlap::Tensor> ins(static_cast<size_t>(count)), outs(static_cast<size_t>(count));
@@ -101,12 +109,9 @@ int overlap_grouped_allreduce(int32_t count, const char* const* names, const ove
     if (int rc = ToTensor("grouped allreduce", Str(names[i]), &inputs[i], &ins[i])) return rc;
     if (int rc = ToTensor("grouped allreduce", Str(names[i]), &outputs[i], &outs[i])) return rc;
   }
-  overlap::AllreduceOptions options;
-  options.op = static_cast<overlap::ReduceOp>(op);
-  options.prescale = prescale;
-  options.postscale = postscale;
-  options.compression = Str(compression);
-  return Return(overlap::GroupedAllreduce(tensor_names, ins, outs, options), handle);
+  return Return(overlap::GroupedAllreduce(tensor_names, ins, outs,
+                                          AllreduceOptionsOf(op, prescale, postscale, compression)),
+                handle);
 }
 
 int overlap_allgather(const char* name, const overlap_tensor* input, overlap_handle** handle) {
@@ -173,8 +178,7 @@ int overlap_handle_output(const overlap_handle* handle, const void** data, int32
   return 0;
 }
 
-int32_t overlap_handle_received_splits(const overlap_handle* handle, int64_t* splits,
-                                       int32_t max) {
+int32_t overlap_handle_received_splits(const overlap_handle* handle, int64_t* splits, int32_t max) {
   if (handle == nullptr) return 0;
   const std::vector<int64_t>& received = handle->handle.received_splits();
   const int32_t n = static_cast<int32_t>(received.size());
@@ -192,10 +196,10 @@ const char* overlap_stats_json(void) {
       "\"plan_buckets\":%d,\"predicted_step_ms\":%.6g,\"plan_adopted_step\":%d,"
       "\"plans_scheduled\":%d,\"plans_refused\":%d,\"plan_layerwise_update\":%s,"
       "\"fitted_alpha_us\":%.6g,\"fitted_beta_us_per_mb\":%.6g}",
-      s.negotiation_rounds, s.planned_launches, s.plans_frozen, s.plans_dropped,
-      s.planned_tensors, s.steps, s.planner, s.plan_buckets, s.predicted_step_ms,
-      s.plan_adopted_step, s.plans_scheduled, s.plans_refused,
-      s.plan_layerwise_update ? "true" : "false", s.fitted_alpha_us, s.fitted_beta_us_per_mb);
+      s.negotiation_rounds, s.planned_launches, s.plans_frozen, s.plans_dropped, s.planned_tensors,
+      s.steps, s.planner, s.plan_buckets, s.predicted_step_ms, s.plan_adopted_step,
+      s.plans_scheduled, s.plans_refused, s.plan_layerwise_update ? "true" : "false",
+      s.fitted_alpha_us, s.fitted_beta_us_per_mb);
   return stats_json.c_str();
 }
 
@@ -210,8 +214,8 @@ int overlap_save_compression_state(const char** data, int64_t* size) {
 
 int overlap_restore_compression_state(const char* data, int64_t size) {
   if (data == nullptr && size > 0) return InvalidArgument("restore compression state: null data");
-  return Fail(overlap::RestoreCompressionState(std::string(data == nullptr ? "" : data,
-                                                           static_cast<size_t>(size))));
+  return Fail(overlap::RestoreCompressionState(
+      std::string(data == nullptr ? "" : data, static_cast<size_t>(size))));
 }
 
 }  // extern "C"
