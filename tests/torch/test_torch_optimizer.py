@@ -54,14 +54,18 @@ def assert_models_close(model, reference, what, rtol=1e-9, atol=1e-10):
 
 
 def train(hvd, make_optimizer, op="Average", bpps=1, steps=STEPS, rtol=1e-9, atol=1e-10,
-          model_seed=0, **options):
-    """Trains with DistributedOptimizer and with the reference; checks both agree."""
+          model_seed=0, wrap=None, **options):
+    """Trains with DistributedOptimizer and with the reference; checks both agree. `wrap(model,
+    optimizer)` builds the DistributedOptimizer when the test needs its own arguments."""
     model = make_model(model_seed)
     reference = copy.deepcopy(model)
-    optimizer = hvd.DistributedOptimizer(make_optimizer(model.parameters()),
-                                         named_parameters=model.named_parameters(),
-                                         op=getattr(hvd, op), backward_passes_per_step=bpps,
-                                         **options)
+    if wrap is not None:
+        optimizer = wrap(model, make_optimizer(model.parameters()))
+    else:
+        optimizer = hvd.DistributedOptimizer(make_optimizer(model.parameters()),
+                                             named_parameters=model.named_parameters(),
+                                             op=getattr(hvd, op), backward_passes_per_step=bpps,
+                                             **options)
     reference_optimizer = make_optimizer(reference.parameters())
     rank = hvd.rank()
     for step in range(steps):
@@ -100,21 +104,7 @@ def test_distributed_optimizer(hvd, op, make_optimizer):
 
 
 def test_distributed_optimizer_without_named_parameters(hvd):
-    model = make_model()
-    reference = copy.deepcopy(model)
-    optimizer = hvd.DistributedOptimizer(sgd(model.parameters()))
-    reference_optimizer = sgd(reference.parameters())
-    for step in range(STEPS):
-        optimizer.zero_grad()
-        reference_optimizer.zero_grad()
-        x, y = local_batch(hvd.rank(), step)
-        F.mse_loss(model(x), y).backward()
-        optimizer.step()
-        xs, ys = gathered_batches(hvd, step)
-        (sum(F.mse_loss(reference(a), b) for a, b in zip(xs, ys)) / hvd.size()).backward()
-        reference_optimizer.step()
-    assert_same_on_every_rank(hvd, model, "no named_parameters")
-    assert_models_close(model, reference, "no named_parameters")
+    train(hvd, sgd, wrap=lambda model, optimizer: hvd.DistributedOptimizer(optimizer))
 
 
 def test_distributed_optimizer_fp16_compression(hvd):
@@ -140,23 +130,12 @@ def test_groups_as_a_number(hvd):
 
 
 def test_groups_as_lists_of_parameters(hvd):
-    model = make_model()
-    reference = copy.deepcopy(model)
-    groups = [[model[0].weight, model[2].weight], [model[0].bias], [model[2].bias]]
-    optimizer = hvd.DistributedOptimizer(sgd(model.parameters()),
-                                         named_parameters=model.named_parameters(), groups=groups)
-    reference_optimizer = sgd(reference.parameters())
-    for step in range(STEPS):
-        optimizer.zero_grad()
-        reference_optimizer.zero_grad()
-        x, y = local_batch(hvd.rank(), step)
-        F.mse_loss(model(x), y).backward()
-        optimizer.step()
-        xs, ys = gathered_batches(hvd, step)
-        (sum(F.mse_loss(reference(a), b) for a, b in zip(xs, ys)) / hvd.size()).backward()
-        reference_optimizer.step()
-    assert_same_on_every_rank(hvd, model, "groups as lists")
-    assert_models_close(model, reference, "groups as lists")
+    def wrap(model, optimizer):
+        groups = [[model[0].weight, model[2].weight], [model[0].bias], [model[2].bias]]
+        return hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                        groups=groups)
+
+    train(hvd, sgd, wrap=wrap)
 
 
 class Bag(nn.Module):
