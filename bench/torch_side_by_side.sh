@@ -122,13 +122,9 @@ fi
 chmod -R a+rX "$BIN"
 
 # ---- the cluster --------------------------------------------------------------------------------
-exec 9>/tmp/overlap-cluster.lock
-flock -w 300 9 || die "another job held /tmp/overlap-cluster.lock for 300 s"
-cleanup() { "$CLUSTER" down >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-timeout 60 "$CLUSTER" up 4 --rate "$rate"
-HOSTFILE=$("$CLUSTER" hostfile)
+# shellcheck source=../tools/cluster/session.sh
+source "$ROOT/tools/cluster/session.sh"
+cluster_session "$rate"
 MASTER=10.77.0.1  # h1, where mpirun's by-slot mapping puts rank 0: DDP's rendezvous
 
 mkdir -p "$(dirname "$out")"

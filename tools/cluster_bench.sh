@@ -68,13 +68,9 @@ done
 chmod -R a+rx "$BIN"
 
 # One cluster per machine: the same lock as the cluster tests (tests/cluster/BUILD).
-exec 9>/tmp/overlap-cluster.lock
-flock -w 300 9 || die "another job held /tmp/overlap-cluster.lock for 300 s"
-cleanup() { "$CLUSTER" down >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-timeout 60 "$CLUSTER" up 4 --rate "$rate"
-HOSTFILE=$("$CLUSTER" hostfile)
+# shellcheck source=cluster/session.sh
+source "$ROOT/tools/cluster/session.sh"
+cluster_session "$rate"
 
 mkdir -p "$(dirname "$out")"
 : >"$out"
