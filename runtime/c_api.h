@@ -9,7 +9,7 @@
 //   untouched until the operation's handle completes (the Python layer keeps a reference).
 // - A handle is an opaque pointer from an op function; free it with overlap_handle_free once
 //   done with it (the operation goes on if it is freed early).
-// - Every function may be called from any thread. Waiting releases no locks the caller holds.
+// - Every function may be called from any thread.
 #ifndef OVERLAP_RUNTIME_C_API_H_
 #define OVERLAP_RUNTIME_C_API_H_
 
