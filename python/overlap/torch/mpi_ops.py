@@ -79,7 +79,9 @@ def _c_op(op):
 
 
 def _stage(tensor, what):
-    """A contiguous host tensor in a core dtype: the tensor itself when it already is one."""
+    """A contiguous host tensor in a core dtype: the tensor itself when it already is one.
+    Refusals name the rank and the operation (`what`, e.g. "allreduce 'fc.weight'")."""
+    what = "rank %d: %s" % (_core.rank(), what)
     if not isinstance(tensor, torch.Tensor):
         raise ValueError("%s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
     if tensor.is_sparse:
@@ -293,8 +295,8 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     for Average)."""
     _core.require_init("sparse_allreduce_async")
     if op not in (Average, Sum):
-        raise ValueError("sparse_allreduce_async: op must be Average or Sum, got %s" %
-                         _OP_NAMES.get(op, op))
+        raise ValueError("rank %d: sparse_allreduce_async '%s': op must be Average or Sum, got %s"
+                         % (_core.rank(), name, _OP_NAMES.get(op, op)))
     t = tensor.coalesce()
     base = _auto_name("sparse_allreduce", name)
     h_values = _allgather_async(t._values().contiguous(), base + ".values", process_set)

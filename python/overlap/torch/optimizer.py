@@ -17,6 +17,11 @@ from overlap.torch import mpi_ops, step_markers
 from overlap.torch.compression import Compression
 
 
+def _here(message):
+    """A refusal of DistributedOptimizer's arguments, naming this rank."""
+    return "rank %d: DistributedOptimizer: %s" % (_core.rank(), message)
+
+
 class _DistributedOptimizer:
     def _overlap_setup(self, named_parameters, compression, backward_passes_per_step, op,
                        gradient_predivide_factor, groups, sparse_as_dense, process_set):
@@ -24,10 +29,10 @@ class _DistributedOptimizer:
             raise ValueError("rank %d: overlap does not implement Adasum; use op=hvd.Average or "
                              "hvd.Sum" % _core.rank())
         if gradient_predivide_factor != 1.0 and op != Average:
-            raise ValueError("gradient_predivide_factor not supported with op != Average")
+            raise ValueError(_here("gradient_predivide_factor not supported with op != Average"))
         if backward_passes_per_step < 1:
-            raise ValueError("backward_passes_per_step must be >= 1, got %r" %
-                             (backward_passes_per_step,))
+            raise ValueError(_here("backward_passes_per_step must be >= 1, got %r" %
+                                   (backward_passes_per_step,)))
         _check_process_set(process_set)
         self._compression = compression
         self._op = op
@@ -65,19 +70,19 @@ class _DistributedOptimizer:
             return {p: "allreduce.gradient.noname.%d" % i for i, p in enumerate(params)}
         named = list(named_parameters)
         if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
-            raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
-                             "usually produced by model.named_parameters()")
+            raise ValueError(_here("named_parameters should be a sequence of (name, parameter) "
+                                   "tuples, usually produced by model.named_parameters()"))
         names = [n for n, _ in named]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError("parameter names in named_parameters must be unique; duplicates: %s"
-                             % ", ".join(duplicates))
+            raise ValueError(_here("parameter names in named_parameters must be unique; "
+                                   "duplicates: %s" % ", ".join(duplicates)))
         by_param = {p: n for n, p in named}
         unnamed = [p for p in params if p not in by_param]
         if unnamed:
-            raise ValueError("named_parameters was specified, but %d of the optimizer's "
-                             "parameters were not named (pass model.named_parameters() of the "
-                             "model the optimizer trains)" % len(unnamed))
+            raise ValueError(_here("named_parameters was specified, but %d of the optimizer's "
+                                   "parameters were not named (pass model.named_parameters() of "
+                                   "the model the optimizer trains)" % len(unnamed)))
         return {p: "allreduce." + by_param[p] for p in params}
 
     def _parameter_groups(self, groups, params):
@@ -88,16 +93,18 @@ class _DistributedOptimizer:
         trainable = [p for p in params if p.requires_grad]
         if isinstance(groups, int):
             if groups < 1:
-                raise ValueError("groups must be a positive int or a list of parameter lists")
+                raise ValueError(_here("groups must be a positive int or a list of parameter "
+                                       "lists"))
             per = -(-len(trainable) // groups) if trainable else 1
             return {p: i // per for i, p in enumerate(trainable)}
         mapping = {}
         for index, group in enumerate(groups):
             for p in group:
                 if not isinstance(p, torch.Tensor):
-                    raise ValueError("groups must hold lists of parameters (torch.Tensor)")
+                    raise ValueError(_here("groups must hold lists of parameters "
+                                           "(torch.Tensor)"))
                 if p in mapping:
-                    raise ValueError("a parameter appears in two groups")
+                    raise ValueError(_here("a parameter appears in two groups"))
                 mapping[p] = index
         return mapping
 
