@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/scaling.h"
+#include "collectives/scaling.h"
 
 namespace overlap {
 namespace {

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/mpi_executor.h"
+#include "collectives/scaling.h"
 #include "runtime/rank_bits.h"
-#include "runtime/scaling.h"
 #include "spdlog/spdlog.h"
 
 namespace overlap {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "collectives/half.h"
-#include "runtime/scaling.h"
+#include "collectives/scaling.h"
 
 namespace overlap {
 namespace {

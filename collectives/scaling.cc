@@ -1,4 +1,4 @@
-#include "runtime/scaling.h"
+#include "collectives/scaling.h"
 
 #include <cstring>
 

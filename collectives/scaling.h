@@ -1,7 +1,7 @@
 // Element-wise scaling and scaled copies for every dtype, used around reductions (prescale,
 // postscale, average). fp16/bf16 are widened to fp32 and rounded back to nearest even.
-#ifndef OVERLAP_RUNTIME_SCALING_H_
-#define OVERLAP_RUNTIME_SCALING_H_
+#ifndef OVERLAP_COLLECTIVES_SCALING_H_
+#define OVERLAP_COLLECTIVES_SCALING_H_
 
 #include <cstdint>
 
@@ -27,4 +27,4 @@ void FinishReduced(void* dst, const void* src, int64_t count, DataType dtype, Re
 
 }  // namespace overlap
 
-#endif  // OVERLAP_RUNTIME_SCALING_H_
+#endif  // OVERLAP_COLLECTIVES_SCALING_H_
