@@ -31,3 +31,7 @@ def cuda_skipped_test(name):
             srcs = ["//third_party/cuda:skipped_test.sh"],
             env = {"OVERLAP_CUDA_SKIP_REASON": CUDA_SKIP_REASON},
         )
+
+def if_cuda(if_true, if_false = []):
+    """`if_true` where the CUDA toolkit was found, `if_false` elsewhere (for srcs and deps)."""
+    return if_true if CUDA_AVAILABLE else if_false
