@@ -1,5 +1,6 @@
 // CUDA kernels against the CPU compressors and kernels. Needs a GPU; without one every GPU case
-// prints why it skipped (the build and link still prove the nvcc object is usable).
+// prints why it skipped, or fails under OVERLAP_REQUIRE_GPU=1 (tests/gpu/gpu_gate.h); the build
+// and link still prove the nvcc object is usable.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -14,17 +15,13 @@
 #include "compression/cuda/kernels.h"
 #include "compression/kernels/cpu.h"
 #include "tests/compression/test_util.h"
+#include "tests/gpu/gpu_gate.h"
 
 namespace overlap {
 namespace compress {
 namespace {
 
-bool GpuOrSkip() {
-  const absl::Status s = cuda::DeviceAvailable();
-  if (s.ok()) return true;
-  WARN("skipping GPU check: " << s.message());
-  return false;
-}
+using ::overlap::testing::GpuOrSkip;
 
 // A device copy of a host vector, freed on scope exit.
 template <typename T>
