@@ -180,6 +180,15 @@ class CudaBufferOps : public BufferOps {
     cudaEventDestroy(wait_event_);
   }
 
+  // One staging slot and the device table, made before any work is queued: allocating pinned
+  // memory may wait for the device, which a first Copy queued behind another stream should not.
+  absl::Status Reserve() {
+    if (absl::StatusOr<StagingSlot*> slot = AcquireStaging(kMinStagingBytes); !slot.ok()) {
+      return slot.status();
+    }
+    return ReserveTable(kMinStagingBytes);
+  }
+
   Device device() const override { return device_; }
   void* stream() const override { return stream_->get(); }
 
@@ -187,6 +196,10 @@ class CudaBufferOps : public BufferOps {
     DeviceGuard guard(device_.index);
     if (absl::Status s = CheckGuard(guard); !s.ok()) return s;
     void* data = nullptr;
+    if (bytes == 0) {
+      return std::unique_ptr<DeviceMemory>(
+          new CudaMemory(nullptr, 0, CudaMemory::Kind::kDevice, stream_, device_.index));
+    }
     const cudaError_t err =
         memory_pools_ ? cudaMallocAsync(&data, bytes, stream_->get()) : cudaMalloc(&data, bytes);
     if (err != cudaSuccess) return AllocationError(err, bytes, "device memory");
@@ -423,8 +436,10 @@ absl::StatusOr<std::unique_ptr<BufferOps>> CreateCudaBufferOps(int index, void* 
       !s.ok()) {
     return s;
   }
-  return std::unique_ptr<BufferOps>(
-      new CudaBufferOps(index, std::move(shared_stream), memory_pools != 0, wait_event));
+  auto ops = std::make_unique<CudaBufferOps>(index, std::move(shared_stream), memory_pools != 0,
+                                             wait_event);
+  if (absl::Status s = ops->Reserve(); !s.ok()) return s;
+  return std::unique_ptr<BufferOps>(std::move(ops));
 }
 
 int CudaDeviceCount() {
