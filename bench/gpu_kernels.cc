@@ -164,6 +164,7 @@ std::vector<int64_t> MixedSizes(int n, int64_t lo, int64_t hi, int64_t total, ui
   double sum = 0;
   for (double& r : raw) sum += r = std::exp(exponent(gen));
   std::vector<int64_t> sizes;
+  sizes.reserve(raw.size());
   for (double r : raw) sizes.push_back(std::max<int64_t>(1, static_cast<int64_t>(r / sum * total)));
   return sizes;
 }
@@ -234,7 +235,7 @@ int Main(int argc, char** argv) {
     Print(gpu, {name, 2.0 * Total(slices) * 4, seconds, 0}, copy_gbps);
   };
   // Mixed sizes sum to ~n; 4-element rounding can overshoot by 3 per slice, hence the margin.
-  const std::vector<int64_t> mixed = MixedSizes(256, 256, n / 16, n - 4 * 256, 1);
+  const std::vector<int64_t> mixed = MixedSizes(256, 256, n / 16, n - int64_t{4} * 256, 1);
   const std::vector<CopySlice> aligned = PackedSlices(mixed, 4, dst.as<float>(), grad.as<float>());
   const std::vector<CopySlice> packed = PackedSlices(mixed, 1, dst.as<float>(), grad.as<float>());
   fusion("fusion_copy_256_aligned_x1", aligned, 1.0);
@@ -287,7 +288,8 @@ int Main(int argc, char** argv) {
   }
   {
     DeviceBuffer workspace(cc::EfSignWorkspaceBytes());
-    kernel("efsign", grad_residual + 4.0 + (n + 7) / 8, 0, [&] {
+    const int64_t sign_bytes = (n + 7) / 8;
+    kernel("efsign", grad_residual + 4.0 + sign_bytes, 0, [&] {
       return cc::EfSignCompress(g, r, payload.as<uint8_t>(), n, workspace.as<void>(), stream);
     });
   }
