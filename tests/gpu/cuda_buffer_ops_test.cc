@@ -482,8 +482,8 @@ TEST_CASE("CUDA allocation: device and pinned memory, transfers, and failures", 
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 31 + 7);
   std::memcpy((*host)->data(), bytes.data(), bytes.size());
   REQUIRE(gpu->CopyFromHost((*device)->data(), (*host)->data(), bytes.size()).ok());
+  Finish(*gpu);  // the copy reads the pinned buffer asynchronously: clear it only after
   std::memset((*host)->data(), 0, bytes.size());
-  Finish(*gpu);
   REQUIRE(gpu->CopyToHost((*host)->data(), (*device)->data(), bytes.size()).ok());
   Finish(*gpu);
   CHECK(std::memcmp((*host)->data(), bytes.data(), bytes.size()) == 0);
