@@ -67,6 +67,16 @@ class Executor {
   // Starts `args` on `channel`. InvalidArgument if the arguments cannot be expressed on this
   // backend (for example a count above its limit); the message names the cause.
   virtual absl::StatusOr<std::unique_ptr<Work>> Start(int channel, const CollectiveArgs& args) = 0;
+
+  // The CUDA stream (a cudaStream_t) the collectives of `channel` run on, for executors over
+  // device buffers: the data plane queues its copies on it, so copy-in, collective and copy-out
+  // run in order without the host waiting between them. nullptr for host executors.
+  virtual void* channel_stream(int channel) const { return nullptr; }
+
+  // Called once when the job cannot continue (a collective failed or timed out): abandons the
+  // collectives in flight so that nothing waits on a dead peer (NCCL: ncclCommAbort). Work
+  // started before fails or never completes; no Start may follow.
+  virtual void Abort() {}
 };
 
 }  // namespace overlap

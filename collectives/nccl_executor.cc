@@ -3,7 +3,16 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/buffer_ops.h"
 
 namespace overlap {
 
@@ -63,14 +72,16 @@ absl::StatusOr<ncclRedOp_t> NcclOp(ReduceOp op) {
   }
 }
 
+// Reads the channel's communicator at every Test, since Abort() may have released it.
 class NcclWork : public Work {
  public:
-  NcclWork(ncclComm_t comm, cudaEvent_t event) : comm_(comm), event_(event) {}
+  NcclWork(const ncclComm_t* comm, cudaEvent_t event) : comm_(comm), event_(event) {}
   ~NcclWork() override { cudaEventDestroy(event_); }
 
   absl::StatusOr<bool> Test() override {
+    if (*comm_ == nullptr) return absl::AbortedError("NCCL communicator aborted");
     ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &async);
+    ncclCommGetAsyncError(*comm_, &async);
     if (async != ncclSuccess && async != ncclInProgress) return NcclError(async, "collective");
     const cudaError_t e = cudaEventQuery(event_);
     if (e == cudaSuccess) return true;
@@ -79,7 +90,7 @@ class NcclWork : public Work {
   }
 
  private:
-  ncclComm_t comm_;
+  const ncclComm_t* comm_;
   cudaEvent_t event_;
 };
 
@@ -87,13 +98,40 @@ const char* At(const void* base, int64_t elements, DataType dtype) {
   return static_cast<const char*>(base) + elements * static_cast<int64_t>(DataTypeSize(dtype));
 }
 
-}  // namespace
-
-int CudaDeviceCount() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
-  return count;
+// "host/pci-bus-id" of `device`, so that ranks sharing a GPU find each other.
+std::string GpuIdentity(int device) {
+  char host[64] = {0};
+  gethostname(host, sizeof(host) - 1);
+  char bus[32] = {0};
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), device) != cudaSuccess) {
+    std::snprintf(bus, sizeof(bus), "device-%d", device);
+  }
+  return absl::StrCat(host, "/", bus);
 }
+
+// The ranks that share a GPU with another rank, as "ranks 0,1 share GPU host/0000:19:00.0"; ""
+// when every rank has a GPU of its own. Collective over `comm`.
+std::string SharedGpus(MPI_Comm comm, int size, int device) {
+  constexpr int kWidth = 128;
+  char mine[kWidth] = {0};
+  const std::string identity = GpuIdentity(device);
+  std::strncpy(mine, identity.c_str(), kWidth - 1);
+  std::vector<char> all(static_cast<size_t>(kWidth) * static_cast<size_t>(size));
+  MPI_Allgather(mine, kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, comm);
+  std::map<std::string, std::vector<int>> ranks_of;
+  for (int r = 0; r < size; ++r) {
+    ranks_of[std::string(&all[static_cast<size_t>(r) * kWidth])].push_back(r);
+  }
+  std::vector<std::string> shared;
+  for (const auto& [gpu, ranks] : ranks_of) {
+    if (ranks.size() > 1) {
+      shared.push_back(absl::StrCat("ranks ", absl::StrJoin(ranks, ","), " share GPU ", gpu));
+    }
+  }
+  return absl::StrJoin(shared, "; ");
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<NcclExecutor>> NcclExecutor::Create(MPI_Comm comm, int device,
                                                                    int num_channels) {
@@ -108,6 +146,12 @@ absl::StatusOr<std::unique_ptr<NcclExecutor>> NcclExecutor::Create(MPI_Comm comm
     return absl::UnavailableError(absl::StrCat("rank ", rank, ": NCCL executor needs CUDA device ",
                                                device, " on every rank; ", CudaDeviceCount(),
                                                " visible here"));
+  }
+  const std::string shared = SharedGpus(comm, size, device);
+  if (!shared.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank, ": NCCL cannot run two ranks on one GPU (", shared,
+        "); give each rank its own GPU, or set OVERLAP_EXECUTOR=mpi to stage through host memory"));
   }
   cudaError_t e = cudaSetDevice(device);
   if (e != cudaSuccess) return CudaError(e, "cudaSetDevice");
@@ -131,6 +175,25 @@ absl::StatusOr<std::unique_ptr<NcclExecutor>> NcclExecutor::Create(MPI_Comm comm
 NcclExecutor::NcclExecutor(int rank, int size, int device)
     : rank_(rank), size_(size), device_(device) {}
 
+absl::StatusOr<std::unique_ptr<Executor>> CreateNcclExecutor(MPI_Comm comm, int device,
+                                                             int num_channels) {
+  absl::StatusOr<std::unique_ptr<NcclExecutor>> executor =
+      NcclExecutor::Create(comm, device, num_channels);
+  if (!executor.ok()) return executor.status();
+  return std::unique_ptr<Executor>(std::move(*executor));
+}
+
+void* NcclExecutor::channel_stream(int channel) const {
+  return channels_[static_cast<size_t>(channel)]->stream;
+}
+
+void NcclExecutor::Abort() {
+  for (auto& channel : channels_) {
+    if (channel->comm != nullptr) ncclCommAbort(channel->comm);
+    channel->comm = nullptr;
+  }
+}
+
 NcclExecutor::~NcclExecutor() {
   for (auto& channel : channels_) {
     if (channel->comm != nullptr) ncclCommDestroy(channel->comm);
@@ -145,6 +208,7 @@ absl::StatusOr<std::unique_ptr<Work>> NcclExecutor::Start(int channel_index,
     return absl::InvalidArgumentError(absl::StrCat("channel ", channel_index, " out of range"));
   }
   Channel& ch = *channels_[static_cast<size_t>(channel_index)];
+  if (ch.comm == nullptr) return absl::FailedPreconditionError("NCCL communicators were aborted");
   const ncclDataType_t type = NcclType(a.dtype);
   const void* send = a.send == nullptr ? a.recv : a.send;
   ncclResult_t r = ncclSuccess;
@@ -210,7 +274,7 @@ absl::StatusOr<std::unique_ptr<Work>> NcclExecutor::Start(int channel_index,
     cudaEventDestroy(event);
     return CudaError(e, "cudaEventRecord");
   }
-  return std::unique_ptr<Work>(new NcclWork(ch.comm, event));
+  return std::unique_ptr<Work>(new NcclWork(&ch.comm, event));
 }
 
 }  // namespace overlap

@@ -6,6 +6,13 @@
 // same collective timeout. Collectives NCCL lacks are composed from grouped point-to-point calls:
 // allgatherv and alltoallv from ncclSend/ncclRecv, reduce-scatter with uneven counts from one
 // ncclReduce per rank.
+//
+// Watchdog: every Test() also reads ncclCommGetAsyncError, so a communicator NCCL found broken
+// fails the collective at once; when the runtime gives up on a collective (its timeout, a lost
+// peer) it calls Abort(), which runs ncclCommAbort on every channel so that no kernel keeps
+// waiting for a dead peer (the hang of Horovod issue 3611).
+//
+// Where overlap is built without CUDA only CreateNcclExecutor exists, returning Unavailable.
 #ifndef OVERLAP_COLLECTIVES_NCCL_EXECUTOR_H_
 #define OVERLAP_COLLECTIVES_NCCL_EXECUTOR_H_
 
@@ -24,6 +31,8 @@ class NcclExecutor : public Executor {
   // Collective over `comm`: rank 0 creates an NCCL unique id per channel and broadcasts it over
   // MPI; every rank binds `device` and creates its communicators and streams. Unavailable with
   // the CUDA or NCCL error text when there is no usable GPU.
+  // FailedPrecondition, on every rank, when two ranks of one host use the same GPU: NCCL
+  // refuses them (the runtime then stages through host memory, see staging_executor.h).
   static absl::StatusOr<std::unique_ptr<NcclExecutor>> Create(MPI_Comm comm, int device,
                                                               int num_channels);
   ~NcclExecutor() override;
@@ -31,6 +40,8 @@ class NcclExecutor : public Executor {
   const char* name() const override { return "nccl"; }
   int num_channels() const override { return static_cast<int>(channels_.size()); }
   absl::StatusOr<std::unique_ptr<Work>> Start(int channel, const CollectiveArgs& args) override;
+  void* channel_stream(int channel) const override;
+  void Abort() override;
 
   struct Channel;
 
@@ -43,8 +54,9 @@ class NcclExecutor : public Executor {
   std::vector<std::unique_ptr<Channel>> channels_;
 };
 
-// Number of CUDA devices visible to this process; 0 when there is no GPU or no driver.
-int CudaDeviceCount();
+// NcclExecutor::Create where overlap was built with CUDA; Unavailable elsewhere.
+absl::StatusOr<std::unique_ptr<Executor>> CreateNcclExecutor(MPI_Comm comm, int device,
+                                                             int num_channels);
 
 }  // namespace overlap
 

@@ -2,11 +2,14 @@
 #include "runtime/c_api.h"
 
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "collectives/buffer_ops.h"
 #include "runtime/overlap.h"
 
 struct overlap_handle {
@@ -40,6 +43,14 @@ int ToTensor(const char* op, const char* name, const overlap_tensor* in, overlap
   out->capacity_bytes = static_cast<size_t>(in->capacity_bytes);
   out->dtype = static_cast<overlap::DataType>(in->dtype);
   out->shape.assign(in->shape, in->shape + in->ndim);
+  if (in->device_kind != static_cast<int32_t>(overlap::DeviceKind::kCpu) &&
+      in->device_kind != static_cast<int32_t>(overlap::DeviceKind::kCuda)) {
+    return InvalidArgument(
+        absl::StrCat(op, " '", name, "': unknown device kind ", in->device_kind));
+  }
+  out->device.kind = static_cast<overlap::DeviceKind>(in->device_kind);
+  out->device.index = in->device_index;
+  out->stream = in->stream;
   return 0;
 }
 
@@ -178,6 +189,32 @@ int overlap_handle_output(const overlap_handle* handle, const void** data, int32
   return 0;
 }
 
+int overlap_cuda_device_count(void) { return overlap::CudaDeviceCount(); }
+
+int overlap_handle_copy_output(const overlap_handle* handle, void* dst, int64_t bytes) {
+  if (handle == nullptr) return InvalidArgument("output of a null handle");
+  const overlap::Tensor& out = handle->handle.output();
+  if (bytes < 0 || static_cast<size_t>(bytes) != out.ByteSize()) {
+    return InvalidArgument(absl::StrCat("'", handle->handle.name(), "': output holds ",
+                                        out.ByteSize(), " bytes, not ", bytes));
+  }
+  if (bytes == 0) return 0;
+  absl::StatusOr<std::unique_ptr<overlap::BufferOps>> ops =
+      overlap::CreateBufferOps(out.device, nullptr);
+  if (!ops.ok()) return Fail(ops.status());
+  const overlap::CopySlice slice{dst, out.data, out.NumElements()};
+  absl::Status s = (*ops)->Copy({&slice, 1}, out.dtype, overlap::CopyScaling{});
+  absl::StatusOr<std::unique_ptr<overlap::Work>> fence =
+      s.ok() ? (*ops)->Fence() : absl::StatusOr<std::unique_ptr<overlap::Work>>(s);
+  if (!fence.ok()) return Fail(fence.status());
+  while (true) {  // a device copy of one tensor: microseconds to milliseconds
+    absl::StatusOr<bool> done = (*fence)->Test();
+    if (!done.ok()) return Fail(done.status());
+    if (*done) return 0;
+    std::this_thread::yield();
+  }
+}
+
 int32_t overlap_handle_received_splits(const overlap_handle* handle, int64_t* splits, int32_t max) {
   if (handle == nullptr) return 0;
   const std::vector<int64_t>& received = handle->handle.received_splits();
@@ -195,11 +232,11 @@ const char* overlap_stats_json(void) {
       "\"plans_dropped\":%d,\"planned_tensors\":%d,\"steps\":%d,\"planner\":\"%s\","
       "\"plan_buckets\":%d,\"predicted_step_ms\":%.6g,\"plan_adopted_step\":%d,"
       "\"plans_scheduled\":%d,\"plans_refused\":%d,\"plan_layerwise_update\":%s,"
-      "\"fitted_alpha_us\":%.6g,\"fitted_beta_us_per_mb\":%.6g}",
+      "\"fitted_alpha_us\":%.6g,\"fitted_beta_us_per_mb\":%.6g,\"cuda_executor\":\"%s\"}",
       s.negotiation_rounds, s.planned_launches, s.plans_frozen, s.plans_dropped, s.planned_tensors,
       s.steps, s.planner, s.plan_buckets, s.predicted_step_ms, s.plan_adopted_step,
       s.plans_scheduled, s.plans_refused, s.plan_layerwise_update ? "true" : "false",
-      s.fitted_alpha_us, s.fitted_beta_us_per_mb);
+      s.fitted_alpha_us, s.fitted_beta_us_per_mb, s.cuda_executor);
   return stats_json.c_str();
 }
 

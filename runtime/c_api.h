@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 // The ABI version; bumped when a signature below changes. Python checks it at load time.
-#define OVERLAP_C_API_VERSION 1
+#define OVERLAP_C_API_VERSION 2
 int overlap_c_api_version(void);
 
 typedef struct overlap_handle overlap_handle;
@@ -32,9 +32,15 @@ typedef struct {
   int32_t dtype;  // overlap::DataType value
   int32_t ndim;
   const int64_t* shape;  // ndim entries
+  int32_t device_kind;   // overlap::DeviceKind value: 0 CPU, 1 CUDA
+  int32_t device_index;  // CUDA device ordinal
+  void* stream;          // CUDA: the cudaStream_t the producer wrote `data` on; null: default
 } overlap_tensor;
 
 const char* overlap_last_error(void);
+
+// CUDA devices the library sees; 0 when built without CUDA, or without a driver or GPU.
+int overlap_cuda_device_count(void);
 
 // Init from the OVERLAP_* environment variables (an adapter sets them in-process for its
 // options before calling this).
@@ -80,6 +86,10 @@ int overlap_handle_wait(const overlap_handle* handle, double timeout_s);
 // rank and up to `max_ndim` dims. The data lives until the handle is freed.
 int overlap_handle_output(const overlap_handle* handle, const void** data, int32_t* dtype,
                           int32_t* ndim, int64_t* shape, int32_t max_ndim);
+// Copies the result overlap_handle_output describes to `dst` (`bytes` of memory on the same
+// device: host memory for a CPU result, device memory for a CUDA one) and returns once the copy
+// is done.
+int overlap_handle_copy_output(const overlap_handle* handle, void* dst, int64_t bytes);
 // Alltoall: rows received from each rank; writes up to `max` entries, returns the count.
 int32_t overlap_handle_received_splits(const overlap_handle* handle, int64_t* splits, int32_t max);
 void overlap_handle_free(overlap_handle* handle);

@@ -49,6 +49,9 @@ constexpr const char* kKnownVariables[] = {
     "OVERLAP_COLLECTIVE_TIMEOUT_S",
     "OVERLAP_START_TIMEOUT_S",
     "OVERLAP_COMPRESSION",
+    "OVERLAP_EXECUTOR",
+    // Read by the GPU tests (tests/gpu/gpu_gate.h): a missing GPU fails them instead of skipping.
+    "OVERLAP_REQUIRE_GPU",
     "OVERLAP_CYCLE_TIME_MS",
     "OVERLAP_DIRECT_THRESHOLD",
     "OVERLAP_PLAN_AFTER_STEPS",
@@ -61,6 +64,9 @@ constexpr const char* kKnownVariables[] = {
     "OVERLAP_CREDIT_BYTES",
     "OVERLAP_REPLAN_DRIFT",
     "OVERLAP_TEST_CORRUPT_PLAN",
+    // Read by tests/gpu/device_runtime_test.cc, not the runtime.
+    "OVERLAP_TEST_EXPECT_EXECUTOR",
+    "OVERLAP_TEST_EXPECT_ERROR",
 };
 
 constexpr const char* kPlanners[] = {"observed", "wfbp", "fusion", "mgwfbp", "bytescheduler",
@@ -121,6 +127,7 @@ absl::StatusOr<Config> Config::FromEnvironment() {
   if (const char* v = std::getenv("OVERLAP_TIMELINE")) config.timeline_path = v;
   if (const char* v = std::getenv("OVERLAP_LOG_LEVEL")) config.log_level = v;
   if (const char* v = std::getenv("OVERLAP_COMPRESSION")) config.compression = v;
+  if (const char* v = std::getenv("OVERLAP_EXECUTOR")) config.executor = v;
   // A misspelt variable would otherwise be silently ignored.
   for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
     absl::string_view entry(*env);
@@ -175,6 +182,9 @@ absl::Status Config::Validate() const {
     return BadValue(
         "OVERLAP_PLANNER", planner,
         "one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto");
+  }
+  if (executor != "auto" && executor != "nccl" && executor != "mpi") {
+    return BadValue("OVERLAP_EXECUTOR", executor, "one of auto, nccl, mpi");
   }
   if (!(budget == -1 || (budget >= 0 && budget <= 1e6))) {
     return BadValue("OVERLAP_BUDGET", absl::StrCat(budget),

@@ -88,6 +88,13 @@ struct Config {
   // not compressed. OVERLAP_COMPRESSION; "none" sends gradients as they are.
   std::string compression = "none";
 
+  // Which executor moves CUDA tensors (host tensors always use MPI). OVERLAP_EXECUTOR:
+  //   auto  NCCL when overlap was built with CUDA and every rank has a GPU of its own; otherwise
+  //         MPI through pinned host memory (ranks sharing one GPU, a build without NCCL);
+  //   nccl  NCCL, or an error on every rank naming why it cannot run;
+  //   mpi   MPI through pinned host memory.
+  std::string executor = "auto";
+
   // trace, debug, info, warn, error, critical or off. OVERLAP_LOG_LEVEL.
   std::string log_level = "warn";
 

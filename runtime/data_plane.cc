@@ -1,5 +1,6 @@
 #include "runtime/data_plane.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -33,17 +34,29 @@ std::vector<int64_t> Prefix(const std::vector<int64_t>& counts) {
   return displs;
 }
 
-// Points the handle's output at fresh storage shaped like `like` but with `rows` rows.
-void* AllocateOutput(PendingOp& op, const Tensor& like, int64_t rows) {
-  internal::HandleState& h = *op.handle;
-  Tensor& out = h.output();
-  out.dtype = like.dtype;
-  out.shape = like.shape;
-  out.shape[0] = rows;
-  h.output_storage().resize(out.ByteSize());
-  out.data = h.output_storage().data();
-  out.capacity_bytes = out.ByteSize();
-  return out.data;
+// What turns a reduced buffer into the result the caller asked for (runtime/scaling.h's
+// FinishReduced, as one batched copy): postscale, and for an average a division by `size`.
+CopyScaling FinishScaling(DataType dtype, ReduceOp op, double postscale, int size) {
+  const bool average = op == ReduceOp::kAverage;
+  if (!IsFloatingPoint(dtype)) return CopyScaling{1.0, average ? size : 1};
+  return CopyScaling{postscale * (average ? 1.0 / size : 1.0), 1};
+}
+
+std::vector<std::unique_ptr<BufferOps>> CpuOps(int channels) {
+  std::vector<std::unique_ptr<BufferOps>> ops;
+  for (int c = 0; c < channels; ++c) ops.push_back(CreateCpuBufferOps());
+  return ops;
+}
+
+// Grows `memory` (a fusion buffer, scratch or output) to at least `bytes` on `ops`'s device.
+absl::StatusOr<void*> Reserve(BufferOps* ops, std::unique_ptr<DeviceMemory>* memory, size_t bytes) {
+  if (*memory == nullptr || (*memory)->size() < bytes) {
+    memory->reset();  // the old buffer's queued work still runs before the memory is reused
+    absl::StatusOr<std::unique_ptr<DeviceMemory>> grown = ops->Allocate(std::max<size_t>(bytes, 1));
+    if (!grown.ok()) return grown.status();
+    *memory = std::move(*grown);
+  }
+  return (*memory)->data();
 }
 
 }  // namespace
@@ -51,7 +64,31 @@ void* AllocateOutput(PendingOp& op, const Tensor& like, int64_t rows) {
 DataPlane::DataPlane(Executor* executor, const Config& config, int rank, int size,
                      Timeline* timeline, CompressionStage* compression, CompleteFn complete,
                      std::string track_prefix)
-    : executor_(executor),
+    : DataPlane(Device::Cpu(), CpuOps(executor->num_channels()), executor, config, rank, size,
+                timeline, compression, std::move(complete), std::move(track_prefix)) {}
+
+absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::OnDevice(
+    Device device, Executor* executor, const Config& config, int rank, int size,
+    Timeline* timeline, CompressionStage* compression, CompleteFn complete,
+    std::string track_prefix) {
+  std::vector<std::unique_ptr<BufferOps>> ops;
+  for (int c = 0; c < executor->num_channels(); ++c) {
+    absl::StatusOr<std::unique_ptr<BufferOps>> channel_ops =
+        CreateBufferOps(device, executor->channel_stream(c));
+    if (!channel_ops.ok()) return channel_ops.status();
+    ops.push_back(std::move(*channel_ops));
+  }
+  return std::unique_ptr<DataPlane>(new DataPlane(device, std::move(ops), executor, config, rank,
+                                                  size, timeline, compression, std::move(complete),
+                                                  std::move(track_prefix)));
+}
+
+DataPlane::DataPlane(Device device, std::vector<std::unique_ptr<BufferOps>> channel_ops,
+                     Executor* executor, const Config& config, int rank, int size,
+                     Timeline* timeline, CompressionStage* compression, CompleteFn complete,
+                     std::string track_prefix)
+    : device_(device),
+      executor_(executor),
       config_(config),
       rank_(rank),
       size_(size),
@@ -59,7 +96,43 @@ DataPlane::DataPlane(Executor* executor, const Config& config, int rank, int siz
       compression_(compression),
       complete_(std::move(complete)),
       track_prefix_(std::move(track_prefix)),
-      channels_(static_cast<size_t>(executor->num_channels())) {}
+      channels_(channel_ops.size()) {
+  for (size_t c = 0; c < channels_.size(); ++c) channels_[c].ops = std::move(channel_ops[c]);
+}
+
+absl::StatusOr<void*> DataPlane::AllocateOutput(Bucket* bucket, PendingOp& op, const Tensor& like,
+                                                int64_t rows) {
+  internal::HandleState& h = *op.handle;
+  Tensor& out = h.output();
+  out.dtype = like.dtype;
+  out.shape = like.shape;
+  out.shape[0] = rows;
+  out.device = device_;
+  out.stream = nullptr;
+  absl::StatusOr<void*> data = Reserve(OpsOf(*bucket), &h.output_memory(), out.ByteSize());
+  if (!data.ok()) return data.status();
+  out.data = *data;
+  out.capacity_bytes = out.ByteSize();
+  return out.data;
+}
+
+absl::Status DataPlane::WaitForProducers(Bucket* bucket) {
+  if (!device_.is_cuda()) return absl::OkStatus();
+  std::vector<void*> streams;
+  for (const ReadyOp& r : bucket->ops) {
+    if (!r.op.has_value()) continue;
+    for (const Tensor& t : r.op->inputs) {
+      if (std::find(streams.begin(), streams.end(), t.stream) == streams.end()) {
+        streams.push_back(t.stream);
+      }
+    }
+  }
+  for (void* stream : streams) {
+    absl::Status s = OpsOf(*bucket)->WaitForStream(stream);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
 
 bool DataPlane::idle() const {
   for (const Channel& c : channels_) {
@@ -163,39 +236,46 @@ absl::Status DataPlane::StartAllreduce(Bucket* bucket, CollectiveArgs* args) {
   }
   const ReadyOp& only = bucket->ops.front();
   const bool single = bucket->ops.size() == 1 && only.op.has_value() && only.op->inputs.size() == 1;
+  BufferOps* ops = OpsOf(*bucket);
   if (single) {
     const Tensor& in = only.op->inputs[0];
     const Tensor& out = only.op->outputs[0];
     if (first.prescale != 1.0) {
-      ScaledCopy(out.data, in.data, total, dtype, first.prescale);
+      const CopySlice slice{out.data, in.data, total};
+      absl::Status s = ops->Copy({&slice, 1}, dtype, CopyScaling{first.prescale, 1});
+      if (!s.ok()) return s;
     } else if (in.data != out.data) {
       args->send = in.data;
     }
     args->recv = out.data;
     return absl::OkStatus();
   }
-  // Fused (or a joined rank's zeros): pack every tensor into the channel's fusion buffer.
+  // Fused (or a joined rank's zeros): pack every tensor into the channel's fusion buffer, in one
+  // batched copy (one kernel launch on a device).
   bucket->fused = true;
-  std::vector<uint8_t>& buffer = channels_[static_cast<size_t>(bucket->channel)].fusion_buffer;
-  if (buffer.size() < static_cast<size_t>(total) * elem) {
-    buffer.resize(static_cast<size_t>(total) * elem);
-  }
-  uint8_t* cursor = buffer.data();
+  absl::StatusOr<void*> buffer = Reserve(
+      ops, &channels_[static_cast<size_t>(bucket->channel)].fusion_buffer,
+      static_cast<size_t>(total) * elem);
+  if (!buffer.ok()) return buffer.status();
+  const absl::Time copy_start = absl::Now();
+  std::vector<CopySlice> slices;
+  auto* cursor = static_cast<uint8_t*>(*buffer);
   for (const ReadyOp& r : bucket->ops) {
     const Request& request = r.response->request;
-    const absl::Time copy_start = absl::Now();
     for (size_t t = 0; t < request.tensors.size(); ++t) {
       const int64_t n = request.tensors[t].NumElements();
-      if (r.op.has_value()) {
-        ScaledCopy(cursor, r.op->inputs[t].data, n, dtype, request.prescale);
-      } else {
-        std::memset(cursor, 0, static_cast<size_t>(n) * elem);
-      }
+      slices.push_back(CopySlice{cursor, r.op.has_value() ? r.op->inputs[t].data : nullptr, n});
       cursor += static_cast<size_t>(n) * elem;
     }
-    if (timeline_->enabled()) timeline_->Span(r.response->name, "COPY_IN", copy_start, absl::Now());
   }
-  args->recv = buffer.data();
+  absl::Status s = ops->Copy(slices, dtype, CopyScaling{first.prescale, 1});
+  if (!s.ok()) return s;
+  if (timeline_->enabled()) {
+    for (const ReadyOp& r : bucket->ops) {
+      timeline_->Span(r.response->name, "COPY_IN", copy_start, absl::Now());
+    }
+  }
+  args->recv = *buffer;
   return absl::OkStatus();
 }
 
@@ -219,7 +299,9 @@ absl::Status DataPlane::StartOther(Bucket* bucket, CollectiveArgs* args) {
     case OpKind::kBroadcast: {
       const Tensor& out = op.outputs[0];
       if (rank_ == response.request.root && in.data != out.data) {
-        std::memcpy(out.data, in.data, in.ByteSize());
+        const CopySlice slice{out.data, in.data, in.NumElements()};
+        absl::Status s = OpsOf(*bucket)->Copy({&slice, 1}, dtype, CopyScaling{});
+        if (!s.ok()) return s;
       }
       args->kind = CollectiveKind::kBroadcast;
       args->recv = out.data;
@@ -236,7 +318,9 @@ absl::Status DataPlane::StartOther(Bucket* bucket, CollectiveArgs* args) {
       }
       args->recv_displs = Prefix(args->recv_counts);
       args->send = in.data;
-      args->recv = AllocateOutput(op, in, rows);
+      absl::StatusOr<void*> out = AllocateOutput(bucket, op, in, rows);
+      if (!out.ok()) return out.status();
+      args->recv = *out;
       return absl::OkStatus();
     }
     case OpKind::kReduceScatter: {
@@ -249,12 +333,18 @@ absl::Status DataPlane::StartOther(Bucket* bucket, CollectiveArgs* args) {
       args->count = in.NumElements();
       args->send = in.data;
       if (response.request.prescale != 1.0) {
-        bucket->scratch.resize(in.ByteSize());
-        ScaledCopy(bucket->scratch.data(), in.data, in.NumElements(), dtype,
-                   response.request.prescale);
-        args->send = bucket->scratch.data();
+        absl::StatusOr<void*> scratch = Reserve(OpsOf(*bucket), &bucket->scratch, in.ByteSize());
+        if (!scratch.ok()) return scratch.status();
+        const CopySlice slice{*scratch, in.data, in.NumElements()};
+        absl::Status s =
+            OpsOf(*bucket)->Copy({&slice, 1}, dtype, CopyScaling{response.request.prescale, 1});
+        if (!s.ok()) return s;
+        args->send = *scratch;
       }
-      args->recv = AllocateOutput(op, in, dim0 / size_ + (rank_ < dim0 % size_ ? 1 : 0));
+      absl::StatusOr<void*> out =
+          AllocateOutput(bucket, op, in, dim0 / size_ + (rank_ < dim0 % size_ ? 1 : 0));
+      if (!out.ok()) return out.status();
+      args->recv = *out;
       return absl::OkStatus();
     }
     case OpKind::kAlltoall: {
@@ -277,7 +367,9 @@ absl::Status DataPlane::StartOther(Bucket* bucket, CollectiveArgs* args) {
       args->send_displs = Prefix(args->send_counts);
       args->recv_displs = Prefix(args->recv_counts);
       args->send = in.data;
-      args->recv = AllocateOutput(op, in, rows);
+      absl::StatusOr<void*> out = AllocateOutput(bucket, op, in, rows);
+      if (!out.ok()) return out.status();
+      args->recv = *out;
       return absl::OkStatus();
     }
     default:
@@ -288,8 +380,11 @@ absl::Status DataPlane::StartOther(Bucket* bucket, CollectiveArgs* args) {
 
 absl::Status DataPlane::Start(Bucket* bucket) {
   CollectiveArgs args;
-  absl::Status s = bucket->kind == OpKind::kAllreduce ? StartAllreduce(bucket, &args)
-                                                      : StartOther(bucket, &args);
+  absl::Status s = WaitForProducers(bucket);
+  if (s.ok()) {
+    s = bucket->kind == OpKind::kAllreduce ? StartAllreduce(bucket, &args)
+                                           : StartOther(bucket, &args);
+  }
   if (s.ok()) {
     absl::StatusOr<std::unique_ptr<Work>> work = executor_->Start(bucket->channel, args);
     if (work.ok()) {
@@ -307,30 +402,41 @@ absl::Status DataPlane::Start(Bucket* bucket) {
   return s;
 }
 
-void DataPlane::FinishAllreduce(Bucket* bucket) {
+absl::Status DataPlane::FinishAllreduce(Bucket* bucket) {
   const Request& first = bucket->ops.front().response->request;
   const DataType dtype = first.tensors[0].dtype;
-  const uint8_t* cursor = channels_[static_cast<size_t>(bucket->channel)].fusion_buffer.data();
   const size_t elem = DataTypeSize(dtype);
+  const absl::Time copy_start = absl::Now();
+  const uint8_t* cursor =
+      bucket->fused
+          ? static_cast<const uint8_t*>(
+                channels_[static_cast<size_t>(bucket->channel)].fusion_buffer->data())
+          : nullptr;
+  std::vector<CopySlice> slices;
   for (ReadyOp& r : bucket->ops) {
     const Request& request = r.response->request;
-    const absl::Time copy_start = absl::Now();
     for (size_t t = 0; t < request.tensors.size(); ++t) {
       const int64_t n = request.tensors[t].NumElements();
       if (r.op.has_value()) {
         void* out = r.op->outputs[t].data;
-        FinishReduced(out, bucket->fused ? cursor : out, n, dtype, first.op, first.postscale,
-                      size_);
+        slices.push_back(CopySlice{out, bucket->fused ? cursor : out, n});
       }
-      cursor += static_cast<size_t>(n) * elem;
+      if (bucket->fused) cursor += static_cast<size_t>(n) * elem;
     }
-    if (timeline_->enabled()) {
+  }
+  const CopyScaling scaling = FinishScaling(dtype, first.op, first.postscale, size_);
+  // Unfused and nothing to scale: the collective already wrote the result in place.
+  const bool copies = bucket->fused || scaling.factor != 1.0 || scaling.divisor != 1;
+  absl::Status s = copies ? OpsOf(*bucket)->Copy(slices, dtype, scaling) : absl::OkStatus();
+  if (timeline_->enabled()) {
+    for (const ReadyOp& r : bucket->ops) {
       timeline_->Span(r.response->name, "COPY_OUT", copy_start, absl::Now());
     }
   }
+  return s;
 }
 
-void DataPlane::Finish(Bucket* bucket) {
+absl::Status DataPlane::Finish(Bucket* bucket) {
   const absl::Time done = absl::Now();
   if (timeline_->enabled()) {
     timeline_->Span(absl::StrCat(track_prefix_, "channel ", bucket->channel),
@@ -349,15 +455,23 @@ void DataPlane::Finish(Bucket* bucket) {
       timings_.push_back(Timing{bytes, absl::ToDoubleSeconds(done - bucket->started)});
       if (timings_.size() > kMaxTimings) timings_.pop_front();
     }
-    FinishAllreduce(bucket);
+    absl::Status s = FinishAllreduce(bucket);
+    if (!s.ok()) return s;
   } else if (bucket->kind == OpKind::kReduceScatter) {
     ReadyOp& r = bucket->ops.front();
     const Request& request = r.response->request;
     Tensor& out = r.op->handle->output();
-    FinishReduced(out.data, out.data, out.NumElements(), out.dtype, request.op, request.postscale,
-                  size_);
+    const CopyScaling scaling = FinishScaling(out.dtype, request.op, request.postscale, size_);
+    if (scaling.factor != 1.0 || scaling.divisor != 1) {
+      const CopySlice slice{out.data, out.data, out.NumElements()};
+      absl::Status s = OpsOf(*bucket)->Copy({&slice, 1}, out.dtype, scaling);
+      if (!s.ok()) return s;
+    }
   }
-  Complete(bucket, absl::OkStatus());
+  absl::StatusOr<std::unique_ptr<Work>> fence = OpsOf(*bucket)->Fence();
+  if (!fence.ok()) return fence.status();
+  bucket->finishing = std::move(*fence);
+  return absl::OkStatus();
 }
 
 void DataPlane::Complete(Bucket* bucket, const absl::Status& status) {
@@ -389,6 +503,19 @@ absl::Status DataPlane::Progress() {
   for (Channel& channel : channels_) {
     while (!channel.buckets.empty()) {
       Bucket& bucket = channel.buckets.front();
+      if (bucket.finishing != nullptr) {
+        absl::StatusOr<bool> copied = bucket.finishing->Test();
+        if (!copied.ok()) {
+          return absl::Status(copied.status().code(),
+                              absl::StrCat("rank ", rank_, ": ", Describe(bucket),
+                                           ": copying the result failed: ",
+                                           copied.status().message()));
+        }
+        if (!*copied) break;
+        Complete(&bucket, absl::OkStatus());
+        channel.buckets.pop_front();
+        continue;
+      }
       if (bucket.work == nullptr) {
         absl::Status s = Start(&bucket);
         if (!s.ok()) {
@@ -427,8 +554,13 @@ absl::Status DataPlane::Progress() {
         }
         if (*more) break;  // the next round is in flight
       }
-      Finish(&bucket);
-      channel.buckets.pop_front();
+      absl::Status finished = Finish(&bucket);
+      if (!finished.ok()) {
+        Complete(&bucket, absl::Status(finished.code(), absl::StrCat("rank ", rank_, ": ",
+                                                                     Describe(bucket), ": ",
+                                                                     finished.message())));
+        channel.buckets.pop_front();
+      }
     }
   }
   return absl::OkStatus();

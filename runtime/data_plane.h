@@ -6,6 +6,13 @@
 // on the same channel and each channel sees the same sequence on every rank. A channel runs one
 // bucket at a time through its own fusion buffer.
 //
+// The plane is device-neutral: it moves bytes through BufferOps (collectives/buffer_ops.h), one
+// instance per channel queued on the executor's channel stream, so the same code serves host
+// tensors with MPI and CUDA tensors with NCCL (or MPI staged through host memory). For CUDA, a
+// bucket's copies wait on the streams its tensors were written on, copy-in, collective and
+// copy-out run in stream order, and the operations complete once a fence after the copy-out has
+// passed: the host never synchronises the device.
+//
 // Threading: the coordinator thread only.
 #ifndef OVERLAP_RUNTIME_DATA_PLANE_H_
 #define OVERLAP_RUNTIME_DATA_PLANE_H_
@@ -16,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "collectives/buffer_ops.h"
 #include "collectives/executor.h"
 #include "runtime/compression_stage.h"
 #include "runtime/config.h"
@@ -29,9 +37,17 @@ class DataPlane {
   // Called once per finished operation, with its outcome.
   using CompleteFn = std::function<void(PendingOp& op, const absl::Status& status)>;
 
-  // `track_prefix` starts the names of this plane's channel tracks in the timeline.
+  // A plane for host tensors. `track_prefix` starts the names of this plane's channel tracks in
+  // the timeline.
   DataPlane(Executor* executor, const Config& config, int rank, int size, Timeline* timeline,
             CompressionStage* compression, CompleteFn complete, std::string track_prefix = "");
+
+  // A plane for tensors on `device`, over an executor whose buffers live there. Unavailable when
+  // the device cannot be used.
+  static absl::StatusOr<std::unique_ptr<DataPlane>> OnDevice(
+      Device device, Executor* executor, const Config& config, int rank, int size,
+      Timeline* timeline, CompressionStage* compression, CompleteFn complete,
+      std::string track_prefix);
 
   // Queues operations in the order every rank agreed on.
   void Submit(std::vector<ReadyOp> ready);
@@ -63,25 +79,41 @@ class DataPlane {
     int channel = 0;
     bool fused = false;
     std::unique_ptr<Work> work;
-    std::vector<uint8_t> scratch;  // prescaled or zero input outside the fusion buffer
+    std::unique_ptr<Work> finishing;        // the fence after the copy-out; set by Finish
+    std::unique_ptr<DeviceMemory> scratch;  // prescaled input outside the fusion buffer
     std::unique_ptr<CompressedBucketState> compressed;  // compressed allreduces only
     absl::Time queued, started;
   };
   struct Channel {
     std::deque<Bucket> buckets;  // front() is running when its work is set
-    std::vector<uint8_t> fusion_buffer;
+    std::unique_ptr<BufferOps> ops;
+    std::unique_ptr<DeviceMemory> fusion_buffer;
   };
+
+  DataPlane(Device device, std::vector<std::unique_ptr<BufferOps>> channel_ops,
+            Executor* executor, const Config& config, int rank, int size, Timeline* timeline,
+            CompressionStage* compression, CompleteFn complete, std::string track_prefix);
 
   absl::Status Start(Bucket* bucket);
   // After a compressed bucket's collective: true when it started another round.
   absl::StatusOr<bool> ContinueCompressed(Bucket* bucket);
   absl::Status StartAllreduce(Bucket* bucket, CollectiveArgs* args);
   absl::Status StartOther(Bucket* bucket, CollectiveArgs* args);
-  void Finish(Bucket* bucket);
-  void FinishAllreduce(Bucket* bucket);
+  // Makes the queued copies wait for the streams the bucket's tensors were written on.
+  absl::Status WaitForProducers(Bucket* bucket);
+  BufferOps* OpsOf(const Bucket& bucket) {
+    return channels_[static_cast<size_t>(bucket.channel)].ops.get();
+  }
+  // Points the handle's output at fresh memory shaped like `like` but with `rows` rows.
+  absl::StatusOr<void*> AllocateOutput(Bucket* bucket, PendingOp& op, const Tensor& like,
+                                       int64_t rows);
+  // Queues the copy-out and the fence that completes the bucket.
+  absl::Status Finish(Bucket* bucket);
+  absl::Status FinishAllreduce(Bucket* bucket);
   void Complete(Bucket* bucket, const absl::Status& status);
   std::string Describe(const Bucket& bucket) const;
 
+  const Device device_;
   Executor* const executor_;
   const Config config_;
   const int rank_;

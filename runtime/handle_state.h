@@ -2,12 +2,14 @@
 #ifndef OVERLAP_RUNTIME_HANDLE_STATE_H_
 #define OVERLAP_RUNTIME_HANDLE_STATE_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "collectives/buffer_ops.h"
 #include "runtime/overlap.h"
 
 namespace overlap {
@@ -36,7 +38,8 @@ class HandleState {
   // Runtime-owned result for operations whose output size is decided by negotiation; set by the
   // coordinator before Complete.
   Tensor& output() { return output_; }
-  std::vector<uint8_t>& output_storage() { return output_storage_; }
+  // The memory output() points into, on the operation's device.
+  std::unique_ptr<DeviceMemory>& output_memory() { return output_memory_; }
   std::vector<int64_t>& received_splits() { return received_splits_; }
 
  private:
@@ -49,7 +52,7 @@ class HandleState {
   mutable absl::Time first_wait_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::Time done_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   Tensor output_;
-  std::vector<uint8_t> output_storage_;
+  std::unique_ptr<DeviceMemory> output_memory_;
   std::vector<int64_t> received_splits_;
 };
 

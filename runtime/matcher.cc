@@ -28,6 +28,10 @@ std::string Disagreement(const Request& first, int first_rank, const Request& ot
     return absl::StrCat("operation mismatch: ",
                         both(OpKindName(first.kind), OpKindName(other.kind)));
   }
+  if (first.device != other.device) {
+    const auto name = [](DeviceKind d) { return d == DeviceKind::kCuda ? "a CUDA tensor" : "a CPU tensor"; };
+    return absl::StrCat("device mismatch: ", both(name(first.device), name(other.device)));
+  }
   if (first.tensors.size() != other.tensors.size()) {
     return absl::StrCat("group size mismatch: ",
                         both(absl::StrCat(first.tensors.size(), " tensors"),

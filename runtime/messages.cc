@@ -36,7 +36,7 @@ int64_t TensorMeta::NumElements() const {
 bool Request::operator==(const Request& o) const {
   return name == o.name && kind == o.kind && op == o.op && prescale == o.prescale &&
          postscale == o.postscale && root == o.root && tensors == o.tensors && splits == o.splits &&
-         compression == o.compression;
+         compression == o.compression && device == o.device;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -104,6 +104,7 @@ void EncodeRequest(const Request& r, ByteWriter* out) {
   }
   out->PutI64s(r.splits);
   out->PutString(r.compression);
+  out->PutI32(static_cast<int32_t>(r.device));
 }
 
 absl::Status DecodeRequest(ByteReader* in, Request* r) {
@@ -132,6 +133,13 @@ absl::Status DecodeRequest(ByteReader* in, Request* r) {
   }
   s = in->GetI64s(&r->splits);
   if (s.ok()) s = in->GetString(&r->compression);
+  int32_t device = 0;
+  if (s.ok()) s = in->GetI32(&device);
+  if (s.ok() && device != static_cast<int32_t>(DeviceKind::kCpu) &&
+      device != static_cast<int32_t>(DeviceKind::kCuda)) {
+    return absl::DataLossError(absl::StrCat("negotiation message has device kind ", device));
+  }
+  r->device = static_cast<DeviceKind>(device);
   return s;
 }
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "collectives/device.h"
 #include "collectives/dtype.h"
 
 namespace overlap {
@@ -47,6 +48,9 @@ struct Request {
   std::vector<TensorMeta> tensors;   // more than one for a grouped allreduce
   std::vector<int64_t> splits;       // alltoall: rows sent to each rank
   std::string compression = "none";  // allreduce: canonical compressor configuration
+  // Where the tensors live (the kind only: rank r may use cuda:r). Every rank must agree, since
+  // the kind picks the data plane and executor that move the bytes.
+  DeviceKind device = DeviceKind::kCpu;
 
   bool operator==(const Request& o) const;
 };

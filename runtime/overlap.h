@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "collectives/device.h"
 #include "collectives/dtype.h"
 #include "runtime/config.h"
 
@@ -34,11 +35,19 @@ namespace overlap {
 
 // A view of caller-owned memory. The memory must stay valid and untouched until the handle of
 // the operation that uses it completes.
+//
+// CUDA tensors: `data` is a device pointer on `device`, and `stream` (a cudaStream_t) is the
+// stream the producer wrote it on, nullptr for the legacy default stream. The runtime's copies and
+// collectives wait on an event recorded on that stream, so the program need not synchronise
+// before submitting; when the handle completes, the result is on the device and visible to every
+// stream. Every tensor of one operation, input and output, must be on the same device.
 struct Tensor {
   void* data = nullptr;
   size_t capacity_bytes = 0;  // bytes available at `data`; must cover the shape
   DataType dtype = DataType::kFloat32;
   std::vector<int64_t> shape;
+  Device device;          // where `data` lives; the CPU by default
+  void* stream = nullptr;  // CUDA tensors: the producer's cudaStream_t
 
   int64_t NumElements() const;
   size_t ByteSize() const { return static_cast<size_t>(NumElements()) * DataTypeSize(dtype); }
@@ -232,6 +241,9 @@ struct RuntimeStats {
   // The link cost fitted for planning, channel 0 allreduce: t = alpha + beta x bytes.
   double fitted_alpha_us = 0;
   double fitted_beta_us_per_mb = 0;
+  // What moves this rank's CUDA tensors, once the first one was agreed: "nccl" or
+  // "mpi+host-staging" (OVERLAP_EXECUTOR); empty before.
+  std::string cuda_executor;
 };
 // Zeros before Init and after Shutdown.
 RuntimeStats Stats();

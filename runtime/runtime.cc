@@ -4,8 +4,11 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/buffer_ops.h"
 #include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
 #include "runtime/validation.h"
@@ -126,6 +129,10 @@ absl::Status Runtime::Connect(const Config& config) {
   data_plane_ = std::make_unique<DataPlane>(
       executor_.get(), config, rank_, size_, &timeline_, compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
+  cuda_plane_ = std::make_unique<CudaPlane>(
+      config, rank_, size_, std::max(0, local_rank_) % std::max(1, CudaDeviceCount()), &timeline_,
+      compression_.get(),
+      [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
   // Planned collectives and their checks get communicators of their own: ranks start them
   // without negotiation, so they must not share a sequence with negotiated ones.
   absl::StatusOr<std::unique_ptr<MpiExecutor>> planned_executor =
@@ -195,6 +202,10 @@ RuntimeStats Runtime::stats() const {
   stats.plans_dropped = counters_.dropped.load();
   stats.planned_tensors = counters_.tensors.load();
   stats.steps = counters_.steps.load();
+  {
+    absl::MutexLock lock(&mu_);
+    stats.cuda_executor = cuda_executor_;
+  }
   if (scheduler_ != nullptr) {
     const ScheduleInfo info = scheduler_->info();
     stats.planner = info.planner;
@@ -232,13 +243,18 @@ absl::StatusOr<Handle> Runtime::Submit(PendingOp op, DoneCallback on_done) {
     op.request.compression = *compression;
   }
   absl::Status valid = ValidateOp(op, size_);
+  if (valid.ok() && !op.inputs.empty() && op.inputs[0].device.is_cuda()) {
+    valid = ClaimCudaDevice(op);
+  }
   if (!valid.ok()) {
     return absl::Status(valid.code(), absl::StrCat("rank ", rank_, ": ", valid.message()));
   }
+  if (!op.inputs.empty()) op.request.device = op.inputs[0].device.kind;
   const std::string& name = op.request.name;
   auto state = std::make_shared<internal::HandleState>(name, std::move(on_done));
   // Scheduled plans cover float32 gradients being summed or averaged, one tensor each.
   if (scheduler_ != nullptr && op.request.kind == OpKind::kAllreduce &&
+      op.request.device == DeviceKind::kCpu &&
       op.request.tensors.size() == 1 && op.request.compression == "none" &&
       op.request.tensors[0].dtype == DataType::kFloat32 &&
       (op.request.op == ReduceOp::kSum || op.request.op == ReduceOp::kAverage)) {
@@ -312,6 +328,18 @@ absl::Status Runtime::ReadControl(absl::Duration timeout, bool local) {
   return absl::OkStatus();
 }
 
+absl::Status Runtime::ClaimCudaDevice(const PendingOp& op) {
+  const int device = op.inputs[0].device.index;
+  int expected = -1;
+  if (cuda_device_.compare_exchange_strong(expected, device) || expected == device) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      OpKindName(op.request.kind), " '", op.request.name, "': tensor on cuda:", device,
+      ", but this process's collectives run on cuda:", expected,
+      " (its first CUDA tensor's device); every CUDA tensor of a rank must be on one GPU"));
+}
+
 void Runtime::Fatal(const absl::Status& status) {
   spdlog::error("overlap: {}", std::string(status.message()));
   std::deque<PendingOp> incoming;
@@ -324,6 +352,11 @@ void Runtime::Fatal(const absl::Status& status) {
   for (auto& [name, op] : pending_) CompleteOp(op, status);
   pending_.clear();
   data_plane_->FailAll(status);
+  cuda_plane_->FailAll(status);
+  // After the handles complete: ncclCommAbort stops kernels waiting on a dead peer at once, but
+  // frees device memory, which waits for every other stream of the device; the program must
+  // learn of the failure even when one of those is what is stuck.
+  cuda_plane_->Abort();
   for (PendingOp& op : planned_->FailAll(status)) CompleteOp(op, status);
   control_.reset();  // closing our sockets tells the peers at once
 }
@@ -365,7 +398,9 @@ bool Runtime::RunRounds() {
     std::optional<LearnedStep> learned;
     for (ReadyOp& r : round->ready) {
       const Response& response = *r.response;
-      if (response.request.kind == OpKind::kAllreduce && response.cache_id >= 0) {
+      // CUDA tensors stay negotiated: the planned path moves host memory only.
+      if (response.request.kind == OpKind::kAllreduce && response.cache_id >= 0 &&
+          response.request.device == DeviceKind::kCpu) {
         std::optional<LearnedStep> step =
             detector_->Observe(response.cache_id, round->agreed_launches);
         if (step.has_value()) learned = std::move(step);
@@ -376,7 +411,16 @@ bool Runtime::RunRounds() {
       }
     }
     detector_->EndRound();
-    data_plane_->Submit(std::move(round->ready));
+    std::vector<ReadyOp> host, cuda;
+    for (ReadyOp& r : round->ready) {
+      (r.response->request.device == DeviceKind::kCuda ? cuda : host).push_back(std::move(r));
+    }
+    data_plane_->Submit(std::move(host));
+    if (!cuda.empty()) {
+      cuda_plane_->Submit(std::move(cuda));
+      absl::MutexLock lock(&mu_);
+      cuda_executor_ = cuda_plane_->executor_name();
+    }
     // Evicted requests go out whole in the next round, which this rank must ask for itself.
     if (round->resend) loop_.resend = true;
     if (round->evicted) detector_->Reset();
@@ -420,7 +464,7 @@ void Runtime::DropPlan(const char* why, bool relearn) {
 }
 
 bool Runtime::Quiescent() const {
-  return pending_.empty() && rounds_owed_ == 0 && data_plane_->idle() && planned_->quiescent();
+  return pending_.empty() && rounds_owed_ == 0 && PlanesIdle() && planned_->quiescent();
 }
 
 absl::Status Runtime::ProgressSchedule() {
@@ -580,7 +624,7 @@ absl::Duration Runtime::IdleTimeout() const {
   // wake-up from poll() costs a context switch on every rank that the next submission would
   // otherwise pay. While collectives are in flight MPI needs our calls to make progress.
   const absl::Time now = absl::Now();
-  if (rounds_owed_ > 0 || loop_.resend || !data_plane_->idle() || !planned_->idle() ||
+  if (rounds_owed_ > 0 || loop_.resend || !PlanesIdle() || !planned_->idle() ||
       (scheduler_ != nullptr && scheduler_->busy()) ||
       now - loop_.last_activity < kSpinAfterActivity) {
     return absl::ZeroDuration();
@@ -602,13 +646,14 @@ void Runtime::Loop() {
       loop_.asked = false;
       if (!RunRounds()) return;
     }
-    if (dirty || !data_plane_->idle() || !planned_->idle()) loop_.last_activity = absl::Now();
+    if (dirty || !PlanesIdle() || !planned_->idle()) loop_.last_activity = absl::Now();
     // Many cheap MPI_Test calls per syscall: MPI moves large messages a fragment per call.
     std::vector<PendingOp> renegotiate;
     for (int i = 0; i < 64 && s.ok(); ++i) {
       if (!data_plane_->idle()) s = data_plane_->Progress();
+      if (s.ok() && !cuda_plane_->idle()) s = cuda_plane_->Progress();
       if (s.ok()) s = planned_->Progress(&renegotiate);
-      if (data_plane_->idle() && planned_->idle()) break;
+      if (PlanesIdle() && planned_->idle()) break;
     }
     Renegotiate(std::move(renegotiate));
     if (s.ok() && scheduler_ != nullptr) s = ProgressSchedule();
@@ -616,7 +661,7 @@ void Runtime::Loop() {
     if (planned_->must_unfreeze()) DropPlan("a tensor was submitted differently from the plan");
     if (planned_->TakeUnfreezeWish()) loop_.resend = true;  // asks for a round to drop the plan
     if (planned_->TakeReportWish()) loop_.plan_report = loop_.resend = true;
-    if (s.ok() && stopping_ && data_plane_->idle() && planned_->idle()) break;
+    if (s.ok() && stopping_ && PlanesIdle() && planned_->idle()) break;
     if (s.ok() && !stopping_ && absl::Now() > loop_.shutdown_deadline) {
       s = absl::DeadlineExceededError(
           absl::StrCat("rank ", rank_, ": Shutdown: not every rank called Shutdown within ",
@@ -676,6 +721,7 @@ absl::Status Runtime::Shutdown() {
   control_.reset();
   scheduler_.reset();  // frees its communicators: before MPI_Finalize
   planned_.reset();
+  cuda_plane_.reset();
   data_plane_.reset();
   negotiator_.reset();
   executor_.reset();

@@ -27,6 +27,7 @@
 #include "runtime/config.h"
 #include "runtime/control_plane.h"
 #include "runtime/cycle_detector.h"
+#include "runtime/cuda_plane.h"
 #include "runtime/data_plane.h"
 #include "runtime/negotiator.h"
 #include "runtime/overlap.h"
@@ -92,6 +93,10 @@ class Runtime {
   absl::Status ProgressSchedule();
   void AdoptScheduled(ExecutablePlan plan);
   bool Quiescent() const;
+  bool PlanesIdle() const { return data_plane_->idle() && cuda_plane_->idle(); }
+  // Binds this process to the GPU of `op`'s tensors on its first CUDA operation; afterwards,
+  // InvalidArgument for a tensor on another GPU.
+  absl::Status ClaimCudaDevice(const PendingOp& op);
   void CompleteOp(PendingOp& op, const absl::Status& status);
   void Fatal(const absl::Status& status);
   // Waits up to `timeout` for control signals (and, if `local`, for new submissions) and
@@ -111,6 +116,10 @@ class Runtime {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Negotiator> negotiator_;
   std::unique_ptr<DataPlane> data_plane_;
+  std::unique_ptr<CudaPlane> cuda_plane_;
+  // The GPU this process's CUDA tensors use: the first one submitted (-1 before), which every
+  // later CUDA tensor must match. Set by submitting threads.
+  std::atomic<int> cuda_device_{-1};
   std::unique_ptr<PlannedMode> planned_;
   std::unique_ptr<CycleDetector> detector_;
   std::unique_ptr<StepProfiler> profiler_;
@@ -138,7 +147,7 @@ class Runtime {
     absl::Time last_activity = absl::InfinitePast();
   } loop_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::deque<PendingOp> incoming_ ABSL_GUARDED_BY(mu_);
   // Forward markers for the scheduler, each with the number of incoming_ operations before it.
   struct Marker {
@@ -151,6 +160,7 @@ class Runtime {
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  std::string cuda_executor_ ABSL_GUARDED_BY(mu_);  // RuntimeStats::cuda_executor
   // Written by the coordinator thread, read by stats().
   struct Counters {
     std::atomic<int64_t> rounds{0}, launches{0}, frozen{0}, dropped{0}, tensors{0}, steps{0};

@@ -1,6 +1,9 @@
 #include "runtime/validation.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "collectives/buffer_ops.h"
 
 namespace overlap {
 namespace {
@@ -48,6 +51,37 @@ absl::Status CheckReduction(const Request& r, DataType dtype) {
   return absl::OkStatus();
 }
 
+// Every tensor of the operation on one device, and that device usable here.
+absl::Status CheckDevices(const PendingOp& op) {
+  const Request& r = op.request;
+  if (op.inputs.empty()) return absl::OkStatus();
+  const Device device = op.inputs[0].device;
+  for (size_t i = 0; i < op.inputs.size() || i < op.outputs.size(); ++i) {
+    for (const auto& [tensors, role] : {std::pair{&op.inputs, "input"}, std::pair{&op.outputs, "output"}}) {
+      if (i >= tensors->size() || (*tensors)[i].device == device) continue;
+      return Invalid(r, absl::StrCat(role, " ", i, " is on ", (*tensors)[i].device.ToString(),
+                                     " but input 0 is on ", device.ToString(),
+                                     "; one operation's tensors must share a device"));
+    }
+  }
+  if (!device.is_cuda()) return absl::OkStatus();
+  const int visible = CudaDeviceCount();
+  if (visible == 0) {
+    return Invalid(r, absl::StrCat("tensor on ", device.ToString(), ", but ",
+                                   CudaUnavailableReason()));
+  }
+  if (device.index < 0 || device.index >= visible) {
+    return Invalid(r, absl::StrCat("tensor on ", device.ToString(), ", but this process sees ",
+                                   visible, " CUDA device", visible == 1 ? "" : "s"));
+  }
+  if (r.kind == OpKind::kAllreduce && r.compression != "none") {
+    return Invalid(r, absl::StrCat("compression '", r.compression,
+                                   "' of CUDA tensors is not available yet; compress host "
+                                   "tensors, or pass compression none for this one"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateOp(const PendingOp& op, int size) {
@@ -61,6 +95,8 @@ absl::Status ValidateOp(const PendingOp& op, int size) {
     if (s.ok() && i < op.outputs.size()) s = CheckSameLayout(r, op.inputs[i], op.outputs[i]);
     if (!s.ok()) return s;
   }
+  absl::Status devices = CheckDevices(op);
+  if (!devices.ok()) return devices;
   switch (r.kind) {
     case OpKind::kAllreduce:
       if (op.inputs.empty()) return Invalid(r, "no tensors");

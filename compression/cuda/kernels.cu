@@ -24,6 +24,14 @@ unsigned Blocks(size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
 
+// g + r as the CPU computes it: a GPU returns the canonical NaN 0x7fffffff whenever an operand is
+// NaN, while x86 returns the NaN operand itself with its quiet bit set, and bf16 keeps those bits.
+__device__ __forceinline__ float AddAsCpu(float g, float r) {
+  if (isnan(g)) return __uint_as_float(__float_as_uint(g) | 0x00400000u);
+  if (isnan(r)) return __uint_as_float(__float_as_uint(r) | 0x00400000u);
+  return __fadd_rn(g, r);
+}
+
 __device__ __forceinline__ uint16_t ToHalf(float f) {
   if (isnan(f)) return static_cast<uint16_t>(((__float_as_uint(f) >> 16) & 0x8000u) | 0x7e00u);
   return __half_as_ushort(__float2half_rn(f));
@@ -50,7 +58,7 @@ __device__ __forceinline__ float FromBFloat16(uint16_t h) {
 
 __global__ void EfHalfKernel(const float* g, float* r, uint16_t* out, size_t n) {
   GRID_STRIDE(i, n) {
-    const float v = __fadd_rn(g[i], r[i]);
+    const float v = AddAsCpu(g[i], r[i]);
     if (isfinite(v)) {
       const uint16_t h = ToHalf(fminf(fmaxf(v, -65504.0f), 65504.0f));
       out[i] = h;
@@ -65,7 +73,7 @@ __global__ void EfHalfKernel(const float* g, float* r, uint16_t* out, size_t n) 
 __global__ void EfBFloat16Kernel(const float* g, float* r, uint16_t* out, size_t n) {
   const float max = __uint_as_float(0x7f7f0000u);
   GRID_STRIDE(i, n) {
-    const float v = __fadd_rn(g[i], r[i]);
+    const float v = AddAsCpu(g[i], r[i]);
     if (isfinite(v)) {
       const uint16_t h = ToBFloat16(fminf(fmaxf(v, -max), max));
       out[i] = h;

@@ -24,14 +24,18 @@ C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT = range(5)
 # absl::StatusCode values the binding tells apart.
 _OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _FAILED_PRECONDITION = 0, 3, 4, 9
 
-_C_API_VERSION = 1
+_C_API_VERSION = 2
 _MAX_NDIM = 32
 
 
 class _Tensor(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("capacity_bytes", ctypes.c_int64),
                 ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
-                ("shape", ctypes.POINTER(ctypes.c_int64))]
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("device_kind", ctypes.c_int32), ("device_index", ctypes.c_int32),
+                ("stream", ctypes.c_void_p)]
+
+DEVICE_CPU, DEVICE_CUDA = 0, 1
 
 
 _lib = None
@@ -82,6 +86,8 @@ def _declare(lib):
         "overlap_handle_output": ([h, ctypes.POINTER(ctypes.c_void_p),
                                    ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
                                    ctypes.POINTER(ctypes.c_int64), ctypes.c_int32], ctypes.c_int),
+        "overlap_cuda_device_count": ([], ctypes.c_int),
+        "overlap_handle_copy_output": ([h, ctypes.c_void_p, ctypes.c_int64], ctypes.c_int),
         "overlap_handle_received_splits": ([h, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32],
                                            ctypes.c_int32),
         "overlap_handle_free": ([h], None),
@@ -214,6 +220,11 @@ def stop_timeline():
     check(lib().overlap_stop_timeline())
 
 
+def cuda_device_count():
+    """CUDA devices the core library sees: 0 when it was built without CUDA or has no GPU."""
+    return lib().overlap_cuda_device_count()
+
+
 def stats():
     """The runtime's counters and plan (overlap::Stats()) as a dict."""
     return json.loads(lib().overlap_stats_json().decode())
@@ -237,9 +248,11 @@ class Buffer:
 
     __slots__ = ("struct", "shape_array", "owner")
 
-    def __init__(self, address, nbytes, dtype, shape, owner):
+    def __init__(self, address, nbytes, dtype, shape, owner, device_kind=DEVICE_CPU,
+                 device_index=0, stream=None):
         self.shape_array = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-        self.struct = _Tensor(address, nbytes, dtype, len(shape), self.shape_array)
+        self.struct = _Tensor(address, nbytes, dtype, len(shape), self.shape_array, device_kind,
+                              device_index, stream)
         self.owner = owner
 
 
@@ -276,6 +289,11 @@ class Handle:
         check(lib().overlap_handle_output(self._ptr, ctypes.byref(data), ctypes.byref(dtype),
                                           ctypes.byref(ndim), shape, _MAX_NDIM))
         return data.value, dtype.value, [shape[i] for i in range(ndim.value)]
+
+    def copy_output(self, address, nbytes):
+        """Copies the runtime-owned result to `address` (on the result's device); returns once
+        the copy is done."""
+        check(lib().overlap_handle_copy_output(self._ptr, address, nbytes))
 
     def received_splits(self):
         buf = (ctypes.c_int64 * 4096)()

@@ -1,7 +1,14 @@
 // The NCCL executor on real GPUs: allreduce, broadcast and uneven reduce-scatter through the same
-// Executor interface the runtime drives. Skips, saying why, where no GPU is visible.
+// Executor interface the runtime drives. Skips, saying why, where no GPU is visible (fails there
+// when OVERLAP_REQUIRE_GPU=1); where a GPU is visible, an executor that cannot be created is a
+// failure.
 #define CATCH_CONFIG_RUNNER
 #include "collectives/nccl_executor.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "collectives/buffer_ops.h"
 
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -57,13 +64,22 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int result = 0;
-  absl::StatusOr<std::unique_ptr<overlap::NcclExecutor>> executor = overlap::NcclExecutor::Create(
-      MPI_COMM_WORLD, /*device=*/rank % std::max(1, overlap::CudaDeviceCount()), 1);
-  if (!executor.ok()) {
-    if (rank == 0) {
-      std::printf("SKIPPED: NCCL executor GPU test: %s\n",
-                  std::string(executor.status().message()).c_str());
+  const char* require = std::getenv("OVERLAP_REQUIRE_GPU");
+  if (overlap::CudaDeviceCount() == 0) {
+    const std::string reason = overlap::CudaUnavailableReason();
+    if (require != nullptr && std::string(require) == "1") {
+      std::printf("FAILED: OVERLAP_REQUIRE_GPU=1 but no GPU: %s\n", reason.c_str());
+      result = 1;
+    } else if (rank == 0) {
+      std::printf("SKIPPED: NCCL executor GPU test: no GPU: %s\n", reason.c_str());
     }
+  } else if (absl::StatusOr<std::unique_ptr<overlap::NcclExecutor>> executor =
+                 overlap::NcclExecutor::Create(MPI_COMM_WORLD,
+                                               rank % overlap::CudaDeviceCount(), 1);
+             !executor.ok()) {
+    std::printf("FAILED: rank %d: a GPU is visible but the NCCL executor failed: %s\n", rank,
+                std::string(executor.status().message()).c_str());
+    result = 1;
   } else {
     overlap::TheExecutor() = std::move(*executor);
     result = Catch::Session().run(argc, argv);

@@ -8,6 +8,7 @@ does not change when the core learns them.
 """
 
 import itertools
+import os
 import threading
 import time
 
@@ -78,8 +79,20 @@ def _c_op(op):
     return _C_OPS[op]
 
 
-def _stage(tensor, what):
-    """A contiguous host tensor in a core dtype: the tensor itself when it already is one.
+def _native_cuda(tensor, compressed=False):
+    """Whether the runtime takes `tensor` on its GPU as it is (NCCL, or MPI staged through pinned
+    memory: OVERLAP_EXECUTOR): a CUDA tensor, a runtime built with CUDA that sees a GPU, and no
+    runtime compression (which runs on host tensors)."""
+    if tensor.device.type != "cuda" or compressed:
+        return False
+    if os.environ.get("OVERLAP_COMPRESSION", "none") != "none":
+        return False
+    return _core.cuda_device_count() > 0
+
+
+def _stage(tensor, what, compressed=False):
+    """A contiguous tensor in a core dtype that the runtime can take: the tensor itself when it
+    already is one (host memory, or a CUDA tensor when _native_cuda), else a host copy.
     Refusals name the rank and the operation (`what`, e.g. "allreduce 'fc.weight'")."""
     what = "rank %d: %s" % (_core.rank(), what)
     if not isinstance(tensor, torch.Tensor):
@@ -90,8 +103,11 @@ def _stage(tensor, what):
     dtype = _STAGED_AS.get(tensor.dtype, tensor.dtype)
     if dtype not in _CORE_DTYPES:
         raise ValueError("%s: tensor type %s is not supported" % (what, tensor.dtype))
-    if tensor.device.type == "cpu" and dtype == tensor.dtype and tensor.is_contiguous():
+    if dtype == tensor.dtype and tensor.is_contiguous() and (
+            tensor.device.type == "cpu" or _native_cuda(tensor, compressed)):
         return tensor
+    if _native_cuda(tensor, compressed):
+        return tensor.detach().to(dtype).contiguous()
     return tensor.detach().to("cpu", dtype).contiguous()
 
 
@@ -100,6 +116,12 @@ def _int_scaled(tensor, factor):
 
 
 def _buffer(tensor):
+    if tensor.device.type == "cuda":
+        # The runtime waits on the stream the tensor was written on instead of the whole device.
+        stream = torch.cuda.current_stream(tensor.device).cuda_stream
+        return _core.Buffer(tensor.data_ptr(), tensor.numel() * tensor.element_size(),
+                            _CORE_DTYPES[tensor.dtype], list(tensor.shape), tensor,
+                            _core.DEVICE_CUDA, tensor.device.index, stream)
     return _core.Buffer(tensor.data_ptr(), tensor.numel() * tensor.element_size(),
                         _CORE_DTYPES[tensor.dtype], list(tensor.shape), tensor)
 
@@ -121,11 +143,15 @@ def _deliver(result, tensor, in_place):
     return _like(result, tensor)
 
 
-def _read_output(core_handle):
-    """The runtime-owned result of a core handle, copied into a new host tensor."""
+def _read_output(core_handle, src):
+    """The runtime-owned result of a core handle, copied into a new tensor on `src`'s device
+    (`src`: the tensor the operation was submitted with)."""
     address, dtype, shape = core_handle.output()
-    out = torch.empty(shape, dtype=_TORCH_DTYPES[dtype])
-    _core.copy_bytes(out.data_ptr(), address, out.numel() * out.element_size())
+    out = torch.empty(shape, dtype=_TORCH_DTYPES[dtype], device=src.device)
+    if src.device.type == "cuda":
+        core_handle.copy_output(out.data_ptr(), out.numel() * out.element_size())
+    else:
+        _core.copy_bytes(out.data_ptr(), address, out.numel() * out.element_size())
     return out
 
 
@@ -138,7 +164,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     _check_process_set(process_set)
     c_op = _c_op(op)
     name = _auto_name("allreduce", name)
-    src = _stage(tensor, "allreduce '%s'" % name)
+    src = _stage(tensor, "allreduce '%s'" % name, compressed=bool(compression_spec))
     pre, post = float(prescale_factor), float(postscale_factor)
     int_scaled = not src.dtype.is_floating_point and (pre != 1.0 or post != 1.0)
     if int_scaled:  # as Horovod: integer tensors are scaled in float64 and cast back
@@ -227,7 +253,8 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     c_op = _c_op(op)
     base = _auto_name("grouped_allreduce", name)
     names = ["%s.%d" % (base, i) for i in range(len(tensors))]
-    srcs = [_stage(t, "grouped allreduce '%s'" % n) for t, n in zip(tensors, names)]
+    srcs = [_stage(t, "grouped allreduce '%s'" % n, compressed=bool(compression_spec))
+            for t, n in zip(tensors, names)]
     in_place = outputs is tensors
     dsts = srcs if in_place else [torch.empty_like(s) for s in srcs]
     core_handle = _core.grouped_allreduce(names, [_buffer(s) for s in srcs],
@@ -329,7 +356,7 @@ def _allgather_async(tensor, name, process_set=global_process_set):
                          % (_core.rank(), name))
     core_handle = _core.allgather(name, _buffer(src))
     return _register([core_handle], (tensor, src),
-                     lambda: _like(_read_output(core_handle), tensor))
+                     lambda: _like(_read_output(core_handle, src), tensor))
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -466,7 +493,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
     def finish():
         received = torch.tensor(core_handle.received_splits(), dtype=torch.int32)
-        return _like(_read_output(core_handle), tensor), received
+        return _like(_read_output(core_handle, src), tensor), received
 
     return _register([core_handle], (tensor, src), finish)
 
@@ -514,7 +541,7 @@ def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
                                       1.0 if int_scaled else post)
 
     def finish():
-        out = _read_output(core_handle)
+        out = _read_output(core_handle, src)
         return _like(_int_scaled(out, post) if int_scaled else out, tensor)
 
     return _register([core_handle], (tensor, src), finish)

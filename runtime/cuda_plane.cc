@@ -1,0 +1,125 @@
+#include "runtime/cuda_plane.h"
+
+#include <mpi.h>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/buffer_ops.h"
+#include "collectives/mpi_executor.h"
+#include "collectives/nccl_executor.h"
+#include "collectives/staging_executor.h"
+#include "spdlog/spdlog.h"
+
+namespace overlap {
+namespace {
+
+// Whether every rank can run CUDA at all; decided together so that all ranks take one path.
+bool EveryRankHasCuda(int device) {
+  int mine = device >= 0 && device < CudaDeviceCount() ? 1 : 0, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all == 1;
+}
+
+}  // namespace
+
+CudaPlane::CudaPlane(const Config& config, int rank, int size, int fallback_device,
+                     Timeline* timeline, CompressionStage* compression,
+                     DataPlane::CompleteFn complete)
+    : config_(config),
+      rank_(rank),
+      size_(size),
+      fallback_device_(fallback_device),
+      timeline_(timeline),
+      compression_(compression),
+      complete_(std::move(complete)) {}
+
+CudaPlane::~CudaPlane() {
+  plane_.reset();  // its buffers and streams before the executor's
+  executor_.reset();
+}
+
+absl::Status CudaPlane::SetUp(int device) {
+  if (!EveryRankHasCuda(device)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank_, ": CUDA tensors need a usable GPU on every rank; here cuda:", device,
+        " is not usable (", CudaDeviceCount(), " visible",
+        CudaUnavailableReason().empty() ? "" : ": " + CudaUnavailableReason(), ")"));
+  }
+  std::string nccl_refusal;
+  if (config_.executor != "mpi") {
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    absl::StatusOr<std::unique_ptr<Executor>> nccl =
+        CreateNcclExecutor(comm, device, config_.num_channels);
+    MPI_Comm_free(&comm);  // NCCL keeps no reference to it once its communicators exist
+    if (nccl.ok()) {
+      executor_ = std::move(*nccl);
+    } else if (config_.executor == "nccl") {
+      return absl::Status(nccl.status().code(),
+                          absl::StrCat("OVERLAP_EXECUTOR=nccl: ", nccl.status().message()));
+    } else {
+      nccl_refusal = std::string(nccl.status().message());
+    }
+  }
+  if (executor_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<MpiExecutor>> mpi =
+        MpiExecutor::Create(MPI_COMM_WORLD, config_.num_channels);
+    if (!mpi.ok()) return mpi.status();
+    absl::StatusOr<std::unique_ptr<StagingExecutor>> staged =
+        StagingExecutor::Create(std::move(*mpi), Device::Cuda(device), rank_);
+    if (!staged.ok()) return staged.status();
+    executor_ = std::move(*staged);
+    if (!nccl_refusal.empty() && rank_ == 0) {
+      spdlog::warn("overlap: CUDA tensors go through MPI with host staging: {}", nccl_refusal);
+    }
+  }
+  absl::StatusOr<std::unique_ptr<DataPlane>> plane =
+      DataPlane::OnDevice(Device::Cuda(device), executor_.get(), config_, rank_, size_, timeline_,
+                          compression_, complete_, "cuda ");
+  if (!plane.ok()) return plane.status();
+  plane_ = std::move(*plane);
+  spdlog::info("overlap: rank {} moves CUDA tensors on cuda:{} with {}", rank_, device,
+               executor_->name());
+  return absl::OkStatus();
+}
+
+void CudaPlane::Submit(std::vector<ReadyOp> ready) {
+  if (ready.empty()) return;
+  if (!set_up_) {
+    set_up_ = true;
+    int device = fallback_device_;
+    for (const ReadyOp& r : ready) {
+      if (r.op.has_value() && !r.op->inputs.empty()) {
+        device = r.op->inputs[0].device.index;
+        break;
+      }
+    }
+    setup_error_ = SetUp(device);
+  }
+  if (plane_ == nullptr) {
+    for (ReadyOp& r : ready) {
+      if (r.op.has_value()) complete_(*r.op, setup_error_);
+    }
+    return;
+  }
+  plane_->Submit(std::move(ready));
+}
+
+absl::Status CudaPlane::Progress() {
+  return plane_ == nullptr ? absl::OkStatus() : plane_->Progress();
+}
+
+bool CudaPlane::idle() const { return plane_ == nullptr || plane_->idle(); }
+
+void CudaPlane::FailAll(const absl::Status& status) {
+  if (plane_ != nullptr) plane_->FailAll(status);
+}
+
+void CudaPlane::Abort() {
+  if (executor_ != nullptr) executor_->Abort();
+}
+
+std::string CudaPlane::executor_name() const {
+  return executor_ == nullptr ? "" : executor_->name();
+}
+
+}  // namespace overlap

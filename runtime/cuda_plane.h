@@ -1,0 +1,62 @@
+// The data plane for CUDA tensors, with the executor OVERLAP_EXECUTOR selects.
+//
+// Created when the first agreed CUDA operation reaches it: every rank reaches that point at the
+// same place in the agreed order (a joined rank too), so the collective setup (communicator
+// duplication, the NCCL id broadcast, the check for ranks sharing a GPU) lines up across ranks
+// and a job that never submits a CUDA tensor never touches CUDA. When setup fails, every CUDA
+// operation fails with the reason, on every rank.
+//
+// Threading: the coordinator thread only.
+#ifndef OVERLAP_RUNTIME_CUDA_PLANE_H_
+#define OVERLAP_RUNTIME_CUDA_PLANE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "collectives/executor.h"
+#include "runtime/config.h"
+#include "runtime/data_plane.h"
+#include "runtime/timeline.h"
+
+namespace overlap {
+
+class CudaPlane {
+ public:
+  // `fallback_device` is the GPU a rank uses when its first CUDA operation is a joined rank's
+  // zeros (it has no tensor to take the device from).
+  CudaPlane(const Config& config, int rank, int size, int fallback_device, Timeline* timeline,
+            CompressionStage* compression, DataPlane::CompleteFn complete);
+  ~CudaPlane();
+
+  // Queues agreed CUDA operations, setting the plane up on the first call.
+  void Submit(std::vector<ReadyOp> ready);
+  absl::Status Progress();
+  bool idle() const;
+  void FailAll(const absl::Status& status);
+  // After a fatal error: abandons collectives in flight (NCCL: ncclCommAbort).
+  void Abort();
+
+  // "nccl", "mpi+host-staging", or "" before setup.
+  std::string executor_name() const;
+
+ private:
+  absl::Status SetUp(int device);
+
+  const Config config_;
+  const int rank_;
+  const int size_;
+  const int fallback_device_;
+  Timeline* const timeline_;
+  CompressionStage* const compression_;
+  const DataPlane::CompleteFn complete_;
+  bool set_up_ = false;
+  absl::Status setup_error_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<DataPlane> plane_;
+};
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_CUDA_PLANE_H_

@@ -1,0 +1,321 @@
+// CUDA tensors through the runtime: every collective with values checked, fused and unfused
+// allreduces, a producer stream the runtime must wait on, and the executor OVERLAP_EXECUTOR and
+// the ranks-per-GPU select (NCCL on one rank per GPU; MPI staged through host memory when ranks
+// share the GPU). Skips where no GPU is visible; fails there when OVERLAP_REQUIRE_GPU=1.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/half.h"
+#include "runtime/overlap.h"
+#include "tests/gpu/gpu_gate.h"
+
+namespace overlap {
+namespace {
+
+constexpr absl::Duration kWait = absl::Seconds(60);
+
+// Device memory holding a copy of host values, freed on scope exit.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(const std::vector<T>& host) : size_(host.size()) {
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(1, size_) * sizeof(T)) ==
+            cudaSuccess);
+    REQUIRE(cudaMemcpy(ptr_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice) ==
+            cudaSuccess);
+  }
+  ~DeviceArray() { cudaFree(ptr_); }
+  T* get() const { return ptr_; }
+  std::vector<T> ToHost() const {
+    std::vector<T> host(size_);
+    REQUIRE(cudaMemcpy(host.data(), ptr_, size_ * sizeof(T), cudaMemcpyDeviceToHost) ==
+            cudaSuccess);
+    return host;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t size_;
+};
+
+int Device() {
+  int device = 0;
+  cudaGetDevice(&device);
+  return device;
+}
+
+template <typename T>
+Tensor OnDevice(const DeviceArray<T>& a, DataType dtype, std::vector<int64_t> shape,
+                void* stream = nullptr) {
+  Tensor t = MakeTensor(a.get(), dtype, std::move(shape));
+  t.device = overlap::Device::Cuda(Device());
+  t.stream = stream;
+  return t;
+}
+
+template <typename T>
+std::vector<T> OutputToHost(const Handle& h) {
+  const Tensor& out = h.output();
+  CHECK(out.device.is_cuda());
+  std::vector<T> host(static_cast<size_t>(out.NumElements()));
+  REQUIRE(cudaMemcpy(host.data(), out.data, out.ByteSize(), cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
+  return host;
+}
+
+TEST_CASE("the executor for CUDA tensors is the one expected", "[gpu][probe]") {
+  if (!testing::GpuOrSkip()) return;
+  std::vector<float> x(16, 1.0f);
+  DeviceArray<float> d(x);
+  absl::StatusOr<Handle> h = Allreduce("executor.probe", OnDevice(d, DataType::kFloat32, {16}),
+                                       OnDevice(d, DataType::kFloat32, {16}));
+  REQUIRE(h.ok());
+  const absl::Status s = h->Wait(kWait);
+  // A configuration that cannot work fails every rank's first CUDA operation with the reason.
+  if (const char* error = std::getenv("OVERLAP_TEST_EXPECT_ERROR")) {
+    CHECK_FALSE(s.ok());
+    CHECK_THAT(std::string(s.message()), Catch::Contains(error) && Catch::Contains("rank "));
+    return;
+  }
+  REQUIRE(s.ok());
+  const char* expected = std::getenv("OVERLAP_TEST_EXPECT_EXECUTOR");
+  INFO("executor " << Stats().cuda_executor);
+  if (expected != nullptr) CHECK(Stats().cuda_executor == expected);
+}
+
+TEST_CASE("CUDA allreduce averages fused, unfused and large tensors", "[gpu]") {
+  if (!testing::GpuOrSkip()) return;
+  const int rank = Rank(), size = Size();
+  // Fused small tensors of several sizes, and one of 8M elements above the direct threshold.
+  const std::vector<int64_t> sizes = {1, 7, 1000, 4099, 65536, 8 << 20};
+  std::vector<std::unique_ptr<DeviceArray<float>>> in, out;
+  std::vector<Handle> handles;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    std::vector<float> x(static_cast<size_t>(sizes[t]));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((rank + 1) * ((i + t) % 13));
+    in.push_back(std::make_unique<DeviceArray<float>>(x));
+    out.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(x.size(), -1.0f)));
+    absl::StatusOr<Handle> h =
+        Allreduce(absl::StrCat("avg.", t), OnDevice(*in.back(), DataType::kFloat32, {sizes[t]}),
+                  OnDevice(*out.back(), DataType::kFloat32, {sizes[t]}));
+    REQUIRE(h.ok());
+    handles.push_back(*h);
+  }
+  const double rank_sum = size * (size + 1) / 2.0;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    REQUIRE(handles[t].Wait(kWait).ok());
+    const std::vector<float> got = out[t]->ToHost();
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float want = static_cast<float>(rank_sum * ((i + t) % 13) / size);
+      if (std::fabs(got[i] - want) > 1e-5f * std::max(1.0f, std::fabs(want))) ++bad;
+    }
+    INFO("tensor " << t << " of " << sizes[t] << " elements");
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("CUDA allreduce of every dtype with sum and integer average", "[gpu]") {
+  if (!testing::GpuOrSkip()) return;
+  const int rank = Rank(), size = Size();
+  const int64_t n = 3001;
+  {  // int32 average rounds toward zero, as on the CPU
+    std::vector<int32_t> x(n);
+    for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<int32_t>((rank + i) % 7 - 3);
+    DeviceArray<int32_t> d(x);
+    AllreduceOptions options;
+    options.op = ReduceOp::kAverage;
+    absl::StatusOr<Handle> h = Allreduce("int32.avg", OnDevice(d, DataType::kInt32, {n}),
+                                         OnDevice(d, DataType::kInt32, {n}), options);
+    REQUIRE(h.ok());
+    REQUIRE(h->Wait(kWait).ok());
+    const std::vector<int32_t> got = d.ToHost();
+    size_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t sum = 0;
+      for (int r = 0; r < size; ++r) sum += (r + i) % 7 - 3;
+      if (got[static_cast<size_t>(i)] != static_cast<int32_t>(sum / size)) ++bad;
+    }
+    CHECK(bad == 0);
+  }
+  {  // fp16 and bf16 sums of small integers are exact
+    for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
+      std::vector<uint16_t> x(n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = static_cast<float>((rank * 3 + i) % 9);
+        x[static_cast<size_t>(i)] = dtype == DataType::kFloat16 ? FloatToHalf(v) : FloatToBFloat16(v);
+      }
+      DeviceArray<uint16_t> d(x);
+      AllreduceOptions options;
+      options.op = ReduceOp::kSum;
+      absl::StatusOr<Handle> h =
+          Allreduce(absl::StrCat("half.sum.", DataTypeName(dtype)), OnDevice(d, dtype, {n}),
+                    OnDevice(d, dtype, {n}), options);
+      REQUIRE(h.ok());
+      REQUIRE(h->Wait(kWait).ok());
+      const std::vector<uint16_t> got = d.ToHost();
+      size_t bad = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        float want = 0;
+        for (int r = 0; r < size; ++r) want += static_cast<float>((r * 3 + i) % 9);
+        const uint16_t g = got[static_cast<size_t>(i)];
+        if ((dtype == DataType::kFloat16 ? HalfToFloat(g) : BFloat16ToFloat(g)) != want) ++bad;
+      }
+      INFO(DataTypeName(dtype));
+      CHECK(bad == 0);
+    }
+  }
+  {  // fp64 with prescale and postscale
+    std::vector<double> x(n, rank + 1.0);
+    DeviceArray<double> d(x);
+    AllreduceOptions options;
+    options.op = ReduceOp::kSum;
+    options.prescale = 0.5;
+    options.postscale = 4.0;
+    absl::StatusOr<Handle> h = Allreduce("f64.scaled", OnDevice(d, DataType::kFloat64, {n}),
+                                         OnDevice(d, DataType::kFloat64, {n}), options);
+    REQUIRE(h.ok());
+    REQUIRE(h->Wait(kWait).ok());
+    const std::vector<double> got = d.ToHost();
+    CHECK(got[0] == 2.0 * size * (size + 1) / 2.0);
+    CHECK(got[static_cast<size_t>(n - 1)] == 2.0 * size * (size + 1) / 2.0);
+  }
+}
+
+TEST_CASE("CUDA allgather, broadcast, reducescatter and alltoall", "[gpu]") {
+  if (!testing::GpuOrSkip()) return;
+  const int rank = Rank(), size = Size();
+  {  // allgather with a different first dimension on each rank
+    const int64_t rows = rank + 1, cols = 5;
+    std::vector<float> x(static_cast<size_t>(rows * cols), static_cast<float>(rank));
+    DeviceArray<float> d(x);
+    absl::StatusOr<Handle> h = Allgather("gather", OnDevice(d, DataType::kFloat32, {rows, cols}));
+    REQUIRE(h.ok());
+    REQUIRE(h->Wait(kWait).ok());
+    const std::vector<float> got = OutputToHost<float>(*h);
+    std::vector<float> want;
+    for (int r = 0; r < size; ++r) want.insert(want.end(), static_cast<size_t>((r + 1) * cols), r);
+    CHECK(got == want);
+    CHECK(h->output().shape == std::vector<int64_t>{size * (size + 1) / 2, cols});
+  }
+  {  // broadcast from the last rank, out of place
+    const int root = size - 1;
+    std::vector<int64_t> x(1000, rank == root ? 42 : -1);
+    DeviceArray<int64_t> in(x), out(std::vector<int64_t>(1000, 0));
+    BroadcastOptions options;
+    options.root = root;
+    absl::StatusOr<Handle> h = Broadcast("bcast", OnDevice(in, DataType::kInt64, {1000}),
+                                         OnDevice(out, DataType::kInt64, {1000}), options);
+    REQUIRE(h.ok());
+    REQUIRE(h->Wait(kWait).ok());
+    CHECK(out.ToHost() == std::vector<int64_t>(1000, 42));
+  }
+  {  // reducescatter of size*2+1 rows: the first rank gets one more
+    const int64_t rows = size * 2 + 1, cols = 3;
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i + rank);
+    DeviceArray<float> d(x);
+    ReduceScatterOptions options;
+    options.op = ReduceOp::kSum;
+    absl::StatusOr<Handle> h =
+        ReduceScatter("rs", OnDevice(d, DataType::kFloat32, {rows, cols}), options);
+    REQUIRE(h.ok());
+    REQUIRE(h->Wait(kWait).ok());
+    const int64_t mine = rows / size + (rank < rows % size ? 1 : 0);
+    const int64_t first = rank * (rows / size) + std::min<int64_t>(rank, rows % size);
+    const std::vector<float> got = OutputToHost<float>(*h);
+    REQUIRE(static_cast<int64_t>(got.size()) == mine * cols);
+    size_t bad = 0;
+    for (int64_t i = 0; i < mine * cols; ++i) {
+      float want = 0;
+      for (int r = 0; r < size; ++r) want += static_cast<float>(first * cols + i + r);
+      if (got[static_cast<size_t>(i)] != want) ++bad;
+    }
+    CHECK(bad == 0);
+  }
+  {  // alltoall: rank r sends r+1 rows of value 100*r + peer to each peer
+    const int64_t cols = 2;
+    std::vector<int64_t> splits(static_cast<size_t>(size), rank + 1);
+    std::vector<int32_t> x;
+    for (int peer = 0; peer < size; ++peer) {
+      x.insert(x.end(), static_cast<size_t>((rank + 1) * cols), 100 * rank + peer);
+    }
+    DeviceArray<int32_t> d(x);
+    AlltoallOptions options;
+    options.splits = splits;
+    absl::StatusOr<Handle> h = Alltoall(
+        "a2a", OnDevice(d, DataType::kInt32, {static_cast<int64_t>(size) * (rank + 1), cols}),
+        options);
+    REQUIRE(h.ok());
+    REQUIRE(h->Wait(kWait).ok());
+    std::vector<int32_t> want;
+    for (int r = 0; r < size; ++r) want.insert(want.end(), static_cast<size_t>((r + 1) * cols), 100 * r + rank);
+    CHECK(OutputToHost<int32_t>(*h) == want);
+  }
+}
+
+TEST_CASE("CUDA allreduce waits for the producer's stream", "[gpu]") {
+  if (!testing::GpuOrSkip()) return;
+  const int rank = Rank(), size = Size();
+  cudaStream_t producer;
+  REQUIRE(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking) == cudaSuccess);
+  // The producer stream is held by a host callback until the tensor was submitted; only then is
+  // the tensor written. A runtime that did not wait on the stream would reduce stale zeros.
+  std::atomic<bool> release{false};
+  const int64_t n = 1 << 20;
+  DeviceArray<float> d(std::vector<float>(n, 0.0f));
+  std::vector<float> values(n, static_cast<float>(rank + 1));
+  float* pinned = nullptr;
+  REQUIRE(cudaMallocHost(&pinned, n * sizeof(float)) == cudaSuccess);
+  std::memcpy(pinned, values.data(), n * sizeof(float));
+  REQUIRE(cudaLaunchHostFunc(
+              producer,
+              [](void* flag) {
+                while (!static_cast<std::atomic<bool>*>(flag)->load()) {
+                  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                }
+              },
+              &release) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(d.get(), pinned, n * sizeof(float), cudaMemcpyHostToDevice, producer) ==
+          cudaSuccess);
+  AllreduceOptions options;
+  options.op = ReduceOp::kSum;
+  absl::StatusOr<Handle> h = Allreduce("stream.ordered", OnDevice(d, DataType::kFloat32, {n}, producer),
+                                       OnDevice(d, DataType::kFloat32, {n}, producer), options);
+  REQUIRE(h.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(h->Poll());  // it cannot have finished: its input is not written yet
+  release = true;
+  REQUIRE(h->Wait(kWait).ok());
+  const std::vector<float> got = d.ToHost();
+  CHECK(got[0] == size * (size + 1) / 2.0f);
+  CHECK(got[n - 1] == size * (size + 1) / 2.0f);
+  cudaStreamSynchronize(producer);
+  cudaStreamDestroy(producer);
+  cudaFreeHost(pinned);
+}
+
+TEST_CASE("CUDA and CPU tensors mixed in one operation are refused", "[gpu]") {
+  if (!testing::GpuOrSkip()) return;
+  std::vector<float> host(8, 1.0f);
+  DeviceArray<float> d(host);
+  absl::StatusOr<Handle> h = Allreduce("mixed", OnDevice(d, DataType::kFloat32, {8}),
+                                       MakeTensor(host.data(), {8}));
+  REQUIRE_FALSE(h.ok());
+  CHECK(h.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(h.status().message()),
+             Catch::Contains("rank ") && Catch::Contains("'mixed'") &&
+                 Catch::Contains("output 0 is on cpu but input 0 is on cuda:"));
+}
+
+}  // namespace
+}  // namespace overlap

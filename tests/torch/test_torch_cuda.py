@@ -1,0 +1,81 @@
+"""overlap.torch with CUDA tensors, which the runtime takes on the GPU as they are (NCCL on a
+GPU per rank, MPI staged through pinned memory where ranks share one). Values are checked against
+what every rank computes on its own. Skips without a GPU; fails there when OVERLAP_REQUIRE_GPU=1.
+Run under overlaprun (tests/torch/run_pytest.sh)."""
+import os
+
+import pytest
+import torch
+
+import overlap.torch as hvd
+
+if not torch.cuda.is_available():
+    if os.environ.get("OVERLAP_REQUIRE_GPU") == "1":
+        raise RuntimeError("OVERLAP_REQUIRE_GPU=1 but torch sees no GPU")
+    pytest.skip("no GPU visible to torch", allow_module_level=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    hvd.init()
+    torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
+    yield
+    hvd.shutdown()
+
+
+def test_allreduce_average_on_device():
+    x = torch.full((1000, 3), float(hvd.rank() + 1), device="cuda")
+    y = hvd.allreduce(x, name="cuda.avg")
+    assert y.device == x.device
+    assert torch.all(y == (hvd.size() + 1) / 2.0)
+    assert hvd._core.stats()["cuda_executor"] in ("nccl", "mpi+host-staging")
+
+
+def test_allreduce_in_place_waits_for_the_current_stream():
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        x = torch.zeros(1 << 20, device="cuda")
+        torch.cuda._sleep(50_000_000)  # keeps the stream busy; the write below comes after
+        x.fill_(hvd.rank() + 1.0)
+        hvd.allreduce_(x, op=hvd.Sum, name="cuda.stream")
+    torch.cuda.synchronize()
+    assert torch.all(x == hvd.size() * (hvd.size() + 1) / 2.0)
+
+
+def test_allgather_broadcast_reducescatter_on_device():
+    rows = hvd.rank() + 1
+    x = torch.full((rows, 4), float(hvd.rank()), device="cuda", dtype=torch.float16)
+    g = hvd.allgather(x, name="cuda.gather")
+    assert g.device.type == "cuda" and g.dtype == torch.float16
+    want = torch.cat([torch.full((r + 1, 4), float(r)) for r in range(hvd.size())])
+    assert torch.equal(g.cpu().float(), want)
+    b = hvd.broadcast(torch.full((7,), float(hvd.rank() + 5), device="cuda"), root_rank=0,
+                      name="cuda.bcast")
+    assert torch.all(b == 5.0)
+    r = hvd.reducescatter(torch.ones(hvd.size() * 2, 3, device="cuda"), op=hvd.Sum,
+                          name="cuda.rs")
+    assert r.device.type == "cuda" and r.shape == (2, 3) and torch.all(r == hvd.size())
+
+
+def test_distributed_optimizer_trains_on_device():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 4)).cuda()
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    torch.manual_seed(1 + hvd.rank())
+    data = torch.randn(64, 32, device="cuda")
+    target = torch.randint(0, 4, (64,), device="cuda")
+    losses = []
+    for _ in range(20):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(data), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    # Every rank holds the same weights: the averaged gradients were applied everywhere.
+    w = model[0].weight.detach().clone()
+    gathered = hvd.allgather(w.unsqueeze(0), name="cuda.weights")
+    assert torch.allclose(gathered[0], gathered[-1])
