@@ -83,7 +83,8 @@ int overlap_handle_poll(const overlap_handle* handle);
 // operation's status; DEADLINE_EXCEEDED (4) if it is still running.
 int overlap_handle_wait(const overlap_handle* handle, double timeout_s);
 // The runtime-owned result of allgather, reducescatter and alltoall after success: data, dtype,
-// rank and up to `max_ndim` dims. The data lives until the handle is freed.
+// rank and up to `max_ndim` dims. The data lives until the handle is freed, on the operation's
+// device: a CUDA operation's result is device memory (read it with overlap_handle_copy_output).
 int overlap_handle_output(const overlap_handle* handle, const void** data, int32_t* dtype,
                           int32_t* ndim, int64_t* shape, int32_t max_ndim);
 // Copies the result overlap_handle_output describes to `dst` (`bytes` of memory on the same
