@@ -219,7 +219,11 @@ absl::Status StopTimeline();
 
 // What the runtime has done on this rank so far, for tests, benchmarks and logs.
 struct RuntimeStats {
+  // Rounds include the liveness probes a frozen plan asks for while a rank waits on its peers;
+  // operations agreed counts only what negotiation actually agreed, so it stays still while every
+  // operation runs on a plan.
   int64_t negotiation_rounds = 0;
+  int64_t negotiated_operations = 0;
   int64_t planned_launches = 0;  // units the frozen plan started without negotiation
   int64_t plans_frozen = 0;      // plans adopted (see OVERLAP_PLAN_AFTER_STEPS)
   int64_t plans_dropped = 0;     // plans given up (divergence, a changed step, a blocked rank)

@@ -197,6 +197,7 @@ absl::Status Runtime::MarkPhase(StepPhase phase) {
 RuntimeStats Runtime::stats() const {
   RuntimeStats stats;
   stats.negotiation_rounds = counters_.rounds.load();
+  stats.negotiated_operations = counters_.negotiated.load();
   stats.planned_launches = counters_.launches.load();
   stats.plans_frozen = counters_.frozen.load();
   stats.plans_dropped = counters_.dropped.load();
@@ -386,6 +387,8 @@ bool Runtime::RunRounds() {
     }
     const absl::Time now = absl::Now();
     counters_.rounds.fetch_add(1, std::memory_order_relaxed);
+    counters_.negotiated.fetch_add(static_cast<int64_t>(round->ready.size() + round->failed.size()),
+                                   std::memory_order_relaxed);
     timeline_.Span("negotiation rounds", "ROUND", start, now);
     for (auto& [op, error] : round->failed) {
       CompleteOp(op, absl::FailedPreconditionError(absl::StrCat("rank ", rank_, ": ", error)));

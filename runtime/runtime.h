@@ -163,7 +163,7 @@ class Runtime {
   std::string cuda_executor_ ABSL_GUARDED_BY(mu_);  // RuntimeStats::cuda_executor
   // Written by the coordinator thread, read by stats().
   struct Counters {
-    std::atomic<int64_t> rounds{0}, launches{0}, frozen{0}, dropped{0}, tensors{0}, steps{0};
+    std::atomic<int64_t> rounds{0}, negotiated{0}, launches{0}, frozen{0}, dropped{0}, tensors{0}, steps{0};
   } counters_;
 };
 
