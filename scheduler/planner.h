@@ -19,10 +19,13 @@ struct PlannerOptions {
   // Staleness bound S: the largest delay any bucket may get (deft only; the others are
   // synchronous and ignore it).
   int staleness = 0;
-  // Convergence budget for deft: sum over buckets of share x (delay + period - 1), where share
-  // is the bucket's fraction of the gradient bytes (the profile carries no gradient norms, so
-  // bytes stand in for the norm share). Negative means "equal to staleness", which allows every
-  // byte to be delayed by S but leaves nothing for update periods.
+  // Convergence budget for deft: the mean number of steps by which a gradient byte reaches the
+  // parameters late, sum over buckets of share x (delay + (period - 1) / 2), where share is the
+  // bucket's fraction of the gradient bytes (the profile carries no gradient norms, so bytes stand
+  // in for the norm share) and a period-p bucket's gradient waits (p - 1) / 2 steps on average.
+  // Negative means the default, max(staleness, (max_period - 1) / 2): the mean staleness may
+  // reach the larger of the two bounds the user gave. Spent in steps of 1/4 up to 1, then
+  // coarser (deft.cc), so that a larger budget never loses a plan a smaller one had.
   double budget = -1;
   // Largest update period deft may assign when a channel's coverage rate exceeds 1 (1 = never).
   int max_period = 1;
@@ -98,17 +101,20 @@ absl::StatusOr<Plan> PlanUsByte(const Profile&, const CostModel&, const PlannerO
 // with Bayesian optimisation).
 absl::StatusOr<Plan> PlanDear(const Profile&, const CostModel&, const PlannerOptions&);
 
-// DeFT, our formulation (DESIGN section 6; the paper's full text was not available). Gradients
-// are cut into items (consecutive small tensors fused, large ones split; item size tuned over
-// 2, 8, 32, 128 MB and the whole model). The backward and the next forward form one merged window
-// per channel, so the channel can run continuously. Items are assigned to channels by earliest
-// finish, ordered by deadline (first use in the next forward). A binary search finds the smallest
-// set of items, taken in order of earliest deadline, whose delay must grow (up to the staleness
-// bound and within the convergence budget) for the compute stream to stop waiting; the simulator is
-// the feasibility test, which is the knapsack capacity check with the cycle-to-cycle interplay
-// included. When a channel's coverage rate (communication / compute time) is still above 1 and
-// max_period > 1, the smallest items get update periods 2..max_period with staggered phases until
-// the rate is <= 1 or the budget is spent. Reports the budget used.
+// DeFT, our formulation (DESIGN section 6; docs/scheduler.md; the paper's full text was not
+// available): a multiple-knapsack problem (planners/deft_knapsack.h) whose knapsacks are the
+// backward of step t and the forwards of steps t+1 .. t+1+S on each channel, whose items are
+// buckets (tensors cut or fused to 0.5-16 MB, the whole model, or MG-WFBP's optimal merge) with
+// their communication time as weight, ready time as release and first use as deadline. Small
+// instances are solved exactly (branch and bound); large ones by a greedy that spends the
+// convergence budget on whichever term binds: update periods (powers of two up to max_period,
+// with staggered phases and error feedback) on the busiest channel, or delays for the items
+// with the earliest deadlines. Every solution the solvers pass through for each smaller
+// staleness, shorter list of periods and budget step is simulated, along with the synchronous
+// planners' plans (MG-WFBP, US-Byte, DeAR, and ByteScheduler up to 512 MB of gradients), and
+// the fastest is returned. The candidate set only grows with staleness, max_period and budget,
+// so deft is monotone in each, and never slower than those synchronous plans. Reports the
+// budget used.
 absl::StatusOr<Plan> PlanDeft(const Profile&, const CostModel&, const PlannerOptions&);
 
 // auto: every other planner, simulated; returns the plan with the smallest iteration time (ties
