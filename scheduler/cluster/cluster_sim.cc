@@ -66,10 +66,14 @@ struct JobState {
 
   int W() const { return static_cast<int>(workers.size()); }
   bool has_comm() const { return comm_s > 0; }
+  // Iterations not finished (an iteration finishes with its last compute and its transfer) x
+  // solo iteration time x GPUs: the SRSF priority and the placement workload.
   double RemainingService() const {
-    const double left = static_cast<double>(job->iterations) -
-                        static_cast<double>(computes_done) / W();
-    return left * iter_s * W();
+    double done = static_cast<double>(computes_done) / W();
+    if (has_comm()) {
+      done = std::min(done, static_cast<double>(transfers_done));
+    }
+    return (static_cast<double>(job->iterations) - done) * iter_s * W();
   }
   double RemainingNow(double now) const { return std::max(0.0, remaining - (now - last) * rate); }
 };
@@ -157,10 +161,12 @@ absl::Status Engine::Arrive(int j, double now) {
     }
   }
   s.compute_s = model->compute_ms / 1e3;
-  s.iter_s = std::max(model->iteration_ms, model->compute_ms) / 1e3;
   s.release_s = model->release_ms / 1e3;
   s.comm_s = s.job->workers > 1 ? model->comm_ms / 1e3 : 0;
   s.tail_s = std::max(model->tail_ms / 1e3, -s.comm_s);
+  // The solo iteration, derived rather than trusted: no shorter than what the tasks need alone.
+  s.iter_s = std::max({model->iteration_ms / 1e3, s.compute_s,
+                       s.comm_s > 0 ? s.release_s + s.comm_s + s.tail_s : 0.0});
   if (servers.size() > 1) {
     s.nics = servers;
   }
@@ -243,7 +249,13 @@ void Engine::MaybeReady(int j, int w, double now) {
   }
   worker.done = false;
   worker.iter += 1;
-  Push(std::max(ready, now), EventKind::kWorkerReady, j, w);
+  if (ready > now) {
+    Push(ready, EventKind::kWorkerReady, j, w);
+    return;
+  }
+  // Ready now: queue it at once, so that a GPU choosing its next task at this instant sees it.
+  gpu_ready_[worker.gpu].push_back({j, w});
+  Dispatch(worker.gpu, now);
 }
 
 void Engine::MaybeFinish(int j, double now) {

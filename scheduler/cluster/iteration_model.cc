@@ -63,11 +63,11 @@ absl::StatusOr<IterationModel> FitIterationModel(const Profile& profile,
   // Bucket times count from the start of backward; the release counts from forward's start.
   m.release_ms = std::clamp(profile.forward_ms + first_start, 0.0, m.iteration_ms);
   // The fit; clamped so that alone the transfer never lengthens the iteration (it cannot: a
-  // collective twice as slow adds at most comm_ms), and so that a worker never starts more than
-  // one compute ahead of its transfer.
+  // collective twice as slow adds at most comm_ms), and so that the next compute waits at least
+  // for the transfer to start (the overlap is a suffix of the transfer).
   m.tail_ms = twice->iteration_ms - m.release_ms - 2 * m.comm_ms;
   m.tail_ms = std::min(m.tail_ms, m.iteration_ms - m.release_ms - m.comm_ms);
-  m.tail_ms = std::max(m.tail_ms, -m.compute_ms);
+  m.tail_ms = std::max(m.tail_ms, -m.comm_ms);
   return m;
 }
 

@@ -94,7 +94,8 @@ TEST_CASE("Two jobs on one link, by hand, for every policy") {
   Trace t;
   t.jobs = {Job("long", 0, 2, 1), Job("short", 1, 2, 1)};
   SECTION("a 1 s transfer arriving while 2 s of a 3 s one remain") {
-    auto fn = Fixed({{"long", Model(0, 0, 0, 3000, 0)}, {"short", Model(0, 0, 0, 1000, 0)}});
+    auto fn = Fixed(
+        {{"long", Model(0, 3000, 0, 3000, 0)}, {"short", Model(0, 1000, 0, 1000, 0)}});
     // Waiting: long ends at 3, short runs [3, 4]: JCTs 3 and 3. Sharing: short ends at 1 + 3 =
     // 4, long has 1 s left and ends at 5: JCTs 5 and 3. AdaDUAL: 1 x (2c - 2) = 4 > 2: waits.
     const std::map<std::string, std::map<std::string, double>> want = {
@@ -112,7 +113,8 @@ TEST_CASE("Two jobs on one link, by hand, for every policy") {
     }
   }
   SECTION("a 0.25 s transfer arriving while 2 s of a 3 s one remain") {
-    auto fn = Fixed({{"long", Model(0, 0, 0, 3000, 0)}, {"short", Model(0, 0, 0, 250, 0)}});
+    auto fn =
+        Fixed({{"long", Model(0, 3000, 0, 3000, 0)}, {"short", Model(0, 250, 0, 250, 0)}});
     // Waiting: long ends at 3, short at 3.25 (JCT 2.25). Sharing: short ends at 1 + 0.75
     // (JCT 0.75), long has 1.75 s left and ends at 3.5. AdaDUAL: 0.25 x 4 = 1 < 2: shares.
     const std::map<std::string, std::map<std::string, double>> want = {
@@ -133,24 +135,26 @@ TEST_CASE("Two jobs on one link, by hand, for every policy") {
 }
 
 TEST_CASE("Waiting transfers are served shortest-remaining-service first or in arrival order") {
-  // Three comm-only jobs on the same link. "a" runs 0..2; "b" (4 s) and "c" (1 s) arrive at
-  // 0.5 and 1 and wait (srsf1). SRSF serves c first: c [2, 3], b [3, 7]; FIFO (adadual, which
-  // never shares here: 1 x (2c - 2) = 2.8 > 1.5 remaining) serves b first: b [2, 6], c [6, 7].
+  // Three comm-only jobs on the same link, eta 0.2 (2c - 2 = 2.8). "a" runs 0..2; "b" (4 s) and
+  // "c" (1.5 s) arrive at 0.5 and 1 and wait (srsf1; AdaDUAL too: 4 x 2.8 > 1.5 and
+  // 1.5 x 2.8 > 1 left of "a", and later 1.5 x 2.8 > 4 left of "b"). SRSF serves c first:
+  // c [2, 3.5], b [3.5, 7.5]; FIFO (adadual) serves b first: b [2, 6], c [6, 7.5].
   Trace t;
   t.jobs = {Job("a", 0, 2, 1), Job("b", 0.5, 2, 1), Job("c", 1, 2, 1)};
-  auto fn = Fixed({{"a", Model(0, 0, 0, 2000, 0)},
-                   {"b", Model(0, 0, 0, 4000, 0)},
-                   {"c", Model(0, 0, 0, 1000, 0)}});
+  auto fn = Fixed({{"a", Model(0, 2000, 0, 2000, 0)},
+                   {"b", Model(0, 4000, 0, 4000, 0)},
+                   {"c", Model(0, 1500, 0, 1500, 0)}});
   absl::StatusOr<ClusterResult> srsf =
       SimulateCluster(t, Spec(2, 1, 0.2), Options("first-fit", "srsf1"), fn);
   REQUIRE(srsf.ok());
-  CHECK(Jcts(*srsf)["b"] == Approx(6.5));
-  CHECK(Jcts(*srsf)["c"] == Approx(2.0));
+  CHECK(Jcts(*srsf)["b"] == Approx(7.0));
+  CHECK(Jcts(*srsf)["c"] == Approx(2.5));
   absl::StatusOr<ClusterResult> fifo =
       SimulateCluster(t, Spec(2, 1, 0.2), Options("first-fit", "adadual"), fn);
   REQUIRE(fifo.ok());
   CHECK(Jcts(*fifo)["b"] == Approx(5.5));
-  CHECK(Jcts(*fifo)["c"] == Approx(6.0));
+  CHECK(Jcts(*fifo)["c"] == Approx(6.5));
+  CHECK(fifo->shared_transfers == 0);
 }
 
 TEST_CASE("A shared GPU runs the job with the least remaining service first") {
@@ -192,13 +196,13 @@ TEST_CASE("Placement decides whether a job crosses the network") {
   REQUIRE(ff.ok());
   CHECK(ff->jobs[1].gpus == std::vector<int>({1, 2}));
   CHECK(ff->jobs[1].servers == 2);
-  CHECK(ff->jobs[1].jct_s == Approx(1.1));
+  CHECK(ff->jobs[1].jct_s == Approx(1.0));  // one iteration: its 1 s transfer
   absl::StatusOr<ClusterResult> lwf =
       SimulateCluster(t, Spec(2, 2, 0.2), Options("lwf-2", "srsf1"), fn);
   REQUIRE(lwf.ok());
   CHECK(lwf->jobs[1].gpus == std::vector<int>({2, 3}));
   CHECK(lwf->jobs[1].servers == 1);
-  CHECK(lwf->jobs[1].jct_s == Approx(0.2));
+  CHECK(lwf->jobs[1].jct_s == Approx(0.1));
 }
 
 TEST_CASE("Bad jobs and bad models are named") {
