@@ -62,12 +62,13 @@ absl::StatusOr<std::string> CycleTime(absl::string_view flag, absl::string_view 
   return std::string(value);
 }
 
-// -1 (as many steps of budget as --staleness) or a number in [0, 1e6], as runtime/config.cc.
+// -1 (the default budget, max(--staleness, (--max-period - 1) / 2)) or a number in [0, 1e6], as
+// runtime/config.cc.
 absl::StatusOr<std::string> Budget(absl::string_view flag, absl::string_view value) {
   double v = 0;
   if (!absl::SimpleAtod(value, &v) || !(v == -1 || (v >= 0 && v <= 1e6))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        flag, " '", value, "' is not -1 (equal to --staleness) or a number in [0, 1e6]"));
+        flag, " '", value, "' is not -1 (the default) or a number in [0, 1e6]"));
   }
   return std::string(value);
 }
@@ -156,8 +157,8 @@ constexpr RuntimeFlag kFlags[] = {
      "step)",
      IntInRange<1, 64>},
     {"--budget", "OVERLAP_BUDGET", "B",
-     "deft: the convergence budget, a number in [0, 1e6], or -1 (the default) for the value of "
-     "--staleness",
+     "deft: the convergence budget, the byte-weighted mean number of steps a gradient may arrive "
+     "late, a number in [0, 1e6], or -1 (the default) for max(--staleness, (--max-period - 1) / 2)",
      Budget},
     {"--partition-mb", "OVERLAP_PARTITION_BYTES", "MB",
      "bytescheduler: the partition size in MiB (0, the default, tunes it by simulation)",

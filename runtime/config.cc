@@ -40,6 +40,9 @@ constexpr const char* kKnownVariables[] = {
     // Read by the Python package (overlap/_core.py, tests), not the runtime.
     "OVERLAP_LIBRARY",
     "OVERLAP_PYTHON",
+    // Read by overlap.tensorflow (op_library.py): where its op library is, or is compiled to.
+    "OVERLAP_TF_OPS_LIBRARY",
+    "OVERLAP_TF_OPS_CACHE",
     // Read by the build (third_party/cuda/cuda_configure.bzl), not the runtime.
     "OVERLAP_CUDA_HOME",
     "OVERLAP_STALL_WARNING_S",
@@ -188,7 +191,7 @@ absl::Status Config::Validate() const {
   }
   if (!(budget == -1 || (budget >= 0 && budget <= 1e6))) {
     return BadValue("OVERLAP_BUDGET", absl::StrCat(budget),
-                    "-1 (equal to the staleness) or in [0, 1e6]");
+                    "-1 (the default, max(staleness, (max_period - 1) / 2)) or in [0, 1e6]");
   }
   if (partition_bytes < 0) {
     return BadValue("OVERLAP_PARTITION_BYTES", std::to_string(partition_bytes),

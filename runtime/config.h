@@ -63,7 +63,7 @@ struct Config {
 
   // Planner options (scheduler/planner.h PlannerOptions). OVERLAP_STALENESS (0..16; plans with
   // delays are refused until delayed updates exist), OVERLAP_MAX_PERIOD (1..64),
-  // OVERLAP_BUDGET (-1: equal to staleness, or >= 0), OVERLAP_PARTITION_BYTES and
+  // OVERLAP_BUDGET (-1: max(staleness, (max_period - 1) / 2), or >= 0), OVERLAP_PARTITION_BYTES and
   // OVERLAP_CREDIT_BYTES (ByteScheduler; 0 tunes them by simulation).
   int staleness = 0;
   int max_period = 1;

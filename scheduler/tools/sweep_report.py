@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 PLANNERS = ["wfbp", "fusion", "mgwfbp", "bytescheduler", "usbyte", "dear", "deft", "auto"]
-MODELS = ["resnet50", "vgg16", "bert-base", "gpt2-small"]
+MODELS = ["resnet50", "resnet101", "vgg16", "bert-base", "bert-large", "gpt2-small", "gpt2-medium"]
 
 
 def load(out_dir):
@@ -45,7 +45,7 @@ def table(data, model, gbit):
 
 
 def plot(data, png):
-    fig, axes = plt.subplots(2, 4, figsize=(18, 8), sharex=True)
+    fig, axes = plt.subplots(2, len(MODELS), figsize=(4.5 * len(MODELS), 8), sharex=True)
     for col, model in enumerate(MODELS):
         for row, gbit in enumerate([10, 100]):
             ax = axes[row][col]

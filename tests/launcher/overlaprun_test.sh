@@ -34,7 +34,7 @@ expect 2 "overlaprun: mpirun 'no-mpirun' is not found or not executable; install
 expect 2 "overlaprun: unknown option '--np' (overlaprun --help lists them)" -- --np 2 true
 expect 2 "overlaprun: --planner 'foo' is not one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto" -- -np 2 --planner foo true
 expect 2 "overlaprun: --staleness '17' is not in 0..16" -- -np 2 --staleness 17 true
-expect 2 "overlaprun: --budget '-2' is not -1 (equal to --staleness) or a number in [0, 1e6]" -- -np 2 --budget -2 true
+expect 2 "overlaprun: --budget '-2' is not -1 (the default) or a number in [0, 1e6]" -- -np 2 --budget -2 true
 
 # Help documents every option with examples.
 "$O" --help >"$T/help" || fail "--help status $?"

@@ -184,13 +184,13 @@ TEST_CASE("each bad argument gives one message naming the option", "[parse]") {
   CHECK(message({"-np", "1", "--max-period", "0", "p"}) == "--max-period '0' is not in 1..64");
   CHECK(message({"-np", "1", "--max-period", "65", "p"}) == "--max-period '65' is not in 1..64");
   CHECK(message({"-np", "1", "--budget", "-2", "p"}) ==
-        "--budget '-2' is not -1 (equal to --staleness) or a number in [0, 1e6]");
+        "--budget '-2' is not -1 (the default) or a number in [0, 1e6]");
   CHECK(message({"-np", "1", "--budget", "-0.5", "p"}) ==
-        "--budget '-0.5' is not -1 (equal to --staleness) or a number in [0, 1e6]");
+        "--budget '-0.5' is not -1 (the default) or a number in [0, 1e6]");
   CHECK(message({"-np", "1", "--budget", "2e6", "p"}) ==
-        "--budget '2e6' is not -1 (equal to --staleness) or a number in [0, 1e6]");
+        "--budget '2e6' is not -1 (the default) or a number in [0, 1e6]");
   CHECK(message({"-np", "1", "--budget", "nan", "p"}) ==
-        "--budget 'nan' is not -1 (equal to --staleness) or a number in [0, 1e6]");
+        "--budget 'nan' is not -1 (the default) or a number in [0, 1e6]");
   CHECK(message({"-np", "1", "--partition-mb", "-1", "p"}) ==
         "--partition-mb '-1' is not a non-negative number");
   CHECK(message({"-np", "1", "--partition-mb", "2097152", "p"}) ==
