@@ -56,7 +56,6 @@ struct JobState {
   bool active = false;
   int64_t active_iter = -1;
   int64_t pending_iter = -1;  // released, not yet started
-  bool waiting = false;       // pending_iter is in the admission queue
   double remaining = 0, rate = 0, last = 0, started_at = 0;
   uint64_t version = 0;
   int64_t milestone_iter = -1;  // the last iteration whose transfer reached its milestone
@@ -90,13 +89,15 @@ class Engine {
   void Push(double t, EventKind kind, int job, int worker = 0, uint64_t version = 0) {
     queue_.push(Event{t, seq_++, kind, job, worker, version});
   }
-  bool Before(int a, int b) const;  // priority order of jobs under the policy
+  // Priority of jobs under the policy: smaller key first, then trace index.
+  double PriorityKey(int j) const;
+  bool Before(int a, int b) const;
   absl::Status Arrive(int j, double now);
   void Dispatch(int gpu, double now);
   void ComputeDone(int j, int w, double now);
   void Release(int j, int64_t iter, double now);
   void Enqueue(int j, double now);
-  void TryStartTransfers(double now);
+  void TryStartTransfers(double now, int enqueued = -1);
   void StartTransfer(int j, double now);
   void Retime(int j, double now);
   void Milestone(int j, double now);
@@ -116,21 +117,23 @@ class Engine {
   std::vector<std::vector<std::pair<int, int>>> gpu_ready_;  // (job, worker)
   std::vector<bool> gpu_busy_;
   std::vector<std::vector<int>> nic_jobs_;  // jobs whose transfer runs on the NIC
-  std::vector<int> waiting_;                // jobs whose pending transfer awaits admission
+  // Per NIC, the jobs whose pending transfer needs it and awaits admission.
+  std::vector<std::vector<int>> nic_waiting_;
+  std::vector<uint64_t> seen_;  // per job: the admission pass that last considered it
+  uint64_t pass_ = 0;
+  std::vector<bool> freed_;   // NICs that lost a transfer since the last admission pass
   int64_t transfers_ = 0, shared_ = 0;
   std::string timeline_;
 };
 
+double Engine::PriorityKey(int j) const {
+  return options_.communication.order == CommPolicy::Order::kSrsf ? jobs_[j].RemainingService()
+                                                                   : jobs_[j].job->arrival_s;
+}
+
 bool Engine::Before(int a, int b) const {
-  if (options_.communication.order == CommPolicy::Order::kSrsf) {
-    const double ra = jobs_[a].RemainingService(), rb = jobs_[b].RemainingService();
-    if (ra != rb) {
-      return ra < rb;
-    }
-  } else if (jobs_[a].job->arrival_s != jobs_[b].job->arrival_s) {
-    return jobs_[a].job->arrival_s < jobs_[b].job->arrival_s;
-  }
-  return a < b;
+  const double ka = PriorityKey(a), kb = PriorityKey(b);
+  return ka < kb || (ka == kb && a < b);
 }
 
 absl::Status Engine::Arrive(int j, double now) {
@@ -290,35 +293,69 @@ void Engine::Enqueue(int j, double now) {
     StartTransfer(j, now);
     return;
   }
-  s.waiting = true;
-  waiting_.push_back(j);
-  TryStartTransfers(now);
+  for (int nic : s.nics) {
+    nic_waiting_[nic].push_back(j);
+  }
+  TryStartTransfers(now, j);
 }
 
-void Engine::TryStartTransfers(double now) {
-  if (waiting_.empty()) {
+// Only transfers that touch a NIC freed since the last pass (or the one just enqueued) can have
+// become admissible: a NIC's load only grows between frees, and AdaDUAL's test only gets harder
+// as the running transfer's remainder shrinks. So the others are skipped, in the same greedy
+// priority order the full scan would use.
+void Engine::TryStartTransfers(double now, int enqueued) {
+  std::vector<std::pair<double, int>> order;  // keys once per call, not per comparison
+  ++pass_;
+  auto consider = [&](int j) {
+    if (seen_[j] != pass_) {
+      seen_[j] = pass_;
+      order.push_back({PriorityKey(j), j});
+    }
+  };
+  if (enqueued >= 0) {
+    consider(enqueued);
+  }
+  for (int nic = 0; nic < spec_.servers; ++nic) {
+    if (freed_[nic]) {
+      for (int j : nic_waiting_[nic]) {
+        consider(j);
+      }
+    }
+  }
+  std::fill(freed_.begin(), freed_.end(), false);
+  if (order.empty()) {
     return;
   }
-  std::sort(waiting_.begin(), waiting_.end(), [&](int a, int b) { return Before(a, b); });
-  std::vector<int> still;
-  for (int j : waiting_) {
+  std::sort(order.begin(), order.end());
+  const int cap = options_.communication.admission == CommPolicy::Admission::kExclusive ? 1 : 2;
+  std::vector<int> started;
+  std::vector<std::vector<double>> running;
+  for (const auto& [key, j] : order) {
     JobState& s = jobs_[j];
-    std::vector<std::vector<double>> running;
+    bool room = true;  // cheap test first: most waiting transfers face a full NIC
     for (int nic : s.nics) {
-      std::vector<double> left;
-      for (int other : nic_jobs_[nic]) {
-        left.push_back(jobs_[other].RemainingNow(now));
-      }
-      running.push_back(std::move(left));
+      room = room && static_cast<int>(nic_jobs_[nic].size()) < cap;
     }
-    if (MayStart(options_.communication, s.comm_s, running, spec_.contention)) {
-      s.waiting = false;
+    if (room) {
+      running.assign(s.nics.size(), {});
+      for (size_t i = 0; i < s.nics.size(); ++i) {
+        for (int other : nic_jobs_[s.nics[i]]) {
+          running[i].push_back(jobs_[other].RemainingNow(now));
+        }
+      }
+      room = MayStart(options_.communication, s.comm_s, running, spec_.contention);
+    }
+    if (room) {
       StartTransfer(j, now);
-    } else {
-      still.push_back(j);
+      started.push_back(j);
     }
   }
-  waiting_ = std::move(still);
+  for (int j : started) {
+    for (int nic : jobs_[j].nics) {
+      auto& list = nic_waiting_[nic];
+      list.erase(std::remove(list.begin(), list.end(), j), list.end());
+    }
+  }
 }
 
 void Engine::StartTransfer(int j, double now) {
@@ -390,6 +427,7 @@ void Engine::TransferDone(int j, double now) {
   for (int nic : s.nics) {
     auto& list = nic_jobs_[nic];
     list.erase(std::remove(list.begin(), list.end(), j), list.end());
+    freed_[nic] = true;
     if (options_.record_timeline) {
       Span(1, nic, s.job->id, s.started_at, now);
     }
@@ -405,8 +443,11 @@ void Engine::TransferDone(int j, double now) {
   }
   Milestone(j, now);  // a no-op when it was reached earlier (negative tail)
   MaybeFinish(j, now);
-  Enqueue(j, now);    // the next iteration's transfer, if it was released meanwhile
-  TryStartTransfers(now);
+  if (s.pending_iter >= 0) {
+    Enqueue(j, now);  // the next iteration's transfer, released meanwhile (admits waiters too)
+  } else {
+    TryStartTransfers(now);
+  }
 }
 
 void Engine::Span(int pid, int tid, const std::string& name, double start, double end) {
@@ -437,6 +478,9 @@ absl::StatusOr<ClusterResult> Engine::Run() {
   gpu_ready_.assign(spec_.gpus(), {});
   gpu_busy_.assign(spec_.gpus(), false);
   nic_jobs_.assign(spec_.servers, {});
+  freed_.assign(spec_.servers, false);
+  nic_waiting_.assign(spec_.servers, {});
+  seen_.assign(trace_.jobs.size(), 0);
   std::vector<int> order(trace_.jobs.size());
   for (size_t i = 0; i < order.size(); ++i) {
     order[i] = static_cast<int>(i);
