@@ -1,5 +1,6 @@
-"""Framework-neutral pieces of the Horovod-compatible API: exceptions, reduce ops, process sets
-and build queries. The torch and TensorFlow adapters re-export them."""
+"""Framework-neutral pieces of the Horovod-compatible API: exceptions, reduce ops, process sets,
+overlap's runtime compressors and build queries. The torch and TensorFlow adapters re-export
+them."""
 
 
 class HorovodInternalError(RuntimeError):
@@ -21,6 +22,69 @@ Product = 5
 
 _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
              Product: "Product"}
+
+
+def core_reduce_op(op):
+    """The runtime's reduction code (overlap::ReduceOp) for one of Horovod's op values; Average
+    when op is None. Adasum and unknown values raise ValueError naming the rank."""
+    from overlap import _core
+    if op is None:
+        op = Average
+    if op == Adasum:
+        raise ValueError("rank %d: overlap does not implement Adasum; use op=hvd.Average or "
+                         "hvd.Sum" % _core.rank())
+    codes = {Average: _core.C_AVERAGE, Sum: _core.C_SUM, Min: _core.C_MIN, Max: _core.C_MAX,
+             Product: _core.C_PRODUCT}
+    if op not in codes:
+        raise ValueError("rank %d: unknown reduction op %r (use hvd.Average, Sum, Min, Max or "
+                         "Product)" % (_core.rank(), op))
+    return codes[op]
+
+
+def start_runtime(comm=None, process_sets=None, **settings):
+    """The body of every adapter's init(): overlap's options (planner, staleness, ...) become
+    OVERLAP_* variables of this process, then the runtime starts on every rank (collective; a
+    second call is a no-op). Horovod's comm and process_sets are checked: overlap always uses
+    every rank (MPI_COMM_WORLD), so a comm naming a subset, or extra process sets, raise."""
+    from overlap import _core
+    is_rank_list = isinstance(comm, (list, tuple))
+    if comm is not None and not is_rank_list and not hasattr(comm, "Get_size"):
+        raise ValueError("init(comm=...): expected an mpi4py communicator or a list of ranks")
+    _core.apply_init_settings(**settings)
+    _core.init()
+    world = _core.size()
+    if comm is not None and (sorted(comm) != list(range(world)) if is_rank_list
+                             else comm.Get_size() != world):
+        raise NotImplementedError("rank %d: init(comm=%r): overlap runs on all ranks "
+                                  "(MPI_COMM_WORLD) only" % (_core.rank(), comm))
+    for process_set in process_sets or []:
+        add_process_set(process_set)
+
+
+_cross = {}
+
+
+def cross_topology():
+    """(cross_rank, cross_size): this rank's position among the ranks with its local_rank, one
+    per host. Found once with an allgather of local ranks through the core (collective on first
+    call) and kept until reset_cross_topology()."""
+    import ctypes
+    from overlap import _core
+    if "value" not in _cross:
+        mine = (ctypes.c_int32 * 1)(_core.local_rank())
+        buffer = _core.Buffer(ctypes.addressof(mine), 4, _core.INT32, [1], mine)
+        handle = _core.allgather("__overlap.cross_topology", buffer)
+        handle.wait()
+        address, _, shape = handle.output()
+        locals_ = list((ctypes.c_int32 * shape[0]).from_address(address))
+        peers = [r for r, lr in enumerate(locals_) if lr == _core.local_rank()]
+        _cross["value"] = (peers.index(_core.rank()), len(peers))
+    return _cross["value"]
+
+
+def reset_cross_topology():
+    """Forgets the topology (after shutdown: a later init may run on other hosts)."""
+    _cross.clear()
 
 
 class ProcessSet:
@@ -120,3 +184,66 @@ def cuda_built():
 
 def rocm_built():
     return False
+
+
+# Compressors the runtime applies with error feedback (docs/compression.md). Each adapter's
+# Compression class adds Horovod's cast compressors (none, fp16) in its framework's types.
+
+class RuntimeCompressor:
+    """A runtime compressor with error feedback, named by its spec string ("topk:ratio=0.01").
+    The framework tensor passes through unchanged; the runtime compresses what it sends and
+    keeps the rest in a per-tensor residual. Applies to float32 gradients reduced with Sum or
+    Average; the runtime checks the spec."""
+
+    def __init__(self, spec):
+        self.runtime_spec = spec
+
+    def compress(self, tensor):
+        return tensor, None
+
+    def decompress(self, tensor, ctx):
+        return tensor
+
+    def __repr__(self):
+        return "RuntimeCompressor(%r)" % self.runtime_spec
+
+
+def _spec(name, **params):
+    given = ",".join("%s=%s" % (k, v) for k, v in params.items() if v is not None)
+    return RuntimeCompressor(name + (":" + given if given else ""))
+
+
+class RuntimeCompressors:
+    """overlap's compressors, as static methods of each adapter's Compression class."""
+
+    @staticmethod
+    def runtime(spec):
+        return RuntimeCompressor(spec)
+
+    @staticmethod
+    def fp16_ef():
+        return _spec("fp16")
+
+    @staticmethod
+    def bf16():
+        return _spec("bf16")
+
+    @staticmethod
+    def topk(ratio=None, k=None, method=None):
+        return _spec("topk", ratio=ratio, k=k, method=method)
+
+    @staticmethod
+    def randomk(ratio=None, k=None, seed=None):
+        return _spec("randomk", ratio=ratio, k=k, seed=seed)
+
+    @staticmethod
+    def covap(R=None):
+        return _spec("covap", R=R)
+
+    @staticmethod
+    def onebit():
+        return _spec("efsign")
+
+    @staticmethod
+    def powersgd(rank=None):
+        return _spec("powersgd", rank=rank)

@@ -9,16 +9,15 @@ The DistributedOptimizer's hooks mark each step's forward, backward and update, 
 runtime's planners see real per-layer compute windows (docs/tuning.md).
 """
 
-import threading
-
 import torch
 
 from overlap import _core
 from overlap.common import (Adasum, Average, HorovodInternalError, HostsUpdatedInterrupt, Max,
-                            Min, Product, ProcessSet, Sum, add_process_set, ccl_built, cuda_built,
-                            ddl_built, gloo_built, gloo_enabled, global_process_set, mpi_built,
-                            mpi_enabled, mpi_threads_supported, nccl_built, remove_process_set,
-                            rocm_built)
+                            Min, Product, ProcessSet, Sum, add_process_set, ccl_built,
+                            cross_topology, cuda_built, ddl_built, gloo_built, gloo_enabled,
+                            global_process_set, mpi_built, mpi_enabled, mpi_threads_supported,
+                            nccl_built, remove_process_set, reset_cross_topology, rocm_built,
+                            start_runtime)
 from overlap.torch.compression import Compression
 from overlap.torch.functions import (allgather_object, broadcast_object,
                                      broadcast_optimizer_state, broadcast_parameters)
@@ -42,10 +41,6 @@ stats = _core.stats
 save_compression_state = _core.save_compression_state
 restore_compression_state = _core.restore_compression_state
 
-_cross = {}
-_cross_lock = threading.Lock()
-
-
 def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=None,
          compression=None, profile_steps=None, timeline=None):
     """Starts overlap on every rank (collective); a second call is a no-op.
@@ -54,46 +49,23 @@ def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=
     comm naming a subset, or extra process sets, raise. overlap's options (each also an
     OVERLAP_* variable, docs/tuning.md): planner, staleness, max_period, compression (the
     default error-feedback compressor spec, e.g. "fp16"), profile_steps, timeline (a path)."""
-    is_rank_list = isinstance(comm, (list, tuple))
-    if comm is not None and not is_rank_list and not hasattr(comm, "Get_size"):
-        raise ValueError("init(comm=...): expected an mpi4py communicator or a list of ranks")
-    _core.apply_init_settings(planner=planner, staleness=staleness, max_period=max_period,
-                              compression=compression, profile_steps=profile_steps,
-                              timeline=timeline)
-    _core.init()
-    world = _core.size()
-    if comm is not None and (sorted(comm) != list(range(world)) if is_rank_list
-                             else comm.Get_size() != world):
-        raise NotImplementedError("rank %d: init(comm=%r): overlap runs on all ranks "
-                                  "(MPI_COMM_WORLD) only" % (_core.rank(), comm))
-    for process_set in process_sets or []:
-        add_process_set(process_set)
+    start_runtime(comm, process_sets, planner=planner, staleness=staleness,
+                  max_period=max_period, compression=compression, profile_steps=profile_steps,
+                  timeline=timeline)
 
 
 def shutdown():
     """Finishes pending operations and stops the runtime (collective)."""
     _core.shutdown()
-    with _cross_lock:
-        _cross.clear()
-
-
-def _cross_topology():
-    """(cross_rank, cross_size): position among the ranks with this local_rank, one per host."""
-    with _cross_lock:
-        if "value" not in _cross:
-            mine = torch.tensor([_core.local_rank()], dtype=torch.int32)
-            locals_ = allgather(mine, name="__overlap.cross_topology").tolist()
-            peers = [r for r, lr in enumerate(locals_) if lr == _core.local_rank()]
-            _cross["value"] = (peers.index(_core.rank()), len(peers))
-        return _cross["value"]
+    reset_cross_topology()
 
 
 def cross_rank():
-    return _cross_topology()[0]
+    return cross_topology()[0]
 
 
 def cross_size():
-    return _cross_topology()[1]
+    return cross_topology()[1]
 
 
 def is_homogeneous():

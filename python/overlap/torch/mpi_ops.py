@@ -16,7 +16,7 @@ import torch
 
 from overlap import _core
 from overlap.common import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,
-                            _OP_NAMES, _check_process_set, global_process_set)
+                            _OP_NAMES, _check_process_set, core_reduce_op, global_process_set)
 from overlap.torch.compression import Compression
 
 _CORE_DTYPES = {
@@ -28,8 +28,6 @@ _TORCH_DTYPES = {code: dtype for dtype, code in _CORE_DTYPES.items()}
 # Dtypes the core lacks travel as a wider or same-size one.
 _STAGED_AS = {torch.int16: torch.int32, torch.bool: torch.uint8}
 
-_C_OPS = {Average: _core.C_AVERAGE, Sum: _core.C_SUM, Min: _core.C_MIN, Max: _core.C_MAX,
-          Product: _core.C_PRODUCT}
 
 
 class _Op:
@@ -68,15 +66,7 @@ def _auto_name(kind, name):
 
 
 def _c_op(op):
-    if op is None:
-        op = Average
-    if op == Adasum:
-        raise ValueError("rank %d: overlap does not implement Adasum; use op=hvd.Average or "
-                         "hvd.Sum" % _core.rank())
-    if op not in _C_OPS:
-        raise ValueError("rank %d: unknown reduction op %r (use hvd.Average, Sum, Min, Max or "
-                         "Product)" % (_core.rank(), op))
-    return _C_OPS[op]
+    return core_reduce_op(op)
 
 
 def _native_cuda(tensor, compressed=False):

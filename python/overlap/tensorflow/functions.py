@@ -1,0 +1,71 @@
+"""Variable and object helpers of horovod.tensorflow: broadcast_variables, broadcast_object,
+allgather_object."""
+
+import pickle
+
+import numpy as np
+import tensorflow as tf
+
+from overlap import _core
+from overlap.common import _check_process_set, global_process_set
+from overlap.tensorflow import mpi_ops
+from overlap.tensorflow.gradients import variable_name
+
+
+def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
+    """Assigns root_rank's values to `variables` (tf.Variable or Keras 3 variables) on every
+    rank. Works eagerly and in a tf.function (where the assignments run with the function, as
+    every stateful op does). Returns None."""
+    _check_process_set(process_set)
+    variables = list(variables)
+    for i, v in enumerate(variables):
+        value = v.value if hasattr(v, "path") else v  # a Keras 3 variable's tf.Variable value
+        received = mpi_ops.broadcast(value, root_rank, name="broadcast_variables." +
+                                     variable_name(v, i), process_set=process_set)
+        v.assign(received)
+
+
+def broadcast_global_variables(root_rank):
+    """TensorFlow 1's global-variable broadcast: there are no global variables in TensorFlow 2."""
+    raise RuntimeError("broadcast_global_variables needs TensorFlow 1's global variables; with "
+                       "TensorFlow 2 use hvd.broadcast_variables(model.variables, root_rank) or, "
+                       "in Keras, hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank)")
+
+
+def _to_bytes(obj):
+    return tf.constant(np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),
+                                     dtype=np.uint8))
+
+
+def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
+    """root_rank's picklable `obj`, on every rank (eagerly)."""
+    _check_process_set(process_set)
+    name = name or type(obj).__name__
+    if _core.rank() == root_rank:
+        payload = _to_bytes(obj)
+        length = tf.constant([int(payload.shape[0])], tf.int64)
+    else:
+        payload, length = None, tf.zeros([1], tf.int64)
+    length = mpi_ops.broadcast(length, root_rank, name="broadcast_object.%s.size" % name,
+                               process_set=process_set)
+    if payload is None:
+        payload = tf.zeros([int(length[0])], tf.uint8)
+    payload = mpi_ops.broadcast(payload, root_rank, name="broadcast_object.%s.bytes" % name,
+                                process_set=process_set)
+    return obj if _core.rank() == root_rank else pickle.loads(payload.numpy().tobytes())
+
+
+def allgather_object(obj, session=None, name=None, process_set=global_process_set):
+    """Every rank's picklable `obj`, as a list in rank order (eagerly)."""
+    _check_process_set(process_set)
+    name = name or type(obj).__name__
+    payload = _to_bytes(obj)
+    sizes = mpi_ops.allgather(tf.constant([int(payload.shape[0])], tf.int64),
+                              name="allgather_object.%s.sizes" % name, process_set=process_set)
+    gathered = mpi_ops.allgather(payload, name="allgather_object.%s.bytes" % name,
+                                 process_set=process_set).numpy()
+    objects, offset = [], 0
+    for n in sizes.numpy().tolist():
+        objects.append(pickle.loads(gathered[offset:offset + n].tobytes()))
+        offset += n
+    return objects

@@ -1,0 +1,112 @@
+"""Gradient reduction shared by DistributedGradientTape and the Keras DistributedOptimizer.
+
+Inside a tf.function every gradient gets its own allreduce op, which starts the moment backward
+has produced that gradient, so communication overlaps the rest of backward, and the runtime
+fuses and plans them (or `groups` bundles them). Eagerly each op would block until done, so the
+dense gradients go out as one grouped allreduce. Either way every rank submits the same names,
+derived from each variable's position and name, so each step repeats the last one.
+IndexedSlices are allgathered unless sparse_as_dense; None gradients stay None, as Horovod.
+"""
+
+import tensorflow as tf
+
+from overlap import _core
+from overlap.common import Average, Sum, _check_process_set, core_reduce_op
+from overlap.tensorflow import mpi_ops, step_markers
+
+
+def variable_name(variable, index):
+    """A name that is the same on every rank: the position, then the Keras 3 path or the name."""
+    label = getattr(variable, "path", None) or getattr(variable, "name", None) or "tensor"
+    return "%d.%s" % (index, str(label).replace(":0", ""))
+
+
+class GradientReducer:
+    def __init__(self, prefix, compression, sparse_as_dense, op, gradient_predivide_factor,
+                 groups, process_set):
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("rank %d: gradient_predivide_factor not supported with op != Average"
+                             % _core.rank())
+        core_reduce_op(op)  # refuses Adasum and unknown ops now, not at the first step
+        _check_process_set(process_set)
+        if op not in (Average, Sum):
+            raise ValueError("rank %d: gradients reduce with hvd.Average or hvd.Sum, got op %r"
+                             % (_core.rank(), op))
+        self.prefix = prefix
+        self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.op = op
+        self.predivide = float(gradient_predivide_factor)
+        self.groups = groups
+        self.process_set = process_set
+
+    def _factors(self):
+        if self.op == Average:
+            return 1.0 / self.predivide, self.predivide
+        return 1.0, 1.0
+
+    def _group_of(self, variables):
+        """index -> group number, from an int (that many groups of consecutive variables) or
+        lists of variables."""
+        if not self.groups:
+            return {}
+        if isinstance(self.groups, int):
+            per = -(-len(variables) // self.groups) if variables else 1
+            return {i: i // per for i in range(len(variables))}
+        ids = {id(v): i for i, v in enumerate(variables)}
+        mapping = {}
+        for number, group in enumerate(self.groups):
+            for v in group:
+                if id(v) not in ids:
+                    raise ValueError("rank %d: groups name a variable that has no gradient here"
+                                     % _core.rank())
+                mapping[ids[id(v)]] = number
+        return mapping
+
+    def reduce(self, grads, variables, backward_after=None):
+        """The reduced gradients, in order, for `grads` of `variables` (lists of equal length).
+        Emits the backward marker (after `backward_after`) and the update marker (after every
+        gradient)."""
+        grads = list(grads)
+        marker = step_markers.backward(after=backward_after)
+        deps = [marker] if marker is not None and not tf.executing_eagerly() else []
+        with tf.control_dependencies(deps):
+            reduced = self._reduce_all(grads, variables)
+        step_markers.update(after=[g for g in grads if isinstance(g, tf.Tensor)])
+        return reduced
+
+    def _reduce_all(self, grads, variables):
+        names = ["%s.%s" % (self.prefix, variable_name(v, i)) for i, v in enumerate(variables)]
+        out = list(grads)
+        pre, post = self._factors()
+        dense = []
+        for i, g in enumerate(grads):
+            if g is None:
+                continue
+            if isinstance(g, tf.IndexedSlices):
+                if not self.sparse_as_dense:
+                    out[i] = mpi_ops.allreduce(g, op=self.op, name=names[i],
+                                               process_set=self.process_set)
+                    continue
+                g = tf.convert_to_tensor(g)
+            dense.append((i, g))
+        groups = self._group_of(variables)
+        if not groups and tf.executing_eagerly():
+            groups = {i: 0 for i, _ in dense}
+        bundles = {}
+        for i, g in dense:
+            if i in groups:
+                bundles.setdefault(groups[i], []).append((i, g))
+            else:
+                out[i] = mpi_ops.allreduce(g, op=self.op, compression=self.compression,
+                                           prescale_factor=pre, postscale_factor=post,
+                                           name=names[i], process_set=self.process_set)
+        for number, members in sorted(bundles.items()):
+            reduced = mpi_ops.grouped_allreduce(
+                [g for _, g in members], op=self.op, compression=self.compression,
+                prescale_factor=pre, postscale_factor=post,
+                name="%s.group%d.%s" % (self.prefix, number, names[members[0][0]]),
+                process_set=self.process_set)
+            for (i, _), r in zip(members, reduced):
+                out[i] = r
+        return out

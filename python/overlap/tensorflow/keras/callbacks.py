@@ -1,0 +1,115 @@
+"""Keras 3 callbacks of horovod.tensorflow.keras.callbacks."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from overlap import _core
+from overlap.tensorflow import mpi_ops
+from overlap.tensorflow.functions import broadcast_variables
+
+
+class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+    """Makes every rank start from root_rank's model and optimizer state.
+
+    Runs at the start of training, when Keras 3 has already built the model and the optimizer's
+    variables (fit builds them before calling callbacks), so the first step already uses the
+    root's weights. A later fit() on the same model broadcasts again only if the optimizer
+    gained variables since."""
+
+    def __init__(self, root_rank, device=""):
+        super().__init__()
+        self.root_rank = root_rank
+        self.broadcast_done = False
+        self._optimizer_variables = 0
+
+    def _variables(self):
+        variables = list(self.model.variables)
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None and getattr(optimizer, "built", False):
+            variables += [v for v in optimizer.variables if not _in(v, variables)]
+        return variables
+
+    def on_train_begin(self, logs=None):
+        optimizer = getattr(self.model, "optimizer", None)
+        count = len(optimizer.variables) if optimizer is not None else 0
+        if self.broadcast_done and count == self._optimizer_variables:
+            return
+        broadcast_variables(self._variables(), self.root_rank)
+        self.broadcast_done = True
+        self._optimizer_variables = count
+
+
+def _in(variable, variables):
+    return any(variable is v for v in variables)
+
+
+class MetricAverageCallback(keras.callbacks.Callback):
+    """Replaces each epoch's metrics in `logs` with their average over every rank, before the
+    callbacks that follow it (put it ahead of loggers and checkpoints)."""
+
+    def __init__(self, device=""):
+        super().__init__()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not logs:
+            return
+        names = sorted(k for k, v in logs.items() if _is_number(v))
+        if not names:
+            return
+        values = tf.constant([float(logs[k]) for k in names], tf.float64)
+        averaged = mpi_ops.allreduce(values, op=mpi_ops.Average,
+                                     name="metric_average.%d" % epoch).numpy()
+        for k, v in zip(names, averaged):
+            logs[k] = float(v)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float, np.number)) or (
+        hasattr(value, "shape") and np.ndim(value) == 0)
+
+
+class LearningRateWarmupCallback(keras.callbacks.Callback):
+    """Ramps the learning rate from initial_lr / size() to initial_lr over warmup_epochs, per
+    batch (Goyal et al.'s gradual warmup, as Horovod). initial_lr is the learning rate already
+    scaled by the number of ranks. steps_per_epoch defaults to what fit() reports."""
+
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
+                 steps_per_epoch=None, verbose=0):
+        super().__init__()
+        self.initial_lr = float(initial_lr)
+        self.warmup_epochs = warmup_epochs
+        self.momentum_correction = momentum_correction
+        self.steps_per_epoch = steps_per_epoch
+        self.verbose = verbose
+        self.current_epoch = 0
+
+    def on_train_begin(self, logs=None):
+        if self.steps_per_epoch is None:
+            self.steps_per_epoch = self.params.get("steps") if self.params else None
+        if not self.steps_per_epoch:
+            raise ValueError("rank %d: LearningRateWarmupCallback needs steps_per_epoch (fit() "
+                             "did not report it)" % _core.rank())
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.current_epoch = epoch
+
+    def multiplier(self, epoch):
+        """The fraction of initial_lr at fractional `epoch`."""
+        if epoch >= self.warmup_epochs:
+            return 1.0
+        size = _core.size()
+        return 1.0 / size * (1.0 - epoch / self.warmup_epochs) + epoch / self.warmup_epochs
+
+    def on_train_batch_begin(self, batch, logs=None):
+        epoch = self.current_epoch + float(batch) / self.steps_per_epoch
+        if self.current_epoch > self.warmup_epochs:
+            return
+        self.model.optimizer.learning_rate = self.initial_lr * self.multiplier(epoch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.verbose and epoch < self.warmup_epochs and _core.rank() == 0:
+            print("\nEpoch %d: LearningRateWarmupCallback sets learning rate to %g." %
+                  (epoch + 1, float(self.model.optimizer.learning_rate)))
+        if logs is not None:
+            logs["lr"] = float(self.model.optimizer.learning_rate)

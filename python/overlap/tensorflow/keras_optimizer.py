@@ -1,0 +1,78 @@
+"""DistributedOptimizer for Keras 3 optimizers (horovod.tensorflow.keras.DistributedOptimizer).
+
+Keras 3 computes the gradients in the model's train_step and hands them to optimizer.apply();
+the wrapper reduces them over every rank there, then lets the optimizer apply them. It is the
+user's optimizer object itself, re-classed, so its variables, configuration, learning-rate
+schedule and isinstance checks are unchanged (Horovod 0.28 fails on Keras 3 here, issue 4290:
+its wrapper expects the old optimizer API).
+
+Inside model.fit's tf.function each gradient's allreduce starts when backward produces that
+gradient. The wrapper places the step markers: the forward at the start of the step function,
+the backward at the first gradient backward produces (the last layer's), the update once all
+gradients are in.
+"""
+
+from overlap import _core
+from overlap.common import Average, global_process_set
+from overlap.tensorflow import step_markers
+from overlap.tensorflow.compression import Compression
+from overlap.tensorflow.gradients import GradientReducer
+
+
+class _DistributedOptimizer:
+    """Mixed in ahead of the Keras optimizer's own class."""
+
+    def apply(self, grads, trainable_variables=None):
+        grads = list(grads)
+        variables = list(trainable_variables if trainable_variables is not None
+                         else self._trainable_variables)
+        if grads:
+            step_markers.forward()
+            # Keras lists variables in layer order, so backward produces the last one's first.
+            first = next((g for g in reversed(grads) if g is not None), None)
+            grads = self._overlap_reducer.reduce(grads, variables, backward_after=[first])
+        return super().apply(grads, trainable_variables)
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                         compression=Compression.none, sparse_as_dense=False,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         average_aggregated_gradients=True, num_groups=0, groups=None,
+                         process_set=global_process_set):
+    """Wraps a Keras 3 optimizer so that it applies gradients reduced over every rank.
+
+    As horovod.tensorflow.keras.DistributedOptimizer: compression (Compression.fp16, or an
+    overlap error-feedback compressor such as Compression.topk(0.01)), sparse_as_dense, op
+    Average or Sum, gradient_predivide_factor, groups (num_groups is the deprecated int
+    spelling). backward_passes_per_step > 1 uses Keras 3's own gradient accumulation
+    (gradient_accumulation_steps): gradients are reduced every pass and Keras applies their
+    average every backward_passes_per_step passes, the result of Horovod's local aggregation
+    with average_aggregated_gradients=True. name, device_dense and device_sparse are accepted
+    for compatibility. The planner and staleness are hvd.init() options."""
+    _core.require_init("DistributedOptimizer")
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise ValueError("rank %d: the optimizer is already a DistributedOptimizer" % _core.rank())
+    if not hasattr(optimizer, "apply") or not hasattr(optimizer, "build"):
+        raise ValueError("rank %d: DistributedOptimizer wraps Keras 3 optimizers "
+                         "(keras.optimizers.*), got %s" % (_core.rank(),
+                                                          type(optimizer).__name__))
+    if backward_passes_per_step < 1:
+        raise ValueError("rank %d: backward_passes_per_step must be >= 1, got %r" %
+                         (_core.rank(), backward_passes_per_step))
+    if backward_passes_per_step > 1:
+        if not average_aggregated_gradients:
+            raise ValueError("rank %d: backward_passes_per_step > 1 needs "
+                             "average_aggregated_gradients=True (Keras 3 averages the "
+                             "accumulated gradients)" % _core.rank())
+        if getattr(optimizer, "built", False):
+            raise ValueError("rank %d: backward_passes_per_step > 1 must be set before the "
+                             "optimizer is built (wrap it before model.compile/fit)" %
+                             _core.rank())
+        optimizer.gradient_accumulation_steps = int(backward_passes_per_step)
+    if num_groups and groups is None:
+        groups = num_groups
+    base = optimizer.__class__
+    optimizer.__class__ = type(base.__name__, (_DistributedOptimizer, base), {})
+    optimizer._overlap_reducer = GradientReducer("gradient", compression, sparse_as_dense, op,
+                                                 gradient_predivide_factor, groups, process_set)
+    return optimizer

@@ -1,0 +1,337 @@
+"""Collectives on TensorFlow tensors with horovod.tensorflow's names, arguments and results.
+
+Each function emits one of the op library's asynchronous ops (native/kernels.cc), so the same
+call works eagerly and inside tf.function; in a graph the op runs when its input is ready and
+its kernel frees TensorFlow's thread while the runtime works. Failures raise
+tf.errors.OpError subclasses whose message names the rank, the tensor and the cause.
+
+Names: a collective is matched across ranks by name. Unnamed calls are numbered per kind in call
+order when eager ("allreduce.noname.3", as overlap.torch) and take the graph's unique op name
+when traced, so every step of a tf.function submits the same names (which the runtime's plans
+need). Dtypes the core lacks (bool, int16) travel as uint8 and int32.
+"""
+
+import itertools
+import threading
+
+import tensorflow as tf
+from tensorflow.python.framework import auto_control_deps, ops as tf_ops
+
+from overlap import _core
+from overlap.common import (Average, Sum, _check_process_set, core_reduce_op,
+                            global_process_set)
+from overlap.tensorflow import op_library
+from overlap.tensorflow.compression import Compression
+
+_lib = op_library.load()
+
+# tf.function runs stateful ops in program order. The collectives are stateful (so that nothing
+# folds or merges them away), but chaining them would serialise communication: a gradient's
+# allreduce would wait for every earlier one instead of starting when the gradient is ready.
+# TensorFlow's "must run, order insensitive" class is what they are: unchained, and still run
+# when a rank does not use the result (every rank must submit what the others wait for, e.g. a
+# broadcast's gradient, which non-root ranks replace with zeros). Barrier, join and the step
+# markers stay ordered.
+_INDEPENDENT = {"OverlapAllreduce", "OverlapGroupedAllreduce", "OverlapAllgather",
+                "OverlapBroadcast", "OverlapReducescatter", "OverlapAlltoall"}
+auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = frozenset(
+    auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS | _INDEPENDENT)
+
+_CORE_DTYPES = {tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
+                tf.float64}
+_STAGED_AS = {tf.bool: tf.uint8, tf.int16: tf.int32}
+
+_counters = {}
+_counters_lock = threading.Lock()
+
+
+def _auto_name(kind, name):
+    if name is not None:
+        return str(name)
+    if tf.executing_eagerly():
+        with _counters_lock:
+            counter = _counters.setdefault(kind, itertools.count())
+            return "%s.noname.%d" % (kind, next(counter))
+    graph = tf_ops.get_default_graph()
+    return "%s.%s/%s" % (kind, graph.name, graph.unique_name(kind))
+
+
+def _here(what):
+    return "rank %d: %s" % (_core.rank(), what)
+
+
+def _stage(tensor, what):
+    """The tensor in a dtype the core carries, and the dtype to give the result back in."""
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.dtype in _CORE_DTYPES:
+        return tensor, None
+    if tensor.dtype in _STAGED_AS:
+        return tf.cast(tensor, _STAGED_AS[tensor.dtype]), tensor.dtype
+    raise ValueError(_here("%s: tensor type %s is not supported" % (what, tensor.dtype.name)))
+
+
+def _unstage(tensor, dtype):
+    return tensor if dtype is None else tf.cast(tensor, dtype)
+
+
+def _prepare(kind, name, process_set):
+    _core.require_init(kind)
+    _check_process_set(process_set)
+    return _auto_name(kind, name)
+
+
+def _op_of(op, average):
+    if average is not None:
+        if op is not None:
+            raise ValueError("the op parameter supersedes average; give only one of them")
+        return Average if average else Sum
+    return Average if op is None else op
+
+
+# ---------------------------------------------------------------------------------------------
+# Allreduce.
+
+def _allreduce(tensor, name, c_op, prescale, postscale, compression_spec):
+    """One OverlapAllreduce; integer tensors are scaled in float64 around it, as Horovod."""
+    tensor, original = _stage(tensor, "allreduce '%s'" % name)
+    integer = not tensor.dtype.is_floating
+    if integer and (prescale != 1.0 or postscale != 1.0):
+        scaled = tf.cast(tf.cast(tensor, tf.float64) * prescale, tensor.dtype)
+        out = _lib.overlap_allreduce(scaled, tensor_name=name, reduce_op=c_op,
+                                     compression=compression_spec or "")
+        out = tf.cast(tf.cast(out, tf.float64) * postscale, tensor.dtype)
+    else:
+        out = _lib.overlap_allreduce(tensor, tensor_name=name, reduce_op=c_op,
+                                     prescale=prescale, postscale=postscale,
+                                     compression=compression_spec or "")
+    return _unstage(out, original)
+
+
+def _sparse_allreduce(slices, name, op):
+    """IndexedSlices (an embedding's gradient): values and indices allgathered, as Horovod."""
+    if op not in (Average, Sum):
+        raise ValueError(_here("allreduce '%s': IndexedSlices reduce with Average or Sum only"
+                               % name))
+    values = allgather(slices.values, name=name + ".values")
+    indices = allgather(slices.indices, name=name + ".indices")
+    if op == Average:
+        values = values / tf.cast(_core.size(), values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="",
+              compression=Compression.none, op=None, prescale_factor=1.0, postscale_factor=1.0,
+              name=None, process_set=global_process_set, ignore_name_scope=False):
+    """`tensor` reduced across ranks (Average by default), differentiable. An IndexedSlices is
+    allgathered instead. `compression` is Horovod's cast compressor or one of overlap's runtime
+    compressors; device_dense, device_sparse and ignore_name_scope are accepted for
+    compatibility (the op library runs on the CPU)."""
+    op = _op_of(op, average)
+    name = _prepare("allreduce", name, process_set)
+    if isinstance(tensor, tf.IndexedSlices):
+        return _sparse_allreduce(tensor, name, op)
+    c_op = core_reduce_op(op)
+    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    out = _allreduce(compressed, name, c_op, float(prescale_factor), float(postscale_factor),
+                     compression.runtime_spec)
+    return compression.decompress(out, ctx)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
+                      compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, name=None, process_set=global_process_set):
+    """allreduce of each tensor as one unit the runtime negotiates and fuses together (one unit
+    per dtype); differentiable. Returns a list."""
+    op = _op_of(op, average)
+    base = _prepare("grouped_allreduce", name, process_set)
+    c_op = core_reduce_op(op)
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    staged, originals, contexts = [], [], []
+    for i, t in enumerate(tensors):
+        compressed, ctx = compression.compress(tf.convert_to_tensor(t))
+        s, original = _stage(compressed, "grouped allreduce '%s.%d'" % (base, i))
+        if not s.dtype.is_floating and (prescale_factor != 1.0 or postscale_factor != 1.0):
+            raise ValueError(_here("grouped allreduce '%s': prescale and postscale factors need "
+                                   "floating-point tensors" % base))
+        staged.append(s)
+        originals.append(original)
+        contexts.append(ctx)
+    # The core fuses one dtype per group: tensors of each dtype go as one grouped op.
+    by_dtype = {}
+    for i, t in enumerate(staged):
+        by_dtype.setdefault(t.dtype, []).append(i)
+    outs = [None] * len(staged)
+    for members in by_dtype.values():
+        reduced = _lib.overlap_grouped_allreduce(
+            [staged[i] for i in members], tensor_names=["%s.%d" % (base, i) for i in members],
+            reduce_op=c_op, prescale=float(prescale_factor), postscale=float(postscale_factor),
+            compression=compression.runtime_spec or "")
+        for i, out in zip(members, reduced):
+            outs[i] = out
+    return [compression.decompress(_unstage(o, orig), ctx)
+            for o, orig, ctx in zip(outs, originals, contexts)]
+
+
+def _reduction_grad(op, grads, grouped):
+    """Gradient of an allreduce: the gradient reduced with the same op and factors (Average and
+    Sum; Horovod defines no other)."""
+    c_op = op.get_attr("reduce_op")
+    if c_op not in (_core.C_AVERAGE, _core.C_SUM):
+        raise NotImplementedError(_here("allreduce: only Average and Sum have gradients"))
+    kwargs = dict(reduce_op=c_op, prescale=op.get_attr("prescale"),
+                  postscale=op.get_attr("postscale"))
+    if grouped:
+        names = [n.decode() + ".grad" for n in op.get_attr("tensor_names")]
+        grads = [tf.zeros_like(t) if g is None else g for g, t in zip(grads, op.inputs)]
+        return _lib.overlap_grouped_allreduce(grads, tensor_names=names, **kwargs)
+    return _lib.overlap_allreduce(grads[0], tensor_name=op.get_attr("tensor_name").decode() +
+                                  ".grad", **kwargs)
+
+
+@tf.RegisterGradient("OverlapAllreduce")
+def _allreduce_grad(op, grad):
+    return _reduction_grad(op, [grad], grouped=False)
+
+
+@tf.RegisterGradient("OverlapGroupedAllreduce")
+def _grouped_allreduce_grad(op, *grads):
+    return _reduction_grad(op, list(grads), grouped=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Allgather, broadcast, reducescatter, alltoall.
+
+def allgather(tensor, device_dense="", device_sparse="", name=None,
+              process_set=global_process_set, ignore_name_scope=False):
+    """Every rank's `tensor` concatenated along dimension 0 in rank order (first dimensions may
+    differ); differentiable."""
+    name = _prepare("allgather", name, process_set)
+    tensor, original = _stage(tensor, "allgather '%s'" % name)
+    if tensor.shape.rank == 0:
+        raise ValueError(_here("allgather '%s': needs at least one dimension (got a scalar)"
+                               % name))
+    return _unstage(_lib.overlap_allgather(tensor, tensor_name=name), original)
+
+
+@tf.RegisterGradient("OverlapAllgather")
+def _allgather_grad(op, grad):
+    """This rank's rows of the gradient averaged over ranks (Horovod 0.28's definition)."""
+    name = op.get_attr("tensor_name").decode()
+    reduced = _lib.overlap_allreduce(grad, tensor_name=name + ".grad", reduce_op=_core.C_AVERAGE)
+    rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
+    all_rows = _lib.overlap_allgather(rows, tensor_name=name + ".grad.rows")
+    offset = tf.reduce_sum(all_rows[:_core.rank()])
+    return reduced[offset:offset + rows[0]]
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set,
+              ignore_name_scope=False):
+    """root_rank's `tensor` on every rank; differentiable."""
+    name = _prepare("broadcast", name, process_set)
+    tensor, original = _stage(tensor, "broadcast '%s'" % name)
+    return _unstage(_lib.overlap_broadcast(tensor, tensor_name=name, root_rank=int(root_rank)),
+                    original)
+
+
+@tf.RegisterGradient("OverlapBroadcast")
+def _broadcast_grad(op, grad):
+    """The gradient averaged over ranks on the root, zero elsewhere (Horovod 0.28)."""
+    reduced = _lib.overlap_allreduce(grad, tensor_name=op.get_attr("tensor_name").decode() +
+                                     ".grad", reduce_op=_core.C_AVERAGE)
+    return reduced if _core.rank() == op.get_attr("root_rank") else tf.zeros_like(reduced)
+
+
+def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
+                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """`tensor` reduced across ranks, this rank keeping its share of dimension 0 (earlier ranks
+    get one more row when it does not divide evenly); differentiable."""
+    name = _prepare("reducescatter", name, process_set)
+    c_op = core_reduce_op(op)
+    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    staged, original = _stage(compressed, "reducescatter '%s'" % name)
+    if staged.shape.rank == 0:
+        raise ValueError(_here("reducescatter '%s': needs at least one dimension" % name))
+    if not staged.dtype.is_floating and (prescale_factor != 1.0 or postscale_factor != 1.0):
+        raise ValueError(_here("reducescatter '%s': prescale and postscale factors need "
+                               "floating-point tensors" % name))
+    out = _lib.overlap_reducescatter(staged, tensor_name=name, reduce_op=c_op,
+                                     prescale=float(prescale_factor),
+                                     postscale=float(postscale_factor))
+    return compression.decompress(_unstage(out, original), ctx)
+
+
+@tf.RegisterGradient("OverlapReducescatter")
+def _reducescatter_grad(op, grad):
+    """The gathered gradient, times size() for Sum (Horovod 0.28's definition)."""
+    gathered = _lib.overlap_allgather(grad, tensor_name=op.get_attr("tensor_name").decode() +
+                                      ".grad")
+    if op.get_attr("reduce_op") == _core.C_SUM:
+        gathered = gathered * tf.cast(_core.size(), gathered.dtype)
+    return gathered
+
+
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
+                          name=None, process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    base = _auto_name("grouped_reducescatter", name)
+    return [reducescatter(t, compression=compression, op=op, name="%s.%d" % (base, i),
+                          process_set=process_set, prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor) for i, t in enumerate(tensors)]
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    base = _auto_name("grouped_allgather", name)
+    return [allgather(t, name="%s.%d" % (base, i), process_set=process_set)
+            for i, t in enumerate(tensors)]
+
+
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
+             process_set=global_process_set):
+    """Sends splits[r] rows of `tensor` to rank r (equal parts when splits is None) and returns
+    (the rows every rank sent here in rank order, the received splits), as horovod.tensorflow;
+    differentiable in the tensor."""
+    name = _prepare("alltoall", name, process_set)
+    tensor, original = _stage(tensor, "alltoall '%s'" % name)
+    splits = tf.zeros([0], tf.int32) if splits is None else tf.cast(splits, tf.int32)
+    received, received_splits = _lib.overlap_alltoall(tensor, tf.reshape(splits, [-1]),
+                                                      tensor_name=name)
+    return _unstage(received, original), received_splits
+
+
+@tf.RegisterGradient("OverlapAlltoall")
+def _alltoall_grad(op, grad, _):
+    """The gradient rows go back where they came from."""
+    back, _ = _lib.overlap_alltoall(grad, op.outputs[1],
+                                    tensor_name=op.get_attr("tensor_name").decode() + ".grad")
+    return back, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Join and barrier.
+
+def join():
+    """For ranks with uneven data: keeps contributing zeros to the other ranks' allreduces until
+    every rank has joined. Returns the rank that joined last (latest call time, the highest such
+    rank on a tie) as an int32 scalar tensor."""
+    _core.require_init("join")
+    called = _lib.overlap_join()
+    stamps = _lib.overlap_allgather(tf.reshape(called, [1]), tensor_name=_auto_name(
+        "join.called", None))
+    latest = tf.reduce_max(stamps)
+    ranks = tf.cast(tf.where(tf.equal(stamps, latest))[:, 0], tf.int32)
+    return tf.reduce_max(ranks)
+
+
+def barrier(process_set=global_process_set):
+    """Returns when every rank has called barrier()."""
+    _core.require_init("barrier")
+    _check_process_set(process_set)
+    return _lib.overlap_barrier()
+
+
+def step_marker(kind):
+    """Emits an OverlapStepMarker op ("forward", "backward" or "update"; step_markers.cc)."""
+    return _lib.overlap_step_marker(kind=kind)

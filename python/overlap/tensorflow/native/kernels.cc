@@ -1,0 +1,282 @@
+// Asynchronous CPU kernels of overlap's collectives: each one describes its tensors to the core
+// library (runtime/c_api.h), submits the operation and returns; a waiter thread finishes the
+// kernel when the operation ends (waiter.h). Failures become the kernel's status with the core's
+// code and message (rank, tensor, cause), so they raise tf.errors.OpError on every rank that the
+// core fails.
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "c_api.h"
+#include "core_tensor.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "waiter.h"
+
+namespace overlap_tf {
+namespace {
+
+using tensorflow::AsyncOpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+constexpr int kMaxDims = 32;
+
+// What a kernel does once its operation has succeeded (e.g. copy a runtime-owned result out).
+using OnSuccess = std::function<absl::Status(overlap_handle*)>;
+
+// Finishes the kernel after submission `rc` (0, or the failed submission's code), now if the
+// submission failed, else when the operation ends.
+void Finish(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, int rc,
+            overlap_handle* handle, OnSuccess on_success = nullptr) {
+  if (rc != 0) {
+    ctx->SetStatus(CoreError(rc));
+    done();
+    return;
+  }
+  WhenDone(handle, [ctx, done = std::move(done), on_success = std::move(on_success)](
+                       overlap_handle* h, const absl::Status& result) {
+    absl::Status status = result;
+    if (status.ok() && on_success) status = on_success(h);
+    if (!status.ok()) ctx->SetStatus(status);
+    done();
+  });
+}
+
+// Copies a runtime-owned result (allgather, reducescatter, alltoall) into output `index`.
+absl::Status CopyOutput(OpKernelContext* ctx, int index, overlap_handle* handle,
+                        const std::string& name) {
+  const void* data = nullptr;
+  int32_t dtype = -1, ndim = 0;
+  int64_t dims[kMaxDims];
+  int rc = overlap_handle_output(handle, &data, &dtype, &ndim, dims, kMaxDims);
+  if (rc != 0) return CoreError(rc);
+  if (TfDtype(dtype) != ctx->expected_output_dtype(index)) {
+    return absl::InternalError("overlap: '" + name + "': the runtime returned dtype code " +
+                               std::to_string(dtype) + " for a " +
+                               tensorflow::DataTypeString(ctx->expected_output_dtype(index)) +
+                               " output");
+  }
+  TensorShape shape;
+  for (int i = 0; i < ndim; ++i) TF_RETURN_IF_ERROR(shape.AddDimWithStatus(dims[i]));
+  Tensor* out = nullptr;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(index, shape, &out));
+  if (out->TotalBytes() == 0) return absl::OkStatus();
+  rc = overlap_handle_copy_output(handle, const_cast<char*>(out->tensor_data().data()),
+                                  static_cast<int64_t>(out->TotalBytes()));
+  return rc == 0 ? absl::OkStatus() : CoreError(rc);
+}
+
+// Attributes every reduction has.
+struct Reduction {
+  int op = 0;
+  float prescale = 1.0f;
+  float postscale = 1.0f;
+  std::string compression;
+
+  void Read(OpKernelConstruction* c, bool with_compression) {
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op));
+    OP_REQUIRES_OK(c, c->GetAttr("prescale", &prescale));
+    OP_REQUIRES_OK(c, c->GetAttr("postscale", &postscale));
+    if (with_compression) OP_REQUIRES_OK(c, c->GetAttr("compression", &compression));
+  }
+};
+
+class AllreduceOp : public AsyncOpKernel {
+ public:
+  explicit AllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    reduction_.Read(c, true);
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& input = ctx->input(0);
+    Tensor* output = nullptr;
+    // In place when TensorFlow lets the input go; the core reduces in place too.
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({0}, 0, input.shape(), &output),
+                         done);
+    CoreTensor in(input), out(*output);
+    overlap_handle* handle = nullptr;
+    int rc = overlap_allreduce(name_.c_str(), in.desc(), out.desc(), reduction_.op,
+                               reduction_.prescale, reduction_.postscale,
+                               reduction_.compression.c_str(), &handle);
+    Finish(ctx, std::move(done), rc, handle);
+  }
+
+ private:
+  std::string name_;
+  Reduction reduction_;
+};
+
+class GroupedAllreduceOp : public AsyncOpKernel {
+ public:
+  explicit GroupedAllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_names", &names_));
+    reduction_.Read(c, true);
+    OP_REQUIRES(c, static_cast<int>(names_.size()) == c->num_inputs(),
+                absl::InvalidArgumentError("grouped allreduce: one name per tensor needed"));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const int n = ctx->num_inputs();
+    std::vector<std::unique_ptr<CoreTensor>> keep;
+    std::vector<overlap_tensor> ins, outs;
+    std::vector<const char*> names;
+    for (int i = 0; i < n; ++i) {
+      const Tensor& input = ctx->input(i);
+      Tensor* output = nullptr;
+      OP_REQUIRES_OK_ASYNC(
+          ctx, ctx->forward_input_or_allocate_output({i}, i, input.shape(), &output), done);
+      keep.push_back(std::make_unique<CoreTensor>(input));
+      ins.push_back(*keep.back()->desc());
+      keep.push_back(std::make_unique<CoreTensor>(*output));
+      outs.push_back(*keep.back()->desc());
+      names.push_back(names_[i].c_str());
+    }
+    overlap_handle* handle = nullptr;
+    int rc = overlap_grouped_allreduce(n, names.data(), ins.data(), outs.data(), reduction_.op,
+                                       reduction_.prescale, reduction_.postscale,
+                                       reduction_.compression.c_str(), &handle);
+    Finish(ctx, std::move(done), rc, handle);
+  }
+
+ private:
+  std::vector<std::string> names_;
+  Reduction reduction_;
+};
+
+class AllgatherOp : public AsyncOpKernel {
+ public:
+  explicit AllgatherOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    CoreTensor in(ctx->input(0));
+    overlap_handle* handle = nullptr;
+    int rc = overlap_allgather(name_.c_str(), in.desc(), &handle);
+    Finish(ctx, std::move(done), rc, handle, [ctx, name = name_](overlap_handle* h) {
+      return CopyOutput(ctx, 0, h, name);
+    });
+  }
+
+ private:
+  std::string name_;
+};
+
+class BroadcastOp : public AsyncOpKernel {
+ public:
+  explicit BroadcastOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& input = ctx->input(0);
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({0}, 0, input.shape(), &output),
+                         done);
+    CoreTensor in(input), out(*output);
+    overlap_handle* handle = nullptr;
+    int rc = overlap_broadcast(name_.c_str(), in.desc(), out.desc(), root_, &handle);
+    Finish(ctx, std::move(done), rc, handle);
+  }
+
+ private:
+  std::string name_;
+  int root_ = 0;
+};
+
+class ReducescatterOp : public AsyncOpKernel {
+ public:
+  explicit ReducescatterOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    reduction_.Read(c, false);
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    CoreTensor in(ctx->input(0));
+    overlap_handle* handle = nullptr;
+    int rc = overlap_reducescatter(name_.c_str(), in.desc(), reduction_.op, reduction_.prescale,
+                                   reduction_.postscale, &handle);
+    Finish(ctx, std::move(done), rc, handle, [ctx, name = name_](overlap_handle* h) {
+      return CopyOutput(ctx, 0, h, name);
+    });
+  }
+
+ private:
+  std::string name_;
+  Reduction reduction_;
+};
+
+class AlltoallOp : public AsyncOpKernel {
+ public:
+  explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    CoreTensor in(ctx->input(0));
+    auto given = ctx->input(1).flat<int32_t>();
+    std::vector<int64_t> splits(given.data(), given.data() + given.size());
+    overlap_handle* handle = nullptr;
+    int rc = overlap_alltoall(name_.c_str(), in.desc(), splits.empty() ? nullptr : splits.data(),
+                              static_cast<int32_t>(splits.size()), &handle);
+    Finish(ctx, std::move(done), rc, handle, [ctx, name = name_](overlap_handle* h) {
+      TF_RETURN_IF_ERROR(CopyOutput(ctx, 0, h, name));
+      int64_t received[4096];
+      int32_t n = overlap_handle_received_splits(h, received, 4096);
+      Tensor* out = nullptr;
+      TF_RETURN_IF_ERROR(ctx->allocate_output(1, TensorShape({n}), &out));
+      auto flat = out->flat<int32_t>();
+      for (int32_t i = 0; i < n; ++i) flat(i) = static_cast<int32_t>(received[i]);
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  std::string name_;
+};
+
+class JoinOp : public AsyncOpKernel {
+ public:
+  using AsyncOpKernel::AsyncOpKernel;
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    Tensor* called = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, TensorShape({}), &called), done);
+    called->scalar<double>()() =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    overlap_handle* handle = nullptr;
+    int rc = overlap_join(&handle);
+    Finish(ctx, std::move(done), rc, handle);
+  }
+};
+
+class BarrierOp : public AsyncOpKernel {
+ public:
+  using AsyncOpKernel::AsyncOpKernel;
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    overlap_handle* handle = nullptr;
+    int rc = overlap_barrier(&handle);
+    Finish(ctx, std::move(done), rc, handle);
+  }
+};
+
+using tensorflow::DEVICE_CPU;
+REGISTER_KERNEL_BUILDER(Name("OverlapAllreduce").Device(DEVICE_CPU), AllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("OverlapGroupedAllreduce").Device(DEVICE_CPU), GroupedAllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("OverlapAllgather").Device(DEVICE_CPU), AllgatherOp);
+REGISTER_KERNEL_BUILDER(Name("OverlapBroadcast").Device(DEVICE_CPU), BroadcastOp);
+REGISTER_KERNEL_BUILDER(Name("OverlapReducescatter").Device(DEVICE_CPU), ReducescatterOp);
+REGISTER_KERNEL_BUILDER(Name("OverlapAlltoall").Device(DEVICE_CPU), AlltoallOp);
+REGISTER_KERNEL_BUILDER(Name("OverlapJoin").Device(DEVICE_CPU), JoinOp);
+REGISTER_KERNEL_BUILDER(Name("OverlapBarrier").Device(DEVICE_CPU), BarrierOp);
+
+}  // namespace
+}  // namespace overlap_tf

@@ -1,0 +1,120 @@
+// The op definitions of overlap's TensorFlow op library: names, attributes and shape functions.
+// Kernels are in kernels.cc and step_markers.cc.
+//
+// The collectives are stateful, so that TensorFlow never constant-folds, deduplicates or
+// reorders one away from the rank that submits it; overlap.tensorflow exempts them from
+// tf.function's program-order chaining so that independent ones overlap (mpi_ops.py).
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace overlap_tf {
+namespace {
+
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+// The core's dtypes (collectives/dtype.h).
+#define OVERLAP_TYPES "{uint8, int8, int32, int64, half, bfloat16, float, double}"
+
+// Same shape as the input, except an unknown first dimension (allgather, reducescatter,
+// alltoall: it depends on the other ranks).
+absl::Status UnknownFirstDim(InferenceContext* c) {
+  ShapeHandle in = c->input(0);
+  if (!c->RankKnown(in)) {
+    c->set_output(0, c->UnknownShape());
+    return absl::OkStatus();
+  }
+  ShapeHandle out;
+  TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+  c->set_output(0, out);
+  return absl::OkStatus();
+}
+
+REGISTER_OP("OverlapAllreduce")
+    .Input("tensor: T")
+    .Output("reduced: T")
+    .Attr("T: " OVERLAP_TYPES)
+    .Attr("tensor_name: string")
+    .Attr("reduce_op: int")
+    .Attr("prescale: float = 1.0")
+    .Attr("postscale: float = 1.0")
+    .Attr("compression: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape);
+
+REGISTER_OP("OverlapGroupedAllreduce")
+    .Input("tensors: T")
+    .Output("reduced: T")
+    .Attr("T: list(" OVERLAP_TYPES ")")
+    .Attr("tensor_names: list(string)")
+    .Attr("reduce_op: int")
+    .Attr("prescale: float = 1.0")
+    .Attr("postscale: float = 1.0")
+    .Attr("compression: string = ''")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("OverlapAllgather")
+    .Input("tensor: T")
+    .Output("gathered: T")
+    .Attr("T: " OVERLAP_TYPES)
+    .Attr("tensor_name: string")
+    .SetIsStateful()
+    .SetShapeFn(UnknownFirstDim);
+
+REGISTER_OP("OverlapBroadcast")
+    .Input("tensor: T")
+    .Output("broadcast: T")
+    .Attr("T: " OVERLAP_TYPES)
+    .Attr("tensor_name: string")
+    .Attr("root_rank: int")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape);
+
+REGISTER_OP("OverlapReducescatter")
+    .Input("tensor: T")
+    .Output("scattered: T")
+    .Attr("T: " OVERLAP_TYPES)
+    .Attr("tensor_name: string")
+    .Attr("reduce_op: int")
+    .Attr("prescale: float = 1.0")
+    .Attr("postscale: float = 1.0")
+    .SetIsStateful()
+    .SetShapeFn(UnknownFirstDim);
+
+// `splits`: rows for each rank, or empty for equal parts.
+REGISTER_OP("OverlapAlltoall")
+    .Input("tensor: T")
+    .Input("splits: int32")
+    .Output("received: T")
+    .Output("received_splits: int32")
+    .Attr("T: " OVERLAP_TYPES)
+    .Attr("tensor_name: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(UnknownFirstDim(c));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return absl::OkStatus();
+    });
+
+// Completes once every rank has joined; outputs this rank's call time (seconds since the epoch),
+// from which overlap.tensorflow.join() finds the rank that joined last.
+REGISTER_OP("OverlapJoin")
+    .Output("called: double")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape);
+
+REGISTER_OP("OverlapBarrier").SetIsStateful().SetShapeFn(tensorflow::shape_inference::NoOutputs);
+
+// kind: "forward", "backward" or "update" (runtime/overlap.h, StartForward and the others).
+REGISTER_OP("OverlapStepMarker")
+    .Attr("kind: {'forward', 'backward', 'update'}")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs);
+
+}  // namespace
+}  // namespace overlap_tf

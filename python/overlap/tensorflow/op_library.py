@@ -1,0 +1,71 @@
+"""Finds, compiles if needed, and loads overlap's TensorFlow op library (build_ops.py).
+
+In order:
+1. OVERLAP_TF_OPS_LIBRARY: a library path to load as it is (development);
+2. the library ``pip install .`` compiled into the package, if its key matches;
+3. the cache, ``$OVERLAP_TF_OPS_CACHE`` or ``~/.cache/overlap/tf_ops``, one folder per key,
+   compiled there on first use (about half a minute). Ranks starting together take a file lock,
+   so one of them compiles and the others wait and load its result.
+
+The core library is loaded first, with its symbols global, since the op library's references to
+the C ABI resolve against it.
+"""
+
+import fcntl
+import os
+import threading
+
+import tensorflow as tf
+
+from overlap import _core
+from overlap.tensorflow import build_ops
+
+_module = None
+_lock = threading.Lock()
+
+
+def cache_dir():
+    root = os.environ.get("OVERLAP_TF_OPS_CACHE")
+    if root:
+        return root
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "overlap", "tf_ops")
+
+
+def _read_key(folder):
+    try:
+        with open(os.path.join(folder, build_ops.KEY_NAME)) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def library_path():
+    """The path of a library built for this TensorFlow, compiling one into the cache if none."""
+    explicit = os.environ.get("OVERLAP_TF_OPS_LIBRARY")
+    if explicit:
+        return explicit
+    key = build_ops.key()
+    packaged = os.path.dirname(os.path.abspath(__file__))
+    if _read_key(packaged) == key:
+        return os.path.join(packaged, build_ops.LIBRARY_NAME)
+    folder = os.path.join(cache_dir(), key)
+    path = os.path.join(folder, build_ops.LIBRARY_NAME)
+    if _read_key(folder) == key and os.path.exists(path):
+        return path
+    os.makedirs(cache_dir(), exist_ok=True)
+    with open(os.path.join(cache_dir(), key + ".lock"), "w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)  # another rank may be compiling it
+        if _read_key(folder) != key or not os.path.exists(path):
+            build_ops.build(folder, key)
+    return path
+
+
+def load():
+    """The op library's Python module (tf.load_op_library), loaded once per process."""
+    global _module
+    with _lock:
+        if _module is None:
+            _core.lib()
+            _module = tf.load_op_library(library_path())
+        return _module

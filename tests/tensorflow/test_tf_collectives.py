@@ -1,0 +1,260 @@
+"""overlap.tensorflow's collectives against references each rank computes itself, eagerly and
+inside tf.function (the `run` fixture), with gradients through every differentiable collective.
+
+Inputs come from generators seeded with (test seed, rank), so every rank can compute every other
+rank's input; values are small integers, so sums and averages over 2 or 4 ranks are exact in
+every dtype."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+DTYPES = [tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
+          tf.float64]
+FLOATS = [tf.float32, tf.float64]
+
+
+def ints(shape, seed, rank, low=-8, high=8):
+    return np.random.default_rng(1000003 * seed + 7919 * rank + 17).integers(low, high, shape)
+
+
+def rank_input(shape, dtype, seed, rank):
+    low = 0 if dtype == tf.uint8 else -8
+    return tf.constant(ints(shape, seed, rank, low, 8), dtype=dtype)
+
+
+def assert_equal(actual, expected, what=""):
+    actual = tf.convert_to_tensor(actual)
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    a = tf.cast(actual, tf.float64).numpy()
+    e = tf.cast(expected, tf.float64).numpy()
+    assert np.array_equal(a, e), f"{what}: {a.ravel()[:8]} != {e.ravel()[:8]}"
+
+
+def test_topology(hvd):
+    assert 0 <= hvd.rank() < hvd.size()
+    assert hvd.local_size() == hvd.size()  # one host
+    assert hvd.local_rank() == hvd.rank()
+    assert (hvd.cross_rank(), hvd.cross_size()) == (0, 1)
+    assert hvd.is_initialized() and hvd.mpi_built() and not hvd.nccl_built()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_allreduce_ops(hvd, run, dtype):
+    n, r = hvd.size(), hvd.rank()
+    everyone = [rank_input((3, 5), dtype, 1, k) for k in range(n)]
+    wide = [tf.cast(t, tf.float64) for t in everyone]
+    expected = {
+        hvd.Sum: tf.add_n(wide), hvd.Min: tf.reduce_min(tf.stack(wide), 0),
+        hvd.Max: tf.reduce_max(tf.stack(wide), 0),
+    }
+    for op, reference in expected.items():
+        if op == hvd.Sum and dtype in (tf.uint8, tf.int8):
+            continue  # may overflow 8 bits
+        out = run(lambda x: hvd.allreduce(x, op=op, name="ar.%s.%d" % (dtype.name, op)),
+                  everyone[r])
+        assert_equal(out, tf.cast(reference, dtype), "allreduce op %d" % op)
+
+
+@pytest.mark.parametrize("dtype", [tf.int32, tf.float16, tf.float32, tf.float64],
+                         ids=lambda d: d.name)
+def test_allreduce_average_and_scaling(hvd, run, dtype):
+    n, r = hvd.size(), hvd.rank()
+    base = tf.constant(ints((4,), 2, 0, 6, 20) * n, dtype)  # the average is `base` exactly
+    mine = base + tf.cast(2 * r - (n - 1), dtype)
+    out = run(lambda x: hvd.allreduce(x, name="avg.%s" % dtype.name), mine)
+    assert_equal(out, base, "average")
+    out = run(lambda x: hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5,
+                                      name="scaled.%s" % dtype.name), mine)
+    assert_equal(out, base * n, "pre/postscale")
+
+
+def test_allreduce_bool_and_int16(hvd, run):
+    r = hvd.rank()
+    out = run(lambda x: hvd.allreduce(x, op=hvd.Max, name="ar.bool"),
+              tf.constant([r == 0, False, True]))
+    assert_equal(out, tf.constant([True, False, True]), "bool")
+    out = run(lambda x: hvd.allreduce(x, op=hvd.Sum, name="ar.int16"),
+              tf.constant([1, 2], tf.int16))
+    assert_equal(out, tf.constant([1, 2], tf.int16) * hvd.size(), "int16")
+
+
+def test_allreduce_compression(hvd, run):
+    n = hvd.size()
+    x = tf.constant([0.5, 1.5, -2.0], tf.float32)
+    out = run(lambda t: hvd.allreduce(t, op=hvd.Sum, compression=hvd.Compression.fp16,
+                                      name="ar.fp16"), x)
+    assert_equal(out, x * n, "fp16 compression")
+    out = run(lambda t: hvd.allreduce(t, op=hvd.Sum, compression=hvd.Compression.fp16_ef(),
+                                      name="ar.fp16_ef"), x)
+    assert_equal(out, x * n, "runtime fp16 compression")
+
+
+def test_grouped_allreduce(hvd, run):
+    n, r = hvd.size(), hvd.rank()
+    tensors = [rank_input((2, 3), tf.float32, 3, r), rank_input((5,), tf.int64, 4, r)]
+    outs = run(lambda a, b: hvd.grouped_allreduce([a, b], op=hvd.Sum, name="grouped"), *tensors)
+    for i, out in enumerate(outs):
+        expected = tf.add_n([rank_input(tensors[i].shape, tensors[i].dtype, 3 + i, k)
+                             for k in range(n)])
+        assert_equal(out, expected, "grouped %d" % i)
+
+
+@pytest.mark.parametrize("dtype", [tf.uint8, tf.int64, tf.bfloat16, tf.float32],
+                         ids=lambda d: d.name)
+def test_allgather_ragged(hvd, run, dtype):
+    n, r = hvd.size(), hvd.rank()
+    out = run(lambda x: hvd.allgather(x, name="ag.%s" % dtype.name),
+              rank_input((r + 1, 3), dtype, 5, r))
+    expected = tf.concat([rank_input((k + 1, 3), dtype, 5, k) for k in range(n)], 0)
+    assert_equal(out, expected, "allgather")
+
+
+def test_broadcast(hvd, run):
+    n, r = hvd.size(), hvd.rank()
+    for root in range(n):
+        out = run(lambda x: hvd.broadcast(x, root, name="bc.%d" % root),
+                  rank_input((4, 2), tf.float64, 6, r))
+        assert_equal(out, rank_input((4, 2), tf.float64, 6, root), "broadcast root %d" % root)
+
+
+def test_reducescatter(hvd, run):
+    n, r = hvd.size(), hvd.rank()
+    rows = 2 * n + 1
+    out = run(lambda x: hvd.reducescatter(x, op=hvd.Sum, name="rs"),
+              rank_input((rows, 3), tf.float32, 7, r))
+    total = tf.add_n([rank_input((rows, 3), tf.float32, 7, k) for k in range(n)])
+    counts = [rows // n + (1 if k < rows % n else 0) for k in range(n)]
+    offset = sum(counts[:r])
+    assert_equal(out, total[offset:offset + counts[r]], "reducescatter")
+
+
+def alltoall_splits(sender, n):
+    return [(sender + 2 * receiver) % 3 for receiver in range(n)]
+
+
+def alltoall_rows(sender, n):
+    rows = [[(31 * sender + 7 * receiver + i) % 100] * 2
+            for receiver, count in enumerate(alltoall_splits(sender, n)) for i in range(count)]
+    return tf.constant(np.array(rows, dtype=np.int32).reshape(-1, 2))
+
+
+def test_alltoall(hvd, run):
+    n, r = hvd.size(), hvd.rank()
+    out, received = run(lambda x, s: hvd.alltoall(x, splits=s, name="a2a"),
+                        alltoall_rows(r, n), tf.constant(alltoall_splits(r, n), tf.int32))
+    blocks, expected_splits = [], []
+    for sender in range(n):
+        counts = alltoall_splits(sender, n)
+        start = sum(counts[:r])
+        blocks.append(alltoall_rows(sender, n)[start:start + counts[r]])
+        expected_splits.append(counts[r])
+    assert_equal(out, tf.concat(blocks, 0), "alltoall rows")
+    assert_equal(received, tf.constant(expected_splits, tf.int32), "received splits")
+    even, _ = run(lambda x: hvd.alltoall(x, name="a2a.even"),
+                  tf.fill([2 * n, 1], float(r)))
+    assert_equal(even, tf.repeat(tf.range(n, dtype=tf.float32), 2)[:, None], "equal splits")
+
+
+def test_allreduce_gradient(hvd, run):
+    n = hvd.size()
+
+    def grads(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(hvd.allreduce(x * 3.0, op=hvd.Sum, name="grad.ar"))
+        return tape.gradient(y, x)
+
+    assert_equal(run(grads, tf.ones([3], tf.float64)), tf.fill([3], tf.constant(3.0 * n, tf.float64)),
+                 "d allreduce")
+
+    def grouped(a, b):
+        with tf.GradientTape() as tape:
+            tape.watch([a, b])
+            ra, rb = hvd.grouped_allreduce([a, b * 2.0], name="grad.grouped")
+            y = tf.reduce_sum(ra) + tf.reduce_sum(rb)
+        return tape.gradient(y, [a, b])
+
+    ga, gb = run(grouped, tf.ones([2]), tf.ones([3]))
+    assert_equal(ga, tf.ones([2]), "d grouped a")
+    assert_equal(gb, tf.fill([3], 2.0), "d grouped b")
+
+
+def test_allgather_broadcast_gradients(hvd, run):
+    n, r = hvd.size(), hvd.rank()
+
+    def gather(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            g = hvd.allgather(x, name="grad.ag")
+            weights = tf.cast(tf.range(tf.shape(g)[0]), x.dtype)[:, None]
+            y = tf.reduce_sum(g * weights)
+        return tape.gradient(y, x)
+
+    start = sum(k + 1 for k in range(r))
+    expected = tf.cast(tf.range(start, start + r + 1), tf.float64)[:, None] * tf.ones([1, 2],
+                                                                                    tf.float64)
+    assert_equal(run(gather, tf.ones([r + 1, 2], tf.float64)), expected, "d allgather")
+
+    def bcast(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(hvd.broadcast(x, 0, name="grad.bc") * float(r + 1))
+        return tape.gradient(y, x)
+
+    mean = sum(k + 1 for k in range(n)) / n
+    assert_equal(run(bcast, tf.ones([2], tf.float64)),
+                 tf.fill([2], tf.constant(mean if r == 0 else 0.0, tf.float64)), "d broadcast")
+
+
+def test_reducescatter_alltoall_gradients(hvd, run):
+    n = hvd.size()
+
+    def scatter(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(hvd.reducescatter(x, op=hvd.Sum, name="grad.rs"))
+        return tape.gradient(y, x)
+
+    assert_equal(run(scatter, tf.ones([n, 2])), tf.fill([n, 2], float(n)), "d reducescatter")
+
+    def a2a(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out, _ = hvd.alltoall(x, name="grad.a2a")
+            y = tf.reduce_sum(out * 2.0)
+        return tape.gradient(y, x)
+
+    assert_equal(run(a2a, tf.ones([n, 1])), tf.fill([n, 1], 2.0), "d alltoall")
+
+
+def test_unnamed_ops_repeat_in_function(hvd):
+    """A traced function submits the same names every call; eager calls are numbered."""
+    f = tf.function(lambda x: hvd.allreduce(x, op=hvd.Sum))
+    for _ in range(3):
+        assert_equal(f(tf.ones([2])), tf.fill([2], float(hvd.size())), "unnamed in function")
+    for _ in range(2):
+        assert_equal(hvd.allreduce(tf.ones([2]), op=hvd.Sum), tf.fill([2], float(hvd.size())),
+                     "unnamed eager")
+
+
+def test_join_barrier_objects(hvd):
+    last = hvd.join()
+    assert 0 <= int(last) < hvd.size()
+    hvd.barrier()
+    obj = {"rank": hvd.rank(), "list": [1, 2]}
+    assert hvd.broadcast_object(obj, root_rank=hvd.size() - 1, name="obj")["rank"] == \
+        hvd.size() - 1
+    assert [o["rank"] for o in hvd.allgather_object(obj, name="objs")] == list(range(hvd.size()))
+
+
+def test_broadcast_variables(hvd, run, mode):
+    r = hvd.rank()
+    v = [tf.Variable(tf.fill([3], float(r))), tf.Variable(tf.constant([r, r], tf.int64))]
+    if mode == "eager":
+        hvd.broadcast_variables(v, root_rank=1)
+    else:
+        tf.function(lambda: hvd.broadcast_variables(v, root_rank=1))()
+    assert_equal(v[0], tf.fill([3], 1.0), "variable 0")
+    assert_equal(v[1], tf.constant([1, 1], tf.int64), "variable 1")
