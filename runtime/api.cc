@@ -150,6 +150,11 @@ RuntimeStats Stats() {
 
 absl::StatusOr<Handle> Allreduce(const std::string& name, const Tensor& input, const Tensor& output,
                                  const AllreduceOptions& options) {
+  if (options.delay != 0 || options.period != 1 || options.phase != 0) {
+    std::shared_ptr<Runtime> runtime = Current();
+    if (runtime == nullptr) return NotRunning(Request{name});
+    return runtime->SubmitDelayed(name, input, output, options);
+  }
   PendingOp op = SingleTensorOp(OpKind::kAllreduce, name, input);
   op.outputs.push_back(output);
   op.request.compression = options.compression;

@@ -106,6 +106,20 @@ int overlap_allreduce(const char* name, const overlap_tensor* input, const overl
                 handle);
 }
 
+int overlap_allreduce_delayed(const char* name, const overlap_tensor* input,
+                              const overlap_tensor* output, int32_t op, double prescale,
+                              double postscale, const char* compression, int32_t delay,
+                              int32_t period, int32_t phase, overlap_handle** handle) {
+  overlap::Tensor in, out;
+  if (int rc = ToTensor("allreduce", Str(name), input, &in)) return rc;
+  if (int rc = ToTensor("allreduce", Str(name), output, &out)) return rc;
+  overlap::AllreduceOptions options = AllreduceOptionsOf(op, prescale, postscale, compression);
+  options.delay = delay;
+  options.period = period;
+  options.phase = phase;
+  return Return(overlap::Allreduce(Str(name), in, out, options), handle);
+}
+
 int overlap_grouped_allreduce(int32_t count, const char* const* names, const overlap_tensor* inputs,
                               const overlap_tensor* outputs, int32_t op, double prescale,
                               double postscale, const char* compression, overlap_handle** handle) {
@@ -168,6 +182,10 @@ int overlap_handle_poll(const overlap_handle* handle) {
   return handle != nullptr && handle->handle.Poll() ? 1 : 0;
 }
 
+int overlap_handle_has_update(const overlap_handle* handle) {
+  return handle == nullptr || handle->handle.has_update() ? 1 : 0;
+}
+
 int overlap_handle_wait(const overlap_handle* handle, double timeout_s) {
   if (handle == nullptr) return InvalidArgument("wait on a null handle");
   if (timeout_s < 0) return Fail(handle->handle.Wait());
@@ -228,12 +246,12 @@ void overlap_handle_free(overlap_handle* handle) { delete handle; }
 const char* overlap_stats_json(void) {
   const overlap::RuntimeStats s = overlap::Stats();
   stats_json = absl::StrFormat(
-      "{\"negotiation_rounds\":%d,\"negotiated_operations\":%d,\"planned_launches\":%d,\"plans_frozen\":%d,"
+      "{\"negotiation_rounds\":%d,\"negotiated_operations\":%d,\"delayed_bytes\":%d,\"planned_launches\":%d,\"plans_frozen\":%d,"
       "\"plans_dropped\":%d,\"planned_tensors\":%d,\"steps\":%d,\"planner\":\"%s\","
       "\"plan_buckets\":%d,\"predicted_step_ms\":%.6g,\"plan_adopted_step\":%d,"
       "\"plans_scheduled\":%d,\"plans_refused\":%d,\"plan_layerwise_update\":%s,"
       "\"fitted_alpha_us\":%.6g,\"fitted_beta_us_per_mb\":%.6g,\"cuda_executor\":\"%s\"}",
-      s.negotiation_rounds, s.negotiated_operations, s.planned_launches, s.plans_frozen, s.plans_dropped, s.planned_tensors,
+      s.negotiation_rounds, s.negotiated_operations, s.delayed_bytes, s.planned_launches, s.plans_frozen, s.plans_dropped, s.planned_tensors,
       s.steps, s.planner, s.plan_buckets, s.predicted_step_ms, s.plan_adopted_step,
       s.plans_scheduled, s.plans_refused, s.plan_layerwise_update ? "true" : "false",
       s.fitted_alpha_us, s.fitted_beta_us_per_mb, s.cuda_executor);

@@ -63,6 +63,12 @@ int overlap_stop_timeline(void);
 int overlap_allreduce(const char* name, const overlap_tensor* input, const overlap_tensor* output,
                       int32_t op, double prescale, double postscale, const char* compression,
                       overlap_handle** handle);
+// An allreduce with a delayed update or update period (AllreduceOptions::delay, period, phase;
+// runtime/delay_line.h); overlap_handle_has_update tells whether its output holds an update.
+int overlap_allreduce_delayed(const char* name, const overlap_tensor* input,
+                              const overlap_tensor* output, int32_t op, double prescale,
+                              double postscale, const char* compression, int32_t delay,
+                              int32_t period, int32_t phase, overlap_handle** handle);
 int overlap_grouped_allreduce(int32_t count, const char* const* names, const overlap_tensor* inputs,
                               const overlap_tensor* outputs, int32_t op, double prescale,
                               double postscale, const char* compression, overlap_handle** handle);
@@ -79,6 +85,8 @@ int overlap_join(overlap_handle** handle);
 
 // 1 once finished (successfully or not), else 0.
 int overlap_handle_poll(const overlap_handle* handle);
+// 0 when a finished delayed allreduce's output holds no update this step (it was zeroed), else 1.
+int overlap_handle_has_update(const overlap_handle* handle);
 // Waits up to `timeout_s` (< 0: until it finishes; that ends, see overlap.h). Returns the
 // operation's status; DEADLINE_EXCEEDED (4) if it is still running.
 int overlap_handle_wait(const overlap_handle* handle, double timeout_s);

@@ -70,6 +70,8 @@ const std::vector<int64_t>& Handle::received_splits() const {
   return state_ != nullptr && state_->done() ? state_->received_splits() : kNoSplits;
 }
 
+bool Handle::has_update() const { return state_ == nullptr || state_->has_update(); }
+
 const std::string& Handle::name() const { return state_ != nullptr ? state_->name() : kNoName; }
 
 }  // namespace overlap

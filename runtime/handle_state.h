@@ -41,6 +41,10 @@ class HandleState {
   // The memory output() points into, on the operation's device.
   std::unique_ptr<DeviceMemory>& output_memory() { return output_memory_; }
   std::vector<int64_t>& received_splits() { return received_splits_; }
+  // Delayed updates (runtime/delay_line.h): false when the output holds no update. Set before
+  // Complete.
+  void set_has_update(bool has_update) { has_update_ = has_update; }
+  bool has_update() const { return has_update_; }
 
  private:
   const std::string name_;
@@ -54,6 +58,7 @@ class HandleState {
   Tensor output_;
   std::unique_ptr<DeviceMemory> output_memory_;
   std::vector<int64_t> received_splits_;
+  bool has_update_ = true;
 };
 
 }  // namespace internal

@@ -65,6 +65,11 @@ std::string Disagreement(const Request& first, int first_rank, const Request& ot
         both(absl::StrCat("prescale ", first.prescale, " postscale ", first.postscale),
              absl::StrCat("prescale ", other.prescale, " postscale ", other.postscale)));
   }
+  if (first.kind == OpKind::kAllreduce && first.update_schedule != other.update_schedule) {
+    const auto text = [](const std::string& s) { return s.empty() ? std::string("no delay") : s; };
+    return absl::StrCat("update schedule mismatch: ",
+                        both(text(first.update_schedule), text(other.update_schedule)));
+  }
   if (first.kind == OpKind::kAllreduce && first.compression != other.compression) {
     return absl::StrCat("compression mismatch: ", both(first.compression, other.compression));
   }

@@ -36,7 +36,8 @@ int64_t TensorMeta::NumElements() const {
 bool Request::operator==(const Request& o) const {
   return name == o.name && kind == o.kind && op == o.op && prescale == o.prescale &&
          postscale == o.postscale && root == o.root && tensors == o.tensors && splits == o.splits &&
-         compression == o.compression && device == o.device;
+         compression == o.compression && device == o.device &&
+         update_schedule == o.update_schedule;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -105,6 +106,7 @@ void EncodeRequest(const Request& r, ByteWriter* out) {
   out->PutI64s(r.splits);
   out->PutString(r.compression);
   out->PutI32(static_cast<int32_t>(r.device));
+  out->PutString(r.update_schedule);
 }
 
 absl::Status DecodeRequest(ByteReader* in, Request* r) {
@@ -140,6 +142,7 @@ absl::Status DecodeRequest(ByteReader* in, Request* r) {
     return absl::DataLossError(absl::StrCat("negotiation message has device kind ", device));
   }
   r->device = static_cast<DeviceKind>(device);
+  if (s.ok()) s = in->GetString(&r->update_schedule);
   return s;
 }
 

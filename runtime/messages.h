@@ -51,6 +51,9 @@ struct Request {
   // Where the tensors live (the kind only: rank r may use cuda:r). Every rank must agree, since
   // the kind picks the data plane and executor that move the bytes.
   DeviceKind device = DeviceKind::kCpu;
+  // Allreduce with a delayed update or period (runtime/delay_line.h): "delay d, period p, phase
+  // f"; empty otherwise. Every rank must agree, or they would reduce different steps together.
+  std::string update_schedule;
 
   bool operator==(const Request& o) const;
 };

@@ -92,6 +92,10 @@ class Handle {
   // The name the operation was submitted under.
   const std::string& name() const;
 
+  // False for an allreduce with a delayed update or period (AllreduceOptions::delay, period)
+  // whose output holds no update this step (it was zeroed); true for every other operation.
+  bool has_update() const;
+
  private:
   std::shared_ptr<internal::HandleState> state_;
 };
@@ -109,6 +113,15 @@ struct AllreduceOptions {
   // after it (floating-point dtypes only; integer dtypes require 1.0).
   double prescale = 1.0;
   double postscale = 1.0;
+  // Delayed update and update period (DeFT; runtime/delay_line.h has the full contract). With
+  // delay d, the handle of this tensor's n-th submission receives the reduced gradient of its
+  // (n - d)-th. With period p and phase f, only submissions with n % p == f communicate, sending
+  // their input plus what the skipped ones accumulated. Whenever no result is due, the output is
+  // zeroed and Handle::has_update() is false: skip the layer's update. float32 or float64 CPU
+  // tensors, op kSum or kAverage; every rank must use the same schedule for a tensor, and keep it.
+  int delay = 0;   // 0..16
+  int period = 1;  // 1..64
+  int phase = 0;   // 0..period-1
   DoneCallback on_done;
 };
 
@@ -224,6 +237,9 @@ struct RuntimeStats {
   // operation runs on a plan.
   int64_t negotiation_rounds = 0;
   int64_t negotiated_operations = 0;
+  // Memory held for delayed updates and update periods: residuals plus reduced results not yet
+  // delivered (runtime/delay_line.h bounds it per tensor).
+  int64_t delayed_bytes = 0;
   int64_t planned_launches = 0;  // units the frozen plan started without negotiation
   int64_t plans_frozen = 0;      // plans adopted (see OVERLAP_PLAN_AFTER_STEPS)
   int64_t plans_dropped = 0;     // plans given up (divergence, a changed step, a blocked rank)

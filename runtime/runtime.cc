@@ -122,6 +122,22 @@ absl::Status Runtime::Connect(const Config& config) {
     if (!s.ok()) spdlog::warn("overlap: {}", std::string(s.message()));
   }
   compression_ = std::make_unique<CompressionStage>(rank_, size_);
+  delay_line_ = std::make_unique<DelayLine>(
+      rank_, [this](const std::string& name, const Tensor& data, const AllreduceOptions& options,
+                    const std::string& schedule) {
+        PendingOp op;
+        op.request.kind = OpKind::kAllreduce;
+        op.request.name = name;
+        op.request.tensors.push_back(TensorMeta{data.dtype, data.shape});
+        op.request.op = options.op;
+        op.request.prescale = options.prescale;
+        op.request.postscale = options.postscale;
+        op.request.compression = options.compression;
+        op.request.update_schedule = schedule;
+        op.inputs.push_back(data);
+        op.outputs.push_back(data);
+        return Submit(std::move(op), options.on_done);
+      });
   // A round that waits on a dead peer ends as soon as its control connection closes.
   negotiator_ = std::make_unique<Negotiator>(control_comm_, config, hosts_, [this] {
     return ReadControl(absl::ZeroDuration(), /*local=*/false);
@@ -198,6 +214,7 @@ RuntimeStats Runtime::stats() const {
   RuntimeStats stats;
   stats.negotiation_rounds = counters_.rounds.load();
   stats.negotiated_operations = counters_.negotiated.load();
+  stats.delayed_bytes = delay_line_ != nullptr ? delay_line_->held_bytes() : 0;
   stats.planned_launches = counters_.launches.load();
   stats.plans_frozen = counters_.frozen.load();
   stats.plans_dropped = counters_.dropped.load();
@@ -255,7 +272,7 @@ absl::StatusOr<Handle> Runtime::Submit(PendingOp op, DoneCallback on_done) {
   auto state = std::make_shared<internal::HandleState>(name, std::move(on_done));
   // Scheduled plans cover float32 gradients being summed or averaged, one tensor each.
   if (scheduler_ != nullptr && op.request.kind == OpKind::kAllreduce &&
-      op.request.device == DeviceKind::kCpu &&
+      op.request.device == DeviceKind::kCpu && op.request.update_schedule.empty() &&
       op.request.tensors.size() == 1 && op.request.compression == "none" &&
       op.request.tensors[0].dtype == DataType::kFloat32 &&
       (op.request.op == ReduceOp::kSum || op.request.op == ReduceOp::kAverage)) {
@@ -402,8 +419,9 @@ bool Runtime::RunRounds() {
     for (ReadyOp& r : round->ready) {
       const Response& response = *r.response;
       // CUDA tensors stay negotiated: the planned path moves host memory only.
+      // Delayed reductions rotate names by design and stay negotiated.
       if (response.request.kind == OpKind::kAllreduce && response.cache_id >= 0 &&
-          response.request.device == DeviceKind::kCpu) {
+          response.request.device == DeviceKind::kCpu && response.request.update_schedule.empty()) {
         std::optional<LearnedStep> step =
             detector_->Observe(response.cache_id, round->agreed_launches);
         if (step.has_value()) learned = std::move(step);
@@ -714,6 +732,13 @@ absl::Status Runtime::Shutdown() {
     fatal = fatal_;
   }
   timeline_.Close();
+  for (const DelayLine::Pending& p :
+       delay_line_ != nullptr ? delay_line_->Describe() : std::vector<DelayLine::Pending>{}) {
+    spdlog::warn(
+        "overlap: rank {}: shutdown discards the delayed updates of '{}': {} reduced result(s) "
+        "not yet delivered{}",
+        rank_, p.name, p.results, p.residual ? " and a non-zero residual of skipped steps" : "");
+  }
   if (!fatal.ok()) return fatal;  // MPI may be unusable: leave it to process exit
   if (rank_ == 0) {
     control_->ReleasePeers();

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "collectives/executor.h"
 #include "runtime/compression_stage.h"
+#include "runtime/delay_line.h"
 #include "runtime/config.h"
 #include "runtime/control_plane.h"
 #include "runtime/cycle_detector.h"
@@ -62,6 +63,12 @@ class Runtime {
 
   // A step marker from the program (StartForward, StartBackward, StartUpdate).
   absl::Status MarkPhase(StepPhase phase);
+
+  // An allreduce with a delayed update or period (runtime/delay_line.h).
+  absl::StatusOr<Handle> SubmitDelayed(const std::string& name, const Tensor& input,
+                                       const Tensor& output, const AllreduceOptions& options) {
+    return delay_line_->Submit(name, input, output, options);
+  }
 
   RuntimeStats stats() const;
 
@@ -128,6 +135,7 @@ class Runtime {
   bool warned_no_markers_ = false;
   Timeline timeline_;
   std::unique_ptr<CompressionStage> compression_;
+  std::unique_ptr<DelayLine> delay_line_;
   int wake_fd_ = -1;
   std::atomic<bool> coordinator_sleeping_{false};  // in poll() on wake_fd_, or about to be
   std::thread thread_;
