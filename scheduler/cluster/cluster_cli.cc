@@ -264,8 +264,13 @@ absl::Status RunClusterCli(const ClusterCliOptions& o, std::ostream& out) {
             {"avg_jct_s", r->avg_jct_s},      {"median_jct_s", r->median_jct_s},
             {"p95_jct_s", r->p95_jct_s},      {"makespan_s", r->makespan_s},
             {"gpu_util", r->gpu_util},        {"jobs", r->jobs.size()},
-            {"planner", o.planner},           {"transfers", r->transfers},
-            {"shared_transfers", r->shared_transfers}};
+            {"planner", o.planner},           {"staleness", o.planner_options.staleness},
+            {"eta", o.spec.contention.eta},   {"transfers", r->transfers},
+            {"shared_transfers", r->shared_transfers},
+            {"max_nic_sharing", r->max_nic_sharing}};
+        if (!o.preset.empty()) {
+          line["seed"] = o.generator.seed;
+        }
         out << line.dump() << "\n";
       } else {
         out << absl::StrFormat(

@@ -123,6 +123,7 @@ class Engine {
   uint64_t pass_ = 0;
   std::vector<bool> freed_;   // NICs that lost a transfer since the last admission pass
   int64_t transfers_ = 0, shared_ = 0;
+  int max_sharing_ = 0;
   std::string timeline_;
 };
 
@@ -373,6 +374,7 @@ void Engine::StartTransfer(int j, double now) {
     for (int nic : s.nics) {
       shared = shared || !nic_jobs_[nic].empty();
       nic_jobs_[nic].push_back(j);
+      max_sharing_ = std::max(max_sharing_, static_cast<int>(nic_jobs_[nic].size()));
     }
     shared_ += shared ? 1 : 0;
   }
@@ -562,6 +564,7 @@ absl::StatusOr<ClusterResult> Engine::Run() {
   result.gpu_util = result.makespan_s > 0 ? busy / (spec_.gpus() * result.makespan_s) : 0;
   result.transfers = transfers_;
   result.shared_transfers = shared_;
+  result.max_nic_sharing = max_sharing_;
   if (options_.record_timeline) {
     std::string meta;
     for (int g = 0; g < spec_.gpus(); ++g) {

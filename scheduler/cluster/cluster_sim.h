@@ -54,6 +54,7 @@ struct ClusterResult {
   double gpu_util = 0;      // GPU compute time / (GPUs x makespan)
   int64_t transfers = 0;         // inter-server transfers run
   int64_t shared_transfers = 0;  // of those, started on a NIC already carrying one
+  int max_nic_sharing = 0;       // most transfers any NIC carried at once
   std::string timeline_json;     // Chrome trace: a track per GPU and per NIC
 };
 

@@ -301,6 +301,36 @@ TEST_CASE("The same seed gives identical results") {
   CHECK(a.shared_transfers == b.shared_transfers);
 }
 
+TEST_CASE("Every policy keeps to its admission rule on a generated trace") {
+  TraceGenOptions g;
+  g.jobs = 30;
+  g.seed = 9;
+  g.min_iterations = 20;
+  g.max_iterations = 40;
+  g.mean_interarrival_s = 1;
+  Trace t = *GenerateTrace(g);
+  ClusterSpec spec;
+  IterationModelCache cache(spec, PlannerOptions());
+  IterationModelFn fn = [&](const TraceJob& job, bool spans) {
+    return cache.Get(job.model, "mgwfbp", job.workers, spans);
+  };
+  const std::map<std::string, int> cap = {
+      {"srsf1", 1}, {"srsf2", 2}, {"adadual", 2}, {"ada-srsf", 2}};
+  for (const auto& [comm, most] : cap) {
+    absl::StatusOr<ClusterResult> r =
+        SimulateCluster(t, spec, Options("first-fit", comm.c_str()), fn);
+    REQUIRE(r.ok());
+    INFO(comm);
+    CHECK(r->max_nic_sharing <= most);
+    CHECK(r->transfers > 0);
+    CHECK((r->shared_transfers > 0) == (comm != "srsf1"));
+    // No job beats running alone (up to its last iteration's tail, under 2 s here).
+    for (const JobResult& j : r->jobs) {
+      CHECK(j.jct_s >= j.solo_s - 2.0);
+    }
+  }
+}
+
 TEST_CASE("The timeline has a track per GPU and per NIC") {
   Trace t;
   t.jobs = {Job("a", 0, 2, 2)};
