@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "collectives/mpi_wait.h"
 
 namespace overlap {
 namespace {
@@ -107,8 +108,9 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Connect(MPI_Comm com
                                                                     std::vector<std::string> hosts,
                                                                     absl::Duration timeout) {
   int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
+  absl::Status s = MpiCheck(MPI_Comm_rank(comm, &rank), "control plane: MPI_Comm_rank");
+  if (s.ok()) s = MpiCheck(MPI_Comm_size(comm, &size), "control plane: MPI_Comm_size");
+  if (!s.ok()) return s;
   std::unique_ptr<ControlPlane> plane(new ControlPlane(rank, std::move(hosts)));
   const absl::Time deadline = absl::Now() + timeout;
 
@@ -128,9 +130,17 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Connect(MPI_Comm com
     }
   }
   int contact_size = static_cast<int>(contact.size());
-  MPI_Bcast(&contact_size, 1, MPI_INT, 0, comm);
-  contact.resize(static_cast<size_t>(contact_size));
-  MPI_Bcast(&contact[0], contact_size, MPI_CHAR, 0, comm);
+  s = MpiCheck(MPI_Bcast(&contact_size, 1, MPI_INT, 0, comm),
+               absl::StrCat("rank ", rank, ": MPI_Bcast of rank 0's control address length"));
+  if (s.ok()) {
+    contact.resize(static_cast<size_t>(contact_size));
+    s = MpiCheck(MPI_Bcast(&contact[0], contact_size, MPI_CHAR, 0, comm),
+                 absl::StrCat("rank ", rank, ": MPI_Bcast of rank 0's control address"));
+  }
+  if (!s.ok()) {
+    if (listener >= 0) close(listener);
+    return s;
+  }
   if (contact.empty()) {
     if (listener >= 0) close(listener);
     return absl::UnavailableError(

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/buffer_ops.h"
 #include "collectives/mpi_executor.h"
+#include "collectives/mpi_wait.h"
 #include "collectives/nccl_executor.h"
 #include "collectives/staging_executor.h"
 #include "spdlog/spdlog.h"
@@ -13,9 +14,11 @@ namespace overlap {
 namespace {
 
 // Whether every rank can run CUDA at all; decided together so that all ranks take one path.
-bool EveryRankHasCuda(int device) {
+absl::StatusOr<bool> EveryRankHasCuda(int rank, int device) {
   int mine = device >= 0 && device < CudaDeviceCount() ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  absl::Status s = MpiCheck(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD),
+                            absl::StrCat("rank ", rank, ": MPI_Allreduce of the CUDA check"));
+  if (!s.ok()) return s;
   return all == 1;
 }
 
@@ -38,7 +41,9 @@ CudaPlane::~CudaPlane() {
 }
 
 absl::Status CudaPlane::SetUp(int device) {
-  if (!EveryRankHasCuda(device)) {
+  absl::StatusOr<bool> every_rank_has_cuda = EveryRankHasCuda(rank_, device);
+  if (!every_rank_has_cuda.ok()) return every_rank_has_cuda.status();
+  if (!*every_rank_has_cuda) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", rank_, ": CUDA tensors need a usable GPU on every rank; here cuda:", device,
         " is not usable (", CudaDeviceCount(), " visible",
@@ -47,10 +52,15 @@ absl::Status CudaPlane::SetUp(int device) {
   std::string nccl_refusal;
   if (config_.executor != "mpi") {
     MPI_Comm comm;
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    absl::Status s = MpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &comm),
+                              absl::StrCat("rank ", rank_, ": MPI_Comm_dup for NCCL's setup"));
+    if (!s.ok()) return s;
     absl::StatusOr<std::unique_ptr<Executor>> nccl =
         CreateNcclExecutor(comm, device, config_.num_channels);
-    MPI_Comm_free(&comm);  // NCCL keeps no reference to it once its communicators exist
+    // NCCL keeps no reference to it once its communicators exist.
+    s = MpiCheck(MPI_Comm_free(&comm),
+                 absl::StrCat("rank ", rank_, ": MPI_Comm_free after NCCL's setup"));
+    if (!s.ok()) return s;
     if (nccl.ok()) {
       executor_ = std::move(*nccl);
     } else if (config_.executor == "nccl") {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/handle_state.h"
+#include "runtime/messages.h"
 
 namespace overlap {
 
@@ -192,6 +193,108 @@ absl::StatusOr<Handle> DelayLine::Submit(const std::string& name, const Tensor& 
   }
   Deliver(due->buffer, status, handle, output);
   return Handle(handle);
+}
+
+absl::StatusOr<std::string> DelayLine::Save(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  ByteWriter out;
+  out.PutString("overlap-delayed-v1");
+  out.PutI64(static_cast<int64_t>(lines_.size()));
+  for (const auto& [name, line] : lines_) {
+    out.PutString(name);
+    out.PutI32(static_cast<int32_t>(line.dtype));
+    out.PutI64s(line.shape);
+    out.PutI64s({line.delay, line.period, line.phase, line.submitted});
+    out.PutString(std::string(line.residual.begin(), line.residual.end()));
+    out.PutI64(static_cast<int64_t>(line.in_flight.size()));
+    for (const std::shared_ptr<Result>& r : line.in_flight) {
+      absl::MutexLock result_lock(&r->mu);
+      auto done = [&r]() ABSL_SHARED_LOCKS_REQUIRED(r->mu) { return r->done; };
+      if (!r->mu.AwaitWithTimeout(absl::Condition(&done), timeout)) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "rank ", rank_, ": SaveCompressionState: the delayed reduction of '", name,
+            "' (submission ", r->step, ") did not finish within ", absl::FormatDuration(timeout)));
+      }
+      if (!r->status.ok()) return r->status;
+      out.PutI64(r->step);
+      out.PutString(std::string(r->buffer.begin(), r->buffer.end()));
+    }
+  }
+  return std::move(out.bytes());
+}
+
+absl::Status DelayLine::Restore(const std::string& snapshot) {
+  ByteReader in(snapshot);
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank_, ": RestoreCompressionState: delayed updates: ", why));
+  };
+  std::string magic;
+  int64_t count = 0;
+  if (!in.GetString(&magic).ok() || magic != "overlap-delayed-v1" || !in.GetI64(&count).ok() ||
+      count < 0) {
+    return bad("not a snapshot of delayed updates");
+  }
+  std::map<std::string, Line> restored;
+  for (int64_t i = 0; i < count; ++i) {
+    std::string name, residual;
+    int32_t dtype = 0;
+    std::vector<int64_t> numbers;
+    Line line;
+    int64_t results = 0;
+    absl::Status s = in.GetString(&name);
+    if (s.ok()) s = in.GetI32(&dtype);
+    if (s.ok()) s = in.GetI64s(&line.shape);
+    if (s.ok()) s = in.GetI64s(&numbers);
+    if (s.ok()) s = in.GetString(&residual);
+    if (s.ok()) s = in.GetI64(&results);
+    if (!s.ok()) return bad(s.message());
+    if (dtype != static_cast<int32_t>(DataType::kFloat32) &&
+        dtype != static_cast<int32_t>(DataType::kFloat64)) {
+      return bad(absl::StrCat("tensor '", name, "' has dtype code ", dtype));
+    }
+    line.dtype = static_cast<DataType>(dtype);
+    int64_t elements = 1;
+    for (int64_t d : line.shape) {
+      if (d < 0 || d > (int64_t{1} << 40)) return bad(absl::StrCat("tensor '", name, "' shape"));
+      elements *= d;
+      if (elements > (int64_t{1} << 40)) return bad(absl::StrCat("tensor '", name, "' shape"));
+    }
+    const size_t bytes = static_cast<size_t>(elements) * DataTypeSize(line.dtype);
+    if (numbers.size() != 4 || numbers[0] < 0 || numbers[0] > kMaxDelay || numbers[1] < 1 ||
+        numbers[1] > kMaxPeriod || numbers[2] < 0 || numbers[2] >= numbers[1] || numbers[3] < 0) {
+      return bad(absl::StrCat("tensor '", name, "' schedule"));
+    }
+    line.delay = static_cast<int>(numbers[0]);
+    line.period = static_cast<int>(numbers[1]);
+    line.phase = static_cast<int>(numbers[2]);
+    line.submitted = numbers[3];
+    if (!residual.empty() && residual.size() != bytes) {
+      return bad(absl::StrCat("tensor '", name, "' residual of ", residual.size(), " bytes"));
+    }
+    line.residual.assign(residual.begin(), residual.end());
+    if (results < 0 || results > kMaxDelay + 1) {
+      return bad(absl::StrCat("tensor '", name, "' has ", results, " results"));
+    }
+    for (int64_t k = 0; k < results; ++k) {
+      auto r = std::make_shared<Result>();
+      std::string buffer;
+      s = in.GetI64(&r->step);
+      if (s.ok()) s = in.GetString(&buffer);
+      if (!s.ok()) return bad(s.message());
+      if (buffer.size() != bytes || r->step < 0 || r->step >= line.submitted) {
+        return bad(absl::StrCat("tensor '", name, "' result ", k));
+      }
+      r->buffer.assign(buffer.begin(), buffer.end());
+      absl::MutexLock result_lock(&r->mu);
+      r->done = true;
+      line.in_flight.push_back(std::move(r));
+    }
+    restored.emplace(name, std::move(line));
+  }
+  absl::MutexLock lock(&mu_);
+  lines_ = std::move(restored);
+  return absl::OkStatus();
 }
 
 int64_t DelayLine::held_bytes() const {

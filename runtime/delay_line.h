@@ -69,7 +69,16 @@ class DelayLine {
   // Bytes held: residuals plus undelivered reduction buffers.
   int64_t held_bytes() const;
 
-  // What a tensor still holds, for FlushDelayedUpdates and the shutdown warning.
+  // Every tensor's schedule, submission count, residual and undelivered results, for a
+  // checkpoint. Waits up to `timeout` for reductions still running (a result is saved reduced);
+  // their error, or DeadlineExceeded naming the tensor, if they do not finish.
+  absl::StatusOr<std::string> Save(absl::Duration timeout);
+  // Replaces all state with a Save() snapshot: the next submission of each tensor continues as
+  // if the saved run had gone on. InvalidArgument naming the rank and the field on bytes that
+  // are not such a snapshot (nothing is replaced then).
+  absl::Status Restore(const std::string& snapshot);
+
+  // What a tensor still holds, for the shutdown warning.
   struct Pending {
     std::string name;
     int results = 0;        // reductions submitted and not delivered

@@ -26,15 +26,21 @@ std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds
 
 }  // namespace
 
-Negotiator::Negotiator(MPI_Comm comm, const Config& config, std::vector<std::string> hosts,
-                       std::function<absl::Status()> check_peers)
-    : comm_(comm), config_(config), check_peers_(std::move(check_peers)), hosts_(std::move(hosts)) {
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
+Negotiator::Negotiator(MPI_Comm comm, int rank, int size, const Config& config,
+                       std::vector<std::string> hosts, std::function<absl::Status()> check_peers)
+    : comm_(comm),
+      config_(config),
+      check_peers_(std::move(check_peers)),
+      hosts_(std::move(hosts)),
+      rank_(rank),
+      size_(size) {
   joined_.assign(static_cast<size_t>(size_), false);
 }
 
-absl::Status Negotiator::WaitFor(MPI_Request* request, const char* what) {
+absl::Status Negotiator::WaitFor(int started, MPI_Request* request, const char* what) {
+  absl::Status s =
+      MpiCheck(started, absl::StrCat("rank ", rank_, ": starting negotiation (", what, ")"));
+  if (!s.ok()) return s;
   return WaitWithDeadline(
       request, absl::Seconds(config_.collective_timeout_s),
       absl::StrCat("rank ", rank_, ": negotiation (", what, ", OVERLAP_COLLECTIVE_TIMEOUT_S)"),
@@ -371,9 +377,9 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
   }
   MPI_Request request;
   PrepareIallreduce(vec.size() * sizeof(uint64_t));
-  MPI_Iallreduce(MPI_IN_PLACE, vec.data(), static_cast<int>(vec.size()), MPI_UINT64_T, MPI_BAND,
-                 comm_, &request);
-  absl::Status s = WaitFor(&request, "ready-bit allreduce");
+  absl::Status s = WaitFor(MPI_Iallreduce(MPI_IN_PLACE, vec.data(), static_cast<int>(vec.size()),
+                                          MPI_UINT64_T, MPI_BAND, comm_, &request),
+                           &request, "MPI_Iallreduce of the ready bits");
   if (!s.ok()) return s;
   const uint64_t flags = vec[0];
   std::vector<uint64_t> all(vec.begin() + 1, vec.begin() + 1 + static_cast<long>(words));
@@ -387,9 +393,9 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
   if ((flags & kNoPlanReport) == 0) {
     result.launch_counts.resize(static_cast<size_t>(size_));
     uint64_t mine = vote.launches;
-    MPI_Iallgather(&mine, 1, MPI_UINT64_T, result.launch_counts.data(), 1, MPI_UINT64_T, comm_,
-                   &request);
-    s = WaitFor(&request, "planned launch count gather");
+    s = WaitFor(MPI_Iallgather(&mine, 1, MPI_UINT64_T, result.launch_counts.data(), 1, MPI_UINT64_T,
+                               comm_, &request),
+                &request, "MPI_Iallgather of the planned launch counts");
     if (!s.ok()) return s;
   }
   const bool stall_gather = (flags & kNoStallGather) == 0;
@@ -403,15 +409,15 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
     const std::string mine = EncodeGather(pending, stall_gather, bits);
     int my_size = static_cast<int>(mine.size());
     std::vector<int> sizes(static_cast<size_t>(size_));
-    MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm_, &request);
-    s = WaitFor(&request, "request sizes gather");
+    s = WaitFor(MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm_, &request),
+                &request, "MPI_Igather of the request sizes");
     if (!s.ok()) return s;
     std::vector<int> displs(static_cast<size_t>(size_), 0);
     for (int r = 1; r < size_; ++r) displs[r] = displs[r - 1] + sizes[r - 1];
     std::string all_bytes(rank_ == 0 ? static_cast<size_t>(displs.back() + sizes.back()) : 0, '\0');
-    MPI_Igatherv(mine.data(), my_size, MPI_BYTE, &all_bytes[0], sizes.data(), displs.data(),
-                 MPI_BYTE, 0, comm_, &request);
-    s = WaitFor(&request, "request gather");
+    s = WaitFor(MPI_Igatherv(mine.data(), my_size, MPI_BYTE, &all_bytes[0], sizes.data(),
+                             displs.data(), MPI_BYTE, 0, comm_, &request),
+                &request, "MPI_Igatherv of the requests");
     if (!s.ok()) return s;
     if (rank_ == 0) {
       for (int r = 0; r < size_; ++r) {
@@ -435,12 +441,12 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
       bytes = std::move(out.bytes());
     }
     int64_t size = static_cast<int64_t>(bytes.size());
-    MPI_Ibcast(&size, 1, MPI_INT64_T, 0, comm_, &request);
-    s = WaitFor(&request, "response size broadcast");
+    s = WaitFor(MPI_Ibcast(&size, 1, MPI_INT64_T, 0, comm_, &request), &request,
+                "MPI_Ibcast of the response size");
     if (!s.ok()) return s;
     bytes.resize(static_cast<size_t>(size));
-    MPI_Ibcast(&bytes[0], static_cast<int>(size), MPI_BYTE, 0, comm_, &request);
-    s = WaitFor(&request, "response broadcast");
+    s = WaitFor(MPI_Ibcast(&bytes[0], static_cast<int>(size), MPI_BYTE, 0, comm_, &request),
+                &request, "MPI_Ibcast of the responses");
     if (!s.ok()) return s;
     if (rank_ != 0) {
       ByteReader in(bytes);

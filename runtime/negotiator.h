@@ -64,15 +64,17 @@ struct RoundResult {
 
 class Negotiator {
  public:
-  // `comm` is used for rounds only; `hosts[r]` names rank r's host in messages. `check_peers`
-  // runs while a round waits and ends it with its error (a lost peer), instead of waiting for
-  // collective_timeout_s.
-  Negotiator(MPI_Comm comm, const Config& config, std::vector<std::string> hosts,
-             std::function<absl::Status()> check_peers);
+  // `comm` is used for rounds only and should have MPI_ERRORS_RETURN, so that a failed call
+  // becomes an error of the round; `rank` and `size` are this rank's place in it. `hosts[r]` names
+  // rank r's host in messages. `check_peers` runs while a round waits and ends it with its error
+  // (a lost peer), instead of waiting for collective_timeout_s.
+  Negotiator(MPI_Comm comm, int rank, int size, const Config& config,
+             std::vector<std::string> hosts, std::function<absl::Status()> check_peers);
 
   // Runs one round. Moves operations that became ready or failed out of `pending`. `joined`:
   // this rank has called Join and contributes zeros to every allreduce. DeadlineExceeded or
-  // Unavailable, naming the round, when a peer does not take part within collective_timeout_s.
+  // Unavailable, naming the round, when a peer does not take part within collective_timeout_s;
+  // Unavailable naming the rank and the MPI call when MPI returns an error.
   absl::StatusOr<RoundResult> RunRound(PendingTable* pending, bool joined, bool shutting_down,
                                        const PlanVote& vote = PlanVote());
 
@@ -106,7 +108,8 @@ class Negotiator {
     std::vector<int> ready_ranks;  // filled by a stall gather
   };
 
-  absl::Status WaitFor(MPI_Request* request, const char* what);
+  // Checks `started`, the return code of the call that started `request`, then waits for it.
+  absl::Status WaitFor(int started, MPI_Request* request, const char* what);
   std::vector<uint64_t> ReadyBits(const PendingTable& pending, bool joined,
                                   const absl::flat_hash_set<int32_t>* planned_ids) const;
   std::string EncodeGather(PendingTable* pending, bool include_ready,

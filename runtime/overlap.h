@@ -200,9 +200,13 @@ absl::StatusOr<Handle> ReduceScatter(const std::string& name, const Tensor& inpu
 absl::StatusOr<Handle> Alltoall(const std::string& name, const Tensor& input,
                                 const AlltoallOptions& options = {});
 
-// The error-feedback residuals of every compressed tensor on this rank, for a checkpoint, and
-// their restoration (with the same compressor configurations) when training resumes.
-// FailedPrecondition before Init; InvalidArgument on bytes that are not such a snapshot.
+// The error-feedback residuals of every compressed tensor on this rank and the state of its
+// delayed updates (each tensor's schedule, submission count, residual of skipped steps and
+// reduced results not yet delivered; Save waits for reductions still running), for a
+// checkpoint, and their restoration (with the same compressor configurations) when training
+// resumes: a run restored at step k goes on exactly as the saved one would have. Save it on
+// every rank, between steps. FailedPrecondition before Init; InvalidArgument on bytes that are
+// not such a snapshot.
 absl::StatusOr<std::string> SaveCompressionState();
 absl::Status RestoreCompressionState(const std::string& snapshot);
 

@@ -76,7 +76,12 @@ PlanScheduler::PlanScheduler(const Config& config, int rank, int size, MPI_Comm 
 
 PlanScheduler::~PlanScheduler() {
   if (planner_.joinable()) planner_.join();
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (comm_ != MPI_COMM_NULL) {
+    absl::Status s =
+        MpiCheck(MPI_Comm_free(&comm_),
+                 absl::StrCat("rank ", rank_, ": MPI_Comm_free (the plan communicator)"));
+    if (!s.ok()) spdlog::warn("overlap: {}", std::string(s.message()));
+  }
 }
 
 ScheduleInfo PlanScheduler::info() const {
@@ -107,7 +112,10 @@ void PlanScheduler::OnPlanDropped(int64_t step) {
   info_.buckets = 0;
 }
 
-absl::Status PlanScheduler::Wait(MPI_Request* request, const char* what) {
+absl::Status PlanScheduler::Wait(int started, const char* call, MPI_Request* request,
+                                 const char* what) {
+  absl::Status s = MpiCheck(started, absl::StrCat("rank ", rank_, ": ", call, " (", what, ")"));
+  if (!s.ok()) return s;
   return WaitWithDeadline(request, absl::Seconds(config_.collective_timeout_s),
                           absl::StrCat("rank ", rank_, ": ", what), check_peers_);
 }
@@ -121,17 +129,17 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     // Open MPI's non-blocking allreduce algorithm is a process-wide setting: every rank must
     // select the same one for this call, whatever it ran last.
     PrepareIallreduce(sizeof(votes_));
-    if (MPI_Iallreduce(MPI_IN_PLACE, votes_, 2, MPI_INT, MPI_MIN, comm_, &vote_request_) !=
-        MPI_SUCCESS) {
-      return absl::InternalError(absl::StrCat("rank ", rank_, ": starting the plan vote failed"));
-    }
+    absl::Status started =
+        MpiCheck(MPI_Iallreduce(MPI_IN_PLACE, votes_, 2, MPI_INT, MPI_MIN, comm_, &vote_request_),
+                 absl::StrCat("rank ", rank_, ": MPI_Iallreduce (starting the plan vote)"));
+    if (!started.ok()) return started;
     stage_ = Stage::kVote;
   }
   if (stage_ != Stage::kVote) return std::nullopt;
   int done = 0;
-  if (MPI_Test(&vote_request_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-    return absl::UnavailableError(absl::StrCat("rank ", rank_, ": the plan vote failed"));
-  }
+  absl::Status voted = MpiCheck(MPI_Test(&vote_request_, &done, MPI_STATUS_IGNORE),
+                                absl::StrCat("rank ", rank_, ": MPI_Test (the plan vote)"));
+  if (!voted.ok()) return voted;
   if (!done) return std::nullopt;
   stage_ = Stage::kIdle;
   if (votes_[0] == 0) {
@@ -175,8 +183,8 @@ absl::StatusOr<std::vector<sched::CostSample>> PlanScheduler::MeasuredSamples() 
   std::vector<sched::CostSample> local = timings_();
   int count = static_cast<int>(local.size());
   MPI_Request request;
-  MPI_Iallreduce(MPI_IN_PLACE, &count, 1, MPI_INT, MPI_MIN, comm_, &request);
-  absl::Status s = Wait(&request, "agreeing on the measured collectives");
+  absl::Status s = Wait(MPI_Iallreduce(MPI_IN_PLACE, &count, 1, MPI_INT, MPI_MIN, comm_, &request),
+                        "MPI_Iallreduce", &request, "agreeing on the measured collectives");
   if (!s.ok()) return s;
   local.erase(local.begin(), local.end() - count);
   // Every rank ran the same collectives in the same order; the one that started each last
@@ -188,8 +196,9 @@ absl::StatusOr<std::vector<sched::CostSample>> PlanScheduler::MeasuredSamples() 
   }
   if (count > 0) {
     PrepareIallreduce(seconds.size() * sizeof(double));
-    MPI_Iallreduce(MPI_IN_PLACE, seconds.data(), count, MPI_DOUBLE, MPI_MIN, comm_, &request);
-    s = Wait(&request, "combining the measured collectives");
+    s = Wait(
+        MPI_Iallreduce(MPI_IN_PLACE, seconds.data(), count, MPI_DOUBLE, MPI_MIN, comm_, &request),
+        "MPI_Iallreduce", &request, "combining the measured collectives");
     if (!s.ok()) return s;
   }
   for (size_t i = 0; i < local.size(); ++i) local[i] = sched::CostSample{bytes[i], seconds[i]};
@@ -238,8 +247,8 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
   // Every rank uses rank 0's fit, so that the plan and the prediction agree everywhere.
   double ab[2] = {fitted->alpha_s, fitted->beta_s_per_byte};
   MPI_Request request;
-  MPI_Ibcast(ab, 2, MPI_DOUBLE, 0, comm_, &request);
-  absl::Status s = Wait(&request, "broadcasting the fitted link cost");
+  absl::Status s = Wait(MPI_Ibcast(ab, 2, MPI_DOUBLE, 0, comm_, &request), "MPI_Ibcast", &request,
+                        "broadcasting the fitted link cost");
   if (!s.ok()) return s;
   fitted->alpha_s = ab[0];
   fitted->beta_s_per_byte = ab[1];
@@ -336,16 +345,16 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   }
   int64_t length = static_cast<int64_t>(bytes.size());
   MPI_Request request;
-  MPI_Ibcast(header, 2, MPI_DOUBLE, 0, comm_, &request);
-  absl::Status s = Wait(&request, "broadcasting the plan");
+  absl::Status s = Wait(MPI_Ibcast(header, 2, MPI_DOUBLE, 0, comm_, &request), "MPI_Ibcast",
+                        &request, "broadcasting the plan");
   if (s.ok()) {
-    MPI_Ibcast(&length, 1, MPI_INT64_T, 0, comm_, &request);
-    s = Wait(&request, "broadcasting the plan");
+    s = Wait(MPI_Ibcast(&length, 1, MPI_INT64_T, 0, comm_, &request), "MPI_Ibcast", &request,
+             "broadcasting the plan");
   }
   if (!s.ok()) return s;
   bytes.resize(static_cast<size_t>(length));
-  MPI_Ibcast(bytes.data(), static_cast<int>(length), MPI_CHAR, 0, comm_, &request);
-  s = Wait(&request, "broadcasting the plan");
+  s = Wait(MPI_Ibcast(bytes.data(), static_cast<int>(length), MPI_CHAR, 0, comm_, &request),
+           "MPI_Ibcast", &request, "broadcasting the plan");
   if (!s.ok()) return s;
   if (header[0] != 0) {
     given_up_ = true;
@@ -377,15 +386,15 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   if (!verdict.empty()) verdict = absl::StrCat("rank ", rank_, ": ", verdict);
   int mine = static_cast<int>(verdict.size());
   std::vector<int> lengths(static_cast<size_t>(size_));
-  MPI_Iallgather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_, &request);
-  s = Wait(&request, "gathering the plan verdicts");
+  s = Wait(MPI_Iallgather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_, &request),
+           "MPI_Iallgather", &request, "gathering the plan verdicts");
   if (!s.ok()) return s;
   std::vector<int> displs(static_cast<size_t>(size_), 0);
   for (int r = 1; r < size_; ++r) displs[r] = displs[r - 1] + lengths[r - 1];
   std::string all(static_cast<size_t>(displs.back() + lengths.back()), '\0');
-  MPI_Iallgatherv(verdict.data(), mine, MPI_CHAR, all.data(), lengths.data(), displs.data(),
-                  MPI_CHAR, comm_, &request);
-  s = Wait(&request, "gathering the plan verdicts");
+  s = Wait(MPI_Iallgatherv(verdict.data(), mine, MPI_CHAR, all.data(), lengths.data(),
+                           displs.data(), MPI_CHAR, comm_, &request),
+           "MPI_Iallgatherv", &request, "gathering the plan verdicts");
   if (!s.ok()) return s;
   if (!all.empty()) {
     std::vector<std::string> reasons;

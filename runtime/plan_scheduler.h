@@ -106,7 +106,8 @@ class PlanScheduler {
   absl::Status Probe(std::vector<sched::CostSample>* samples);
   void StartPlanning(sched::Profile profile, sched::CostModel cost);
   absl::StatusOr<std::optional<ExecutablePlan>> Exchange(const TableFn& table);
-  absl::Status Wait(MPI_Request* request, const char* what);
+  // Checks `started`, the return code of `call` that started `request`, then waits for it.
+  absl::Status Wait(int started, const char* call, MPI_Request* request, const char* what);
 
   const Config config_;
   const int rank_;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/mpi_executor.h"
+#include "collectives/mpi_wait.h"
 #include "collectives/scaling.h"
 #include "runtime/rank_bits.h"
 #include "spdlog/spdlog.h"
@@ -46,7 +47,12 @@ PlannedMode::PlannedMode(std::unique_ptr<Executor> executor, MPI_Comm check_comm
           "planned ") {}
 
 PlannedMode::~PlannedMode() {
-  if (check_comm_ != MPI_COMM_NULL) MPI_Comm_free(&check_comm_);
+  if (check_comm_ != MPI_COMM_NULL) {
+    absl::Status s =
+        MpiCheck(MPI_Comm_free(&check_comm_),
+                 absl::StrCat("rank ", rank_, ": MPI_Comm_free of the check communicator"));
+    if (!s.ok()) spdlog::warn("overlap: {}", std::string(s.message()));
+  }
 }
 
 void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>& already_agreed,
@@ -246,11 +252,12 @@ absl::Status PlannedMode::LaunchNext() {
     started = ProgressSlices();
   }
   PrepareIallreduce(l.check.size() * sizeof(uint64_t));
-  if (MPI_Iallreduce(MPI_IN_PLACE, l.check.data(), static_cast<int>(l.check.size()), MPI_UINT64_T,
-                     MPI_BOR, check_comm_, &l.request) != MPI_SUCCESS) {
-    return absl::InternalError(absl::StrCat("rank ", rank_, ": starting the planned check of ",
-                                            UnitNames(l.responses), " failed"));
-  }
+  absl::Status check =
+      MpiCheck(MPI_Iallreduce(MPI_IN_PLACE, l.check.data(), static_cast<int>(l.check.size()),
+                              MPI_UINT64_T, MPI_BOR, check_comm_, &l.request),
+               absl::StrCat("rank ", rank_, ": MPI_Iallreduce starting the planned check of ",
+                            UnitNames(l.responses)));
+  if (!check.ok()) return check;
   return started;
 }
 
@@ -550,10 +557,11 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
       continue;
     }
     int done = 0;
-    if (MPI_Test(&l.request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-      return absl::InternalError(
-          absl::StrCat("rank ", rank_, ": planned check of ", UnitNames(l.responses), " failed"));
-    }
+    absl::Status tested =
+        MpiCheck(MPI_Test(&l.request, &done, MPI_STATUS_IGNORE),
+                 absl::StrCat("rank ", rank_, ": MPI_Test of the planned check of ",
+                              UnitNames(l.responses)));
+    if (!tested.ok()) return tested;
     if (done) {
       OnChecked(&l);
       continue;

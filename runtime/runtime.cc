@@ -19,6 +19,20 @@ namespace {
 
 constexpr absl::Duration kSpinAfterActivity = absl::Microseconds(300);
 
+// A duplicate of MPI_COMM_WORLD that returns errors instead of aborting, so that a failed peer
+// becomes a status naming the call (MPI_Comm_dup copies MPI_COMM_WORLD's fatal handler).
+absl::StatusOr<MPI_Comm> DupWorld(int rank, absl::string_view purpose) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  const std::string what = absl::StrCat("rank ", rank, ": ", purpose);
+  absl::Status s = MpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &comm), what + ": MPI_Comm_dup");
+  if (s.ok()) {
+    s = MpiCheck(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN),
+                 what + ": MPI_Comm_set_errhandler");
+  }
+  if (!s.ok()) return s;
+  return comm;
+}
+
 // Every rank learns every rank's configuration problem, so that no rank waits in a collective
 // that a failed rank will never join.
 // The first collective of Init also tells a rank whose peers never call Init: it times out.
@@ -27,8 +41,11 @@ absl::Status AgreeOnStart(const absl::Status& mine, int rank, int size, absl::Du
   int length = static_cast<int>(text.size());
   std::vector<int> lengths(static_cast<size_t>(size));
   MPI_Request request;
-  MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &request);
-  absl::Status arrived = WaitWithDeadline(
+  absl::Status arrived = MpiCheck(
+      MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &request),
+      absl::StrCat("rank ", rank, ": Init: MPI_Iallgather of the configuration checks"));
+  if (!arrived.ok()) return arrived;
+  arrived = WaitWithDeadline(
       &request, limit,
       absl::StrCat("rank ", rank,
                    ": Init: waiting for every rank to call Init (OVERLAP_START_TIMEOUT_S)"));
@@ -36,8 +53,11 @@ absl::Status AgreeOnStart(const absl::Status& mine, int rank, int size, absl::Du
   std::vector<int> displs(static_cast<size_t>(size), 0);
   for (int r = 1; r < size; ++r) displs[r] = displs[r - 1] + lengths[r - 1];
   std::string all(static_cast<size_t>(displs.back() + lengths.back()), '\0');
-  MPI_Allgatherv(text.data(), length, MPI_CHAR, &all[0], lengths.data(), displs.data(), MPI_CHAR,
-                 MPI_COMM_WORLD);
+  absl::Status gathered =
+      MpiCheck(MPI_Allgatherv(text.data(), length, MPI_CHAR, &all[0], lengths.data(), displs.data(),
+                              MPI_CHAR, MPI_COMM_WORLD),
+               absl::StrCat("rank ", rank, ": Init: MPI_Allgatherv of the configuration problems"));
+  if (!gathered.ok()) return gathered;
   if (all.empty()) return absl::OkStatus();
   std::vector<std::string> reasons;
   for (int r = 0; r < size; ++r) {
@@ -50,13 +70,18 @@ absl::Status AgreeOnStart(const absl::Status& mine, int rank, int size, absl::Du
       absl::StrCat("rank ", rank, ": Init failed: ", absl::StrJoin(reasons, "; ")));
 }
 
-std::vector<std::string> GatherHosts(MPI_Comm comm, int size) {
+absl::StatusOr<std::vector<std::string>> GatherHosts(MPI_Comm comm, int rank, int size) {
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int length = 0;
-  MPI_Get_processor_name(name, &length);
+  absl::Status s = MpiCheck(MPI_Get_processor_name(name, &length),
+                            absl::StrCat("rank ", rank, ": MPI_Get_processor_name"));
   std::vector<char> all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
-                MPI_CHAR, comm);
+  if (s.ok()) {
+    s = MpiCheck(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
+                               MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm),
+                 absl::StrCat("rank ", rank, ": MPI_Allgather of the host names"));
+  }
+  if (!s.ok()) return s;
   std::vector<std::string> hosts;
   for (int r = 0; r < size; ++r) {
     hosts.emplace_back(&all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
@@ -69,16 +94,18 @@ std::vector<std::string> GatherHosts(MPI_Comm comm, int size) {
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(absl::StatusOr<Config> config) {
   std::unique_ptr<Runtime> rt(new Runtime());
   int initialized = 0;
-  MPI_Initialized(&initialized);
+  absl::Status mpi = MpiCheck(MPI_Initialized(&initialized), "Init: MPI_Initialized");
   int provided = MPI_THREAD_SINGLE;
-  if (!initialized) {
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-    rt->owns_mpi_ = true;
-  } else {
-    MPI_Query_thread(&provided);
+  if (mpi.ok() && !initialized) {
+    mpi = MpiCheck(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
+                   "Init: MPI_Init_thread");
+    rt->owns_mpi_ = mpi.ok();
+  } else if (mpi.ok()) {
+    mpi = MpiCheck(MPI_Query_thread(&provided), "Init: MPI_Query_thread");
   }
-  MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &rt->size_);
+  if (mpi.ok()) mpi = MpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank_), "Init: MPI_Comm_rank");
+  if (mpi.ok()) mpi = MpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &rt->size_), "Init: MPI_Comm_size");
+  if (!mpi.ok()) return mpi;
   absl::Status mine = config.status();
   if (mine.ok() && provided < MPI_THREAD_SERIALIZED) {
     mine = absl::FailedPreconditionError(
@@ -88,7 +115,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(absl::StatusOr<Config> c
   const double start_timeout_s = config.ok() ? config->start_timeout_s : Config().start_timeout_s;
   absl::Status agreed = AgreeOnStart(mine, rt->rank_, rt->size_, absl::Seconds(start_timeout_s));
   if (!agreed.ok()) {
-    if (rt->owns_mpi_) MPI_Finalize();
+    if (rt->owns_mpi_) (void)MPI_Finalize();  // the failed start is the error to report
     return agreed;
   }
   rt->config_ = *config;
@@ -100,14 +127,21 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(absl::StatusOr<Config> c
 }
 
 absl::Status Runtime::Connect(const Config& config) {
-  MPI_Comm_dup(MPI_COMM_WORLD, &control_comm_);
-  MPI_Comm_set_errhandler(control_comm_, MPI_ERRORS_RETURN);
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
-  MPI_Comm_rank(local, &local_rank_);
-  MPI_Comm_size(local, &local_size_);
-  MPI_Comm_free(&local);
-  hosts_ = GatherHosts(control_comm_, size_);
+  absl::StatusOr<MPI_Comm> control_comm = DupWorld(rank_, "the control communicator");
+  if (!control_comm.ok()) return control_comm.status();
+  control_comm_ = *control_comm;
+  MPI_Comm local = MPI_COMM_NULL;
+  const std::string node = absl::StrCat("rank ", rank_, ": the node communicator: ");
+  absl::Status s = MpiCheck(
+      MPI_Comm_split_type(control_comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
+      node + "MPI_Comm_split_type");
+  if (s.ok()) s = MpiCheck(MPI_Comm_rank(local, &local_rank_), node + "MPI_Comm_rank");
+  if (s.ok()) s = MpiCheck(MPI_Comm_size(local, &local_size_), node + "MPI_Comm_size");
+  if (local != MPI_COMM_NULL && s.ok()) s = MpiCheck(MPI_Comm_free(&local), node + "MPI_Comm_free");
+  if (!s.ok()) return s;
+  absl::StatusOr<std::vector<std::string>> hosts = GatherHosts(control_comm_, rank_, size_);
+  if (!hosts.ok()) return hosts.status();
+  hosts_ = *std::move(hosts);
 
   absl::StatusOr<std::unique_ptr<ControlPlane>> control =
       ControlPlane::Connect(control_comm_, hosts_, absl::Seconds(config.start_timeout_s));
@@ -139,7 +173,7 @@ absl::Status Runtime::Connect(const Config& config) {
         return Submit(std::move(op), options.on_done);
       });
   // A round that waits on a dead peer ends as soon as its control connection closes.
-  negotiator_ = std::make_unique<Negotiator>(control_comm_, config, hosts_, [this] {
+  negotiator_ = std::make_unique<Negotiator>(control_comm_, rank_, size_, config, hosts_, [this] {
     return ReadControl(absl::ZeroDuration(), /*local=*/false);
   });
   data_plane_ = std::make_unique<DataPlane>(
@@ -154,10 +188,10 @@ absl::Status Runtime::Connect(const Config& config) {
   absl::StatusOr<std::unique_ptr<MpiExecutor>> planned_executor =
       MpiExecutor::Create(MPI_COMM_WORLD, config.num_channels);
   if (!planned_executor.ok()) return planned_executor.status();
-  MPI_Comm check_comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &check_comm);
+  absl::StatusOr<MPI_Comm> check_comm = DupWorld(rank_, "the planned check communicator");
+  if (!check_comm.ok()) return check_comm.status();
   planned_ = std::make_unique<PlannedMode>(
-      std::move(*planned_executor), check_comm, config, rank_, size_, hosts_, &timeline_,
+      std::move(*planned_executor), *check_comm, config, rank_, size_, hosts_, &timeline_,
       compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
   detector_ = std::make_unique<CycleDetector>(config.plan_after_steps);
@@ -166,11 +200,10 @@ absl::Status Runtime::Connect(const Config& config) {
     // The scheduler's votes, broadcasts and link probe get communicators of their own.
     absl::StatusOr<std::unique_ptr<MpiExecutor>> probe = MpiExecutor::Create(MPI_COMM_WORLD, 1);
     if (!probe.ok()) return probe.status();
-    MPI_Comm plan_comm;
-    MPI_Comm_dup(MPI_COMM_WORLD, &plan_comm);
-    MPI_Comm_set_errhandler(plan_comm, MPI_ERRORS_RETURN);
+    absl::StatusOr<MPI_Comm> plan_comm = DupWorld(rank_, "the plan communicator");
+    if (!plan_comm.ok()) return plan_comm.status();
     scheduler_ = std::make_unique<PlanScheduler>(
-        config, rank_, size_, plan_comm, std::move(*probe), profiler_.get(),
+        config, rank_, size_, *plan_comm, std::move(*probe), profiler_.get(),
         [this] {
           std::vector<sched::CostSample> samples;
           for (const DataPlane::Timing& t : planned_->timings()) {
@@ -717,6 +750,34 @@ void Runtime::Loop() {
   pending_.clear();
 }
 
+// A snapshot holds both parts; a plain compression snapshot (from before delayed updates)
+// still restores.
+absl::StatusOr<std::string> Runtime::SaveCompressionState() {
+  absl::StatusOr<std::string> delayed =
+      delay_line_->Save(absl::Seconds(config_.collective_timeout_s));
+  if (!delayed.ok()) return delayed.status();
+  ByteWriter out;
+  out.PutString("overlap-state-v2");
+  out.PutString(compression_->Save());
+  out.PutString(*delayed);
+  return std::move(out.bytes());
+}
+
+absl::Status Runtime::RestoreCompressionState(const std::string& snapshot) {
+  ByteReader in(snapshot);
+  std::string magic, residuals, delayed;
+  if (!in.GetString(&magic).ok() || magic != "overlap-state-v2") {
+    return compression_->Restore(snapshot);
+  }
+  if (!in.GetString(&residuals).ok() || !in.GetString(&delayed).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, ": RestoreCompressionState: truncated snapshot"));
+  }
+  absl::Status s = delay_line_->Restore(delayed);
+  if (!s.ok()) return s;
+  return compression_->Restore(residuals);
+}
+
 absl::Status Runtime::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
@@ -753,9 +814,14 @@ absl::Status Runtime::Shutdown() {
   data_plane_.reset();
   negotiator_.reset();
   executor_.reset();
-  MPI_Comm_free(&control_comm_);
-  if (owns_mpi_) MPI_Finalize();
-  return absl::OkStatus();
+  absl::Status freed = MpiCheck(
+      MPI_Comm_free(&control_comm_),
+      absl::StrCat("rank ", rank_, ": Shutdown: MPI_Comm_free of the control communicator"));
+  absl::Status finalized = absl::OkStatus();
+  if (owns_mpi_) {
+    finalized = MpiCheck(MPI_Finalize(), absl::StrCat("rank ", rank_, ": Shutdown: MPI_Finalize"));
+  }
+  return freed.ok() ? finalized : freed;
 }
 
 }  // namespace overlap

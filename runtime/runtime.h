@@ -75,9 +75,10 @@ class Runtime {
   absl::Status StartTimeline(const std::string& path) { return timeline_.Open(path, rank_); }
   void StopTimeline() { timeline_.Close(); }
 
-  // Error-feedback residuals of this rank's compressed tensors (see overlap.h).
-  std::string SaveCompressionState() { return compression_->Save(); }
-  absl::Status RestoreCompressionState(const std::string& s) { return compression_->Restore(s); }
+  // Error-feedback residuals of this rank's compressed tensors and its delayed updates (see
+  // overlap.h).
+  absl::StatusOr<std::string> SaveCompressionState();
+  absl::Status RestoreCompressionState(const std::string& snapshot);
 
  private:
   Runtime() = default;
