@@ -10,7 +10,7 @@ out=.gpu
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 mkdir -p .git/info && { grep -qx "/.gpu/" .git/info/exclude 2>/dev/null || echo "/.gpu/" >>.git/info/exclude; }
-bin=$(readlink -f bazel-bin)
+bin=$(readlink -f "${BAZEL_BIN:-bazel-bin}")  # another output base: BAZEL_BIN=$(bazel info bazel-bin)
 for target in "$@"; do
   mkdir -p "$out/bin/$(dirname "$target")"
   cp -L "$bin/$target" "$out/bin/$target"
