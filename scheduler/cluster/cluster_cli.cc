@@ -31,8 +31,8 @@ absl::Status FlagError(absl::string_view flag, absl::string_view cause) {
 absl::StatusOr<double> Number(absl::string_view flag, absl::string_view value, bool positive) {
   double v = 0;
   if (!absl::SimpleAtod(value, &v) || !std::isfinite(v) || v < 0 || (positive && v == 0)) {
-    return FlagError(flag, absl::StrCat("expected a number ", positive ? "> 0" : ">= 0",
-                                        ", got '", value, "'"));
+    return FlagError(
+        flag, absl::StrCat("expected a number ", positive ? "> 0" : ">= 0", ", got '", value, "'"));
   }
   return v;
 }
@@ -48,9 +48,9 @@ absl::StatusOr<int64_t> Integer(absl::string_view flag, absl::string_view value,
 std::vector<std::string> AllPlacements() { return {"first-fit", "lwf-1", "lwf-2", "lwf-4"}; }
 
 absl::Status ParsePolicies(const std::string& value, ClusterCliOptions& o, bool placement) {
-  std::vector<std::string> names =
-      value == "all" ? (placement ? AllPlacements() : CommPolicyNames())
-                     : std::vector<std::string>(absl::StrSplit(value, ','));
+  std::vector<std::string> names = value == "all"
+                                       ? (placement ? AllPlacements() : CommPolicyNames())
+                                       : std::vector<std::string>(absl::StrSplit(value, ','));
   for (const std::string& name : names) {
     if (placement) {
       auto p = ParsePlacement(name);
@@ -222,9 +222,9 @@ absl::Status RunClusterCli(const ClusterCliOptions& o, std::ostream& out) {
   }
   absl::Status valid = ValidateTrace(*trace, o.spec.gpus(), BuiltinModelNames(), PlannerNames());
   if (!valid.ok()) {
-    return absl::Status(valid.code(), absl::StrCat(o.trace_path.empty() ? "generated trace"
-                                                                         : o.trace_path,
-                                                   ": ", valid.message()));
+    return absl::Status(valid.code(),
+                        absl::StrCat(o.trace_path.empty() ? "generated trace" : o.trace_path, ": ",
+                                     valid.message()));
   }
   if (!o.write_trace_path.empty()) {
     absl::Status w = WriteFile(o.write_trace_path, trace->ToJson());
@@ -234,8 +234,7 @@ absl::Status RunClusterCli(const ClusterCliOptions& o, std::ostream& out) {
   }
   IterationModelCache cache(o.spec, o.planner_options);
   IterationModelFn model_fn = [&](const TraceJob& job, bool spans) {
-    return cache.Get(job.model, job.planner.empty() ? o.planner : job.planner, job.workers,
-                     spans);
+    return cache.Get(job.model, job.planner.empty() ? o.planner : job.planner, job.workers, spans);
   };
   const bool several = o.placements.size() * o.communications.size() > 1;
   for (const PlacementPolicy& placement : o.placements) {
@@ -250,8 +249,7 @@ absl::Status RunClusterCli(const ClusterCliOptions& o, std::ostream& out) {
       }
       if (sim.record_timeline) {
         const std::string path =
-            several ? PairPath(o.timeline_path, absl::StrCat("-", placement.Name(), "-",
-                                                             comm.name))
+            several ? PairPath(o.timeline_path, absl::StrCat("-", placement.Name(), "-", comm.name))
                     : o.timeline_path;
         absl::Status w = WriteFile(path, r->timeline_json);
         if (!w.ok()) {
@@ -259,15 +257,20 @@ absl::Status RunClusterCli(const ClusterCliOptions& o, std::ostream& out) {
         }
       }
       if (o.json) {
-        nlohmann::ordered_json line = {
-            {"placement", placement.Name()},  {"communication", comm.name},
-            {"avg_jct_s", r->avg_jct_s},      {"median_jct_s", r->median_jct_s},
-            {"p95_jct_s", r->p95_jct_s},      {"makespan_s", r->makespan_s},
-            {"gpu_util", r->gpu_util},        {"jobs", r->jobs.size()},
-            {"planner", o.planner},           {"staleness", o.planner_options.staleness},
-            {"eta", o.spec.contention.eta},   {"transfers", r->transfers},
-            {"shared_transfers", r->shared_transfers},
-            {"max_nic_sharing", r->max_nic_sharing}};
+        nlohmann::ordered_json line = {{"placement", placement.Name()},
+                                       {"communication", comm.name},
+                                       {"avg_jct_s", r->avg_jct_s},
+                                       {"median_jct_s", r->median_jct_s},
+                                       {"p95_jct_s", r->p95_jct_s},
+                                       {"makespan_s", r->makespan_s},
+                                       {"gpu_util", r->gpu_util},
+                                       {"jobs", r->jobs.size()},
+                                       {"planner", o.planner},
+                                       {"staleness", o.planner_options.staleness},
+                                       {"eta", o.spec.contention.eta},
+                                       {"transfers", r->transfers},
+                                       {"shared_transfers", r->shared_transfers},
+                                       {"max_nic_sharing", r->max_nic_sharing}};
         if (!o.preset.empty()) {
           line["seed"] = o.generator.seed;
         }
@@ -275,10 +278,9 @@ absl::Status RunClusterCli(const ClusterCliOptions& o, std::ostream& out) {
       } else {
         out << absl::StrFormat(
             "%-10s %-9s avg JCT %9.1f s  median %9.1f s  p95 %9.1f s  makespan %9.1f s  "
-            "GPU util %.3f  shared %lld/%lld\n",
-            placement.Name(), comm.name, r->avg_jct_s, r->median_jct_s, r->p95_jct_s,
-            r->makespan_s, r->gpu_util, static_cast<long long>(r->shared_transfers),
-            static_cast<long long>(r->transfers));
+            "GPU util %.3f  shared %d/%d\n",
+            placement.Name(), comm.name, r->avg_jct_s, r->median_jct_s, r->p95_jct_s, r->makespan_s,
+            r->gpu_util, r->shared_transfers, r->transfers);
       }
     }
   }

@@ -113,7 +113,7 @@ class Engine {
   std::priority_queue<Event, std::vector<Event>, Later> queue_;
   uint64_t seq_ = 0;
   std::vector<JobState> jobs_;
-  std::vector<std::vector<int>> gpu_jobs_;                     // unfinished jobs placed there
+  std::vector<std::vector<int>> gpu_jobs_;                   // unfinished jobs placed there
   std::vector<std::vector<std::pair<int, int>>> gpu_ready_;  // (job, worker)
   std::vector<bool> gpu_busy_;
   std::vector<std::vector<int>> nic_jobs_;  // jobs whose transfer runs on the NIC
@@ -121,7 +121,7 @@ class Engine {
   std::vector<std::vector<int>> nic_waiting_;
   std::vector<uint64_t> seen_;  // per job: the admission pass that last considered it
   uint64_t pass_ = 0;
-  std::vector<bool> freed_;   // NICs that lost a transfer since the last admission pass
+  std::vector<bool> freed_;  // NICs that lost a transfer since the last admission pass
   int64_t transfers_ = 0, shared_ = 0;
   int max_sharing_ = 0;
   std::string timeline_;
@@ -129,7 +129,7 @@ class Engine {
 
 double Engine::PriorityKey(int j) const {
   return options_.communication.order == CommPolicy::Order::kSrsf ? jobs_[j].RemainingService()
-                                                                   : jobs_[j].job->arrival_s;
+                                                                  : jobs_[j].job->arrival_s;
 }
 
 bool Engine::Before(int a, int b) const {
@@ -148,6 +148,7 @@ absl::Status Engine::Arrive(int j, double now) {
   }
   std::vector<int> gpus = Place(options_.placement, s.job->workers, loads, spec_.gpus_per_server);
   std::vector<int> servers;
+  servers.reserve(gpus.size());
   for (int g : gpus) {
     servers.push_back(spec_.ServerOf(g));
   }
@@ -213,8 +214,8 @@ void Engine::Dispatch(int gpu, double now) {
     return;
   }
   const int parity = static_cast<int>(worker.iter % 2);
-  s.release_at[parity] = std::max(s.started[parity] == 0 ? 0.0 : s.release_at[parity],
-                                  now + s.release_s);
+  s.release_at[parity] =
+      std::max(s.started[parity] == 0 ? 0.0 : s.release_at[parity], now + s.release_s);
   if (++s.started[parity] == s.W()) {
     s.started[parity] = 0;
     Push(s.release_at[parity], EventKind::kRelease, j, static_cast<int>(worker.iter));

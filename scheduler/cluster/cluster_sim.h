@@ -48,10 +48,10 @@ struct JobResult {
 struct ClusterResult {
   std::vector<JobResult> jobs;  // in trace order
   double avg_jct_s = 0;
-  double median_jct_s = 0;  // mean of the two middle values for an even count
-  double p95_jct_s = 0;     // nearest rank: the ceil(0.95 n)-th smallest
-  double makespan_s = 0;    // last finish - first arrival
-  double gpu_util = 0;      // GPU compute time / (GPUs x makespan)
+  double median_jct_s = 0;       // mean of the two middle values for an even count
+  double p95_jct_s = 0;          // nearest rank: the ceil(0.95 n)-th smallest
+  double makespan_s = 0;         // last finish - first arrival
+  double gpu_util = 0;           // GPU compute time / (GPUs x makespan)
   int64_t transfers = 0;         // inter-server transfers run
   int64_t shared_transfers = 0;  // of those, started on a NIC already carrying one
   int max_nic_sharing = 0;       // most transfers any NIC carried at once

@@ -25,8 +25,7 @@ int main(int argc, char** argv) {
   }
   absl::Status status = overlap::sched::cluster::RunClusterCli(*options, std::cout);
   if (!status.ok()) {
-    std::fprintf(stderr, "overlap-cluster-sim: error: %s\n",
-                 std::string(status.message()).c_str());
+    std::fprintf(stderr, "overlap-cluster-sim: error: %s\n", std::string(status.message()).c_str());
     return 1;
   }
   return 0;

@@ -17,16 +17,14 @@ namespace {
 
 absl::Status Positive(const char* field, double value) {
   if (!std::isfinite(value) || value <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": expected a number > 0, got ", value));
+    return absl::InvalidArgumentError(absl::StrCat(field, ": expected a number > 0, got ", value));
   }
   return absl::OkStatus();
 }
 
 absl::Status NonNegative(const char* field, double value) {
   if (!std::isfinite(value) || value < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": expected a number >= 0, got ", value));
+    return absl::InvalidArgumentError(absl::StrCat(field, ": expected a number >= 0, got ", value));
   }
   return absl::OkStatus();
 }

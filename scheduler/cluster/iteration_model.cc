@@ -31,8 +31,7 @@ absl::Status Named(const absl::Status& status, const std::string& planner,
 
 }  // namespace
 
-absl::StatusOr<IterationModel> FitIterationModel(const Profile& profile,
-                                                 const std::string& planner,
+absl::StatusOr<IterationModel> FitIterationModel(const Profile& profile, const std::string& planner,
                                                  const CostModel& cost,
                                                  const PlannerOptions& options) {
   auto plan = MakePlan(planner, profile, cost, options);
@@ -92,9 +91,8 @@ absl::StatusOr<IterationModel> IterationModelCache::Get(const std::string& model
     m.compute_ms = profile->second.compute_ms();
     m.iteration_ms = m.compute_ms;
   } else {
-    auto fitted =
-        FitIterationModel(profile->second, planner, spec_.JobCost(workers, spans_servers),
-                          options_);
+    auto fitted = FitIterationModel(profile->second, planner, spec_.JobCost(workers, spans_servers),
+                                    options_);
     if (!fitted.ok()) {
       return fitted.status();
     }

@@ -15,10 +15,10 @@
 // reproduces sched::Simulate when the communication runs twice as slow (two-way sharing without
 // loss): tail_ms = T(2) - release_ms - 2 comm_ms, where T(f) is the simulated iteration with
 // every collective f times slower; then max(T(1), release_ms + 2 comm_ms + tail_ms) = T(2).
-// Between and beyond those points the model is linear in the slowdown. So slack in the plan (communication hidden under compute)
-// absorbs contention before the job slows down, as it would in the real schedule, and a plan
-// whose communication spills into the next forward (layer-wise updates, DeFT's delays) gets a
-// tail below the optimizer step, or a negative one.
+// Between and beyond those points the model is linear in the slowdown. So slack in the plan
+// (communication hidden under compute) absorbs contention before the job slows down, as it would in
+// the real schedule, and a plan whose communication spills into the next forward (layer-wise
+// updates, DeFT's delays) gets a tail below the optimizer step, or a negative one.
 #ifndef OVERLAP_SCHEDULER_CLUSTER_ITERATION_MODEL_H_
 #define OVERLAP_SCHEDULER_CLUSTER_ITERATION_MODEL_H_
 
@@ -44,8 +44,7 @@ struct IterationModel {
 // Plans `profile` with `planner` on `cost` (sched::MakePlan), simulates it at the cost and at
 // twice the cost, and fits the model above. Errors from planning or simulation are returned with
 // the planner and model named.
-absl::StatusOr<IterationModel> FitIterationModel(const Profile& profile,
-                                                 const std::string& planner,
+absl::StatusOr<IterationModel> FitIterationModel(const Profile& profile, const std::string& planner,
                                                  const CostModel& cost,
                                                  const PlannerOptions& options);
 
@@ -53,8 +52,7 @@ absl::StatusOr<IterationModel> FitIterationModel(const Profile& profile,
 // profiles come from the bundled set. Not thread-safe.
 class IterationModelCache {
  public:
-  IterationModelCache(ClusterSpec spec, PlannerOptions options)
-      : spec_(spec), options_(options) {}
+  IterationModelCache(ClusterSpec spec, PlannerOptions options) : spec_(spec), options_(options) {}
 
   // One worker needs no all-reduce: compute only. NotFound for an unknown model.
   absl::StatusOr<IterationModel> Get(const std::string& model, const std::string& planner,

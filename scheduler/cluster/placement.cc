@@ -24,8 +24,8 @@ absl::StatusOr<PlacementPolicy> ParsePlacement(absl::string_view name) {
     policy.kappa = kappa;
     return policy;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "placement: unknown policy '", name, "' (expected first-fit or lwf-K with K >= 1)"));
+  return absl::InvalidArgumentError(absl::StrCat("placement: unknown policy '", name,
+                                                 "' (expected first-fit or lwf-K with K >= 1)"));
 }
 
 namespace {
@@ -69,9 +69,8 @@ std::vector<int> LeastWorkload(int kappa, int workers, const std::vector<GpuLoad
       if (static_cast<int>(free.size()) < offer) {
         continue;
       }
-      std::stable_sort(free.begin(), free.end(), [&](int a, int b) {
-        return gpus[a].workload_s < gpus[b].workload_s;
-      });
+      std::stable_sort(free.begin(), free.end(),
+                       [&](int a, int b) { return gpus[a].workload_s < gpus[b].workload_s; });
       free.resize(offer);
       double load = 0;
       for (int g : free) {
@@ -93,8 +92,8 @@ std::vector<int> LeastWorkload(int kappa, int workers, const std::vector<GpuLoad
 
 }  // namespace
 
-std::vector<int> Place(const PlacementPolicy& policy, int workers,
-                       const std::vector<GpuLoad>& gpus, int gpus_per_server) {
+std::vector<int> Place(const PlacementPolicy& policy, int workers, const std::vector<GpuLoad>& gpus,
+                       int gpus_per_server) {
   if (policy.kind == PlacementPolicy::Kind::kFirstFit) {
     return FirstFit(workers, gpus);
   }

@@ -46,8 +46,8 @@ struct GpuLoad {
 
 // Picks `workers` distinct GPUs for a new job, in the order chosen. The caller guarantees
 // 1 <= workers <= gpus.size() and gpus.size() a multiple of gpus_per_server.
-std::vector<int> Place(const PlacementPolicy& policy, int workers,
-                       const std::vector<GpuLoad>& gpus, int gpus_per_server);
+std::vector<int> Place(const PlacementPolicy& policy, int workers, const std::vector<GpuLoad>& gpus,
+                       int gpus_per_server);
 
 }  // namespace overlap::sched::cluster
 

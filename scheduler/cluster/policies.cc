@@ -14,7 +14,7 @@ absl::StatusOr<CommPolicy> ParseCommPolicy(absl::string_view name) {
   using Order = CommPolicy::Order;
   using Admission = CommPolicy::Admission;
   CommPolicy p;
-  p.name = std::string(name);
+  p.name.assign(name.data(), name.size());
   if (name == "srsf1") {
     p.order = Order::kSrsf;
     p.admission = Admission::kExclusive;

@@ -125,8 +125,10 @@ std::string Trace::ToJson() const {
   json out = json::object();
   out["jobs"] = json::array();
   for (const TraceJob& job : jobs) {
-    json j = {{"id", job.id},           {"arrival_s", job.arrival_s},
-              {"model", job.model},     {"workers", job.workers},
+    json j = {{"id", job.id},
+              {"arrival_s", job.arrival_s},
+              {"model", job.model},
+              {"workers", job.workers},
               {"iterations", job.iterations}};
     if (!job.planner.empty()) {
       j["planner"] = job.planner;
@@ -184,9 +186,9 @@ absl::Status ValidateJobs(const Trace& trace, int cluster_gpus) {
       return JobError("trace", i, job.id, "id", "duplicate id");
     }
     if (job.workers > cluster_gpus) {
-      return JobError("trace", i, job.id, "workers",
-                      absl::StrCat(job.workers, " GPUs requested but the cluster has ",
-                                   cluster_gpus));
+      return JobError(
+          "trace", i, job.id, "workers",
+          absl::StrCat(job.workers, " GPUs requested but the cluster has ", cluster_gpus));
     }
   }
   return absl::OkStatus();
@@ -203,13 +205,13 @@ absl::Status ValidateTrace(const Trace& trace, int cluster_gpus,
     const TraceJob& job = trace.jobs[i];
     if (!Contains(models, job.model)) {
       return JobError("trace", i, job.id, "model",
-                      absl::StrCat("unknown model '", job.model, "' (known: ",
-                                   absl::StrJoin(models, ", "), ")"));
+                      absl::StrCat("unknown model '", job.model,
+                                   "' (known: ", absl::StrJoin(models, ", "), ")"));
     }
     if (!job.planner.empty() && !Contains(planners, job.planner)) {
       return JobError("trace", i, job.id, "planner",
-                      absl::StrCat("unknown planner '", job.planner, "' (known: ",
-                                   absl::StrJoin(planners, ", "), ")"));
+                      absl::StrCat("unknown planner '", job.planner,
+                                   "' (known: ", absl::StrJoin(planners, ", "), ")"));
     }
   }
   return absl::OkStatus();

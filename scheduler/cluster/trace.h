@@ -37,8 +37,7 @@ struct Trace {
 // Parses the JSON format above and checks each job on its own (ValidateJob with no cluster).
 // InvalidArgument naming `source`, the job (index and id) and the field, e.g.
 //   "t.json: jobs[3] (id 'b'): arrival_s: expected a finite number >= 0, got -1".
-absl::StatusOr<Trace> ParseTraceJson(absl::string_view text,
-                                     absl::string_view source = "<string>");
+absl::StatusOr<Trace> ParseTraceJson(absl::string_view text, absl::string_view source = "<string>");
 
 // Reads and parses `path`; NotFound if it cannot be read.
 absl::StatusOr<Trace> LoadTraceJson(const std::string& path);

@@ -40,12 +40,11 @@ absl::Status Check(const TraceGenOptions& o) {
   }
   if (o.min_iterations < 1 || o.max_iterations < o.min_iterations) {
     return absl::InvalidArgumentError(absl::StrCat("iterations: expected 1 <= min <= max, got [",
-                                                   o.min_iterations, ", ", o.max_iterations,
-                                                   "]"));
+                                                   o.min_iterations, ", ", o.max_iterations, "]"));
   }
   if (!std::isfinite(o.mean_interarrival_s) || o.mean_interarrival_s < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mean_interarrival_s: expected a number >= 0, got ", o.mean_interarrival_s));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mean_interarrival_s: expected a number >= 0, got ", o.mean_interarrival_s));
   }
   return absl::OkStatus();
 }

@@ -11,7 +11,11 @@ namespace {
 
 std::string ErrorOf(const std::vector<std::string>& args) {
   absl::StatusOr<ClusterCliOptions> o = ParseClusterCliArgs(args);
-  return o.ok() ? "" : std::string(o.status().message());
+  if (o.ok()) {
+    return "";
+  }
+  const absl::string_view message = o.status().message();
+  return {message.begin(), message.end()};
 }
 
 TEST_CASE("The paper preset parses with every policy pair by default") {
@@ -41,8 +45,7 @@ TEST_CASE("Bad flags are named") {
         std::string::npos);
   CHECK(ErrorOf({"--preset", "paper", "--planner", "magic"}).find("--planner") !=
         std::string::npos);
-  CHECK(ErrorOf({"--preset", "paper", "--bogus", "1"}).find("unknown flag") !=
-        std::string::npos);
+  CHECK(ErrorOf({"--preset", "paper", "--bogus", "1"}).find("unknown flag") != std::string::npos);
   CHECK(ErrorOf({"--preset", "paper", "--seed"}).find("missing value") != std::string::npos);
   CHECK(ErrorOf({"--trace", "t.json", "--jobs", "3"}).find("--jobs") != std::string::npos);
 }
@@ -59,8 +62,8 @@ TEST_CASE("A small preset prints one JSON line per policy pair with the listed k
   int count = 0;
   while (std::getline(lines, line)) {
     nlohmann::json j = nlohmann::json::parse(line);
-    for (const char* key : {"placement", "communication", "avg_jct_s", "median_jct_s",
-                            "p95_jct_s", "makespan_s", "gpu_util"}) {
+    for (const char* key : {"placement", "communication", "avg_jct_s", "median_jct_s", "p95_jct_s",
+                            "makespan_s", "gpu_util"}) {
       INFO(key);
       CHECK(j.contains(key));
     }
@@ -74,9 +77,9 @@ TEST_CASE("A small preset prints one JSON line per policy pair with the listed k
 }
 
 TEST_CASE("A bad trace file fails with the job and field named") {
-  const std::string path = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR")
-                                                                  : "/tmp") +
-                           "/bad_trace.json";
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
+      "/bad_trace.json";
   std::ofstream(path) << R"({"jobs": [{"id": "big", "arrival_s": 0, "model": "vgg16",
                               "workers": 65, "iterations": 10}]})";
   absl::StatusOr<ClusterCliOptions> o = ParseClusterCliArgs({"--trace", path});

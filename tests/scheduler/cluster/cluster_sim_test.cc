@@ -26,7 +26,7 @@ IterationModel Model(double compute_ms, double iteration_ms, double release_ms, 
 }
 
 // Fixed iteration models by job id, whatever the placement.
-IterationModelFn Fixed(std::map<std::string, IterationModel> models) {
+IterationModelFn Fixed(const std::map<std::string, IterationModel>& models) {
   return [models](const TraceJob& job, bool) -> absl::StatusOr<IterationModel> {
     return models.at(job.id);
   };
@@ -63,7 +63,8 @@ TEST_CASE("One job alone: iterations of compute, release, transfer and tail") {
   t.jobs = {Job("a", 0, 2, 3)};
   auto fn = Fixed({{"a", Model(1000, 1700, 500, 1000, 200)}});
   for (const char* comm : {"srsf1", "srsf2", "adadual", "ada-srsf"}) {
-    absl::StatusOr<ClusterResult> r = SimulateCluster(t, Spec(2, 1, 0.5), Options("first-fit", comm), fn);
+    absl::StatusOr<ClusterResult> r =
+        SimulateCluster(t, Spec(2, 1, 0.5), Options("first-fit", comm), fn);
     REQUIRE(r.ok());
     CHECK(r->jobs[0].jct_s == Approx(4.9));
     CHECK(r->jobs[0].servers == 2);
@@ -94,8 +95,7 @@ TEST_CASE("Two jobs on one link, by hand, for every policy") {
   Trace t;
   t.jobs = {Job("long", 0, 2, 1), Job("short", 1, 2, 1)};
   SECTION("a 1 s transfer arriving while 2 s of a 3 s one remain") {
-    auto fn = Fixed(
-        {{"long", Model(0, 3000, 0, 3000, 0)}, {"short", Model(0, 1000, 0, 1000, 0)}});
+    auto fn = Fixed({{"long", Model(0, 3000, 0, 3000, 0)}, {"short", Model(0, 1000, 0, 1000, 0)}});
     // Waiting: long ends at 3, short runs [3, 4]: JCTs 3 and 3. Sharing: short ends at 1 + 3 =
     // 4, long has 1 s left and ends at 5: JCTs 5 and 3. AdaDUAL: 1 x (2c - 2) = 4 > 2: waits.
     const std::map<std::string, std::map<std::string, double>> want = {
@@ -113,8 +113,7 @@ TEST_CASE("Two jobs on one link, by hand, for every policy") {
     }
   }
   SECTION("a 0.25 s transfer arriving while 2 s of a 3 s one remain") {
-    auto fn =
-        Fixed({{"long", Model(0, 3000, 0, 3000, 0)}, {"short", Model(0, 250, 0, 250, 0)}});
+    auto fn = Fixed({{"long", Model(0, 3000, 0, 3000, 0)}, {"short", Model(0, 250, 0, 250, 0)}});
     // Waiting: long ends at 3, short at 3.25 (JCT 2.25). Sharing: short ends at 1 + 0.75
     // (JCT 0.75), long has 1.75 s left and ends at 3.5. AdaDUAL: 0.25 x 4 = 1 < 2: shares.
     const std::map<std::string, std::map<std::string, double>> want = {

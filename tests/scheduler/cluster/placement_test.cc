@@ -7,6 +7,7 @@ namespace {
 
 std::vector<GpuLoad> Loads(const std::vector<double>& workload) {
   std::vector<GpuLoad> out;
+  out.reserve(workload.size());
   for (double w : workload) {
     out.push_back({w > 0 ? 1 : 0, w});
   }
@@ -48,8 +49,7 @@ TEST_CASE("LWF-kappa consolidates groups of kappa on the least loaded server") {
   // Four from one server: server 0 totals 23, server 1 totals 21.
   CHECK(Place(*ParsePlacement("lwf-4"), 4, loads, 4) == std::vector<int>({4, 5, 6, 7}));
   // Eight with kappa 4: both servers whole, the lighter first.
-  CHECK(Place(*ParsePlacement("lwf-4"), 8, loads, 4) ==
-        std::vector<int>({4, 5, 6, 7, 1, 0, 2, 3}));
+  CHECK(Place(*ParsePlacement("lwf-4"), 8, loads, 4) == std::vector<int>({4, 5, 6, 7, 1, 0, 2, 3}));
   // Three with kappa 2: a pair from server 1, then the single least-loaded GPU left (GPU 1).
   CHECK(Place(*ParsePlacement("lwf-2"), 3, loads, 4) == std::vector<int>({4, 5, 1}));
 }

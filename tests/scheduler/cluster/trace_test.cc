@@ -10,7 +10,7 @@
 namespace overlap::sched::cluster {
 namespace {
 
-std::string ErrorOf(const absl::Status& s) { return std::string(s.message()); }
+std::string ErrorOf(const absl::Status& s) { return {s.message().begin(), s.message().end()}; }
 
 absl::Status Check(const std::string& text, int gpus = 64) {
   absl::StatusOr<Trace> t = ParseTraceJson(text, "t.json");
