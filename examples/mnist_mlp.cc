@@ -102,7 +102,7 @@ template <typename Scalar>
 absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t>& order,
                                  RowRange global, const AllreduceOptions& allreduce,
                                  Mlp<Scalar>& model, LocalMomentum<Scalar>* local,
-                                 MomentumSgd<Scalar>& sgd) {
+                                 Optimizer<Scalar>& optimizer) {
   const RowRange mine = ShardOf(global.count, Rank(), Size());
   Matrix<Scalar> x;
   std::vector<uint8_t> labels;
@@ -117,6 +117,7 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
   // also when the batch does not divide evenly.
   const Scalar scale = static_cast<Scalar>(Size()) / static_cast<Scalar>(global.count);
   std::vector<Handle> handles;
+  std::vector<size_t> handle_tensor;  // 2 l + (bias) for each handle
   absl::Status submit_status;
   (void)StartBackward();
   const double loss = model.Backward(labels, scale, [&](int l) {
@@ -126,11 +127,16 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
     }
     const Tensor weight = MakeTensor(g.weight.data(), {g.weight.rows(), g.weight.cols()});
     const Tensor bias = MakeTensor(g.bias.data(), {g.bias.size()});
-    for (auto [name, tensor] :
-         {std::pair{ParamName(l, false), weight}, std::pair{ParamName(l, true), bias}}) {
-      absl::StatusOr<Handle> handle = Allreduce(name, tensor, tensor, allreduce);
+    for (bool is_bias : {false, true}) {
+      const size_t index = 2 * static_cast<size_t>(l) + (is_bias ? 1 : 0);
+      AllreduceOptions options = allreduce;
+      options.phase = static_cast<int>(index % static_cast<size_t>(allreduce.period));
+      absl::StatusOr<Handle> handle =
+          Allreduce(ParamName(l, is_bias), is_bias ? bias : weight, is_bias ? bias : weight,
+                    options);
       if (handle.ok()) {
         handles.push_back(*handle);
+        handle_tensor.push_back(index);
       } else {
         submit_status.Update(handle.status());
       }
@@ -147,7 +153,10 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
   if (local != nullptr && allreduce.compression != "none") {
     local->Mask(model.grads());
   }
-  sgd.Step(model.grads(), model.params());
+  // With delays or periods some tensors have no update this step.
+  UpdateMask apply(2 * model.params().size(), true);
+  for (size_t h = 0; h < handles.size(); ++h) apply[handle_tensor[h]] = handles[h].has_update();
+  optimizer.Step(model.grads(), model.params(), apply);
   return loss;
 }
 
@@ -193,8 +202,15 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
         model.params(), options.momentum,
         options.momentum_correction == MomentumCorrection::kMasked);
   }
-  MomentumSgd<Scalar> sgd(model.params(), options.learning_rate,
-                          corrected ? Scalar{0} : static_cast<Scalar>(options.momentum));
+  std::unique_ptr<Optimizer<Scalar>> optimizer;
+  if (options.optimizer == OptimizerKind::kAdam) {
+    optimizer = std::make_unique<Adam<Scalar>>(model.params(), options.learning_rate);
+  } else {
+    optimizer = std::make_unique<MomentumSgd<Scalar>>(
+        model.params(), options.learning_rate,
+        corrected ? Scalar{0} : static_cast<Scalar>(options.momentum));
+  }
+  Optimizer<Scalar>& sgd = *optimizer;
   if (Rank() == 0) {
     std::printf("training 784-256-128-10 MLP (%s) on %d rank(s), global batch %lld, %lld images\n",
                 sizeof(Scalar) == 4 ? "float32" : "float64", Size(),
@@ -210,6 +226,8 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
     // runtime's default when it is empty.
     AllreduceOptions allreduce;
     allreduce.compression = epoch <= options.warmup_epochs ? "none" : options.compression;
+    allreduce.delay = options.delay;
+    allreduce.period = options.period;
     const auto start = std::chrono::steady_clock::now();
     // {summed loss, training images, correct test predictions, test images}, summed over ranks.
     std::vector<double> totals = {0.0, 0.0, 0.0, 0.0};

@@ -1,5 +1,7 @@
 #include "examples/sgd.h"
 
+#include <cmath>
+
 namespace overlap {
 namespace examples {
 
@@ -13,14 +15,55 @@ MomentumSgd<Scalar>::MomentumSgd(const std::vector<DenseLayer<Scalar>>& params,
   }
 }
 
+namespace {
+bool Applies(const UpdateMask& apply, size_t tensor) { return apply.empty() || apply[tensor]; }
+}  // namespace
+
 template <typename Scalar>
 void MomentumSgd<Scalar>::Step(const std::vector<DenseLayer<Scalar>>& grads,
-                               std::vector<DenseLayer<Scalar>>& params) {
+                               std::vector<DenseLayer<Scalar>>& params, const UpdateMask& apply) {
   for (size_t l = 0; l < params.size(); ++l) {
-    velocity_[l].weight = momentum_ * velocity_[l].weight + grads[l].weight;
-    velocity_[l].bias = momentum_ * velocity_[l].bias + grads[l].bias;
-    params[l].weight -= learning_rate_ * velocity_[l].weight;
-    params[l].bias -= learning_rate_ * velocity_[l].bias;
+    if (Applies(apply, 2 * l)) {
+      velocity_[l].weight = momentum_ * velocity_[l].weight + grads[l].weight;
+      params[l].weight -= learning_rate_ * velocity_[l].weight;
+    }
+    if (Applies(apply, 2 * l + 1)) {
+      velocity_[l].bias = momentum_ * velocity_[l].bias + grads[l].bias;
+      params[l].bias -= learning_rate_ * velocity_[l].bias;
+    }
+  }
+}
+
+template <typename Scalar>
+Adam<Scalar>::Adam(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate)
+    : learning_rate_(learning_rate), steps_(2 * params.size(), 0) {
+  for (const DenseLayer<Scalar>& p : params) {
+    const DenseLayer<Scalar> zero{Matrix<Scalar>::Zero(p.weight.rows(), p.weight.cols()),
+                                  Vector<Scalar>::Zero(p.bias.size())};
+    m_.push_back(zero);
+    v_.push_back(zero);
+  }
+}
+
+template <typename Scalar>
+void Adam<Scalar>::Step(const std::vector<DenseLayer<Scalar>>& grads,
+                        std::vector<DenseLayer<Scalar>>& params, const UpdateMask& apply) {
+  const Scalar b1 = Scalar(0.9), b2 = Scalar(0.999), eps = Scalar(1e-8);
+  auto update = [&](auto& param, const auto& grad, auto& m, auto& v, int64_t& t) {
+    ++t;
+    m = b1 * m + (1 - b1) * grad;
+    v = b2 * v + (1 - b2) * grad.cwiseProduct(grad);
+    const Scalar c1 = 1 - static_cast<Scalar>(std::pow(double{b1}, static_cast<double>(t)));
+    const Scalar c2 = 1 - static_cast<Scalar>(std::pow(double{b2}, static_cast<double>(t)));
+    param.array() -= learning_rate_ * (m.array() / c1) / ((v.array() / c2).sqrt() + eps);
+  };
+  for (size_t l = 0; l < params.size(); ++l) {
+    if (Applies(apply, 2 * l)) {
+      update(params[l].weight, grads[l].weight, m_[l].weight, v_[l].weight, steps_[2 * l]);
+    }
+    if (Applies(apply, 2 * l + 1)) {
+      update(params[l].bias, grads[l].bias, m_[l].bias, v_[l].bias, steps_[2 * l + 1]);
+    }
   }
 }
 
@@ -57,6 +100,8 @@ void LocalMomentum<Scalar>::Mask(const std::vector<DenseLayer<Scalar>>& reduced)
 
 template class MomentumSgd<float>;
 template class MomentumSgd<double>;
+template class Adam<float>;
+template class Adam<double>;
 template class LocalMomentum<float>;
 template class LocalMomentum<double>;
 

@@ -32,7 +32,12 @@ const char kTrainUsage[] =
     "                      off, on (each rank allreduces its own velocity: DGC momentum\n"
     "                      correction) or masked (on, and a rank's velocity restarts wherever\n"
     "                      the allreduce delivered a value: DGC momentum factor masking, for\n"
-    "                      sparsifying compressors) (default off)\n";
+    "                      sparsifying compressors) (default off)\n"
+    "  --optimizer O       sgd (with --momentum) or adam (step size --lr, betas 0.9/0.999)\n"
+    "                      (default sgd)\n"
+    "  --delay D           apply every gradient D steps late (0..16, default 0)\n"
+    "  --period P          communicate each gradient one step in P, the skipped steps kept\n"
+    "                      exactly in a residual (1..64, default 1)\n";
 
 namespace {
 
@@ -105,6 +110,20 @@ absl::Status SetFlag(absl::string_view name, absl::string_view value, TrainOptio
   } else if (name == "warmup-epochs") {
     status = ParseInt(name, value, 0, 1000, &n);
     options->warmup_epochs = static_cast<int>(n);
+  } else if (name == "optimizer") {
+    if (value == "sgd") {
+      options->optimizer = OptimizerKind::kSgd;
+    } else if (value == "adam") {
+      options->optimizer = OptimizerKind::kAdam;
+    } else {
+      status = BadValue(name, value, "sgd or adam");
+    }
+  } else if (name == "delay") {
+    status = ParseInt(name, value, 0, 16, &n);
+    options->delay = static_cast<int>(n);
+  } else if (name == "period") {
+    status = ParseInt(name, value, 1, 64, &n);
+    options->period = static_cast<int>(n);
   } else if (name == "momentum-correction") {
     if (value == "off") {
       options->momentum_correction = MomentumCorrection::kOff;

@@ -21,6 +21,8 @@ enum class MomentumCorrection {
   kMasked,  // kOn plus DGC momentum factor masking: velocity restarts where a value arrived
 };
 
+enum class OptimizerKind { kSgd, kAdam };
+
 struct TrainOptions {
   int epochs = 4;
   int64_t batch = 128;  // global batch: the sum of every rank's shard
@@ -41,6 +43,13 @@ struct TrainOptions {
   // compressor and its residuals start with the first epoch after them.
   int warmup_epochs = 0;
   MomentumCorrection momentum_correction = MomentumCorrection::kOff;
+  // kSgd: MomentumSgd; kAdam: Adam (examples/sgd.h), with learning_rate as its step size.
+  OptimizerKind optimizer = OptimizerKind::kSgd;
+  // Delayed updates and update periods (AllreduceOptions::delay, period): every gradient is
+  // applied `delay` steps late and communicated one step in `period`, tensor k in phase
+  // k % period so that the steps share the traffic.
+  int delay = 0;
+  int period = 1;
   bool help = false;
 };
 
