@@ -273,6 +273,7 @@ absl::Status RunClusterCli(const ClusterCliOptions& o, std::ostream& out) {
                                        {"max_nic_sharing", r->max_nic_sharing}};
         if (!o.preset.empty()) {
           line["seed"] = o.generator.seed;
+          line["mean_interarrival_s"] = o.generator.mean_interarrival_s;
         }
         out << line.dump() << "\n";
       } else {

@@ -13,9 +13,9 @@
 // each; --json makes each line
 //   {"placement":..,"communication":..,"avg_jct_s":..,"median_jct_s":..,"p95_jct_s":..,
 //    "makespan_s":..,"gpu_util":..,"jobs":..,"planner":..,"staleness":..,"eta":..,
-//    "transfers":..,"shared_transfers":..,"max_nic_sharing":..,"seed":..}
+//    "transfers":..,"shared_transfers":..,"max_nic_sharing":..,"seed":..,"mean_interarrival_s":..}
 // (transfers: inter-server all-reduces run; shared_transfers: those started next to another on a
-// NIC; seed only with --preset).
+// NIC; seed and mean_interarrival_s only with --preset).
 // --planner (default fusion) plans every job that does not name its own; --staleness is passed
 // to the planners (deft uses it). --timeline FILE writes a Chrome trace per pair (FILE gets
 // "-<placement>-<communication>" before its extension when there are several);

@@ -114,6 +114,29 @@ def eta_table(rows):
                   " | %s | %s |" % (pct(r["ada-srsf"], r["srsf1"]), pct(r["ada-srsf"], r["srsf2"])))
 
 
+def load_table(rows):
+    by = index(rows, "mean_interarrival_s", "seed", "placement", "communication")
+    gaps = sorted({r["mean_interarrival_s"] for r in rows})
+    seeds = sorted({r["seed"] for r in rows})
+    print("\n| mean gap (s) | makespan, first-fit SRSF(1) (s) | lwf-4 vs first-fit (SRSF(1)) | "
+          "Ada-SRSF vs SRSF(1), first-fit, seeds 1-5 | mean | same, lwf-4 (mean) | "
+          "Ada-SRSF vs SRSF(2), first-fit / lwf-4 (mean) |")
+    print("|---:|---:|---:|---|---:|---:|---|")
+    for gap in gaps:
+        def ratios(p, other):
+            return [by[(gap, s, p, "ada-srsf")]["avg_jct_s"] / by[(gap, s, p, other)]["avg_jct_s"]
+                    for s in seeds]
+        ff = [by[(gap, s, "first-fit", "srsf1")]["avg_jct_s"] /
+              by[(gap, s, "lwf-4", "srsf1")]["avg_jct_s"] for s in seeds]
+        span = statistics.mean(by[(gap, s, "first-fit", "srsf1")]["makespan_s"] for s in seeds)
+        v1 = ratios("first-fit", "srsf1")
+        print("| %g | %.0f | %.2fx | %s | %+.1f%% | %+.1f%% | %+.1f%% / %+.1f%% |" % (
+            gap, span, statistics.mean(ff), ", ".join("%+.0f%%" % (100 * (v - 1)) for v in v1),
+            100 * (statistics.mean(v1) - 1), 100 * (statistics.mean(ratios("lwf-4", "srsf1")) - 1),
+            100 * (statistics.mean(ratios("first-fit", "srsf2")) - 1),
+            100 * (statistics.mean(ratios("lwf-4", "srsf2")) - 1)))
+
+
 def plot(pairs, planner_names, planners_by, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -161,6 +184,8 @@ def main():
     seeds_table(load(out + "/seeds.jsonl"))
     print("\n## eta (160 jobs)")
     eta_table(load(out + "/eta.jsonl"))
+    print("\n## Load (160 jobs)")
+    load_table(load(out + "/load.jsonl"))
     plot(pairs, names, planners_by, png)
 
 
