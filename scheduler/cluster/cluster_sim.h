@@ -58,9 +58,10 @@ struct ClusterResult {
   std::string timeline_json;     // Chrome trace: a track per GPU and per NIC
 };
 
-// Runs `trace` (checked with ValidateTrace's job rules against spec.gpus() first; the model and
-// planner names are `model_fn`'s to check) to completion. InvalidArgument naming the job and
-// field for a bad job; `model_fn`'s errors are returned with the job named.
+// Runs `trace` to completion. The spec and the jobs are checked first (spec.Validate,
+// ValidateJobs against spec.gpus(); model and planner names are `model_fn`'s to check):
+// InvalidArgument naming the field, or the job and field, for bad input or an empty trace;
+// `model_fn`'s errors are returned with the job named.
 absl::StatusOr<ClusterResult> SimulateCluster(const Trace& trace, const ClusterSpec& spec,
                                               const ClusterSimOptions& options,
                                               const IterationModelFn& model_fn);
