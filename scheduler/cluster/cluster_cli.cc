@@ -220,11 +220,10 @@ absl::Status RunClusterCli(const ClusterCliOptions& o, std::ostream& out) {
   if (!trace.ok()) {
     return trace.status();
   }
-  absl::Status valid = ValidateTrace(*trace, o.spec.gpus(), BuiltinModelNames(), PlannerNames());
+  absl::Status valid = ValidateTrace(*trace, o.spec.gpus(), BuiltinModelNames(), PlannerNames(),
+                                     o.trace_path.empty() ? "generated trace" : o.trace_path);
   if (!valid.ok()) {
-    return absl::Status(valid.code(),
-                        absl::StrCat(o.trace_path.empty() ? "generated trace" : o.trace_path, ": ",
-                                     valid.message()));
+    return valid;
   }
   if (!o.write_trace_path.empty()) {
     absl::Status w = WriteFile(o.write_trace_path, trace->ToJson());

@@ -174,20 +174,20 @@ absl::StatusOr<Trace> LoadTraceJson(const std::string& path) {
   return ParseTraceJson(text.str(), path);
 }
 
-absl::Status ValidateJobs(const Trace& trace, int cluster_gpus) {
+absl::Status ValidateJobs(const Trace& trace, int cluster_gpus, absl::string_view source) {
   absl::flat_hash_set<std::string> ids;
   for (int i = 0; i < static_cast<int>(trace.jobs.size()); ++i) {
     const TraceJob& job = trace.jobs[i];
-    absl::Status status = CheckJob(job, i, "trace");
+    absl::Status status = CheckJob(job, i, source);
     if (!status.ok()) {
       return status;
     }
     if (!ids.insert(job.id).second) {
-      return JobError("trace", i, job.id, "id", "duplicate id");
+      return JobError(source, i, job.id, "id", "duplicate id");
     }
     if (job.workers > cluster_gpus) {
       return JobError(
-          "trace", i, job.id, "workers",
+          source, i, job.id, "workers",
           absl::StrCat(job.workers, " GPUs requested but the cluster has ", cluster_gpus));
     }
   }
@@ -196,20 +196,20 @@ absl::Status ValidateJobs(const Trace& trace, int cluster_gpus) {
 
 absl::Status ValidateTrace(const Trace& trace, int cluster_gpus,
                            const std::vector<std::string>& models,
-                           const std::vector<std::string>& planners) {
-  absl::Status valid = ValidateJobs(trace, cluster_gpus);
+                           const std::vector<std::string>& planners, absl::string_view source) {
+  absl::Status valid = ValidateJobs(trace, cluster_gpus, source);
   if (!valid.ok()) {
     return valid;
   }
   for (int i = 0; i < static_cast<int>(trace.jobs.size()); ++i) {
     const TraceJob& job = trace.jobs[i];
     if (!Contains(models, job.model)) {
-      return JobError("trace", i, job.id, "model",
+      return JobError(source, i, job.id, "model",
                       absl::StrCat("unknown model '", job.model,
                                    "' (known: ", absl::StrJoin(models, ", "), ")"));
     }
     if (!job.planner.empty() && !Contains(planners, job.planner)) {
-      return JobError("trace", i, job.id, "planner",
+      return JobError(source, i, job.id, "planner",
                       absl::StrCat("unknown planner '", job.planner,
                                    "' (known: ", absl::StrJoin(planners, ", "), ")"));
     }

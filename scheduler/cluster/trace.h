@@ -43,13 +43,15 @@ absl::StatusOr<Trace> ParseTraceJson(absl::string_view text, absl::string_view s
 absl::StatusOr<Trace> LoadTraceJson(const std::string& path);
 
 // Checks every job against the cluster: ids unique and non-empty, arrival_s finite and >= 0,
-// 1 <= workers <= cluster_gpus, iterations >= 1. InvalidArgument naming the job and the field.
-absl::Status ValidateJobs(const Trace& trace, int cluster_gpus);
+// 1 <= workers <= cluster_gpus, iterations >= 1. InvalidArgument naming `source` (a file name),
+// the job and the field.
+absl::Status ValidateJobs(const Trace& trace, int cluster_gpus, absl::string_view source = "trace");
 
 // ValidateJobs, and every model in `models` and planner empty or in `planners`.
 absl::Status ValidateTrace(const Trace& trace, int cluster_gpus,
                            const std::vector<std::string>& models,
-                           const std::vector<std::string>& planners);
+                           const std::vector<std::string>& planners,
+                           absl::string_view source = "trace");
 
 }  // namespace overlap::sched::cluster
 
