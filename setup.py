@@ -1,13 +1,22 @@
 """pip install . : builds the core library and the launcher with Bazel and installs them inside
-the Python package `overlap` (overlap.torch), with an `overlaprun` command.
+the Python package `overlap` (overlap.torch, overlap.tensorflow), with an `overlaprun` command.
 
 Needs what tools/setup.sh installs (Bazel, Open MPI, Abseil, spdlog); run it first on a fresh
 machine. The build reuses Bazel's cache, so a second install takes seconds.
+
+overlap.tensorflow's op library must be compiled against the TensorFlow it runs with. When
+TensorFlow is importable while the package builds (`pip install --no-build-isolation .`), it is
+compiled here, into the package; otherwise (pip's default isolated build cannot see the user's
+TensorFlow) the first `import overlap.tensorflow` compiles it into a cache
+(python/overlap/tensorflow/build_ops.py). The sources and runtime/c_api.h ship with the package
+for that.
 """
 
+import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 
 from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
@@ -31,9 +40,29 @@ def built_files():
     return {t: os.path.join(bazel_bin, *t[2:].split(":")) for t in TARGETS}
 
 
+def build_tf_ops(package_dir):
+    """Compiles overlap.tensorflow's op library into the built package when TensorFlow is
+    importable here; says why not otherwise."""
+    if importlib.util.find_spec("tensorflow") is None:
+        print("overlap: TensorFlow is not importable in this build environment; "
+              "overlap.tensorflow compiles its op library on first import instead",
+              file=sys.stderr)
+        return
+    path = os.path.join(ROOT, "python", "overlap", "tensorflow", "build_ops.py")
+    spec = importlib.util.spec_from_file_location("overlap_build_ops", path)
+    build_ops = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_ops)
+    print("overlap: compiling the TensorFlow op library: %s" %
+          build_ops.build(os.path.join(package_dir, "tensorflow")), file=sys.stderr)
+
+
 class BuildWithBazel(build_py):
     def run(self):
         super().run()
+        include = os.path.join(self.build_lib, "overlap", "include")
+        os.makedirs(include, exist_ok=True)
+        shutil.copyfile(os.path.join(ROOT, "runtime", "c_api.h"), os.path.join(include, "c_api.h"))
+        build_tf_ops(os.path.join(self.build_lib, "overlap"))
         for target, built in built_files().items():
             dest = TARGETS[target]
             target_path = os.path.join(self.build_lib, "overlap", dest)
@@ -56,9 +85,11 @@ setup(
     name="overlap",
     distclass=BinaryDistribution,
     version="0.3.0",
-    description="Data-parallel training runtime with Horovod's API (overlap.torch)",
+    description="Data-parallel training runtime with Horovod's API (overlap.torch, "
+                "overlap.tensorflow)",
     package_dir={"": "python"},
-    packages=["overlap", "overlap.torch"],
+    packages=["overlap", "overlap.torch", "overlap.tensorflow", "overlap.tensorflow.keras"],
+    package_data={"overlap.tensorflow": ["native/*.cc", "native/*.h"]},
     python_requires=">=3.8",
     cmdclass={"build_py": BuildWithBazel},
     entry_points={"console_scripts": ["overlaprun = overlap.launcher:main"]},

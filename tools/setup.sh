@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(bazel-bootstrap bazel-rules-java openmpi-bin libopenmpi-dev libabsl-dev libspdlog-dev
       libfmt-dev catch2 libeigen3-dev nlohmann-json3-dev zlib1g-dev dataset-fashion-mnist iproute2
-      python3 python3-pip
+      python3 python3-pip clang libclang-rt-dev
       python3-numpy python3-matplotlib)
 missing=()
 for p in "${PKGS[@]}"; do
@@ -16,11 +16,28 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Python side: torch, numpy, pytest and wheel for overlap.torch and its tests, into the python3 on PATH
-# (or OVERLAP_PYTHON). Debian's own python3 refuses pip without --break-system-packages.
+# Python side: torch, numpy, pytest and wheel for overlap.torch and its tests, and tensorflow-cpu
+# for overlap.tensorflow (the newest release; the adapter supports 2.16 and later), into the
+# python3 on PATH (or OVERLAP_PYTHON). Debian's own python3 refuses pip without
+# --break-system-packages. Already installed packages are found by a quick metadata lookup, not by
+# importing them (importing tensorflow takes seconds).
 PY=${OVERLAP_PYTHON:-python3}
+pip_install() {
+  "$PY" -m pip install -q "$@" 2>/dev/null || "$PY" -m pip install -q --break-system-packages "$@"
+}
 if ! "$PY" -c "import torch, numpy, pytest, wheel" 2>/dev/null; then
   echo "overlap setup: installing torch, numpy, pytest and wheel for $PY (pip)" >&2
-  "$PY" -m pip install -q torch numpy pytest wheel 2>/dev/null ||
-    "$PY" -m pip install -q --break-system-packages torch numpy pytest wheel
+  pip_install torch numpy pytest wheel
+fi
+has_tensorflow='
+import importlib.metadata as m
+def installed(name):
+    try:
+        return bool(m.version(name))
+    except m.PackageNotFoundError:
+        return False
+raise SystemExit(0 if installed("tensorflow-cpu") or installed("tensorflow") else 1)'
+if ! "$PY" -c "$has_tensorflow" 2>/dev/null; then
+  echo "overlap setup: installing tensorflow-cpu for $PY (pip)" >&2
+  pip_install tensorflow-cpu
 fi

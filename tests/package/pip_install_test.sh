@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `pip install .` of a copy of the source tree into a fresh virtual environment (which sees the
-# system's torch), then overlap.torch from that environment on 2 ranks through the installed
-# `overlaprun` command. Bazel cannot run inside this test, so setup.py takes the already built
-# binaries from OVERLAP_PREBUILT_DIR.
+# system's torch and tensorflow), then overlap.torch from that environment on 2 ranks through the
+# installed `overlaprun` command, and overlap.tensorflow with the op library pip compiled into the
+# package (when tensorflow is installed). Bazel cannot run inside this test, so setup.py takes the
+# already built binaries from OVERLAP_PREBUILT_DIR.
 # usage: pip_install_test.sh LIBOVERLAP OVERLAPRUN
 set -euo pipefail
 lib=$1 launcher=$2
@@ -10,8 +11,9 @@ py=${OVERLAP_PYTHON:-python3}
 export HOME=${HOME:-${TEST_TMPDIR:-/tmp}}
 work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/pip.XXXXXX")
 src=$work/src
-mkdir -p "$src" "$work/prebuilt"
+mkdir -p "$src/runtime" "$work/prebuilt"
 cp -L setup.py pyproject.toml "$src/"
+cp -L runtime/c_api.h "$src/runtime/"
 cp -rL python "$src/python"
 cp -L "$lib" "$work/prebuilt/liboverlap.so"
 cp -L "$launcher" "$work/prebuilt/overlaprun"
@@ -35,3 +37,22 @@ cd "$work"
 unset OVERLAP_LIBRARY PYTHONPATH
 timeout -k 10 120 "$work/venv/bin/overlaprun" -np 2 --mpi-args "--mca btl self,vader,tcp" \
   -- "$work/venv/bin/python" "$work/check.py"
+
+if "$work/venv/bin/python" -c "import tensorflow" 2>/dev/null; then
+  cat >"$work/check_tf.py" <<'PY'
+import os, sys
+import tensorflow as tf
+import overlap.tensorflow as hvd
+from overlap.tensorflow import op_library
+package = os.path.dirname(os.path.realpath(hvd.__file__))
+assert os.path.realpath(op_library.library_path()).startswith(package), op_library.library_path()
+hvd.init()
+x = tf.fill([3], float(hvd.rank() + 1))
+assert hvd.allreduce(x, op=hvd.Sum).numpy().tolist() == [3.0] * 3
+print("rank %d: installed overlap.tensorflow works with the op library pip compiled" % hvd.rank())
+PY
+  OVERLAP_TF_OPS_CACHE=$work/no-cache timeout -k 10 120 "$work/venv/bin/overlaprun" -np 2 \
+    --mpi-args "--mca btl self,vader,tcp" -- "$work/venv/bin/python" "$work/check_tf.py"
+else
+  echo "pip_install_test: tensorflow not importable; overlap.tensorflow's install-time compile not checked"
+fi

@@ -1,7 +1,8 @@
 """pytest setup for the overlap.tensorflow suites, which run on every rank under overlaprun.
 
-- `hvd` (session fixture): overlap.tensorflow, initialised once (`khvd`: the keras module); shut down at the end when every
-  test passed. A suite's tests that must run before init simply do not use the fixture.
+- `hvd` (session fixture): overlap.tensorflow, initialised once (`khvd`: the Keras module);
+  shut down at the end when every test passed. A suite's tests that must run before init simply
+  do not use the fixture.
 - Every test has a watchdog: a test still running after OVERLAP_TEST_TIMEOUT_S (default 120)
   prints every thread's stack and ends the rank, so overlaprun stops the job instead of hanging.
 - A failed rank leaves at once (os._exit) after pytest's report: the other ranks are blocked in

@@ -15,6 +15,10 @@ shift 6
 
 abspath() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 
+# Two cores shared by up to four ranks: one compute thread per rank, and quiet TensorFlow logs.
+export OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=2 TF_CPP_MIN_LOG_LEVEL=2
+export TF_ENABLE_ONEDNN_OPTS=0
+
 python=${OVERLAP_PYTHON:-}
 if [ -z "$python" ]; then
   python=$(command -v python3) || {
@@ -22,8 +26,7 @@ if [ -z "$python" ]; then
     exit 1
   }
 fi
-if ! versions=$("$python" -c 'import os; os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-import tensorflow as tf, keras; print("tensorflow %s, keras %s" % (tf.__version__, keras.__version__))' 2>&1); then
+if ! versions=$("$python" -c 'import tensorflow as tf, keras; print("tensorflow %s, keras %s" % (tf.__version__, keras.__version__))' 2>&1); then
   echo "run_pytest.sh: SKIPPED: $python cannot import tensorflow, which the overlap.tensorflow suites need"
   echo "  (tools/setup.sh installs tensorflow-cpu; or point OVERLAP_PYTHON at an interpreter that has it):"
   echo "$versions" | tail -2
@@ -39,9 +42,6 @@ export HOME=${HOME:-${TEST_TMPDIR:-/tmp}}
 export OVERLAP_LIBRARY=$(abspath "$library")
 export PYTHONPATH=$(abspath "$python_dir")${PYTHONPATH:+:$PYTHONPATH}
 export OVERLAP_TF_OPS_CACHE=${OVERLAP_TF_OPS_CACHE:-/tmp/overlap-tf-ops-$(id -u)}
-# Two cores shared by up to four ranks: one compute thread per rank, and quiet TensorFlow logs.
-export OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=2 TF_CPP_MIN_LOG_LEVEL=2
-export TF_ENABLE_ONEDNN_OPTS=0
 # pytest's cache would land in the read-only runfiles; bytecode too.
 export PYTHONDONTWRITEBYTECODE=1
 suite=$(abspath "$suite")

@@ -166,7 +166,8 @@ def test_allreduce_gradient(hvd, run):
             y = tf.reduce_sum(hvd.allreduce(x * 3.0, op=hvd.Sum, name="grad.ar"))
         return tape.gradient(y, x)
 
-    assert_equal(run(grads, tf.ones([3], tf.float64)), tf.fill([3], tf.constant(3.0 * n, tf.float64)),
+    assert_equal(run(grads, tf.ones([3], tf.float64)),
+                 tf.fill([3], tf.constant(3.0 * n, tf.float64)),
                  "d allreduce")
 
     def grouped(a, b):
@@ -205,7 +206,8 @@ def test_allgather_broadcast_gradients(hvd, run):
 
     mean = sum(k + 1 for k in range(n)) / n
     assert_equal(run(bcast, tf.ones([2], tf.float64)),
-                 tf.fill([2], tf.constant(mean if r == 0 else 0.0, tf.float64)), "d broadcast")
+                 tf.fill([2], tf.constant(mean if r == 0 else 0.0, tf.float64)),
+                 "d broadcast")
 
 
 def test_reducescatter_alltoall_gradients(hvd, run):

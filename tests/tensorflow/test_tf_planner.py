@@ -1,31 +1,46 @@
-"""The training suite under a scheduling planner with delayed updates: BUILD runs this file with
-TEST_OVERLAP_INIT="planner=deft,staleness=1", so hvd.init() gets those options. Ranks must agree
-and training must converge; a final test checks that the runtime took the planner."""
+"""The training suite under a scheduling planner with delayed updates allowed: BUILD runs this
+file with TEST_OVERLAP_INIT="planner=deft,staleness=1", so hvd.init() gets those options.
 
+The first test trains a tf.function step with DistributedGradientTape until the runtime has
+profiled the marked steps and adopted the planner's plan (it must be first: the runtime plans
+the first steps it sees repeat). The training suite's tests follow, collected here too; under
+deft they check that ranks agree and training converges rather than exact synchronous values."""
+
+import json
 import os
 
 import tensorflow as tf
 
-from test_tf_training import *  # noqa: F401,F403 (the same tests, collected here too)
 from test_tf_training import data, make_variables
 
 
 def test_planner_took_effect(hvd):
-    """After some marked steps the runtime names the planner from init() in its stats."""
     wanted = dict(i.split("=", 1) for i in os.environ.get("TEST_OVERLAP_INIT", "").split(",")
                   if i).get("planner")
     variables = make_variables()
-    tape_step = tf.function(lambda x, y: _step(hvd, variables, x, y))
-    for _ in range(40):
-        tape_step(*data(hvd.rank()))
+
+    @tf.function
+    def step(x, y):
+        with hvd.DistributedGradientTape(tf.GradientTape()) as tape:
+            loss = tf.reduce_mean((x @ variables[0] + variables[1] - y) ** 2)
+        for v, g in zip(variables, tape.gradient(loss, variables)):
+            v.assign_sub(0.05 * g)
+        return loss
+
+    # The runtime profiles a few steps, then rank 0 plans on a thread of its own while training
+    # goes on, so on a loaded machine adoption can take more steps. Every ten steps the ranks
+    # agree (a Min allreduce) on whether all of them have the plan, so they stop together.
+    losses = []
+    for _ in range(15):
+        losses += [float(step(*data(hvd.rank()))) for _ in range(10)]
+        mine = int(not wanted or wanted in hvd.stats().get("planner", ""))
+        if len(losses) >= 30 and int(hvd.allreduce(tf.constant([mine]), op=hvd.Min)[0]):
+            break
     stats = hvd.stats()
     if wanted:
-        assert wanted in stats.get("planner", ""), stats
+        assert wanted in stats.get("planner", ""), json.dumps(stats)
+        assert stats["plans_scheduled"] >= 1, json.dumps(stats)
+    assert losses[-1] < losses[0], losses
 
 
-def _step(hvd, variables, x, y):
-    with hvd.DistributedGradientTape(tf.GradientTape()) as tape:
-        loss = tf.reduce_mean((x @ variables[0] + variables[1] - y) ** 2)
-    for v, g in zip(variables, tape.gradient(loss, variables)):
-        v.assign_sub(0.05 * g)
-    return loss
+from test_tf_training import *  # noqa: E402,F401,F403 (the same tests, collected here too)

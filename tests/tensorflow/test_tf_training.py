@@ -46,7 +46,8 @@ def close(actual, expected, what, tol=1e-5):
 
 @pytest.mark.parametrize("options", [
     {}, {"op": "Sum"}, {"compression": "fp16"}, {"groups": 1}, {"gradient_predivide_factor": 2.0},
-    {"compression": "fp16_ef"}], ids=lambda o: ",".join("%s=%s" % kv for kv in o.items()) or "plain")
+    {"compression": "fp16_ef"}],
+    ids=lambda o: ",".join("%s=%s" % kv for kv in o.items()) or "plain")
 def test_gradient_tape(hvd, mode, options):
     n, r = hvd.size(), hvd.rank()
     variables = make_variables()

@@ -19,15 +19,24 @@ namespace overlap_tf {
 // overlap::DataType codes (collectives/dtype.h); -1 for a dtype the core does not carry.
 inline int CoreDtype(tensorflow::DataType dtype) {
   switch (dtype) {
-    case tensorflow::DT_UINT8: return 0;
-    case tensorflow::DT_INT8: return 1;
-    case tensorflow::DT_INT32: return 2;
-    case tensorflow::DT_INT64: return 3;
-    case tensorflow::DT_HALF: return 4;
-    case tensorflow::DT_BFLOAT16: return 5;
-    case tensorflow::DT_FLOAT: return 6;
-    case tensorflow::DT_DOUBLE: return 7;
-    default: return -1;
+    case tensorflow::DT_UINT8:
+      return 0;
+    case tensorflow::DT_INT8:
+      return 1;
+    case tensorflow::DT_INT32:
+      return 2;
+    case tensorflow::DT_INT64:
+      return 3;
+    case tensorflow::DT_HALF:
+      return 4;
+    case tensorflow::DT_BFLOAT16:
+      return 5;
+    case tensorflow::DT_FLOAT:
+      return 6;
+    case tensorflow::DT_DOUBLE:
+      return 7;
+    default:
+      return -1;
   }
 }
 

@@ -30,8 +30,8 @@ using OnSuccess = std::function<absl::Status(overlap_handle*)>;
 
 // Finishes the kernel after submission `rc` (0, or the failed submission's code), now if the
 // submission failed, else when the operation ends.
-void Finish(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, int rc,
-            overlap_handle* handle, OnSuccess on_success = nullptr) {
+void Finish(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, int rc, overlap_handle* handle,
+            OnSuccess on_success = nullptr) {
   if (rc != 0) {
     ctx->SetStatus(CoreError(rc));
     done();
@@ -55,10 +55,9 @@ absl::Status CopyOutput(OpKernelContext* ctx, int index, overlap_handle* handle,
   int rc = overlap_handle_output(handle, &data, &dtype, &ndim, dims, kMaxDims);
   if (rc != 0) return CoreError(rc);
   if (TfDtype(dtype) != ctx->expected_output_dtype(index)) {
-    return absl::InternalError("overlap: '" + name + "': the runtime returned dtype code " +
-                               std::to_string(dtype) + " for a " +
-                               tensorflow::DataTypeString(ctx->expected_output_dtype(index)) +
-                               " output");
+    return absl::InternalError(
+        "overlap: '" + name + "': the runtime returned dtype code " + std::to_string(dtype) +
+        " for a " + tensorflow::DataTypeString(ctx->expected_output_dtype(index)) + " output");
   }
   TensorShape shape;
   for (int i = 0; i < ndim; ++i) TF_RETURN_IF_ERROR(shape.AddDimWithStatus(dims[i]));
@@ -100,9 +99,9 @@ class AllreduceOp : public AsyncOpKernel {
                          done);
     CoreTensor in(input), out(*output);
     overlap_handle* handle = nullptr;
-    int rc = overlap_allreduce(name_.c_str(), in.desc(), out.desc(), reduction_.op,
-                               reduction_.prescale, reduction_.postscale,
-                               reduction_.compression.c_str(), &handle);
+    int rc =
+        overlap_allreduce(name_.c_str(), in.desc(), out.desc(), reduction_.op, reduction_.prescale,
+                          reduction_.postscale, reduction_.compression.c_str(), &handle);
     Finish(ctx, std::move(done), rc, handle);
   }
 
@@ -158,9 +157,8 @@ class AllgatherOp : public AsyncOpKernel {
     CoreTensor in(ctx->input(0));
     overlap_handle* handle = nullptr;
     int rc = overlap_allgather(name_.c_str(), in.desc(), &handle);
-    Finish(ctx, std::move(done), rc, handle, [ctx, name = name_](overlap_handle* h) {
-      return CopyOutput(ctx, 0, h, name);
-    });
+    Finish(ctx, std::move(done), rc, handle,
+           [ctx, name = name_](overlap_handle* h) { return CopyOutput(ctx, 0, h, name); });
   }
 
  private:
@@ -202,9 +200,8 @@ class ReducescatterOp : public AsyncOpKernel {
     overlap_handle* handle = nullptr;
     int rc = overlap_reducescatter(name_.c_str(), in.desc(), reduction_.op, reduction_.prescale,
                                    reduction_.postscale, &handle);
-    Finish(ctx, std::move(done), rc, handle, [ctx, name = name_](overlap_handle* h) {
-      return CopyOutput(ctx, 0, h, name);
-    });
+    Finish(ctx, std::move(done), rc, handle,
+           [ctx, name = name_](overlap_handle* h) { return CopyOutput(ctx, 0, h, name); });
   }
 
  private:
@@ -249,8 +246,7 @@ class JoinOp : public AsyncOpKernel {
     Tensor* called = nullptr;
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, TensorShape({}), &called), done);
     called->scalar<double>()() =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-            .count();
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     overlap_handle* handle = nullptr;
     int rc = overlap_join(&handle);
     Finish(ctx, std::move(done), rc, handle);

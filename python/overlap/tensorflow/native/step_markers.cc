@@ -62,7 +62,7 @@ class StepMarkerOp : public tensorflow::OpKernel {
   explicit StepMarkerOp(tensorflow::OpKernelConstruction* c) : OpKernel(c) {
     std::string kind;
     OP_REQUIRES_OK(c, c->GetAttr("kind", &kind));
-    phase_ = kind == "forward" ? Phase::kForward
+    phase_ = kind == "forward"    ? Phase::kForward
              : kind == "backward" ? Phase::kBackward
                                   : Phase::kUpdate;
   }
