@@ -202,13 +202,19 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
         model.params(), options.momentum,
         options.momentum_correction == MomentumCorrection::kMasked);
   }
+  // Stale gradients act as momentum already; the correction takes that much off.
+  const double staleness = options.delay + (options.period - 1) / 2.0;
+  auto corrected_momentum = [&](double m) {
+    return options.staleness_correction ? std::max(0.0, 1 - (1 - m) * (1 + staleness)) : m;
+  };
   std::unique_ptr<Optimizer<Scalar>> optimizer;
   if (options.optimizer == OptimizerKind::kAdam) {
-    optimizer = std::make_unique<Adam<Scalar>>(model.params(), options.learning_rate);
+    optimizer = std::make_unique<Adam<Scalar>>(model.params(), options.learning_rate,
+                                               static_cast<Scalar>(corrected_momentum(0.9)));
   } else {
     optimizer = std::make_unique<MomentumSgd<Scalar>>(
         model.params(), options.learning_rate,
-        corrected ? Scalar{0} : static_cast<Scalar>(options.momentum));
+        corrected ? Scalar{0} : static_cast<Scalar>(corrected_momentum(options.momentum)));
   }
   Optimizer<Scalar>& sgd = *optimizer;
   if (Rank() == 0) {

@@ -35,8 +35,8 @@ void MomentumSgd<Scalar>::Step(const std::vector<DenseLayer<Scalar>>& grads,
 }
 
 template <typename Scalar>
-Adam<Scalar>::Adam(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate)
-    : learning_rate_(learning_rate), steps_(2 * params.size(), 0) {
+Adam<Scalar>::Adam(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate, Scalar beta1)
+    : learning_rate_(learning_rate), beta1_(beta1), steps_(2 * params.size(), 0) {
   for (const DenseLayer<Scalar>& p : params) {
     const DenseLayer<Scalar> zero{Matrix<Scalar>::Zero(p.weight.rows(), p.weight.cols()),
                                   Vector<Scalar>::Zero(p.bias.size())};
@@ -48,7 +48,7 @@ Adam<Scalar>::Adam(const std::vector<DenseLayer<Scalar>>& params, Scalar learnin
 template <typename Scalar>
 void Adam<Scalar>::Step(const std::vector<DenseLayer<Scalar>>& grads,
                         std::vector<DenseLayer<Scalar>>& params, const UpdateMask& apply) {
-  const Scalar b1 = Scalar(0.9), b2 = Scalar(0.999), eps = Scalar(1e-8);
+  const Scalar b1 = beta1_, b2 = Scalar(0.999), eps = Scalar(1e-8);
   auto update = [&](auto& param, const auto& grad, auto& m, auto& v, int64_t& t) {
     ++t;
     m = b1 * m + (1 - b1) * grad;

@@ -44,13 +44,13 @@ class MomentumSgd : public Optimizer<Scalar> {
   std::vector<DenseLayer<Scalar>> velocity_;
 };
 
-// Adam (Kingma and Ba, 2015) with bias correction, betas 0.9 and 0.999, epsilon 1e-8. Each
+// Adam (Kingma and Ba, 2015) with bias correction, beta1 (default 0.9), beta2 0.999, epsilon 1e-8. Each
 // tensor counts its own steps, so one that skips a step (no update) is corrected for the steps
 // it actually took.
 template <typename Scalar>
 class Adam : public Optimizer<Scalar> {
  public:
-  Adam(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate);
+  Adam(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate, Scalar beta1 = 0.9);
 
   void set_learning_rate(Scalar learning_rate) override { learning_rate_ = learning_rate; }
 
@@ -59,6 +59,7 @@ class Adam : public Optimizer<Scalar> {
 
  private:
   Scalar learning_rate_;
+  Scalar beta1_;
   std::vector<DenseLayer<Scalar>> m_, v_;
   std::vector<int64_t> steps_;  // per tensor, 2 l + (bias)
 };

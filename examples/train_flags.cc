@@ -37,7 +37,10 @@ const char kTrainUsage[] =
     "                      (default sgd)\n"
     "  --delay D           apply every gradient D steps late (0..16, default 0)\n"
     "  --period P          communicate each gradient one step in P, the skipped steps kept\n"
-    "                      exactly in a residual (1..64, default 1)\n";
+    "                      exactly in a residual (1..64, default 1)\n"
+    "  --staleness-correction on|off\n"
+    "                      lower the momentum (SGD) or beta1 (Adam) for the mean staleness\n"
+    "                      delay + (period - 1) / 2 of the updates (default off)\n";
 
 namespace {
 
@@ -117,6 +120,12 @@ absl::Status SetFlag(absl::string_view name, absl::string_view value, TrainOptio
       options->optimizer = OptimizerKind::kAdam;
     } else {
       status = BadValue(name, value, "sgd or adam");
+    }
+  } else if (name == "staleness-correction") {
+    if (value == "on" || value == "off") {
+      options->staleness_correction = value == "on";
+    } else {
+      status = BadValue(name, value, "on or off");
     }
   } else if (name == "delay") {
     status = ParseInt(name, value, 0, 16, &n);

@@ -50,6 +50,10 @@ struct TrainOptions {
   // k % period so that the steps share the traffic.
   int delay = 0;
   int period = 1;
+  // Staleness-aware momentum: with mean staleness s = delay + (period - 1) / 2, the momentum
+  // (SGD) or beta1 (Adam) m becomes max(0, 1 - (1 - m)(1 + s)), since stale gradients already
+  // act as momentum (docs/scheduler.md, "Accuracy").
+  bool staleness_correction = false;
   bool help = false;
 };
 

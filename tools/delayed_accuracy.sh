@@ -15,18 +15,16 @@ if [ -z "$bin" ]; then
   bin=$(bazel info bazel-bin 2>/dev/null)
 fi
 # "optimizer flags|schedule flags"; the first run of each optimizer is its synchronous baseline.
-runs=(
-  "--optimizer sgd|"
-  "--optimizer sgd|--delay 1"
-  "--optimizer sgd|--delay 1 --period 2"
-  "--optimizer sgd|--delay 1 --period 4"
-  "--optimizer sgd|--delay 2 --period 4"
-  "--optimizer adam --lr 0.001|"
-  "--optimizer adam --lr 0.001|--delay 1"
-  "--optimizer adam --lr 0.001|--delay 1 --period 2"
-  "--optimizer adam --lr 0.001|--delay 1 --period 4"
-  "--optimizer adam --lr 0.001|--delay 2 --period 4"
-)
+# OVERLAP_CORRECTION=only runs just the schedules with --staleness-correction on (and the
+# baselines); by default each schedule runs without and with it.
+runs=()
+for opt in "--optimizer sgd" "--optimizer adam --lr 0.001"; do
+  runs+=("$opt|")
+  for sched in "--delay 1" "--delay 1 --period 2" "--delay 1 --period 4" "--delay 2 --period 4"; do
+    [ "${OVERLAP_CORRECTION:-both}" = only ] || runs+=("$opt|$sched")
+    runs+=("$opt|$sched --staleness-correction on")
+  done
+done
 echo "| optimizer | schedule | test accuracy after ${epochs} epochs | vs synchronous (points) |"
 echo "|---|---|---|---|"
 base=""
