@@ -224,7 +224,11 @@ absl::StatusOr<std::unique_ptr<MpiExecutor>> MpiExecutor::Create(MPI_Comm comm, 
       return absl::InternalError(absl::StrCat("MPI_Comm_dup failed: ", MpiErrorString(rc)));
     }
     // Errors come back as codes that we turn into Status instead of aborting the job.
-    MPI_Comm_set_errhandler(channel_comm, MPI_ERRORS_RETURN);
+    const int set = MPI_Comm_set_errhandler(channel_comm, MPI_ERRORS_RETURN);
+    if (set != MPI_SUCCESS) {
+      return absl::InternalError(
+          absl::StrCat("MPI_Comm_set_errhandler failed: ", MpiErrorString(set)));
+    }
   }
   return std::unique_ptr<MpiExecutor>(new MpiExecutor(std::move(comms)));
 }
@@ -270,7 +274,8 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
       if (s.ok()) s = ToInts(a.recv_displs, "recv_displs", &displs);
       if (!s.ok()) return s;
       int rank = 0;
-      MPI_Comm_rank(comm, &rank);
+      rc = MPI_Comm_rank(comm, &rank);
+      if (rc != MPI_SUCCESS) break;
       rc = MPI_Iallgatherv(a.send, counts[static_cast<size_t>(rank)], type, a.recv, counts.data(),
                            displs.data(), type, comm, req);
       break;

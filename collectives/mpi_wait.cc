@@ -7,6 +7,11 @@
 
 namespace overlap {
 
+absl::Status MpiCheck(int rc, absl::string_view what) {
+  if (rc == MPI_SUCCESS) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(what, " failed: ", MpiErrorString(rc)));
+}
+
 absl::Status WaitWithDeadline(MPI_Request* request, absl::Duration limit, absl::string_view what,
                               const std::function<absl::Status()>& check) {
   const absl::Time start = absl::Now();
