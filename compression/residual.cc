@@ -22,7 +22,7 @@ void Put(std::string& out, const T& value) {
 
 void PutFloats(std::string& out, const float* data, size_t n) {
   Put(out, static_cast<uint64_t>(n));
-  out.append(reinterpret_cast<const char*>(data), n * sizeof(float));
+  if (n > 0) out.append(reinterpret_cast<const char*>(data), n * sizeof(float));  // data may be null
 }
 
 // Reads from a snapshot, failing (not crashing) on truncation.
@@ -49,6 +49,7 @@ class Reader {
     uint64_t n;
     if (!Get(&n) || n > bytes_.size() / sizeof(float)) return false;
     out->resize(n);
+    if (n == 0) return true;  // an empty vector's data() may be null, which memcpy must not get
     std::memcpy(out->data(), bytes_.data(), n * sizeof(float));
     bytes_.remove_prefix(n * sizeof(float));
     return true;

@@ -1,11 +1,15 @@
 #include "launcher/hosts.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -31,6 +35,15 @@ absl::StatusOr<HostSlots> ParseHostEntry(absl::string_view entry, absl::string_v
   out.host = std::string(absl::StripAsciiWhitespace(parts[0]));
   if (out.host.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": '", entry, "' has no host name"));
+  }
+  // Anything else would change meaning in the -H list that mpirun gets (a ',' splits a host in
+  // two, a ':' starts a slot count) or is no host name at all.
+  for (char c : out.host) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": host name '", absl::CHexEscape(out.host),
+                       "' may only have letters, digits, '.', '-' and '_'"));
+    }
   }
   if (parts.size() == 2) {
     absl::StatusOr<int> slots = ParseSlots(absl::StripAsciiWhitespace(parts[1]), where);
@@ -127,11 +140,12 @@ absl::StatusOr<std::vector<HostSlots>> ReadHostfile(const std::string& path) {
 }
 
 int TotalSlots(const std::vector<HostSlots>& hosts) {
-  int total = 0;
+  // Summed wide and capped: two hosts of 2^31-1 slots each parse, and must not overflow.
+  int64_t total = 0;
   for (const HostSlots& h : hosts) {
-    total += h.slots;
+    total = std::min<int64_t>(total + h.slots, std::numeric_limits<int>::max());
   }
-  return total;
+  return static_cast<int>(total);
 }
 
 std::string HostOfRank(const std::vector<HostSlots>& hosts, int rank) {

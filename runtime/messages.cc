@@ -45,6 +45,7 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 }
 
 void ByteWriter::PutRaw(const void* data, size_t size) {
+  if (size == 0) return;  // an empty vector's data() may be null, which append must not get
   bytes_.append(static_cast<const char*>(data), size);
 }
 
@@ -63,6 +64,7 @@ absl::Status ByteReader::GetRaw(void* out, size_t size) {
     return absl::DataLossError(absl::StrCat("negotiation message truncated: need ", size,
                                             " bytes at offset ", pos_, " of ", bytes_.size()));
   }
+  if (size == 0) return absl::OkStatus();  // `out` may be an empty vector's null data()
   std::memcpy(out, bytes_.data() + pos_, size);
   pos_ += size;
   return absl::OkStatus();
@@ -120,7 +122,11 @@ absl::Status DecodeRequest(ByteReader* in, Request* r) {
   if (s.ok()) s = in->GetI32(&r->root);
   if (s.ok()) s = in->GetI64(&num_tensors);
   if (!s.ok()) return s;
-  if (num_tensors < 0 || num_tensors > (int64_t{1} << 24)) {
+  // Each tensor takes at least a dtype and a shape length: a count the remaining bytes cannot
+  // hold is corrupt, and must not make this rank allocate for it first.
+  constexpr size_t kMinTensorBytes = sizeof(int32_t) + sizeof(int64_t);
+  if (num_tensors < 0 || num_tensors > (int64_t{1} << 24) ||
+      static_cast<uint64_t>(num_tensors) > in->remaining() / kMinTensorBytes) {
     return absl::DataLossError(absl::StrCat("negotiation message has ", num_tensors, " tensors"));
   }
   r->kind = static_cast<OpKind>(kind);

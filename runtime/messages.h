@@ -94,6 +94,7 @@ class ByteReader {
   absl::Status GetI64s(std::vector<int64_t>* v);
   absl::Status GetRaw(void* out, size_t size);
   bool done() const { return pos_ == bytes_.size(); }
+  size_t remaining() const { return bytes_.size() - pos_; }
 
  private:
   absl::string_view bytes_;

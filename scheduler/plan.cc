@@ -49,7 +49,9 @@ std::string Plan::ToJson() const {
     }
     out["buckets"].push_back(bj);
   }
-  return out.dump(1) + "\n";
+  // Names are bytes from the program (or another rank): ones that are not UTF-8 are printed
+  // with U+FFFD instead of making dump() throw.
+  return out.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 namespace {

@@ -65,7 +65,8 @@ struct Plan {
   std::vector<Bucket> buckets;
 
   int MaxDelay() const;
-  // Human-readable JSON (one object; buckets as an array).
+  // Human-readable JSON (one object; buckets as an array). Bytes in names that are not UTF-8
+  // print as U+FFFD.
   std::string ToJson() const;
   // Compact, versioned bytes for an MPI broadcast.
   std::string Serialize() const;

@@ -119,7 +119,9 @@ std::string Profile::ToJson() const {
     }
     out["layers"].push_back(l);
   }
-  return out.dump(1) + "\n";
+  // Names are bytes from the program (or another rank): ones that are not UTF-8 are printed
+  // with U+FFFD instead of making dump() throw.
+  return out.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 absl::StatusOr<Profile> ParseProfileJson(absl::string_view text, absl::string_view source) {

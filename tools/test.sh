@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every overlap test on this machine: Catch2 unit tests, multi-rank tests under mpirun,
-# launcher and failure tests, and the network-namespace cluster tests (those need root; without
-# it they report a skip). Without a CUDA toolkit the GPU tests are absent and one line says so
-# (OVERLAP_CUDA_HOME, see README). Installs missing Debian packages first (tools/setup.sh).
+# launcher and failure tests, the network-namespace cluster tests (those need root; without
+# it they report a skip), and a short pass of each fuzz target. Without a CUDA toolkit the GPU
+# tests are absent and one line says so (OVERLAP_CUDA_HOME, see README). Installs missing Debian
+# packages first (tools/setup.sh).
 # Extra arguments go to `bazel test`, e.g. tools/test.sh --test_tag_filters=-mpi
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,12 @@ rc=${PIPESTATUS[0]}
 passed=$(grep -cE '^//.* PASSED in' "$log")
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
 rm -f "$log"
+# A short pass of every libFuzzer target (tools/fuzz.sh, docs/reliability.md);
+# OVERLAP_FUZZ_SECONDS=0 skips it.
+fuzz_s=${OVERLAP_FUZZ_SECONDS:-10}
+if [ "$fuzz_s" != 0 ]; then
+  tools/fuzz.sh -t "$fuzz_s" || { echo "overlap fuzz: a target found a problem (above)"; rc=1; }
+fi
 tools/cuda_status.sh || true
 echo "overlap tests: ${passed} passed, ${failed} failed"
 exit "$rc"

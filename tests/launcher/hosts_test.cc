@@ -68,5 +68,21 @@ TEST_CASE("hostfile errors name the file, the line and the text", "[hosts]") {
   CHECK(missing.status().message() == "hostfile /nonexistent/hosts cannot be read");
 }
 
+TEST_CASE("host names mpirun's -H would misread are refused", "[hosts]") {
+  // Found by tests/fuzz/hostfile_fuzz: "a,b" in a hostfile became two hosts in mpirun's -H list.
+  CHECK(ParseHostfile("a,b slots=2\n", "h.txt").status().message() ==
+        "hostfile h.txt line 1: host name 'a,b' may only have letters, digits, '.', '-' and '_'");
+  CHECK(ParseHostList("a b:2").status().message() ==
+        "-H 'a b:2': host name 'a b' may only have letters, digits, '.', '-' and '_'");
+  CHECK(ParseHostList("node-1.example_2:3").ok());
+}
+
+TEST_CASE("total slots do not overflow", "[hosts]") {
+  // Found by tests/fuzz/hostfile_fuzz: two hosts of 2^31-1 slots each overflowed int.
+  auto hosts = ParseHostList("a:2147483647,b:2147483647");
+  REQUIRE(hosts.ok());
+  CHECK(TotalSlots(*hosts) == 2147483647);
+}
+
 }  // namespace
 }  // namespace overlap::launcher

@@ -52,6 +52,26 @@ TEST_CASE("truncated or corrupt messages are data loss, never a crash", "[messag
   CHECK(DecodeRequest(&in, &r).code() == absl::StatusCode::kDataLoss);
 }
 
+TEST_CASE("a tensor count the message cannot hold is refused before allocating", "[messages]") {
+  // Found by tests/fuzz/messages_fuzz: 2^24 tensors announced in a few dozen bytes made rank 0
+  // allocate half a gigabyte before failing.
+  ByteWriter out;
+  out.PutString("x");
+  out.PutI32(0);
+  out.PutI32(0);
+  out.PutF64(1.0);
+  out.PutF64(1.0);
+  out.PutI32(0);
+  out.PutI64(int64_t{1} << 24);
+  out.PutI32(0);
+  ByteReader in(out.bytes());
+  Request r;
+  absl::Status s = DecodeRequest(&in, &r);
+  CHECK(s.code() == absl::StatusCode::kDataLoss);
+  CHECK(s.message() == "negotiation message has 16777216 tensors");
+  CHECK(r.tensors.empty());
+}
+
 TEST_CASE("matching names the first disagreement", "[matcher]") {
   const Request a = MakeRequest("w", {2, 3});
   Request b = MakeRequest("w", {2, 3});
