@@ -87,6 +87,8 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64, help="per rank")
     parser.add_argument("--lr", type=float, default=0.01, help="per rank; scaled by ranks")
     parser.add_argument("--planner", default=None, help="overlap planner (default: observed)")
+    parser.add_argument("--staleness", type=int, default=None,
+                        help="deft's bound on delayed updates (default: the runtime's, 0)")
     parser.add_argument("--compression", default="none",
                         help="none, fp16 (Horovod's cast) or an overlap compressor spec")
     parser.add_argument("--train-limit", type=int, default=0, help="use the first N images")
@@ -94,7 +96,7 @@ def main():
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
 
-    hvd.init(planner=args.planner)
+    hvd.init(planner=args.planner, staleness=args.staleness)
     keras.utils.set_random_seed(args.seed + hvd.rank())  # the callback aligns the weights
     # Ranks sharing a host share its cores.
     threads = max(1, (os.cpu_count() or 1) // hvd.local_size())
