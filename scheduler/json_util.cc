@@ -27,6 +27,12 @@ std::string JsonErrorLocation(absl::string_view text) {
       what = what.substr(colon + 2);
     }
     return absl::StrCat("line ", line, " column ", column, ": ", what);
+  } catch (const json::exception& e) {
+    // Not a syntax error, e.g. out_of_range for a number beyond double ("1e400"), which has no
+    // byte offset; it must not escape to the caller, which only asked where the error is.
+    std::string what = e.what();
+    const size_t bracket = what.find("] ");
+    return bracket == std::string::npos ? what : what.substr(bracket + 2);
   }
   return "unknown syntax error";
 }

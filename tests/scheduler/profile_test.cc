@@ -66,6 +66,8 @@ TEST_CASE("ParseProfileJson names the field and cause of bad input") {
       {R"({"model": "m", "update_ms": 1, "layers": [{"name": "a", "forward_ms": 1,
           "backward_ms": 1, "tensors": [{"name": "w", "bytes": 4, "dtype": "float12"}]}]})",
        "dtype"},
+      // Found by tests/fuzz/profile_fuzz: a number beyond double escaped as an exception.
+      {R"({"model": "m", "update_ms": 1e400, "layers": []})", "number overflow parsing '1e400'"},
   };
   for (const Case& c : cases) {
     auto p = ParseProfileJson(c.json, "bad.json");
