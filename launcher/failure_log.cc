@@ -48,6 +48,20 @@ std::optional<RankReport> FailureLog::Cause() const {
       window.push_back(&r);
     }
   }
+  // A rank killed by a signal the launcher did not send failed on its own: peers that notice a
+  // failure exit with an error status, they are not killed. When only one rank in the window was,
+  // it is the cause, even with only one peer reported beside it.
+  const RankReport* signaled = nullptr;
+  int signaled_count = 0;
+  for (const RankReport* r : window) {
+    if (r->how == RankReport::How::kSignaled) {
+      signaled = r;
+      ++signaled_count;
+    }
+  }
+  if (signaled_count == 1) {
+    return *signaled;
+  }
   auto same_end = [](const RankReport* a, const RankReport* b) {
     return a->how == b->how && a->code == b->code;
   };

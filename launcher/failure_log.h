@@ -6,8 +6,9 @@
 // its rank ended. On a loaded machine a peer that noticed the failure can exit and be reported a
 // few milliseconds before the rank that caused it. Peers that notice a failure end alike (the
 // program's error status), the cause ends differently (its own status or a signal), so among
-// failures within kSimultaneousMs of the first, a single one that ended unlike all the others
-// is the cause; otherwise the earliest is.
+// failures within kSimultaneousMs of the first, the only one killed by a signal (not from the
+// launcher: peers exit, they are not killed) is the cause, else a single one that ended unlike
+// all the others; otherwise the earliest is.
 #ifndef OVERLAP_LAUNCHER_FAILURE_LOG_H_
 #define OVERLAP_LAUNCHER_FAILURE_LOG_H_
 

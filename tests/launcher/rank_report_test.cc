@@ -98,6 +98,14 @@ TEST_CASE("a cause reported a few ms late is still found by how it ended", "[rep
   late.Add(Report(2, RankReport::How::kExited, 7, 10000 + FailureLog::kSimultaneousMs + 1));
   late.Add(Report(0, RankReport::How::kExited, 1, 10002));
   CHECK(late.Cause()->rank == 3);
+  // Only two reported in the window (the others were stopped): the rank killed by a signal is
+  // the cause, although a peer that lost it exited and was reported 4 ms earlier.
+  FailureLog killed;
+  killed.Add(Report(3, RankReport::How::kExited, 1, 30000));
+  killed.Add(Report(1, RankReport::How::kSignaled, SIGKILL, 30004));
+  killed.Add(Report(0, RankReport::How::kSignaled, SIGTERM, 30100, true));
+  CHECK(killed.Cause()->rank == 1);
+  CHECK(killed.ExitStatus(1) == 137);
   // No odd one out: the earliest.
   FailureLog alike;
   alike.Add(Report(1, RankReport::How::kExited, 1, 20004));
