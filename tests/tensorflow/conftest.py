@@ -75,7 +75,7 @@ def khvd(hvd):
 
 
 def _init_options():
-    """A suite may set TEST_OVERLAP_INIT="planner=deft,staleness=1" (see BUILD)."""
+    """A suite may set TEST_OVERLAP_INIT="planner=deft,staleness=0" (see BUILD)."""
     spec = os.environ.get("TEST_OVERLAP_INIT", "")
     return dict(item.split("=", 1) for item in spec.split(",") if item)
 

@@ -6,7 +6,7 @@ rank computes itself from every rank's data.
 - Keras 3 model.fit with DistributedOptimizer and the callbacks: every rank ends with the same
   weights, equal to one model trained on the global batch (synchronous planners), and the
   metrics are averaged over ranks; the warmup callback sets the learning rates Horovod's does.
-Under the planner suite (test_tf_planner.py: deft with staleness 1) updates may be delayed, so
+Under the planner suite (test_tf_planner.py: deft) plans change when gradients travel, so
 there the checks are that ranks agree and the loss falls.
 """
 
