@@ -186,8 +186,34 @@ def rocm_built():
     return False
 
 
-# Compressors the runtime applies with error feedback (docs/compression.md). Each adapter's
-# Compression class adds Horovod's cast compressors (none, fp16) in its framework's types.
+# Horovod's Compressor interface and its no-op compressor, shared by the adapters; each adapter
+# adds the fp16 cast in its framework's types. Then the compressors the runtime applies with
+# error feedback (docs/compression.md).
+
+class Compressor:
+    """Interface: compress before the collective, decompress after it. `runtime_spec` names a
+    compressor the runtime applies (with error feedback) instead; None for Python-side ones."""
+
+    runtime_spec = None
+
+    @staticmethod
+    def compress(tensor):
+        raise NotImplementedError
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        raise NotImplementedError
+
+
+class NoneCompressor(Compressor):
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
 
 class RuntimeCompressor:
     """A runtime compressor with error feedback, named by its spec string ("topk:ratio=0.01").

@@ -8,32 +8,8 @@ compressors (common.RuntimeCompressors) run inside the runtime with error feedba
 
 import tensorflow as tf
 
-from overlap.common import RuntimeCompressor, RuntimeCompressors  # noqa: F401 (re-exported)
-
-
-class Compressor:
-    """Interface: compress before the collective, decompress after it. `runtime_spec` names a
-    compressor the runtime applies instead; None for the cast compressors."""
-
-    runtime_spec = None
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from overlap.common import (  # noqa: F401 (re-exported)
+    Compressor, NoneCompressor, RuntimeCompressor, RuntimeCompressors)
 
 
 class FP16Compressor(Compressor):

@@ -8,32 +8,8 @@ a per-tensor residual and goes out later, so no gradient mass is lost.
 
 import torch
 
-from overlap.common import RuntimeCompressor, RuntimeCompressors  # noqa: F401 (re-exported)
-
-
-class Compressor:
-    """Interface: compress before the collective, decompress after it. `runtime_spec` names a
-    compressor the runtime applies (with error feedback) instead; None for Python-side ones."""
-
-    runtime_spec = None
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from overlap.common import (  # noqa: F401 (re-exported)
+    Compressor, NoneCompressor, RuntimeCompressor, RuntimeCompressors)
 
 
 class FP16Compressor(Compressor):
