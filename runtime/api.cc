@@ -155,11 +155,7 @@ absl::StatusOr<Handle> Allreduce(const std::string& name, const Tensor& input, c
     if (runtime == nullptr) return NotRunning(Request{name});
     return runtime->SubmitDelayed(name, input, output, options);
   }
-  PendingOp op = SingleTensorOp(OpKind::kAllreduce, name, input);
-  op.outputs.push_back(output);
-  op.request.compression = options.compression;
-  SetReduction(options, &op.request);
-  return Submit(std::move(op), options.on_done);
+  return Submit(AllreduceOp(name, input, output, options), options.on_done);
 }
 
 absl::StatusOr<Handle> GroupedAllreduce(const std::vector<std::string>& names,

@@ -26,6 +26,23 @@ struct PendingOp {
 // This rank's un-negotiated operations by name (names are unique while in flight).
 using PendingTable = absl::flat_hash_map<std::string, PendingOp>;
 
+// An allreduce of `input` into `output` with `options`' reduction and compression (the schedule
+// fields are the delay line's, not the request's).
+inline PendingOp AllreduceOp(const std::string& name, const Tensor& input, const Tensor& output,
+                             const AllreduceOptions& options) {
+  PendingOp op;
+  op.request.kind = OpKind::kAllreduce;
+  op.request.name = name;
+  op.request.tensors.push_back(TensorMeta{input.dtype, input.shape});
+  op.request.op = options.op;
+  op.request.prescale = options.prescale;
+  op.request.postscale = options.postscale;
+  op.request.compression = options.compression;
+  op.inputs.push_back(input);
+  op.outputs.push_back(output);
+  return op;
+}
+
 }  // namespace overlap
 
 #endif  // OVERLAP_RUNTIME_PENDING_OP_H_

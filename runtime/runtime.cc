@@ -159,17 +159,8 @@ absl::Status Runtime::Connect(const Config& config) {
   delay_line_ = std::make_unique<DelayLine>(
       rank_, [this](const std::string& name, const Tensor& data, const AllreduceOptions& options,
                     const std::string& schedule) {
-        PendingOp op;
-        op.request.kind = OpKind::kAllreduce;
-        op.request.name = name;
-        op.request.tensors.push_back(TensorMeta{data.dtype, data.shape});
-        op.request.op = options.op;
-        op.request.prescale = options.prescale;
-        op.request.postscale = options.postscale;
-        op.request.compression = options.compression;
+        PendingOp op = AllreduceOp(name, data, data, options);
         op.request.update_schedule = schedule;
-        op.inputs.push_back(data);
-        op.outputs.push_back(data);
         return Submit(std::move(op), options.on_done);
       });
   // A round that waits on a dead peer ends as soon as its control connection closes.
