@@ -1,4 +1,5 @@
-// The shared state behind a Handle: completed once, by the coordinator thread.
+// The shared state behind a Handle: completed once, by the coordinator thread, or, for a delayed
+// allreduce whose result is already there (runtime/delay_line.h), by the submitting thread.
 #ifndef OVERLAP_RUNTIME_HANDLE_STATE_H_
 #define OVERLAP_RUNTIME_HANDLE_STATE_H_
 
