@@ -2,7 +2,7 @@
 # Installs what overlap needs to build and test on Debian 12, skipping what is already there.
 set -euo pipefail
 PKGS=(bazel-bootstrap bazel-rules-java openmpi-bin libopenmpi-dev libabsl-dev libspdlog-dev
-      libfmt-dev catch2 libeigen3-dev nlohmann-json3-dev zlib1g-dev dataset-fashion-mnist iproute2
+      libfmt-dev catch2 libeigen3-dev nlohmann-json3-dev zlib1g-dev dataset-fashion-mnist iproute2 nftables
       python3 python3-pip clang libclang-rt-dev
       python3-numpy python3-matplotlib)
 missing=()
