@@ -24,6 +24,18 @@ void ScaleHalf(void* dst, const void* src, int64_t count, double factor) {
 }
 
 template <typename T>
+void AddTyped(void* dst, const void* src, int64_t count, double factor) {
+  auto* d = static_cast<T*>(dst);
+  const auto* s = static_cast<const T*>(src);
+  const T f = static_cast<T>(factor);
+  if (factor == 1.0) {
+    for (int64_t i = 0; i < count; ++i) d[i] += s[i];
+  } else {
+    for (int64_t i = 0; i < count; ++i) d[i] += s[i] * f;
+  }
+}
+
+template <typename T>
 void DivideTyped(void* data, int64_t count, int64_t divisor) {
   auto* d = static_cast<T*>(data);
   for (int64_t i = 0; i < count; ++i) d[i] = static_cast<T>(d[i] / divisor);
@@ -47,6 +59,14 @@ void ScaledCopy(void* dst, const void* src, int64_t count, DataType dtype, doubl
       return ScaleHalf<BFloat16ToFloat, FloatToBFloat16>(dst, src, count, factor);
     default:
       return;
+  }
+}
+
+void ScaledAdd(void* dst, const void* src, int64_t count, DataType dtype, double factor) {
+  if (dtype == DataType::kFloat64) {
+    AddTyped<double>(dst, src, count, factor);
+  } else if (dtype == DataType::kFloat32) {
+    AddTyped<float>(dst, src, count, factor);
   }
 }
 

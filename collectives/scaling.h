@@ -13,6 +13,9 @@ namespace overlap {
 // be 1 (a plain copy), which callers check up front.
 void ScaledCopy(void* dst, const void* src, int64_t count, DataType dtype, double factor);
 
+// dst[i] += src[i] * factor for float32 and float64 (the only dtypes error feedback keeps).
+void ScaledAdd(void* dst, const void* src, int64_t count, DataType dtype, double factor);
+
 // Integer average: divides each element by `divisor`, rounding toward zero.
 void DivideIntegers(void* data, int64_t count, DataType dtype, int64_t divisor);
 

@@ -67,6 +67,7 @@ constexpr const char* kKnownVariables[] = {
     "OVERLAP_CREDIT_BYTES",
     "OVERLAP_REPLAN_DRIFT",
     "OVERLAP_TEST_CORRUPT_PLAN",
+    "OVERLAP_TEST_PLAN_SCHEDULE",
     // Read by tests/gpu/device_runtime_test.cc, not the runtime.
     "OVERLAP_TEST_EXPECT_EXECUTOR",
     "OVERLAP_TEST_EXPECT_ERROR",

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/scaling.h"
 #include "runtime/handle_state.h"
 #include "runtime/messages.h"
 
@@ -27,19 +28,8 @@ namespace {
 constexpr int kMaxDelay = 16;
 constexpr int kMaxPeriod = 64;
 
-template <typename T>
-void AddInto(uint8_t* to, const uint8_t* from, size_t bytes) {
-  T* a = reinterpret_cast<T*>(to);
-  const T* b = reinterpret_cast<const T*>(from);
-  for (size_t i = 0; i < bytes / sizeof(T); ++i) a[i] += b[i];
-}
-
 void Add(DataType dtype, uint8_t* to, const uint8_t* from, size_t bytes) {
-  if (dtype == DataType::kFloat64) {
-    AddInto<double>(to, from, bytes);
-  } else {
-    AddInto<float>(to, from, bytes);
-  }
+  ScaledAdd(to, from, static_cast<int64_t>(bytes / DataTypeSize(dtype)), dtype, 1.0);
 }
 
 std::string Schedule(int delay, int period, int phase) {

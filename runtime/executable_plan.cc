@@ -10,6 +10,9 @@
 namespace overlap {
 namespace {
 
+constexpr int kMaxPlanDelay = 16;
+constexpr int kMaxPlanPeriod = 64;
+
 absl::Status BadBucket(size_t b, const std::string& cause) {
   return absl::InvalidArgumentError(absl::StrCat("plan bucket ", b, ": ", cause));
 }
@@ -39,6 +42,11 @@ const char* BucketKindName(BucketKind kind) {
       return "allgather";
   }
   return "?";
+}
+
+bool ExecutablePlan::delayed() const {
+  return std::any_of(buckets.begin(), buckets.end(),
+                     [](const ExecBucket& b) { return b.delayed(); });
 }
 
 void ExecutablePlan::Index() {
@@ -80,11 +88,17 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
   if (plan.buckets.empty()) return absl::InvalidArgumentError("the plan has no buckets");
   for (size_t b = 0; b < plan.buckets.size(); ++b) {
     const sched::Bucket& in = plan.buckets[b];
-    if (in.delay != 0 || in.lag != 0 || in.period != 1) {
-      return BadBucket(b,
-                       absl::StrCat("delay ", in.delay, ", lag ", in.lag, " and period ", in.period,
-                                    " need delayed updates, which the runtime does not run yet "
-                                    "(use OVERLAP_STALENESS=0 and OVERLAP_MAX_PERIOD=1)"));
+    if (in.delay < 0 || in.delay > kMaxPlanDelay || in.period < 1 || in.period > kMaxPlanPeriod ||
+        in.phase < 0 || in.phase >= in.period) {
+      return BadBucket(b, absl::StrCat("delay ", in.delay, ", period ", in.period, " and phase ",
+                                       in.phase, " are out of range (delay 0..", kMaxPlanDelay,
+                                       ", period 1..", kMaxPlanPeriod, ", 0 <= phase < period)"));
+    }
+    const bool delayed = in.delay != 0 || in.period != 1;
+    if (delayed && in.op != sched::Collective::kAllreduce) {
+      return BadBucket(b, absl::StrCat("a delay or an update period on a ",
+                                       sched::CollectiveName(in.op),
+                                       " is not executable (only on allreduces)"));
     }
     if (in.compressor != "none") {
       return BadBucket(b, absl::StrCat("compressor '", in.compressor,
@@ -97,6 +111,9 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
     if (in.slices.empty()) return BadBucket(b, "no slices");
     ExecBucket bucket;
     bucket.channel = in.channel;
+    bucket.delay = in.delay;
+    bucket.period = in.period;
+    bucket.phase = in.phase;
     switch (in.op) {
       case sched::Collective::kAllreduce:
         bucket.kind = BucketKind::kAllreduce;
@@ -128,6 +145,14 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
         return BadBucket(
             b, absl::StrCat("slice [", s.offset, ", ", s.offset + s.count, ") of tensor '", s.name,
                             "' is out of range (", elements, " elements)"));
+      }
+      const DataType dtype = request.tensors[0].dtype;
+      if (delayed && ((dtype != DataType::kFloat32 && dtype != DataType::kFloat64) ||
+                      (request.op != ReduceOp::kSum && request.op != ReduceOp::kAverage))) {
+        return BadBucket(b, absl::StrCat("tensor '", s.name, "' (", DataTypeName(dtype), ", ",
+                                         ReduceOpName(request.op),
+                                         ") cannot have a delay or an update period (needs "
+                                         "float32 or float64 and a sum or an average)"));
       }
       if (first == nullptr) {
         first = &request;

@@ -42,6 +42,12 @@ struct ExecBucket {
   std::vector<ExecSlice> slices;  // kWhole: one whole-tensor slice per entry
   int channel = 0;                // kWhole: the data plane assigns channels itself
   int reduce_scatter = -1;        // kAllgather: the bucket whose chunks it gathers
+  // DeFT's schedule (scheduler/plan.h, runtime/plan_delays.h): the bucket communicates in the
+  // passes k with k % period == phase, and its result reaches the program at pass k + delay.
+  int delay = 0;
+  int period = 1;
+  int phase = 0;
+  bool delayed() const { return delay != 0 || period != 1; }
 };
 
 struct ExecutablePlan {
@@ -54,6 +60,8 @@ struct ExecutablePlan {
 
   // Fills buckets_of.
   void Index();
+  // Some bucket has a delay or an update period: the plan runs with PlanDelays.
+  bool delayed() const;
 };
 
 // The observed plan: `entries` (one step, in order) grouped into launch units (launch_units.h),
@@ -67,8 +75,10 @@ ExecutablePlan ObservedPlan(std::vector<PlanEntry> entries, const std::vector<in
 // the profiled dtype with the same element count; slices are in range; every element is covered
 // exactly once by an allreduce, or once by a reduce-scatter and once by a later allgather of the
 // same slices; a bucket's slices share one dtype and reduction; channels exist; no bucket asks for
-// a delay, an update period or compression (not executable yet). InvalidArgument naming the
-// bucket and the cause.
+// compression (not executable yet). A bucket with a delay or an update period must be an
+// allreduce of float32 or float64 tensors with a sum or an average (its off-period steps are kept
+// in a residual), with delay 0..16 and period 1..64. InvalidArgument naming the bucket and the
+// cause.
 absl::StatusOr<ExecutablePlan> ScheduledPlan(
     const sched::Plan& plan, const absl::flat_hash_map<std::string, PlanEntry>& table,
     int num_channels);

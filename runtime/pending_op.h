@@ -2,6 +2,7 @@
 #ifndef OVERLAP_RUNTIME_PENDING_OP_H_
 #define OVERLAP_RUNTIME_PENDING_OP_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,11 @@ struct PendingOp {
   absl::Time enqueued;
   int cache_id = -1;  // >= 0: announced by setting this bit every round
   bool sent = false;  // the full request already went to rank 0
+  // A delayed plan's runtime-owned copy of the program's submission number `plan_pass` of this
+  // tensor (runtime/plan_delays.h); -1 for the program's own operations. Nobody waits on its
+  // handle (null); `owned` is the memory its tensors point into.
+  int64_t plan_pass = -1;
+  std::shared_ptr<std::vector<uint8_t>> owned;
 };
 
 // This rank's un-negotiated operations by name (names are unique while in flight).

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -57,6 +58,26 @@ void CorruptForTest(std::string* bytes, sched::Plan* plan) {
   } else if (what == "truncate") {
     bytes->resize(bytes->size() / 2);
   }
+}
+
+// Test hook: rank 0 gives every allreduce bucket of the plan it makes the schedule
+// OVERLAP_TEST_PLAN_SCHEDULE = "delay,period", phases staggered by bucket, so that delayed plans
+// are tested whatever the planner would choose for the test machine's timings.
+void ScheduleForTest(sched::Plan* plan) {
+  const char* spec = std::getenv("OVERLAP_TEST_PLAN_SCHEDULE");
+  if (spec == nullptr) return;
+  int delay = 0;
+  int period = 1;
+  if (std::sscanf(spec, "%d,%d", &delay, &period) != 2 || delay < 0 || period < 1) return;
+  int index = 0;
+  for (sched::Bucket& b : plan->buckets) {
+    if (b.op != sched::Collective::kAllreduce) continue;
+    b.delay = delay;
+    b.lag = 0;
+    b.period = period;
+    b.phase = index++ % period;
+  }
+  plan->staleness = std::max(plan->staleness, delay);
 }
 
 }  // namespace
@@ -313,6 +334,7 @@ void PlanScheduler::StartPlanning(sched::Profile profile, sched::CostModel cost)
     if (!plan.ok()) {
       outcome.status = plan.status();
     } else {
+      ScheduleForTest(&*plan);
       absl::StatusOr<sched::SimResult> sim = sched::Simulate(profile, *plan, cost);
       if (sim.ok()) outcome.predicted_ms = sim->iteration_ms;
       outcome.bytes = plan->Serialize();

@@ -70,6 +70,11 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
     if (planned_ids_.contains(id)) skip_.insert(id);
   }
   next_bucket_ = 0;
+  pass_ = 0;
+  backlog_.clear();
+  delays_.reset();
+  if (plan_->delayed()) delays_ = std::make_unique<PlanDelays>(plan_, size_);
+  UpdateDelayedBytes();
   chunks_.clear();
   channel_jobs_.assign(static_cast<size_t>(executor_->num_channels()), {});
   frozen_ = true;
@@ -84,8 +89,12 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
 
 std::vector<PendingOp> PlannedMode::Unfreeze() {
   std::vector<PendingOp> unstarted;
-  for (auto& [entry, op] : waiting_) unstarted.push_back(std::move(op));
+  // A delayed plan's copies are the runtime's own: the parked originals go back instead.
+  for (auto& [entry, op] : waiting_) {
+    if (op.plan_pass < 0) unstarted.push_back(std::move(op));
+  }
   waiting_.clear();
+  backlog_.clear();
   // A tensor with buckets still to start goes back whole; its input was never overwritten.
   std::vector<int> partial;
   for (auto& [entry, active] : active_) {
@@ -93,8 +102,24 @@ std::vector<PendingOp> PlannedMode::Unfreeze() {
     if (active.launched < buckets) partial.push_back(entry);
   }
   for (int entry : partial) {
-    unstarted.push_back(std::move(active_[entry].op));
+    if (active_[entry].op.plan_pass < 0) unstarted.push_back(std::move(active_[entry].op));
     active_.erase(entry);
+  }
+  if (delays_ != nullptr) {
+    const std::vector<std::string> held = delays_->Describe();
+    if (!held.empty()) {
+      spdlog::warn(
+          "overlap: rank {}: leaving the delayed plan discards the delayed updates of {}; steps "
+          "still waiting for theirs are reduced again synchronously",
+          rank_, absl::StrJoin(held, ", "));
+    }
+    for (PendingOp& op : delays_->TakeAllParked()) {
+      op.cache_id = -1;
+      op.sent = false;
+      unstarted.push_back(std::move(op));
+    }
+    delays_.reset();
+    UpdateDelayedBytes();
   }
   frozen_ = false;
   must_unfreeze_ = false;
@@ -109,7 +134,32 @@ std::vector<PendingOp> PlannedMode::Unfreeze() {
 
 void PlannedMode::Add(PendingOp op) {
   const int entry = entry_of_.at(op.request.name);
-  waiting_.emplace(entry, std::move(op));
+  if (delays_ == nullptr) {
+    waiting_.emplace(entry, std::move(op));
+    return;
+  }
+  backlog_[entry].push_back(delays_->Accept(entry, std::move(op)));
+  Feed(entry);
+  deliver_due_ = true;  // results of earlier passes may be due now; completed in Progress
+}
+
+void PlannedMode::Feed(int entry) {
+  auto line = backlog_.find(entry);
+  if (line == backlog_.end() || line->second.empty()) return;
+  if (waiting_.contains(entry) || active_.contains(entry)) return;
+  waiting_.emplace(entry, std::move(line->second.front()));
+  line->second.pop_front();
+}
+
+void PlannedMode::Deliver() {
+  deliver_due_ = false;
+  if (delays_ == nullptr) return;
+  for (PendingOp& op : delays_->TakeDeliverable()) complete_(op, absl::OkStatus());
+  UpdateDelayedBytes();
+}
+
+void PlannedMode::UpdateDelayedBytes() {
+  delayed_bytes_.store(delays_ != nullptr ? delays_->held_bytes() : 0, std::memory_order_relaxed);
 }
 
 void PlannedMode::SetJoined(bool joined) {
@@ -165,6 +215,7 @@ void PlannedMode::Advance() {
   ++next_bucket_;
   if (next_bucket_ == static_cast<int>(plan_->buckets.size())) {
     next_bucket_ = 0;
+    ++pass_;
     skip_.clear();  // the first pass is over
   }
 }
@@ -173,6 +224,7 @@ absl::Status PlannedMode::LaunchNext() {
   const ExecBucket& bucket = plan_->buckets[static_cast<size_t>(next_bucket_)];
   Launch launch;
   launch.bucket = next_bucket_;
+  launch.pass = pass_;
   launch.plan = plan_;
   launch.started = absl::Now();
   for (const ExecSlice& slice : bucket.slices) {
@@ -272,6 +324,20 @@ void PlannedMode::LaunchSliced(Launch* launch) {
       launch->plan->entries[static_cast<size_t>(bucket.slices.front().entry)].response->request;
   job->dtype = first.tensors[0].dtype;
   job->op = CollectiveOp(first.op);
+  job->pass = launch->pass;
+  if (delays_ != nullptr && launch->plan == plan_ && !delays_->Due(launch->bucket, launch->pass)) {
+    // Off its period: this pass's slices wait in the residual; the check still runs.
+    std::vector<const PendingOp*> inputs;
+    for (const ExecSlice& s : bucket.slices) {
+      auto a = active_.find(s.entry);
+      inputs.push_back(a != active_.end() && !a->second.diverged_here ? &a->second.op : nullptr);
+    }
+    delays_->Fold(launch->bucket, inputs);
+    job->skipped = true;
+    job->done = true;
+    launch->job = std::move(job);
+    return;
+  }
   channel_jobs_[static_cast<size_t>(job->channel)].push_back(job.get());
   launch->job = std::move(job);
 }
@@ -312,7 +378,9 @@ absl::Status PlannedMode::StartJob(SliceJob* job) {
     // for large tensors (nothing else of it can be pending, so no partial result is exposed).
     const ExecSlice& only = bucket.slices.front();
     auto a = active_.find(only.entry);
-    const bool whole_tensor = bucket.slices.size() == 1 && job->kind == BucketKind::kAllreduce &&
+    // Not under a delayed plan: its results are kept per pass, apart from the tensors.
+    const bool whole_tensor = delays_ == nullptr && bucket.slices.size() == 1 &&
+                              job->kind == BucketKind::kAllreduce &&
                               plan.buckets_of[static_cast<size_t>(only.entry)].size() == 1 &&
                               a != active_.end() && !a->second.diverged_here &&
                               a->second.op.request.prescale == 1.0 && only.offset == 0 &&
@@ -338,6 +406,9 @@ absl::Status PlannedMode::StartJob(SliceJob* job) {
           std::memset(cursor, 0, bytes);  // joined, or submitted differently here
         }
         cursor += bytes;
+      }
+      if (delays_ != nullptr && job->plan == plan_.get()) {
+        delays_->DrainResidual(job->bucket, job->buffer->data());
       }
       args.recv = job->buffer->data();
     }
@@ -375,6 +446,7 @@ void PlannedMode::FinishJob(SliceJob* job) {
     job->chunk.reset();
     return;
   }
+  if (delays_ != nullptr && job->plan == plan_.get()) return;  // FinishDelayed keeps the buffer
   const ExecBucket& bucket = job->plan->buckets[static_cast<size_t>(job->bucket)];
   int64_t offset = 0;
   for (const ExecSlice& s : bucket.slices) {
@@ -478,7 +550,40 @@ void PlannedMode::OnDataDone(PendingOp& op, const absl::Status& status) {
   complete_(op, status);  // cannot happen: every started operation has a launch
 }
 
+void PlannedMode::FinishDelayed(Launch* launch, std::vector<PendingOp>* renegotiate) {
+  const ExecutablePlan& plan = *launch->plan;
+  const bool diverged =
+      std::find(launch->diverged.begin(), launch->diverged.end(), true) != launch->diverged.end();
+  // A diverged bucket's result is never delivered: the plan is dropped right after this.
+  if (!launch->job->skipped && !diverged) {
+    delays_->Store(launch->bucket, launch->pass, std::move(launch->job->buffer));
+  }
+  for (size_t i = 0; i < launch->members.size(); ++i) {
+    const int entry = launch->members[i];
+    if (plan.buckets_of[static_cast<size_t>(entry)].back() != launch->bucket) continue;
+    auto a = active_.find(entry);
+    if (a == active_.end()) continue;  // joined here
+    ActiveEntry active = std::move(a->second);
+    active_.erase(a);
+    delays_->Retire(active.op);
+    if (launch->diverged[i] || active.diverged_here) {
+      std::optional<PendingOp> parked = delays_->TakeParked(entry, active.op.plan_pass);
+      if (parked.has_value()) {
+        parked->cache_id = -1;
+        parked->sent = false;
+        renegotiate->push_back(std::move(*parked));
+      }
+    }
+    Feed(entry);
+  }
+  deliver_due_ = true;
+}
+
 void PlannedMode::FinishSliced(Launch* launch, std::vector<PendingOp>* renegotiate) {
+  if (delays_ != nullptr && launch->plan == plan_) {
+    FinishDelayed(launch, renegotiate);
+    return;
+  }
   const ExecutablePlan& plan = *launch->plan;
   for (size_t i = 0; i < launch->members.size(); ++i) {
     const int entry = launch->members[i];
@@ -488,6 +593,7 @@ void PlannedMode::FinishSliced(Launch* launch, std::vector<PendingOp>* renegotia
     ActiveEntry active = std::move(a->second);
     active_.erase(a);
     PendingOp& op = active.op;
+    if (op.plan_pass >= 0) continue;  // a dropped delayed plan's copy: its original went back
     if (launch->diverged[i] || active.diverged_here) {
       op.cache_id = -1;
       op.sent = false;
@@ -581,6 +687,7 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
     Finish(&launches_.front(), renegotiate);
     launches_.pop_front();
   }
+  if (deliver_due_) Deliver();
   if (CanLaunch()) {
     s = LaunchNext();
     if (!s.ok()) return s;
@@ -719,14 +826,23 @@ std::vector<PendingOp> PlannedMode::FailAll(const absl::Status& status) {
   launches_.clear();
   for (auto& channel : channel_jobs_) channel.clear();
   chunks_.clear();
-  for (auto& [entry, active] : active_) complete_(active.op, status);
+  for (auto& [entry, active] : active_) {
+    if (active.op.plan_pass < 0) complete_(active.op, status);
+  }
   active_.clear();
+  backlog_.clear();
+  if (delays_ != nullptr) {
+    for (PendingOp& op : delays_->TakeAllParked()) complete_(op, status);
+    UpdateDelayedBytes();
+  }
   if (held_join_.has_value()) {
     complete_(*held_join_, status);
     held_join_.reset();
   }
   std::vector<PendingOp> unstarted;
-  for (auto& [entry, op] : waiting_) unstarted.push_back(std::move(op));
+  for (auto& [entry, op] : waiting_) {
+    if (op.plan_pass < 0) unstarted.push_back(std::move(op));
+  }
   waiting_.clear();
   return unstarted;
 }

@@ -19,6 +19,15 @@
 // slices were only partly sent goes back to negotiation with its input untouched: sliced results
 // reach the user's buffer only once all of a tensor's slices are in.
 //
+// Delayed plans (a scheduled plan with delays or update periods; runtime/plan_delays.h): the
+// program's submissions are parked and runtime-owned copies run through the buckets, one pass per
+// step; a bucket off its period folds its slices into a residual instead of communicating (its
+// check still runs, so divergence is caught on every rank at the same bucket); results are held
+// per bucket and pass and delivered with the submission `delay` passes later. A tensor's next copy
+// enters the plan once its previous one has run through all its buckets. When such a plan is
+// dropped, the parked submissions go back to negotiation (each reduced synchronously from its own
+// untouched input) and what was held is discarded with a warning naming each tensor.
+//
 // Join: a joined rank starts each next bucket with zeros (and whatever it submitted before
 // joining). When a bucket's check shows every rank joined, that bucket was all zeros, nobody
 // starts another, and the plan restarts at bucket 0 once the negotiated Join completes.
@@ -29,6 +38,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -44,6 +54,7 @@
 #include "runtime/executable_plan.h"
 #include "runtime/messages.h"
 #include "runtime/pending_op.h"
+#include "runtime/plan_delays.h"
 
 namespace overlap {
 
@@ -74,8 +85,9 @@ class PlannedMode {
   const ExecutablePlan& plan() const { return *plan_; }
 
   // Drops the plan. Returns, for negotiation, the operations submitted for it and not started,
-  // and those whose slices were only partly started (their input is untouched). Started
-  // buckets run to completion.
+  // and those whose slices were only partly started (their input is untouched), and, under a
+  // delayed plan, every submission still waiting for its delayed results. Started buckets run to
+  // completion.
   std::vector<PendingOp> Unfreeze();
 
   // True when the plan runs `name` (and the runtime must hand its submissions to Add).
@@ -110,7 +122,13 @@ class PlannedMode {
   // Nothing started and unfinished.
   bool idle() const { return launches_.empty() && plane_.idle(); }
   // Nothing started, unfinished or waiting to start.
-  bool quiescent() const { return idle() && waiting_.empty() && active_.empty(); }
+  bool quiescent() const {
+    return idle() && waiting_.empty() && active_.empty() &&
+           (delays_ == nullptr || delays_->parked() == 0);
+  }
+  // Bytes a delayed plan holds (PlanDelays::held_bytes); any thread.
+  int64_t delayed_bytes() const { return delayed_bytes_.load(std::memory_order_relaxed); }
+
   uint64_t launches() const { return launch_count_; }
   // The whole-tensor buckets' collective timings (DataPlane::timings).
   const std::deque<DataPlane::Timing>& timings() const { return plane_.timings(); }
@@ -137,6 +155,8 @@ class PlannedMode {
     std::shared_ptr<std::vector<uint8_t>> chunk;   // reduce-scatter: this rank's part
     bool in_place = false;                         // one whole tensor reduced in the user's buffer
     std::unique_ptr<Work> work;
+    int64_t pass = 0;      // delayed plans: the pass it belongs to
+    bool skipped = false;  // delayed plans: off its period, folded into the residual
     bool done = false;
     absl::Time started;
   };
@@ -168,6 +188,7 @@ class PlannedMode {
     std::vector<PendingOp> diverged_here;  // submitted differently here: sent as zeros
     std::unique_ptr<SliceJob> job;         // sliced buckets
     uint64_t number = 0;                   // this launch's place in the sequence, from 1
+    int64_t pass = 0;                      // the plan's pass (one per step) it belongs to
     absl::Time started;
     absl::Time checked_at;  // every rank has started it from here on
     absl::Time next_probe;
@@ -186,6 +207,8 @@ class PlannedMode {
   absl::Status StartJob(SliceJob* job);
   void FinishJob(SliceJob* job);
   void FinishSliced(Launch* launch, std::vector<PendingOp>* renegotiate);
+  // A delayed plan's bucket is done: keeps its result for the pass, retires finished copies.
+  void FinishDelayed(Launch* launch, std::vector<PendingOp>* renegotiate);
   void OnChecked(Launch* launch);
   void Finish(Launch* launch, std::vector<PendingOp>* renegotiate);
   void OnDataDone(PendingOp& op, const absl::Status& status);
@@ -193,6 +216,11 @@ class PlannedMode {
   // "planned reduce-scatter of 'a', 'b' and 3 more (plan bucket 7)", for errors.
   std::string DescribeJob(const SliceJob& job) const;
   void Advance();
+  // Delayed plans: moves `entry`'s next copy into the plan once its previous one is through.
+  void Feed(int entry);
+  // Delayed plans: completes the parked operations whose results are in.
+  void Deliver();
+  void UpdateDelayedBytes();
 
   const Config config_;
   const int rank_;
@@ -210,6 +238,11 @@ class PlannedMode {
   absl::flat_hash_set<int32_t> planned_ids_;
   absl::flat_hash_set<int32_t> skip_;  // first pass only
   int next_bucket_ = 0;
+  int64_t pass_ = 0;                      // passes started since the plan was frozen
+  std::unique_ptr<PlanDelays> delays_;    // delayed plans only
+  absl::flat_hash_map<int, std::deque<PendingOp>> backlog_;  // delayed plans: copies in line
+  std::atomic<int64_t> delayed_bytes_{0};
+  bool deliver_due_ = false;  // results or submissions arrived: Progress delivers
   absl::flat_hash_map<int, PendingOp> waiting_;      // by entry: submitted, no bucket started
   absl::flat_hash_map<int, ActiveEntry> active_;     // by entry: some bucket started
   std::vector<std::deque<SliceJob*>> channel_jobs_;  // sliced jobs by channel, in plan order

@@ -238,7 +238,8 @@ RuntimeStats Runtime::stats() const {
   RuntimeStats stats;
   stats.negotiation_rounds = counters_.rounds.load();
   stats.negotiated_operations = counters_.negotiated.load();
-  stats.delayed_bytes = delay_line_ != nullptr ? delay_line_->held_bytes() : 0;
+  stats.delayed_bytes = (delay_line_ != nullptr ? delay_line_->held_bytes() : 0) +
+                        (planned_ != nullptr ? planned_->delayed_bytes() : 0);
   stats.planned_launches = counters_.launches.load();
   stats.plans_frozen = counters_.frozen.load();
   stats.plans_dropped = counters_.dropped.load();
@@ -791,6 +792,7 @@ absl::Status Runtime::Shutdown() {
         "not yet delivered{}",
         rank_, p.name, p.results, p.residual ? " and a non-zero residual of skipped steps" : "");
   }
+
   if (!fatal.ok()) return fatal;  // MPI may be unusable: leave it to process exit
   if (rank_ == 0) {
     control_->ReleasePeers();

@@ -1,0 +1,211 @@
+// A scheduled plan's delayed updates and update periods (plan_delays.h states the contract).
+#include "runtime/plan_delays.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/scaling.h"
+
+namespace overlap {
+
+PlanDelays::PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size)
+    : plan_(std::move(plan)), size_(size) {
+  const size_t entries = plan_->entries.size();
+  const size_t buckets = plan_->buckets.size();
+  submitted_.assign(entries, 0);
+  parked_.resize(entries);
+  slice_offsets_.resize(buckets);
+  takers_.assign(buckets, 0);
+  residuals_.resize(buckets);
+  results_.resize(buckets);
+  for (size_t b = 0; b < buckets; ++b) {
+    int64_t offset = 0;
+    std::vector<int> seen;
+    for (const ExecSlice& s : plan_->buckets[b].slices) {
+      slice_offsets_[b].push_back(offset);
+      offset += s.count;
+      if (std::find(seen.begin(), seen.end(), s.entry) == seen.end()) seen.push_back(s.entry);
+    }
+    takers_[b] = static_cast<int>(seen.size());
+  }
+}
+
+bool PlanDelays::Due(int bucket, int64_t pass) const {
+  const ExecBucket& b = plan_->buckets[static_cast<size_t>(bucket)];
+  return pass % b.period == b.phase;
+}
+
+PendingOp PlanDelays::Accept(int entry, PendingOp op) {
+  const int64_t pass = submitted_[static_cast<size_t>(entry)]++;
+  PendingOp copy;
+  copy.request = op.request;
+  copy.enqueued = op.enqueued;
+  copy.plan_pass = pass;
+  const Tensor& input = op.inputs[0];
+  const size_t bytes = static_cast<size_t>(input.ByteSize());
+  const auto* data = static_cast<const uint8_t*>(input.data);
+  copy.owned = std::make_shared<std::vector<uint8_t>>(data, data + bytes);
+  Tensor tensor = input;
+  tensor.data = copy.owned->data();
+  tensor.capacity_bytes = static_cast<int64_t>(bytes);
+  copy.inputs.push_back(tensor);
+  copy.outputs.push_back(tensor);
+  held_bytes_ += static_cast<int64_t>(bytes);
+  parked_[static_cast<size_t>(entry)].push_back(Parked{pass, std::move(op)});
+  return copy;
+}
+
+void PlanDelays::Retire(const PendingOp& copy) {
+  if (copy.owned != nullptr) held_bytes_ -= static_cast<int64_t>(copy.owned->size());
+}
+
+void PlanDelays::Fold(int bucket, const std::vector<const PendingOp*>& inputs) {
+  const ExecBucket& b = plan_->buckets[static_cast<size_t>(bucket)];
+  const DataType dtype = plan_->entries[static_cast<size_t>(b.slices.front().entry)]
+                             .response->request.tensors[0]
+                             .dtype;
+  const size_t elem = DataTypeSize(dtype);
+  std::vector<uint8_t>& residual = residuals_[static_cast<size_t>(bucket)];
+  if (residual.empty()) {
+    int64_t total = 0;
+    for (const ExecSlice& s : b.slices) total += s.count;
+    residual.assign(static_cast<size_t>(total) * elem, 0);
+    held_bytes_ += static_cast<int64_t>(residual.size());
+  }
+  for (size_t i = 0; i < b.slices.size(); ++i) {
+    const PendingOp* op = inputs[i];
+    if (op == nullptr) continue;
+    const ExecSlice& s = b.slices[i];
+    const auto* in = static_cast<const uint8_t*>(op->inputs[0].data);
+    ScaledAdd(residual.data() + static_cast<size_t>(slice_offsets_[static_cast<size_t>(bucket)][i]) * elem,
+              in + static_cast<size_t>(s.offset) * elem, s.count, dtype, op->request.prescale);
+  }
+}
+
+void PlanDelays::DrainResidual(int bucket, uint8_t* packed) {
+  std::vector<uint8_t>& residual = residuals_[static_cast<size_t>(bucket)];
+  if (residual.empty()) return;
+  const ExecBucket& b = plan_->buckets[static_cast<size_t>(bucket)];
+  const DataType dtype = plan_->entries[static_cast<size_t>(b.slices.front().entry)]
+                             .response->request.tensors[0]
+                             .dtype;
+  ScaledAdd(packed, residual.data(), static_cast<int64_t>(residual.size() / DataTypeSize(dtype)),
+            dtype, 1.0);
+  std::fill(residual.begin(), residual.end(), 0);
+}
+
+void PlanDelays::Store(int bucket, int64_t pass, std::shared_ptr<std::vector<uint8_t>> result) {
+  held_bytes_ += static_cast<int64_t>(result->size());
+  results_[static_cast<size_t>(bucket)][pass] = Result{std::move(result), takers_[static_cast<size_t>(bucket)]};
+}
+
+std::vector<PendingOp> PlanDelays::TakeDeliverable() {
+  std::vector<PendingOp> ready;
+  for (size_t entry = 0; entry < parked_.size(); ++entry) {
+    std::deque<Parked>& line = parked_[entry];
+    const std::vector<int>& buckets = plan_->buckets_of[entry];
+    while (!line.empty()) {
+      const int64_t pass = line.front().pass;
+      // Every bucket's due result must be in before any is written.
+      bool complete = true;
+      for (int b : buckets) {
+        const ExecBucket& bucket = plan_->buckets[static_cast<size_t>(b)];
+        const int64_t from = pass - bucket.delay;
+        if (from < 0 || !Due(b, from)) continue;
+        if (results_[static_cast<size_t>(b)].count(from) == 0) complete = false;
+      }
+      if (!complete) break;
+      PendingOp op = std::move(line.front().op);
+      line.pop_front();
+      const Request& request = op.request;
+      const DataType dtype = request.tensors[0].dtype;
+      const size_t elem = DataTypeSize(dtype);
+      auto* out = static_cast<uint8_t*>(op.outputs[0].data);
+      std::memset(out, 0, static_cast<size_t>(op.outputs[0].ByteSize()));
+      bool any = false;
+      for (int b : buckets) {
+        const ExecBucket& bucket = plan_->buckets[static_cast<size_t>(b)];
+        const int64_t from = pass - bucket.delay;
+        if (from < 0 || !Due(b, from)) continue;
+        auto found = results_[static_cast<size_t>(b)].find(from);
+        Result& result = found->second;
+        for (size_t i = 0; i < bucket.slices.size(); ++i) {
+          const ExecSlice& s = bucket.slices[i];
+          if (s.entry != static_cast<int>(entry)) continue;
+          FinishReduced(out + static_cast<size_t>(s.offset) * elem,
+                        result.buffer->data() +
+                            static_cast<size_t>(slice_offsets_[static_cast<size_t>(b)][i]) * elem,
+                        s.count, dtype, request.op, request.postscale, size_);
+        }
+        any = true;
+        if (--result.takers == 0) {
+          held_bytes_ -= static_cast<int64_t>(result.buffer->size());
+          results_[static_cast<size_t>(b)].erase(found);
+        }
+      }
+      op.handle->set_has_update(any);
+      ready.push_back(std::move(op));
+    }
+  }
+  return ready;
+}
+
+std::optional<PendingOp> PlanDelays::TakeParked(int entry, int64_t pass) {
+  std::deque<Parked>& line = parked_[static_cast<size_t>(entry)];
+  for (auto it = line.begin(); it != line.end(); ++it) {
+    if (it->pass != pass) continue;
+    PendingOp op = std::move(it->op);
+    line.erase(it);
+    return op;
+  }
+  return std::nullopt;
+}
+
+std::vector<PendingOp> PlanDelays::TakeAllParked() {
+  std::vector<PendingOp> all;
+  for (std::deque<Parked>& line : parked_) {
+    for (Parked& p : line) all.push_back(std::move(p.op));
+    line.clear();
+  }
+  for (auto& residual : residuals_) std::vector<uint8_t>().swap(residual);
+  for (auto& results : results_) results.clear();
+  held_bytes_ = 0;
+  return all;
+}
+
+size_t PlanDelays::parked() const {
+  size_t n = 0;
+  for (const std::deque<Parked>& line : parked_) n += line.size();
+  return n;
+}
+
+std::vector<std::string> PlanDelays::Describe() const {
+  std::vector<int> results(plan_->entries.size(), 0);
+  std::vector<bool> residual(plan_->entries.size(), false);
+  for (size_t b = 0; b < plan_->buckets.size(); ++b) {
+    std::vector<int> members;
+    for (const ExecSlice& s : plan_->buckets[b].slices) {
+      if (std::find(members.begin(), members.end(), s.entry) == members.end()) {
+        members.push_back(s.entry);
+      }
+    }
+    const bool held = std::any_of(residuals_[b].begin(), residuals_[b].end(),
+                                  [](uint8_t byte) { return byte != 0; });
+    for (int e : members) {
+      results[static_cast<size_t>(e)] += static_cast<int>(results_[b].size());
+      if (held) residual[static_cast<size_t>(e)] = true;
+    }
+  }
+  std::vector<std::string> out;
+  for (size_t e = 0; e < plan_->entries.size(); ++e) {
+    if (results[e] == 0 && !residual[e]) continue;
+    std::string text = absl::StrCat("'", plan_->entries[e].response->name, "' (");
+    if (results[e] > 0) absl::StrAppend(&text, results[e], results[e] == 1 ? " result" : " results");
+    if (residual[e]) absl::StrAppend(&text, results[e] > 0 ? ", " : "", "a residual");
+    out.push_back(absl::StrCat(text, ")"));
+  }
+  return out;
+}
+
+}  // namespace overlap

@@ -1,0 +1,109 @@
+// PlanDelays: runs a scheduled plan's delayed updates and update periods (DeFT's two moves) per
+// bucket, inside the planned executor (runtime/planned_mode.h).
+//
+// Passes: the plan in force runs one pass per step; a tensor's submissions since the plan was
+// adopted are numbered k = 0, 1, ... (every rank alike), and submission k runs in pass k. A
+// bucket with delay d, period p and phase f (scheduler/plan.h) does, in pass k:
+//   - communicate, when k % p == f: its slices of submission k, plus its residual, are reduced;
+//     the residual becomes zero;
+//   - otherwise fold: its slices of submission k are added to its residual, nothing is sent
+//     (error feedback: for every rank, sent + residual = the sum of what it submitted, exactly);
+//   - the result of its communicating pass m reaches the program with submission m + d.
+// Submission k of a tensor therefore receives, in each of its slices, the reduced result its
+// bucket produced in pass k - d when that pass communicated, and zeros otherwise; its handle's
+// has_update() is false only when no slice received anything (the first d steps after the plan
+// is adopted, and off-period steps of a tensor whose buckets all share a phase).
+//
+// The program's operation is held here until its results are in ("parked"); what runs through the
+// plan is a runtime-owned copy of its input (Accept), so the program may overwrite or reuse its
+// buffers as soon as its handle completes, and an in-place allreduce is fine.
+//
+// Memory (held_bytes(), reported in Stats().delayed_bytes): one copy of each submission until its
+// buckets have run, one residual per bucket with period > 1, and each communicating pass's
+// result until every tensor in the bucket has taken it (at most ceil((d + 1) / p) per bucket).
+//
+// A dropped plan (a tensor submitted differently, a rank's patience) hands the parked operations
+// back for negotiation, where each is reduced synchronously from its own untouched input; the
+// undelivered results and the residuals are discarded with a warning naming each tensor
+// (Describe), as at Shutdown. They are not part of SaveCompressionState.
+//
+// Threading: the coordinator thread only.
+#ifndef OVERLAP_RUNTIME_PLAN_DELAYS_H_
+#define OVERLAP_RUNTIME_PLAN_DELAYS_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/executable_plan.h"
+#include "runtime/pending_op.h"
+
+namespace overlap {
+
+class PlanDelays {
+ public:
+  PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size);
+
+  // Bucket `bucket` communicates in pass `pass`.
+  bool Due(int bucket, int64_t pass) const;
+
+  // Takes the program's submission of `entry` and parks it; returns the runtime-owned copy that
+  // runs through the plan (PendingOp::plan_pass = its pass).
+  PendingOp Accept(int entry, PendingOp op);
+
+  // The copy from Accept has run through all its buckets (or is dropped): its memory is free.
+  void Retire(const PendingOp& copy);
+
+  // Adds bucket `bucket`'s slices of the copies `inputs` (one per slice, null: nothing from this
+  // rank, e.g. joined) to its residual, each times its prescale factor.
+  void Fold(int bucket, const std::vector<const PendingOp*>& inputs);
+  // Adds (and clears) the residual into the packed buffer of a communicating pass.
+  void DrainResidual(int bucket, uint8_t* packed);
+
+  // The reduced, packed values of bucket `bucket` in pass `pass` (the collective's raw result).
+  void Store(int bucket, int64_t pass, std::shared_ptr<std::vector<uint8_t>> result);
+
+  // Parked operations whose results are all in: their outputs written and has_update set, in
+  // submission order per tensor. The caller completes them.
+  std::vector<PendingOp> TakeDeliverable();
+
+  // The parked operation of `entry`'s submission `pass`, for negotiation (its copy diverged).
+  std::optional<PendingOp> TakeParked(int entry, int64_t pass);
+  // Every parked operation, for negotiation or failure; clears the rest of the state.
+  std::vector<PendingOp> TakeAllParked();
+
+  // Tensors with undelivered results or a non-zero residual: "'a' (2 results, a residual)".
+  std::vector<std::string> Describe() const;
+  int64_t held_bytes() const { return held_bytes_; }
+  // Operations parked and not yet delivered.
+  size_t parked() const;
+
+ private:
+  struct Result {
+    std::shared_ptr<std::vector<uint8_t>> buffer;
+    int takers = 0;  // tensors of the bucket that have not taken it yet
+  };
+  struct Parked {
+    int64_t pass = 0;
+    PendingOp op;
+  };
+
+  const std::shared_ptr<const ExecutablePlan> plan_;
+  const int size_;
+  std::vector<int64_t> submitted_;                     // by entry
+  std::vector<std::deque<Parked>> parked_;             // by entry, oldest first
+  std::vector<std::vector<int64_t>> slice_offsets_;    // by bucket: each slice's packed offset
+  std::vector<int> takers_;                            // by bucket: distinct entries
+  std::vector<std::vector<uint8_t>> residuals_;        // by bucket, allocated on first fold
+  std::vector<std::map<int64_t, Result>> results_;     // by bucket, by pass
+  int64_t held_bytes_ = 0;
+};
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_PLAN_DELAYS_H_
