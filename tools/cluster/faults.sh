@@ -3,8 +3,9 @@
 #
 #   faults.sh drop HOST PERCENT            drop PERCENT% (0.01..100) of the frames HOST sends and,
 #                                          independently, of those it receives, at the switch
-#   faults.sh flap HOST PERIOD_S [DOWN_S]  take HOST's link down for DOWN_S seconds (default half
-#                                          the period) every PERIOD_S seconds, in the background
+#   faults.sh flap HOST PERIOD_S [DOWN_S]  take HOST's link down now for DOWN_S seconds (default
+#                                          half the period), and again every PERIOD_S seconds, in
+#                                          the background, until cleared
 #   faults.sh rate HOST RATE               cap HOST's link at RATE (tc tbf, both directions)
 #   faults.sh clear [HOST]                 remove every fault from HOST (default: every host)
 #   faults.sh list                         the faults in force, with the drop counters
@@ -85,18 +86,17 @@ cmd_flap() {
   [ -n "$up_s" ] || die "flap needs 0 < DOWN_S ($down) < PERIOD_S ($period)"
   stop_flap "$host"
   mkdir -p "$STATE"
-  # The loop runs outside the cluster's namespaces, so it watches its link and ends when the
-  # link (or the whole cluster) is gone; on SIGTERM it leaves the link up.
+  # The loop runs outside the cluster's namespaces; it ends when its link (or the whole cluster)
+  # is gone, and on SIGTERM it leaves the link up.
   setsid bash -c '
     ns=$1 port=$2 up_s=$3 down_s=$4
     trap "ip -n $ns link set $port up 2>/dev/null; exit 0" TERM INT
-    while ip -n "$ns" link show "$port" >/dev/null 2>&1; do
-      sleep "$up_s" & wait $!
-      ip -n "$ns" link set "$port" down 2>/dev/null || exit 0
+    while ip -n "$ns" link set "$port" down 2>/dev/null; do
       echo "$(date +%s%3N) down" >>"$5"
       sleep "$down_s" & wait $!
       ip -n "$ns" link set "$port" up 2>/dev/null || exit 0
       echo "$(date +%s%3N) up" >>"$5"
+      sleep "$up_s" & wait $!
     done' flap "${PREFIX}-sw" "p$i" "$up_s" "$down" "$STATE/$host.flap.log" </dev/null >/dev/null 2>&1 &
   echo "$!" >"$STATE/$host.flap.pid"
   echo "$period $down" >"$STATE/$host.flap"
