@@ -24,6 +24,7 @@
 #include "examples/sgd.h"
 #include "examples/shard.h"
 #include "examples/train_flags.h"
+#include "examples/weight_prediction.h"
 #include "examples/weights_file.h"
 #include "runtime/overlap.h"
 
@@ -97,11 +98,13 @@ absl::Status BroadcastParameters(Mlp<Scalar>& model) {
 // One optimizer step on this rank's slice of the global batch `global`. Returns the summed
 // (unscaled) loss of the slice.
 // `allreduce` carries the compressor for this step; `local` is null unless momentum correction
-// is on, in which case each rank's velocity is what gets allreduced.
+// is on, in which case each rank's velocity is what gets allreduced. `predict` is null unless
+// the staleness correction predicts weights; `step` counts the optimizer steps before this one.
 template <typename Scalar>
 absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t>& order,
                                  RowRange global, const AllreduceOptions& allreduce,
                                  Mlp<Scalar>& model, LocalMomentum<Scalar>* local,
+                                 WeightPrediction<Scalar>* predict, int64_t step,
                                  Optimizer<Scalar>& optimizer) {
   const RowRange mine = ShardOf(global.count, Rank(), Size());
   Matrix<Scalar> x;
@@ -110,6 +113,9 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
   // Step markers: with them the runtime measures the step and can run a scheduler planner
   // (OVERLAP_PLANNER); without them it still works, with the plan it observes.
   (void)StartForward();
+  if (predict != nullptr) {
+    predict->Shift(step, model.params());
+  }
   model.Forward(x);
 
   // Each rank's gradient is scaled by size / global_rows, so that the average over ranks is
@@ -142,6 +148,9 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
       }
     }
   });
+  if (predict != nullptr) {
+    predict->Restore(model.params());
+  }
   (void)StartUpdate();  // this program waits for every gradient, then takes one optimizer step
   absl::Status status = WaitAll(handles);
   status.Update(submit_status);
@@ -157,6 +166,9 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
   UpdateMask apply(2 * model.params().size(), true);
   for (size_t h = 0; h < handles.size(); ++h) apply[handle_tensor[h]] = handles[h].has_update();
   optimizer.Step(model.grads(), model.params(), apply);
+  if (predict != nullptr) {
+    predict->Record(model.params(), apply);
+  }
   return loss;
 }
 
@@ -202,15 +214,27 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
         model.params(), options.momentum,
         options.momentum_correction == MomentumCorrection::kMasked);
   }
-  // Stale gradients act as momentum already; the correction takes that much off.
+  // Stale gradients act as momentum already; the momentum correction takes that much off.
+  const StalenessCorrection correction = options.staleness_correction;
+  const bool lower_momentum = correction == StalenessCorrection::kMomentum ||
+                              correction == StalenessCorrection::kPredictMomentum;
   const double staleness = options.delay + (options.period - 1) / 2.0;
   auto corrected_momentum = [&](double m) {
-    return options.staleness_correction ? std::max(0.0, 1 - (1 - m) * (1 + staleness)) : m;
+    return lower_momentum ? std::max(0.0, 1 - (1 - m) * (1 + staleness)) : m;
   };
+  std::unique_ptr<WeightPrediction<Scalar>> predict;
+  if (correction == StalenessCorrection::kPredict ||
+      correction == StalenessCorrection::kPredictMomentum) {
+    predict =
+        std::make_unique<WeightPrediction<Scalar>>(model.params(), options.delay, options.period);
+  }
   std::unique_ptr<Optimizer<Scalar>> optimizer;
-  if (options.optimizer == OptimizerKind::kAdam) {
+  if (options.optimizer == OptimizerKind::kAdam || options.optimizer == OptimizerKind::kAdamW) {
+    const Scalar decay =
+        options.optimizer == OptimizerKind::kAdamW ? static_cast<Scalar>(options.weight_decay) : 0;
     optimizer = std::make_unique<Adam<Scalar>>(model.params(), options.learning_rate,
-                                               static_cast<Scalar>(corrected_momentum(0.9)));
+                                               static_cast<Scalar>(corrected_momentum(0.9)), decay,
+                                               correction != StalenessCorrection::kOff);
   } else {
     optimizer = std::make_unique<MomentumSgd<Scalar>>(
         model.params(), options.learning_rate,
@@ -243,7 +267,7 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
       }
       const RowRange global = {begin, std::min(options.batch, train.size - begin)};
       absl::StatusOr<double> loss =
-          TrainStep(train, order, global, allreduce, model, local.get(), sgd);
+          TrainStep(train, order, global, allreduce, model, local.get(), predict.get(), steps, sgd);
       if (!loss.ok()) {
         return loss.status();
       }

@@ -35,8 +35,13 @@ void MomentumSgd<Scalar>::Step(const std::vector<DenseLayer<Scalar>>& grads,
 }
 
 template <typename Scalar>
-Adam<Scalar>::Adam(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate, Scalar beta1)
-    : learning_rate_(learning_rate), beta1_(beta1), steps_(2 * params.size(), 0) {
+Adam<Scalar>::Adam(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate, Scalar beta1,
+                   Scalar weight_decay, bool decay_without_update)
+    : learning_rate_(learning_rate),
+      beta1_(beta1),
+      weight_decay_(weight_decay),
+      decay_without_update_(decay_without_update),
+      steps_(2 * params.size(), 0) {
   for (const DenseLayer<Scalar>& p : params) {
     const DenseLayer<Scalar> zero{Matrix<Scalar>::Zero(p.weight.rows(), p.weight.cols()),
                                   Vector<Scalar>::Zero(p.bias.size())};
@@ -49,7 +54,11 @@ template <typename Scalar>
 void Adam<Scalar>::Step(const std::vector<DenseLayer<Scalar>>& grads,
                         std::vector<DenseLayer<Scalar>>& params, const UpdateMask& apply) {
   const Scalar b1 = beta1_, b2 = Scalar(0.999), eps = Scalar(1e-8);
+  const Scalar keep = 1 - learning_rate_ * weight_decay_;
   auto update = [&](auto& param, const auto& grad, auto& m, auto& v, int64_t& t) {
+    if (weight_decay_ != 0) {
+      param *= keep;
+    }
     ++t;
     m = b1 * m + (1 - b1) * grad;
     v = b2 * v + (1 - b2) * grad.cwiseProduct(grad);
@@ -60,9 +69,13 @@ void Adam<Scalar>::Step(const std::vector<DenseLayer<Scalar>>& grads,
   for (size_t l = 0; l < params.size(); ++l) {
     if (Applies(apply, 2 * l)) {
       update(params[l].weight, grads[l].weight, m_[l].weight, v_[l].weight, steps_[2 * l]);
+    } else if (decay_without_update_ && weight_decay_ != 0) {
+      params[l].weight *= keep;
     }
     if (Applies(apply, 2 * l + 1)) {
       update(params[l].bias, grads[l].bias, m_[l].bias, v_[l].bias, steps_[2 * l + 1]);
+    } else if (decay_without_update_ && weight_decay_ != 0) {
+      params[l].bias *= keep;
     }
   }
 }

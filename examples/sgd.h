@@ -1,7 +1,7 @@
 // Optimizers over an Mlp's parameters: SGD with classical momentum
 //   velocity = momentum * velocity + gradient;  parameter -= learning_rate * velocity
-// (linear in the gradient, and all this model needs to pass 85% on Fashion-MNIST), and Adam, for
-// the delayed-update accuracy comparison (docs/delayed-updates.md).
+// (linear in the gradient, and all this model needs to pass 85% on Fashion-MNIST), and Adam and
+// AdamW, for the delayed-update accuracy comparison (docs/scheduler.md, "Accuracy").
 #ifndef OVERLAP_EXAMPLES_SGD_H_
 #define OVERLAP_EXAMPLES_SGD_H_
 
@@ -47,10 +47,18 @@ class MomentumSgd : public Optimizer<Scalar> {
 // Adam (Kingma and Ba, 2015) with bias correction, beta1 (default 0.9), beta2 0.999, epsilon 1e-8. Each
 // tensor counts its own steps, so one that skips a step (no update) is corrected for the steps
 // it actually took.
+//
+// With weight_decay w > 0 it is AdamW (Loshchilov and Hutter, 2019): decoupled weight decay,
+//   parameter *= 1 - learning_rate * w, then the Adam step
+// (PyTorch's order), applied to every tensor, biases included, as torch.optim.AdamW does by
+// default. The decay reads the current parameters, never the (possibly stale) gradient. A tensor
+// with no update this step is not decayed either, unless decay_without_update: then the decay
+// still runs every step, as in synchronous training, and only the gradient's step waits.
 template <typename Scalar>
 class Adam : public Optimizer<Scalar> {
  public:
-  Adam(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate, Scalar beta1 = 0.9);
+  Adam(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate, Scalar beta1 = 0.9,
+       Scalar weight_decay = 0, bool decay_without_update = false);
 
   void set_learning_rate(Scalar learning_rate) override { learning_rate_ = learning_rate; }
 
@@ -60,6 +68,8 @@ class Adam : public Optimizer<Scalar> {
  private:
   Scalar learning_rate_;
   Scalar beta1_;
+  Scalar weight_decay_;
+  bool decay_without_update_;
   std::vector<DenseLayer<Scalar>> m_, v_;
   std::vector<int64_t> steps_;  // per tensor, 2 l + (bias)
 };

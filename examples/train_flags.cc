@@ -33,14 +33,17 @@ const char kTrainUsage[] =
     "                      correction) or masked (on, and a rank's velocity restarts wherever\n"
     "                      the allreduce delivered a value: DGC momentum factor masking, for\n"
     "                      sparsifying compressors) (default off)\n"
-    "  --optimizer O       sgd (with --momentum) or adam (step size --lr, betas 0.9/0.999)\n"
-    "                      (default sgd)\n"
+    "  --optimizer O       sgd (with --momentum), adam (step size --lr, betas 0.9/0.999) or\n"
+    "                      adamw (adam with decoupled --weight-decay) (default sgd)\n"
+    "  --weight-decay X    adamw's decoupled weight decay, in [0, 1) (default 0.01)\n"
     "  --delay D           apply every gradient D steps late (0..16, default 0)\n"
     "  --period P          communicate each gradient one step in P, the skipped steps kept\n"
     "                      exactly in a residual (1..64, default 1)\n"
-    "  --staleness-correction on|off\n"
-    "                      lower the momentum (SGD) or beta1 (Adam) for the mean staleness\n"
-    "                      delay + (period - 1) / 2 of the updates (default off)\n";
+    "  --staleness-correction C\n"
+    "                      off; on (or momentum): lower the momentum (SGD) or beta1 (Adam,\n"
+    "                      AdamW) for the mean staleness delay + (period - 1) / 2 of the\n"
+    "                      updates; predict: take each gradient at the parameters extrapolated\n"
+    "                      to the step that applies it; predict+momentum: both (default off)\n";
 
 namespace {
 
@@ -118,14 +121,24 @@ absl::Status SetFlag(absl::string_view name, absl::string_view value, TrainOptio
       options->optimizer = OptimizerKind::kSgd;
     } else if (value == "adam") {
       options->optimizer = OptimizerKind::kAdam;
+    } else if (value == "adamw") {
+      options->optimizer = OptimizerKind::kAdamW;
     } else {
-      status = BadValue(name, value, "sgd or adam");
+      status = BadValue(name, value, "sgd, adam or adamw");
     }
+  } else if (name == "weight-decay") {
+    status = ParseFloat(name, value, -1e-30f, 1.0f, &options->weight_decay);
   } else if (name == "staleness-correction") {
-    if (value == "on" || value == "off") {
-      options->staleness_correction = value == "on";
+    if (value == "off") {
+      options->staleness_correction = StalenessCorrection::kOff;
+    } else if (value == "on" || value == "momentum") {
+      options->staleness_correction = StalenessCorrection::kMomentum;
+    } else if (value == "predict") {
+      options->staleness_correction = StalenessCorrection::kPredict;
+    } else if (value == "predict+momentum") {
+      options->staleness_correction = StalenessCorrection::kPredictMomentum;
     } else {
-      status = BadValue(name, value, "on or off");
+      status = BadValue(name, value, "off, on (or momentum), predict or predict+momentum");
     }
   } else if (name == "delay") {
     status = ParseInt(name, value, 0, 16, &n);

@@ -21,7 +21,20 @@ enum class MomentumCorrection {
   kMasked,  // kOn plus DGC momentum factor masking: velocity restarts where a value arrived
 };
 
-enum class OptimizerKind { kSgd, kAdam };
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+
+// What the demo does against stale updates (--delay, --period; docs/scheduler.md, "Accuracy").
+enum class StalenessCorrection {
+  kOff,
+  // Momentum (SGD) or beta1 (Adam, AdamW) m becomes max(0, 1 - (1 - m)(1 + s)) for the mean
+  // staleness s = delay + (period - 1) / 2, since stale gradients already act as momentum.
+  kMomentum,
+  // Weight prediction (examples/weight_prediction.h): each gradient is taken at the parameters
+  // extrapolated to the step that will apply it; the optimizer is left as it is.
+  kPredict,
+  // Both of the above.
+  kPredictMomentum,
+};
 
 struct TrainOptions {
   int epochs = 4;
@@ -43,17 +56,19 @@ struct TrainOptions {
   // compressor and its residuals start with the first epoch after them.
   int warmup_epochs = 0;
   MomentumCorrection momentum_correction = MomentumCorrection::kOff;
-  // kSgd: MomentumSgd; kAdam: Adam (examples/sgd.h), with learning_rate as its step size.
+  // kSgd: MomentumSgd; kAdam: Adam; kAdamW: Adam with decoupled weight decay (examples/sgd.h),
+  // with learning_rate as its step size.
   OptimizerKind optimizer = OptimizerKind::kSgd;
+  // AdamW's decoupled weight decay (torch.optim.AdamW's default); ignored by the others.
+  float weight_decay = 0.01f;
   // Delayed updates and update periods (AllreduceOptions::delay, period): every gradient is
   // applied `delay` steps late and communicated one step in `period`, tensor k in phase
   // k % period so that the steps share the traffic.
   int delay = 0;
   int period = 1;
-  // Staleness-aware momentum: with mean staleness s = delay + (period - 1) / 2, the momentum
-  // (SGD) or beta1 (Adam) m becomes max(0, 1 - (1 - m)(1 + s)), since stale gradients already
-  // act as momentum (docs/scheduler.md, "Accuracy").
-  bool staleness_correction = false;
+  // Any correction also makes AdamW decay tensors in steps where they get no update, so that the
+  // decay, which reads the current parameters, keeps the synchronous rate under periods.
+  StalenessCorrection staleness_correction = StalenessCorrection::kOff;
   bool help = false;
 };
 
