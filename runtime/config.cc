@@ -208,7 +208,10 @@ absl::Status Config::Validate() const {
   }
   absl::StatusOr<std::string> compression = CompressionStage::Canonical(this->compression);
   if (!compression.ok()) {
-    return BadValue("OVERLAP_COMPRESSION", this->compression, compression.status().message());
+    // The compressor's own message says what is wrong; "expected" would read as nonsense here.
+    return absl::InvalidArgumentError(absl::StrCat("OVERLAP_COMPRESSION='", this->compression,
+                                                   "' is not valid: ",
+                                                   compression.status().message()));
   }
   const spdlog::level::level_enum level = spdlog::level::from_str(log_level);
   if (level == spdlog::level::off && log_level != "off") {

@@ -49,6 +49,16 @@ TEST_CASE("bad values name the variable, the value and what is expected", "[conf
       {"OVERLAP_LOG_LEVEL", "loud",
        "OVERLAP_LOG_LEVEL='loud' is not valid: expected one of trace, debug, info, warn, error, "
        "critical, off"},
+      {"OVERLAP_EXECUTOR", "cuda",
+       "OVERLAP_EXECUTOR='cuda' is not valid: expected one of auto, nccl, mpi"},
+      {"OVERLAP_COMPRESSION", "zip",
+       "OVERLAP_COMPRESSION='zip' is not valid: unknown compressor 'zip'; known: none, fp16, "
+       "bf16, topk, randomk, covap, efsign, powersgd"},
+      {"OVERLAP_COMPRESSION", "topk:ratio=2",
+       "OVERLAP_COMPRESSION='topk:ratio=2' is not valid: compressor 'topk': parameter 'ratio' = 2 "
+       "is out of range [1e-09, 1]"},
+      {"OVERLAP_START_TIMEOUT_S", "0",
+       "OVERLAP_START_TIMEOUT_S='0' is not valid: expected seconds in (0, 1e7]"},
   };
   for (const Case& c : cases) {
     setenv(c.var, c.value, 1);
@@ -58,6 +68,18 @@ TEST_CASE("bad values name the variable, the value and what is expected", "[conf
     REQUIRE(!config.ok());
     CHECK(config.status().message() == c.message);
   }
+}
+
+TEST_CASE("a stall timeout below the stall warning is refused, naming both", "[config]") {
+  setenv("OVERLAP_STALL_WARNING_S", "10", 1);
+  setenv("OVERLAP_STALL_TIMEOUT_S", "5", 1);
+  absl::StatusOr<Config> config = Config::FromEnvironment();
+  unsetenv("OVERLAP_STALL_WARNING_S");
+  unsetenv("OVERLAP_STALL_TIMEOUT_S");
+  REQUIRE(!config.ok());
+  CHECK(config.status().message() ==
+        "OVERLAP_STALL_TIMEOUT_S=5 is below OVERLAP_STALL_WARNING_S=10: a stall must be warned "
+        "about before it fails");
 }
 
 TEST_CASE("scaled copies round fp16 and bf16 through fp32", "[scaling]") {
