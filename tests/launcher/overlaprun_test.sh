@@ -36,6 +36,20 @@ expect 2 "overlaprun: --planner 'foo' is not one of observed, wfbp, fusion, mgwf
 expect 2 "overlaprun: --staleness '17' is not in 0..16" -- -np 2 --staleness 17 true
 expect 2 "overlaprun: --budget '-2' is not -1 (the default) or a number in [0, 1e6]" -- -np 2 --budget -2 true
 
+# More refusals, as the user sees them (docs/bad-inputs.md quotes these lines).
+expect 2 "overlaprun: -np 'four' is not an integer" -- -np four true
+expect 2 "overlaprun: -x '1BAD=2' is not NAME or NAME=VALUE with a valid variable name" -- -np 1 -x 1BAD=2 true
+expect 2 "overlaprun: --stall-timeout 10 is below --stall-warning 30; the warning must come first" -- -np 1 --stall-warning 30 --stall-timeout 10 true
+expect 2 "overlaprun: give hosts once: with -H or with --hostfile, not both or twice" -- -np 2 -H a --hostfile "$T/hosts" true
+expect 2 "overlaprun: -H 'a:0': slot count '0' is not a positive integer" -- -np 2 -H a:0 true
+expect 2 "overlaprun: hostfile /nonexistent/hosts cannot be read" -- -np 2 --hostfile /nonexistent/hosts true
+printf 'node1\nnode2 slots=2\nnode1\n' >"$T/hosts"
+expect 2 "overlaprun: hostfile $T/hosts: host 'node1' is listed twice; give it once with all its slots" -- -np 2 --hostfile "$T/hosts" true
+printf 'node1,node2 slots=2\n' >"$T/hosts"
+expect 2 "overlaprun: hostfile $T/hosts line 1: host name 'node1,node2' may only have letters, digits, '.', '-' and '_'" -- -np 2 --hostfile "$T/hosts" true
+printf '# no hosts yet\n\n' >"$T/hosts"
+expect 2 "overlaprun: hostfile $T/hosts lists no hosts" -- -np 2 --hostfile "$T/hosts" true
+
 # Help documents every option with examples.
 "$O" --help >"$T/help" || fail "--help status $?"
 for opt in -np -H --hostfile --dry-run --network-interface -x --fusion-threshold-mb --timeline \

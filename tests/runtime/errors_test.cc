@@ -183,6 +183,75 @@ TEST_CASE("null, undersized and unknown-typed buffers are refused locally", "[lo
   CheckStillWorks();
 }
 
+TEST_CASE("malformed calls are refused locally with the whole message", "[local][catalogue]") {
+  // docs/bad-inputs.md quotes these messages; each names the rank, the operation, the tensor and
+  // what is wrong, and none reaches the other ranks.
+  std::vector<float> x(8, 1.0f);
+  std::vector<double> d(8, 1.0);
+  const Tensor t4 = MakeTensor(x.data(), {4});
+  auto refused = [](const absl::StatusOr<Handle>& h) {
+    REQUIRE(!h.ok());
+    CHECK(h.status().code() == absl::StatusCode::kInvalidArgument);
+    return std::string(h.status().message());
+  };
+
+  CHECK(refused(Allreduce("", t4, t4)) == Me() + "allreduce: empty tensor name");
+  Tensor negative = MakeTensor(x.data(), {4});
+  negative.shape = {2, -2};
+  CHECK(refused(Allreduce("bad.negative", negative, negative)) ==
+        Me() + "allreduce 'bad.negative': input has a negative dimension in shape [2,-2]");
+  CHECK(refused(Allreduce("bad.layout", MakeTensor(x.data(), {8}), MakeTensor(x.data(), {2, 4}))) ==
+        Me() + "allreduce 'bad.layout': output float32[2,4] does not match input float32[8]");
+  float scalar = 1.0f;
+  CHECK(refused(Allgather("bad.scalar", MakeTensor(&scalar, {}))) ==
+        Me() + "allgather 'bad.scalar': needs at least one dimension to gather along");
+  CHECK(refused(ReduceScatter("bad.scalar.rs", MakeTensor(&scalar, {}))) ==
+        Me() + "reducescatter 'bad.scalar.rs': needs at least one dimension to scatter");
+
+  const Tensor rows = MakeTensor(x.data(), {Size() * 2 - 1});
+  CHECK(refused(Alltoall("bad.rows", rows)) ==
+        Me() + absl::StrCat("alltoall 'bad.rows': first dimension ", Size() * 2 - 1,
+                            " does not divide into ", Size(), " equal parts; pass options.splits"));
+  AlltoallOptions splits;
+  splits.splits = {4};
+  CHECK(refused(Alltoall("bad.splits", t4, splits)) ==
+        Me() + absl::StrCat("alltoall 'bad.splits': 1 splits for ", Size(), " ranks"));
+  splits.splits.assign(static_cast<size_t>(Size()), 1);
+  splits.splits[0] = -1;
+  CHECK(refused(Alltoall("bad.negsplit", t4, splits)) ==
+        Me() + "alltoall 'bad.negsplit': negative split");
+  splits.splits.assign(static_cast<size_t>(Size()), 3);
+  CHECK(refused(Alltoall("bad.sum", t4, splits)) ==
+        Me() + absl::StrCat("alltoall 'bad.sum': splits add up to ", 3 * Size(),
+                            " rows but the first dimension is 4"));
+
+  const Tensor f = MakeTensor(x.data(), {4});
+  const Tensor g = MakeTensor(d.data(), {4});
+  CHECK(refused(GroupedAllreduce({"g.a", "g.b"}, {f, g}, {f, g})) ==
+        Me() + "allreduce 'group[g.a,g.b]': a grouped allreduce needs one dtype for all tensors");
+  CHECK(refused(GroupedAllreduce({"g.a", "g.b"}, {f}, {f})) ==
+        Me() +
+            "grouped allreduce 'group[g.a,g.b]': 2 names, 1 inputs and 1 outputs (need equal, "
+            "non-zero counts)");
+  CheckStillWorks();
+}
+
+TEST_CASE("a wait that times out names the tensor and the time waited", "[local][catalogue]") {
+  // The last rank submits half a second late, so the others' 10 ms wait must time out.
+  const int late = Size() - 1;
+  std::vector<float> x(4, 1.0f);
+  if (Rank() == late) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  absl::StatusOr<Handle> h =
+      Allreduce("slow.grad", MakeTensor(x.data(), {4}), MakeTensor(x.data(), {4}));
+  REQUIRE(h.ok());
+  if (Rank() != late) {
+    const absl::Status s = h->Wait(absl::Milliseconds(10));
+    CHECK(s.code() == absl::StatusCode::kDeadlineExceeded);
+    CHECK(s.message() == "'slow.grad' has not completed after 10ms");
+  }
+  CHECK(h->Wait(kWait).ok());
+}
+
 TEST_CASE("a tensor one rank never submits fails on the others within the stall timeout",
           "[stall]") {
   const int missing = Size() - 1;
