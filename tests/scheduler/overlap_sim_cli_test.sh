@@ -22,4 +22,26 @@ bad="$TEST_TMPDIR/bad.json"
 echo '{"model": "m", "update_ms": 1, "layers": [{"name": "a"}]}' > "$bad"
 check_error 1 "layers\[0\].forward_ms: missing" --profile "$bad" --workers 4 --planners wfbp \
   --cost ring --latency-us 1 --bandwidth-gbit 10
+
+# Bad profile files, the whole line as users see it (docs/bad-inputs.md quotes these).
+check_line() {  # file-contents expected-line
+  local f="$TEST_TMPDIR/profile.json"
+  [ -z "$1" ] || echo "$1" > "$f"
+  local err; err=$("$sim" --profile "${3:-$f}" --workers 4 --planners wfbp --cost ring \
+    --latency-us 1 --bandwidth-gbit 10 2>&1 >/dev/null); local rc=$?
+  [ "$rc" -eq 1 ] || fail "exit $rc (want 1) for profile $1"
+  [ "$err" = "$2" ] || fail "error '$err', expected '$2'"
+}
+p="$TEST_TMPDIR/profile.json"
+check_line '{"model": "m", "update_ms": 1, "layers": [}' \
+  "overlap-sim: error: $p: not valid JSON (line 1 column 43: syntax error while parsing value - unexpected '}'; expected '[', '{', or a literal)"
+check_line '{"model": "m", "update_ms": 1e400, "layers": []}' \
+  "overlap-sim: error: $p: not valid JSON (number overflow parsing '1e400')"
+check_line '{"model": "m", "update_ms": 1, "layers": [{"name": "a", "forward_ms": 1, "backward_ms": 1, "tensors": [{"name": "w", "bytes": 6}]}]}' \
+  "overlap-sim: error: $p: profile 'm' tensors[0] 'w': bytes must be > 0 and a multiple of 4 (float32), got 6"
+check_line '{"model": "m", "update_ms": 1, "layers": [{"name": "a", "forward_ms": 1, "backward_ms": 1, "tensors": [{"name": "w", "bytes": 4}, {"name": "w", "bytes": 4}]}]}' \
+  "overlap-sim: error: $p: profile 'm' tensors[1] 'w': duplicate tensor name"
+check_line '{"model": "m", "update_ms": 1, "layers": [{"name": "a", "forward_ms": 1, "backward_ms": 1, "tensors": [{"name": "w", "bytes": 4, "dtype": "float12"}]}]}' \
+  "overlap-sim: error: $p: layers[0].tensors[0].dtype: unknown dtype name 'float12'"
+check_line '' "overlap-sim: error: /no/such.json: cannot open profile file" /no/such.json
 echo "PASS"
