@@ -82,6 +82,7 @@ def _declare(lib):
         "overlap_barrier": ([hp], ctypes.c_int),
         "overlap_join": ([hp], ctypes.c_int),
         "overlap_handle_poll": ([h], ctypes.c_int),
+        "overlap_handle_has_update": ([h], ctypes.c_int),
         "overlap_handle_wait": ([h, ctypes.c_double], ctypes.c_int),
         "overlap_handle_output": ([h, ctypes.POINTER(ctypes.c_void_p),
                                    ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
@@ -267,6 +268,11 @@ class Handle:
 
     def poll(self):
         return bool(lib().overlap_handle_poll(self._ptr))
+
+    def has_update(self):
+        """False when a delayed plan had no update for this allreduce this step (its output is
+        zeros; runtime/plan_delays.h): the caller should skip the update."""
+        return bool(lib().overlap_handle_has_update(self._ptr))
 
     def wait(self):
         """Blocks until the operation ends; raises HorovodInternalError if it failed. Waits in

@@ -624,13 +624,21 @@ def poll(handle):
 def synchronize(handle):
     """Waits for the operation behind `handle` and returns its result; raises
     HorovodInternalError (a RuntimeError) naming the rank, tensor and cause if it failed."""
+    return _synchronize(handle)[0]
+
+
+def _synchronize(handle):
+    """synchronize(), and whether the result holds an update: False only when a delayed plan
+    (planner deft with staleness > 0) had nothing for this allreduce this step, and the result
+    is zeros."""
     with _ops_lock:
         op = _ops.pop(handle, None)
     if op is None:
         raise ValueError("synchronize: unknown handle %r (already synchronized?)" % (handle,))
     for h in op.handles:
         h.wait()
-    return op.finish()
+    updated = not op.handles or any(h.has_update() for h in op.handles)
+    return op.finish(), updated
 
 
 def barrier(process_set=global_process_set):

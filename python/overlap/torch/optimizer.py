@@ -195,7 +195,10 @@ class _DistributedOptimizer:
 
     def synchronize(self):
         """Waits for every gradient's reduction and writes the results into p.grad. Gradients
-        that backward never produced on this rank are reduced now (as zeros)."""
+        that backward never produced on this rank are reduced now (as zeros). Under a delayed
+        plan (planner deft with staleness > 0) p.grad receives the average of an earlier step,
+        and is set to None in the steps that bring a parameter no update, so that step()
+        skips it."""
         self._markers.on_update()
         for p in self._requires_update:
             if self._handles.get(p) is None:
@@ -214,8 +217,13 @@ class _DistributedOptimizer:
             if kind == "sparse":
                 p.grad = handle()
             elif kind == "dense":
-                reduced = mpi_ops.synchronize(handle)
+                reduced, updated = mpi_ops._synchronize(handle)
                 compressed, cctx = ctx
+                if not updated:
+                    # A delayed plan has no update for this parameter this step: the optimizer
+                    # skips a parameter without a gradient (momentum and weight decay included).
+                    p.grad = None
+                    continue
                 if reduced is not p.grad:
                     p.grad.copy_(self._compression.decompress(reduced, cctx))
             else:
