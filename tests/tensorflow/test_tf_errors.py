@@ -100,6 +100,39 @@ def test_gradient_tape_mismatch(hvd, mode):
     expect_error_on_every_rank(hvd, mode, "gradient", step)
 
 
+def test_mismatch_message_in_full(hvd, mode):
+    """The whole text after TensorFlow's op prefix, as docs/bad-inputs.md quotes it."""
+    shape = [4, 6] if odd(hvd) else [4, 5]
+    name = "catalogue.dense.kernel." + mode
+    message = expect_error_on_every_rank(hvd, mode, name, lambda x: hvd.allreduce(x, name=name),
+                                         tf.ones(shape))
+    assert ("rank %d: allreduce '%s': shape mismatch: rank 0 submitted [4,5], rank 1 submitted "
+            "[4,6]" % (hvd.rank(), name)) in message, message
+
+
+def test_python_refusal_messages_in_full(hvd):
+    me = "rank %d: " % hvd.rank()
+
+    def raised(exception_type, call):
+        with pytest.raises(exception_type) as info:
+            call()
+        return str(info.value)
+
+    assert raised(ValueError, lambda: hvd.allreduce(tf.constant(["a"]), name="catalogue.str")) == (
+        me + "allreduce 'catalogue.str': tensor type string is not supported")
+    assert raised(ValueError, lambda: hvd.allgather(tf.constant(1.0), name="catalogue.scalar")) == (
+        me + "allgather 'catalogue.scalar': needs at least one dimension (got a scalar)")
+    assert raised(ValueError, lambda: hvd.DistributedGradientTape(tf.GradientTape(),
+                                                                  op=hvd.Max)) == (
+        me + "gradients reduce with hvd.Average or hvd.Sum, got hvd.Max")
+    assert raised(ValueError, lambda: hvd.DistributedOptimizer(object())) == (
+        me + "DistributedOptimizer wraps Keras 3 optimizers (keras.optimizers.*), got object")
+    assert raised(ValueError, lambda: hvd.DistributedOptimizer(
+        keras.optimizers.SGD(0.1), backward_passes_per_step=0)) == (
+        me + "backward_passes_per_step must be >= 1, got 0")
+    check_still_working(hvd, "catalogue.refusals")
+
+
 def test_python_refusals(hvd):
     with pytest.raises(ValueError, match="Adasum"):
         hvd.allreduce(tf.ones([2]), op=hvd.Adasum, name="adasum")

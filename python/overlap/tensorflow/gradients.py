@@ -11,7 +11,7 @@ IndexedSlices are allgathered unless sparse_as_dense; None gradients stay None, 
 import tensorflow as tf
 
 from overlap import _core
-from overlap.common import Average, Sum, _check_process_set, core_reduce_op
+from overlap.common import _OP_NAMES, Average, Sum, _check_process_set, core_reduce_op
 from overlap.tensorflow import mpi_ops, step_markers
 
 
@@ -30,8 +30,8 @@ class GradientReducer:
         core_reduce_op(op)  # refuses Adasum and unknown ops now, not at the first step
         _check_process_set(process_set)
         if op not in (Average, Sum):
-            raise ValueError("rank %d: gradients reduce with hvd.Average or hvd.Sum, got op %r"
-                             % (_core.rank(), op))
+            raise ValueError("rank %d: gradients reduce with hvd.Average or hvd.Sum, got hvd.%s"
+                             % (_core.rank(), _OP_NAMES[op]))
         self.prefix = prefix
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense
