@@ -27,6 +27,14 @@ def test_calls_before_init_raise():
     assert "init" in str(info.value).lower(), str(info.value)
     with pytest.raises((ValueError, RuntimeError)):
         hvd.synchronize(hvd.allgather_async(torch.ones(3), name="before.init.gather"))
+    # The whole messages, as docs/bad-inputs.md quotes them.
+    with pytest.raises(ValueError) as info:
+        hvd.rank()
+    assert str(info.value) == "overlap has not been initialized; call hvd.init() before rank()"
+    with pytest.raises(TypeError) as info:
+        hvd.init(plannr="auto")
+    assert str(info.value) == "init() got an unexpected keyword argument 'plannr'"
+    assert not hvd.is_initialized()
 
 
 def test_internal_error_type(hvd):
@@ -134,6 +142,66 @@ def test_alltoall_trailing_shape_mismatch(hvd):
     shape = (hvd.size(), 3) if odd(hvd) else (hvd.size(), 2)
     expect_error_on_every_rank(hvd, "mismatch.alltoall",
                                lambda: hvd.alltoall(torch.ones(shape), name="mismatch.alltoall"))
+
+
+# ---- the whole messages, as docs/bad-inputs.md quotes them ----------------------------------
+
+
+def raised(exception_types, call):
+    with pytest.raises(exception_types) as info:
+        call()
+    return str(info.value)
+
+
+def test_mismatch_messages_name_rank_tensor_and_both_sides(hvd):
+    me = "rank %d: " % hvd.rank()
+    shape = (4, 6) if odd(hvd) else (4, 5)
+    assert raised(hvd.HorovodInternalError,
+                  lambda: hvd.allreduce(torch.ones(shape), name="catalogue.fc1.weight")) == (
+        me + "allreduce 'catalogue.fc1.weight': shape mismatch: rank 0 submitted [4,5], "
+        "rank 1 submitted [4,6]")
+    dtype = torch.float32 if odd(hvd) else torch.int32
+    assert raised(hvd.HorovodInternalError,
+                  lambda: hvd.allreduce(torch.ones(5, dtype=dtype), op=hvd.Sum,
+                                        name="catalogue.fc2.weight")) == (
+        me + "allreduce 'catalogue.fc2.weight': dtype mismatch: rank 0 submitted int32, "
+        "rank 1 submitted float32")
+    check_still_working(hvd, "catalogue.mismatch")
+
+
+def test_local_refusal_messages(hvd):
+    me = "rank %d: " % hvd.rank()
+    assert raised(ValueError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64),
+                                                    name="catalogue.cplx")) == (
+        me + "allreduce 'catalogue.cplx': tensor type torch.complex64 is not supported")
+    assert raised(ValueError, lambda: hvd.allreduce([1.0, 2.0], name="catalogue.list")) == (
+        me + "allreduce 'catalogue.list': expected a torch.Tensor, got list")
+    assert raised(ValueError, lambda: hvd.allreduce(torch.eye(2).to_sparse(),
+                                                    name="catalogue.sparse")) == (
+        me + "allreduce 'catalogue.sparse': sparse tensors need sparse_allreduce_async or "
+        "DistributedOptimizer(sparse_as_dense=True)")
+    assert raised(ValueError, lambda: hvd.reducescatter(torch.tensor(1.0),
+                                                        name="catalogue.rs")) == (
+        me + "reducescatter 'catalogue.rs': needs at least one dimension")
+    assert raised(ValueError, lambda: hvd.broadcast(torch.ones(3), hvd.size() + 5,
+                                                    name="catalogue.root")) == (
+        me + "broadcast 'catalogue.root': root rank %d is outside [0, %d)"
+        % (hvd.size() + 5, hvd.size()))
+    assert raised(ValueError, lambda: hvd.allreduce(torch.ones(4), op=hvd.Adasum)) == (
+        me + "overlap does not implement Adasum; use op=hvd.Average or hvd.Sum")
+    assert raised(ValueError, lambda: hvd.synchronize(987654)) == (
+        "synchronize: unknown handle 987654 (already synchronized?)")
+    model = torch.nn.Linear(2, 2)
+    assert raised(ValueError, lambda: hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters(),
+        backward_passes_per_step=0)) == (
+        me + "DistributedOptimizer: backward_passes_per_step must be >= 1, got 0")
+    assert raised(ValueError, lambda: hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        named_parameters=[("w", p) for p in model.parameters()])) == (
+        me + "DistributedOptimizer: parameter names in named_parameters must be unique; "
+        "duplicates: w")
+    check_still_working(hvd, "catalogue.local")
 
 
 # ---- duplicate names ------------------------------------------------------------------------
