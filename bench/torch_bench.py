@@ -154,6 +154,15 @@ def tuned_bucket(system, workload, candidates, args):
     return min(times, key=times.get), times
 
 
+def planner_label(system):
+    """OVERLAP_PLANNER, with "-sN" for deft with staleness bound N > 0 (delayed updates)."""
+    if system != "overlap":
+        return None
+    planner = os.environ.get("OVERLAP_PLANNER") or "observed"
+    staleness = int(os.environ.get("OVERLAP_STALENESS") or 0)
+    return f"{planner}-s{staleness}" if planner == "deft" and staleness > 0 else planner
+
+
 def main(argv):
     args = parse_args(argv)
     torch.set_num_threads(1)  # four ranks share two cores: one compute thread each
@@ -161,7 +170,7 @@ def main(argv):
     workload = Workload(args, system.rank, system.size)
 
     result = {"system": args.label or args.system,
-              "planner": os.environ.get("OVERLAP_PLANNER") or ("observed" if args.system == "overlap" else None),
+              "planner": planner_label(args.system),
               "model": args.model if args.mode == "emulated" else ("small-resnet" if args.mode == "synthetic" else "tiny50"),
               "mode": args.mode}
     bucket = None
@@ -185,7 +194,7 @@ def main(argv):
     if args.mode == "emulated":
         # deft may apply a step's averaged gradients only before the next forward; the others
         # have every gradient averaged when optimizer.step() returns.
-        if result["planner"] == "deft":
+        if (result["planner"] or "").startswith("deft"):
             result["verified"] = None
         else:
             error = check_averaged(model, system.size)

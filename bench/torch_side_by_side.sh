@@ -95,8 +95,10 @@ cp -r "$ROOT/scheduler/profiles" "$BIN/scheduler/"
 if ((build)); then
   (cd "$ROOT" && bazel build //launcher:overlaprun //runtime:liboverlap.so >&2) || die "bazel build failed"
 fi
-[ -x "$ROOT/bazel-bin/launcher/overlaprun" ] || die "bazel-bin/launcher/overlaprun is missing; build it or drop --no-build"
-cp "$ROOT/bazel-bin/launcher/overlaprun" "$BIN/"
+# bazel info, not the bazel-bin symlink: another output base in this workspace may re-point it.
+BAZEL_BIN=$(cd "$ROOT" && bazel info bazel-bin 2>/dev/null) || die "bazel info bazel-bin failed"
+[ -x "$BAZEL_BIN/launcher/overlaprun" ] || die "$BAZEL_BIN/launcher/overlaprun is missing; build it or drop --no-build"
+cp "$BAZEL_BIN/launcher/overlaprun" "$BIN/"
 
 NEW_PY=$(python3 -c 'import sys; print(sys.executable)')
 "$NEW_PY" -c 'import torch' 2>/dev/null || die "python3 ($NEW_PY) cannot import torch: pip install torch"
@@ -106,10 +108,10 @@ if [[ ,$systems, == *,horovod* ]]; then
 fi
 overlap_missing=""
 if has "$systems" overlap; then
-  if [ -f "$ROOT/python/overlap/torch/__init__.py" ] && [ -f "$ROOT/bazel-bin/runtime/liboverlap.so" ]; then
+  if [ -f "$ROOT/python/overlap/torch/__init__.py" ] && [ -f "$BAZEL_BIN/runtime/liboverlap.so" ]; then
     cp -r "$ROOT/python" "$BIN/python"
     find "$BIN/python" -name __pycache__ -prune -exec rm -rf {} +
-    cp "$ROOT/bazel-bin/runtime/liboverlap.so" "$BIN/"
+    cp "$BAZEL_BIN/runtime/liboverlap.so" "$BIN/"
     if ! check=$(PYTHONPATH=$BIN/python OVERLAP_LIBRARY=$BIN/liboverlap.so "$NEW_PY" -c \
       'import overlap.torch as hvd; hvd.DistributedOptimizer' 2>&1); then
       overlap_missing=$(echo "$check" | tail -1)
@@ -176,7 +178,13 @@ run() {
       # The ring for non-blocking allreduce, as tools/cluster_bench.sh: on tbf-capped links it
       # runs at the cap, libnbc's default (Rabenseifner) below it.
       mpi_args="--mca coll_libnbc_iallreduce_algorithm 1"
-      env_args+=(PYTHONPATH="$BIN/python" OVERLAP_LIBRARY="$BIN/liboverlap.so" OVERLAP_PLANNER="$planner") ;;
+      env_args+=(PYTHONPATH="$BIN/python" OVERLAP_LIBRARY="$BIN/liboverlap.so")
+      # deft-sN: deft with staleness bound N and update periods up to 4 (delayed updates).
+      if [[ $planner =~ ^deft-s([0-9]+)$ ]]; then
+        env_args+=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}" OVERLAP_MAX_PERIOD=4)
+      else
+        env_args+=(OVERLAP_PLANNER="$planner")
+      fi ;;
   esac
   local name=${args[*]}
   name=${label}-${planner:-none}-${name//[^a-z0-9]/_}

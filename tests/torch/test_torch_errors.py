@@ -201,6 +201,14 @@ def test_local_refusal_messages(hvd):
         named_parameters=[("w", p) for p in model.parameters()])) == (
         me + "DistributedOptimizer: parameter names in named_parameters must be unique; "
         "duplicates: w")
+    # A refused wrap leaves the optimizer as it was: wrapping it again with good arguments works.
+    plain = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert raised(ValueError, lambda: hvd.DistributedOptimizer(
+        plain, named_parameters=model.named_parameters(), backward_passes_per_step=0))
+    assert type(plain) is torch.optim.SGD
+    hvd.DistributedOptimizer(plain, named_parameters=model.named_parameters())
+    assert raised(ValueError, lambda: hvd.allgather(torch.tensor(1.0), name="catalogue.ag")) == (
+        me + "allgather 'catalogue.ag': needs at least one dimension (got a scalar)")
     check_still_working(hvd, "catalogue.local")
 
 

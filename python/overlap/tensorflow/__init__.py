@@ -13,7 +13,8 @@ DistributedOptimizer place step markers, so the runtime's planners see the step'
 """
 
 from overlap import _core  # noqa: F401 (hvd._core: the binding, for tests and debugging)
-from overlap.basics import (cross_rank, cross_size, init, is_homogeneous, is_initialized,
+from overlap.basics import init as _init
+from overlap.basics import (cross_rank, cross_size, is_homogeneous, is_initialized,
                              local_rank, local_size, rank, restore_compression_state,
                              save_compression_state, shutdown, size, start_timeline, stats,
                              stop_timeline)
@@ -30,4 +31,30 @@ from overlap.tensorflow.keras_optimizer import DistributedOptimizer
 from overlap.tensorflow.mpi_ops import (allgather, allreduce, alltoall, barrier, broadcast,
                                         grouped_allgather, grouped_allreduce,
                                         grouped_reducescatter, join, reducescatter)
+
+
+def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=None,
+         compression=None, profile_steps=None, timeline=None):
+    """overlap.basics.init, refusing delayed updates: a delayed plan (staleness > 0 or update
+    periods) gives some steps no update for a tensor, and overlap.tensorflow's ops cannot tell
+    that from a zero gradient yet, so the optimizer would still apply momentum and weight decay
+    there. overlap.torch applies them (docs/scheduler.md)."""
+    import os
+
+    chosen = {"staleness": staleness, "max_period": max_period}
+    for key, variable in (("staleness", "OVERLAP_STALENESS"), ("max_period", "OVERLAP_MAX_PERIOD")):
+        if chosen[key] is None and os.environ.get(variable):
+            try:
+                chosen[key] = int(os.environ[variable])
+            except ValueError:
+                chosen[key] = None  # the runtime names the bad value
+    if (chosen["staleness"] or 0) > 0 or (chosen["max_period"] or 1) > 1:
+        raise ValueError(
+            "overlap.tensorflow: staleness %s and max_period %s ask for delayed updates, which "
+            "overlap.tensorflow does not apply yet (its ops cannot tell a step without an update "
+            "from a zero gradient); use staleness 0 and max_period 1 (OVERLAP_STALENESS, "
+            "OVERLAP_MAX_PERIOD), or overlap.torch"
+            % (chosen["staleness"] or 0, chosen["max_period"] or 1))
+    _init(comm, process_sets, planner=planner, staleness=staleness, max_period=max_period,
+          compression=compression, profile_steps=profile_steps, timeline=timeline)
 

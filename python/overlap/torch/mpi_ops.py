@@ -360,9 +360,10 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
+        handle = _allgather_async(tensor, name, process_set)  # refuses a scalar by name
         ctx.dim = tensor.shape[0]
         ctx.process_set = process_set
-        return synchronize(_allgather_async(tensor, name, process_set))
+        return synchronize(handle)
 
     @staticmethod
     def backward(ctx, grad_output):

@@ -296,6 +296,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     base = optimizer.__class__
     cls = type(base.__name__, (_DistributedOptimizer, base), {})
     optimizer.__class__ = cls
-    optimizer._overlap_setup(named_parameters, compression, backward_passes_per_step, op,
-                             gradient_predivide_factor, groups, sparse_as_dense, process_set)
+    try:
+        optimizer._overlap_setup(named_parameters, compression, backward_passes_per_step, op,
+                                 gradient_predivide_factor, groups, sparse_as_dense, process_set)
+    except Exception:
+        optimizer.__class__ = base  # refused: the optimizer stays the user's, ready to wrap again
+        raise
     return optimizer
