@@ -242,9 +242,11 @@ class EmulatedModel {
       const double elements = static_cast<double>(t.bytes) / DataTypeSize(t.dtype);
       const int64_t count = std::max<int64_t>(1, std::llround(elements * scaling_.bytes_scale));
       grads_.emplace_back(count, start);
+      outputs_.emplace_back(count, 0.0f);
       bytes_ += count * static_cast<int64_t>(sizeof(float));
     }
     handles_.resize(grads_.size());
+    updated_.assign(grads_.size(), true);
     pending_.assign(grads_.size(), false);
     for (const sched::LayerInfo& layer : profile_.layers) {
       int64_t layer_bytes = 0;
@@ -288,16 +290,22 @@ class EmulatedModel {
     for (size_t t = 0; t < grads_.size(); ++t) WaitFor(static_cast<int>(t));
   }
 
-  // Every gradient started as rank + 1 and has only ever been averaged with equal values since,
-  // so each element must be (n + 1) / 2 exactly; a fast wrong answer is not a result.
+  // Every rank submits rank + 1 in every element at every step, so each result must be the
+  // average (n + 1) / 2 exactly; a fast wrong answer is not a result. Under a delayed plan
+  // (deft with staleness > 0) a result with an update may carry k skipped steps' residual too,
+  // k (n + 1) / 2 for a whole k in 1..64, and one without an update is zeros.
   void Verify() const {
     const float want = (Size() + 1) / 2.0f;
-    for (size_t t = 0; t < grads_.size(); ++t) {
-      const std::vector<float>& g = grads_[t];
+    for (size_t t = 0; t < outputs_.size(); ++t) {
+      const std::vector<float>& g = outputs_[t];
       for (size_t i : {size_t{0}, g.size() / 2, g.size() - 1}) {
-        if (g[i] != want) {
+        const float steps = g[i] / want;
+        const bool whole = steps == std::floor(steps) && steps >= 1 && steps <= 64;
+        if (updated_[t] ? !whole : g[i] != 0.0f) {
           Die(absl::StrCat("gradient '", profile_.tensors[t].name, "' holds ", g[i], " at element ",
-                           i, ", expected the average ", want));
+                           i, updated_[t] ? ", expected a whole multiple of the average "
+                                          : ", expected zeros (no update this step), not ",
+                           want));
         }
       }
     }
@@ -306,8 +314,9 @@ class EmulatedModel {
  private:
   void Submit(int t) {
     std::vector<float>& g = grads_[t];
-    const Tensor tensor = MakeTensor(g.data(), {static_cast<int64_t>(g.size())});
-    absl::StatusOr<Handle> handle = Allreduce(profile_.tensors[t].name, tensor, tensor);
+    const int64_t n = static_cast<int64_t>(g.size());
+    absl::StatusOr<Handle> handle = Allreduce(profile_.tensors[t].name, MakeTensor(g.data(), {n}),
+                                              MakeTensor(outputs_[t].data(), {n}));
     if (!handle.ok()) Die(handle.status().ToString());
     handles_[t] = *handle;
     pending_[t] = true;
@@ -317,6 +326,7 @@ class EmulatedModel {
     if (!pending_[t]) return;
     const bool stalled = !handles_[t].Poll();
     Check(handles_[t].Wait());
+    updated_[t] = handles_[t].has_update();
     pending_[t] = false;
     if (stalled) clock_.Sync();
   }
@@ -324,8 +334,10 @@ class EmulatedModel {
   const sched::Profile profile_;
   const Scaling scaling_;
   std::vector<std::vector<float>> grads_;  // per profile tensor
+  std::vector<std::vector<float>> outputs_;  // the averaged gradients, per profile tensor
   std::vector<Handle> handles_;
   std::vector<bool> pending_;
+  std::vector<bool> updated_;  // the last result held an update (has_update())
   std::vector<double> layer_update_ms_;  // unscaled
   int64_t bytes_ = 0;
   bool update_owed_ = false;  // the last step's update runs layer by layer in this forward
@@ -335,6 +347,14 @@ class EmulatedModel {
 std::string PlannerName() {
   const char* env = std::getenv("OVERLAP_PLANNER");
   return env == nullptr || *env == '\0' ? "observed" : env;
+}
+
+// The planner as the JSON line names it: deft with staleness bound N > 0 is "deft-sN".
+std::string PlannerLabel() {
+  const std::string planner = PlannerName();
+  const char* staleness = std::getenv("OVERLAP_STALENESS");
+  if (planner != "deft" || staleness == nullptr || std::atoi(staleness) <= 0) return planner;
+  return absl::StrCat(planner, "-s", std::atoi(staleness));
 }
 
 bool ScheduledPlanInForce(const RuntimeStats& stats) {
@@ -545,7 +565,7 @@ int Main(int argc, char** argv) {
         "\"step_ms_min\":%.3f,\"step_ms_max\":%.3f,\"compute_ms\":%.3f,\"comm_bound_ms\":%.3f,"
         "\"grad_bytes\":%lld,\"time_scale\":%.6g,\"bytes_scale\":%.6g,\"link_rate\":%s,"
         "\"fitted_alpha_us\":%s,\"fitted_beta_us_per_mb\":%s}\n",
-        JsonString(model.profile().model).c_str(), JsonString(planner).c_str(), step_ms,
+        JsonString(model.profile().model).c_str(), JsonString(PlannerLabel()).c_str(), step_ms,
         JsonNumber(sim_ms, has_sim).c_str(),
         JsonNumber((sim_ms - step_ms) / step_ms, has_sim, 4).c_str(), ideal_ms, ideal_ms / step_ms,
         static_cast<long long>(stats.plan_buckets), JsonString(stats.planner).c_str(),

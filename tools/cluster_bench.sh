@@ -7,7 +7,8 @@
 #                          [--rate 1gbit] [--steps N] [--target-step-ms MS] [--out FILE] [--no-build]
 #
 # --planners: comma- or space-separated; default observed,wfbp,fusion,mgwfbp,bytescheduler,usbyte,
-#   dear,deft,auto (deft runs with OVERLAP_STALENESS=0). --quick: resnet50 only, 10 measured
+#   dear,deft,auto (deft runs with OVERLAP_STALENESS=0; deft-s1, deft-s2: staleness 1 or 2 and
+#   update periods up to 4, the runtime running the delayed plan). --quick: resnet50 only, 10 measured
 #   steps, 0.5 s steps, at most 30 warm-up steps (about 3-5 minutes for the nine planners).
 # Scaling: the cluster comes up once, with one rate for every model (--rate, default 1gbit); each
 # model gets its own time scale (the ideal step is --target-step-ms, default 1000) and bytes scale
@@ -61,9 +62,11 @@ fi
 BIN=$(mktemp -d /tmp/cluster_bench.XXXXXX)
 LOG=$BIN/logs
 mkdir -p "$LOG"
+# bazel info, not the bazel-bin symlink: another output base in this workspace may re-point it.
+BAZEL_BIN=$(cd "$ROOT" && bazel info bazel-bin 2>/dev/null) || die "bazel info bazel-bin failed"
 for b in bench/model_step launcher/overlaprun; do
-  [ -x "$ROOT/bazel-bin/$b" ] || die "$ROOT/bazel-bin/$b is missing; build it or drop --no-build"
-  cp "$ROOT/bazel-bin/$b" "$BIN/"
+  [ -x "$BAZEL_BIN/$b" ] || die "$BAZEL_BIN/$b is missing; build it or drop --no-build"
+  cp "$BAZEL_BIN/$b" "$BIN/"
 done
 chmod -R a+rx "$BIN"
 
@@ -81,6 +84,10 @@ for model in "${model_list[@]}"; do
   for planner in "${planner_list[@]}"; do
     env_args=(OVERLAP_PLANNER="$planner")
     [ "$planner" != deft ] || env_args+=(OVERLAP_STALENESS=0)
+    # deft-sN: deft with staleness bound N and update periods up to 4 (delayed updates).
+    if [[ $planner =~ ^deft-s([0-9]+)$ ]]; then
+      env_args=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}" OVERLAP_MAX_PERIOD=4)
+    fi
     log=$LOG/$model-$planner.log
     echo "cluster_bench.sh: $model / $planner ($(date -u +%H:%M:%S) UTC)" >&2
     # The ring allreduce (libnbc algorithm 1) drives tbf-capped links at the cap, the default
