@@ -38,6 +38,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -125,6 +126,15 @@ class PlannedMode {
   bool quiescent() const {
     return idle() && waiting_.empty() && active_.empty() &&
            (delays_ == nullptr || delays_->parked() == 0);
+  }
+  // No delayed plan, or nothing of it left to run: every copy has gone through its buckets.
+  // Shutdown waits for this before it tells the others, because the program does not wait for
+  // the last steps' buckets of a delayed plan (their results are due in steps that never come).
+  bool delayed_drained() const {
+    return delays_ == nullptr ||
+           (launches_.empty() && waiting_.empty() && active_.empty() &&
+            std::all_of(backlog_.begin(), backlog_.end(),
+                        [](const auto& line) { return line.second.empty(); }));
   }
   // Bytes a delayed plan holds (PlanDelays::held_bytes); any thread.
   int64_t delayed_bytes() const { return delayed_bytes_.load(std::memory_order_relaxed); }
