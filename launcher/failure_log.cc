@@ -2,8 +2,26 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 
 namespace overlap::launcher {
+
+std::optional<std::string> ParseLostDaemonHost(absl::string_view line) {
+  constexpr absl::string_view kDaemon = "Remote daemon:", kNode = " on node ";
+  const size_t daemon = line.find(kDaemon);
+  if (daemon == absl::string_view::npos) {
+    return std::nullopt;
+  }
+  const size_t node = line.find(kNode, daemon);
+  if (node == absl::string_view::npos) {
+    return std::nullopt;
+  }
+  absl::string_view host = absl::StripAsciiWhitespace(line.substr(node + kNode.size()));
+  if (host.empty() || host.find(' ') != absl::string_view::npos) {
+    return std::nullopt;
+  }
+  return std::string(host);
+}
 
 bool FailureLog::Add(const RankReport& report) {
   reports_.push_back(report);
@@ -11,6 +29,16 @@ bool FailureLog::Add(const RankReport& report) {
     return false;
   }
   announced_ = true;
+  return true;
+}
+
+bool FailureLog::AddLostHost(const std::string& who, int64_t at_ms) {
+  if (!lost_host_.empty()) {
+    return false;
+  }
+  lost_host_ = who;
+  lost_at_ms_ = at_ms;
+  announced_ = true;  // rank failures after this one are its consequences
   return true;
 }
 
@@ -91,6 +119,17 @@ std::optional<RankReport> FailureLog::Cause() const {
 }
 
 std::string FailureLog::Summary(int64_t job_end_ms) const {
+  if (!lost_host_.empty()) {
+    int stopped = 0, failed = 0;
+    for (const RankReport& r : reports_) {
+      ++(r.stopped_by_launcher ? stopped : failed);
+    }
+    return absl::StrFormat(
+        "overlaprun: job failed: mpirun lost contact with host %s: the host or its network is "
+        "down; %d rank%s failed and %d %s stopped; the job ended %.2f s after",
+        lost_host_, failed, failed == 1 ? "" : "s", stopped, stopped == 1 ? "was" : "were",
+        static_cast<double>(job_end_ms - lost_at_ms_) / 1000.0);
+  }
   std::optional<RankReport> cause = Cause();
   if (!cause) {
     return "";

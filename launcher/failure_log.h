@@ -17,9 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "launcher/rank_report.h"
 
 namespace overlap::launcher {
+
+// The host in mpirun's (ORTE's) report of a lost daemon, which says, among other lines,
+//   Remote daemon: [[29664,0],3] on node h3
+// nullopt for any other line.
+std::optional<std::string> ParseLostDaemonHost(absl::string_view line);
 
 class FailureLog {
  public:
@@ -34,13 +40,21 @@ class FailureLog {
   // Whether `rank` has reported its end.
   bool Reported(int rank) const;
 
+  // mpirun's own report that it lost contact with its daemon on a host (a host or a network that
+  // went away). `who` names the host and its ranks, e.g. "h3 (rank 2)". The first such report is
+  // the cause of the job's end, whatever the ranks reported: they failed or were stopped because
+  // of it. Returns true for the first one (later ones are ignored).
+  bool AddLostHost(const std::string& who, int64_t at_ms);
+  bool lost_host() const { return !lost_host_.empty(); }
+
   // The failure to blame: the earliest one not caused by the launcher, else the earliest of all.
   std::optional<RankReport> Cause() const;
 
   // The final line, e.g. "overlaprun: job failed: rank 1 on host h2 was killed by signal 9
   // (SIGKILL); after it 0 ranks failed and 3 were stopped; the job ended 0.41 s after the first
-  // failure".
-  // `job_end_ms` is when mpirun exited. Only meaningful when !empty().
+  // failure", or after a lost host "overlaprun: job failed: mpirun lost contact with host h3
+  // (rank 2): the host or its network is down; after it ...".
+  // `job_end_ms` is when mpirun exited. Only meaningful when !empty() or lost_host().
   std::string Summary(int64_t job_end_ms) const;
 
   // overlaprun's exit status: the cause's (rank_report.h ExitStatusFor), else mpirun's own status,
@@ -50,6 +64,8 @@ class FailureLog {
  private:
   std::vector<RankReport> reports_;
   bool announced_ = false;
+  std::string lost_host_;  // AddLostHost's `who`, empty when no host was lost
+  int64_t lost_at_ms_ = 0;
 };
 
 }  // namespace overlap::launcher

@@ -1,5 +1,7 @@
 #include "launcher/mpirun_command.h"
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -85,6 +87,18 @@ std::vector<std::string> BuildMpirunCommand(const LaunchOptions& options,
   if (!options.network_interface.empty()) {
     AddMca(argv, "btl_tcp_if_include", options.network_interface);
     AddMca(argv, "oob_tcp_if_include", options.network_interface);
+  }
+  if (options.host_timeout_s > 0) {
+    // Half of host_timeout_s idle, then five probes host_timeout_s / 10 apart: a daemon silent
+    // for about host_timeout_s ends the job with ORTE's "lost communication with a remote daemon
+    // ... on node HOST", which run_job.cc turns into the summary. Five, not fewer, so that a lossy
+    // link does not pass for a dead one: at 10% loss each way, five probes in a row go unanswered
+    // with probability 0.19^5 = 2.5e-4.
+    const long probe_every = std::max(1L, std::lround(options.host_timeout_s / 10));
+    const long idle = std::max(1L, std::lround(options.host_timeout_s) - 5 * probe_every);
+    AddMca(argv, "oob_tcp_keepalive_time", absl::StrCat(idle));
+    AddMca(argv, "oob_tcp_keepalive_intvl", absl::StrCat(probe_every));
+    AddMca(argv, "oob_tcp_keepalive_probes", "5");
   }
   for (const std::string& var : ForwardedVariables(options, context)) {
     argv.insert(argv.end(), {"-x", var});

@@ -59,6 +59,11 @@ struct LaunchOptions {
   // After the first rank fails, mpirun gets this long to stop the others before overlaprun
   // terminates it: a host that vanished from the network can keep mpirun waiting forever.
   double kill_grace_s = 10.0;
+  // When > 0 (at least 6), mpirun declares a host lost when its daemon there has not answered
+  // for about this long (TCP keepalive on Open MPI's control connections, mpirun_command.cc), so
+  // a host cut off from the network ends the job with its name. 0 keeps Open MPI's own (300 s
+  // idle, then 9 probes 20 s apart: 8 minutes). Set it below the runtime's collective timeout.
+  double host_timeout_s = 0;
 
   // The mpirun to run, and extra arguments passed to it verbatim before the program.
   std::string mpirun = "mpirun";

@@ -154,6 +154,20 @@ absl::Status SetKillGrace(absl::string_view option, const std::string& value, La
   return absl::OkStatus();
 }
 
+absl::Status SetHostTimeout(absl::string_view option, const std::string& value, LaunchOptions& o) {
+  absl::StatusOr<double> s = ParseSeconds(option, value);
+  if (!s.ok()) {
+    return s.status();
+  }
+  // Five keepalive probes at least a second apart after a second idle (TCP counts whole seconds).
+  if (*s < 6 || *s > 86400) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(option, " '", value, "' must be between 6 and 86400 seconds"));
+  }
+  o.host_timeout_s = *s;
+  return absl::OkStatus();
+}
+
 absl::Status SetNetworkInterface(absl::string_view option, const std::string& value,
                                  LaunchOptions& o) {
   o.network_interface = value;
@@ -190,6 +204,7 @@ const OptionSpec kOptions[] = {
     {{"-x"}, true, AddForwarded},
     {{"--start-timeout"}, true, SetStartTimeout},
     {{"--kill-grace"}, true, SetKillGrace},
+    {{"--host-timeout"}, true, SetHostTimeout},
     {{"--network-interface"}, true, SetNetworkInterface},
     {{"--rsh-agent"}, true, SetRshAgent},
     {{"--mpirun"}, true, SetMpirun},

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -143,6 +144,9 @@ class JobWatcher {
     std::optional<RankReport> report = ParseRankReport(line);
     if (!report) {
       WriteAll(STDERR_FILENO, line.data(), line.size());
+      if (std::optional<std::string> host = ParseLostDaemonHost(line)) {
+        LostHost(*host);
+      }
       return;
     }
     if (!log_.Add(*report)) {
@@ -150,8 +154,32 @@ class JobWatcher {
     }
     Say(absl::StrCat("overlaprun: rank ", report->rank, " on host ", report->host, " ",
                      DescribeEnd(*report), "; stopping the job"));
-    first_failed_rank_ = report->rank;
+    first_failure_ = absl::StrCat("rank ", report->rank, " failed");
     terminate_at_ = After(options_.kill_grace_s);
+  }
+
+  // mpirun lost its daemon on `host`: that host is the cause. mpirun aborts the job by itself,
+  // but cannot reach the host's ranks, so the kill grace applies as after a rank's failure.
+  void LostHost(const std::string& host) {
+    std::vector<std::string> ranks;
+    for (int rank = 0; rank < options_.num_ranks; ++rank) {
+      if (HostOfRank(options_.hosts, rank) == host) {
+        ranks.push_back(absl::StrCat(rank));
+      }
+    }
+    const std::string who = ranks.empty()
+                                ? host
+                                : absl::StrCat(host, " (", ranks.size() == 1 ? "rank " : "ranks ",
+                                               absl::StrJoin(ranks, ", "), ")");
+    if (!log_.AddLostHost(who, NowMs())) {
+      return;
+    }
+    Say(absl::StrCat("overlaprun: mpirun lost contact with host ", who,
+                     ": the host or its network is down; stopping the job"));
+    if (!terminate_at_) {
+      first_failure_ = absl::StrCat("it lost contact with ", host);
+      terminate_at_ = After(options_.kill_grace_s);
+    }
   }
 
   void CheckMpirun() {
@@ -182,9 +210,9 @@ class JobWatcher {
     if (terminate_at_ && now >= *terminate_at_) {
       terminate_at_.reset();
       Say(
-          absl::StrFormat("overlaprun: mpirun has not stopped the job %g s after rank %d failed "
+          absl::StrFormat("overlaprun: mpirun has not stopped the job %g s after %s "
                           "(--kill-grace); terminating it",
-                          options_.kill_grace_s, first_failed_rank_));
+                          options_.kill_grace_s, first_failure_));
       silent_ = RankList([this](int r) { return log_.Reported(r); });
       Say(absl::StrCat("overlaprun: no end was reported by ", silent_,
                        ": still running, or on a host that is unreachable"));
@@ -226,10 +254,11 @@ class JobWatcher {
                        " and passed it to mpirun"));
       return 128 + sig;
     }
-    if (cause) {
+    if (cause || log_.lost_host()) {
       Say(absl::StrCat(log_.Summary(end_ms_),
                        silent_.empty() ? "" : absl::StrCat("; no end was reported by ", silent_)));
-      return log_.ExitStatus(status);
+      // A lost host with no rank reported: mpirun's status, which is not 0 after an abort.
+      return std::max(1, log_.ExitStatus(status));
     }
     if (!failure_.empty()) {
       Say(absl::StrCat("overlaprun: job failed: ", failure_));
@@ -248,9 +277,9 @@ class JobWatcher {
   std::string buffer_;  // an incomplete last line of mpirun's stderr
   FailureLog log_;
   std::set<int> started_;
-  std::string failure_;  // why overlaprun stopped a job no rank reported failing
-  std::string silent_;   // ranks that had not reported when mpirun was terminated
-  int first_failed_rank_ = -1;
+  std::string failure_;        // why overlaprun stopped a job no rank reported failing
+  std::string silent_;         // ranks that had not reported when mpirun was terminated
+  std::string first_failure_;  // "rank 1 failed" or "it lost contact with h3", for messages
   std::optional<Clock::time_point> start_deadline_, terminate_at_, kill_at_;
   Clock::time_point drain_until_;
   bool mpirun_done_ = false, pipe_open_ = true;

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "launcher/parse_args.h"
 
@@ -45,6 +46,18 @@ TEST_CASE("hosts, agent, interface, TCP only and root", "[command]") {
         "--mca plm_rsh_agent /x/agent.sh --mca btl tcp,self "
         "--mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 "
         "-x OVERLAP_LOG_LEVEL -x OVERLAP_NUM_CHANNELS -x PATH prog");
+}
+
+TEST_CASE("--host-timeout becomes TCP keepalive on mpirun's daemon connections", "[command]") {
+  // 10 s: idle 5 s, then 5 probes 1 s apart; 60 s: idle 30 s, probes 6 s apart.
+  CHECK(Command({"-np", "2", "--host-timeout", "10", "--no-rank-wrapper", "p"}) ==
+        "mpirun -np 2 --bind-to none --map-by slot --oversubscribe "
+        "--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 1 "
+        "--mca oob_tcp_keepalive_probes 5 "
+        "-x OVERLAP_LOG_LEVEL -x OVERLAP_NUM_CHANNELS -x PATH p");
+  CHECK(absl::StrContains(Command({"-np", "2", "--host-timeout", "60", "p"}),
+                          "--mca oob_tcp_keepalive_time 30 --mca oob_tcp_keepalive_intvl 6 "));
+  CHECK_FALSE(absl::StrContains(Command({"-np", "2", "p"}), "keepalive"));
 }
 
 TEST_CASE("runtime options override inherited OVERLAP_* values; -x overrides both", "[command]") {

@@ -205,6 +205,10 @@ TEST_CASE("each bad argument gives one message naming the option", "[parse]") {
         "--replan-drift '-0.1' is not a non-negative number");
   CHECK(message({"-np", "1", "--start-timeout", "soon", "p"}) ==
         "--start-timeout 'soon' is not a positive number of seconds");
+  CHECK(message({"-np", "1", "--host-timeout", "5", "p"}) ==
+        "--host-timeout '5' must be between 6 and 86400 seconds");
+  CHECK(message({"-np", "1", "--host-timeout", "0", "p"}) ==
+        "--host-timeout '0' is not a positive number of seconds");
   CHECK(message({"-np", "1", "-x", "1BAD=2", "p"}) ==
         "-x '1BAD=2' is not NAME or NAME=VALUE with a valid variable name");
   CHECK(message({"-np", "1", "--dry-run=yes", "p"}) == "--dry-run takes no value");

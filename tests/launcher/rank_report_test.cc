@@ -82,6 +82,24 @@ TEST_CASE("the failure log blames the earliest rank that failed on its own", "[r
         "rank failed and 1 was stopped; the job ended 2.50 s after the first failure");
 }
 
+TEST_CASE("mpirun's report of a lost daemon names the host, which is then the cause", "[report]") {
+  CHECK(ParseLostDaemonHost("  Remote daemon: [[29664,0],3] on node h3") == "h3");
+  CHECK(ParseLostDaemonHost("  Remote daemon: [[29664,0],3] on node h3\n") == "h3");
+  CHECK_FALSE(ParseLostDaemonHost("  HNP daemon   : [[29664,0],0] on node vm").has_value());
+  CHECK_FALSE(ParseLostDaemonHost("rank 1: Remote daemon: is fine").has_value());
+  CHECK_FALSE(ParseLostDaemonHost("Remote daemon: x on node ").has_value());
+  // mpirun aborts the job: ranks on the other hosts are stopped or fail; the lost host is blamed.
+  FailureLog log;
+  CHECK(log.AddLostHost("h3 (rank 2)", 20000));
+  CHECK(log.lost_host());
+  CHECK_FALSE(log.AddLostHost("h4 (rank 3)", 20001));
+  CHECK_FALSE(log.Add(Report(3, RankReport::How::kSignaled, SIGTERM, 20100)));
+  CHECK_FALSE(log.Add(Report(0, RankReport::How::kSignaled, SIGTERM, 20110, true)));
+  CHECK(log.Summary(21500) ==
+        "overlaprun: job failed: mpirun lost contact with host h3 (rank 2): the host or its "
+        "network is down; 1 rank failed and 1 was stopped; the job ended 1.50 s after");
+}
+
 TEST_CASE("a cause reported a few ms late is still found by how it ended", "[report]") {
   // Rank 2 exited with 7; ranks 0, 1 and 3 noticed and exited with 1, one of them reported 3 ms
   // before rank 2's wrapper did.
