@@ -99,13 +99,15 @@ absl::Status BroadcastParameters(Mlp<Scalar>& model) {
 // (unscaled) loss of the slice.
 // `allreduce` carries the compressor for this step; `local` is null unless momentum correction
 // is on, in which case each rank's velocity is what gets allreduced. `predict` is null unless
-// the staleness correction predicts weights; `step` counts the optimizer steps before this one.
+// the staleness correction predicts weights; `step` counts this schedule's steps before this one.
+// In synchronous warm-up epochs of a delayed run the gradients go by other names ("warmup."
+// prefix), since the runtime keeps one schedule per name.
 template <typename Scalar>
 absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t>& order,
                                  RowRange global, const AllreduceOptions& allreduce,
                                  Mlp<Scalar>& model, LocalMomentum<Scalar>* local,
                                  WeightPrediction<Scalar>* predict, int64_t step,
-                                 Optimizer<Scalar>& optimizer) {
+                                 const std::string& prefix, Optimizer<Scalar>& optimizer) {
   const RowRange mine = ShardOf(global.count, Rank(), Size());
   Matrix<Scalar> x;
   std::vector<uint8_t> labels;
@@ -114,7 +116,7 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
   // (OVERLAP_PLANNER); without them it still works, with the plan it observes.
   (void)StartForward();
   if (predict != nullptr) {
-    predict->Shift(step, model.params());
+    predict->Shift(step, allreduce.delay, allreduce.period, model.params());
   }
   model.Forward(x);
 
@@ -138,8 +140,8 @@ absl::StatusOr<double> TrainStep(const Dataset& train, const std::vector<int64_t
       AllreduceOptions options = allreduce;
       options.phase = static_cast<int>(index % static_cast<size_t>(allreduce.period));
       absl::StatusOr<Handle> handle =
-          Allreduce(ParamName(l, is_bias), is_bias ? bias : weight, is_bias ? bias : weight,
-                    options);
+          Allreduce(prefix + ParamName(l, is_bias), is_bias ? bias : weight,
+                    is_bias ? bias : weight, options);
       if (handle.ok()) {
         handles.push_back(*handle);
         handle_tensor.push_back(index);
@@ -214,31 +216,35 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
         model.params(), options.momentum,
         options.momentum_correction == MomentumCorrection::kMasked);
   }
-  // Stale gradients act as momentum already; the momentum correction takes that much off.
+  // Against stale updates (docs/scheduler.md, "Accuracy"): stale gradients act as momentum
+  // already, so both corrections take that much momentum off; kPredict also takes each gradient
+  // at the predicted parameters and, for SGD, spreads a period's summed gradient over its steps.
+  // Synchronous warm-up epochs run the plain optimizer.
   const StalenessCorrection correction = options.staleness_correction;
-  const bool lower_momentum = correction == StalenessCorrection::kMomentum ||
-                              correction == StalenessCorrection::kPredictMomentum;
-  const double staleness = options.delay + (options.period - 1) / 2.0;
-  auto corrected_momentum = [&](double m) {
-    return lower_momentum ? std::max(0.0, 1 - (1 - m) * (1 + staleness)) : m;
-  };
+  const bool is_sgd = options.optimizer == OptimizerKind::kSgd;
   std::unique_ptr<WeightPrediction<Scalar>> predict;
-  if (correction == StalenessCorrection::kPredict ||
-      correction == StalenessCorrection::kPredictMomentum) {
-    predict =
-        std::make_unique<WeightPrediction<Scalar>>(model.params(), options.delay, options.period);
+  if (correction == StalenessCorrection::kPredict) {
+    predict = std::make_unique<WeightPrediction<Scalar>>(model.params());
   }
+  const double staleness = options.delay + (options.period - 1) / 2.0;
+  auto momentum_of_epoch = [&](bool warmup) {
+    const double m = !is_sgd ? 0.9 : corrected ? 0.0 : options.momentum;
+    return warmup || correction == StalenessCorrection::kOff
+               ? m
+               : std::max(0.0, 1 - (1 - m) * (1 + staleness));
+  };
+  auto steps_per_update_of_epoch = [&](bool warmup) {
+    return !warmup && is_sgd && predict != nullptr ? options.period : 1;
+  };
   std::unique_ptr<Optimizer<Scalar>> optimizer;
-  if (options.optimizer == OptimizerKind::kAdam || options.optimizer == OptimizerKind::kAdamW) {
+  if (is_sgd) {
+    optimizer = std::make_unique<MomentumSgd<Scalar>>(model.params(), options.learning_rate,
+                                                      Scalar{0});
+  } else {
     const Scalar decay =
         options.optimizer == OptimizerKind::kAdamW ? static_cast<Scalar>(options.weight_decay) : 0;
-    optimizer = std::make_unique<Adam<Scalar>>(model.params(), options.learning_rate,
-                                               static_cast<Scalar>(corrected_momentum(0.9)), decay,
-                                               correction != StalenessCorrection::kOff);
-  } else {
-    optimizer = std::make_unique<MomentumSgd<Scalar>>(
-        model.params(), options.learning_rate,
-        corrected ? Scalar{0} : static_cast<Scalar>(corrected_momentum(options.momentum)));
+    optimizer = std::make_unique<Adam<Scalar>>(model.params(), options.learning_rate, Scalar{0},
+                                               decay, correction != StalenessCorrection::kOff);
   }
   Optimizer<Scalar>& sgd = *optimizer;
   if (Rank() == 0) {
@@ -248,6 +254,7 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
   }
 
   int64_t steps = 0;
+  int64_t scheduled_steps = 0;  // steps with the run's delay and period, after any warm-up
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
     const std::vector<int64_t> order = EpochOrder(train.size, options.seed, epoch);
     sgd.set_learning_rate(
@@ -255,9 +262,14 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
     // Warm-up epochs ask for no compression explicitly; afterwards --compression, or the
     // runtime's default when it is empty.
     AllreduceOptions allreduce;
-    allreduce.compression = epoch <= options.warmup_epochs ? "none" : options.compression;
-    allreduce.delay = options.delay;
-    allreduce.period = options.period;
+    const bool warmup = epoch <= options.warmup_epochs;
+    allreduce.compression = warmup ? "none" : options.compression;
+    allreduce.delay = warmup ? 0 : options.delay;
+    allreduce.period = warmup ? 1 : options.period;
+    const bool scheduled = options.delay > 0 || options.period > 1;
+    const std::string prefix = warmup && scheduled ? "warmup." : "";
+    sgd.set_momentum(static_cast<Scalar>(momentum_of_epoch(warmup || !scheduled)),
+                     steps_per_update_of_epoch(warmup));
     const auto start = std::chrono::steady_clock::now();
     // {summed loss, training images, correct test predictions, test images}, summed over ranks.
     std::vector<double> totals = {0.0, 0.0, 0.0, 0.0};
@@ -267,13 +279,15 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
       }
       const RowRange global = {begin, std::min(options.batch, train.size - begin)};
       absl::StatusOr<double> loss =
-          TrainStep(train, order, global, allreduce, model, local.get(), predict.get(), steps, sgd);
+          TrainStep(train, order, global, allreduce, model, local.get(), predict.get(),
+                    scheduled_steps, prefix, sgd);
       if (!loss.ok()) {
         return loss.status();
       }
       totals[0] += *loss;
       totals[1] += static_cast<double>(ShardOf(global.count, Rank(), Size()).count);
       ++steps;
+      scheduled_steps += warmup ? 0 : 1;
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

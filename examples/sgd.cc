@@ -7,8 +7,8 @@ namespace examples {
 
 template <typename Scalar>
 MomentumSgd<Scalar>::MomentumSgd(const std::vector<DenseLayer<Scalar>>& params,
-                                 Scalar learning_rate, Scalar momentum)
-    : learning_rate_(learning_rate), momentum_(momentum) {
+                                 Scalar learning_rate, Scalar momentum, int steps_per_update)
+    : learning_rate_(learning_rate), momentum_(momentum), steps_per_update_(steps_per_update) {
   for (const DenseLayer<Scalar>& p : params) {
     velocity_.push_back({Matrix<Scalar>::Zero(p.weight.rows(), p.weight.cols()),
                          Vector<Scalar>::Zero(p.bias.size())});
@@ -22,15 +22,32 @@ bool Applies(const UpdateMask& apply, size_t tensor) { return apply.empty() || a
 template <typename Scalar>
 void MomentumSgd<Scalar>::Step(const std::vector<DenseLayer<Scalar>>& grads,
                                std::vector<DenseLayer<Scalar>>& params, const UpdateMask& apply) {
+  // p steps of v = m v + g / p, x -= lr v, in closed form: the parameter moves by
+  // lr (carry v_old + spread g / p) and v becomes m^p v_old + (1 + m + .. + m^(p-1)) g / p.
+  // With p = 1: carry = m, spread = 1, the textbook step.
+  const int p = steps_per_update_;
+  const double m = momentum_;
+  double carry = 0, spread = 0, keep = 1, sum_powers = 0;  // sum_powers = 1 + m + .. + m^(i-1)
+  for (int i = 1; i <= p; ++i) {
+    sum_powers += keep;
+    keep *= m;
+    carry += keep;
+    spread += sum_powers;
+  }
+  const Scalar c = static_cast<Scalar>(carry), s = static_cast<Scalar>(spread / p),
+               k = static_cast<Scalar>(keep), a = static_cast<Scalar>(sum_powers / p);
+  auto update = [&](auto& param, const auto& grad, auto& v) {
+    if (p == 1) {
+      v = momentum_ * v + grad;
+      param -= learning_rate_ * v;
+    } else {
+      param -= learning_rate_ * (c * v + s * grad);
+      v = k * v + a * grad;
+    }
+  };
   for (size_t l = 0; l < params.size(); ++l) {
-    if (Applies(apply, 2 * l)) {
-      velocity_[l].weight = momentum_ * velocity_[l].weight + grads[l].weight;
-      params[l].weight -= learning_rate_ * velocity_[l].weight;
-    }
-    if (Applies(apply, 2 * l + 1)) {
-      velocity_[l].bias = momentum_ * velocity_[l].bias + grads[l].bias;
-      params[l].bias -= learning_rate_ * velocity_[l].bias;
-    }
+    if (Applies(apply, 2 * l)) update(params[l].weight, grads[l].weight, velocity_[l].weight);
+    if (Applies(apply, 2 * l + 1)) update(params[l].bias, grads[l].bias, velocity_[l].bias);
   }
 }
 

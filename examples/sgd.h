@@ -22,6 +22,9 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual void set_learning_rate(Scalar learning_rate) = 0;
+  // The momentum (SGD) or beta1 (Adam), and how many steps' gradients each update sums (SGD
+  // only; see MomentumSgd). Used when a synchronous warm-up ends.
+  virtual void set_momentum(Scalar momentum, int steps_per_update) = 0;
   // Applies one step of `grads` (same shapes as the params given to the constructor) to the
   // tensors `apply` selects (all when it is empty).
   virtual void Step(const std::vector<DenseLayer<Scalar>>& grads,
@@ -31,9 +34,16 @@ class Optimizer {
 template <typename Scalar>
 class MomentumSgd : public Optimizer<Scalar> {
  public:
-  MomentumSgd(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate, Scalar momentum);
+  // steps_per_update p > 1: each update carries the sum of p steps' gradients (an update period,
+  // AllreduceOptions::period), and is applied as p momentum steps of 1/p of it each.
+  MomentumSgd(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate, Scalar momentum,
+              int steps_per_update = 1);
 
   void set_learning_rate(Scalar learning_rate) override { learning_rate_ = learning_rate; }
+  void set_momentum(Scalar momentum, int steps_per_update) override {
+    momentum_ = momentum;
+    steps_per_update_ = steps_per_update;
+  }
 
   void Step(const std::vector<DenseLayer<Scalar>>& grads, std::vector<DenseLayer<Scalar>>& params,
             const UpdateMask& apply = {}) override;
@@ -41,6 +51,7 @@ class MomentumSgd : public Optimizer<Scalar> {
  private:
   Scalar learning_rate_;
   Scalar momentum_;
+  int steps_per_update_;
   std::vector<DenseLayer<Scalar>> velocity_;
 };
 
@@ -61,6 +72,7 @@ class Adam : public Optimizer<Scalar> {
        Scalar weight_decay = 0, bool decay_without_update = false);
 
   void set_learning_rate(Scalar learning_rate) override { learning_rate_ = learning_rate; }
+  void set_momentum(Scalar beta1, int /*steps_per_update*/) override { beta1_ = beta1; }
 
   void Step(const std::vector<DenseLayer<Scalar>>& grads, std::vector<DenseLayer<Scalar>>& params,
             const UpdateMask& apply = {}) override;

@@ -27,7 +27,8 @@ const char kTrainUsage[] =
     "  --data-dir DIR      Fashion-MNIST files (default /usr/share/datasets/fashion-mnist)\n"
     "  --compression SPEC  gradient compressor, e.g. topk:ratio=0.01 (default:\n"
     "                      OVERLAP_COMPRESSION, set by overlaprun --compression)\n"
-    "  --warmup-epochs N   epochs allreduced uncompressed before compression starts (default 0)\n"
+    "  --warmup-epochs N   epochs allreduced uncompressed and synchronously before compression,\n"
+    "                      --delay and --period start (default 0)\n"
     "  --momentum-correction M\n"
     "                      off, on (each rank allreduces its own velocity: DGC momentum\n"
     "                      correction) or masked (on, and a rank's velocity restarts wherever\n"
@@ -42,8 +43,9 @@ const char kTrainUsage[] =
     "  --staleness-correction C\n"
     "                      off; on (or momentum): lower the momentum (SGD) or beta1 (Adam,\n"
     "                      AdamW) for the mean staleness delay + (period - 1) / 2 of the\n"
-    "                      updates; predict: take each gradient at the parameters extrapolated\n"
-    "                      to the step that applies it; predict+momentum: both (default off)\n";
+    "                      updates; predict: as on, and take each gradient at the parameters\n"
+    "                      extrapolated to the step that applies it, and (SGD) apply a\n"
+    "                      period's summed gradient as that many momentum steps (default off)\n";
 
 namespace {
 
@@ -135,10 +137,8 @@ absl::Status SetFlag(absl::string_view name, absl::string_view value, TrainOptio
       options->staleness_correction = StalenessCorrection::kMomentum;
     } else if (value == "predict") {
       options->staleness_correction = StalenessCorrection::kPredict;
-    } else if (value == "predict+momentum") {
-      options->staleness_correction = StalenessCorrection::kPredictMomentum;
     } else {
-      status = BadValue(name, value, "off, on (or momentum), predict or predict+momentum");
+      status = BadValue(name, value, "off, on (or momentum) or predict");
     }
   } else if (name == "delay") {
     status = ParseInt(name, value, 0, 16, &n);

@@ -29,11 +29,10 @@ enum class StalenessCorrection {
   // Momentum (SGD) or beta1 (Adam, AdamW) m becomes max(0, 1 - (1 - m)(1 + s)) for the mean
   // staleness s = delay + (period - 1) / 2, since stale gradients already act as momentum.
   kMomentum,
-  // Weight prediction (examples/weight_prediction.h): each gradient is taken at the parameters
-  // extrapolated to the step that will apply it; the optimizer is left as it is.
+  // kMomentum, plus weight prediction (examples/weight_prediction.h): each gradient is taken at
+  // the parameters extrapolated to the step that will apply it; and for SGD with a period p,
+  // each update (the sum of p steps' gradients) is applied as p momentum steps of 1/p of it.
   kPredict,
-  // Both of the above.
-  kPredictMomentum,
 };
 
 struct TrainOptions {
@@ -52,7 +51,8 @@ struct TrainOptions {
   // Gradient compressor spec for every gradient allreduce (docs/compression.md); empty means the
   // runtime's default, OVERLAP_COMPRESSION (what overlaprun --compression sets).
   std::string compression;
-  // The first warmup_epochs epochs allreduce uncompressed (DGC and PowerSGD both warm up so); the
+  // The first warmup_epochs epochs allreduce uncompressed (DGC and PowerSGD both warm up so) and
+  // synchronously (no delay or period, plain optimizer, as large-batch training warms up); the
   // compressor and its residuals start with the first epoch after them.
   int warmup_epochs = 0;
   MomentumCorrection momentum_correction = MomentumCorrection::kOff;

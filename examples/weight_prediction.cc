@@ -16,9 +16,8 @@ int UpdatesBeforeApplied(int64_t step, int tensor, int delay, int period) {
 }
 
 template <typename Scalar>
-WeightPrediction<Scalar>::WeightPrediction(const std::vector<DenseLayer<Scalar>>& params,
-                                           int delay, int period)
-    : delay_(delay), period_(period), saved_(params) {
+WeightPrediction<Scalar>::WeightPrediction(const std::vector<DenseLayer<Scalar>>& params)
+    : saved_(params) {
   for (const DenseLayer<Scalar>& p : params) {
     last_update_.push_back({Matrix<Scalar>::Zero(p.weight.rows(), p.weight.cols()),
                             Vector<Scalar>::Zero(p.bias.size())});
@@ -26,13 +25,14 @@ WeightPrediction<Scalar>::WeightPrediction(const std::vector<DenseLayer<Scalar>>
 }
 
 template <typename Scalar>
-void WeightPrediction<Scalar>::Shift(int64_t step, std::vector<DenseLayer<Scalar>>& params) {
+void WeightPrediction<Scalar>::Shift(int64_t step, int delay, int period,
+                                     std::vector<DenseLayer<Scalar>>& params) {
   saved_ = params;
   for (size_t l = 0; l < params.size(); ++l) {
     const int tensor = 2 * static_cast<int>(l);
-    const Scalar ahead_w = static_cast<Scalar>(UpdatesBeforeApplied(step, tensor, delay_, period_));
+    const Scalar ahead_w = static_cast<Scalar>(UpdatesBeforeApplied(step, tensor, delay, period));
     const Scalar ahead_b =
-        static_cast<Scalar>(UpdatesBeforeApplied(step, tensor + 1, delay_, period_));
+        static_cast<Scalar>(UpdatesBeforeApplied(step, tensor + 1, delay, period));
     if (ahead_w != 0) params[l].weight += ahead_w * last_update_[l].weight;
     if (ahead_b != 0) params[l].bias += ahead_b * last_update_[l].bias;
   }

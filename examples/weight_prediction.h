@@ -33,17 +33,17 @@ int UpdatesBeforeApplied(int64_t step, int tensor, int delay, int period);
 template <typename Scalar>
 class WeightPrediction {
  public:
-  WeightPrediction(const std::vector<DenseLayer<Scalar>>& params, int delay, int period);
+  explicit WeightPrediction(const std::vector<DenseLayer<Scalar>>& params);
 
-  // Saves the parameters and moves each tensor to its predicted value for step `step`.
-  void Shift(int64_t step, std::vector<DenseLayer<Scalar>>& params);
+  // Saves the parameters and moves each tensor to its predicted value, for the `step`-th
+  // submission of gradients under delay `delay` and period `period` (0 and 1: no move).
+  void Shift(int64_t step, int delay, int period, std::vector<DenseLayer<Scalar>>& params);
   // Puts back the parameters Shift saved.
   void Restore(std::vector<DenseLayer<Scalar>>& params) const;
   // After the optimizer step: remembers the step just taken by each tensor `apply` selects.
   void Record(const std::vector<DenseLayer<Scalar>>& params, const UpdateMask& apply);
 
  private:
-  int delay_, period_;
   std::vector<DenseLayer<Scalar>> saved_;        // the parameters before this step's update
   std::vector<DenseLayer<Scalar>> last_update_;  // each tensor's last optimizer step
 };
