@@ -1,0 +1,94 @@
+// ScheduledPlan (runtime/executable_plan.h): which scheduler plans a rank accepts to run, and the
+// schedules it carries into the planned executor. Pure logic: no MPI.
+#include "runtime/executable_plan.h"
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+
+namespace overlap {
+namespace {
+
+PlanEntry Entry(const std::string& name, int64_t elements, DataType dtype = DataType::kFloat32,
+                ReduceOp op = ReduceOp::kAverage) {
+  auto response = std::make_shared<Response>();
+  response->name = name;
+  response->request.name = name;
+  response->request.kind = OpKind::kAllreduce;
+  response->request.op = op;
+  response->request.tensors.push_back(TensorMeta{dtype, {elements}});
+  return PlanEntry{0, std::move(response)};
+}
+
+sched::Bucket Bucket(sched::Collective op, const std::string& name, int64_t offset, int64_t count,
+                     int delay = 0, int period = 1, int phase = 0) {
+  sched::Bucket b;
+  b.op = op;
+  b.slices.push_back(sched::TensorSlice{0, name, offset, count});
+  b.delay = delay;
+  b.period = period;
+  b.phase = phase;
+  return b;
+}
+
+absl::flat_hash_map<std::string, PlanEntry> Table() {
+  absl::flat_hash_map<std::string, PlanEntry> table;
+  table.emplace("w", Entry("w", 100));
+  table.emplace("steps", Entry("steps", 10, DataType::kInt32, ReduceOp::kSum));
+  return table;
+}
+
+TEST_CASE("a plan's delays and periods reach the executable plan per bucket") {
+  sched::Plan plan;
+  plan.planner = "deft";
+  plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "w", 0, 60, 1, 2, 1));
+  plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "w", 60, 40));
+  absl::StatusOr<ExecutablePlan> out = ScheduledPlan(plan, Table(), 1);
+  REQUIRE(out.ok());
+  REQUIRE(out->delayed());
+  REQUIRE(out->buckets[0].delay == 1);
+  REQUIRE(out->buckets[0].period == 2);
+  REQUIRE(out->buckets[0].phase == 1);
+  REQUIRE_FALSE(out->buckets[1].delayed());
+  REQUIRE(out->buckets_of[0] == std::vector<int>{0, 1});
+}
+
+TEST_CASE("a synchronous plan is not delayed") {
+  sched::Plan plan;
+  plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "w", 0, 100));
+  absl::StatusOr<ExecutablePlan> out = ScheduledPlan(plan, Table(), 1);
+  REQUIRE(out.ok());
+  REQUIRE_FALSE(out->delayed());
+}
+
+TEST_CASE("schedules the runtime cannot run are refused naming the bucket") {
+  sched::Plan plan;
+  SECTION("a delay on a reduce-scatter") {
+    plan.buckets.push_back(Bucket(sched::Collective::kReduceScatter, "w", 0, 100, 1));
+    plan.buckets.push_back(Bucket(sched::Collective::kAllgather, "w", 0, 100));
+    REQUIRE(ScheduledPlan(plan, Table(), 1).status().message() ==
+            "plan bucket 0: a delay or an update period on a reduce_scatter is not executable "
+            "(only on allreduces)");
+  }
+  SECTION("a period on an integer tensor") {
+    plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "steps", 0, 10, 0, 2, 0));
+    REQUIRE(ScheduledPlan(plan, Table(), 1).status().message() ==
+            "plan bucket 0: tensor 'steps' (int32, sum) cannot have a delay or an update period "
+            "(needs float32 or float64 and a sum or an average)");
+  }
+  SECTION("a phase outside the period") {
+    plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "w", 0, 100, 1, 2, 2));
+    REQUIRE(ScheduledPlan(plan, Table(), 1).status().message() ==
+            "plan bucket 0: delay 1, period 2 and phase 2 are out of range (delay 0..16, period "
+            "1..64, 0 <= phase < period)");
+  }
+  SECTION("a delay beyond 16") {
+    plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "w", 0, 100, 17));
+    REQUIRE(ScheduledPlan(plan, Table(), 1).status().message() ==
+            "plan bucket 0: delay 17, period 1 and phase 0 are out of range (delay 0..16, period "
+            "1..64, 0 <= phase < period)");
+  }
+}
+
+}  // namespace
+}  // namespace overlap
