@@ -441,10 +441,15 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   info_.adopted_step = step_;
   info_.layerwise_update = plan->layerwise_update;
   ++info_.adopted;
+  int delayed = 0, periodic = 0;
+  for (const ExecBucket& b : plan->buckets) {
+    delayed += b.delay > 0 ? 1 : 0;
+    periodic += b.period > 1 ? 1 : 0;
+  }
   spdlog::info(
-      "overlap: rank {}: step {}: adopted the {} plan ({} buckets, predicted step {:.1f} "
-      "ms)",
-      rank_, step_, plan->source, plan->buckets.size(), header[1]);
+      "overlap: rank {}: step {}: adopted the {} plan ({} buckets, {} delayed, {} with an update "
+      "period; predicted step {:.1f} ms)",
+      rank_, step_, plan->source, plan->buckets.size(), delayed, periodic, header[1]);
   return plan;
 }
 
