@@ -6,12 +6,13 @@
 #
 #   network_faults.sh [options] [FAULT...]
 #     FAULT: drop:PERCENT | flap:PERIOD_S:DOWN_S | rate:RATE     (a no-fault run always comes first)
-#     default: drop:1 drop:10 flap:6:1 flap:60:30 rate:10mbit
+#     default: drop:1 drop:10 flap:3:1 flap:40:13 rate:10mbit
 #   --bazel-bin DIR          take DIR/launcher/overlaprun and DIR/examples/mnist_mlp
 #                            (default: this tree's bazel-bin)
 #   --host HOST              the host whose link gets the fault (default h3, rank 2)
-#   --steps N                optimizer steps (--max-steps; default 60)
-#   --collective-timeout S   OVERLAP_COLLECTIVE_TIMEOUT_S for every run (default 10)
+#   --steps N                optimizer steps (--max-steps; default 100)
+#   --collective-timeout S   overlaprun --collective-timeout for every run (default 10)
+#   --host-timeout S         overlaprun --host-timeout for every run (default 6; 0: not given)
 #   --limit S                timeout(1) for each faulty run (default 240)
 #   --out FILE               also write the results table (markdown) here
 #
@@ -36,7 +37,7 @@ fi
 
 die() { echo "network_faults.sh: $*" >&2; exit 2; }
 
-host=h3 steps=60 ctimeout=10 limit=240 settle=1 out=""
+host=h3 steps=100 ctimeout=10 htimeout=6 limit=240 settle=1 out=""
 faults=()
 while (($#)); do
   case $1 in
@@ -44,6 +45,7 @@ while (($#)); do
     --host) host=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --collective-timeout) ctimeout=$2; shift 2 ;;
+    --host-timeout) htimeout=$2; shift 2 ;;
     --limit) limit=$2; shift 2 ;;
     --settle) settle=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
@@ -52,7 +54,7 @@ while (($#)); do
     *) faults+=("$1"); shift ;;
   esac
 done
-((${#faults[@]})) || faults=(drop:1 drop:10 flap:6:1 flap:60:30 rate:10mbit)
+((${#faults[@]})) || faults=(drop:1 drop:10 flap:3:1 flap:40:13 rate:10mbit)
 [ "$(id -u)" -eq 0 ] || die "needs root (the namespace cluster and nftables)"
 for b in "$OVERLAPRUN" "$PROGRAM"; do [ -x "$b" ] || die "$b is missing; build //launcher:overlaprun //examples:mnist_mlp"; done
 rank_of_host=$((${host#h} - 1))
@@ -83,17 +85,20 @@ now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b - a) / 1000 }'; }
 
 # Runs the example once with FAULT ("none" for the reference), leaving in globals: rc, log,
-# inject_ms, end_ms. Every output line is prefixed with its arrival time in ms.
+# start_ms, inject_ms, end_ms. Every output line is prefixed with its arrival time in ms.
 run_once() {
   local fault=$1 kind p1 p2
   log=$WORK/$fault.log
   IFS=: read -r kind p1 p2 <<<"$fault"
   timeout 60 "$CLUSTER" up 4 --rate 1gbit >/dev/null 2>&1 || die "the cluster did not come up"
+  local extra=()
+  [ "$htimeout" = 0 ] || extra=(--host-timeout "$htimeout")
+  start_ms=$(now_ms)
   # stdbuf: rank 0's "training ..." line is the signal to inject, and it is not flushed.
   {
     local status=0
     timeout -k 10 "$limit" "$CLUSTER" exec "$OVERLAPRUN" -np 4 --hostfile "$("$CLUSTER" hostfile)" \
-      --tcp-only --collective-timeout "$ctimeout" --kill-grace 5 -- \
+      --tcp-only --collective-timeout "$ctimeout" "${extra[@]}" --kill-grace 5 -- \
       stdbuf -oL "$PROGRAM" --epochs 1 --max-steps "$steps" --dump-weights "$WORK/$fault.weights" 2>&1 || status=$?
     echo "$status" >"$WORK/$fault.rc"
   } | while IFS= read -r line; do echo "$(now_ms) $line"; done >"$log" &
@@ -135,7 +140,7 @@ for fault in none "${faults[@]}"; do
   if [ "$fault" = none ]; then
     [ "$rc" -eq 0 ] && [ -n "$final" ] || { cat "$log" >&2; die "the no-fault run did not finish (status $rc)"; }
     ref_line=$final ref_weights=$WORK/none.weights
-    ref_s=$(secs "$(head -c 13 "$log")" "$end_ms")
+    ref_s=$(secs "$start_ms" "$end_ms")
     echo "result: fault=none outcome=finished seconds=$ref_s final='$final'"
     rows+=("| none | finished | $ref_s s (whole run) | \`$final\` |")
     continue
@@ -154,7 +159,8 @@ for fault in none "${faults[@]}"; do
     [ "$same" = yes ] || { echo "FAIL: $fault: the result differs from the no-fault run ('$ref_line')" >&2; failures=$((failures + 1)); }
   elif [ -n "$status" ]; then
     named=no
-    [[ $status =~ (on\ host\ $host|\($host\)) ]] && named=yes
+    # "rank 2 on host h3 ...", "mpirun lost contact with host h3 (rank 2)", or "... by rank 2 (h3)"
+    [[ "$status " =~ (host\ $host[^0-9]|\($host\)) ]] && named=yes
     detect=$(secs "$inject_ms" "${first_ms:-$end_ms}")
     stop=$(secs "$inject_ms" "$end_ms")
     excerpt=$(echo "$status" | cut -c1-300)
