@@ -135,7 +135,8 @@ for fault in none "${faults[@]}"; do
   run_once "$fault"
   status=$(grep -o "^[0-9]* overlaprun: job failed: .*" "$log" | cut -d' ' -f2- | head -1 || true)
   final=$(grep -o "epoch [0-9]*  loss [0-9.]*  test accuracy [0-9.]*%" "$log" | tail -1 || true)
-  first_ms=$(grep -m1 -o "^[0-9]* overlaprun: rank [0-9]* on host [^ ]* .*stopping the job" "$log" | cut -d' ' -f1 || true)
+  # overlaprun's first word of a failure: a rank's end, or mpirun losing a host.
+  first_ms=$(grep -m1 -E "^[0-9]+ overlaprun: (rank [0-9]+ on host|mpirun lost contact with host) .*stopping the job" "$log" | cut -d' ' -f1 || true)
   drops=$( (grep -o "dropped [0-9]* frames [a-z]* $host" "$WORK/$fault.faults" || true) | awk '{s += $2} END { print s + 0 }')
   if [ "$fault" = none ]; then
     [ "$rc" -eq 0 ] && [ -n "$final" ] || { cat "$log" >&2; die "the no-fault run did not finish (status $rc)"; }
