@@ -12,8 +12,8 @@
 #
 # Drops are nftables rules in the switch namespace (a bridge-family table per host, one rule per
 # direction, `numgen random mod 10000 < P*100`), so a dropped frame is lost on the wire: neither
-# end is told, as with a lossy cable, where a drop in the host's own output hook would return
-# EPERM to the sender. Only the cluster's namespaces are touched; `cluster.sh down` removes the
+# end is told, as with a lossy cable (a drop in the host's own output hook is reported to the
+# local sender: EPERM from sendmsg for UDP and ping). Only the cluster's namespaces are touched; `cluster.sh down` removes the
 # tables and qdiscs with the namespaces, and a flap loop stops by itself once its link is gone.
 # Several faults may be combined on one host; adding one of a kind replaces the earlier one.
 set -euo pipefail
