@@ -16,9 +16,10 @@
 #   --limit S                timeout(1) for each faulty run (default 240)
 #   --out FILE               also write the results table (markdown) here
 #
-# Prints one "result:" line per run and a markdown table. The fault is injected once rank 0 has
-# printed "training ..." (after Init and the initial broadcast) plus --settle seconds (default 1),
-# and stays until the job ends. Exit status 1 when a run hung (timeout(1) fired), failed without
+# Prints one "result:" line per run and a markdown table. The fault is injected as soon as rank 0
+# has printed "training ..." (after Init and the initial broadcast, before the first step; polled
+# every 0.1 s) plus --settle seconds (default 0), and stays until the job ends, so every step runs
+# under it and the time is comparable from run to run. Exit status 1 when a run hung (timeout(1) fired), failed without
 # naming the host, or finished with a different result.
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin
@@ -37,7 +38,7 @@ fi
 
 die() { echo "network_faults.sh: $*" >&2; exit 2; }
 
-host=h3 steps=100 ctimeout=10 htimeout=6 limit=240 settle=1 out=""
+host=h3 steps=100 ctimeout=10 htimeout=6 limit=240 settle=0 out=""
 faults=()
 while (($#)); do
   case $1 in
