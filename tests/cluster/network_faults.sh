@@ -58,10 +58,23 @@ done
 ((${#faults[@]})) || faults=(drop:1 drop:10 flap:3:1 flap:40:13 rate:10mbit)
 [ "$(id -u)" -eq 0 ] || die "needs root (the namespace cluster and nftables)"
 for b in "$OVERLAPRUN" "$PROGRAM"; do [ -x "$b" ] || die "$b is missing; build //launcher:overlaprun //examples:mnist_mlp"; done
-rank_of_host=$((${host#h} - 1))
 
 WORK=$(mktemp -d "${TEST_TMPDIR:-/tmp}/network_faults.XXXXXX")
 chmod a+rx "$WORK"
+job="" failures=0 locked=0
+cleanup() {
+  local status=$?
+  [ -z "$job" ] || kill -TERM "$job" 2>/dev/null || true
+  # The cluster is ours only once the lock is: before that it may be another job's.
+  if ((locked)); then
+    "$FAULTS" clear >/dev/null 2>&1 || true
+    "$CLUSTER" down >/dev/null 2>&1 || true
+  fi
+  # The logs stay when something went wrong.
+  if ((status == 0 && failures == 0)); then rm -rf "$WORK"; else echo "network_faults.sh: logs in $WORK" >&2; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 # Binaries are copied so that a concurrent build cannot swap them between runs.
 cp "$OVERLAPRUN" "$PROGRAM" "$WORK/"
 OVERLAPRUN=$WORK/overlaprun PROGRAM=$WORK/mnist_mlp
@@ -69,18 +82,7 @@ OVERLAPRUN=$WORK/overlaprun PROGRAM=$WORK/mnist_mlp
 # One cluster per machine: the lock the cluster tests take (tests/cluster/BUILD).
 exec 9>/tmp/overlap-cluster.lock
 flock -w 300 9 || die "another job held /tmp/overlap-cluster.lock for 300 s"
-job=""
-failures=0
-cleanup() {
-  local status=$?
-  [ -z "$job" ] || kill -TERM "$job" 2>/dev/null || true
-  "$FAULTS" clear >/dev/null 2>&1 || true
-  "$CLUSTER" down >/dev/null 2>&1 || true
-  # The logs stay when something went wrong.
-  if ((status == 0 && failures == 0)); then rm -rf "$WORK"; else echo "network_faults.sh: logs in $WORK" >&2; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+locked=1
 
 now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b - a) / 1000 }'; }
