@@ -138,6 +138,7 @@ for fault in none "${faults[@]}"; do
   run_once "$fault"
   status=$(grep -o "^[0-9]* overlaprun: job failed: .*" "$log" | cut -d' ' -f2- | head -1 || true)
   final=$(grep -o "epoch [0-9]*  loss [0-9.]*  test accuracy [0-9.]*%" "$log" | tail -1 || true)
+  train_s=$( (grep -o "images/s  ([0-9.]* s)" "$log" || true) | tail -1 | grep -o "[0-9.]* s" || true)
   # overlaprun's first word of a failure: a rank's end, or mpirun losing a host.
   first_ms=$(grep -m1 -E "^[0-9]+ overlaprun: (rank [0-9]+ on host|mpirun lost contact with host) .*stopping the job" "$log" | cut -d' ' -f1 || true)
   drops=$( (grep -o "dropped [0-9]* frames [a-z]* $host" "$WORK/$fault.faults" || true) | awk '{s += $2} END { print s + 0 }')
@@ -145,8 +146,8 @@ for fault in none "${faults[@]}"; do
     [ "$rc" -eq 0 ] && [ -n "$final" ] || { cat "$log" >&2; die "the no-fault run did not finish (status $rc)"; }
     ref_line=$final ref_weights=$WORK/none.weights
     ref_s=$(secs "$start_ms" "$end_ms")
-    echo "result: fault=none outcome=finished seconds=$ref_s final='$final'"
-    rows+=("| none | finished | $ref_s s (whole run) | \`$final\` |")
+    echo "result: fault=none outcome=finished seconds=$ref_s training='$train_s' final='$final'"
+    rows+=("| none | finished | $ref_s s (whole run; training $train_s) | \`$final\` |")
     continue
   fi
   [ -n "$inject_ms" ] || { cat "$log" >&2; echo "FAIL: $fault: the job ended before the fault was injected" >&2; failures=$((failures + 1)); continue; }
@@ -158,8 +159,8 @@ for fault in none "${faults[@]}"; do
     same=no
     [ "$final" = "$ref_line" ] && cmp -s "$WORK/$fault.weights" "$ref_weights" && same=yes
     t=$(secs "$inject_ms" "$end_ms")
-    echo "result: fault=$fault outcome=finished after_inject_s=$t same_result=$same final='$final' frames_dropped=$drops"
-    rows+=("| $fault on $host | finished, same weights: $same | $t s after injection | \`$final\` |")
+    echo "result: fault=$fault outcome=finished after_inject_s=$t training='$train_s' same_result=$same final='$final' frames_dropped=$drops"
+    rows+=("| $fault on $host | finished, same weights: $same | $t s after injection (training $train_s) | \`$final\` |")
     [ "$same" = yes ] || { echo "FAIL: $fault: the result differs from the no-fault run ('$ref_line')" >&2; failures=$((failures + 1)); }
   elif [ -n "$status" ]; then
     named=no
