@@ -238,8 +238,8 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
   };
   std::unique_ptr<Optimizer<Scalar>> optimizer;
   if (is_sgd) {
-    optimizer = std::make_unique<MomentumSgd<Scalar>>(model.params(), options.learning_rate,
-                                                      Scalar{0});
+    optimizer =
+        std::make_unique<MomentumSgd<Scalar>>(model.params(), options.learning_rate, Scalar{0});
   } else {
     const Scalar decay =
         options.optimizer == OptimizerKind::kAdamW ? static_cast<Scalar>(options.weight_decay) : 0;
@@ -268,7 +268,7 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
     allreduce.period = warmup ? 1 : options.period;
     const bool scheduled = options.delay > 0 || options.period > 1;
     const std::string prefix = warmup && scheduled ? "warmup." : "";
-    sgd.set_momentum(static_cast<Scalar>(momentum_of_epoch(warmup || !scheduled)),
+    sgd.set_momentum(static_cast<Scalar>(momentum_of_epoch(warmup)),
                      steps_per_update_of_epoch(warmup));
     const auto start = std::chrono::steady_clock::now();
     // {summed loss, training images, correct test predictions, test images}, summed over ranks.
@@ -278,9 +278,8 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
         break;
       }
       const RowRange global = {begin, std::min(options.batch, train.size - begin)};
-      absl::StatusOr<double> loss =
-          TrainStep(train, order, global, allreduce, model, local.get(), predict.get(),
-                    scheduled_steps, prefix, sgd);
+      absl::StatusOr<double> loss = TrainStep(train, order, global, allreduce, model, local.get(),
+                                              predict.get(), scheduled_steps, prefix, sgd);
       if (!loss.ok()) {
         return loss.status();
       }

@@ -52,8 +52,8 @@ void MomentumSgd<Scalar>::Step(const std::vector<DenseLayer<Scalar>>& grads,
 }
 
 template <typename Scalar>
-Adam<Scalar>::Adam(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate, Scalar beta1,
-                   Scalar weight_decay, bool decay_without_update)
+Adam<Scalar>::Adam(const std::vector<DenseLayer<Scalar>>& params, Scalar learning_rate,
+                   Scalar beta1, Scalar weight_decay, bool decay_without_update)
     : learning_rate_(learning_rate),
       beta1_(beta1),
       weight_decay_(weight_decay),

@@ -55,8 +55,8 @@ class MomentumSgd : public Optimizer<Scalar> {
   std::vector<DenseLayer<Scalar>> velocity_;
 };
 
-// Adam (Kingma and Ba, 2015) with bias correction, beta1 (default 0.9), beta2 0.999, epsilon 1e-8. Each
-// tensor counts its own steps, so one that skips a step (no update) is corrected for the steps
+// Adam (Kingma and Ba, 2015) with bias correction, beta1 (default 0.9), beta2 0.999, epsilon 1e-8.
+// Each tensor counts its own steps, so one that skips a step (no update) is corrected for the steps
 // it actually took.
 //
 // With weight_decay w > 0 it is AdamW (Loshchilov and Hutter, 2019): decoupled weight decay,
