@@ -1,5 +1,7 @@
 #include "launcher/failure_log.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
@@ -149,6 +151,9 @@ std::string FailureLog::Summary(int64_t job_end_ms) const {
 }
 
 int FailureLog::ExitStatus(int mpirun_status) const {
+  if (!lost_host_.empty()) {
+    return std::max(1, mpirun_status);  // no rank's status says what happened
+  }
   std::optional<RankReport> cause = Cause();
   if (cause) {
     return ExitStatusFor(*cause);

@@ -58,7 +58,7 @@ class FailureLog {
   std::string Summary(int64_t job_end_ms) const;
 
   // overlaprun's exit status: the cause's (rank_report.h ExitStatusFor), else mpirun's own status,
-  // kept non-zero when mpirun failed.
+  // kept non-zero when mpirun failed. After a lost host, mpirun's status and at least 1.
   int ExitStatus(int mpirun_status) const;
 
  private:

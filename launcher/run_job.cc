@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -257,8 +256,7 @@ class JobWatcher {
     if (cause || log_.lost_host()) {
       Say(absl::StrCat(log_.Summary(end_ms_),
                        silent_.empty() ? "" : absl::StrCat("; no end was reported by ", silent_)));
-      // A lost host with no rank reported: mpirun's status, which is not 0 after an abort.
-      return std::max(1, log_.ExitStatus(status));
+      return log_.ExitStatus(status);
     }
     if (!failure_.empty()) {
       Say(absl::StrCat("overlaprun: job failed: ", failure_));

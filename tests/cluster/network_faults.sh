@@ -129,6 +129,8 @@ run_once() {
   rc=$(cat "$WORK/$fault.rc")
   end_ms=$(now_ms)
   "$FAULTS" list >"$WORK/$fault.faults" 2>&1 || true
+  # When the link went down and up (faults.sh flap's log), to count the outages the run saw.
+  cp "${OVERLAP_CLUSTER_DIR:-/tmp/overlap-cluster}/faults/$host.flap.log" "$WORK/$fault.flaps" 2>/dev/null || : >"$WORK/$fault.flaps"
   [ -z "$inject_ms" ] || "$FAULTS" clear "$host" || true
 }
 
@@ -142,6 +144,7 @@ for fault in none "${faults[@]}"; do
   # overlaprun's first word of a failure: a rank's end, or mpirun losing a host.
   first_ms=$(grep -m1 -E "^[0-9]+ overlaprun: (rank [0-9]+ on host|mpirun lost contact with host) .*stopping the job" "$log" | cut -d' ' -f1 || true)
   drops=$( (grep -o "dropped [0-9]* frames [a-z]* $host" "$WORK/$fault.faults" || true) | awk '{s += $2} END { print s + 0 }')
+  outages=$(grep -c " down$" "$WORK/$fault.flaps" || true)
   if [ "$fault" = none ]; then
     [ "$rc" -eq 0 ] && [ -n "$final" ] || { cat "$log" >&2; die "the no-fault run did not finish (status $rc)"; }
     ref_line=$final ref_weights=$WORK/none.weights
@@ -159,7 +162,7 @@ for fault in none "${faults[@]}"; do
     same=no
     [ "$final" = "$ref_line" ] && cmp -s "$WORK/$fault.weights" "$ref_weights" && same=yes
     t=$(secs "$inject_ms" "$end_ms")
-    echo "result: fault=$fault outcome=finished after_inject_s=$t training='$train_s' same_result=$same final='$final' frames_dropped=$drops"
+    echo "result: fault=$fault outcome=finished after_inject_s=$t training='$train_s' same_result=$same final='$final' frames_dropped=$drops link_downs=$outages"
     rows+=("| $fault on $host | finished, same weights: $same | $t s after injection (training $train_s) | \`$final\` |")
     [ "$same" = yes ] || { echo "FAIL: $fault: the result differs from the no-fault run ('$ref_line')" >&2; failures=$((failures + 1)); }
   elif [ -n "$status" ]; then
@@ -169,7 +172,7 @@ for fault in none "${faults[@]}"; do
     detect=$(secs "$inject_ms" "${first_ms:-$end_ms}")
     stop=$(secs "$inject_ms" "$end_ms")
     excerpt=$(echo "$status" | cut -c1-300)
-    echo "result: fault=$fault outcome=failed detect_s=$detect stop_s=$stop names_host=$named summary='$excerpt'"
+    echo "result: fault=$fault outcome=failed status=$rc detect_s=$detect stop_s=$stop names_host=$named summary='$excerpt'"
     rows+=("| $fault on $host | failed, names $host: $named | detected $detect s, stopped $stop s after injection | \`$excerpt\` |")
     [ "$named" = yes ] || { echo "FAIL: $fault: the failure does not name $host" >&2; failures=$((failures + 1)); }
   else

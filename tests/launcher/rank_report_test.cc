@@ -98,6 +98,9 @@ TEST_CASE("mpirun's report of a lost daemon names the host, which is then the ca
   CHECK(log.Summary(21500) ==
         "overlaprun: job failed: mpirun lost contact with host h3 (rank 2): the host or its "
         "network is down; 1 rank failed and 1 was stopped; the job ended 1.50 s after");
+  // Not rank 3's 143: mpirun's status, and never 0.
+  CHECK(log.ExitStatus(1) == 1);
+  CHECK(log.ExitStatus(0) == 1);
 }
 
 TEST_CASE("a cause reported a few ms late is still found by how it ended", "[report]") {
