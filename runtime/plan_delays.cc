@@ -16,18 +16,19 @@ PlanDelays::PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size)
   submitted_.assign(entries, 0);
   parked_.resize(entries);
   slice_offsets_.resize(buckets);
-  takers_.assign(buckets, 0);
+  members_.resize(buckets);
   residuals_.resize(buckets);
   results_.resize(buckets);
   for (size_t b = 0; b < buckets; ++b) {
     int64_t offset = 0;
-    std::vector<int> seen;
     for (const ExecSlice& s : plan_->buckets[b].slices) {
       slice_offsets_[b].push_back(offset);
       offset += s.count;
-      if (std::find(seen.begin(), seen.end(), s.entry) == seen.end()) seen.push_back(s.entry);
+      std::vector<int>& members = members_[b];
+      if (std::find(members.begin(), members.end(), s.entry) == members.end()) {
+        members.push_back(s.entry);
+      }
     }
-    takers_[b] = static_cast<int>(seen.size());
   }
 }
 
@@ -97,7 +98,8 @@ void PlanDelays::DrainResidual(int bucket, uint8_t* packed) {
 
 void PlanDelays::Store(int bucket, int64_t pass, std::shared_ptr<std::vector<uint8_t>> result) {
   held_bytes_ += static_cast<int64_t>(result->size());
-  results_[static_cast<size_t>(bucket)][pass] = Result{std::move(result), takers_[static_cast<size_t>(bucket)]};
+  results_[static_cast<size_t>(bucket)][pass] =
+      Result{std::move(result), members_[static_cast<size_t>(bucket)]};
 }
 
 std::vector<PendingOp> PlanDelays::TakeDeliverable() {
@@ -139,7 +141,9 @@ std::vector<PendingOp> PlanDelays::TakeDeliverable() {
                         s.count, dtype, request.op, request.postscale, size_);
         }
         any = true;
-        if (--result.takers == 0) {
+        result.waiting.erase(
+            std::find(result.waiting.begin(), result.waiting.end(), static_cast<int>(entry)));
+        if (result.waiting.empty()) {
           held_bytes_ -= static_cast<int64_t>(result.buffer->size());
           results_[static_cast<size_t>(b)].erase(found);
         }
@@ -184,18 +188,13 @@ std::vector<std::string> PlanDelays::Describe() const {
   std::vector<int> results(plan_->entries.size(), 0);
   std::vector<bool> residual(plan_->entries.size(), false);
   for (size_t b = 0; b < plan_->buckets.size(); ++b) {
-    std::vector<int> members;
-    for (const ExecSlice& s : plan_->buckets[b].slices) {
-      if (std::find(members.begin(), members.end(), s.entry) == members.end()) {
-        members.push_back(s.entry);
-      }
+    for (const auto& [pass, result] : results_[b]) {
+      for (int e : result.waiting) ++results[static_cast<size_t>(e)];
     }
     const bool held = std::any_of(residuals_[b].begin(), residuals_[b].end(),
                                   [](uint8_t byte) { return byte != 0; });
-    for (int e : members) {
-      results[static_cast<size_t>(e)] += static_cast<int>(results_[b].size());
-      if (held) residual[static_cast<size_t>(e)] = true;
-    }
+    if (!held) continue;
+    for (int e : members_[b]) residual[static_cast<size_t>(e)] = true;
   }
   std::vector<std::string> out;
   for (size_t e = 0; e < plan_->entries.size(); ++e) {

@@ -86,7 +86,7 @@ class PlanDelays {
  private:
   struct Result {
     std::shared_ptr<std::vector<uint8_t>> buffer;
-    int takers = 0;  // tensors of the bucket that have not taken it yet
+    std::vector<int> waiting;  // the bucket's entries that have not taken it yet
   };
   struct Parked {
     int64_t pass = 0;
@@ -98,7 +98,7 @@ class PlanDelays {
   std::vector<int64_t> submitted_;                     // by entry
   std::vector<std::deque<Parked>> parked_;             // by entry, oldest first
   std::vector<std::vector<int64_t>> slice_offsets_;    // by bucket: each slice's packed offset
-  std::vector<int> takers_;                            // by bucket: distinct entries
+  std::vector<std::vector<int>> members_;              // by bucket: distinct entries
   std::vector<std::vector<uint8_t>> residuals_;        // by bucket, allocated on first fold
   std::vector<std::map<int64_t, Result>> results_;     // by bucket, by pass
   int64_t held_bytes_ = 0;
