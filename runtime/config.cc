@@ -68,6 +68,8 @@ constexpr const char* kKnownVariables[] = {
     "OVERLAP_REPLAN_DRIFT",
     "OVERLAP_TEST_CORRUPT_PLAN",
     "OVERLAP_TEST_PLAN_SCHEDULE",
+    // Read by tests/runtime/scheduled_test.cc, not the runtime.
+    "OVERLAP_TEST_DRIFT",
     // Read by tests/gpu/device_runtime_test.cc, not the runtime.
     "OVERLAP_TEST_EXPECT_EXECUTOR",
     "OVERLAP_TEST_EXPECT_ERROR",

@@ -71,8 +71,9 @@ struct Config {
   int64_t partition_bytes = 0;
   int64_t credit_bytes = 0;
 
-  // Re-plan when the measured step time drifts from the one the plan was made for by more than
-  // this fraction. OVERLAP_REPLAN_DRIFT, 0..10; 0 never re-plans on drift.
+  // Re-plan when the measured step (its compute windows) drifts from its first measurement under
+  // the plan by more than this fraction at two checks in a row (runtime/plan_scheduler.h).
+  // OVERLAP_REPLAN_DRIFT, 0..10; 0 never re-plans on drift.
   double replan_drift = 0.25;
 
   // Seconds to wait for every rank to connect its control socket during Init.

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -117,6 +118,10 @@ void PlanScheduler::OnStep(int64_t step) {
     adopting_ = true;
   } else if (adopt_step_ < 0 && step >= next_attempt_) {
     adopting_ = false;
+  } else if (step == drop_step_) {
+    dropping_ = true;
+  } else if (step >= next_drift_check_) {
+    drift_check_ = true;
   } else {
     return;
   }
@@ -125,12 +130,31 @@ void PlanScheduler::OnStep(int64_t step) {
 }
 
 void PlanScheduler::OnPlanDropped(int64_t step) {
+  next_drift_check_ = std::numeric_limits<int64_t>::max();
+  drop_step_ = -1;
+  drift_check_ = dropping_ = false;
   if (given_up_) return;
   profiler_->Reset();
   next_attempt_ = step + config_.profile_steps + 2;
   absl::MutexLock lock(&mu_);
   info_.planner.clear();
   info_.buckets = 0;
+}
+
+int64_t PlanScheduler::DriftInterval() const {
+  return std::max<int64_t>(10, 2 * static_cast<int64_t>(config_.profile_steps) + 2);
+}
+
+bool PlanScheduler::Drifted() const {
+  if (baseline_step_ms_ <= 0 || profiler_->steady_steps() < config_.profile_steps) return false;
+  return std::abs(profiler_->median_step_ms() - baseline_step_ms_) >
+         config_.replan_drift * baseline_step_ms_;
+}
+
+bool PlanScheduler::TakeDropWish() {
+  const bool wanted = drop_wanted_;
+  drop_wanted_ = false;
+  return wanted;
 }
 
 absl::Status PlanScheduler::Wait(int started, const char* call, MPI_Request* request,
@@ -144,9 +168,14 @@ absl::Status PlanScheduler::Wait(int started, const char* call, MPI_Request* req
 absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quiescent,
                                                                       const TableFn& table) {
   if (stage_ == Stage::kDrain) {
-    if (!quiescent && absl::Now() - drain_since_ < kDrainLimit) return std::nullopt;
-    votes_[0] = quiescent ? 1 : 0;
-    votes_[1] = adopting_ || profiler_->steady_steps() >= config_.profile_steps ? 1 : 0;
+    // A drift check only compares numbers: it holds nothing back for long.
+    if (!drift_check_ && !quiescent && absl::Now() - drain_since_ < kDrainLimit) {
+      return std::nullopt;
+    }
+    votes_[0] = quiescent || drift_check_ ? 1 : 0;
+    votes_[1] = drift_check_ ? (Drifted() ? 0 : 1)
+                : adopting_ || profiler_->steady_steps() >= config_.profile_steps ? 1
+                                                                                  : 0;
     // Open MPI's non-blocking allreduce algorithm is a process-wide setting: every rank must
     // select the same one for this call, whatever it ran last.
     PrepareIallreduce(sizeof(votes_));
@@ -163,6 +192,38 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
   if (!voted.ok()) return voted;
   if (!done) return std::nullopt;
   stage_ = Stage::kIdle;
+  if (drift_check_) {
+    drift_check_ = false;
+    spdlog::debug("overlap: rank {}: step {}: drift check: step {:.1f} ms, under the plan {:.1f} ms "
+                  "({} steady steps){}",
+                  rank_, step_, profiler_->median_step_ms(), baseline_step_ms_,
+                  profiler_->steady_steps(), votes_[1] == 0 ? "; some rank drifted" : "");
+    drifted_checks_ = votes_[1] == 0 ? drifted_checks_ + 1 : 0;
+    if (drifted_checks_ >= 2) {  // twice in a row: a change, not one noisy window
+      drifted_checks_ = 0;
+      spdlog::info(
+          "overlap: rank {}: step {}: the measured step drifted by more than "
+          "OVERLAP_REPLAN_DRIFT={} on some rank (here {:.1f} ms against {:.1f} ms when "
+          "measured under the plan); the plan is dropped at the next step, to plan again",
+          rank_, step_, config_.replan_drift, profiler_->median_step_ms(), baseline_step_ms_);
+      drop_step_ = step_ + 1;  // with nothing in flight on any rank, like an adoption
+      next_drift_check_ = std::numeric_limits<int64_t>::max();
+    } else {
+      if (baseline_step_ms_ <= 0) baseline_step_ms_ = profiler_->median_step_ms();
+      next_drift_check_ = step_ + (drifted_checks_ > 0 ? config_.profile_steps + 1 : DriftInterval());
+    }
+    return std::nullopt;
+  }
+  if (dropping_) {
+    dropping_ = false;
+    if (votes_[0] == 0) {
+      drop_step_ = step_ + 1;  // a rank was busy: at the next step
+    } else {
+      drop_step_ = -1;
+      drop_wanted_ = true;
+    }
+    return std::nullopt;
+  }
   if (votes_[0] == 0) {
     // Some rank still had work in flight; try again at the next step (adopting) or later.
     spdlog::info("overlap: rank {}: step {}: a rank was busy; planning postponed", rank_, step_);
@@ -434,6 +495,10 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
     return std::nullopt;
   }
   next_attempt_ = std::numeric_limits<int64_t>::max();  // until the plan is dropped
+  // The first drift check measures the step under the plan; later ones compare with it.
+  baseline_step_ms_ = 0;
+  drifted_checks_ = 0;
+  if (config_.replan_drift > 0) next_drift_check_ = step_ + DriftInterval();
   absl::MutexLock lock(&mu_);
   info_.planner = plan->source;
   info_.buckets = static_cast<int64_t>(plan->buckets.size());

@@ -18,6 +18,13 @@
 // the next step; one that finds a profile not yet steady, OVERLAP_PROFILE_STEPS + 1 steps later.
 // A plan that rank 0 could not make, or that some rank refused, is not retried; a dropped plan
 // is measured and made anew.
+//  3. Drift (OVERLAP_REPLAN_DRIFT > 0): every max(10, 2 x OVERLAP_PROFILE_STEPS + 2) steps after
+//     adoption, every rank votes (without draining) whether its measured step (the step
+//     profiler's median compute windows) moved by more than that fraction from the first such
+//     measurement under the plan. If any rank's did, twice in a row (the second check comes
+//     OVERLAP_PROFILE_STEPS + 1 steps after the first, on fresh steps), then at the next step,
+//     after the same quiescence vote as an adoption, every rank drops the plan (TakeDropWish),
+//     and it is measured and made anew.
 //
 // Threading: the coordinator thread, except that the planner runs on a thread of its own.
 #ifndef OVERLAP_RUNTIME_PLAN_SCHEDULER_H_
@@ -26,6 +33,7 @@
 #include <mpi.h>
 
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +92,9 @@ class PlanScheduler {
   // an error when a peer is lost (the runtime cannot go on).
   absl::StatusOr<std::optional<ExecutablePlan>> Progress(bool quiescent, const TableFn& table);
 
+  // True once when every rank has just agreed that the step drifted: drop the plan now.
+  bool TakeDropWish();
+
   // The plan in force was dropped (divergence, a changed step): plan again later.
   void OnPlanDropped(int64_t step);
 
@@ -102,6 +113,9 @@ class PlanScheduler {
   // the rank that started it last, which waited for nobody), topped up by a probe when they
   // cover fewer than three sizes.
   absl::Status FitCost(sched::CostModel* cost);
+  int64_t DriftInterval() const;
+  // This rank's step moved by more than OVERLAP_REPLAN_DRIFT since the plan's first check.
+  bool Drifted() const;
   absl::StatusOr<std::vector<sched::CostSample>> MeasuredSamples();
   absl::Status Probe(std::vector<sched::CostSample>* samples);
   void StartPlanning(sched::Profile profile, sched::CostModel cost);
@@ -123,6 +137,13 @@ class PlanScheduler {
   int64_t step_ = 0;
   int64_t next_attempt_;
   int64_t adopt_step_ = -1;
+  int64_t next_drift_check_ = std::numeric_limits<int64_t>::max();
+  bool drift_check_ = false;  // the stage is a drift check, not an attempt or an adoption
+  int64_t drop_step_ = -1;    // drift agreed: the step at which every rank drops the plan
+  bool dropping_ = false;     // the stage is that drop's quiescence vote
+  bool drop_wanted_ = false;
+  double baseline_step_ms_ = 0;  // the step under the plan, at its first drift check
+  int drifted_checks_ = 0;       // consecutive checks that found a drift
   bool given_up_ = false;
   absl::Time drain_since_;
   int votes_[2] = {0, 0};

@@ -529,6 +529,9 @@ absl::Status Runtime::ProgressSchedule() {
       });
   if (!plan.ok()) return plan.status();
   if (plan->has_value()) AdoptScheduled(std::move(**plan));
+  if (scheduler_->TakeDropWish() && planned_->frozen()) {
+    DropPlan("the measured step drifted (OVERLAP_REPLAN_DRIFT); planning again");
+  }
   return absl::OkStatus();
 }
 

@@ -58,8 +58,9 @@ std::string Check(Layer& layer, int step) {
 }
 
 // One step in DDP/ByteScheduler style: each layer waits for its previous gradient right before
-// its forward; gradients are submitted as backward produces them (last layer first).
-std::string Step(std::vector<Layer>& layers, int step) {
+// its forward; gradients are submitted as backward produces them (last layer first). `slow`
+// adds 60 ms to each layer's backward.
+std::string Step(std::vector<Layer>& layers, int step, bool slow = false) {
   if (!StartForward().ok()) return "StartForward failed";
   for (Layer& layer : layers) {
     if (layer.pending) {
@@ -70,7 +71,7 @@ std::string Step(std::vector<Layer>& layers, int step) {
   }
   if (!StartBackward().ok()) return "StartBackward failed";
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-    std::this_thread::sleep_for(std::chrono::microseconds(600));
+    std::this_thread::sleep_for(std::chrono::microseconds(slow ? 60600 : 600));
     for (size_t i = 0; i < it->grad.size(); ++i) it->grad[i] = Value(Rank(), step, i);
     const int64_t n = static_cast<int64_t>(it->grad.size());
     absl::StatusOr<Handle> h =
@@ -86,7 +87,7 @@ std::string Step(std::vector<Layer>& layers, int step) {
 TEST_CASE("a damaged plan is refused on every rank and training goes on", "[corrupt]") {
   // OVERLAP_TEST_CORRUPT_PLAN makes rank 0 damage the plan it broadcasts (plan_scheduler.cc).
   const char* how = std::getenv("OVERLAP_TEST_CORRUPT_PLAN");
-  if (how == nullptr) return;
+  if (how == nullptr || std::getenv("OVERLAP_TEST_DRIFT") != nullptr) return;
   std::vector<Layer> layers = MakeModel();
   int step = 0;
   for (; step < 20; ++step) REQUIRE(Step(layers, step) == "");
@@ -101,10 +102,36 @@ TEST_CASE("a damaged plan is refused on every rank and training goes on", "[corr
   REQUIRE(stats.plans_frozen >= 1);  // the observed plan carries on
 }
 
+TEST_CASE("a step that slows down for good is planned again, every sum exact", "[drift]") {
+  // OVERLAP_TEST_DRIFT (tests/runtime/BUILD): backward becomes 0.5 s longer 14 steps after
+  // adoption; the drift checks (OVERLAP_REPLAN_DRIFT) must drop the plan and a new one must be
+  // adopted.
+  if (std::getenv("OVERLAP_TEST_DRIFT") == nullptr) return;
+  std::vector<Layer> layers = MakeModel();
+  int64_t first_adopted = -1;
+  int step = 0;
+  for (; step < 120 && Stats().plans_scheduled < 2; ++step) {
+    const bool slow = first_adopted >= 0 && Stats().steps > first_adopted + 14;
+    INFO("rank " << Rank() << " step " << step);
+    REQUIRE(Step(layers, step, slow) == "");
+    if (first_adopted < 0) first_adopted = Stats().plan_adopted_step;
+  }
+  for (Layer& layer : layers) {
+    if (layer.pending) REQUIRE(Check(layer, step - 1) == "");
+  }
+  const RuntimeStats stats = Stats();
+  INFO("rank " << Rank() << ": first adopted at " << first_adopted << ", now at "
+               << stats.plan_adopted_step << ", " << stats.plans_dropped << " dropped");
+  REQUIRE(first_adopted >= 0);
+  REQUIRE(stats.plans_scheduled == 2);
+  REQUIRE(stats.plan_adopted_step > first_adopted + 14);
+}
+
 TEST_CASE("a scheduled plan is adopted by every rank and keeps every sum exact") {
   const char* planner = std::getenv("OVERLAP_PLANNER");
   REQUIRE(planner != nullptr);
   if (std::getenv("OVERLAP_TEST_CORRUPT_PLAN") != nullptr) return;
+  if (std::getenv("OVERLAP_TEST_DRIFT") != nullptr) return;
   std::vector<Layer> layers = MakeModel();
   int step = 0;
   int64_t adopted = -1;
