@@ -226,7 +226,10 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
   if (correction == StalenessCorrection::kPredict) {
     predict = std::make_unique<WeightPrediction<Scalar>>(model.params());
   }
-  const double staleness = options.delay + (options.period - 1) / 2.0;
+  // The run's own schedule (--delay, --period), or, without one, the mean staleness of the plan
+  // the runtime's planner put in force (OVERLAP_STALENESS > 0: Stats().plan_mean_staleness).
+  const bool own_schedule = options.delay > 0 || options.period > 1;
+  double staleness = options.delay + (options.period - 1) / 2.0;
   auto momentum_of_epoch = [&](bool warmup) {
     const double m = !is_sgd ? 0.9 : corrected ? 0.0 : options.momentum;
     return warmup || correction == StalenessCorrection::kOff
@@ -276,6 +279,12 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
     for (int64_t begin = 0; begin < train.size; begin += options.batch) {
       if (options.max_steps > 0 && steps >= options.max_steps) {
         break;
+      }
+      if (!own_schedule && correction == StalenessCorrection::kMomentum &&
+          Stats().plan_mean_staleness != staleness) {
+        staleness = Stats().plan_mean_staleness;  // a delayed plan was adopted (or dropped)
+        sgd.set_momentum(static_cast<Scalar>(momentum_of_epoch(warmup)),
+                         steps_per_update_of_epoch(warmup));
       }
       const RowRange global = {begin, std::min(options.batch, train.size - begin)};
       absl::StatusOr<double> loss = TrainStep(train, order, global, allreduce, model, local.get(),

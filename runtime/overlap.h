@@ -262,6 +262,10 @@ struct RuntimeStats {
   // own buckets are in (bytescheduler, usbyte, dear), false when one optimizer step follows the
   // whole backward (wfbp, fusion, mgwfbp).
   bool plan_layerwise_update = false;
+  // The plan's mean staleness in steps, weighted by bytes: the sum over buckets of their share of
+  // the gradient x (delay + (period - 1) / 2). 0 for a synchronous plan. A program that corrects
+  // its optimizer for stale gradients (examples/mnist_mlp.cc) reads it.
+  double plan_mean_staleness = 0;
   // The link cost fitted for planning, channel 0 allreduce: t = alpha + beta x bytes.
   double fitted_alpha_us = 0;
   double fitted_beta_us_per_mb = 0;

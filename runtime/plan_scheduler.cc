@@ -139,6 +139,7 @@ void PlanScheduler::OnPlanDropped(int64_t step) {
   absl::MutexLock lock(&mu_);
   info_.planner.clear();
   info_.buckets = 0;
+  info_.mean_staleness = 0;
 }
 
 int64_t PlanScheduler::DriftInterval() const {
@@ -507,10 +508,18 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   info_.layerwise_update = plan->layerwise_update;
   ++info_.adopted;
   int delayed = 0, periodic = 0;
+  double weighted = 0, elements = 0;
   for (const ExecBucket& b : plan->buckets) {
     delayed += b.delay > 0 ? 1 : 0;
     periodic += b.period > 1 ? 1 : 0;
+    double count = 0;
+    for (const ExecSlice& s : b.slices) count += static_cast<double>(s.count);
+    // An allgather moves what its reduce-scatter already counted.
+    if (b.kind == BucketKind::kAllgather) continue;
+    weighted += count * (b.delay + (b.period - 1) / 2.0);
+    elements += count;
   }
+  info_.mean_staleness = elements > 0 ? weighted / elements : 0;
   spdlog::info(
       "overlap: rank {}: step {}: adopted the {} plan ({} buckets, {} delayed, {} with an update "
       "period; predicted step {:.1f} ms)",

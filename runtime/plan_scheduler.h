@@ -62,6 +62,7 @@ struct ScheduleInfo {
   int64_t adopted = 0;
   int64_t refused = 0;
   bool layerwise_update = false;
+  double mean_staleness = 0;  // RuntimeStats::plan_mean_staleness
   double alpha_us = 0, beta_us_per_mb = 0;
 };
 

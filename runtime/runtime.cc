@@ -258,6 +258,7 @@ RuntimeStats Runtime::stats() const {
     stats.plans_scheduled = info.adopted;
     stats.plans_refused = info.refused;
     stats.plan_layerwise_update = info.layerwise_update;
+    stats.plan_mean_staleness = info.mean_staleness;
     stats.fitted_alpha_us = info.alpha_us;
     stats.fitted_beta_us_per_mb = info.beta_us_per_mb;
   }

@@ -4,21 +4,25 @@
 # synchronous observed plan on the same cluster: issue 10's accuracy check with the planner's own
 # plan instead of one uniform schedule. The links are capped (--rate, default 100mbit) so that
 # communication dominates and deft has reason to delay. Needs root. Prints one markdown row per
-# run with the plan the runtime adopted (buckets, delayed, with a period). The example's
-# --staleness-correction needs its own --delay and --period, so it is off here.
+# run with the plan the runtime adopted (buckets, delayed, with a period). With
+# --staleness-correction on the example corrects momentum / beta1 for the adopted plan's mean
+# staleness (Stats().plan_mean_staleness).
 #
 #   tools/deft_plan_accuracy.sh [--rate 100mbit] [--epochs 4] [--optimizers "sgd adam adamw"]
+#                               [--runs "observed|off deft|off deft|on"]
+# The first run of each optimizer is the baseline of its "vs synchronous" column.
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CLUSTER=$ROOT/tools/cluster/cluster.sh
 die() { echo "deft_plan_accuracy.sh: $*" >&2; exit 1; }
-rate=100mbit epochs=4 optimizers="sgd adam adamw"
+rate=100mbit epochs=4 optimizers="sgd adam adamw" runs="observed|off deft|off deft|on"
 while (($#)); do
   case $1 in
     --rate) rate=${2:-}; shift 2 || die "--rate needs a value" ;;
     --epochs) epochs=${2:-}; shift 2 || die "--epochs needs a number" ;;
     --optimizers) optimizers=${2:-}; shift 2 || die "--optimizers needs a list" ;;
+    --runs) runs=${2:-}; shift 2 || die "--runs needs a list" ;;
     *) die "unknown option '$1'" ;;
   esac
 done
@@ -38,7 +42,7 @@ echo "| optimizer | plan | correction | test accuracy | vs synchronous | plan ad
 echo "|---|---|---|---:|---:|---|"
 for o in $optimizers; do
   base=""
-  for run in "observed|off" "deft|off"; do
+  for run in $runs; do
     planner=${run%%|*} correction=${run#*|}
     env_args=(OVERLAP_PLANNER="$planner" OVERLAP_LOG_LEVEL=info)
     [ "$planner" != deft ] || env_args+=(OVERLAP_STALENESS=1 OVERLAP_MAX_PERIOD=4)
