@@ -416,7 +416,10 @@ bool Runtime::RunRounds() {
       shutting_down = shutdown_requested_;
     }
     // A delayed plan's last buckets run after the program stopped waiting: finish them first.
-    shutting_down = shutting_down && planned_->delayed_drained();
+    if (shutting_down && !planned_->delayed_drained()) {
+      shutting_down = false;
+      loop_.shutdown_held = true;
+    }
     const absl::Time start = absl::Now();
     PlanVote vote;
     vote.launches = planned_->launches();
@@ -713,9 +716,8 @@ void Runtime::Loop() {
     if (planned_->must_unfreeze()) DropPlan("a tensor was submitted differently from the plan");
     if (planned_->TakeUnfreezeWish()) loop_.resend = true;  // asks for a round to drop the plan
     if (planned_->TakeReportWish()) loop_.plan_report = loop_.resend = true;
-    if (loop_.shutdown_deadline != absl::InfiniteFuture() && !loop_.drained_announced &&
-        planned_->delayed_drained()) {
-      loop_.drained_announced = true;
+    if (loop_.shutdown_held && planned_->delayed_drained()) {
+      loop_.shutdown_held = false;
       loop_.resend = true;  // a round carries the shutdown flag held back while draining
     }
     if (s.ok() && stopping_ && PlanesIdle() && planned_->idle()) break;

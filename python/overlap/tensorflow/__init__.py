@@ -43,11 +43,11 @@ def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=
 
     chosen = {"staleness": staleness, "max_period": max_period}
     for key, variable in (("staleness", "OVERLAP_STALENESS"), ("max_period", "OVERLAP_MAX_PERIOD")):
-        if chosen[key] is None and os.environ.get(variable):
-            try:
-                chosen[key] = int(os.environ[variable])
-            except ValueError:
-                chosen[key] = None  # the runtime names the bad value
+        value = chosen[key] if chosen[key] is not None else os.environ.get(variable)
+        try:
+            chosen[key] = int(value) if value not in (None, "") else None
+        except (TypeError, ValueError):
+            chosen[key] = None  # not a number: the runtime names the bad value
     if (chosen["staleness"] or 0) > 0 or (chosen["max_period"] or 1) > 1:
         raise ValueError(
             "overlap.tensorflow: staleness %s and max_period %s ask for delayed updates, which "
