@@ -254,6 +254,7 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
     std::printf("training 784-256-128-10 MLP (%s) on %d rank(s), global batch %lld, %lld images\n",
                 sizeof(Scalar) == 4 ? "float32" : "float64", Size(),
                 static_cast<long long>(options.batch), static_cast<long long>(train.size));
+    std::fflush(stdout);  // seen at once through a pipe (a launcher, a log), not at exit
   }
 
   int64_t steps = 0;
