@@ -113,11 +113,7 @@ std::vector<PendingOp> PlannedMode::Unfreeze() {
           "still waiting for theirs are reduced again synchronously",
           rank_, absl::StrJoin(held, ", "));
     }
-    for (PendingOp& op : delays_->TakeAllParked()) {
-      op.cache_id = -1;
-      op.sent = false;
-      unstarted.push_back(std::move(op));
-    }
+    for (PendingOp& op : delays_->TakeAllParked()) unstarted.push_back(std::move(op));
     delays_.reset();
     UpdateDelayedBytes();
   }
@@ -324,7 +320,6 @@ void PlannedMode::LaunchSliced(Launch* launch) {
       launch->plan->entries[static_cast<size_t>(bucket.slices.front().entry)].response->request;
   job->dtype = first.tensors[0].dtype;
   job->op = CollectiveOp(first.op);
-  job->pass = launch->pass;
   if (delays_ != nullptr && launch->plan == plan_ && !delays_->Due(launch->bucket, launch->pass)) {
     // Off its period: this pass's slices wait in the residual; the check still runs.
     std::vector<const PendingOp*> inputs;
@@ -568,11 +563,7 @@ void PlannedMode::FinishDelayed(Launch* launch, std::vector<PendingOp>* renegoti
     delays_->Retire(active.op);
     if (launch->diverged[i] || active.diverged_here) {
       std::optional<PendingOp> parked = delays_->TakeParked(entry, active.op.plan_pass);
-      if (parked.has_value()) {
-        parked->cache_id = -1;
-        parked->sent = false;
-        renegotiate->push_back(std::move(*parked));
-      }
+      if (parked.has_value()) renegotiate->push_back(std::move(*parked));
     }
     Feed(entry);
   }
@@ -595,8 +586,6 @@ void PlannedMode::FinishSliced(Launch* launch, std::vector<PendingOp>* renegotia
     PendingOp& op = active.op;
     if (op.plan_pass >= 0) continue;  // a dropped delayed plan's copy: its original went back
     if (launch->diverged[i] || active.diverged_here) {
-      op.cache_id = -1;
-      op.sent = false;
       renegotiate->push_back(std::move(op));
       continue;
     }
@@ -628,15 +617,10 @@ void PlannedMode::Finish(Launch* launch, std::vector<PendingOp>* renegotiate) {
   for (size_t i = 0; i < launch->responses.size(); ++i) {
     if (launch->diverged[i]) diverged.insert(launch->responses[i]->name);
   }
-  auto back_to_negotiation = [&](PendingOp op) {
-    op.cache_id = -1;
-    op.sent = false;
-    renegotiate->push_back(std::move(op));
-  };
-  for (PendingOp& op : launch->diverged_here) back_to_negotiation(std::move(op));
+  for (PendingOp& op : launch->diverged_here) renegotiate->push_back(std::move(op));
   for (auto& [op, status] : launch->done) {
     if (diverged.contains(op.request.name) && status.ok()) {
-      back_to_negotiation(std::move(op));
+      renegotiate->push_back(std::move(op));
     } else {
       complete_(op, status);
     }

@@ -165,7 +165,6 @@ class PlannedMode {
     std::shared_ptr<std::vector<uint8_t>> chunk;   // reduce-scatter: this rank's part
     bool in_place = false;                         // one whole tensor reduced in the user's buffer
     std::unique_ptr<Work> work;
-    int64_t pass = 0;      // delayed plans: the pass it belongs to
     bool skipped = false;  // delayed plans: off its period, folded into the residual
     bool done = false;
     absl::Time started;

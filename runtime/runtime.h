@@ -96,6 +96,8 @@ class Runtime {
   void UpdatePlan(const RoundResult& round, const std::optional<LearnedStep>& learned);
   // `relearn`: forget the steps seen so far (not when a new plan replaces the old one).
   void DropPlan(const char* why, bool relearn = true);
+  // Hands operations back to negotiation as fresh submissions (no cache bit, full request sent),
+  // whatever the plan had made of them.
   void Renegotiate(std::vector<PendingOp> ops);
   // Scheduled plans: hands the scheduler this rank's state; adopts the plan it returns.
   absl::Status ProgressSchedule();
