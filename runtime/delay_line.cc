@@ -25,8 +25,6 @@ struct DelayLine::Result {
 
 namespace {
 
-constexpr int kMaxDelay = 16;
-constexpr int kMaxPeriod = 64;
 
 void Add(DataType dtype, uint8_t* to, const uint8_t* from, size_t bytes) {
   ScaledAdd(to, from, static_cast<int64_t>(bytes / DataTypeSize(dtype)), dtype, 1.0);
@@ -53,23 +51,23 @@ absl::Status DelayLine::Check(const std::string& name, const Tensor& input, cons
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank_, ": allreduce '", name, "' with a delayed update: ", why));
   };
-  if (o.delay < 0 || o.delay > kMaxDelay) {
-    return bad(absl::StrCat("delay ", o.delay, " is not in 0..", kMaxDelay));
+  if (o.delay < 0 || o.delay > kMaxUpdateDelay) {
+    return bad(absl::StrCat("delay ", o.delay, " is not in 0..", kMaxUpdateDelay));
   }
-  if (o.period < 1 || o.period > kMaxPeriod) {
-    return bad(absl::StrCat("period ", o.period, " is not in 1..", kMaxPeriod));
+  if (o.period < 1 || o.period > kMaxUpdatePeriod) {
+    return bad(absl::StrCat("period ", o.period, " is not in 1..", kMaxUpdatePeriod));
   }
   if (o.phase < 0 || o.phase >= o.period) {
     return bad(absl::StrCat("phase ", o.phase, " is not in 0..", o.period - 1));
   }
-  if (input.dtype != DataType::kFloat32 && input.dtype != DataType::kFloat64) {
+  if (!DelayableDtype(input.dtype)) {
     return bad(absl::StrCat("dtype ", DataTypeName(input.dtype),
                             " (delays and periods need float32 or float64 gradients)"));
   }
   if (input.device.is_cuda() || output.device.is_cuda()) {
     return bad("CUDA tensors cannot have delayed updates yet");
   }
-  if (o.op != ReduceOp::kSum && o.op != ReduceOp::kAverage) {
+  if (!DelayableOp(o.op)) {
     return bad(absl::StrCat("op ", ReduceOpName(o.op), " (needs sum or average)"));
   }
   if (output.dtype != input.dtype || output.shape != input.shape) {
@@ -251,8 +249,8 @@ absl::Status DelayLine::Restore(const std::string& snapshot) {
       if (elements > (int64_t{1} << 40)) return bad(absl::StrCat("tensor '", name, "' shape"));
     }
     const size_t bytes = static_cast<size_t>(elements) * DataTypeSize(line.dtype);
-    if (numbers.size() != 4 || numbers[0] < 0 || numbers[0] > kMaxDelay || numbers[1] < 1 ||
-        numbers[1] > kMaxPeriod || numbers[2] < 0 || numbers[2] >= numbers[1] || numbers[3] < 0) {
+    if (numbers.size() != 4 || numbers[0] < 0 || numbers[0] > kMaxUpdateDelay || numbers[1] < 1 ||
+        numbers[1] > kMaxUpdatePeriod || numbers[2] < 0 || numbers[2] >= numbers[1] || numbers[3] < 0) {
       return bad(absl::StrCat("tensor '", name, "' schedule"));
     }
     line.delay = static_cast<int>(numbers[0]);
@@ -263,7 +261,7 @@ absl::Status DelayLine::Restore(const std::string& snapshot) {
       return bad(absl::StrCat("tensor '", name, "' residual of ", residual.size(), " bytes"));
     }
     line.residual.assign(residual.begin(), residual.end());
-    if (results < 0 || results > kMaxDelay + 1) {
+    if (results < 0 || results > kMaxUpdateDelay + 1) {
       return bad(absl::StrCat("tensor '", name, "' has ", results, " results"));
     }
     for (int64_t k = 0; k < results; ++k) {

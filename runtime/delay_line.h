@@ -50,6 +50,16 @@
 
 namespace overlap {
 
+// What delayed updates support, in the delay line and in scheduled plans alike
+// (executable_plan.h, plan_delays.h): delays and periods up to these bounds, and, since error
+// feedback keeps the skipped steps in a residual, float32 or float64 sums and averages.
+inline constexpr int kMaxUpdateDelay = 16;
+inline constexpr int kMaxUpdatePeriod = 64;
+inline bool DelayableDtype(DataType dtype) {
+  return dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
+}
+inline bool DelayableOp(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kAverage; }
+
 class DelayLine {
  public:
   // Submits the reduction of a runtime-owned buffer (input == output) under `name`.

@@ -6,12 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/scaling.h"
+#include "runtime/delay_line.h"
 
 namespace overlap {
 namespace {
-
-constexpr int kMaxPlanDelay = 16;
-constexpr int kMaxPlanPeriod = 64;
 
 absl::Status BadBucket(size_t b, const std::string& cause) {
   return absl::InvalidArgumentError(absl::StrCat("plan bucket ", b, ": ", cause));
@@ -88,11 +86,11 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
   if (plan.buckets.empty()) return absl::InvalidArgumentError("the plan has no buckets");
   for (size_t b = 0; b < plan.buckets.size(); ++b) {
     const sched::Bucket& in = plan.buckets[b];
-    if (in.delay < 0 || in.delay > kMaxPlanDelay || in.period < 1 || in.period > kMaxPlanPeriod ||
-        in.phase < 0 || in.phase >= in.period) {
+    if (in.delay < 0 || in.delay > kMaxUpdateDelay || in.period < 1 ||
+        in.period > kMaxUpdatePeriod || in.phase < 0 || in.phase >= in.period) {
       return BadBucket(b, absl::StrCat("delay ", in.delay, ", period ", in.period, " and phase ",
-                                       in.phase, " are out of range (delay 0..", kMaxPlanDelay,
-                                       ", period 1..", kMaxPlanPeriod, ", 0 <= phase < period)"));
+                                       in.phase, " are out of range (delay 0..", kMaxUpdateDelay,
+                                       ", period 1..", kMaxUpdatePeriod, ", 0 <= phase < period)"));
     }
     const bool delayed = in.delay != 0 || in.period != 1;
     if (delayed && in.op != sched::Collective::kAllreduce) {
@@ -147,8 +145,7 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
                             "' is out of range (", elements, " elements)"));
       }
       const DataType dtype = request.tensors[0].dtype;
-      if (delayed && ((dtype != DataType::kFloat32 && dtype != DataType::kFloat64) ||
-                      (request.op != ReduceOp::kSum && request.op != ReduceOp::kAverage))) {
+      if (delayed && (!DelayableDtype(dtype) || !DelayableOp(request.op))) {
         return BadBucket(b, absl::StrCat("tensor '", s.name, "' (", DataTypeName(dtype), ", ",
                                          ReduceOpName(request.op),
                                          ") cannot have a delay or an update period (needs "
