@@ -32,6 +32,14 @@ PlanDelays::PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size)
   }
 }
 
+DataType PlanDelays::DtypeOf(int bucket) const {
+  // ScheduledPlan made every slice of a bucket share one dtype.
+  const ExecBucket& b = plan_->buckets[static_cast<size_t>(bucket)];
+  return plan_->entries[static_cast<size_t>(b.slices.front().entry)]
+      .response->request.tensors[0]
+      .dtype;
+}
+
 bool PlanDelays::Due(int bucket, int64_t pass) const {
   const ExecBucket& b = plan_->buckets[static_cast<size_t>(bucket)];
   return pass % b.period == b.phase;
@@ -63,9 +71,7 @@ void PlanDelays::Retire(const PendingOp& copy) {
 
 void PlanDelays::Fold(int bucket, const std::vector<const PendingOp*>& inputs) {
   const ExecBucket& b = plan_->buckets[static_cast<size_t>(bucket)];
-  const DataType dtype = plan_->entries[static_cast<size_t>(b.slices.front().entry)]
-                             .response->request.tensors[0]
-                             .dtype;
+  const DataType dtype = DtypeOf(bucket);
   const size_t elem = DataTypeSize(dtype);
   std::vector<uint8_t>& residual = residuals_[static_cast<size_t>(bucket)];
   if (residual.empty()) {
@@ -87,10 +93,7 @@ void PlanDelays::Fold(int bucket, const std::vector<const PendingOp*>& inputs) {
 void PlanDelays::DrainResidual(int bucket, uint8_t* packed) {
   std::vector<uint8_t>& residual = residuals_[static_cast<size_t>(bucket)];
   if (residual.empty()) return;
-  const ExecBucket& b = plan_->buckets[static_cast<size_t>(bucket)];
-  const DataType dtype = plan_->entries[static_cast<size_t>(b.slices.front().entry)]
-                             .response->request.tensors[0]
-                             .dtype;
+  const DataType dtype = DtypeOf(bucket);
   ScaledAdd(packed, residual.data(), static_cast<int64_t>(residual.size() / DataTypeSize(dtype)),
             dtype, 1.0);
   std::fill(residual.begin(), residual.end(), 0);

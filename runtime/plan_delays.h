@@ -93,6 +93,8 @@ class PlanDelays {
     PendingOp op;
   };
 
+  DataType DtypeOf(int bucket) const;
+
   const std::shared_ptr<const ExecutablePlan> plan_;
   const int size_;
   std::vector<int64_t> submitted_;                     // by entry
