@@ -21,6 +21,9 @@
 // Memory (held_bytes(), reported in Stats().delayed_bytes): one copy of each submission until its
 // buckets have run, one residual per bucket with period > 1, and each communicating pass's
 // result until every tensor in the bucket has taken it (at most ceil((d + 1) / p) per bucket).
+// Copies pile up as far as the program runs ahead of the plan: its handle of submission k waits
+// for pass k - d, and not at all in a pass with nothing due, so up to d + p + 1 copies per tensor
+// can be held at once.
 //
 // A dropped plan (a tensor submitted differently, a rank's patience) hands the parked operations
 // back for negotiation, where each is reduced synchronously from its own untouched input; the
