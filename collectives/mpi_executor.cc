@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/half.h"
+#include "collectives/ring_reduce_scatter.h"
 
 namespace overlap {
 namespace {
@@ -286,6 +287,16 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
       if (!s.ok()) return s;
       absl::StatusOr<MPI_Op> op = MpiReduceOp(a.dtype, a.op);
       if (!op.ok()) return op.status();
+      const size_t bytes = static_cast<size_t>(a.count) * DataTypeSize(a.dtype);
+      if (a.send != nullptr && bytes >= kRingReduceScatterBytes) {
+        // Tags cycle below 32767, the least MPI_TAG_UB the standard allows.
+        int& tag = ring_tags_[static_cast<size_t>(channel)];
+        tag = tag % 32000 + 1;
+        absl::StatusOr<std::unique_ptr<RingReduceScatter>> ring = RingReduceScatter::Start(
+            comm, tag, a.send, a.recv, counts, type, DataTypeSize(a.dtype), *op);
+        if (!ring.ok()) return ring.status();
+        return std::unique_ptr<Work>(std::move(*ring));
+      }
       rc = MPI_Ireduce_scatter(a.send, a.recv, counts.data(), type, *op, comm, req);
       break;
     }

@@ -1,4 +1,6 @@
 // The CPU executor: MPI non-blocking collectives, one duplicated communicator per channel.
+// Reduce-scatters of at least kRingReduceScatterBytes run as a ring over point-to-point messages
+// (collectives/ring_reduce_scatter.h), the rest as MPI_Ireduce_scatter.
 //
 // fp16 and bf16 reductions use user-defined MPI operations that accumulate each pairwise step in
 // fp32 and round to nearest even (collectives/half.h), so every rank gets bit-identical results.
@@ -25,10 +27,16 @@ class MpiExecutor : public Executor {
   int num_channels() const override { return static_cast<int>(comms_.size()); }
   absl::StatusOr<std::unique_ptr<Work>> Start(int channel, const CollectiveArgs& args) override;
 
+  // Below this the ring's n - 1 message latencies cost more than the libnbc tree's imbalance.
+  static constexpr size_t kRingReduceScatterBytes = size_t{64} << 10;
+
  private:
-  explicit MpiExecutor(std::vector<MPI_Comm> comms) : comms_(std::move(comms)) {}
+  explicit MpiExecutor(std::vector<MPI_Comm> comms)
+      : comms_(std::move(comms)), ring_tags_(comms_.size(), 0) {}
 
   std::vector<MPI_Comm> comms_;
+  // Per channel: ring reduce-scatters started, which numbers their message tags.
+  std::vector<int> ring_tags_;
 };
 
 // The MPI datatype that carries `dtype` (fp16/bf16 travel as MPI_UINT16_T).
