@@ -111,6 +111,11 @@ ScheduleInfo PlanScheduler::info() const {
   return info_;
 }
 
+std::shared_ptr<const std::vector<sched::SimEvent>> PlanScheduler::predicted_step() const {
+  absl::MutexLock lock(&mu_);
+  return predicted_step_;
+}
+
 void PlanScheduler::OnStep(int64_t step) {
   step_ = step;
   if (given_up_) return;
@@ -140,6 +145,7 @@ void PlanScheduler::OnPlanDropped(int64_t step) {
   info_.planner.clear();
   info_.buckets = 0;
   info_.mean_staleness = 0;
+  predicted_step_.reset();
 }
 
 int64_t PlanScheduler::DriftInterval() const {
@@ -397,8 +403,13 @@ void PlanScheduler::StartPlanning(sched::Profile profile, sched::CostModel cost)
       outcome.status = plan.status();
     } else {
       ScheduleForTest(&*plan);
-      absl::StatusOr<sched::SimResult> sim = sched::Simulate(profile, *plan, cost);
-      if (sim.ok()) outcome.predicted_ms = sim->iteration_ms;
+      sched::SimOptions options;
+      options.record_iteration = true;  // drawn beside the measured steps in the timeline
+      absl::StatusOr<sched::SimResult> sim = sched::Simulate(profile, *plan, cost, options);
+      if (sim.ok()) {
+        outcome.predicted_ms = sim->iteration_ms;
+        outcome.predicted_step = std::move(sim->iteration_events);
+      }
       outcome.bytes = plan->Serialize();
       CorruptForTest(&outcome.bytes, &*plan);
       spdlog::info(
@@ -504,6 +515,10 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   info_.planner = plan->source;
   info_.buckets = static_cast<int64_t>(plan->buckets.size());
   info_.predicted_step_ms = header[1];
+  if (rank_ == 0) {
+    predicted_step_ =
+        std::make_shared<const std::vector<sched::SimEvent>>(outcome_.predicted_step);
+  }
   info_.adopted_step = step_;
   info_.layerwise_update = plan->layerwise_update;
   ++info_.adopted;

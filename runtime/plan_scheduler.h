@@ -50,6 +50,7 @@
 #include "runtime/step_profiler.h"
 #include "scheduler/cost_model.h"
 #include "scheduler/plan.h"
+#include "scheduler/simulator.h"
 
 namespace overlap {
 
@@ -101,6 +102,10 @@ class PlanScheduler {
 
   ScheduleInfo info() const;
 
+  // Rank 0, while a scheduled plan is in force: the simulator's spans of one steady step of it,
+  // in ms from the step's forward (sched::SimResult::iteration_events); otherwise null.
+  std::shared_ptr<const std::vector<sched::SimEvent>> predicted_step() const;
+
  private:
   enum class Stage { kIdle, kDrain, kVote };
   struct Outcome {  // rank 0's planner thread
@@ -108,6 +113,7 @@ class PlanScheduler {
     absl::Status status;
     std::string bytes;  // Serialize()
     double predicted_ms = 0;
+    std::vector<sched::SimEvent> predicted_step;
   };
 
   // The link cost: fitted to the collectives the runtime ran while profiling (each one's time on
@@ -154,6 +160,7 @@ class PlanScheduler {
   mutable absl::Mutex mu_;
   Outcome outcome_ ABSL_GUARDED_BY(mu_);
   ScheduleInfo info_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::vector<sched::SimEvent>> predicted_step_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace overlap

@@ -216,8 +216,26 @@ Runtime::~Runtime() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
+void Runtime::DrawPhase(StepPhase phase, absl::Time now) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (phase_start_ < now) timeline_.Span("compute", StepPhaseName(phase_), phase_start_, now);
+    phase_ = phase;
+    phase_start_ = now;
+  }
+  if (phase != StepPhase::kForward || scheduler_ == nullptr) return;
+  std::shared_ptr<const std::vector<sched::SimEvent>> predicted = scheduler_->predicted_step();
+  if (predicted == nullptr) return;
+  for (const sched::SimEvent& e : *predicted) {
+    timeline_.Predicted(e.lane, e.name, now + absl::Milliseconds(e.start_ms),
+                        now + absl::Milliseconds(e.end_ms));
+  }
+}
+
 absl::Status Runtime::MarkPhase(StepPhase phase) {
-  const int64_t step = profiler_->OnPhase(phase, absl::Now());
+  const absl::Time now = absl::Now();
+  if (timeline_.enabled()) DrawPhase(phase, now);
+  const int64_t step = profiler_->OnPhase(phase, now);
   if (phase != StepPhase::kForward) return absl::OkStatus();
   counters_.steps.store(step, std::memory_order_relaxed);
   if (scheduler_ == nullptr) return absl::OkStatus();

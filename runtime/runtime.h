@@ -73,6 +73,9 @@ class Runtime {
   RuntimeStats stats() const;
 
   absl::Status StartTimeline(const std::string& path) { return timeline_.Open(path, rank_); }
+  // Timeline: the phase that just ended on the compute track and, at a forward under a scheduled
+  // plan, the simulator's prediction of the step starting `now` (rank 0, which planned it).
+  void DrawPhase(StepPhase phase, absl::Time now);
   void StopTimeline() { timeline_.Close(); }
 
   // Error-feedback residuals of this rank's compressed tensors and its delayed updates (see
@@ -173,6 +176,9 @@ class Runtime {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
   std::string cuda_executor_ ABSL_GUARDED_BY(mu_);  // RuntimeStats::cuda_executor
+  // The step phase in progress and when it began, for the timeline's compute track.
+  StepPhase phase_ ABSL_GUARDED_BY(mu_) = StepPhase::kForward;
+  absl::Time phase_start_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   // Written by the coordinator thread, read by stats().
   struct Counters {
     std::atomic<int64_t> rounds{0}, negotiated{0}, launches{0}, frozen{0}, dropped{0}, tensors{0}, steps{0};

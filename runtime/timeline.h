@@ -30,14 +30,27 @@ class Timeline {
   absl::Status Open(const std::string& path, int rank);
   bool enabled() const { return open_.load(std::memory_order_relaxed); }
 
-  // A span [start, end) named `what` on the track of `track` (a tensor name or "channel N").
+  // A span [start, end) named `what` on the track of `track` (a tensor name, "channel N" or
+  // "compute").
   void Span(const std::string& track, const char* what, absl::Time start, absl::Time end);
+
+  // A span of the simulator's prediction, on `track` of a second process ("rank R predicted"),
+  // so that Perfetto shows the predicted step above the measured one.
+  void Predicted(const std::string& track, const std::string& what, absl::Time start,
+                 absl::Time end);
 
   // Flushes and terminates the JSON array.
   void Close();
 
  private:
-  int TrackId(const std::string& track) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Process ids in the trace: the rank's measured events, and its predicted ones.
+  int MeasuredPid() const { return rank_; }
+  int PredictedPid() const { return kPredictedPidBase + rank_; }
+  static constexpr int kPredictedPidBase = 100000;
+  int TrackId(absl::flat_hash_map<std::string, int>* tracks, int pid, const std::string& track)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Write(int pid, int tid, const std::string& what, absl::Time start, absl::Time end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   std::FILE* file_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -45,6 +58,7 @@ class Timeline {
   int rank_ = 0;
   absl::Time origin_;
   absl::flat_hash_map<std::string, int> tracks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int> predicted_tracks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace overlap

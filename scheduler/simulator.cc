@@ -94,7 +94,7 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
   std::vector<std::vector<double>> layer_ready_of;  // [iteration][layer]
   std::vector<double> channel_free(cost.channels.size(), 0);
   std::vector<TraceEvent> events;
-  const bool trace = options.record_trace;
+  const bool trace = options.record_trace || options.record_iteration;
   double t = 0;
   SimResult result;
   result.compute_ms = profile.compute_ms();
@@ -249,7 +249,16 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
     const double origin = backward_start[jj];
     result.buckets[b] = {ready[b][jj] - origin, start[b][jj] - origin, end[b][jj] - origin};
   }
-  if (trace) {
+  if (options.record_iteration && k >= 2) {
+    const size_t i = static_cast<size_t>(std::clamp(k - 2 - max_delay, 0, k - 2));
+    const double from = forward_start[i], to = forward_start[i + 1];
+    for (const TraceEvent& e : events) {
+      if (e.start_ms >= from && e.start_ms < to) {
+        result.iteration_events.push_back({e.name, e.lane, e.start_ms - from, e.end_ms - from});
+      }
+    }
+  }
+  if (options.record_trace) {
     nlohmann::json out = nlohmann::json::array();
     const int first = std::max(0, k - options.trace_iterations - max_delay - 1);
     const int last = first + options.trace_iterations;

@@ -24,7 +24,8 @@ namespace overlap::sched {
 struct SimOptions {
   int max_iterations = 2000;
   double relative_tolerance = 1e-9;
-  bool record_trace = false;  // fill SimResult::trace_json with the last iterations
+  bool record_trace = false;      // fill SimResult::trace_json with the last iterations
+  bool record_iteration = false;  // fill SimResult::iteration_events
   int trace_iterations = 3;
 };
 
@@ -36,6 +37,13 @@ struct BucketTiming {
   double end_ms = 0;
 };
 
+// One span of the simulated schedule: a layer's compute or a bucket's collective.
+struct SimEvent {
+  std::string name;  // "fwd <layer>", "bwd <layer>", "update[ <layer>]", "<collective> #<b> (<n> B)"
+  std::string lane;  // "compute" or the channel's name
+  double start_ms = 0, end_ms = 0;
+};
+
 struct SimResult {
   double iteration_ms = 0;     // steady-state time between consecutive forward starts
   double compute_ms = 0;       // forward + backward + update
@@ -45,6 +53,10 @@ struct SimResult {
   bool converged = false;
   std::vector<BucketTiming> buckets;  // in plan order; empty times for skipped buckets
   std::string trace_json;             // Chrome trace (Perfetto) when SimOptions::record_trace
+  // When SimOptions::record_iteration: every span that starts within one steady-state iteration
+  // (from its forward's start to the next forward's), in ms from that forward's start. The
+  // runtime draws it beside each measured step.
+  std::vector<SimEvent> iteration_events;
 };
 
 // Simulates `plan` (validated first with ValidatePlan; its error is returned as is).
