@@ -290,15 +290,9 @@ absl::Status PlannedMode::LaunchNext() {
     l.diverged.assign(0, false);
     return absl::OkStatus();
   }
-  // The data first: the check is small and catches up.
-  absl::Status started = absl::OkStatus();
-  if (bucket.kind == BucketKind::kWhole) {
-    plane_.Submit(std::move(ready));
-    started = plane_.Progress();
-  } else {
-    LaunchSliced(&l);
-    started = ProgressSlices();
-  }
+  // The check first: its few bytes then travel ahead of the bucket's data on the connections
+  // they share, so it completes (and the next bucket may launch and pack while this one's data
+  // moves) instead of queueing behind the data it checks.
   PrepareIallreduce(l.check.size() * sizeof(uint64_t));
   absl::Status check =
       MpiCheck(MPI_Iallreduce(MPI_IN_PLACE, l.check.data(), static_cast<int>(l.check.size()),
@@ -306,7 +300,16 @@ absl::Status PlannedMode::LaunchNext() {
                absl::StrCat("rank ", rank_, ": MPI_Iallreduce starting the planned check of ",
                             UnitNames(l.responses)));
   if (!check.ok()) return check;
-  return started;
+  if (bucket.kind == BucketKind::kWhole) {
+    plane_.Submit(std::move(ready));
+    return plane_.Progress();
+  }
+  LaunchSliced(&l);
+  // Packed now, while the channel may still be busy with earlier buckets, so that the
+  // collective starts the moment the channel is free.
+  absl::Status packed = PrepareLaunched(&l);
+  if (!packed.ok()) return packed;
+  return ProgressSlices();
 }
 
 void PlannedMode::LaunchSliced(Launch* launch) {
@@ -337,7 +340,32 @@ void PlannedMode::LaunchSliced(Launch* launch) {
   launch->job = std::move(job);
 }
 
+absl::Status PlannedMode::PrepareLaunched(Launch* launch) {
+  SliceJob* job = launch->job.get();
+  // An all-gather needs its reduce-scatter's result; it is prepared when its channel takes it.
+  if (job->skipped || job->prepared || job->kind == BucketKind::kAllgather) {
+    return absl::OkStatus();
+  }
+  return PrepareJob(job);
+}
+
 absl::Status PlannedMode::StartJob(SliceJob* job) {
+  if (!job->prepared) {
+    absl::Status s = PrepareJob(job);
+    if (!s.ok()) return s;
+  }
+  job->started = absl::Now();
+  absl::StatusOr<std::unique_ptr<Work>> work = executor_->Start(job->channel, job->args);
+  if (!work.ok()) {
+    return absl::Status(work.status().code(), absl::StrCat("rank ", rank_, ": ", DescribeJob(*job),
+                                                           ": ", work.status().message()));
+  }
+  job->work = std::move(*work);
+  return absl::OkStatus();
+}
+
+absl::Status PlannedMode::PrepareJob(SliceJob* job) {
+  job->prepared = true;
   const ExecutablePlan& plan = *job->plan;
   const ExecBucket& bucket = plan.buckets[static_cast<size_t>(job->bucket)];
   const size_t elem = DataTypeSize(job->dtype);
@@ -418,13 +446,7 @@ absl::Status PlannedMode::StartJob(SliceJob* job) {
       args.recv = job->chunk->data();
     }
   }
-  job->started = absl::Now();
-  absl::StatusOr<std::unique_ptr<Work>> work = executor_->Start(job->channel, args);
-  if (!work.ok()) {
-    return absl::Status(work.status().code(), absl::StrCat("rank ", rank_, ": ", DescribeJob(*job),
-                                                           ": ", work.status().message()));
-  }
-  job->work = std::move(*work);
+  job->args = std::move(args);
   return absl::OkStatus();
 }
 

@@ -5,8 +5,11 @@
 // bucket k-1's check has completed - no negotiation round, no message to rank 0. Every rank starts
 // the same buckets in the same order on communicators only the plan uses, so the collectives
 // match. Whole-tensor buckets (observed plans) go to a data plane that fuses them as negotiated
-// mode does; sliced buckets (scheduled plans) are packed here and run one at a time per channel
-// in plan order, so channels run concurrently.
+// mode does; sliced buckets (scheduled plans) are packed here when they start and run one at a
+// time per channel in plan order, so channels run concurrently. A bucket's check goes out just
+// before its data, so it completes in about one round trip even on links its data saturates;
+// bucket k+1 then starts (and packs) while bucket k's collective still runs, and its collective
+// follows the moment the channel is free.
 //
 // Consistency check: with each bucket's collective, a small bitwise-OR allreduce on its own
 // communicator tells every rank which of the bucket's tensors some rank submitted differently
@@ -164,6 +167,8 @@ class PlannedMode {
     std::shared_ptr<std::vector<uint8_t>> buffer;  // packed slices, then their reduced values
     std::shared_ptr<std::vector<uint8_t>> chunk;   // reduce-scatter: this rank's part
     bool in_place = false;                         // one whole tensor reduced in the user's buffer
+    CollectiveArgs args;    // once prepared
+    bool prepared = false;  // packed (or, all-gathers, given their chunk): ready to start
     std::unique_ptr<Work> work;
     bool skipped = false;  // delayed plans: off its period, folded into the residual
     bool done = false;
@@ -213,6 +218,12 @@ class PlannedMode {
   absl::Status LaunchNext();
   void LaunchSliced(Launch* launch);
   absl::Status ProgressSlices();
+  // Packs the bucket's slices (or, all-gathers, takes their reduce-scatter's chunk) and sets
+  // job->args.
+  absl::Status PrepareJob(SliceJob* job);
+  // A launched sliced bucket is packed at once unless it must wait (all-gathers).
+  absl::Status PrepareLaunched(Launch* launch);
+  // Prepares `job` if it is not yet and starts its collective.
   absl::Status StartJob(SliceJob* job);
   void FinishJob(SliceJob* job);
   void FinishSliced(Launch* launch, std::vector<PendingOp>* renegotiate);
