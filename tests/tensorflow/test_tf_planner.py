@@ -1,7 +1,7 @@
 """The training suite under a scheduling planner: BUILD runs this file with
 TEST_OVERLAP_INIT="planner=deft,staleness=0", so hvd.init() gets those options (with staleness
-above 0 deft may delay a bucket, and the runtime refuses such plans until it applies a plan's
-delays itself).
+above 0 deft may delay a bucket, depending on the measured step; test_tf_delayed.py checks
+delayed updates under a pinned schedule instead).
 
 The first test trains a tf.function step with DistributedGradientTape until the runtime has
 profiled the marked steps and adopted the planner's plan (it must be first: the runtime plans

@@ -24,6 +24,7 @@ from overlap.common import (Adasum, Average, HorovodInternalError, HostsUpdatedI
                             global_process_set, mpi_built, mpi_enabled, mpi_threads_supported,
                             nccl_built, remove_process_set, rocm_built)
 from overlap.tensorflow.compression import Compression
+from overlap.tensorflow.delayed_updates import has_update
 from overlap.tensorflow.functions import (allgather_object, broadcast_global_variables,
                                           broadcast_object, broadcast_variables)
 from overlap.tensorflow.gradient_tape import DistributedGradientTape
@@ -35,26 +36,8 @@ from overlap.tensorflow.mpi_ops import (allgather, allreduce, alltoall, barrier,
 
 def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=None,
          compression=None, profile_steps=None, timeline=None):
-    """overlap.basics.init, refusing delayed updates: a delayed plan (staleness > 0 or update
-    periods) gives some steps no update for a tensor, and overlap.tensorflow's ops cannot tell
-    that from a zero gradient yet, so the optimizer would still apply momentum and weight decay
-    there. overlap.torch applies them (docs/scheduler.md)."""
-    import os
-
-    chosen = {"staleness": staleness, "max_period": max_period}
-    for key, variable in (("staleness", "OVERLAP_STALENESS"), ("max_period", "OVERLAP_MAX_PERIOD")):
-        value = chosen[key] if chosen[key] is not None else os.environ.get(variable)
-        try:
-            chosen[key] = int(value) if value not in (None, "") else None
-        except (TypeError, ValueError):
-            chosen[key] = None  # not a number: the runtime names the bad value
-    if (chosen["staleness"] or 0) > 0 or (chosen["max_period"] or 1) > 1:
-        raise ValueError(
-            "overlap.tensorflow: staleness %s and max_period %s ask for delayed updates, which "
-            "overlap.tensorflow does not apply yet (its ops cannot tell a step without an update "
-            "from a zero gradient); use staleness 0 and max_period 1 (OVERLAP_STALENESS, "
-            "OVERLAP_MAX_PERIOD), or overlap.torch"
-            % (chosen["staleness"] or 0, chosen["max_period"] or 1))
+    """overlap.basics.init. With staleness > 0 or max_period > 1 the planner may delay updates:
+    DistributedGradientTape's gradients then carry a has_update flag (has_update()) and Keras 3
+    optimizers skip a variable in the steps that bring it none (delayed_updates.py)."""
     _init(comm, process_sets, planner=planner, staleness=staleness, max_period=max_period,
           compression=compression, profile_steps=profile_steps, timeline=timeline)
-

@@ -6,13 +6,22 @@ fuses and plans them (or `groups` bundles them). Eagerly each op would block unt
 dense gradients go out as one grouped allreduce. Either way every rank submits the same names,
 derived from each variable's position and name, so each step repeats the last one.
 IndexedSlices are allgathered unless sparse_as_dense; None gradients stay None, as Horovod.
+
+Delayed updates (delayed_updates.py): when they are configured, every dense gradient not in an
+explicit group goes out as its own allreduce, eagerly too (through one internal tf.function per
+set of names, so they still run concurrently), since the runtime plans, and so delays,
+single-tensor allreduces only; each result is tagged with its has_update flag, so that the
+optimizer skips a variable in a step that brings it no update.
 """
 
 import tensorflow as tf
 
 from overlap import _core
 from overlap.common import _OP_NAMES, Average, Sum, _check_process_set, core_reduce_op
-from overlap.tensorflow import mpi_ops, step_markers
+from overlap.tensorflow import delayed_updates, mpi_ops, step_markers
+
+# Eager reductions under delayed updates: one tf.function per (reducer settings, names).
+_eager_functions = {}
 
 
 def variable_name(variable, index):
@@ -91,7 +100,12 @@ class GradientReducer:
                 g = tf.convert_to_tensor(g)
             dense.append((i, g))
         groups = self._group_of(variables)
-        if not groups and tf.executing_eagerly():
+        if delayed_updates.enabled():
+            single = [(i, g) for i, g in dense if i not in groups]
+            for (i, _), (r, flag) in zip(single, self._reduce_with_updates(single, names)):
+                out[i] = delayed_updates.tag(r, flag)
+            dense = [(i, g) for i, g in dense if i in groups]
+        elif not groups and tf.executing_eagerly():
             groups = {i: 0 for i, _ in dense}
         bundles = {}
         for i, g in dense:
@@ -110,3 +124,25 @@ class GradientReducer:
             for (i, _), r in zip(members, reduced):
                 out[i] = r
         return out
+
+    def _reduce_with_updates(self, dense, names):
+        """[(reduced, has_update)] for `dense` [(index, gradient)], one allreduce each."""
+        if not dense:
+            return []
+        pre, post = self._factors()
+        chosen = [names[i] for i, _ in dense]
+
+        def reduce_each(grads):
+            return [mpi_ops.allreduce_with_update(
+                g, name, op=self.op, compression=self.compression, prescale_factor=pre,
+                postscale_factor=post, process_set=self.process_set)
+                for g, name in zip(grads, chosen)]
+
+        if not tf.executing_eagerly():
+            return reduce_each([g for _, g in dense])
+        key = (tuple(chosen), self.op, pre, post, self.compression,
+               getattr(self.compression, "runtime_spec", None))
+        function = _eager_functions.get(key)
+        if function is None:
+            function = _eager_functions[key] = tf.function(reduce_each)
+        return function([g for _, g in dense])

@@ -92,19 +92,20 @@ def _op_of(op, average):
 # Allreduce.
 
 def _allreduce(tensor, name, c_op, prescale, postscale, compression_spec):
-    """One OverlapAllreduce; integer tensors are scaled in float64 around it, as Horovod."""
+    """One OverlapAllreduce: (the result, its has_update flag, a bool scalar tensor). Integer
+    tensors are scaled in float64 around it, as Horovod."""
     tensor, original = _stage(tensor, "allreduce '%s'" % name)
     integer = not tensor.dtype.is_floating
     if integer and (prescale != 1.0 or postscale != 1.0):
         scaled = tf.cast(tf.cast(tensor, tf.float64) * prescale, tensor.dtype)
-        out = _lib.overlap_allreduce(scaled, tensor_name=name, reduce_op=c_op,
-                                     compression=compression_spec or "")
+        out, has_update = _lib.overlap_allreduce(scaled, tensor_name=name, reduce_op=c_op,
+                                                 compression=compression_spec or "")
         out = tf.cast(tf.cast(out, tf.float64) * postscale, tensor.dtype)
     else:
-        out = _lib.overlap_allreduce(tensor, tensor_name=name, reduce_op=c_op,
-                                     prescale=prescale, postscale=postscale,
-                                     compression=compression_spec or "")
-    return _unstage(out, original)
+        out, has_update = _lib.overlap_allreduce(tensor, tensor_name=name, reduce_op=c_op,
+                                                 prescale=prescale, postscale=postscale,
+                                                 compression=compression_spec or "")
+    return _unstage(out, original), has_update
 
 
 def _sparse_allreduce(slices, name, op):
@@ -130,11 +131,26 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     name = _prepare("allreduce", name, process_set)
     if isinstance(tensor, tf.IndexedSlices):
         return _sparse_allreduce(tensor, name, op)
+    return _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor)[0]
+
+
+def allreduce_with_update(tensor, name, op=Average, compression=Compression.none,
+                          prescale_factor=1.0, postscale_factor=1.0,
+                          process_set=global_process_set):
+    """allreduce of a dense tensor, with its has_update flag: (result, bool scalar tensor).
+    The flag is false only in a step where a delayed plan (deft with staleness > 0 or update
+    periods) brings this tensor no update; the result is zeros then. The gradient reducer uses
+    it so that the optimizer skips that variable."""
+    name = _prepare("allreduce", name, process_set)
+    return _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor)
+
+
+def _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor):
     c_op = core_reduce_op(op)
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
-    out = _allreduce(compressed, name, c_op, float(prescale_factor), float(postscale_factor),
-                     compression.runtime_spec)
-    return compression.decompress(out, ctx)
+    out, has_update = _allreduce(compressed, name, c_op, float(prescale_factor),
+                                 float(postscale_factor), compression.runtime_spec)
+    return compression.decompress(out, ctx), has_update
 
 
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
@@ -187,11 +203,11 @@ def _reduction_grad(op, grads, grouped):
         grads = [tf.zeros_like(t) if g is None else g for g, t in zip(grads, op.inputs)]
         return _lib.overlap_grouped_allreduce(grads, tensor_names=names, **kwargs)
     return _lib.overlap_allreduce(grads[0], tensor_name=op.get_attr("tensor_name").decode() +
-                                  ".grad", **kwargs)
+                                  ".grad", **kwargs)[0]
 
 
 @tf.RegisterGradient("OverlapAllreduce")
-def _allreduce_grad(op, grad):
+def _allreduce_grad(op, grad, _has_update_grad):
     return _reduction_grad(op, [grad], grouped=False)
 
 
@@ -219,7 +235,8 @@ def allgather(tensor, device_dense="", device_sparse="", name=None,
 def _allgather_grad(op, grad):
     """This rank's rows of the gradient averaged over ranks (Horovod 0.28's definition)."""
     name = op.get_attr("tensor_name").decode()
-    reduced = _lib.overlap_allreduce(grad, tensor_name=name + ".grad", reduce_op=_core.C_AVERAGE)
+    reduced = _lib.overlap_allreduce(grad, tensor_name=name + ".grad",
+                                     reduce_op=_core.C_AVERAGE)[0]
     rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
     all_rows = _lib.overlap_allgather(rows, tensor_name=name + ".grad.rows")
     offset = tf.reduce_sum(all_rows[:_core.rank()])
@@ -239,7 +256,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set,
 def _broadcast_grad(op, grad):
     """The gradient averaged over ranks on the root, zero elsewhere (Horovod 0.28)."""
     reduced = _lib.overlap_allreduce(grad, tensor_name=op.get_attr("tensor_name").decode() +
-                                     ".grad", reduce_op=_core.C_AVERAGE)
+                                     ".grad", reduce_op=_core.C_AVERAGE)[0]
     return reduced if _core.rank() == op.get_attr("root_rank") else tf.zeros_like(reduced)
 
 

@@ -97,12 +97,19 @@ class AllreduceOp : public AsyncOpKernel {
     // In place when TensorFlow lets the input go; the core reduces in place too.
     OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({0}, 0, input.shape(), &output),
                          done);
+    Tensor* has_update = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(1, TensorShape({}), &has_update), done);
     CoreTensor in(input), out(*output);
     overlap_handle* handle = nullptr;
     int rc =
         overlap_allreduce(name_.c_str(), in.desc(), out.desc(), reduction_.op, reduction_.prescale,
                           reduction_.postscale, reduction_.compression.c_str(), &handle);
-    Finish(ctx, std::move(done), rc, handle);
+    // Read once the operation has ended: only then does the core know whether the plan
+    // delivered anything to this submission.
+    Finish(ctx, std::move(done), rc, handle, [has_update](overlap_handle* h) {
+      has_update->scalar<bool>()() = overlap_handle_has_update(h) != 0;
+      return absl::OkStatus();
+    });
   }
 
  private:

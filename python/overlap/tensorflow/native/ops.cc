@@ -31,9 +31,13 @@ absl::Status UnknownFirstDim(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+// `has_update`: false when a delayed plan (deft with staleness > 0 or update periods,
+// runtime/plan_delays.h) brings this tensor no update this step; `reduced` is zeros then, and the
+// optimizer must skip the variable rather than apply them. True in every other case.
 REGISTER_OP("OverlapAllreduce")
     .Input("tensor: T")
     .Output("reduced: T")
+    .Output("has_update: bool")
     .Attr("T: " OVERLAP_TYPES)
     .Attr("tensor_name: string")
     .Attr("reduce_op: int")
@@ -41,7 +45,11 @@ REGISTER_OP("OverlapAllreduce")
     .Attr("postscale: float = 1.0")
     .Attr("compression: string = ''")
     .SetIsStateful()
-    .SetShapeFn(tensorflow::shape_inference::UnchangedShape);
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    });
 
 REGISTER_OP("OverlapGroupedAllreduce")
     .Input("tensors: T")
