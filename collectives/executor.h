@@ -71,7 +71,7 @@ class Executor {
   // The CUDA stream (a cudaStream_t) the collectives of `channel` run on, for executors over
   // device buffers: the data plane queues its copies on it, so copy-in, collective and copy-out
   // run in order without the host waiting between them. nullptr for host executors.
-  virtual void* channel_stream(int channel) const { return nullptr; }
+  virtual void* channel_stream(int /*channel*/) const { return nullptr; }
 
   // Called once when the job cannot continue (a collective failed or timed out): abandons the
   // collectives in flight so that nothing waits on a dead peer (NCCL: ncclCommAbort). Work
