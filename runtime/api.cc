@@ -1,19 +1,23 @@
 // The public functions of runtime/overlap.h: thin wrappers over the process's default Runtime.
+#include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/overlap.h"
+#include "runtime/process_sets.h"
 #include "runtime/runtime.h"
 
 namespace overlap {
 namespace {
 
-// The default runtime of this process; the only process-wide state overlap keeps.
+// The default runtime of this process and its process sets; the only process-wide state overlap
+// keeps.
 struct DefaultRuntime {
   absl::Mutex mu;
   std::shared_ptr<Runtime> runtime ABSL_GUARDED_BY(mu);
+  std::shared_ptr<ProcessSets> sets ABSL_GUARDED_BY(mu);  // set while runtime is
 };
 
 DefaultRuntime& Default() {
@@ -27,16 +31,51 @@ std::shared_ptr<Runtime> Current() {
   return d.runtime;
 }
 
-absl::Status NotRunning(const Request& request) {
+absl::Status NotRunning(OpKind kind, absl::string_view name) {
   return absl::FailedPreconditionError(absl::StrCat(
-      OpKindName(request.kind), " '", request.name,
+      OpKindName(kind), " '", name,
       "': overlap is not initialised (call overlap::Init() first, and not after Shutdown())"));
 }
 
 absl::StatusOr<Handle> Submit(PendingOp op, DoneCallback on_done) {
   std::shared_ptr<Runtime> runtime = Current();
-  if (runtime == nullptr) return NotRunning(op.request);
+  if (runtime == nullptr) return NotRunning(op.request.kind, op.request.name);
   return runtime->Submit(std::move(op), std::move(on_done));
+}
+
+std::shared_ptr<ProcessSets> CurrentSets() {
+  DefaultRuntime& d = Default();
+  absl::MutexLock lock(&d.mu);
+  return d.sets;
+}
+
+std::string Describe(const PendingOp& op) {
+  return absl::StrCat(OpKindName(op.request.kind), " '", op.request.name, "'");
+}
+
+// Submits `op` to the runtime of `process_set`, or fails naming the rank, the operation and why
+// this rank cannot submit to that set.
+absl::StatusOr<Handle> SubmitTo(int process_set, PendingOp op, DoneCallback on_done) {
+  std::shared_ptr<ProcessSets> sets = CurrentSets();
+  // Set 0, or no runtime at all: Submit runs it, or says overlap is not initialised.
+  if (process_set == 0 || sets == nullptr) return Submit(std::move(op), std::move(on_done));
+  absl::StatusOr<std::shared_ptr<Runtime>> runtime = sets->Find(process_set, Describe(op));
+  if (!runtime.ok()) return runtime.status();
+  return (*runtime)->Submit(std::move(op), std::move(on_done));
+}
+
+// What a process set's allreduce cannot do: runtime compression (its residuals would be missing
+// from SaveCompressionState) and delayed updates (the planner's, of the global set).
+absl::Status CheckSetAllreduce(const AllreduceOptions& options, const std::string& what) {
+  if (options.process_set == 0) return absl::OkStatus();
+  if (options.delay != 0 || options.period != 1 || options.phase != 0 ||
+      !options.compression.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", Rank(), ": allreduce '", what, "': process set ", options.process_set,
+        ": compression and delayed updates (delay, period, phase) run on the global process set "
+        "0 only"));
+  }
+  return absl::OkStatus();
 }
 
 TensorMeta MetaOf(const Tensor& t) { return TensorMeta{t.dtype, t.shape}; }
@@ -70,7 +109,14 @@ absl::Status StartDefault(absl::StatusOr<Config> config) {
   }
   absl::StatusOr<std::unique_ptr<Runtime>> runtime = Runtime::Start(std::move(config));
   if (!runtime.ok()) return runtime.status();
+  absl::StatusOr<std::unique_ptr<ProcessSets>> sets =
+      ProcessSets::Create((*runtime)->config(), (*runtime)->rank(), (*runtime)->size());
+  if (!sets.ok()) {
+    (void)(*runtime)->Shutdown();
+    return sets.status();
+  }
   d.runtime = std::move(*runtime);
+  d.sets = std::move(*sets);
   return absl::OkStatus();
 }
 
@@ -84,13 +130,18 @@ absl::Status Init(const Config& config) {
 
 absl::Status Shutdown() {
   std::shared_ptr<Runtime> runtime;
+  std::shared_ptr<ProcessSets> sets;
   {
     DefaultRuntime& d = Default();
     absl::MutexLock lock(&d.mu);
     runtime = std::move(d.runtime);
+    sets = std::move(d.sets);
   }
   if (runtime == nullptr) return absl::OkStatus();
-  return runtime->Shutdown();
+  // The sets' runtimes first: they may wait on members still finishing the global set's work.
+  absl::Status sets_down = sets != nullptr ? sets->ShutdownAll() : absl::OkStatus();
+  absl::Status down = runtime->Shutdown();
+  return down.ok() ? sets_down : down;
 }
 
 bool IsInitialized() { return Current() != nullptr; }
@@ -150,12 +201,14 @@ RuntimeStats Stats() {
 
 absl::StatusOr<Handle> Allreduce(const std::string& name, const Tensor& input, const Tensor& output,
                                  const AllreduceOptions& options) {
+  absl::Status set_ok = CheckSetAllreduce(options, name);
+  if (!set_ok.ok()) return set_ok;
   if (options.delay != 0 || options.period != 1 || options.phase != 0) {
     std::shared_ptr<Runtime> runtime = Current();
-    if (runtime == nullptr) return NotRunning(Request{name});
+    if (runtime == nullptr) return NotRunning(OpKind::kAllreduce, name);
     return runtime->SubmitDelayed(name, input, output, options);
   }
-  return Submit(AllreduceOp(name, input, output, options), options.on_done);
+  return SubmitTo(options.process_set, AllreduceOp(name, input, output, options), options.on_done);
 }
 
 absl::StatusOr<Handle> GroupedAllreduce(const std::vector<std::string>& names,
@@ -172,17 +225,20 @@ absl::StatusOr<Handle> GroupedAllreduce(const std::vector<std::string>& names,
                      "': ", names.size(), " names, ", inputs.size(), " inputs and ", outputs.size(),
                      " outputs (need equal, non-zero counts)"));
   }
+  absl::Status set_ok = CheckSetAllreduce(options, op.request.name);
+  if (!set_ok.ok()) return set_ok;
   for (const Tensor& t : inputs) op.request.tensors.push_back(MetaOf(t));
   op.inputs = inputs;
   op.outputs = outputs;
   op.request.compression = options.compression;
   SetReduction(options, &op.request);
-  return Submit(std::move(op), options.on_done);
+  return SubmitTo(options.process_set, std::move(op), options.on_done);
 }
 
 absl::StatusOr<Handle> Allgather(const std::string& name, const Tensor& input,
                                  const AllgatherOptions& options) {
-  return Submit(SingleTensorOp(OpKind::kAllgather, name, input), options.on_done);
+  return SubmitTo(options.process_set, SingleTensorOp(OpKind::kAllgather, name, input),
+                  options.on_done);
 }
 
 absl::StatusOr<Handle> Broadcast(const std::string& name, const Tensor& input, const Tensor& output,
@@ -190,30 +246,50 @@ absl::StatusOr<Handle> Broadcast(const std::string& name, const Tensor& input, c
   PendingOp op = SingleTensorOp(OpKind::kBroadcast, name, input);
   op.outputs.push_back(output);
   op.request.root = options.root;
-  return Submit(std::move(op), options.on_done);
+  std::shared_ptr<ProcessSets> sets = CurrentSets();
+  if (options.process_set != 0 && sets != nullptr) {
+    // The root is a global rank, as in Horovod; the set's runtime counts its members from 0.
+    absl::StatusOr<std::vector<int>> ranks = sets->Ranks(options.process_set);
+    if (ranks.ok()) {
+      auto it = std::find(ranks->begin(), ranks->end(), options.root);
+      if (it == ranks->end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rank ", Rank(), ": broadcast '", name, "': root rank ", options.root,
+            " is not a member of process set ", options.process_set, " (ranks ",
+            RanksText(*ranks), ")"));
+      }
+      op.request.root = static_cast<int>(it - ranks->begin());
+    }  // else SubmitTo names the unknown set
+  }
+  return SubmitTo(options.process_set, std::move(op), options.on_done);
 }
 
 absl::StatusOr<Handle> ReduceScatter(const std::string& name, const Tensor& input,
                                      const ReduceScatterOptions& options) {
   PendingOp op = SingleTensorOp(OpKind::kReduceScatter, name, input);
   SetReduction(options, &op.request);
-  return Submit(std::move(op), options.on_done);
+  return SubmitTo(options.process_set, std::move(op), options.on_done);
 }
 
 absl::StatusOr<Handle> Alltoall(const std::string& name, const Tensor& input,
                                 const AlltoallOptions& options) {
   PendingOp op = SingleTensorOp(OpKind::kAlltoall, name, input);
   op.request.splits = options.splits;
-  const int size = Size();
+  absl::StatusOr<int> set_size = ProcessSetSize(options.process_set);
+  const int size = set_size.ok() ? *set_size : 0;  // else SubmitTo names the problem
   if (op.request.splits.empty() && size > 0 && !input.shape.empty()) {
     if (input.shape[0] % size != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", Rank(), ": alltoall '", name, "': first dimension ", input.shape[0],
-                       " does not divide into ", size, " equal parts; pass options.splits"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", Rank(), ": alltoall '", name, "': first dimension ", input.shape[0],
+          " does not divide into ", size, " equal parts",
+          options.process_set != 0 ? absl::StrCat(" (the ranks of process set ",
+                                                  options.process_set, ")")
+                                   : "",
+          "; pass options.splits"));
     }
     op.request.splits.assign(static_cast<size_t>(size), input.shape[0] / size);
   }
-  return Submit(std::move(op), options.on_done);
+  return SubmitTo(options.process_set, std::move(op), options.on_done);
 }
 
 absl::StatusOr<std::string> SaveCompressionState() {
@@ -232,11 +308,11 @@ absl::Status RestoreCompressionState(const std::string& snapshot) {
   return runtime->RestoreCompressionState(snapshot);
 }
 
-absl::StatusOr<Handle> Barrier() {
+absl::StatusOr<Handle> Barrier(int process_set) {
   PendingOp op;
   op.request.kind = OpKind::kBarrier;
   op.request.name = "__barrier";
-  return Submit(std::move(op), nullptr);
+  return SubmitTo(process_set, std::move(op), nullptr);
 }
 
 absl::StatusOr<Handle> Join() {
@@ -244,6 +320,61 @@ absl::StatusOr<Handle> Join() {
   op.request.kind = OpKind::kJoin;
   op.request.name = "__join";
   return Submit(std::move(op), nullptr);
+}
+
+namespace {
+absl::Status SetsNotRunning(absl::string_view call) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      call, ": overlap is not initialised (call overlap::Init() first, and not after Shutdown())"));
+}
+}  // namespace
+
+absl::StatusOr<int> AddProcessSet(const std::vector<int>& ranks) {
+  std::shared_ptr<ProcessSets> sets = CurrentSets();
+  if (sets == nullptr) return SetsNotRunning("AddProcessSet");
+  return sets->Add(ranks);
+}
+
+absl::Status RemoveProcessSet(int id) {
+  std::shared_ptr<ProcessSets> sets = CurrentSets();
+  if (sets == nullptr) return SetsNotRunning("RemoveProcessSet");
+  return sets->Remove(id);
+}
+
+std::vector<int> ProcessSetIds() {
+  std::shared_ptr<ProcessSets> sets = CurrentSets();
+  if (sets == nullptr) return {};
+  std::vector<int> ids = {0};
+  for (int id : sets->Ids()) ids.push_back(id);
+  return ids;
+}
+
+absl::StatusOr<std::vector<int>> ProcessSetRanks(int id) {
+  std::shared_ptr<ProcessSets> sets = CurrentSets();
+  const int size = Size();
+  if (sets == nullptr || size < 0) return SetsNotRunning("ProcessSetRanks");
+  if (id != 0) return sets->Ranks(id);
+  std::vector<int> all(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) all[static_cast<size_t>(r)] = r;
+  return all;
+}
+
+absl::StatusOr<int> ProcessSetSize(int id) {
+  absl::StatusOr<std::vector<int>> ranks = ProcessSetRanks(id);
+  if (!ranks.ok()) return ranks.status();
+  return static_cast<int>(ranks->size());
+}
+
+absl::StatusOr<int> ProcessSetRank(int id) {
+  absl::StatusOr<std::vector<int>> ranks = ProcessSetRanks(id);
+  if (!ranks.ok()) return ranks.status();
+  const int rank = Rank();
+  auto it = std::find(ranks->begin(), ranks->end(), rank);
+  if (it == ranks->end()) {
+    return absl::FailedPreconditionError(absl::StrCat("rank ", rank, " is not a member of process set ", id,
+                                                      " (ranks ", RanksText(*ranks), ")"));
+  }
+  return static_cast<int>(it - ranks->begin());
 }
 
 }  // namespace overlap
