@@ -103,12 +103,15 @@ class Handle {
 // Called once when the operation finishes, on the coordinator thread; must not block.
 using DoneCallback = std::function<void(const absl::Status&)>;
 
+// Every member of the options structs has an initializer, so that `{ReduceOp::kSum}` names the
+// fields it sets and leaves the rest at their defaults without a -Wmissing-field-initializers
+// warning in the caller's build.
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::kAverage;
   // Gradient compressor with error feedback, e.g. "fp16", "topk:ratio=0.01", "covap:R=4",
   // "powersgd:rank=4" (docs/compression.md); empty means OVERLAP_COMPRESSION, whose default is
   // "none". Needs float32 tensors and op kSum or kAverage. Every rank must use the same one.
-  std::string compression;
+  std::string compression{};
   // Each rank's input is multiplied by prescale before the reduction and the result by postscale
   // after it (floating-point dtypes only; integer dtypes require 1.0).
   double prescale = 1.0;
@@ -122,30 +125,39 @@ struct AllreduceOptions {
   int delay = 0;   // 0..16
   int period = 1;  // 1..64
   int phase = 0;   // 0..period-1
-  DoneCallback on_done;
+  // The process set to reduce over (see AddProcessSet); 0, the global set, is every rank. On
+  // another set, averages divide by the set's size, and compression, delay and period are refused.
+  int process_set = 0;
+  DoneCallback on_done{};
 };
 
+// On a process set other than 0, "rank" in the comments below means the position in the set
+// (ProcessSetRank), and "every rank" its members; except BroadcastOptions::root, a global rank.
 struct AllgatherOptions {
-  DoneCallback on_done;
+  int process_set = 0;
+  DoneCallback on_done{};
 };
 
 struct BroadcastOptions {
-  int root = 0;
-  DoneCallback on_done;
+  int root = 0;  // a global rank (Rank()), a member of the process set, as in Horovod
+  int process_set = 0;
+  DoneCallback on_done{};
 };
 
 struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::kAverage;
   double prescale = 1.0;
   double postscale = 1.0;
-  DoneCallback on_done;
+  int process_set = 0;
+  DoneCallback on_done{};
 };
 
 struct AlltoallOptions {
   // Rows of the first dimension sent to each rank, in rank order; empty means equal parts (the
   // first dimension must then divide by the number of ranks).
-  std::vector<int64_t> splits;
-  DoneCallback on_done;
+  std::vector<int64_t> splits{};
+  int process_set = 0;
+  DoneCallback on_done{};
 };
 
 // Starts the runtime on every rank of MPI_COMM_WORLD (initialising MPI if the program has not),
@@ -155,8 +167,9 @@ struct AlltoallOptions {
 absl::Status Init();
 absl::Status Init(const Config& config);
 
-// Finishes pending operations, stops the coordinator thread and releases MPI resources.
-// Collective: every rank must call it. Safe to call twice (the second call is a no-op).
+// Finishes pending operations, stops the coordinator thread and releases MPI resources: the
+// process sets' runtimes first (in id order), then the global one. Collective: every rank must
+// call it. Safe to call twice (the second call is a no-op).
 absl::Status Shutdown();
 
 bool IsInitialized();
@@ -210,13 +223,44 @@ absl::StatusOr<Handle> Alltoall(const std::string& name, const Tensor& input,
 absl::StatusOr<std::string> SaveCompressionState();
 absl::Status RestoreCompressionState(const std::string& snapshot);
 
-// Completes when every rank has called Barrier.
-absl::StatusOr<Handle> Barrier();
+// Completes when every rank of `process_set` (0: every rank) has called Barrier.
+absl::StatusOr<Handle> Barrier(int process_set = 0);
 
 // For ranks with uneven data: a rank that has run out calls Join and keeps contributing zeros to
 // the allreduces the other ranks still submit (averages still divide by Size()). Completes on
 // every rank when all ranks have joined. Only allreduce may run while some ranks have joined.
+// The global set's operations only, as in Horovod: process sets do not see it.
 absl::StatusOr<Handle> Join();
+
+// Process sets, as Horovod's: subsets of the ranks whose collectives run among their members
+// only, concurrently with the global set's and with each other's. Each has its own
+// sub-communicator and its own complete runtime on its members (negotiation, fusion, stall
+// inspector, timeouts), which runs negotiated and observed-plan execution: scheduled plans, step
+// markers, delayed updates, the timeline and Stats() are the global set's only. Tensor names
+// are per set: the same name may be in flight in two sets at once.
+//
+// AddProcessSet and RemoveProcessSet are collective over every rank (members or not), called in
+// the same order everywhere; each returns only when the set is ready, or gone, on every rank.
+// Errors are the same on every rank.
+//
+// Registers the set of global `ranks` (sorted, unique, in [0, Size()), not all of them, not
+// already a set) and returns its id: 1 for the first, then one more for each set added (ids are
+// never reused). InvalidArgument naming the offending rank and the cause, or the ranks that
+// asked for different sets; FailedPrecondition before Init.
+absl::StatusOr<int> AddProcessSet(const std::vector<int>& ranks);
+
+// Shuts set `id`'s runtime down (an operation not submitted by every member fails) and forgets
+// the set; later submissions to it fail naming it removed. InvalidArgument for 0, an unknown or
+// removed id, or ranks that asked to remove different sets.
+absl::Status RemoveProcessSet(int id);
+
+// Queries, on any rank: the registered ids (0 first), a set's global ranks and size, and this
+// rank's position in it (Rank() for 0). NotFound for an unknown id; ProcessSetRank fails with
+// FailedPrecondition on a rank that is not a member; all fail before Init.
+std::vector<int> ProcessSetIds();
+absl::StatusOr<std::vector<int>> ProcessSetRanks(int id);
+absl::StatusOr<int> ProcessSetSize(int id);
+absl::StatusOr<int> ProcessSetRank(int id);
 
 // Step markers: where each training step's forward, backward and optimizer update begin. A
 // program (or a framework adapter's hooks) calls them in that order every step, on every rank.
