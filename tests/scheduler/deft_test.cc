@@ -3,6 +3,7 @@
 // simulator targets of the DeFT issue and the planning time on large models.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <random>
 #include <string>
@@ -225,7 +226,13 @@ TEST_CASE("deft plans BERT-large and GPT-2 medium in under 100 ms of CPU time", 
     const double ms = 1e3 * static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
     REQUIRE(plan.ok());
     INFO(model << " planned in " << ms << " ms");
-    CHECK(ms < 100);
+    // An instrumented build (tools/sanitize.sh sets SANITIZER_BUILD) runs 3-5x slower: the plan is
+    // still made and checked there, the time only in the uninstrumented build.
+    if (const char* sanitizer = std::getenv("SANITIZER_BUILD")) {
+      WARN(model << ": time limit not checked under " << sanitizer << " (" << ms << " ms)");
+    } else {
+      CHECK(ms < 100);
+    }
   }
 }
 

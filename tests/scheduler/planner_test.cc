@@ -1,6 +1,7 @@
 #include "scheduler/planner.h"
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <ctime>
 
 #include "scheduler/builtin.h"
@@ -153,7 +154,13 @@ TEST_CASE("deft plans BERT-large in under 100 ms of CPU time") {
   const double ms = 1e3 * static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
   REQUIRE(plan.ok());
   WARN("deft planned bert-large in " << ms << " ms");
-  CHECK(ms < 100);
+  // An instrumented build (tools/sanitize.sh sets SANITIZER_BUILD) runs 3-5x slower: the plan is
+  // still made and checked there, the time only in the uninstrumented build.
+  if (const char* sanitizer = std::getenv("SANITIZER_BUILD")) {
+    WARN("time limit not checked under " << sanitizer);
+  } else {
+    CHECK(ms < 100);
+  }
 }
 
 }  // namespace
