@@ -17,9 +17,9 @@ namespace overlap::sched::cluster {
 const char* ClusterCliUsage() {
   return "usage: overlap-cluster-sim (--preset paper [--jobs N] [--seed S] | --trace FILE) "
          "[--placement LIST|all] [--communication LIST|all] [--planner NAME] [--staleness S] "
-         "[--eta E] [--servers N] [--gpus-per-server G] [--nic-gbit B] [--intra-gbit B] "
-         "[--mean-interarrival-s X] [--min-iterations I] [--max-iterations I] [--json] "
-         "[--timeline FILE] [--write-trace FILE]";
+         "[--eta E] [--link-utilization U] [--servers N] [--gpus-per-server G] [--nic-gbit B] "
+         "[--intra-gbit B] [--mean-interarrival-s X] [--min-iterations I] [--max-iterations I] "
+         "[--json] [--timeline FILE] [--write-trace FILE]";
 }
 
 namespace {
@@ -119,6 +119,12 @@ absl::Status Apply(const std::string& flag, const std::string& value, ClusterCli
     return set_int(0, o.planner_options.staleness);
   } else if (flag == "--eta") {
     return set_num(false, o.spec.contention.eta);
+  } else if (flag == "--link-utilization") {
+    double u = 0;
+    if (!absl::SimpleAtod(value, &u) || !std::isfinite(u) || u <= 0 || u > 1) {
+      return FlagError(flag, absl::StrCat("expected a number in (0, 1], got '", value, "'"));
+    }
+    o.spec.contention.link_utilization = u;
   } else if (flag == "--servers") {
     return set_int(1, o.spec.servers);
   } else if (flag == "--gpus-per-server") {
@@ -267,6 +273,7 @@ absl::Status RunClusterCli(const ClusterCliOptions& o, std::ostream& out) {
                                        {"planner", o.planner},
                                        {"staleness", o.planner_options.staleness},
                                        {"eta", o.spec.contention.eta},
+                                       {"link_utilization", o.spec.contention.link_utilization},
                                        {"transfers", r->transfers},
                                        {"shared_transfers", r->shared_transfers},
                                        {"max_nic_sharing", r->max_nic_sharing}};

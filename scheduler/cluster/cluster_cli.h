@@ -2,7 +2,7 @@
 //
 // overlap-cluster-sim (--preset paper [--jobs N] [--seed S] | --trace FILE)
 //                     [--placement LIST|all] [--communication LIST|all]
-//                     [--planner NAME] [--staleness S] [--eta E]
+//                     [--planner NAME] [--staleness S] [--eta E] [--link-utilization U]
 //                     [--servers N] [--gpus-per-server G] [--nic-gbit B] [--intra-gbit B]
 //                     [--mean-interarrival-s X] [--min-iterations I] [--max-iterations I]
 //                     [--json] [--timeline FILE] [--write-trace FILE]
@@ -13,13 +13,15 @@
 // each; --json makes each line
 //   {"placement":..,"communication":..,"avg_jct_s":..,"median_jct_s":..,"p95_jct_s":..,
 //    "makespan_s":..,"gpu_util":..,"jobs":..,"planner":..,"staleness":..,"eta":..,
-//    "transfers":..,"shared_transfers":..,"max_nic_sharing":..,"seed":..,"mean_interarrival_s":..}
+//    "link_utilization":..,"transfers":..,"shared_transfers":..,"max_nic_sharing":..,"seed":..,
+//    "mean_interarrival_s":..}
 // (transfers: inter-server all-reduces run; shared_transfers: those started next to another on a
 // NIC; seed and mean_interarrival_s only with --preset).
-// --planner (default fusion) plans every job that does not name its own; --staleness is passed
-// to the planners (deft uses it). --timeline FILE writes a Chrome trace per pair (FILE gets
-// "-<placement>-<communication>" before its extension when there are several);
-// --write-trace FILE writes the trace that ran.
+// --eta (default 0.2) and --link-utilization (u in (0, 1], default 1) are the contention model's
+// constants (contention.h). --planner (default fusion) plans every job that does not name its
+// own; --staleness is passed to the planners (deft uses it). --timeline FILE writes a Chrome
+// trace per pair (FILE gets "-<placement>-<communication>" before its extension when there are
+// several); --write-trace FILE writes the trace that ran.
 #ifndef OVERLAP_SCHEDULER_CLUSTER_CLUSTER_CLI_H_
 #define OVERLAP_SCHEDULER_CLUSTER_CLUSTER_CLI_H_
 

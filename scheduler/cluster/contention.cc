@@ -12,18 +12,27 @@ double ContentionModel::Slowdown(int k) const {
   if (k <= 1) {
     return 1.0;
   }
-  return k * (1.0 + eta * (k - 1));
+  // With u = 1, max(1, k x 1.0) is exactly k: the default is k (1 + eta (k - 1)), bit for bit.
+  return std::max(1.0, k * link_utilization) * (1.0 + eta * (k - 1));
 }
 
 absl::Status ContentionModel::Validate() const {
   if (!std::isfinite(eta) || eta < 0) {
     return absl::InvalidArgumentError(absl::StrCat("eta: expected a number >= 0, got ", eta));
   }
+  if (!std::isfinite(link_utilization) || link_utilization <= 0 || link_utilization > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("link_utilization: expected a number in (0, 1], got ", link_utilization));
+  }
   return absl::OkStatus();
 }
 
 bool AdaDualShares(double new_solo_s, double running_remaining_s, const ContentionModel& model) {
   const double c = model.Slowdown(2);
+  if (c < 1.5) {
+    // Sharing costs the pair less than it gives: whichever ends first, the sum drops.
+    return running_remaining_s > 0;
+  }
   return new_solo_s * (2 * c - 2) < running_remaining_s;
 }
 

@@ -29,6 +29,10 @@ TEST_CASE("The paper preset parses with every policy pair by default") {
   CHECK(o->communications.size() == 4);
   CHECK(o->spec.gpus() == 64);
   CHECK(o->spec.nic_gbit == 10);
+  CHECK(o->spec.contention.link_utilization == 1.0);
+  o = ParseClusterCliArgs({"--preset", "paper", "--link-utilization", "0.6"});
+  REQUIRE(o.ok());
+  CHECK(o->spec.contention.link_utilization == 0.6);
 }
 
 TEST_CASE("Bad flags are named") {
@@ -39,6 +43,11 @@ TEST_CASE("Bad flags are named") {
   CHECK(ErrorOf({"--preset", "paper", "--jobs", "0"}).find("--jobs") != std::string::npos);
   CHECK(ErrorOf({"--preset", "paper", "--jobs", "x"}).find("--jobs") != std::string::npos);
   CHECK(ErrorOf({"--preset", "paper", "--eta", "-1"}).find("--eta") != std::string::npos);
+  for (const char* u : {"0", "-0.5", "1.5", "nan", "x"}) {
+    INFO(u);
+    CHECK(ErrorOf({"--preset", "paper", "--link-utilization", u})
+              .find("--link-utilization: expected a number in (0, 1]") != std::string::npos);
+  }
   CHECK(ErrorOf({"--preset", "paper", "--placement", "lwf-0"}).find("--placement") !=
         std::string::npos);
   CHECK(ErrorOf({"--preset", "paper", "--communication", "srsf3"}).find("--communication") !=
@@ -53,7 +62,7 @@ TEST_CASE("Bad flags are named") {
 TEST_CASE("A small preset prints one JSON line per policy pair with the listed keys") {
   absl::StatusOr<ClusterCliOptions> o = ParseClusterCliArgs(
       {"--preset", "paper", "--jobs", "12", "--seed", "2", "--max-iterations", "150", "--json",
-       "--placement", "first-fit,lwf-4", "--communication", "all"});
+       "--placement", "first-fit,lwf-4", "--communication", "all", "--link-utilization", "0.8"});
   REQUIRE(o.ok());
   std::ostringstream out;
   REQUIRE(RunClusterCli(*o, out).ok());
@@ -63,11 +72,12 @@ TEST_CASE("A small preset prints one JSON line per policy pair with the listed k
   while (std::getline(lines, line)) {
     nlohmann::json j = nlohmann::json::parse(line);
     for (const char* key : {"placement", "communication", "avg_jct_s", "median_jct_s", "p95_jct_s",
-                            "makespan_s", "gpu_util"}) {
+                            "makespan_s", "gpu_util", "eta", "link_utilization"}) {
       INFO(key);
       CHECK(j.contains(key));
     }
     CHECK(j["avg_jct_s"].get<double>() > 0);
+    CHECK(j["link_utilization"].get<double>() == 0.8);
     CHECK(j["gpu_util"].get<double>() > 0);
     CHECK(j["gpu_util"].get<double>() <= 1);
     CHECK(j["p95_jct_s"].get<double>() >= j["median_jct_s"].get<double>());

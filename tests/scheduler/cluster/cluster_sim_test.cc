@@ -39,11 +39,12 @@ ClusterSimOptions Options(const char* placement, const char* comm) {
   return o;
 }
 
-ClusterSpec Spec(int servers, int gpus_per_server, double eta) {
+ClusterSpec Spec(int servers, int gpus_per_server, double eta, double link_utilization = 1.0) {
   ClusterSpec s;
   s.servers = servers;
   s.gpus_per_server = gpus_per_server;
   s.contention.eta = eta;
+  s.contention.link_utilization = link_utilization;
   return s;
 }
 
@@ -130,6 +131,64 @@ TEST_CASE("Two jobs on one link, by hand, for every policy") {
       CHECK(Jcts(*r)["short"] == Approx(jcts.at("short")));
       CHECK(r->shared_transfers == (comm == "srsf1" ? 0 : 1));
     }
+  }
+}
+
+// The same two comm-only jobs when one transfer alone keeps only part of the link busy
+// (link utilization u < 1): Slowdown(2) = max(1, 2u)(1 + eta) is below 2, and AdaDUAL's rule
+// changes with it.
+TEST_CASE("Two jobs on one link with link utilization below 1, by hand, for every policy") {
+  Trace t;
+  t.jobs = {Job("long", 0, 2, 1), Job("short", 1, 2, 1)};
+  auto check = [&](double eta, double u, const IterationModelFn& fn,
+                   const std::map<std::string, std::map<std::string, double>>& want) {
+    for (const auto& [comm, jcts] : want) {
+      absl::StatusOr<ClusterResult> r =
+          SimulateCluster(t, Spec(2, 1, eta, u), Options("first-fit", comm.c_str()), fn);
+      REQUIRE(r.ok());
+      INFO(comm);
+      CHECK(Jcts(*r)["long"] == Approx(jcts.at("long")));
+      CHECK(Jcts(*r)["short"] == Approx(jcts.at("short")));
+    }
+  };
+  SECTION("u = 0.6, eta = 0: a 1 s transfer while 2 s of a 3 s one remain now shares") {
+    // c = 1.2 < 3/2: sharing always lowers the pair's sum. Sharing: short ends at 1 + 1.2 = 2.2
+    // (JCT 1.2); long did 1 of its 2 left and ends at 3.2. Waiting: 3 and 3 (sum 6 > 4.4).
+    // With u = 1 and eta = 0.5 the same pair waits (previous test).
+    auto fn = Fixed({{"long", Model(0, 3000, 0, 3000, 0)}, {"short", Model(0, 1000, 0, 1000, 0)}});
+    check(0, 0.6, fn,
+          {{"srsf1", {{"long", 3}, {"short", 3}}},
+           {"srsf2", {{"long", 3.2}, {"short", 1.2}}},
+           {"adadual", {{"long", 3.2}, {"short", 1.2}}},
+           {"ada-srsf", {{"long", 3.2}, {"short", 1.2}}}});
+  }
+  SECTION("u = 0.75, eta = 0.5: the same pair waits, a 0.5 s transfer shares") {
+    // c = 1.5 x 1.5 = 2.25, threshold 2c - 2 = 2.5. A 1 s newcomer: 2.5 > 2, AdaDUAL waits;
+    // SRSF(2) shares: short ends at 1 + 2.25 (JCT 2.25), long has 1 s left and ends at 4.25.
+    auto fn = Fixed({{"long", Model(0, 3000, 0, 3000, 0)}, {"short", Model(0, 1000, 0, 1000, 0)}});
+    check(0.5, 0.75, fn,
+          {{"srsf1", {{"long", 3}, {"short", 3}}},
+           {"srsf2", {{"long", 4.25}, {"short", 2.25}}},
+           {"adadual", {{"long", 3}, {"short", 3}}},
+           {"ada-srsf", {{"long", 3}, {"short", 3}}}});
+    // A 0.5 s newcomer: 0.5 x 2.5 < 2, shares: it ends at 1 + 1.125 (JCT 1.125); long did 0.5
+    // of its 2 left and ends at 2.125 + 1.5 = 3.625. Waiting: 3 and 2.5.
+    auto half = Fixed({{"long", Model(0, 3000, 0, 3000, 0)}, {"short", Model(0, 500, 0, 500, 0)}});
+    check(0.5, 0.75, half,
+          {{"srsf1", {{"long", 3}, {"short", 2.5}}},
+           {"srsf2", {{"long", 3.625}, {"short", 1.125}}},
+           {"adadual", {{"long", 3.625}, {"short", 1.125}}},
+           {"ada-srsf", {{"long", 3.625}, {"short", 1.125}}}});
+  }
+  SECTION("u = 0.5, eta = 0: two transfers fit in the link and neither slows") {
+    // c = 1: sharing is free. A 4 s newcomer (longer than the 2 s left) still shares: long ends
+    // at 3, the newcomer at 5 (JCT 4). Waiting: long at 3, the newcomer at 7 (JCT 6).
+    auto fn = Fixed({{"long", Model(0, 3000, 0, 3000, 0)}, {"short", Model(0, 4000, 0, 4000, 0)}});
+    check(0, 0.5, fn,
+          {{"srsf1", {{"long", 3}, {"short", 6}}},
+           {"srsf2", {{"long", 3}, {"short", 4}}},
+           {"adadual", {{"long", 3}, {"short", 4}}},
+           {"ada-srsf", {{"long", 3}, {"short", 4}}}});
   }
 }
 

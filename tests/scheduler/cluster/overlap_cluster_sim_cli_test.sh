@@ -32,6 +32,13 @@ check_error() {  # expected-exit expected-text args...
 }
 check_error 2 "unknown flag" --preset paper --bogus 1
 check_error 2 "unknown policy" --preset paper --communication srsf9
+check_error 2 "^overlap-cluster-sim: error: --link-utilization: expected a number in (0, 1]" \
+  --preset paper --link-utilization 1.5
+check_error 2 "--link-utilization" --preset paper --link-utilization 0
+# u = 1 is the default model exactly: the same lines.
+u1=$("$sim" --preset paper --jobs 10 --seed 4 --max-iterations 120 --json --link-utilization 1)
+[ "$out" = "$u1" ] || fail "--link-utilization 1 differs from the default"
+echo "$out" | head -1 | grep -q '"eta":0.2,"link_utilization":1.0,' || fail "no link_utilization"
 bad="$TEST_TMPDIR/bad.json"
 echo '{"jobs": [{"id": "x", "arrival_s": 0, "model": "alexnet", "workers": 2, "iterations": 3}]}' > "$bad"
 check_error 1 "id 'x').*model: unknown model 'alexnet'" --trace "$bad"
