@@ -137,12 +137,74 @@ def load_table(rows):
             100 * (statistics.mean(ratios("lwf-4", "srsf2")) - 1)))
 
 
-def plot(pairs, planner_names, planners_by, path):
+def utilization_table(rows):
+    """Ada-SRSF against SRSF(1) and SRSF(2) as the per-transfer link utilization u drops."""
+    def key(r):
+        return (r["jobs"], r["seed"], r["link_utilization"], r["eta"], r["placement"],
+                r["communication"])
+    by = {key(r): r for r in rows}
+
+    def c2(u, eta):  # Slowdown(2), the only constant two-way sharing sees
+        return max(1.0, 2 * u) * (1 + eta)
+
+    # The doc's summary: Ada-SRSF against SRSF(1) per job set, seed 1 ("-": not run).
+    def vs(jobs, u, eta, p, other):
+        a, b = by.get((jobs, 1, u, eta, p, "ada-srsf")), by.get((jobs, 1, u, eta, p, other))
+        return pct(a["avg_jct_s"], b["avg_jct_s"]) if a and b else "-"
+    print("\n| u | eta | c = Slowdown(2) | Ada-SRSF vs SRSF(1), first-fit, 80 / 160 / 480 jobs | "
+          "same, lwf-4 | Ada-SRSF vs SRSF(2), 160 jobs, first-fit / lwf-4 | "
+          "transfers shared by Ada-SRSF (160, first-fit) |")
+    print("|---:|---:|---:|---|---|---|---:|")
+    for u, eta in sorted({(r["link_utilization"], r["eta"]) for r in rows},
+                         key=lambda k: (-k[0], k[1])):
+        a = by[(160, 1, u, eta, "first-fit", "ada-srsf")]
+        print("| %g | %g | %.2f | %s | %s | %s | %.0f%% |" % (
+            u, eta, c2(u, eta),
+            " / ".join(vs(j, u, eta, "first-fit", "srsf1") for j in JOBS),
+            " / ".join(vs(j, u, eta, "lwf-4", "srsf1") for j in JOBS),
+            " / ".join(vs(160, u, eta, p, "srsf2") for p in ("first-fit", "lwf-4")),
+            100.0 * a["shared_transfers"] / a["transfers"]))
+
+    combos = sorted({(r["jobs"], r["link_utilization"], r["eta"]) for r in rows if r["seed"] == 1},
+                    key=lambda k: (k[0], -k[1], k[2]))
+    print("\n| jobs | u | eta | c = Slowdown(2) | placement | srsf1 | srsf2 | ada-srsf | "
+          "Ada-SRSF vs SRSF(1) | vs SRSF(2) | shared / transfers (Ada-SRSF) |")
+    print("|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    for jobs, u, eta in combos:
+        for p in ("first-fit", "lwf-4"):
+            r = {c: by[(jobs, 1, u, eta, p, c)] for c in ("srsf1", "srsf2", "ada-srsf")}
+            a = r["ada-srsf"]
+            print("| %d | %g | %g | %.2f | %s | %.0f | %.0f | %.0f | %s | %s | %.0f%% |" % (
+                jobs, u, eta, c2(u, eta), p, r["srsf1"]["avg_jct_s"], r["srsf2"]["avg_jct_s"],
+                a["avg_jct_s"], pct(a["avg_jct_s"], r["srsf1"]["avg_jct_s"]),
+                pct(a["avg_jct_s"], r["srsf2"]["avg_jct_s"]),
+                100.0 * a["shared_transfers"] / max(1, a["transfers"])))
+    seeds = sorted({r["seed"] for r in rows})
+    if len(seeds) < 2:
+        return
+    print("\n| jobs | u | eta | placement | Ada-SRSF vs SRSF(1), seeds %s | mean | "
+          "vs SRSF(2), mean |" % "-".join(str(s) for s in (seeds[0], seeds[-1])))
+    print("|---:|---:|---:|---|---|---:|---:|")
+    multi = sorted({(r["jobs"], r["link_utilization"], r["eta"]) for r in rows
+                    if r["seed"] == seeds[-1] and r["jobs"] == 160},
+                   key=lambda k: (k[0], -k[1], k[2]))
+    for jobs, u, eta in multi:
+        for p in ("first-fit", "lwf-4"):
+            def ratios(other):
+                return [by[(jobs, s, u, eta, p, "ada-srsf")]["avg_jct_s"] /
+                        by[(jobs, s, u, eta, p, other)]["avg_jct_s"] for s in seeds]
+            v1 = ratios("srsf1")
+            print("| %d | %g | %g | %s | %s | %+.1f%% | %+.1f%% |" % (
+                jobs, u, eta, p, ", ".join("%+.0f%%" % (100 * (v - 1)) for v in v1),
+                100 * (statistics.mean(v1) - 1), 100 * (statistics.mean(ratios("srsf2")) - 1)))
+
+
+def plot(pairs, planner_names, planners_by, util_rows, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     by = index(pairs, "jobs", "placement", "communication")
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     width = 0.2
     for ax, jobs in zip(axes[:2], (160, 480)):
         for i, c in enumerate(COMMS):
@@ -167,6 +229,24 @@ def plot(pairs, planner_names, planners_by, path):
     ax.set_ylabel("average JCT / fusion's")
     ax.set_title("Ada-SRSF, every job planned by ...")
     ax.legend(fontsize=8)
+    # Ada-SRSF against SRSF(1) and SRSF(2) as sharing gets cheaper (c = Slowdown(2)), 160 jobs.
+    ax = axes[3]
+    ub = {(r["link_utilization"], r["eta"], r["placement"], r["communication"]): r
+          for r in util_rows if r["jobs"] == 160 and r["seed"] == 1}
+    cs = sorted({(max(1.0, 2 * u) * (1 + eta), u, eta) for u, eta, _, _ in ub})
+    for p, style in (("first-fit", "-"), ("lwf-4", "--")):
+        for other, label in (("srsf1", "SRSF(1)"), ("srsf2", "SRSF(2)")):
+            ax.plot([c for c, _, _ in cs],
+                    [100 * (ub[(u, e, p, "ada-srsf")]["avg_jct_s"] /
+                            ub[(u, e, p, other)]["avg_jct_s"] - 1) for _, u, e in cs],
+                    style, marker="o", label="vs %s, %s" % (label, p))
+    ax.axhline(-20.1, color="grey", linestyle=":", label="paper vs SRSF(1)")
+    ax.axhline(-36.7, color="black", linestyle=":", label="paper vs SRSF(2)")
+    ax.axvline(1.5, color="grey", linewidth=0.5)
+    ax.set_xlabel("c = Slowdown(2) = max(1, 2u)(1 + eta)")
+    ax.set_ylabel("Ada-SRSF average JCT change (%)")
+    ax.set_title("160 jobs: link utilization u and eta")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -185,8 +265,16 @@ def main():
     print("\n## eta (160 jobs)")
     eta_table(load(out + "/eta.jsonl"))
     print("\n## Load (160 jobs)")
-    load_table(load(out + "/load.jsonl"))
-    plot(pairs, names, planners_by, png)
+    seeds = load(out + "/seeds.jsonl")
+    load_table([r for r in seeds if r["jobs"] == 160] + load(out + "/load.jsonl"))
+    print("\n## Link utilization")
+    # u = 1 cases come from the other parts; only fusion at the preset's load counts.
+    rows = pairs + seeds + load(out + "/eta.jsonl") + load(out + "/utilization.jsonl")
+    util_rows = [r for r in rows if r["communication"] in ("srsf1", "srsf2", "ada-srsf")
+                 and r["placement"] in ("first-fit", "lwf-4") and r["eta"] in (0, 0.2, 0.5)
+                 and r["mean_interarrival_s"] == 5]
+    utilization_table(util_rows)
+    plot(pairs, names, planners_by, util_rows, png)
 
 
 if __name__ == "__main__":
