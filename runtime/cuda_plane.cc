@@ -14,9 +14,9 @@ namespace overlap {
 namespace {
 
 // Whether every rank can run CUDA at all; decided together so that all ranks take one path.
-absl::StatusOr<bool> EveryRankHasCuda(int rank, int device) {
+absl::StatusOr<bool> EveryRankHasCuda(MPI_Comm comm, int rank, int device) {
   int mine = device >= 0 && device < CudaDeviceCount() ? 1 : 0, all = 0;
-  absl::Status s = MpiCheck(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD),
+  absl::Status s = MpiCheck(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm),
                             absl::StrCat("rank ", rank, ": MPI_Allreduce of the CUDA check"));
   if (!s.ok()) return s;
   return all == 1;
@@ -24,10 +24,11 @@ absl::StatusOr<bool> EveryRankHasCuda(int rank, int device) {
 
 }  // namespace
 
-CudaPlane::CudaPlane(const Config& config, int rank, int size, int fallback_device,
-                     Timeline* timeline, CompressionStage* compression,
+CudaPlane::CudaPlane(MPI_Comm comm, const Config& config, int rank, int size,
+                     int fallback_device, Timeline* timeline, CompressionStage* compression,
                      DataPlane::CompleteFn complete)
-    : config_(config),
+    : comm_(comm),
+      config_(config),
       rank_(rank),
       size_(size),
       fallback_device_(fallback_device),
@@ -41,7 +42,7 @@ CudaPlane::~CudaPlane() {
 }
 
 absl::Status CudaPlane::SetUp(int device) {
-  absl::StatusOr<bool> every_rank_has_cuda = EveryRankHasCuda(rank_, device);
+  absl::StatusOr<bool> every_rank_has_cuda = EveryRankHasCuda(comm_, rank_, device);
   if (!every_rank_has_cuda.ok()) return every_rank_has_cuda.status();
   if (!*every_rank_has_cuda) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -52,7 +53,7 @@ absl::Status CudaPlane::SetUp(int device) {
   std::string nccl_refusal;
   if (config_.executor != "mpi") {
     MPI_Comm comm;
-    absl::Status s = MpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &comm),
+    absl::Status s = MpiCheck(MPI_Comm_dup(comm_, &comm),
                               absl::StrCat("rank ", rank_, ": MPI_Comm_dup for NCCL's setup"));
     if (!s.ok()) return s;
     absl::StatusOr<std::unique_ptr<Executor>> nccl =
@@ -72,7 +73,7 @@ absl::Status CudaPlane::SetUp(int device) {
   }
   if (executor_ == nullptr) {
     absl::StatusOr<std::unique_ptr<MpiExecutor>> mpi =
-        MpiExecutor::Create(MPI_COMM_WORLD, config_.num_channels);
+        MpiExecutor::Create(comm_, config_.num_channels);
     if (!mpi.ok()) return mpi.status();
     absl::StatusOr<std::unique_ptr<StagingExecutor>> staged =
         StagingExecutor::Create(std::move(*mpi), Device::Cuda(device), rank_);

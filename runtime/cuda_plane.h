@@ -10,6 +10,8 @@
 #ifndef OVERLAP_RUNTIME_CUDA_PLANE_H_
 #define OVERLAP_RUNTIME_CUDA_PLANE_H_
 
+#include <mpi.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,10 +26,12 @@ namespace overlap {
 
 class CudaPlane {
  public:
+  // `comm` is the runtime's communicator (MPI_COMM_WORLD's duplicate, or a process set's), which
+  // the setup duplicates and must outlive the plane; `rank` and `size` are this rank's place in it.
   // `fallback_device` is the GPU a rank uses when its first CUDA operation is a joined rank's
   // zeros (it has no tensor to take the device from).
-  CudaPlane(const Config& config, int rank, int size, int fallback_device, Timeline* timeline,
-            CompressionStage* compression, DataPlane::CompleteFn complete);
+  CudaPlane(MPI_Comm comm, const Config& config, int rank, int size, int fallback_device,
+            Timeline* timeline, CompressionStage* compression, DataPlane::CompleteFn complete);
   ~CudaPlane();
 
   // Queues agreed CUDA operations, setting the plane up on the first call.
@@ -44,6 +48,7 @@ class CudaPlane {
  private:
   absl::Status SetUp(int device);
 
+  const MPI_Comm comm_;
   const Config config_;
   const int rank_;
   const int size_;

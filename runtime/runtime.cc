@@ -11,6 +11,7 @@
 #include "collectives/buffer_ops.h"
 #include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
+#include "runtime/agreement.h"
 #include "runtime/validation.h"
 #include "spdlog/spdlog.h"
 
@@ -19,12 +20,12 @@ namespace {
 
 constexpr absl::Duration kSpinAfterActivity = absl::Microseconds(300);
 
-// A duplicate of MPI_COMM_WORLD that returns errors instead of aborting, so that a failed peer
-// becomes a status naming the call (MPI_Comm_dup copies MPI_COMM_WORLD's fatal handler).
-absl::StatusOr<MPI_Comm> DupWorld(int rank, absl::string_view purpose) {
+// A duplicate of `base` that returns errors instead of aborting, so that a failed peer becomes a
+// status naming the call (MPI_Comm_dup copies MPI_COMM_WORLD's fatal handler).
+absl::StatusOr<MPI_Comm> DupComm(MPI_Comm base, int rank, absl::string_view purpose) {
   MPI_Comm comm = MPI_COMM_NULL;
   const std::string what = absl::StrCat("rank ", rank, ": ", purpose);
-  absl::Status s = MpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &comm), what + ": MPI_Comm_dup");
+  absl::Status s = MpiCheck(MPI_Comm_dup(base, &comm), what + ": MPI_Comm_dup");
   if (s.ok()) {
     s = MpiCheck(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN),
                  what + ": MPI_Comm_set_errhandler");
@@ -36,36 +37,17 @@ absl::StatusOr<MPI_Comm> DupWorld(int rank, absl::string_view purpose) {
 // Every rank learns every rank's configuration problem, so that no rank waits in a collective
 // that a failed rank will never join.
 // The first collective of Init also tells a rank whose peers never call Init: it times out.
-absl::Status AgreeOnStart(const absl::Status& mine, int rank, int size, absl::Duration limit) {
-  const std::string text = mine.ok() ? "" : absl::StrCat("rank ", rank, ": ", mine.message());
-  int length = static_cast<int>(text.size());
-  std::vector<int> lengths(static_cast<size_t>(size));
-  MPI_Request request;
-  absl::Status arrived = MpiCheck(
-      MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &request),
-      absl::StrCat("rank ", rank, ": Init: MPI_Iallgather of the configuration checks"));
-  if (!arrived.ok()) return arrived;
-  arrived = WaitWithDeadline(
-      &request, limit,
-      absl::StrCat("rank ", rank,
-                   ": Init: waiting for every rank to call Init (OVERLAP_START_TIMEOUT_S)"));
-  if (!arrived.ok()) return arrived;
-  std::vector<int> displs(static_cast<size_t>(size), 0);
-  for (int r = 1; r < size; ++r) displs[r] = displs[r - 1] + lengths[r - 1];
-  std::string all(static_cast<size_t>(displs.back() + lengths.back()), '\0');
-  absl::Status gathered =
-      MpiCheck(MPI_Allgatherv(text.data(), length, MPI_CHAR, &all[0], lengths.data(), displs.data(),
-                              MPI_CHAR, MPI_COMM_WORLD),
-               absl::StrCat("rank ", rank, ": Init: MPI_Allgatherv of the configuration problems"));
-  if (!gathered.ok()) return gathered;
-  if (all.empty()) return absl::OkStatus();
+absl::Status AgreeOnStart(const absl::Status& mine, MPI_Comm comm, int rank, int size,
+                          absl::Duration limit) {
+  absl::StatusOr<std::vector<std::string>> words = AllgatherStrings(
+      comm, rank, size, mine.ok() ? "" : absl::StrCat("rank ", rank, ": ", mine.message()), limit,
+      "Init", "OVERLAP_START_TIMEOUT_S");
+  if (!words.ok()) return words.status();
   std::vector<std::string> reasons;
-  for (int r = 0; r < size; ++r) {
-    if (lengths[r] > 0) {
-      reasons.push_back(
-          all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lengths[r])));
-    }
+  for (std::string& word : *words) {
+    if (!word.empty()) reasons.push_back(std::move(word));
   }
+  if (reasons.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("rank ", rank, ": Init failed: ", absl::StrJoin(reasons, "; ")));
 }
@@ -103,31 +85,61 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(absl::StatusOr<Config> c
   } else if (mpi.ok()) {
     mpi = MpiCheck(MPI_Query_thread(&provided), "Init: MPI_Query_thread");
   }
-  if (mpi.ok()) mpi = MpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank_), "Init: MPI_Comm_rank");
-  if (mpi.ok()) mpi = MpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &rt->size_), "Init: MPI_Comm_size");
   if (!mpi.ok()) return mpi;
-  absl::Status mine = config.status();
-  if (mine.ok() && provided < MPI_THREAD_SERIALIZED) {
-    mine = absl::FailedPreconditionError(
+  if (config.ok() && provided < MPI_THREAD_SERIALIZED) {
+    config = absl::FailedPreconditionError(
         "MPI was initialised below MPI_THREAD_SERIALIZED; overlap's coordinator thread needs "
         "MPI_THREAD_MULTIPLE (call MPI_Init_thread, or let overlap::Init initialise MPI)");
   }
+  return Launch(std::move(rt), MPI_COMM_WORLD, std::move(config));
+}
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::StartProcessSet(MPI_Comm comm, int id,
+                                                                  const std::vector<int>& ranks,
+                                                                  Config config) {
+  std::unique_ptr<Runtime> rt(new Runtime());
+  rt->scope_ = absl::StrCat("process set ", id, " (ranks [", absl::StrJoin(ranks, ", "),
+                            "], numbered 0..", ranks.size() - 1, " below): ");
+  // Scheduled plans need step markers and delayed updates need the planner: neither exists for
+  // a process set, so its runtime runs negotiation and the plan it observes. Its tensors are not
+  // in the global runtime's compression snapshot, so no process-wide compressor applies.
+  config.planner = "observed";
+  config.timeline_path.clear();
+  config.compression = "none";
+  return Launch(std::move(rt), comm, std::move(config));
+}
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Launch(std::unique_ptr<Runtime> rt,
+                                                         MPI_Comm comm,
+                                                         absl::StatusOr<Config> config) {
+  absl::Status mpi = MpiCheck(MPI_Comm_rank(comm, &rt->rank_), "Init: MPI_Comm_rank");
+  if (mpi.ok()) mpi = MpiCheck(MPI_Comm_size(comm, &rt->size_), "Init: MPI_Comm_size");
+  if (!mpi.ok()) return rt->Scoped(mpi);
   const double start_timeout_s = config.ok() ? config->start_timeout_s : Config().start_timeout_s;
-  absl::Status agreed = AgreeOnStart(mine, rt->rank_, rt->size_, absl::Seconds(start_timeout_s));
+  absl::Status agreed =
+      AgreeOnStart(config.status(), comm, rt->rank_, rt->size_, absl::Seconds(start_timeout_s));
   if (!agreed.ok()) {
     if (rt->owns_mpi_) (void)MPI_Finalize();  // the failed start is the error to report
-    return agreed;
+    return rt->Scoped(agreed);
   }
   rt->config_ = *config;
   spdlog::set_level(spdlog::level::from_str(rt->config_.log_level));
-  absl::Status connected = rt->Connect(rt->config_);
-  if (!connected.ok()) return connected;
+  absl::Status connected = rt->Connect(comm, rt->config_);
+  if (!connected.ok()) return rt->Scoped(connected);
   rt->thread_ = std::thread([r = rt.get()] { r->Loop(); });
   return rt;
 }
 
-absl::Status Runtime::Connect(const Config& config) {
-  absl::StatusOr<MPI_Comm> control_comm = DupWorld(rank_, "the control communicator");
+absl::Status Runtime::Scoped(const absl::Status& status) const {
+  if (status.ok() || scope_.empty()) return status;
+  return absl::Status(status.code(), absl::StrCat(scope_, status.message()));
+}
+
+absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
+  absl::StatusOr<MPI_Comm> own = DupComm(comm, rank_, "the runtime communicator");
+  if (!own.ok()) return own.status();
+  comm_ = *own;
+  absl::StatusOr<MPI_Comm> control_comm = DupComm(comm_, rank_, "the control communicator");
   if (!control_comm.ok()) return control_comm.status();
   control_comm_ = *control_comm;
   MPI_Comm local = MPI_COMM_NULL;
@@ -148,7 +160,7 @@ absl::Status Runtime::Connect(const Config& config) {
   if (!control.ok()) return control.status();
   control_ = std::move(*control);
   absl::StatusOr<std::unique_ptr<MpiExecutor>> executor =
-      MpiExecutor::Create(MPI_COMM_WORLD, config.num_channels);
+      MpiExecutor::Create(comm_, config.num_channels);
   if (!executor.ok()) return executor.status();
   executor_ = std::move(*executor);
   if (!config.timeline_path.empty()) {
@@ -171,15 +183,15 @@ absl::Status Runtime::Connect(const Config& config) {
       executor_.get(), config, rank_, size_, &timeline_, compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
   cuda_plane_ = std::make_unique<CudaPlane>(
-      config, rank_, size_, std::max(0, local_rank_) % std::max(1, CudaDeviceCount()), &timeline_,
+      comm_, config, rank_, size_, std::max(0, local_rank_) % std::max(1, CudaDeviceCount()), &timeline_,
       compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
   // Planned collectives and their checks get communicators of their own: ranks start them
   // without negotiation, so they must not share a sequence with negotiated ones.
   absl::StatusOr<std::unique_ptr<MpiExecutor>> planned_executor =
-      MpiExecutor::Create(MPI_COMM_WORLD, config.num_channels);
+      MpiExecutor::Create(comm_, config.num_channels);
   if (!planned_executor.ok()) return planned_executor.status();
-  absl::StatusOr<MPI_Comm> check_comm = DupWorld(rank_, "the planned check communicator");
+  absl::StatusOr<MPI_Comm> check_comm = DupComm(comm_, rank_, "the planned check communicator");
   if (!check_comm.ok()) return check_comm.status();
   planned_ = std::make_unique<PlannedMode>(
       std::move(*planned_executor), *check_comm, config, rank_, size_, hosts_, &timeline_,
@@ -189,9 +201,9 @@ absl::Status Runtime::Connect(const Config& config) {
   profiler_ = std::make_unique<StepProfiler>(config.profile_steps);
   if (config.planner != "observed") {
     // The scheduler's votes, broadcasts and link probe get communicators of their own.
-    absl::StatusOr<std::unique_ptr<MpiExecutor>> probe = MpiExecutor::Create(MPI_COMM_WORLD, 1);
+    absl::StatusOr<std::unique_ptr<MpiExecutor>> probe = MpiExecutor::Create(comm_, 1);
     if (!probe.ok()) return probe.status();
-    absl::StatusOr<MPI_Comm> plan_comm = DupWorld(rank_, "the plan communicator");
+    absl::StatusOr<MPI_Comm> plan_comm = DupComm(comm_, rank_, "the plan communicator");
     if (!plan_comm.ok()) return plan_comm.status();
     scheduler_ = std::make_unique<PlanScheduler>(
         config, rank_, size_, *plan_comm, std::move(*probe), profiler_.get(),
@@ -205,8 +217,8 @@ absl::Status Runtime::Connect(const Config& config) {
         [this] { return ReadControl(absl::ZeroDuration(), /*local=*/false); });
   }
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  spdlog::info("overlap: rank {} of {} on {} started ({} channels, fusion threshold {} bytes)",
-               rank_, size_, hosts_[static_cast<size_t>(rank_)], config.num_channels,
+  spdlog::info("overlap: {}rank {} of {} on {} started ({} channels, fusion threshold {} bytes)",
+               scope_, rank_, size_, hosts_[static_cast<size_t>(rank_)], config.num_channels,
                config.fusion_threshold_bytes);
   return absl::OkStatus();
 }
@@ -289,6 +301,12 @@ void Runtime::Wake() {
 }
 
 absl::StatusOr<Handle> Runtime::Submit(PendingOp op, DoneCallback on_done) {
+  absl::StatusOr<Handle> handle = Enqueue(std::move(op), std::move(on_done));
+  if (!handle.ok()) return Scoped(handle.status());
+  return handle;
+}
+
+absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
   if (op.request.kind == OpKind::kAllreduce) {
     // The process-wide default applies where it can (float32 gradients being summed or
     // averaged, like Horovod's compression); asking for it explicitly elsewhere is an error.
@@ -368,7 +386,7 @@ void Runtime::CompleteOp(PendingOp& op, const absl::Status& status) {
     in_flight_.erase(op.request.name);
     if (op.request.kind == OpKind::kJoin) joined_ = false;
   }
-  op.handle->Complete(status);
+  op.handle->Complete(Scoped(status));
 }
 
 absl::Status Runtime::ReadControl(absl::Duration timeout, bool local) {
@@ -804,7 +822,7 @@ absl::Status Runtime::RestoreCompressionState(const std::string& snapshot) {
 absl::Status Runtime::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
-    if (stopped_) return fatal_;
+    if (stopped_) return Scoped(fatal_);
     shutdown_requested_ = true;
   }
   Wake();
@@ -824,7 +842,7 @@ absl::Status Runtime::Shutdown() {
         rank_, p.name, p.results, p.residual ? " and a non-zero residual of skipped steps" : "");
   }
 
-  if (!fatal.ok()) return fatal;  // MPI may be unusable: leave it to process exit
+  if (!fatal.ok()) return Scoped(fatal);  // MPI may be unusable: leave it to process exit
   if (rank_ == 0) {
     control_->ReleasePeers();
     control_->AwaitPeersClosed(absl::Seconds(config_.collective_timeout_s));
@@ -841,11 +859,16 @@ absl::Status Runtime::Shutdown() {
   absl::Status freed = MpiCheck(
       MPI_Comm_free(&control_comm_),
       absl::StrCat("rank ", rank_, ": Shutdown: MPI_Comm_free of the control communicator"));
+  if (freed.ok()) {
+    freed = MpiCheck(
+        MPI_Comm_free(&comm_),
+        absl::StrCat("rank ", rank_, ": Shutdown: MPI_Comm_free of the runtime communicator"));
+  }
   absl::Status finalized = absl::OkStatus();
   if (owns_mpi_) {
     finalized = MpiCheck(MPI_Finalize(), absl::StrCat("rank ", rank_, ": Shutdown: MPI_Finalize"));
   }
-  return freed.ok() ? finalized : freed;
+  return Scoped(freed.ok() ? finalized : freed);
 }
 
 }  // namespace overlap

@@ -40,19 +40,36 @@
 
 namespace overlap {
 
+// A process holds one Runtime for the global process set (every rank) and one more for each
+// process set it is a member of (overlap.h, AddProcessSet): each is complete on its own
+// communicator, with its own coordinator thread, negotiation, data plane and timeouts, so sets
+// run concurrently without knowing of each other. A process set's runtime runs negotiated and
+// observed-plan execution only: no scheduler planner, step markers, timeline or delayed updates.
 class Runtime {
  public:
-  // Collective over MPI_COMM_WORLD. Initialises MPI if needed. When any rank's configuration is
-  // invalid, every rank fails with every rank's reason.
+  // The global runtime: collective over MPI_COMM_WORLD. Initialises MPI if needed. When any
+  // rank's configuration is invalid, every rank fails with every rank's reason.
   static absl::StatusOr<std::unique_ptr<Runtime>> Start(absl::StatusOr<Config> config);
+  // The runtime of process set `id`, whose members are the global `ranks`: collective over
+  // `comm`, their communicator (MPI_ERRORS_RETURN), which the runtime duplicates (the caller
+  // keeps and frees `comm`). `config` is the global runtime's; the planner is forced to
+  // "observed". Errors of this runtime start with "process set <id> (ranks [...]...)", because the
+  // ranks its messages name are positions in the set.
+  static absl::StatusOr<std::unique_ptr<Runtime>> StartProcessSet(MPI_Comm comm, int id,
+                                                                   const std::vector<int>& ranks,
+                                                                   Config config);
   ~Runtime();
 
-  // Collective: finishes in-flight work, stops the coordinator, releases MPI. Returns the error
-  // that stopped the runtime, if one did.
+  // Collective over the runtime's ranks: finishes in-flight work, stops the coordinator,
+  // releases its communicators (and, for the global runtime that initialised MPI, MPI). Returns
+  // the error that stopped the runtime, if one did.
   absl::Status Shutdown();
 
+  // This rank's place in the runtime's communicator: the global rank for the global runtime,
+  // the position in the set for a process set's.
   int rank() const { return rank_; }
   int size() const { return size_; }
+  const Config& config() const { return config_; }
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
 
@@ -85,7 +102,14 @@ class Runtime {
 
  private:
   Runtime() = default;
-  absl::Status Connect(const Config& config);
+  // The one start-up path of both kinds: agrees with every rank of `comm` on `config` (every
+  // rank's problem reaches every rank), then connects and starts the coordinator thread.
+  static absl::StatusOr<std::unique_ptr<Runtime>> Launch(std::unique_ptr<Runtime> rt,
+                                                         MPI_Comm comm,
+                                                         absl::StatusOr<Config> config);
+  absl::Status Connect(MPI_Comm comm, const Config& config);
+  // `status` with this runtime's scope in front of its message (process sets only).
+  absl::Status Scoped(const absl::Status& status) const;
   void Loop();
   // Loop steps: moves submissions into pending_ (true if there were any); asks for or
   // announces a negotiation round; how long the loop may sleep in poll().
@@ -110,6 +134,8 @@ class Runtime {
   // Binds this process to the GPU of `op`'s tensors on its first CUDA operation; afterwards,
   // InvalidArgument for a tensor on another GPU.
   absl::Status ClaimCudaDevice(const PendingOp& op);
+  // Submit without the scope on its errors.
+  absl::StatusOr<Handle> Enqueue(PendingOp op, DoneCallback on_done);
   void CompleteOp(PendingOp& op, const absl::Status& status);
   void Fatal(const absl::Status& status);
   // Waits up to `timeout` for control signals (and, if `local`, for new submissions) and
@@ -119,6 +145,12 @@ class Runtime {
 
   Config config_;
   bool owns_mpi_ = false;
+  // The runtime's own duplicate of MPI_COMM_WORLD or of its process set's communicator; every
+  // other communicator of the runtime is duplicated from it.
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  // Empty for the global runtime; "process set 1 (ranks [1, 2, 3], numbered 0..2 below): " for a
+  // process set's.
+  std::string scope_;
   int rank_ = 0;
   int size_ = 1;
   int local_rank_ = 0;
