@@ -95,15 +95,22 @@ int overlap_start_update(void) { return Fail(overlap::StartUpdate()); }
 int overlap_start_timeline(const char* path) { return Fail(overlap::StartTimeline(Str(path))); }
 int overlap_stop_timeline(void) { return Fail(overlap::StopTimeline()); }
 
-int overlap_allreduce(const char* name, const overlap_tensor* input, const overlap_tensor* output,
-                      int32_t op, double prescale, double postscale, const char* compression,
-                      overlap_handle** handle) {
+int overlap_allreduce_ps(int32_t process_set, const char* name, const overlap_tensor* input,
+                         const overlap_tensor* output, int32_t op, double prescale,
+                         double postscale, const char* compression, overlap_handle** handle) {
   overlap::Tensor in, out;
   if (int rc = ToTensor("allreduce", Str(name), input, &in)) return rc;
   if (int rc = ToTensor("allreduce", Str(name), output, &out)) return rc;
-  return Return(overlap::Allreduce(Str(name), in, out,
-                                   AllreduceOptionsOf(op, prescale, postscale, compression)),
-                handle);
+  overlap::AllreduceOptions options = AllreduceOptionsOf(op, prescale, postscale, compression);
+  options.process_set = process_set;
+  return Return(overlap::Allreduce(Str(name), in, out, options), handle);
+}
+
+int overlap_allreduce(const char* name, const overlap_tensor* input, const overlap_tensor* output,
+                      int32_t op, double prescale, double postscale, const char* compression,
+                      overlap_handle** handle) {
+  return overlap_allreduce_ps(0, name, input, output, op, prescale, postscale, compression,
+                              handle);
 }
 
 int overlap_allreduce_delayed(const char* name, const overlap_tensor* input,
@@ -120,9 +127,10 @@ int overlap_allreduce_delayed(const char* name, const overlap_tensor* input,
   return Return(overlap::Allreduce(Str(name), in, out, options), handle);
 }
 
-int overlap_grouped_allreduce(int32_t count, const char* const* names, const overlap_tensor* inputs,
-                              const overlap_tensor* outputs, int32_t op, double prescale,
-                              double postscale, const char* compression, overlap_handle** handle) {
+int overlap_grouped_allreduce_ps(int32_t process_set, int32_t count, const char* const* names,
+                                 const overlap_tensor* inputs, const overlap_tensor* outputs,
+                                 int32_t op, double prescale, double postscale,
+                                 const char* compression, overlap_handle** handle) {
   if (count <= 0 || names == nullptr || inputs == nullptr || outputs == nullptr) {
     return InvalidArgument(
         absl::StrCat("grouped allreduce: ", count, " tensors (need at least 1)"));
@@ -134,49 +142,128 @@ int overlap_grouped_allreduce(int32_t count, const char* const* names, const ove
     if (int rc = ToTensor("grouped allreduce", Str(names[i]), &inputs[i], &ins[i])) return rc;
     if (int rc = ToTensor("grouped allreduce", Str(names[i]), &outputs[i], &outs[i])) return rc;
   }
-  return Return(overlap::GroupedAllreduce(tensor_names, ins, outs,
-                                          AllreduceOptionsOf(op, prescale, postscale, compression)),
-                handle);
+  overlap::AllreduceOptions options = AllreduceOptionsOf(op, prescale, postscale, compression);
+  options.process_set = process_set;
+  return Return(overlap::GroupedAllreduce(tensor_names, ins, outs, options), handle);
+}
+
+int overlap_grouped_allreduce(int32_t count, const char* const* names, const overlap_tensor* inputs,
+                              const overlap_tensor* outputs, int32_t op, double prescale,
+                              double postscale, const char* compression, overlap_handle** handle) {
+  return overlap_grouped_allreduce_ps(0, count, names, inputs, outputs, op, prescale, postscale,
+                                      compression, handle);
+}
+
+int overlap_allgather_ps(int32_t process_set, const char* name, const overlap_tensor* input,
+                         overlap_handle** handle) {
+  overlap::Tensor in;
+  if (int rc = ToTensor("allgather", Str(name), input, &in)) return rc;
+  overlap::AllgatherOptions options;
+  options.process_set = process_set;
+  return Return(overlap::Allgather(Str(name), in, options), handle);
 }
 
 int overlap_allgather(const char* name, const overlap_tensor* input, overlap_handle** handle) {
-  overlap::Tensor in;
-  if (int rc = ToTensor("allgather", Str(name), input, &in)) return rc;
-  return Return(overlap::Allgather(Str(name), in), handle);
+  return overlap_allgather_ps(0, name, input, handle);
 }
 
-int overlap_broadcast(const char* name, const overlap_tensor* input, const overlap_tensor* output,
-                      int32_t root, overlap_handle** handle) {
+int overlap_broadcast_ps(int32_t process_set, const char* name, const overlap_tensor* input,
+                         const overlap_tensor* output, int32_t root, overlap_handle** handle) {
   overlap::Tensor in, out;
   if (int rc = ToTensor("broadcast", Str(name), input, &in)) return rc;
   if (int rc = ToTensor("broadcast", Str(name), output, &out)) return rc;
   overlap::BroadcastOptions options;
   options.root = root;
+  options.process_set = process_set;
   return Return(overlap::Broadcast(Str(name), in, out, options), handle);
 }
 
-int overlap_reducescatter(const char* name, const overlap_tensor* input, int32_t op,
-                          double prescale, double postscale, overlap_handle** handle) {
+int overlap_broadcast(const char* name, const overlap_tensor* input, const overlap_tensor* output,
+                      int32_t root, overlap_handle** handle) {
+  return overlap_broadcast_ps(0, name, input, output, root, handle);
+}
+
+int overlap_reducescatter_ps(int32_t process_set, const char* name, const overlap_tensor* input,
+                             int32_t op, double prescale, double postscale,
+                             overlap_handle** handle) {
   overlap::Tensor in;
   if (int rc = ToTensor("reducescatter", Str(name), input, &in)) return rc;
   overlap::ReduceScatterOptions options;
   options.op = static_cast<overlap::ReduceOp>(op);
   options.prescale = prescale;
   options.postscale = postscale;
+  options.process_set = process_set;
   return Return(overlap::ReduceScatter(Str(name), in, options), handle);
 }
 
-int overlap_alltoall(const char* name, const overlap_tensor* input, const int64_t* splits,
-                     int32_t nsplits, overlap_handle** handle) {
+int overlap_reducescatter(const char* name, const overlap_tensor* input, int32_t op,
+                          double prescale, double postscale, overlap_handle** handle) {
+  return overlap_reducescatter_ps(0, name, input, op, prescale, postscale, handle);
+}
+
+int overlap_alltoall_ps(int32_t process_set, const char* name, const overlap_tensor* input,
+                        const int64_t* splits, int32_t nsplits, overlap_handle** handle) {
   overlap::Tensor in;
   if (int rc = ToTensor("alltoall", Str(name), input, &in)) return rc;
   overlap::AlltoallOptions options;
   if (splits != nullptr && nsplits > 0) options.splits.assign(splits, splits + nsplits);
+  options.process_set = process_set;
   return Return(overlap::Alltoall(Str(name), in, options), handle);
 }
 
-int overlap_barrier(overlap_handle** handle) { return Return(overlap::Barrier(), handle); }
+int overlap_alltoall(const char* name, const overlap_tensor* input, const int64_t* splits,
+                     int32_t nsplits, overlap_handle** handle) {
+  return overlap_alltoall_ps(0, name, input, splits, nsplits, handle);
+}
+
+int overlap_barrier_ps(int32_t process_set, overlap_handle** handle) {
+  return Return(overlap::Barrier(process_set), handle);
+}
+int overlap_barrier(overlap_handle** handle) { return overlap_barrier_ps(0, handle); }
 int overlap_join(overlap_handle** handle) { return Return(overlap::Join(), handle); }
+
+int overlap_add_process_set(const int32_t* ranks, int32_t count, int32_t* id) {
+  if (id == nullptr || count < 0 || (count > 0 && ranks == nullptr)) {
+    return InvalidArgument(absl::StrCat("add_process_set: ", count, " ranks at ",
+                                        ranks == nullptr ? "null" : "an array",
+                                        id == nullptr ? ", null id" : ""));
+  }
+  absl::StatusOr<int> added = overlap::AddProcessSet(std::vector<int>(ranks, ranks + count));
+  if (!added.ok()) return Fail(added.status());
+  *id = *added;
+  return 0;
+}
+
+int overlap_remove_process_set(int32_t id) { return Fail(overlap::RemoveProcessSet(id)); }
+
+int overlap_process_set_rank(int32_t id, int32_t* rank) {
+  absl::StatusOr<int> r = overlap::ProcessSetRank(id);
+  if (!r.ok()) return Fail(r.status());
+  *rank = *r;
+  return 0;
+}
+
+int overlap_process_set_size(int32_t id, int32_t* size) {
+  absl::StatusOr<int> n = overlap::ProcessSetSize(id);
+  if (!n.ok()) return Fail(n.status());
+  *size = *n;
+  return 0;
+}
+
+int overlap_process_set_ranks(int32_t id, int32_t* ranks, int32_t max, int32_t* count) {
+  absl::StatusOr<std::vector<int>> all = overlap::ProcessSetRanks(id);
+  if (!all.ok()) return Fail(all.status());
+  *count = static_cast<int32_t>(all->size());
+  for (int32_t i = 0; i < *count && i < max; ++i) ranks[i] = (*all)[static_cast<size_t>(i)];
+  return 0;
+}
+
+int32_t overlap_process_set_ids(int32_t* ids, int32_t max) {
+  const std::vector<int> all = overlap::ProcessSetIds();
+  const int32_t n = static_cast<int32_t>(all.size());
+  for (int32_t i = 0; i < n && i < max; ++i) ids[i] = all[static_cast<size_t>(i)];
+  return n;
+}
 
 int overlap_handle_poll(const overlap_handle* handle) {
   return handle != nullptr && handle->handle.Poll() ? 1 : 0;

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 // The ABI version; bumped when a signature below changes. Python checks it at load time.
-#define OVERLAP_C_API_VERSION 2
+#define OVERLAP_C_API_VERSION 3
 int overlap_c_api_version(void);
 
 typedef struct overlap_handle overlap_handle;
@@ -82,6 +82,39 @@ int overlap_alltoall(const char* name, const overlap_tensor* input, const int64_
                      int32_t nsplits, overlap_handle** handle);
 int overlap_barrier(overlap_handle** handle);
 int overlap_join(overlap_handle** handle);
+
+// Process sets (overlap.h, AddProcessSet). Adding and removing are collective over every rank;
+// `ranks` are global ranks, sorted and unique.
+int overlap_add_process_set(const int32_t* ranks, int32_t count, int32_t* id);
+int overlap_remove_process_set(int32_t id);
+// Queries: NOT_FOUND (5) for an unknown id; overlap_process_set_rank fails with
+// FAILED_PRECONDITION (9) on a rank that is not a member.
+int overlap_process_set_rank(int32_t id, int32_t* rank);
+int overlap_process_set_size(int32_t id, int32_t* size);
+// Writes up to `max` of set `id`'s global ranks; `count` receives how many it has.
+int overlap_process_set_ranks(int32_t id, int32_t* ranks, int32_t max, int32_t* count);
+// Writes up to `max` registered ids, 0 first, and returns how many there are (0 before Init).
+int32_t overlap_process_set_ids(int32_t* ids, int32_t max);
+
+// The operations above on process set `process_set` (0, the global set, is the same as the
+// function without _ps). Broadcast's root is a global rank, a member of the set.
+int overlap_allreduce_ps(int32_t process_set, const char* name, const overlap_tensor* input,
+                         const overlap_tensor* output, int32_t op, double prescale,
+                         double postscale, const char* compression, overlap_handle** handle);
+int overlap_grouped_allreduce_ps(int32_t process_set, int32_t count, const char* const* names,
+                                 const overlap_tensor* inputs, const overlap_tensor* outputs,
+                                 int32_t op, double prescale, double postscale,
+                                 const char* compression, overlap_handle** handle);
+int overlap_allgather_ps(int32_t process_set, const char* name, const overlap_tensor* input,
+                         overlap_handle** handle);
+int overlap_broadcast_ps(int32_t process_set, const char* name, const overlap_tensor* input,
+                         const overlap_tensor* output, int32_t root, overlap_handle** handle);
+int overlap_reducescatter_ps(int32_t process_set, const char* name, const overlap_tensor* input,
+                             int32_t op, double prescale, double postscale,
+                             overlap_handle** handle);
+int overlap_alltoall_ps(int32_t process_set, const char* name, const overlap_tensor* input,
+                        const int64_t* splits, int32_t nsplits, overlap_handle** handle);
+int overlap_barrier_ps(int32_t process_set, overlap_handle** handle);
 
 // 1 once finished (successfully or not), else 0.
 int overlap_handle_poll(const overlap_handle* handle);

@@ -22,9 +22,9 @@ DTYPE_SIZES = {UINT8: 1, INT8: 1, INT32: 4, INT64: 8, FLOAT16: 2, BFLOAT16: 2, F
 C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT = range(5)
 
 # absl::StatusCode values the binding tells apart.
-_OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _FAILED_PRECONDITION = 0, 3, 4, 9
+_OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _FAILED_PRECONDITION = 0, 3, 4, 5, 9
 
-_C_API_VERSION = 2
+_C_API_VERSION = 3
 _MAX_NDIM = 32
 
 
@@ -81,6 +81,34 @@ def _declare(lib):
                               ctypes.c_int32, hp], ctypes.c_int),
         "overlap_barrier": ([hp], ctypes.c_int),
         "overlap_join": ([hp], ctypes.c_int),
+        "overlap_allreduce_ps": ([ctypes.c_int32, ctypes.c_char_p, t, t, ctypes.c_int32,
+                                  ctypes.c_double, ctypes.c_double, ctypes.c_char_p, hp],
+                                 ctypes.c_int),
+        "overlap_grouped_allreduce_ps": ([ctypes.c_int32, ctypes.c_int32,
+                                          ctypes.POINTER(ctypes.c_char_p), t, t, ctypes.c_int32,
+                                          ctypes.c_double, ctypes.c_double, ctypes.c_char_p, hp],
+                                         ctypes.c_int),
+        "overlap_allgather_ps": ([ctypes.c_int32, ctypes.c_char_p, t, hp], ctypes.c_int),
+        "overlap_broadcast_ps": ([ctypes.c_int32, ctypes.c_char_p, t, t, ctypes.c_int32, hp],
+                                 ctypes.c_int),
+        "overlap_reducescatter_ps": ([ctypes.c_int32, ctypes.c_char_p, t, ctypes.c_int32,
+                                      ctypes.c_double, ctypes.c_double, hp], ctypes.c_int),
+        "overlap_alltoall_ps": ([ctypes.c_int32, ctypes.c_char_p, t,
+                                 ctypes.POINTER(ctypes.c_int64), ctypes.c_int32, hp],
+                                ctypes.c_int),
+        "overlap_barrier_ps": ([ctypes.c_int32, hp], ctypes.c_int),
+        "overlap_add_process_set": ([ctypes.POINTER(ctypes.c_int32), ctypes.c_int32,
+                                     ctypes.POINTER(ctypes.c_int32)], ctypes.c_int),
+        "overlap_remove_process_set": ([ctypes.c_int32], ctypes.c_int),
+        "overlap_process_set_rank": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)],
+                                     ctypes.c_int),
+        "overlap_process_set_size": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)],
+                                     ctypes.c_int),
+        "overlap_process_set_ranks": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_int32),
+                                       ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)],
+                                      ctypes.c_int),
+        "overlap_process_set_ids": ([ctypes.POINTER(ctypes.c_int32), ctypes.c_int32],
+                                    ctypes.c_int32),
         "overlap_handle_poll": ([h], ctypes.c_int),
         "overlap_handle_has_update": ([h], ctypes.c_int),
         "overlap_handle_wait": ([h, ctypes.c_double], ctypes.c_int),
@@ -325,59 +353,122 @@ def _enc(s):
     return None if s is None else s.encode()
 
 
-def allreduce(name, inp, out, op, prescale, postscale, compression):
+# `process_set`: the id of the process set to run on (0, the default, is every rank).
+
+def allreduce(name, inp, out, op, prescale, postscale, compression, process_set=0):
     p = _out_handle()
-    rc = lib().overlap_allreduce(name.encode(), ctypes.byref(inp.struct), ctypes.byref(out.struct),
-                                 op, prescale, postscale, _enc(compression), ctypes.byref(p))
+    rc = lib().overlap_allreduce_ps(process_set, name.encode(), ctypes.byref(inp.struct),
+                                    ctypes.byref(out.struct), op, prescale, postscale,
+                                    _enc(compression), ctypes.byref(p))
     return _finish(rc, p, name)
 
 
-def grouped_allreduce(names, inputs, outputs, op, prescale, postscale, compression):
+def grouped_allreduce(names, inputs, outputs, op, prescale, postscale, compression,
+                      process_set=0):
     n = len(names)
     c_names = (ctypes.c_char_p * n)(*[s.encode() for s in names])
     c_in = (_Tensor * n)(*[b.struct for b in inputs])
     c_out = (_Tensor * n)(*[b.struct for b in outputs])
     p = _out_handle()
-    rc = lib().overlap_grouped_allreduce(n, c_names, c_in, c_out, op, prescale, postscale,
-                                         _enc(compression), ctypes.byref(p))
+    rc = lib().overlap_grouped_allreduce_ps(process_set, n, c_names, c_in, c_out, op, prescale,
+                                            postscale, _enc(compression), ctypes.byref(p))
     return _finish(rc, p, "group[%s]" % ",".join(names))
 
 
-def allgather(name, inp):
+def allgather(name, inp, process_set=0):
     p = _out_handle()
-    rc = lib().overlap_allgather(name.encode(), ctypes.byref(inp.struct), ctypes.byref(p))
+    rc = lib().overlap_allgather_ps(process_set, name.encode(), ctypes.byref(inp.struct),
+                                    ctypes.byref(p))
     return _finish(rc, p, name)
 
 
-def broadcast(name, inp, out, root):
+def broadcast(name, inp, out, root, process_set=0):
+    """`root` is a global rank, a member of the process set (as in Horovod)."""
     p = _out_handle()
-    rc = lib().overlap_broadcast(name.encode(), ctypes.byref(inp.struct),
-                                 ctypes.byref(out.struct), root, ctypes.byref(p))
+    rc = lib().overlap_broadcast_ps(process_set, name.encode(), ctypes.byref(inp.struct),
+                                    ctypes.byref(out.struct), root, ctypes.byref(p))
     return _finish(rc, p, name)
 
 
-def reducescatter(name, inp, op, prescale, postscale):
+def reducescatter(name, inp, op, prescale, postscale, process_set=0):
     p = _out_handle()
-    rc = lib().overlap_reducescatter(name.encode(), ctypes.byref(inp.struct), op, prescale,
-                                     postscale, ctypes.byref(p))
+    rc = lib().overlap_reducescatter_ps(process_set, name.encode(), ctypes.byref(inp.struct), op,
+                                        prescale, postscale, ctypes.byref(p))
     return _finish(rc, p, name)
 
 
-def alltoall(name, inp, splits):
+def alltoall(name, inp, splits, process_set=0):
     p = _out_handle()
     if splits is None:
-        rc = lib().overlap_alltoall(name.encode(), ctypes.byref(inp.struct), None, 0,
-                                    ctypes.byref(p))
+        rc = lib().overlap_alltoall_ps(process_set, name.encode(), ctypes.byref(inp.struct), None,
+                                       0, ctypes.byref(p))
     else:
         arr = (ctypes.c_int64 * len(splits))(*splits)
-        rc = lib().overlap_alltoall(name.encode(), ctypes.byref(inp.struct), arr, len(splits),
-                                    ctypes.byref(p))
+        rc = lib().overlap_alltoall_ps(process_set, name.encode(), ctypes.byref(inp.struct), arr,
+                                       len(splits), ctypes.byref(p))
     return _finish(rc, p, name)
 
 
-def barrier():
+def barrier(process_set=0):
     p = _out_handle()
-    return _finish(lib().overlap_barrier(ctypes.byref(p)), p, "__barrier")
+    return _finish(lib().overlap_barrier_ps(process_set, ctypes.byref(p)), p, "__barrier")
+
+
+# ---------------------------------------------------------------------------------------------
+# Process sets (overlap.h, AddProcessSet).
+
+def add_process_set(ranks):
+    """Registers the set of global `ranks` (collective over every rank); returns its id.
+    ValueError, the same on every rank, for invalid ranks or ranks that disagree."""
+    require_init("add_process_set()")
+    arr = (ctypes.c_int32 * max(len(ranks), 1))(*ranks)
+    out = ctypes.c_int32()
+    check_submit(lib().overlap_add_process_set(arr, len(ranks), ctypes.byref(out)))
+    return out.value
+
+
+def remove_process_set(process_set_id):
+    """Shuts set `process_set_id` down and forgets it (collective over every rank)."""
+    require_init("remove_process_set()")
+    check_submit(lib().overlap_remove_process_set(process_set_id))
+
+
+def _query(fn, process_set_id):
+    out = ctypes.c_int32()
+    rc = fn(process_set_id, ctypes.byref(out))
+    if rc != _OK:
+        raise ValueError(last_error())
+    return out.value
+
+
+def process_set_rank(process_set_id):
+    """This rank's position in the set; ValueError on a non-member or an unknown id."""
+    require_init("ProcessSet.rank()")
+    return _query(lib().overlap_process_set_rank, process_set_id)
+
+
+def process_set_size(process_set_id):
+    require_init("ProcessSet.size()")
+    return _query(lib().overlap_process_set_size, process_set_id)
+
+
+def process_set_ranks(process_set_id):
+    require_init("ProcessSet.ranks")
+    count = ctypes.c_int32()
+    buf = (ctypes.c_int32 * 4096)()
+    rc = lib().overlap_process_set_ranks(process_set_id, buf, 4096, ctypes.byref(count))
+    if rc != _OK:
+        raise ValueError(last_error())
+    return [buf[i] for i in range(min(count.value, 4096))]
+
+
+def process_set_ids():
+    """The registered ids, 0 first; [] before init."""
+    if not is_initialized():
+        return []
+    buf = (ctypes.c_int32 * 4096)()
+    n = lib().overlap_process_set_ids(buf, 4096)
+    return [buf[i] for i in range(min(n, 4096))]
 
 
 def join():

@@ -19,7 +19,8 @@ def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=
     """Starts overlap on every rank (collective); a second call is a no-op.
 
     comm and process_sets are Horovod's: overlap always uses every rank (MPI_COMM_WORLD), so a
-    comm naming a subset, or extra process sets, raise. overlap's options (each also an
+    comm naming a subset raises; process_sets (ProcessSet objects or rank lists) are registered
+    in order, as add_process_set would (collective). overlap's options (each also an
     OVERLAP_* variable, docs/tuning.md): planner, staleness, max_period, compression (the
     default error-feedback compressor spec, e.g. "fp16"), profile_steps, timeline (a path)."""
     start_runtime(comm, process_sets, planner=planner, staleness=staleness,

@@ -44,8 +44,10 @@ def core_reduce_op(op):
 def start_runtime(comm=None, process_sets=None, **settings):
     """The body of every adapter's init(): overlap's options (planner, staleness, ...) become
     OVERLAP_* variables of this process, then the runtime starts on every rank (collective; a
-    second call is a no-op). Horovod's comm and process_sets are checked: overlap always uses
-    every rank (MPI_COMM_WORLD), so a comm naming a subset, or extra process sets, raise."""
+    second call is a no-op). Horovod's comm is checked: overlap always uses every rank
+    (MPI_COMM_WORLD), so a comm naming a subset raises. process_sets, as Horovod's: a list of
+    ProcessSet objects (or rank lists) registered at once, in order (collective), or "dynamic"
+    (accepted and ignored: add_process_set always works)."""
     from overlap import _core
     is_rank_list = isinstance(comm, (list, tuple))
     if comm is not None and not is_rank_list and not hasattr(comm, "Get_size"):
@@ -57,7 +59,13 @@ def start_runtime(comm=None, process_sets=None, **settings):
                              else comm.Get_size() != world):
         raise NotImplementedError("rank %d: init(comm=%r): overlap runs on all ranks "
                                   "(MPI_COMM_WORLD) only" % (_core.rank(), comm))
+    global_process_set.ranks = list(range(world))
+    if process_sets == "dynamic":
+        return
     for process_set in process_sets or []:
+        # A set registered by an earlier init of this process (a second init is a no-op).
+        if isinstance(process_set, ProcessSet) and process_set.process_set_id is not None:
+            continue
         add_process_set(process_set)
 
 
@@ -88,60 +96,152 @@ def reset_cross_topology():
 
 
 class ProcessSet:
-    """A set of ranks that collectives may be restricted to.
+    """A set of ranks whose collectives run among themselves, concurrently with the other sets'
+    (Horovod's ProcessSet). Make one from a list of global ranks, then register it with
+    hvd.init(process_sets=[...]) or hvd.add_process_set(); registration sets process_set_id.
+    Pass it as process_set= to a collective: "rank" then means the position in the set (rank()),
+    except broadcast's root_rank, which is a global rank, as in Horovod.
 
-    overlap runs every collective on all ranks; the global set is the only one it supports.
-    A ProcessSet listing every rank behaves as the global set, any other raises (see
-    add_process_set)."""
+    ProcessSet() with no ranks is the global set (id 0), like hvd.global_process_set."""
 
-    def __init__(self, ranks=None):
-        self.ranks = None if ranks is None else sorted(int(r) for r in ranks)
-        self.process_set_id = 0 if ranks is None else None
+    process_set_id = None
+    ranks = None
+    mpi_comm = None
 
-    def __repr__(self):
-        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+    def __init__(self, ranks_or_comm=None):
+        if ranks_or_comm is None:
+            self.process_set_id = 0
+        elif hasattr(ranks_or_comm, "Get_size") and hasattr(ranks_or_comm, "Get_group"):
+            self.mpi_comm = ranks_or_comm
+        else:
+            try:
+                ranks = sorted(ranks_or_comm)
+            except TypeError:
+                raise ValueError("ProcessSet should be initialized with a list of process ranks "
+                                 "or an mpi4py Comm object, got %r" % (ranks_or_comm,))
+            if any(not isinstance(r, int) or isinstance(r, bool) for r in ranks):
+                raise ValueError("ProcessSet should be initialized with a list of process ranks "
+                                 "(ints), got %r" % (ranks_or_comm,))
+            self.ranks = ranks
+
+    def _invalidate(self):
+        self.process_set_id = None
 
     def size(self):
+        """The number of ranks in the set; None while it is not registered."""
         from overlap import _core
-        return _core.size() if self.ranks is None else len(self.ranks)
+        if self.process_set_id is None:
+            return None
+        if self.process_set_id == 0:
+            return _core.size()
+        return _core.process_set_size(self.process_set_id)
 
     def rank(self):
+        """This process's position in the set (for reading an allgather's result, say); None
+        while it is not registered; ValueError on a process that is not a member."""
         from overlap import _core
-        if self.ranks is None:
+        if self.process_set_id is None:
+            return None
+        if self.process_set_id == 0:
             return _core.rank()
-        return self.ranks.index(_core.rank()) if _core.rank() in self.ranks else -1
+        return _core.process_set_rank(self.process_set_id)
 
     def included(self):
-        return self.rank() >= 0
+        """Whether this process is a member; None when the set has no ranks yet."""
+        from overlap import _core
+        if self.process_set_id == 0:
+            return True
+        if self.ranks is None:
+            return None
+        return _core.rank() in self.ranks
+
+    def __str__(self):
+        return "ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=%s)" % (
+            self.process_set_id, self.ranks, self.mpi_comm)
+
+    __repr__ = __str__
 
 
 global_process_set = ProcessSet()
 
 
+def process_set_id(process_set):
+    """The runtime's id of `process_set` for an operation: 0 for None and the global set.
+    ValueError naming this rank for anything else that is not a registered ProcessSet."""
+    from overlap import _core
+    if process_set is None:
+        return 0
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError("rank %d: process_set must be an hvd.ProcessSet, got %r" %
+                         (_core.rank(), process_set))
+    if process_set.process_set_id is None:
+        raise ValueError("rank %d: %s is not registered: pass it to hvd.init(process_sets=...) "
+                         "or hvd.add_process_set() first (a removed set is no longer "
+                         "registered)" % (_core.rank(), process_set))
+    return process_set.process_set_id
+
+
 def _check_process_set(process_set):
+    """For adapters that run on the global set only (overlap.tensorflow): refuses any other."""
     if process_set is None or process_set is global_process_set:
         return
     from overlap import _core
-    if process_set.ranks is not None and process_set.ranks == list(range(_core.size())):
+    if isinstance(process_set, ProcessSet) and (
+            process_set.process_set_id == 0 or
+            process_set.ranks is not None and process_set.ranks == list(range(_core.size()))):
         return
     raise NotImplementedError(
-        "rank %d: process set %r: overlap runs collectives on all ranks only; sub-communicator "
-        "process sets are not implemented yet (use the global process set)" %
-        (_core.rank(), process_set))
+        "rank %d: process set %r: overlap.tensorflow runs collectives on the global process set "
+        "only (process sets are implemented in overlap.torch)" % (_core.rank(), process_set))
 
 
 def add_process_set(process_set):
-    """Registers a process set. Only one holding every rank is accepted (it is the global set)."""
+    """Registers a process set after init (collective: every rank calls it, in the same order)
+    and returns it, its process_set_id set. `process_set` is a ProcessSet or a list of ranks.
+    ValueError, the same on every rank, for bad ranks (out of range, listed twice, all of them)
+    or ranks another registered set already has; NotImplementedError for an MPI communicator."""
+    from overlap import _core
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
-    _check_process_set(process_set)
-    process_set.process_set_id = 0
+    if process_set.ranks is None and process_set.mpi_comm is not None:
+        raise NotImplementedError(
+            "rank %d: adding process sets defined by an MPI communicator is not implemented; "
+            "build the process set from a list of ranks" % _core.rank())
+    if process_set.ranks is None:
+        raise ValueError("rank %d: %s is the global process set, which is always registered" %
+                         (_core.rank(), process_set))
+    process_set.process_set_id = _core.add_process_set(process_set.ranks)
     return process_set
 
 
 def remove_process_set(process_set):
-    """Removing the global set is refused, as in Horovod; there are no others."""
-    return False
+    """Removes a registered process set (collective, as add_process_set) and returns True; the
+    object is invalidated. False, as in Horovod, for the global set and for a set that is not
+    registered."""
+    from overlap import _core
+    set_id = process_set.process_set_id
+    if set_id is None or set_id == 0:
+        return False
+    process_set._invalidate()
+    # Every rank knows the same sets, so every rank takes the same branch.
+    if set_id not in _core.process_set_ids():
+        return False
+    _core.remove_process_set(set_id)
+    return True
+
+
+def process_sets():
+    """The registered process sets, global first, as ProcessSet objects."""
+    from overlap import _core
+    sets = []
+    for set_id in _core.process_set_ids():
+        if set_id == 0:
+            sets.append(global_process_set)
+            continue
+        ps = ProcessSet(_core.process_set_ranks(set_id))
+        ps.process_set_id = set_id
+        sets.append(ps)
+    return sets
 
 
 # Build queries, answered for the core library actually loaded.

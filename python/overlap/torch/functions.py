@@ -7,13 +7,14 @@ import pickle
 import torch
 
 from overlap import _core
-from overlap.common import _check_process_set, global_process_set
+from overlap.common import global_process_set, process_set_id
 from overlap.torch import mpi_ops
 
 
 def broadcast_parameters(params, root_rank, process_set=global_process_set):
-    """Copies root_rank's values into these tensors on every rank, in place. `params` is a
-    state_dict or an iterable of (name, tensor), e.g. model.named_parameters()."""
+    """Copies root_rank's values into these tensors on every rank (of `process_set`; root_rank
+    is a global rank, as in Horovod), in place. `params` is a state_dict or an iterable of
+    (name, tensor), e.g. model.named_parameters()."""
     if isinstance(params, dict):
         items = sorted(params.items())
     elif isinstance(params, list) or hasattr(params, "__iter__"):
@@ -58,7 +59,7 @@ def _from_bytes_tensor(t):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's picklable `obj`, on every rank."""
-    _check_process_set(process_set)
+    process_set_id(process_set)  # refuses an unregistered set by name
     name = name or type(obj).__name__
     if _core.rank() == root_rank:
         payload = _to_bytes_tensor(obj)
@@ -73,8 +74,8 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Every rank's picklable `obj`, as a list in rank order."""
-    _check_process_set(process_set)
+    """Every rank's picklable `obj`, as a list in rank order (of `process_set`'s members)."""
+    process_set_id(process_set)  # refuses an unregistered set by name
     name = name or type(obj).__name__
     payload = _to_bytes_tensor(obj)
     sizes = mpi_ops.allgather(torch.tensor([payload.numel()], dtype=torch.int64),

@@ -16,7 +16,7 @@ import torch
 
 from overlap import _core
 from overlap.common import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,
-                            _OP_NAMES, _check_process_set, core_reduce_op, global_process_set)
+                            _OP_NAMES, core_reduce_op, global_process_set, process_set_id)
 from overlap.torch.compression import Compression
 
 _CORE_DTYPES = {
@@ -67,6 +67,17 @@ def _auto_name(kind, name):
 
 def _c_op(op):
     return core_reduce_op(op)
+
+
+def _set_rank(process_set):
+    """This rank's position in `process_set` (the global rank for the global set)."""
+    set_id = process_set_id(process_set)
+    return _core.rank() if set_id == 0 else _core.process_set_rank(set_id)
+
+
+def _set_size(process_set):
+    set_id = process_set_id(process_set)
+    return _core.size() if set_id == 0 else _core.process_set_size(set_id)
 
 
 def _native_cuda(tensor, compressed=False):
@@ -151,7 +162,7 @@ def _read_output(core_handle, src):
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
                      compression_spec=None, process_set=global_process_set):
     _core.require_init("allreduce")
-    _check_process_set(process_set)
+    set_id = process_set_id(process_set)
     c_op = _c_op(op)
     name = _auto_name("allreduce", name)
     src = _stage(tensor, "allreduce '%s'" % name, compressed=bool(compression_spec))
@@ -163,7 +174,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     in_place = output is tensor
     dst = src if in_place else torch.empty_like(src)
     core_handle = _core.allreduce(name, _buffer(src), _buffer(dst), c_op, pre,
-                                  1.0 if int_scaled else post, compression_spec)
+                                  1.0 if int_scaled else post, compression_spec, set_id)
 
     def finish():
         return _deliver(_int_scaled(dst, post) if int_scaled else dst, tensor, in_place)
@@ -237,7 +248,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
                              compression_spec=None, process_set=global_process_set):
     _core.require_init("grouped_allreduce")
-    _check_process_set(process_set)
+    set_id = process_set_id(process_set)
     if not tensors:
         raise ValueError("grouped_allreduce: empty list of tensors")
     c_op = _c_op(op)
@@ -250,7 +261,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     core_handle = _core.grouped_allreduce(names, [_buffer(s) for s in srcs],
                                           [_buffer(d) for d in dsts], c_op,
                                           float(prescale_factor), float(postscale_factor),
-                                          compression_spec)
+                                          compression_spec, set_id)
 
     def finish():
         return [_deliver(d, t, in_place) for d, t in zip(dsts, tensors)]
@@ -318,7 +329,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     base = _auto_name("sparse_allreduce", name)
     h_values = _allgather_async(t._values().contiguous(), base + ".values", process_set)
     h_indices = _allgather_async(t._indices().t().contiguous(), base + ".indices", process_set)
-    shape, divisor = t.shape, (_core.size() if op == Average else 1)
+    shape, divisor = t.shape, (_set_size(process_set) if op == Average else 1)
 
     def finish():
         values = synchronize(h_values)
@@ -338,13 +349,13 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 
 def _allgather_async(tensor, name, process_set=global_process_set):
     _core.require_init("allgather")
-    _check_process_set(process_set)
+    set_id = process_set_id(process_set)
     name = _auto_name("allgather", name)
     src = _stage(tensor, "allgather '%s'" % name)
     if src.dim() == 0:
         raise ValueError("rank %d: allgather '%s': needs at least one dimension (got a scalar)"
                          % (_core.rank(), name))
-    core_handle = _core.allgather(name, _buffer(src))
+    core_handle = _core.allgather(name, _buffer(src), set_id)
     return _register([core_handle], (tensor, src),
                      lambda: _like(_read_output(core_handle, src), tensor))
 
@@ -371,7 +382,7 @@ class HorovodAllgather(torch.autograd.Function):
                                             1.0, None, ctx.process_set))
         dims = synchronize(_allgather_async(torch.tensor([ctx.dim], dtype=torch.int64), None,
                                             ctx.process_set))
-        offset = int(dims[:_core.rank()].sum())
+        offset = int(dims[:_set_rank(ctx.process_set)].sum())
         return grad.narrow(0, offset, ctx.dim), None, None
 
 
@@ -404,7 +415,8 @@ class HorovodGroupedAllgather(torch.autograd.Function):
             ctx.process_set))
         dims = synchronize(_allgather_async(torch.tensor([ctx.dims], dtype=torch.int64), None,
                                             ctx.process_set))
-        offsets = dims[:_core.rank()].sum(0).tolist() if _core.rank() else [0] * len(ctx.dims)
+        set_rank = _set_rank(ctx.process_set)
+        offsets = dims[:set_rank].sum(0).tolist() if set_rank else [0] * len(ctx.dims)
         return (None, None) + tuple(g.narrow(0, int(o), d)
                                     for g, o, d in zip(reduced, offsets, ctx.dims))
 
@@ -416,12 +428,12 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 def _broadcast_async(tensor, output, root_rank, name, process_set=global_process_set):
     _core.require_init("broadcast")
-    _check_process_set(process_set)
+    set_id = process_set_id(process_set)
     name = _auto_name("broadcast", name)
     src = _stage(tensor, "broadcast '%s'" % name)
     in_place = output is tensor
     dst = src if in_place else torch.empty_like(src)
-    core_handle = _core.broadcast(name, _buffer(src), _buffer(dst), int(root_rank))
+    core_handle = _core.broadcast(name, _buffer(src), _buffer(dst), int(root_rank), set_id)
 
     def finish():
         return _deliver(dst, tensor, in_place)
@@ -477,10 +489,10 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """Starts sending splits[r] rows of `tensor` to rank r (equal parts when splits is None);
     synchronize() returns (received tensor, received splits)."""
     _core.require_init("alltoall")
-    _check_process_set(process_set)
+    set_id = process_set_id(process_set)
     name = _auto_name("alltoall", name)
     src = _stage(tensor, "alltoall '%s'" % name)
-    core_handle = _core.alltoall(name, _buffer(src), _splits_list(splits))
+    core_handle = _core.alltoall(name, _buffer(src), _splits_list(splits), set_id)
 
     def finish():
         received = torch.tensor(core_handle.received_splits(), dtype=torch.int32)
@@ -517,7 +529,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
                          process_set=global_process_set):
     _core.require_init("reducescatter")
-    _check_process_set(process_set)
+    set_id = process_set_id(process_set)
     c_op = _c_op(op)
     name = _auto_name("reducescatter", name)
     src = _stage(tensor, "reducescatter '%s'" % name)
@@ -529,7 +541,7 @@ def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
     if int_scaled:  # as Horovod: integer tensors are scaled in float64 and cast back
         src = _int_scaled(src, pre)
     core_handle = _core.reducescatter(name, _buffer(src), c_op, 1.0 if int_scaled else pre,
-                                      1.0 if int_scaled else post)
+                                      1.0 if int_scaled else post, set_id)
 
     def finish():
         out = _read_output(core_handle, src)
@@ -560,7 +572,7 @@ class HorovodReducescatter(torch.autograd.Function):
     def backward(ctx, grad_output):
         grad = synchronize(_allgather_async(grad_output.contiguous(), None, ctx.process_set))
         if ctx.op == Sum:
-            grad = grad * _core.size()
+            grad = grad * _set_size(ctx.process_set)
         return grad, None, None, None, None, None
 
 
@@ -596,7 +608,8 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
         gathered = synchronize(grouped_allgather_async([g.contiguous() for g in grads], None,
                                                        ctx.process_set))
         if ctx.op == Sum:
-            gathered = [g * _core.size() for g in gathered]
+            size = _set_size(ctx.process_set)
+            gathered = [g * size for g in gathered]
         return (None, None, None, None, None) + tuple(gathered)
 
 
@@ -643,10 +656,9 @@ def _synchronize(handle):
 
 
 def barrier(process_set=global_process_set):
-    """Returns when every rank has called barrier()."""
+    """Returns when every rank of `process_set` (by default all) has called barrier()."""
     _core.require_init("barrier")
-    _check_process_set(process_set)
-    _core.barrier().wait()
+    _core.barrier(process_set_id(process_set)).wait()
 
 
 def join(device=-1):

@@ -12,7 +12,7 @@ import warnings
 import torch
 
 from overlap import _core
-from overlap.common import Adasum, Average, _check_process_set, global_process_set
+from overlap.common import Adasum, Average, global_process_set, process_set_id
 from overlap.torch import mpi_ops, step_markers
 from overlap.torch.compression import Compression
 
@@ -33,12 +33,15 @@ class _DistributedOptimizer:
         if backward_passes_per_step < 1:
             raise ValueError(_here("backward_passes_per_step must be >= 1, got %r" %
                                    (backward_passes_per_step,)))
-        _check_process_set(process_set)
+        process_set_id(process_set)  # refuses an unregistered set by name
         self._compression = compression
         self._op = op
         self._predivide = float(gradient_predivide_factor)
         self._sparse_as_dense = sparse_as_dense
         self._process_set = process_set
+        # As Horovod: a rank outside the process set reduces nothing and steps on its own
+        # gradients.
+        self._included = process_set is None or bool(process_set.included())
         self.backward_passes_per_step = backward_passes_per_step
 
         params = [p for group in self.param_groups for p in group["params"]]
@@ -58,7 +61,8 @@ class _DistributedOptimizer:
         self._should_synchronize = True
         self._hook_handles = []
         self._markers = step_markers.install()
-        self._register_hooks()
+        if self._included:
+            self._register_hooks()
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -200,6 +204,9 @@ class _DistributedOptimizer:
         and is set to None in the steps that bring a parameter no update, so that step()
         skips it."""
         self._markers.on_update()
+        if not self._included:
+            self._synchronized = True
+            return
         for p in self._requires_update:
             if self._handles.get(p) is None:
                 if p in self._groups:
@@ -284,7 +291,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     locally before reducing; op Average or Sum; gradient_predivide_factor splits the averaging
     between before and after the sum; groups (an int, or lists of parameters) reduces parameters
     together; sparse_as_dense reduces sparse gradients as dense ones. num_groups is Horovod's
-    deprecated spelling of an int groups. The planner and staleness are hvd.init() options.
+    deprecated spelling of an int groups. process_set (registered) averages over its members
+    only; on other ranks step() applies the local gradients, as in Horovod. The planner and
+    staleness are hvd.init() options (the global set's plans; a process set's gradients run
+    negotiated and on the plan its runtime observes).
     """
     if not _core.is_initialized():
         raise ValueError("overlap has not been initialized; call hvd.init() before "
