@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Runs overlap's tests under GCC's sanitizers (docs/reliability.md, "Sanitizers"); CI runs the
+# asan stage from tools/test.sh (OVERLAP_SANITIZE=0 skips it, ="asan tsan" adds TSan).
+#
+#   tools/sanitize.sh             the asan stage
+#   tools/sanitize.sh asan        ASan+UBSan: every unit test (cc_test without an MPI launcher, a
+#                                 GPU, a cluster or Python) and every 2-rank runtime suite
+#   tools/sanitize.sh tsan        TSan: the 2-rank runtime suites, where the coordinator thread,
+#                                 the user's threads and MPI meet. Not in CI: Debian's Abseil is
+#                                 not instrumented, so TSan reports every absl::Mutex section.
+#   tools/sanitize.sh asan -- --test_output=all    extra arguments go to `bazel test`
+#
+# Each stage builds only the targets it tests, in its own output directory (--platform_suffix),
+# so the uninstrumented build in bazel-out/k8-* stays as it was, and makes no bazel-* links.
+# Tests that check a time limit skip that check when SANITIZER_BUILD is set (.bazelrc). The last
+# line is the summary tools/test.sh prints; the exit status is non-zero when a test failed or did
+# not build.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+stages=()
+while (($#)) && [[ $1 != -- ]]; do
+  case "$1" in
+    asan|tsan) stages+=("$1") ;;
+    *) sed -n '2,18p' "$0"; exit 2 ;;
+  esac
+  shift
+done
+[[ ${1:-} == -- ]] && shift
+((${#stages[@]})) || stages=(asan)
+
+query() { bazel query --noshow_progress "$1" 2>/dev/null; }
+# Unit tests: cc_tests that need no mpirun, GPU, namespace cluster or Python.
+unit_tests=$(query 'kind(cc_test, //tests/...)
+  except attr(tags, "mpi|gpu|cluster|python|requires-root", //tests/...)
+  except attr(name, "cuda", //tests/...)')
+# The 2-rank runtime suites (mpi_test on 2 local ranks).
+# Tests tagged "timing" check a time or a measured slow-down that instrumentation distorts.
+mpi_tests=$(query 'attr(name, "_2ranks_test$", kind(sh_test, //tests/runtime:all))
+  except attr(tags, "timing", //tests/...)')
+if [[ -z $unit_tests || -z $mpi_tests ]]; then
+  echo "sanitize: bazel query found no tests" >&2
+  exit 1
+fi
+
+supp=$PWD/tools/sanitizers
+status=0 summary=()
+for stage in "${stages[@]}"; do
+  if [[ $stage == asan ]]; then
+    name=asan+ubsan targets="$unit_tests $mpi_tests"
+    configs=(--config=asan --config=ubsan
+             "--test_env=LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0")
+  else
+    name=tsan targets=$mpi_tests
+    configs=(--config=tsan "--test_env=TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:\
+suppressions=$supp/tsan.supp")
+  fi
+  echo "sanitize: $stage: $(wc -w <<<"$targets") tests" >&2
+  log=$(mktemp)
+  start=$SECONDS
+  # shellcheck disable=SC2086 # the target lists are whitespace-separated labels
+  bazel test "${configs[@]}" --platform_suffix="$stage" --symlink_prefix=/ "$@" $targets 2>&1 |
+    tee "$log"
+  rc=${PIPESTATUS[0]}
+  p=$(grep -cE '^//.* PASSED in' "$log")
+  f=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
+  rm -f "$log"
+  ((rc == 0)) || status=1
+  # A build failure reports no test lines: count it once.
+  ((rc != 0 && f == 0)) && f=1
+  summary+=("$name $p passed, $f failed ($((SECONDS - start)) s)")
+done
+line=$(printf '%s; ' "${summary[@]}")
+echo "overlap sanitizers: ${line%; }"
+exit "$status"
