@@ -26,6 +26,11 @@ constexpr absl::Duration kDrainLimit = absl::Seconds(2);
 // The probe: a few sizes, each timed several times after a warm-up, on a quiet network.
 constexpr int64_t kProbeSizes[] = {int64_t{4} << 10, int64_t{256} << 10, int64_t{1} << 20,
                                    int64_t{4} << 20, int64_t{16} << 20};
+// When training ran only large collectives, their intercept is noise (bert-base's 25 MB buckets
+// fitted a latency of 0, and the planners then cut 200 buckets that each paid 3-8 ms): small
+// probes anchor it.
+constexpr int64_t kLatencySizes[] = {int64_t{4} << 10, int64_t{64} << 10};
+constexpr double kLatencyAnchorBytes = 64 << 10;
 constexpr int kProbeRepeats = 5;
 
 sched::PlannerOptions OptionsFrom(const Config& config) {
@@ -260,7 +265,9 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     absl::StatusOr<sched::Profile> profile = profiler_->MakeProfile("measured");
     if (!profile.ok()) {
       absl::MutexLock lock(&mu_);
-      outcome_ = Outcome{true, profile.status(), "", 0};
+      outcome_ = Outcome();
+      outcome_.done = true;
+      outcome_.status = profile.status();
     } else {
       StartPlanning(*std::move(profile), cost);
     }
@@ -303,8 +310,12 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
   std::sort(sizes.begin(), sizes.end());
   const size_t distinct = std::unique(sizes.begin(), sizes.end()) - sizes.begin();
   const size_t from_training = samples.size();
+  // The same samples on every rank, so every rank takes the same branch of these collectives.
   if (distinct < 3) {
-    absl::Status s = Probe(&samples);
+    absl::Status s = Probe(kProbeSizes, &samples);
+    if (!s.ok()) return s;
+  } else if (sizes.front() > kLatencyAnchorBytes) {
+    absl::Status s = Probe(kLatencySizes, &samples);
     if (!s.ok()) return s;
   }
   std::sort(
@@ -353,8 +364,9 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
   return absl::OkStatus();
 }
 
-absl::Status PlanScheduler::Probe(std::vector<sched::CostSample>* samples) {
-  for (int64_t size : kProbeSizes) {
+absl::Status PlanScheduler::Probe(absl::Span<const int64_t> sizes,
+                                  std::vector<sched::CostSample>* samples) {
+  for (int64_t size : sizes) {
     std::vector<float> buffer(static_cast<size_t>(size) / sizeof(float), 1.0f);
     std::vector<double> times;
     for (int repeat = 0; repeat <= kProbeRepeats; ++repeat) {
@@ -380,9 +392,11 @@ absl::Status PlanScheduler::Probe(std::vector<sched::CostSample>* samples) {
       }
       if (repeat > 0) times.push_back(absl::ToDoubleSeconds(absl::Now() - start));  // 0: warm-up
     }
-    // The fastest run: on a shared machine the others include time the ranks were descheduled.
-    samples->push_back(sched::CostSample{static_cast<double>(size),
-                                         *std::min_element(times.begin(), times.end())});
+    // The median run: what a collective of this size costs during training, descheduling
+    // included on a shared machine (the fastest run made the plans' many small buckets look free).
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    samples->push_back(
+        sched::CostSample{static_cast<double>(size), times[times.size() / 2]});
   }
   return absl::OkStatus();
 }

@@ -6,7 +6,8 @@
 //     rank has nothing in flight (or after a short drain limit), every rank votes with one small
 //     allreduce whether it is quiescent and has a steady profile. If all agree, the link cost is
 //     fitted (sched::FitLinear) to the allreduces the runtime ran, each at its fastest rank's time,
-//     with a short probe of a few sizes only when those cover fewer than three sizes; rank 0's fit
+//     with a short probe of a few sizes only when those cover fewer than three sizes, or of two
+//     small sizes when none was below 64 KiB (they pin the per-collective latency); rank 0's fit
 //     is broadcast. Rank 0 starts the planner (sched::MakePlan, the code the simulator runs) and
 //     the simulator's prediction on a thread of its own; training goes on meanwhile.
 //  2. Two steps later (the adopt step), after the same quiescence vote, rank 0 broadcasts
@@ -43,6 +44,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "absl/time/time.h"
 #include "collectives/executor.h"
 #include "runtime/config.h"
@@ -118,13 +120,15 @@ class PlanScheduler {
 
   // The link cost: fitted to the collectives the runtime ran while profiling (each one's time on
   // the rank that started it last, which waited for nobody), topped up by a probe when they
-  // cover fewer than three sizes.
+  // cover fewer than three sizes, and by a probe of small sizes when none was below 64 KiB (the
+  // intercept needs them).
   absl::Status FitCost(sched::CostModel* cost);
   int64_t DriftInterval() const;
   // This rank's step moved by more than OVERLAP_REPLAN_DRIFT since the plan's first check.
   bool Drifted() const;
   absl::StatusOr<std::vector<sched::CostSample>> MeasuredSamples();
-  absl::Status Probe(std::vector<sched::CostSample>* samples);
+  // Times allreduces of each of `sizes` (the median of a few runs) on the probe executor.
+  absl::Status Probe(absl::Span<const int64_t> sizes, std::vector<sched::CostSample>* samples);
   void StartPlanning(sched::Profile profile, sched::CostModel cost);
   absl::StatusOr<std::optional<ExecutablePlan>> Exchange(const TableFn& table);
   // Checks `started`, the return code of `call` that started `request`, then waits for it.
