@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 #include <tuple>
 
@@ -80,8 +81,6 @@ KnapsackInstance MakeInstance(const Profile& profile, const CostModel& cost, con
 // deadline (a fixed deadline order would hold the channel for an item not yet released). Then
 // the delayed items by deadline (lag 0: they follow this step's synchronous traffic; putting them
 // at the head of the next cycle instead, lag = delay, simulated the same on every bundled model).
-// Equal periods get staggered phases, each bucket taking
-// the phase with the least traffic so far.
 std::vector<size_t> ChannelOrder(const KnapsackInstance& in,
                                  const std::vector<KnapsackChoice>& choices, int channel) {
   std::vector<size_t> sync, delayed;
@@ -125,11 +124,55 @@ std::vector<size_t> ChannelOrder(const KnapsackInstance& in,
   return order;
 }
 
+// Buckets that share a tensor, transitively, get one schedule: the largest delay and period among
+// them and one phase. A program learns per tensor whether a step brought an update (the adapters
+// skip the optimizer for a tensor without one); a tensor whose slices had different phases or
+// delays would be updated in part, with zeros where its other slices were not due, and momentum
+// or Adam would then move those elements too.
+void ShareTensorSchedules(Plan* plan, const std::vector<double>& weight_ms) {
+  std::vector<size_t> parent(plan->buckets.size());
+  std::iota(parent.begin(), parent.end(), size_t{0});
+  auto root = [&](size_t b) {
+    while (parent[b] != b) b = parent[b] = parent[parent[b]];
+    return b;
+  };
+  std::map<int, size_t> first_bucket_of;  // tensor -> a bucket holding one of its slices
+  for (size_t b = 0; b < plan->buckets.size(); ++b) {
+    for (const TensorSlice& s : plan->buckets[b].slices) {
+      auto [it, inserted] = first_bucket_of.emplace(s.tensor, b);
+      if (!inserted) parent[root(b)] = root(it->second);
+    }
+  }
+  std::map<size_t, std::pair<int, int>> shared;  // root -> (delay, period)
+  for (size_t b = 0; b < plan->buckets.size(); ++b) {
+    auto& [delay, period] = shared.try_emplace(root(b), 0, 1).first->second;
+    delay = std::max(delay, plan->buckets[b].delay);
+    period = std::max(period, plan->buckets[b].period);
+  }
+  // Equal periods get staggered phases, each group taking the phase with the least traffic so far.
+  std::map<std::pair<int, int>, std::vector<double>> phase_load;  // (channel, period) -> per phase
+  std::map<size_t, int> phase_of;                                 // root -> phase
+  for (size_t b = 0; b < plan->buckets.size(); ++b) {
+    Bucket& bucket = plan->buckets[b];
+    const auto [delay, period] = shared[root(b)];
+    bucket.delay = delay;
+    bucket.period = period;
+    auto [it, inserted] = phase_of.emplace(root(b), 0);
+    std::vector<double>& load = phase_load[{bucket.channel, period}];
+    load.resize(static_cast<size_t>(period), 0);
+    if (inserted) {
+      it->second = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    }
+    bucket.phase = it->second;
+    load[static_cast<size_t>(bucket.phase)] += weight_ms[b];
+  }
+}
+
 Plan BuildPlan(const Profile& profile, const ItemSet& set, const KnapsackInstance& in,
                const std::vector<KnapsackChoice>& choices, int staleness) {
   Plan plan = internal::NewPlan("deft", profile, staleness);
   plan.layerwise_update = true;
-  std::map<std::pair<int, int>, std::vector<double>> phase_load;  // (channel, period) -> per phase
+  std::vector<double> weight_ms;  // per bucket, on its channel
   for (int channel = 0; channel < in.channels; ++channel) {
     for (size_t i : ChannelOrder(in, choices, channel)) {
       const KnapsackChoice& c = choices[i];
@@ -137,13 +180,15 @@ Plan BuildPlan(const Profile& profile, const ItemSet& set, const KnapsackInstanc
                                       c.window == 0 ? Window::kBackward : Window::kNextForward);
       b.delay = c.delay();
       b.period = c.period;
-      std::vector<double>& load = phase_load[{c.channel, c.period}];
-      load.resize(static_cast<size_t>(c.period), 0);
-      b.phase = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-      load[static_cast<size_t>(b.phase)] += in.items[i].weight_ms[static_cast<size_t>(c.channel)];
-      plan.budget_used += internal::ItemCost(in.items[i], c);
+      weight_ms.push_back(in.items[i].weight_ms[static_cast<size_t>(c.channel)]);
       plan.buckets.push_back(std::move(b));
     }
+  }
+  ShareTensorSchedules(&plan, weight_ms);
+  // The budget the plan uses once shared (a delay or period may have grown).
+  for (const Bucket& b : plan.buckets) {
+    plan.budget_used += static_cast<double>(b.bytes) / static_cast<double>(profile.total_bytes) *
+                        (b.delay + (b.period - 1) / 2.0);
   }
   return plan;
 }
@@ -241,6 +286,7 @@ absl::StatusOr<Plan> PlanDeft(const Profile& profile, const CostModel& cost,
   for (const Candidate& c : candidates) {
     {
       Plan plan = BuildPlan(profile, *c.set, *c.instance, c.choices, S);
+      if (plan.budget_used > budget + 1e-9) continue;  // sharing schedules overspent it
       const double ms = internal::SimulatedMs(profile, plan, cost);
       if (ms < best_ms * (1 - 1e-9) ||
           (ms <= best_ms * (1 + 1e-9) && plan.budget_used < best_plan.budget_used - 1e-12)) {

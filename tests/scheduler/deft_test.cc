@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "scheduler/builtin.h"
@@ -211,6 +213,32 @@ TEST_CASE("deft's simulator targets at 16 workers, 10 Gbit/s, staleness 1, perio
     const double deft = SimMs("deft", vgg, cost, o);
     INFO("vgg16: deft " << deft << " ms, compute " << vgg.compute_ms());
     CHECK(deft <= vgg.compute_ms() * 1.02);
+  }
+}
+
+// The adapters learn per tensor whether a step brought an update: a tensor's slices must all be
+// due in the same steps, with the same delay, or part of it would be applied as zeros.
+TEST_CASE("every slice of a tensor has its tensor's delay, period and phase", "[deft]") {
+  for (const char* model : {"bert-base", "vgg16", "resnet50"}) {
+    for (int staleness : {1, 2}) {
+      PlannerOptions o;
+      o.staleness = staleness;
+      o.max_period = 4;
+      const Profile profile = *LoadBuiltinProfile(model);
+      absl::StatusOr<Plan> plan = MakePlan("deft", profile, Ring(16), o);
+      REQUIRE(plan.ok());
+      std::map<int, std::tuple<int, int, int>> schedule_of;
+      int periodic = 0;
+      for (const Bucket& b : plan->buckets) {
+        periodic += b.period > 1 ? 1 : 0;
+        for (const TensorSlice& s : b.slices) {
+          auto [it, inserted] = schedule_of.emplace(s.tensor, std::tuple{b.delay, b.period, b.phase});
+          INFO(model << " staleness " << staleness << ": tensor " << s.name);
+          CHECK(it->second == std::tuple{b.delay, b.period, b.phase});
+        }
+      }
+      INFO(model << ": " << periodic << " periodic buckets of " << plan->buckets.size());
+    }
   }
 }
 
