@@ -192,26 +192,51 @@ class IallreduceAlgorithm {
   }
 
   void Select(size_t bytes) {
-    if (!usable_) return;
+    absl::MutexLock lock(&mu_);
+    if (!usable_ || pinned_) return;
     const int wanted = bytes < (size_t{64} << 10) ? kRecursiveDoubling : kRabenseifner;
     if (wanted == current_) return;
     if (MPI_T_cvar_write(handle_, &wanted) == MPI_SUCCESS) current_ = wanted;
   }
 
+  // Back to Open MPI's own choice (0), for good.
+  void Pin() {
+    absl::MutexLock lock(&mu_);
+    if (pinned_) return;
+    pinned_ = true;
+    const int automatic = 0;
+    if (usable_ && current_ != automatic && MPI_T_cvar_write(handle_, &automatic) == MPI_SUCCESS) {
+      current_ = automatic;
+    }
+  }
+
  private:
   static constexpr int kRabenseifner = 3;
   static constexpr int kRecursiveDoubling = 4;
+  absl::Mutex mu_;
   MPI_T_cvar_handle handle_ = nullptr;
   bool usable_ = false;
+  bool pinned_ = false;
   int current_ = 0;
 };
 
+IallreduceAlgorithm& Algorithm() {
+  static IallreduceAlgorithm* algorithm = new IallreduceAlgorithm();
+  return *algorithm;
+}
+
 }  // namespace
 
-void PrepareIallreduce(size_t bytes) {
-  // MPI tuning is per process, like MPI itself; the coordinator thread is its only caller.
-  static IallreduceAlgorithm* algorithm = new IallreduceAlgorithm();
-  algorithm->Select(bytes);
+void PrepareIallreduce(size_t bytes) { Algorithm().Select(bytes); }
+
+absl::Mutex& IallreduceMutex() {
+  static absl::Mutex* mu = new absl::Mutex();
+  return *mu;
+}
+
+void PinIallreduceAlgorithm() {
+  absl::MutexLock lock(&IallreduceMutex());
+  Algorithm().Pin();
 }
 
 absl::StatusOr<std::unique_ptr<MpiExecutor>> MpiExecutor::Create(MPI_Comm comm, int num_channels) {
@@ -258,6 +283,7 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
       if (!count.ok()) return count.status();
       absl::StatusOr<MPI_Op> op = MpiReduceOp(a.dtype, a.op);
       if (!op.ok()) return op.status();
+      absl::MutexLock lock(&IallreduceMutex());
       PrepareIallreduce(static_cast<size_t>(*count) * DataTypeSize(a.dtype));
       rc = MPI_Iallreduce(send, a.recv, *count, type, *op, comm, req);
       break;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "collectives/executor.h"
 
 namespace overlap {
@@ -47,9 +48,19 @@ MPI_Datatype MpiDataType(DataType dtype);
 absl::StatusOr<MPI_Op> MpiReduceOp(DataType dtype, ReduceOp op);
 
 // Chooses Open MPI's non-blocking allreduce algorithm for a call of `bytes` (latency-optimal for
-// small buffers, bandwidth-optimal for large ones) unless the user chose one. Call right before
-// MPI_Iallreduce, from the thread that makes it.
+// small buffers, bandwidth-optimal for large ones) unless the user chose one or the choice was
+// pinned (PinIallreduceAlgorithm). Call right before MPI_Iallreduce, from the thread that makes
+// it, holding IallreduceMutex() across both where several threads start Iallreduces.
 void PrepareIallreduce(size_t bytes);
+
+// The algorithm is one process-wide MPI setting. With several runtimes in a process (process
+// sets), coordinator threads start Iallreduces concurrently, and one thread's choice could apply
+// to another thread's call: ranks would then run different algorithms for one allreduce
+// (MPI_ERR_TRUNCATE). From this call on, every Iallreduce of the process runs Open MPI's own
+// choice, which depends on the call alone. Waits for a start in progress under
+// IallreduceMutex(); idempotent. Every rank must pin at the same point of the job.
+void PinIallreduceAlgorithm();
+absl::Mutex& IallreduceMutex();
 
 // Text for an MPI error code, e.g. "MPI_ERR_COUNT: invalid count argument".
 std::string MpiErrorString(int code);

@@ -376,10 +376,14 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
     vec[1 + words + w] = ~bits[w];
   }
   MPI_Request request;
-  PrepareIallreduce(vec.size() * sizeof(uint64_t));
-  absl::Status s = WaitFor(MPI_Iallreduce(MPI_IN_PLACE, vec.data(), static_cast<int>(vec.size()),
-                                          MPI_UINT64_T, MPI_BAND, comm_, &request),
-                           &request, "MPI_Iallreduce of the ready bits");
+  int started;
+  {
+    absl::MutexLock lock(&IallreduceMutex());  // see PinIallreduceAlgorithm
+    PrepareIallreduce(vec.size() * sizeof(uint64_t));
+    started = MPI_Iallreduce(MPI_IN_PLACE, vec.data(), static_cast<int>(vec.size()),
+                             MPI_UINT64_T, MPI_BAND, comm_, &request);
+  }
+  absl::Status s = WaitFor(started, &request, "MPI_Iallreduce of the ready bits");
   if (!s.ok()) return s;
   const uint64_t flags = vec[0];
   std::vector<uint64_t> all(vec.begin() + 1, vec.begin() + 1 + static_cast<long>(words));

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
 #include "runtime/agreement.h"
 
@@ -124,6 +125,9 @@ absl::StatusOr<int> ProcessSets::Add(const std::vector<int>& ranks) {
   const std::string problem = Problem(ranks);
   if (!problem.empty()) return absl::InvalidArgumentError(absl::StrCat(call, ": ", problem));
   const int id = next_id_++;
+  // From the first set on, several coordinator threads start Iallreduces at once: the process-wide
+  // algorithm setting must stop changing with each call, on every rank from the same point.
+  PinIallreduceAlgorithm();
   std::shared_ptr<Runtime> runtime;
   absl::Status started = absl::OkStatus();
   if (std::binary_search(ranks.begin(), ranks.end(), rank_)) {

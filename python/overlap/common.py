@@ -62,10 +62,17 @@ def start_runtime(comm=None, process_sets=None, **settings):
     global_process_set.ranks = list(range(world))
     if process_sets == "dynamic":
         return
+    seen = set()
     for process_set in process_sets or []:
+        if not isinstance(process_set, ProcessSet):
+            process_set = ProcessSet(process_set)
         # A set registered by an earlier init of this process (a second init is a no-op).
-        if isinstance(process_set, ProcessSet) and process_set.process_set_id is not None:
+        if process_set.process_set_id is not None:
             continue
+        if process_set.ranks is not None and tuple(process_set.ranks) in seen:
+            continue  # a repeat in the list stays unregistered, as Horovod invalidates it
+        if process_set.ranks is not None:
+            seen.add(tuple(process_set.ranks))
         add_process_set(process_set)
 
 

@@ -34,9 +34,11 @@ def test_init_registers_process_sets():
     import overlap.torch as hvd
     evens, odds = hvd.ProcessSet(EVENS), hvd.ProcessSet(reversed(ODDS))
     assert evens.process_set_id is None and evens.size() is None and evens.rank() is None
-    hvd.init(process_sets=[evens, odds])
+    repeat = hvd.ProcessSet(EVENS)
+    hvd.init(process_sets=[evens, odds, repeat])
     _sets.update(evens=evens, odds=odds)
     assert (evens.process_set_id, odds.process_set_id) == (1, 2)
+    assert repeat.process_set_id is None  # a repeat in the list stays unregistered, as Horovod
     assert odds.ranks == ODDS  # sorted, as Horovod does
     assert evens.size() == len(EVENS) and odds.size() == len(ODDS)
     assert evens.included() == (RANK in EVENS) and odds.included() == (RANK in ODDS)
