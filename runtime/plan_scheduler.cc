@@ -190,10 +190,14 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
                                                                                   : 0;
     // Open MPI's non-blocking allreduce algorithm is a process-wide setting: every rank must
     // select the same one for this call, whatever it ran last.
-    PrepareIallreduce(sizeof(votes_));
+    int rc = MPI_SUCCESS;
+    {
+      absl::MutexLock lock(&IallreduceMutex());  // see PinIallreduceAlgorithm
+      PrepareIallreduce(sizeof(votes_));
+      rc = MPI_Iallreduce(MPI_IN_PLACE, votes_, 2, MPI_INT, MPI_MIN, comm_, &vote_request_);
+    }
     absl::Status started =
-        MpiCheck(MPI_Iallreduce(MPI_IN_PLACE, votes_, 2, MPI_INT, MPI_MIN, comm_, &vote_request_),
-                 absl::StrCat("rank ", rank_, ": MPI_Iallreduce (starting the plan vote)"));
+        MpiCheck(rc, absl::StrCat("rank ", rank_, ": MPI_Iallreduce (starting the plan vote)"));
     if (!started.ok()) return started;
     stage_ = Stage::kVote;
   }
@@ -206,10 +210,11 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
   stage_ = Stage::kIdle;
   if (drift_check_) {
     drift_check_ = false;
-    spdlog::debug("overlap: rank {}: step {}: drift check: step {:.1f} ms, under the plan {:.1f} ms "
-                  "({} steady steps){}",
-                  rank_, step_, profiler_->median_step_ms(), baseline_step_ms_,
-                  profiler_->steady_steps(), votes_[1] == 0 ? "; some rank drifted" : "");
+    spdlog::debug(
+        "overlap: rank {}: step {}: drift check: step {:.1f} ms, under the plan {:.1f} ms "
+        "({} steady steps){}",
+        rank_, step_, profiler_->median_step_ms(), baseline_step_ms_, profiler_->steady_steps(),
+        votes_[1] == 0 ? "; some rank drifted" : "");
     drifted_checks_ = votes_[1] == 0 ? drifted_checks_ + 1 : 0;
     if (drifted_checks_ >= 2) {  // twice in a row: a change, not one noisy window
       drifted_checks_ = 0;
@@ -222,7 +227,8 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
       next_drift_check_ = std::numeric_limits<int64_t>::max();
     } else {
       if (baseline_step_ms_ <= 0) baseline_step_ms_ = profiler_->median_step_ms();
-      next_drift_check_ = step_ + (drifted_checks_ > 0 ? config_.profile_steps + 1 : DriftInterval());
+      next_drift_check_ =
+          step_ + (drifted_checks_ > 0 ? config_.profile_steps + 1 : DriftInterval());
     }
     return std::nullopt;
   }
@@ -291,10 +297,14 @@ absl::StatusOr<std::vector<sched::CostSample>> PlanScheduler::MeasuredSamples() 
     bytes[i] = local[i].bytes;
   }
   if (count > 0) {
-    PrepareIallreduce(seconds.size() * sizeof(double));
-    s = Wait(
-        MPI_Iallreduce(MPI_IN_PLACE, seconds.data(), count, MPI_DOUBLE, MPI_MIN, comm_, &request),
-        "MPI_Iallreduce", &request, "combining the measured collectives");
+    int rc = MPI_SUCCESS;
+    {
+      absl::MutexLock lock(&IallreduceMutex());  // see PinIallreduceAlgorithm
+      PrepareIallreduce(seconds.size() * sizeof(double));
+      rc =
+          MPI_Iallreduce(MPI_IN_PLACE, seconds.data(), count, MPI_DOUBLE, MPI_MIN, comm_, &request);
+    }
+    s = Wait(rc, "MPI_Iallreduce", &request, "combining the measured collectives");
     if (!s.ok()) return s;
   }
   for (size_t i = 0; i < local.size(); ++i) local[i] = sched::CostSample{bytes[i], seconds[i]};
@@ -395,8 +405,7 @@ absl::Status PlanScheduler::Probe(absl::Span<const int64_t> sizes,
     // The median run: what a collective of this size costs during training, descheduling
     // included on a shared machine (the fastest run made the plans' many small buckets look free).
     std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-    samples->push_back(
-        sched::CostSample{static_cast<double>(size), times[times.size() / 2]});
+    samples->push_back(sched::CostSample{static_cast<double>(size), times[times.size() / 2]});
   }
   return absl::OkStatus();
 }
@@ -530,8 +539,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   info_.buckets = static_cast<int64_t>(plan->buckets.size());
   info_.predicted_step_ms = header[1];
   if (rank_ == 0) {
-    predicted_step_ =
-        std::make_shared<const std::vector<sched::SimEvent>>(outcome_.predicted_step);
+    predicted_step_ = std::make_shared<const std::vector<sched::SimEvent>>(outcome_.predicted_step);
   }
   info_.adopted_step = step_;
   info_.layerwise_update = plan->layerwise_update;

@@ -293,11 +293,15 @@ absl::Status PlannedMode::LaunchNext() {
   // The check first: its few bytes then travel ahead of the bucket's data on the connections
   // they share, so it completes (and the next bucket may launch and pack while this one's data
   // moves) instead of queueing behind the data it checks.
-  PrepareIallreduce(l.check.size() * sizeof(uint64_t));
-  absl::Status check =
-      MpiCheck(MPI_Iallreduce(MPI_IN_PLACE, l.check.data(), static_cast<int>(l.check.size()),
-                              MPI_UINT64_T, MPI_BOR, check_comm_, &l.request),
-               absl::StrCat("rank ", rank_, ": MPI_Iallreduce starting the planned check of ",
+  int started = MPI_SUCCESS;
+  {
+    absl::MutexLock lock(&IallreduceMutex());  // see PinIallreduceAlgorithm
+    PrepareIallreduce(l.check.size() * sizeof(uint64_t));
+    started = MPI_Iallreduce(MPI_IN_PLACE, l.check.data(), static_cast<int>(l.check.size()),
+                             MPI_UINT64_T, MPI_BOR, check_comm_, &l.request);
+  }
+  absl::Status check = MpiCheck(
+      started, absl::StrCat("rank ", rank_, ": MPI_Iallreduce starting the planned check of ",
                             UnitNames(l.responses)));
   if (!check.ok()) return check;
   if (bucket.kind == BucketKind::kWhole) {
@@ -402,12 +406,11 @@ absl::Status PlannedMode::PrepareJob(SliceJob* job) {
     const ExecSlice& only = bucket.slices.front();
     auto a = active_.find(only.entry);
     // Not under a delayed plan: its results are kept per pass, apart from the tensors.
-    const bool whole_tensor = delays_ == nullptr && bucket.slices.size() == 1 &&
-                              job->kind == BucketKind::kAllreduce &&
-                              plan.buckets_of[static_cast<size_t>(only.entry)].size() == 1 &&
-                              a != active_.end() && !a->second.diverged_here &&
-                              a->second.op.request.prescale == 1.0 && only.offset == 0 &&
-                              only.count == a->second.op.request.tensors[0].NumElements();
+    const bool whole_tensor =
+        delays_ == nullptr && bucket.slices.size() == 1 && job->kind == BucketKind::kAllreduce &&
+        plan.buckets_of[static_cast<size_t>(only.entry)].size() == 1 && a != active_.end() &&
+        !a->second.diverged_here && a->second.op.request.prescale == 1.0 && only.offset == 0 &&
+        only.count == a->second.op.request.tensors[0].NumElements();
     if (whole_tensor) {
       job->in_place = true;
       const Tensor& in = a->second.op.inputs[0];
