@@ -42,8 +42,7 @@ absl::StatusOr<std::unique_ptr<RingReduceScatter>> RingReduceScatter::Start(
   ring->counts_ = std::move(counts);
   if (ring->size_ == 1) {
     std::memcpy(ring->recv_, ring->Input(0), static_cast<size_t>(ring->Count(0)) * elem_bytes);
-    ring->step_ = 0;  // size_ - 1: done
-    return ring;
+    return ring;  // step_ == size_ - 1: done
   }
   const int largest = *std::max_element(ring->counts_.begin(), ring->counts_.end());
   const size_t bytes = static_cast<size_t>(largest) * elem_bytes;
@@ -85,7 +84,7 @@ absl::Status RingReduceScatter::Post() {
 }
 
 absl::StatusOr<bool> RingReduceScatter::Test() {
-  if (step_ == size_ - 1 || size_ == 1) return true;
+  if (step_ == size_ - 1) return true;
   int done = 0;
   absl::Status s = MpiStatus(MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
   if (!s.ok()) return s;
