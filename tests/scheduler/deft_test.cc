@@ -3,7 +3,6 @@
 // simulator targets of the DeFT issue and the planning time on large models.
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <random>
@@ -15,6 +14,7 @@
 #include "scheduler/planner.h"
 #include "scheduler/planners/deft_knapsack.h"
 #include "scheduler/simulator.h"
+#include "tests/scheduler/test_util.h"
 
 namespace overlap::sched {
 namespace {
@@ -100,9 +100,15 @@ CostModel Ring(int workers) { return CostModel::Algorithmic(Algorithm::kRing, wo
 
 TEST_CASE("more staleness, a larger max period or a larger budget never lengthens deft's step",
           "[deft]") {
-  for (const char* model : {"resnet50", "vgg16", "bert-base", "gpt2-small"}) {
+  const std::vector<std::string> models = {"resnet50", "vgg16", "bert-base", "gpt2-small"};
+  for (size_t m = 0; m < models.size(); ++m) {
+    const std::string& model = models[m];
     const Profile profile = *LoadBuiltinProfile(model);
     for (int workers : {8, 64}) {
+      // Instrumented, each model runs at one of the two scales.
+      if (!testing::RunsUnderSanitizer(m + (workers == 64 ? 1 : 0), 2)) {
+        continue;
+      }
       const CostModel cost = Ring(workers);
       INFO(model << " at " << workers << " workers");
       for (int period : {1, 2, 4}) {
@@ -254,9 +260,8 @@ TEST_CASE("deft plans BERT-large and GPT-2 medium in under 100 ms of CPU time", 
     const double ms = 1e3 * static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
     REQUIRE(plan.ok());
     INFO(model << " planned in " << ms << " ms");
-    // An instrumented build (tools/sanitize.sh sets SANITIZER_BUILD) runs 3-5x slower: the plan is
-    // still made and checked there, the time only in the uninstrumented build.
-    if (const char* sanitizer = std::getenv("SANITIZER_BUILD")) {
+    // Instrumented, the plan is still made and checked, the time is not.
+    if (const char* sanitizer = testing::Sanitizer()) {
       WARN(model << ": time limit not checked under " << sanitizer << " (" << ms << " ms)");
     } else {
       CHECK(ms < 100);

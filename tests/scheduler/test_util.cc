@@ -1,6 +1,7 @@
 #include "tests/scheduler/test_util.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 namespace overlap::sched::testing {
@@ -79,6 +80,12 @@ std::string CoverageProblem(const Profile& profile, const Plan& plan) {
     }
   }
   return "";
+}
+
+const char* Sanitizer() { return std::getenv("SANITIZER_BUILD"); }
+
+bool RunsUnderSanitizer(size_t index, size_t stride) {
+  return Sanitizer() == nullptr || stride <= 1 || index % stride == 0;
 }
 
 }  // namespace overlap::sched::testing
