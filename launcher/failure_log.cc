@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
@@ -25,6 +26,35 @@ std::optional<std::string> ParseLostDaemonHost(absl::string_view line) {
   return std::string(host);
 }
 
+std::optional<UnansweredPeer> ParseUnansweredPeer(absl::string_view line) {
+  constexpr absl::string_view kLost = ": lost the control connection to rank ",
+                              kHost = " (host ", kSilent = "): no answer for ";
+  const size_t lost = line.find(kLost);
+  if (lost == absl::string_view::npos) {
+    return std::nullopt;
+  }
+  // The reporter: "rank N" just before kLost (spdlog and the program may prefix the line).
+  const size_t rank_word = line.rfind("rank ", lost);
+  int reporter = -1;
+  if (rank_word == absl::string_view::npos ||
+      !absl::SimpleAtoi(line.substr(rank_word + 5, lost - rank_word - 5), &reporter)) {
+    return std::nullopt;
+  }
+  const size_t host = line.find(kHost, lost + kLost.size());
+  if (host == absl::string_view::npos) {
+    return std::nullopt;
+  }
+  const size_t silent = line.find(kSilent, host + kHost.size());
+  if (silent == absl::string_view::npos) {
+    return std::nullopt;
+  }
+  absl::string_view name = line.substr(host + kHost.size(), silent - host - kHost.size());
+  if (name.empty() || name.find_first_of(" ()") != absl::string_view::npos) {
+    return std::nullopt;
+  }
+  return UnansweredPeer{reporter, std::string(name)};
+}
+
 bool FailureLog::Add(const RankReport& report) {
   reports_.push_back(report);
   if (announced_ || report.stopped_by_launcher) {
@@ -34,11 +64,12 @@ bool FailureLog::Add(const RankReport& report) {
   return true;
 }
 
-bool FailureLog::AddLostHost(const std::string& who, int64_t at_ms) {
+bool FailureLog::AddLostHost(const std::string& who, const std::string& by, int64_t at_ms) {
   if (!lost_host_.empty()) {
     return false;
   }
   lost_host_ = who;
+  lost_by_ = by;
   lost_at_ms_ = at_ms;
   announced_ = true;  // rank failures after this one are its consequences
   return true;
@@ -127,9 +158,9 @@ std::string FailureLog::Summary(int64_t job_end_ms) const {
       ++(r.stopped_by_launcher ? stopped : failed);
     }
     return absl::StrFormat(
-        "overlaprun: job failed: mpirun lost contact with host %s: the host or its network is "
+        "overlaprun: job failed: %s lost contact with host %s: the host or its network is "
         "down; %d rank%s failed and %d %s stopped; the job ended %.2f s after",
-        lost_host_, failed, failed == 1 ? "" : "s", stopped, stopped == 1 ? "was" : "were",
+        lost_by_, lost_host_, failed, failed == 1 ? "" : "s", stopped, stopped == 1 ? "was" : "were",
         static_cast<double>(job_end_ms - lost_at_ms_) / 1000.0);
   }
   std::optional<RankReport> cause = Cause();

@@ -27,6 +27,17 @@ namespace overlap::launcher {
 // nullopt for any other line.
 std::optional<std::string> ParseLostDaemonHost(absl::string_view line);
 
+// A rank's report that a peer's host stopped answering on the runtime's control connection
+// (runtime/control_plane.h), which says
+//   rank 0: lost the control connection to rank 2 (host h3): no answer for 5s: the host or ...
+// as {reporting rank, the silent host}; nullopt for any other line, including a peer that exited
+// (its connection closed: the peer's own report says why).
+struct UnansweredPeer {
+  int reporter = -1;
+  std::string host;
+};
+std::optional<UnansweredPeer> ParseUnansweredPeer(absl::string_view line);
+
 class FailureLog {
  public:
   static constexpr int64_t kSimultaneousMs = 500;
@@ -40,11 +51,12 @@ class FailureLog {
   // Whether `rank` has reported its end.
   bool Reported(int rank) const;
 
-  // mpirun's own report that it lost contact with its daemon on a host (a host or a network that
-  // went away). `who` names the host and its ranks, e.g. "h3 (rank 2)". The first such report is
+  // A report that a host went away (it or its network): mpirun lost contact with its daemon
+  // there, or a rank's control connection to it stopped answering. `who` names the host and its
+  // ranks, e.g. "h3 (rank 2)"; `by` who noticed, "mpirun" or "rank 0". The first such report is
   // the cause of the job's end, whatever the ranks reported: they failed or were stopped because
   // of it. Returns true for the first one (later ones are ignored).
-  bool AddLostHost(const std::string& who, int64_t at_ms);
+  bool AddLostHost(const std::string& who, const std::string& by, int64_t at_ms);
   bool lost_host() const { return !lost_host_.empty(); }
 
   // The failure to blame: the earliest one not caused by the launcher, else the earliest of all.
@@ -53,7 +65,8 @@ class FailureLog {
   // The final line, e.g. "overlaprun: job failed: rank 1 on host h2 was killed by signal 9
   // (SIGKILL); after it 0 ranks failed and 3 were stopped; the job ended 0.41 s after the first
   // failure", or after a lost host "overlaprun: job failed: mpirun lost contact with host h3
-  // (rank 2): the host or its network is down; after it ...".
+  // (rank 2): the host or its network is down; after it ..." ("rank 0 lost contact ..." when a
+  // rank noticed first).
   // `job_end_ms` is when mpirun exited. Only meaningful when !empty() or lost_host().
   std::string Summary(int64_t job_end_ms) const;
 
@@ -65,6 +78,7 @@ class FailureLog {
   std::vector<RankReport> reports_;
   bool announced_ = false;
   std::string lost_host_;  // AddLostHost's `who`, empty when no host was lost
+  std::string lost_by_;    // and its `by`
   int64_t lost_at_ms_ = 0;
 };
 

@@ -144,7 +144,9 @@ class JobWatcher {
     if (!report) {
       WriteAll(STDERR_FILENO, line.data(), line.size());
       if (std::optional<std::string> host = ParseLostDaemonHost(line)) {
-        LostHost(*host);
+        LostHost(*host, "mpirun");
+      } else if (std::optional<UnansweredPeer> peer = ParseUnansweredPeer(line)) {
+        LostHost(peer->host, absl::StrCat("rank ", peer->reporter));
       }
       return;
     }
@@ -157,9 +159,10 @@ class JobWatcher {
     terminate_at_ = After(options_.kill_grace_s);
   }
 
-  // mpirun lost its daemon on `host`: that host is the cause. mpirun aborts the job by itself,
-  // but cannot reach the host's ranks, so the kill grace applies as after a rank's failure.
-  void LostHost(const std::string& host) {
+  // `by` (mpirun, or a rank's control connection) lost contact with `host`: that host is the
+  // cause. The job then ends by itself (mpirun aborts it, or the rank fails and its peers follow),
+  // but nothing reaches the host's ranks, so the kill grace applies as after a rank's failure.
+  void LostHost(const std::string& host, const std::string& by) {
     std::vector<std::string> ranks;
     for (int rank = 0; rank < options_.num_ranks; ++rank) {
       if (HostOfRank(options_.hosts, rank) == host) {
@@ -170,10 +173,10 @@ class JobWatcher {
                                 ? host
                                 : absl::StrCat(host, " (", ranks.size() == 1 ? "rank " : "ranks ",
                                                absl::StrJoin(ranks, ", "), ")");
-    if (!log_.AddLostHost(who, NowMs())) {
+    if (!log_.AddLostHost(who, by, NowMs())) {
       return;
     }
-    Say(absl::StrCat("overlaprun: mpirun lost contact with host ", who,
+    Say(absl::StrCat("overlaprun: ", by, " lost contact with host ", who,
                      ": the host or its network is down; stopping the job"));
     if (!terminate_at_) {
       first_failure_ = absl::StrCat("it lost contact with ", host);

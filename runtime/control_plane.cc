@@ -9,7 +9,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -31,10 +33,21 @@ int PollMillis(absl::Duration timeout) {
   return static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1))));
 }
 
-void Tune(int fd) {
+// Signals go out at once (no Nagle), and a peer whose host or network stops answering closes the
+// connection with ETIMEDOUT after `peer_timeout`: keepalive probes the idle connection a few
+// times within it, and TCP_USER_TIMEOUT bounds both the probes and any unacknowledged signal.
+void Tune(int fd, absl::Duration peer_timeout) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  const int64_t ms = std::max<int64_t>(1000, absl::ToInt64Milliseconds(peer_timeout));
+  const int probe_s = static_cast<int>(std::max<int64_t>(1, ms / 4000));
+  const int probes = static_cast<int>(std::max<int64_t>(4, ms / 1000 / probe_s + 1));
+  const unsigned int user_timeout_ms = static_cast<unsigned int>(ms);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &probe_s, sizeof(probe_s));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &probe_s, sizeof(probe_s));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
 }
 
 // Non-loopback IPv4 addresses first: they are what other hosts can reach.
@@ -56,7 +69,8 @@ std::vector<std::string> LocalAddresses() {
 }
 
 // Connects with a deadline; returns -1 on failure.
-int ConnectTo(const std::string& address, int port, absl::Duration timeout) {
+int ConnectTo(const std::string& address, int port, absl::Duration timeout,
+              absl::Duration peer_timeout) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(port));
@@ -79,7 +93,7 @@ int ConnectTo(const std::string& address, int port, absl::Duration timeout) {
     return -1;
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  Tune(fd);
+  Tune(fd, peer_timeout);
   return fd;
 }
 
@@ -104,14 +118,30 @@ std::string ControlPlane::Peer(int rank) const {
   return absl::StrCat("rank ", rank, " (host ", host, ")");
 }
 
+absl::Status ControlPlane::LostPeer(int peer, int error) const {
+  std::string why;
+  if (error == 0) {
+    why = "the process exited or shut down early";
+  } else if (error == ETIMEDOUT) {
+    // The wording is overlaprun's cue to blame the host (launcher/failure_log.h).
+    why = absl::StrCat("no answer for ", absl::FormatDuration(peer_timeout_),
+                       ": the host or its network is down (", std::strerror(error), ")");
+  } else {
+    why = std::strerror(error);
+  }
+  return absl::UnavailableError(
+      absl::StrCat("rank ", rank_, ": lost the control connection to ", Peer(peer), ": ", why));
+}
+
 absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Connect(MPI_Comm comm,
                                                                     std::vector<std::string> hosts,
-                                                                    absl::Duration timeout) {
+                                                                    absl::Duration timeout,
+                                                                    absl::Duration peer_timeout) {
   int rank = 0, size = 1;
   absl::Status s = MpiCheck(MPI_Comm_rank(comm, &rank), "control plane: MPI_Comm_rank");
   if (s.ok()) s = MpiCheck(MPI_Comm_size(comm, &size), "control plane: MPI_Comm_size");
   if (!s.ok()) return s;
-  std::unique_ptr<ControlPlane> plane(new ControlPlane(rank, std::move(hosts)));
+  std::unique_ptr<ControlPlane> plane(new ControlPlane(rank, std::move(hosts), peer_timeout));
   const absl::Time deadline = absl::Now() + timeout;
 
   // Rank 0 publishes "addr,addr,...:port"; a listen failure publishes "" so nobody waits.
@@ -154,7 +184,7 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Connect(MPI_Comm com
     const std::vector<std::string> addresses = absl::StrSplit(contact.substr(0, colon), ',');
     while (fd < 0 && absl::Now() < deadline) {
       for (const std::string& address : addresses) {
-        fd = ConnectTo(address, port, absl::Seconds(2));
+        fd = ConnectTo(address, port, absl::Seconds(2), peer_timeout);
         if (fd >= 0) break;
       }
       if (fd < 0) absl::SleepFor(absl::Milliseconds(100));
@@ -183,7 +213,7 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Connect(MPI_Comm com
       close(fd);  // not one of ours
       continue;
     }
-    Tune(fd);
+    Tune(fd, peer_timeout);
     plane->fds_[static_cast<size_t>(peer)] = fd;
     ++connected;
   }
@@ -212,11 +242,7 @@ absl::Status ControlPlane::SendByte(int fd, char byte, int peer) {
     // MSG_NOSIGNAL: a peer that died turns into EPIPE and a clear error, not a SIGPIPE that
     // would kill this process without a word.
     if (send(fd, &byte, 1, MSG_NOSIGNAL) == 1) return absl::OkStatus();
-    if (errno != EINTR) {
-      return absl::UnavailableError(absl::StrCat("rank ", rank_,
-                                                 ": lost the control connection to ", Peer(peer),
-                                                 ": ", std::strerror(errno)));
-    }
+    if (errno != EINTR) return LostPeer(peer, errno);
   }
 }
 
@@ -300,10 +326,7 @@ absl::StatusOr<ControlEvents> ControlPlane::Wait(absl::Duration timeout, int ext
         fds_[index] = -1;
         continue;
       }
-      return absl::UnavailableError(
-          absl::StrCat("rank ", rank_, ": lost the control connection to ", Peer(peer),
-                       n == 0 ? ": the process exited or shut down early"
-                              : absl::StrCat(": ", std::strerror(errno))));
+      return LostPeer(peer, n == 0 ? 0 : errno);
     }
     bool asked = false;
     for (ssize_t k = 0; k < n; ++k) {

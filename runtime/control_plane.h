@@ -5,7 +5,9 @@
 // one-byte signals instead, over sockets the coordinator can poll() together with its own
 // eventfd: a worker asks rank 0 for a round ('W'), rank 0 announces each round to every worker
 // ('R'). It also notices a peer that died: its connection closes, and the coordinator fails at
-// once instead of waiting for a collective timeout.
+// once instead of waiting for a collective timeout. And a peer whose host or network stopped
+// answering: keepalive probes and TCP_USER_TIMEOUT close its connection after `peer_timeout`,
+// and the error names that peer, where a stuck MPI collective could name no one.
 //
 // Threading: used by the coordinator thread only.
 #ifndef OVERLAP_RUNTIME_CONTROL_PLANE_H_
@@ -32,10 +34,13 @@ class ControlPlane {
  public:
   // Collective over `comm`: rank 0 listens on an ephemeral port of every IPv4 interface and
   // broadcasts its addresses; the others connect. `hosts[r]` names rank r's host in messages.
-  // Unavailable, naming the ranks that did not connect, after `timeout`.
+  // Unavailable, naming the ranks that did not connect, after `timeout`. A connection whose peer
+  // does not answer for `peer_timeout` (at least 1 s) fails as "lost the control connection to
+  // rank R (host H): no answer for ...: the host or its network is down".
   static absl::StatusOr<std::unique_ptr<ControlPlane>> Connect(MPI_Comm comm,
                                                                std::vector<std::string> hosts,
-                                                               absl::Duration timeout);
+                                                               absl::Duration timeout,
+                                                               absl::Duration peer_timeout);
   ~ControlPlane();
 
   // Worker: asks rank 0 to start a round.
@@ -62,12 +67,16 @@ class ControlPlane {
   void AwaitRelease(absl::Duration timeout);
 
  private:
-  ControlPlane(int rank, std::vector<std::string> hosts) : rank_(rank), hosts_(std::move(hosts)) {}
+  ControlPlane(int rank, std::vector<std::string> hosts, absl::Duration peer_timeout)
+      : rank_(rank), hosts_(std::move(hosts)), peer_timeout_(peer_timeout) {}
   absl::Status SendByte(int fd, char byte, int peer);
   std::string Peer(int rank) const;
+  // The error for a connection to `peer` that closed (`error` 0) or failed with errno `error`.
+  absl::Status LostPeer(int peer, int error) const;
 
   const int rank_;
   const std::vector<std::string> hosts_;
+  const absl::Duration peer_timeout_;
   // Rank 0: fds_[r] is the connection to rank r (fds_[0] unused). Workers: fds_[0] is rank 0.
   std::vector<int> fds_;
   bool closing_ = false;

@@ -71,6 +71,14 @@ absl::StatusOr<std::vector<std::string>> GatherHosts(MPI_Comm comm, int rank, in
   return hosts;
 }
 
+// How long a peer's host may not answer on the control connection before the runtime fails
+// naming it: well inside the collective timeout, so that a host cut off from the network is named
+// before a collective gives up without a name, and at most a minute.
+absl::Duration PeerTimeout(const Config& config) {
+  return std::clamp(absl::Seconds(config.collective_timeout_s / 2), absl::Seconds(1),
+                    absl::Seconds(60));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(absl::StatusOr<Config> config) {
@@ -155,8 +163,8 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   if (!hosts.ok()) return hosts.status();
   hosts_ = *std::move(hosts);
 
-  absl::StatusOr<std::unique_ptr<ControlPlane>> control =
-      ControlPlane::Connect(control_comm_, hosts_, absl::Seconds(config.start_timeout_s));
+  absl::StatusOr<std::unique_ptr<ControlPlane>> control = ControlPlane::Connect(
+      control_comm_, hosts_, absl::Seconds(config.start_timeout_s), PeerTimeout(config));
   if (!control.ok()) return control.status();
   control_ = std::move(*control);
   absl::StatusOr<std::unique_ptr<MpiExecutor>> executor =

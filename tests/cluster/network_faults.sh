@@ -142,7 +142,7 @@ for fault in none "${faults[@]}"; do
   final=$(grep -o "epoch [0-9]*  loss [0-9.]*  test accuracy [0-9.]*%" "$log" | tail -1 || true)
   train_s=$( (grep -o "images/s  ([0-9.]* s)" "$log" || true) | tail -1 | grep -o "[0-9.]* s" || true)
   # overlaprun's first word of a failure: a rank's end, or mpirun losing a host.
-  first_ms=$(grep -m1 -E "^[0-9]+ overlaprun: (rank [0-9]+ on host|mpirun lost contact with host) .*stopping the job" "$log" | cut -d' ' -f1 || true)
+  first_ms=$(grep -m1 -E "^[0-9]+ overlaprun: (rank [0-9]+ on host|(mpirun|rank [0-9]+) lost contact with host) .*stopping the job" "$log" | cut -d' ' -f1 || true)
   drops=$( (grep -o "dropped [0-9]* frames [a-z]* $host" "$WORK/$fault.faults" || true) | awk '{s += $2} END { print s + 0 }')
   outages=$(grep -c " down$" "$WORK/$fault.flaps" || true)
   if [ "$fault" = none ]; then

@@ -90,9 +90,9 @@ TEST_CASE("mpirun's report of a lost daemon names the host, which is then the ca
   CHECK_FALSE(ParseLostDaemonHost("Remote daemon: x on node ").has_value());
   // mpirun aborts the job: ranks on the other hosts are stopped or fail; the lost host is blamed.
   FailureLog log;
-  CHECK(log.AddLostHost("h3 (rank 2)", 20000));
+  CHECK(log.AddLostHost("h3 (rank 2)", "mpirun", 20000));
   CHECK(log.lost_host());
-  CHECK_FALSE(log.AddLostHost("h4 (rank 3)", 20001));
+  CHECK_FALSE(log.AddLostHost("h4 (rank 3)", "rank 0", 20001));
   CHECK_FALSE(log.Add(Report(3, RankReport::How::kSignaled, SIGTERM, 20100)));
   CHECK_FALSE(log.Add(Report(0, RankReport::How::kSignaled, SIGTERM, 20110, true)));
   CHECK(log.Summary(21500) ==
@@ -101,6 +101,31 @@ TEST_CASE("mpirun's report of a lost daemon names the host, which is then the ca
   // Not rank 3's 143: mpirun's status, and never 0.
   CHECK(log.ExitStatus(1) == 1);
   CHECK(log.ExitStatus(0) == 1);
+}
+
+TEST_CASE("a rank's silent control connection names the peer's host, which is then the cause",
+          "[report]") {
+  const std::optional<UnansweredPeer> peer = ParseUnansweredPeer(
+      "[2026-11-23 07:40:01.123] [error] overlap: rank 0: lost the control connection to rank 2 "
+      "(host h3): no answer for 5s: the host or its network is down (Connection timed out)\n");
+  REQUIRE(peer.has_value());
+  CHECK(peer->reporter == 0);
+  CHECK(peer->host == "h3");
+  // A peer that exited is not a lost host: its own report says why.
+  CHECK_FALSE(ParseUnansweredPeer("overlap: rank 0: lost the control connection to rank 2 (host "
+                                  "h3): the process exited or shut down early")
+                  .has_value());
+  CHECK_FALSE(ParseUnansweredPeer("lost the control connection to rank 2 (host h3): no answer for")
+                  .has_value());
+  CHECK_FALSE(ParseUnansweredPeer("rank x: lost the control connection to rank 2 (host a b): no "
+                                  "answer for 5s")
+                  .has_value());
+  FailureLog log;
+  CHECK(log.AddLostHost("h3 (rank 2)", "rank 0", 20000));
+  CHECK_FALSE(log.Add(Report(0, RankReport::How::kExited, 1, 20050)));
+  CHECK(log.Summary(21000) ==
+        "overlaprun: job failed: rank 0 lost contact with host h3 (rank 2): the host or its "
+        "network is down; 1 rank failed and 0 were stopped; the job ended 1.00 s after");
 }
 
 TEST_CASE("a cause reported a few ms late is still found by how it ended", "[report]") {
