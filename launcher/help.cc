@@ -37,9 +37,9 @@ environment:
 
 runtime (each sets one OVERLAP_* variable in every rank):
 )";
-  for (const RuntimeFlag& f : RuntimeFlags()) {
-    absl::StrAppendFormat(&text, "  %s %s\n        %s\n        (sets %s)\n", f.flag, f.value_name,
-                          f.help, f.env);
+  for (const env::Var* var : RuntimeFlags()) {
+    absl::StrAppendFormat(&text, "  %s %s\n        %s\n        (sets %s)\n", var->flag.name,
+                          var->flag.value, var->flag.help, var->name);
   }
   absl::StrAppend(&text, R"(
 failure handling:

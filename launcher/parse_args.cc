@@ -271,16 +271,16 @@ absl::Status ParseOption(const std::string& option, ArgReader& reader, ParsedCom
     }
     return spec->apply(option, *value, out.options);
   }
-  if (const RuntimeFlag* flag = FindRuntimeFlag(option)) {
+  if (const env::Var* var = FindRuntimeFlag(option)) {
     absl::StatusOr<std::string> value = reader.TakeValue(option);
     if (!value.ok()) {
       return value.status();
     }
-    absl::StatusOr<std::string> env_value = flag->convert(flag->flag, *value);
+    absl::StatusOr<std::string> env_value = RuntimeFlagValue(*var, *value);
     if (!env_value.ok()) {
       return env_value.status();
     }
-    out.options.runtime_env[flag->env] = *std::move(env_value);
+    out.options.runtime_env[var->name] = *std::move(env_value);
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(

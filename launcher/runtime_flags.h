@@ -1,5 +1,8 @@
-// Launcher options that configure the overlap runtime in every rank. Each becomes one OVERLAP_*
-// environment variable (runtime/config.h reads them); the table is the single place to add one.
+// Launcher options that configure the overlap runtime in every rank: the entries of the OVERLAP_*
+// table (runtime/env_vars.h) that name an overlaprun option. Each sets one variable, converted to
+// the runtime's unit and checked with the runtime's own checks, so overlaprun refuses before
+// launching what every rank's Init would refuse. Adding an option is adding a Flag to its entry in
+// runtime/env_vars.cc.
 #ifndef OVERLAP_LAUNCHER_RUNTIME_FLAGS_H_
 #define OVERLAP_LAUNCHER_RUNTIME_FLAGS_H_
 
@@ -8,23 +11,19 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "runtime/env_vars.h"
 
 namespace overlap::launcher {
 
-struct RuntimeFlag {
-  const char* flag;        // "--fusion-threshold-mb"
-  const char* env;         // "OVERLAP_FUSION_THRESHOLD"
-  const char* value_name;  // "MB", shown in --help
-  const char* help;        // one sentence for --help
-  // Checks the value and converts it to what the runtime expects; InvalidArgument naming the flag.
-  absl::StatusOr<std::string> (*convert)(absl::string_view flag, absl::string_view value);
-};
+// Every variable with a runtime option, in the order --help lists them (the table's).
+absl::Span<const env::Var* const> RuntimeFlags();
 
-// Every runtime flag, in the order --help lists them.
-absl::Span<const RuntimeFlag> RuntimeFlags();
+// The variable that option `flag` (with its leading dashes) sets, or nullptr.
+const env::Var* FindRuntimeFlag(absl::string_view flag);
 
-// The flag named `flag` (with its leading dashes), or nullptr.
-const RuntimeFlag* FindRuntimeFlag(absl::string_view flag);
+// The variable's value for the option's `value`; InvalidArgument naming the option, the value and
+// what it accepts: "--num-channels '17' is not valid: expected an integer in 1..16".
+absl::StatusOr<std::string> RuntimeFlagValue(const env::Var& var, absl::string_view value);
 
 }  // namespace overlap::launcher
 

@@ -1,5 +1,6 @@
 // Runtime configuration: defaults in one place, read from OVERLAP_* environment variables or set in
-// code, validated before the runtime starts.
+// code, validated before the runtime starts. What each variable accepts (range, values) is in the
+// table of runtime/env_vars.h, shared with overlaprun; the ranges repeated below are its.
 #ifndef OVERLAP_RUNTIME_CONFIG_H_
 #define OVERLAP_RUNTIME_CONFIG_H_
 
@@ -13,7 +14,8 @@ namespace overlap {
 
 struct Config {
   // Ready allreduces with the same dtype, op and scaling are packed into one collective of at most
-  // this many bytes. OVERLAP_FUSION_THRESHOLD (bytes); 0 disables fusion.
+  // this many bytes. OVERLAP_FUSION_THRESHOLD (bytes, up to 1 TiB as every byte count); 0
+  // disables fusion.
   int64_t fusion_threshold_bytes = int64_t{64} << 20;
 
   // An allreduce of one tensor of at least this many bytes is reduced in place on its own
@@ -63,8 +65,8 @@ struct Config {
 
   // Planner options (scheduler/planner.h PlannerOptions). OVERLAP_STALENESS (0..16; plans with
   // delays are refused until delayed updates exist), OVERLAP_MAX_PERIOD (1..64),
-  // OVERLAP_BUDGET (-1: max(staleness, (max_period - 1) / 2), or >= 0), OVERLAP_PARTITION_BYTES and
-  // OVERLAP_CREDIT_BYTES (ByteScheduler; 0 tunes them by simulation).
+  // OVERLAP_BUDGET (-1: max(staleness, (max_period - 1) / 2), or in [0, 1e6]),
+  // OVERLAP_PARTITION_BYTES and OVERLAP_CREDIT_BYTES (ByteScheduler; 0 tunes them by simulation).
   int staleness = 0;
   int max_period = 1;
   double budget = -1;
@@ -99,11 +101,15 @@ struct Config {
   // trace, debug, info, warn, error, critical or off. OVERLAP_LOG_LEVEL.
   std::string log_level = "warn";
 
-  // Reads every OVERLAP_* variable over the defaults above. A variable that does not parse, or
-  // an OVERLAP_* variable that is not known, gives InvalidArgument naming it and its value.
+  // Reads every OVERLAP_* variable over the defaults above, each parsed and checked by the table
+  // (runtime/env_vars.h), then Validate. A value that does not parse or is out of range gives
+  // InvalidArgument naming the variable, the value and what it accepts. An OVERLAP_* variable the
+  // table does not list is logged as a warning (probably misspelt) and ignored.
   static absl::StatusOr<Config> FromEnvironment();
 
-  // InvalidArgument naming the field and the accepted range when a value is out of range.
+  // InvalidArgument naming the variable, the value and what it accepts when a field is outside
+  // the table's range, the stall timeout is below the stall warning, or the compression spec is
+  // not one CompressionStage accepts.
   absl::Status Validate() const;
 };
 

@@ -32,9 +32,9 @@ expect 2 "overlaprun: hostfile $T/hosts line 2: slot count 'x' is not a positive
 expect 2 "overlaprun: host node9 is not reachable through '/bin/false': exit status 1" -- -np 2 -H node9:2 --rsh-agent /bin/false true
 expect 2 "overlaprun: mpirun 'no-mpirun' is not found or not executable; install Open MPI (openmpi-bin) or pass --mpirun PATH" -- -np 1 --mpirun no-mpirun true
 expect 2 "overlaprun: unknown option '--np' (overlaprun --help lists them)" -- --np 2 true
-expect 2 "overlaprun: --planner 'foo' is not one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto" -- -np 2 --planner foo true
-expect 2 "overlaprun: --staleness '17' is not in 0..16" -- -np 2 --staleness 17 true
-expect 2 "overlaprun: --budget '-2' is not -1 (the default) or a number in [0, 1e6]" -- -np 2 --budget -2 true
+expect 2 "overlaprun: --planner 'foo' is not valid: expected one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto" -- -np 2 --planner foo true
+expect 2 "overlaprun: --staleness '17' is not valid: expected an integer in 0..16" -- -np 2 --staleness 17 true
+expect 2 "overlaprun: --budget '-2' is not valid: expected -1 or a number in [0, 1e6] (-1: max(staleness, (max_period - 1) / 2))" -- -np 2 --budget -2 true
 
 # More refusals, as the user sees them (docs/bad-inputs.md quotes these lines).
 expect 2 "overlaprun: -np 'four' is not an integer" -- -np four true

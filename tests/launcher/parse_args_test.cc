@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <string>
 
 namespace overlap::launcher {
 namespace {
@@ -156,53 +157,65 @@ TEST_CASE("each bad argument gives one message naming the option", "[parse]") {
   CHECK(message({"-np"}) == "-np needs a value");
   CHECK(message({"--frobnicate", "p"}) ==
         "unknown option '--frobnicate' (overlaprun --help lists them)");
+  // The runtime options are checked as the runtime checks their variables (runtime/env_vars.h).
+  const std::string planners =
+      "one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto";
+  const std::string budget =
+      "-1 or a number in [0, 1e6] (-1: max(staleness, (max_period - 1) / 2))";
   CHECK(message({"-np", "1", "--log-level", "loud", "p"}) ==
-        "--log-level 'loud' is not one of trace, debug, info, warn, error, critical, off");
+        "--log-level 'loud' is not valid: expected one of trace, debug, info, warn, error, "
+        "critical, off");
   CHECK(message({"-np", "1", "--fusion-threshold-mb", "-1", "p"}) ==
-        "--fusion-threshold-mb '-1' is not a non-negative number");
+        "--fusion-threshold-mb '-1' is not valid: expected MiB in [0, 1048576]");
   CHECK(message({"-np", "1", "--stall-timeout", "0", "p"}) ==
-        "--stall-timeout must be more than 0 seconds");
+        "--stall-timeout '0' is not valid: expected seconds in (0, 1e7]");
   CHECK(message({"-np", "1", "--num-channels", "17", "p"}) ==
-        "--num-channels '17' is not in 1..16");
+        "--num-channels '17' is not valid: expected an integer in 1..16");
   CHECK(message({"-np", "1", "--cycle-time-ms", "1001", "p"}) ==
-        "--cycle-time-ms '1001' is not in 0..1000");
+        "--cycle-time-ms '1001' is not valid: expected milliseconds in [0, 1000]");
   CHECK(message({"-np", "1", "--plan-after-steps", "-1", "p"}) ==
-        "--plan-after-steps '-1' is not in 0..1000");
+        "--plan-after-steps '-1' is not valid: expected an integer in 0..1000");
   CHECK(message({"-np", "1", "--planner", "foo", "p"}) ==
-        "--planner 'foo' is not one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, "
-        "dear, deft, auto");
+        "--planner 'foo' is not valid: expected " + planners);
   CHECK(message({"-np", "1", "--planner", "", "p"}) ==
-        "--planner '' is not one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, "
-        "dear, deft, auto");
+        "--planner '' is not valid: expected " + planners);
   CHECK(message({"-np", "1", "--profile-steps", "0", "p"}) ==
-        "--profile-steps '0' is not in 1..1000");
+        "--profile-steps '0' is not valid: expected an integer in 1..1000");
   CHECK(message({"-np", "1", "--profile-steps", "1001", "p"}) ==
-        "--profile-steps '1001' is not in 1..1000");
-  CHECK(message({"-np", "1", "--staleness", "17", "p"}) == "--staleness '17' is not in 0..16");
-  CHECK(message({"-np", "1", "--staleness", "-1", "p"}) == "--staleness '-1' is not in 0..16");
-  CHECK(message({"-np", "1", "--staleness", "1.5", "p"}) == "--staleness '1.5' is not in 0..16");
-  CHECK(message({"-np", "1", "--max-period", "0", "p"}) == "--max-period '0' is not in 1..64");
-  CHECK(message({"-np", "1", "--max-period", "65", "p"}) == "--max-period '65' is not in 1..64");
+        "--profile-steps '1001' is not valid: expected an integer in 1..1000");
+  CHECK(message({"-np", "1", "--staleness", "17", "p"}) ==
+        "--staleness '17' is not valid: expected an integer in 0..16");
+  CHECK(message({"-np", "1", "--staleness", "-1", "p"}) ==
+        "--staleness '-1' is not valid: expected an integer in 0..16");
+  CHECK(message({"-np", "1", "--staleness", "1.5", "p"}) ==
+        "--staleness '1.5' is not valid: expected an integer in 0..16");
+  CHECK(message({"-np", "1", "--max-period", "0", "p"}) ==
+        "--max-period '0' is not valid: expected an integer in 1..64");
+  CHECK(message({"-np", "1", "--max-period", "65", "p"}) ==
+        "--max-period '65' is not valid: expected an integer in 1..64");
   CHECK(message({"-np", "1", "--budget", "-2", "p"}) ==
-        "--budget '-2' is not -1 (the default) or a number in [0, 1e6]");
+        "--budget '-2' is not valid: expected " + budget);
   CHECK(message({"-np", "1", "--budget", "-0.5", "p"}) ==
-        "--budget '-0.5' is not -1 (the default) or a number in [0, 1e6]");
+        "--budget '-0.5' is not valid: expected " + budget);
   CHECK(message({"-np", "1", "--budget", "2e6", "p"}) ==
-        "--budget '2e6' is not -1 (the default) or a number in [0, 1e6]");
+        "--budget '2e6' is not valid: expected " + budget);
   CHECK(message({"-np", "1", "--budget", "nan", "p"}) ==
-        "--budget 'nan' is not -1 (the default) or a number in [0, 1e6]");
+        "--budget 'nan' is not valid: expected " + budget);
   CHECK(message({"-np", "1", "--partition-mb", "-1", "p"}) ==
-        "--partition-mb '-1' is not a non-negative number");
+        "--partition-mb '-1' is not valid: expected MiB in [0, 1048576] (0 tunes it)");
   CHECK(message({"-np", "1", "--partition-mb", "2097152", "p"}) ==
-        "--partition-mb '2097152' MB is too large");
+        "--partition-mb '2097152' is not valid: expected MiB in [0, 1048576] (0 tunes it)");
   CHECK(message({"-np", "1", "--credit-mb", "lots", "p"}) ==
-        "--credit-mb 'lots' is not a non-negative number");
+        "--credit-mb 'lots' is not valid: expected MiB in [0, 1048576] (0 tunes it)");
   CHECK(message({"-np", "1", "--replan-drift", "11", "p"}) ==
-        "--replan-drift '11' is not in [0, 10]");
+        "--replan-drift '11' is not valid: expected a fraction in [0, 10] (0 never re-plans "
+        "on drift)");
   CHECK(message({"-np", "1", "--replan-drift", "nan", "p"}) ==
-        "--replan-drift 'nan' is not a non-negative number");
+        "--replan-drift 'nan' is not valid: expected a fraction in [0, 10] (0 never re-plans "
+        "on drift)");
   CHECK(message({"-np", "1", "--replan-drift", "-0.1", "p"}) ==
-        "--replan-drift '-0.1' is not a non-negative number");
+        "--replan-drift '-0.1' is not valid: expected a fraction in [0, 10] (0 never re-plans "
+        "on drift)");
   CHECK(message({"-np", "1", "--start-timeout", "soon", "p"}) ==
         "--start-timeout 'soon' is not a positive number of seconds");
   CHECK(message({"-np", "1", "--host-timeout", "5", "p"}) ==

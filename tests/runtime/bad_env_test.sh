@@ -24,7 +24,7 @@ expect_line() { grep -qxF -- "$1" "$T/out" || fail "no line '$1'"; }
 run OVERLAP_FUSION_THRESHOLD=64MB
 [ "$rc" -ne 0 ] || fail "a bad OVERLAP_FUSION_THRESHOLD did not fail the job"
 for r in 0 1; do
-  expect_line "Init: rank $r: Init failed: rank 0: OVERLAP_FUSION_THRESHOLD='64MB' is not valid: expected an integer; rank 1: OVERLAP_FUSION_THRESHOLD='64MB' is not valid: expected an integer"
+  expect_line "Init: rank $r: Init failed: rank 0: OVERLAP_FUSION_THRESHOLD='64MB' is not valid: expected a byte count in 0..1099511627776; rank 1: OVERLAP_FUSION_THRESHOLD='64MB' is not valid: expected a byte count in 0..1099511627776"
 done
 
 run OVERLAP_EXECUTOR=cuda

@@ -2,9 +2,11 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <string>
 
 #include "collectives/half.h"
 #include "collectives/scaling.h"
+#include "runtime/env_vars.h"
 
 namespace overlap {
 namespace {
@@ -31,19 +33,19 @@ TEST_CASE("bad values name the variable, the value and what is expected", "[conf
   };
   const Case cases[] = {
       {"OVERLAP_FUSION_THRESHOLD", "64MB",
-       "OVERLAP_FUSION_THRESHOLD='64MB' is not valid: expected an integer"},
+       "OVERLAP_FUSION_THRESHOLD='64MB' is not valid: expected a byte count in 0..1099511627776"},
       {"OVERLAP_FUSION_THRESHOLD", "-1",
-       "OVERLAP_FUSION_THRESHOLD='-1' is not valid: expected a byte count >= 0"},
+       "OVERLAP_FUSION_THRESHOLD='-1' is not valid: expected a byte count in 0..1099511627776"},
       {"OVERLAP_NUM_CHANNELS", "0",
        "OVERLAP_NUM_CHANNELS='0' is not valid: expected an integer in 1..16"},
       {"OVERLAP_PLAN_AFTER_STEPS", "1001",
        "OVERLAP_PLAN_AFTER_STEPS='1001' is not valid: expected an integer in 0..1000"},
       {"OVERLAP_STALL_TIMEOUT_S", "soon",
-       "OVERLAP_STALL_TIMEOUT_S='soon' is not valid: expected a number"},
+       "OVERLAP_STALL_TIMEOUT_S='soon' is not valid: expected seconds in (0, 1e7]"},
       {"OVERLAP_COLLECTIVE_TIMEOUT_S", "-3",
        "OVERLAP_COLLECTIVE_TIMEOUT_S='-3' is not valid: expected seconds in (0, 1e7]"},
       {"OVERLAP_DIRECT_THRESHOLD", "-5",
-       "OVERLAP_DIRECT_THRESHOLD='-5' is not valid: expected a byte count >= 0"},
+       "OVERLAP_DIRECT_THRESHOLD='-5' is not valid: expected a byte count in 0..1099511627776"},
       {"OVERLAP_CYCLE_TIME_MS", "-1",
        "OVERLAP_CYCLE_TIME_MS='-1' is not valid: expected milliseconds in [0, 1000]"},
       {"OVERLAP_LOG_LEVEL", "loud",
@@ -80,6 +82,75 @@ TEST_CASE("a stall timeout below the stall warning is refused, naming both", "[c
   CHECK(config.status().message() ==
         "OVERLAP_STALL_TIMEOUT_S=5 is below OVERLAP_STALL_WARNING_S=10: a stall must be warned "
         "about before it fails");
+}
+
+TEST_CASE("every runtime variable of the table is read into Config through its checks",
+          "[config][env_vars]") {
+  int checked = 0;
+  for (const env::Var& var : env::Vars()) {
+    if (var.reader != env::Reader::kRuntime) continue;
+    INFO(var.name);
+    if (var.kind == env::Kind::kPath) {
+      // Any path is accepted; it must land in the config (OVERLAP_TIMELINE is the only one).
+      setenv(var.name, "/tmp/x.json", 1);
+      absl::StatusOr<Config> config = Config::FromEnvironment();
+      unsetenv(var.name);
+      REQUIRE(config.ok());
+      CHECK(config->timeline_path == "/tmp/x.json");
+      continue;
+    }
+    setenv(var.name, "not-a-value", 1);
+    absl::StatusOr<Config> config = Config::FromEnvironment();
+    unsetenv(var.name);
+    REQUIRE(!config.ok());
+    CHECK(std::string(config.status().message())
+              .rfind(std::string(var.name) + "='not-a-value' is not valid: ", 0) == 0);
+    ++checked;
+  }
+  CHECK(checked >= 20);
+}
+
+// overlaprun checks its runtime options with env::Check (env::FlagToValue); the runtime must refuse
+// exactly those values, with the same words.
+TEST_CASE("the runtime refuses what the table's check refuses, with its message",
+          "[config][env_vars]") {
+  const char* samples[] = {"",    "0",    "1",    "-1",   "0.5",  "1.5",        "16",
+                           "17",  "64",   "65",   "1000", "1001", "10",         "11",
+                           "1e6", "2e6",  "1e7",  "2e7",  "nan",  "inf",        "abc",
+                           "off", "warn", "deft", "mpi",  "fp16", "4294967297", "1099511627777"};
+  for (const env::Var& var : env::Vars()) {
+    if (var.reader != env::Reader::kRuntime) continue;
+    for (const char* sample : samples) {
+      INFO(var.name << "='" << sample << "'");
+      const absl::Status check = env::Check(var, sample);
+      setenv(var.name, sample, 1);
+      absl::StatusOr<Config> config = Config::FromEnvironment();
+      unsetenv(var.name);
+      if (!check.ok()) {
+        REQUIRE(!config.ok());
+        CHECK(config.status().message() == check.message());
+        continue;
+      }
+      // Only checks across variables or beyond the table's (the stall timeout against the
+      // warning, the compressor's spec) may refuse a value the table accepts.
+      const std::string name = var.name;
+      if (name != "OVERLAP_STALL_WARNING_S" && name != "OVERLAP_STALL_TIMEOUT_S" &&
+          name != "OVERLAP_COMPRESSION") {
+        CHECK(config.ok());
+      }
+    }
+  }
+}
+
+TEST_CASE("the table names each variable and each option once", "[env_vars]") {
+  for (const env::Var& var : env::Vars()) {
+    INFO(var.name);
+    CHECK(env::Find(var.name) == &var);
+    CHECK(std::string(var.name).rfind("OVERLAP_", 0) == 0);
+    CHECK(*var.description != '\0');
+    if (var.flag.name != nullptr) CHECK(env::FindByFlag(var.flag.name) == &var);
+    if (std::string(var.name).rfind("OVERLAP_TEST_", 0) == 0) CHECK(var.test_only());
+  }
 }
 
 TEST_CASE("scaled copies round fp16 and bf16 through fp32", "[scaling]") {
