@@ -216,6 +216,8 @@ TEST_CASE("each bad argument gives one message naming the option", "[parse]") {
   CHECK(message({"-np", "1", "--replan-drift", "-0.1", "p"}) ==
         "--replan-drift '-0.1' is not valid: expected a fraction in [0, 10] (0 never re-plans "
         "on drift)");
+  CHECK(message({"-np", "1", "--start-timeout", "2e7", "p"}) ==
+        "--start-timeout: OVERLAP_START_TIMEOUT_S='2e7' is not valid: expected seconds in (0, 1e7]");
   CHECK(message({"-np", "1", "--start-timeout", "soon", "p"}) ==
         "--start-timeout 'soon' is not a positive number of seconds");
   CHECK(message({"-np", "1", "--host-timeout", "5", "p"}) ==
