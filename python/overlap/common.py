@@ -188,20 +188,6 @@ def process_set_id(process_set):
     return process_set.process_set_id
 
 
-def _check_process_set(process_set):
-    """For adapters that run on the global set only (overlap.tensorflow): refuses any other."""
-    if process_set is None or process_set is global_process_set:
-        return
-    from overlap import _core
-    if isinstance(process_set, ProcessSet) and (
-            process_set.process_set_id == 0 or
-            process_set.ranks is not None and process_set.ranks == list(range(_core.size()))):
-        return
-    raise NotImplementedError(
-        "rank %d: process set %r: overlap.tensorflow runs collectives on the global process set "
-        "only (process sets are implemented in overlap.torch)" % (_core.rank(), process_set))
-
-
 def add_process_set(process_set):
     """Registers a process set after init (collective: every rank calls it, in the same order)
     and returns it, its process_set_id set. `process_set` is a ProcessSet or a list of ranks.

@@ -7,16 +7,16 @@ import numpy as np
 import tensorflow as tf
 
 from overlap import _core
-from overlap.common import _check_process_set, global_process_set
+from overlap.common import global_process_set, process_set_id
 from overlap.tensorflow import mpi_ops
 from overlap.tensorflow.gradients import variable_name
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
     """Assigns root_rank's values to `variables` (tf.Variable or Keras 3 variables) on every
-    rank. Works eagerly and in a tf.function (where the assignments run with the function, as
+    rank of `process_set` (root_rank is a global rank, as in Horovod). Works eagerly and in a tf.function (where the assignments run with the function, as
     every stateful op does). Returns None."""
-    _check_process_set(process_set)
+    process_set_id(process_set)  # refuses an unregistered set by name
     variables = list(variables)
     for i, v in enumerate(variables):
         value = v.value if hasattr(v, "path") else v  # a Keras 3 variable's tf.Variable value
@@ -38,8 +38,9 @@ def _to_bytes(obj):
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
-    """root_rank's picklable `obj`, on every rank (eagerly)."""
-    _check_process_set(process_set)
+    """root_rank's picklable `obj`, on every rank of `process_set` (eagerly; root_rank is a
+    global rank)."""
+    process_set_id(process_set)  # refuses an unregistered set by name
     name = name or type(obj).__name__
     if _core.rank() == root_rank:
         payload = _to_bytes(obj)
@@ -56,8 +57,9 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
 
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
-    """Every rank's picklable `obj`, as a list in rank order (eagerly)."""
-    _check_process_set(process_set)
+    """Every rank's picklable `obj`, as a list in rank order (of `process_set`'s members;
+    eagerly)."""
+    process_set_id(process_set)  # refuses an unregistered set by name
     name = name or type(obj).__name__
     payload = _to_bytes(obj)
     sizes = mpi_ops.allgather(tf.constant([int(payload.shape[0])], tf.int64),

@@ -6,6 +6,8 @@ fuses and plans them (or `groups` bundles them). Eagerly each op would block unt
 dense gradients go out as one grouped allreduce. Either way every rank submits the same names,
 derived from each variable's position and name, so each step repeats the last one.
 IndexedSlices are allgathered unless sparse_as_dense; None gradients stay None, as Horovod.
+With a process set, its members reduce over the set and the other ranks keep their own
+gradients (as Horovod, and overlap.torch's DistributedOptimizer).
 
 Delayed updates (delayed_updates.py): when they are configured, every dense gradient not in an
 explicit group goes out as its own allreduce, eagerly too (through one internal tf.function per
@@ -17,7 +19,7 @@ optimizer skips a variable in a step that brings it no update.
 import tensorflow as tf
 
 from overlap import _core
-from overlap.common import _OP_NAMES, Average, Sum, _check_process_set, core_reduce_op
+from overlap.common import _OP_NAMES, Average, Sum, core_reduce_op, process_set_id
 from overlap.tensorflow import delayed_updates, mpi_ops, step_markers
 
 # Eager reductions under delayed updates: one tf.function per (reducer settings, names).
@@ -37,7 +39,7 @@ class GradientReducer:
             raise ValueError("rank %d: gradient_predivide_factor not supported with op != Average"
                              % _core.rank())
         core_reduce_op(op)  # refuses Adasum and unknown ops now, not at the first step
-        _check_process_set(process_set)
+        process_set_id(process_set)  # refuses an unregistered set by name
         if op not in (Average, Sum):
             raise ValueError("rank %d: gradients reduce with hvd.Average or hvd.Sum, got hvd.%s"
                              % (_core.rank(), _OP_NAMES[op]))
@@ -48,6 +50,9 @@ class GradientReducer:
         self.predivide = float(gradient_predivide_factor)
         self.groups = groups
         self.process_set = process_set
+        # As Horovod: a rank outside the process set reduces nothing and keeps its own
+        # gradients.
+        self.included = process_set is None or bool(process_set.included())
 
     def _factors(self):
         if self.op == Average:
@@ -79,8 +84,11 @@ class GradientReducer:
         grads = list(grads)
         marker = step_markers.backward(after=backward_after)
         deps = [marker] if marker is not None and not tf.executing_eagerly() else []
-        with tf.control_dependencies(deps):
-            reduced = self._reduce_all(grads, variables)
+        if not self.included:
+            reduced = grads
+        else:
+            with tf.control_dependencies(deps):
+                reduced = self._reduce_all(grads, variables)
         step_markers.update(after=[g for g in grads if isinstance(g, tf.Tensor)])
         return reduced
 
@@ -141,7 +149,7 @@ class GradientReducer:
         if not tf.executing_eagerly():
             return reduce_each([g for _, g in dense])
         key = (tuple(chosen), self.op, pre, post, self.compression,
-               getattr(self.compression, "runtime_spec", None))
+               getattr(self.compression, "runtime_spec", None), process_set_id(self.process_set))
         function = _eager_functions.get(key)
         if function is None:
             function = _eager_functions[key] = tf.function(reduce_each)

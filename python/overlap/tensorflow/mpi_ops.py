@@ -5,6 +5,12 @@ call works eagerly and inside tf.function; in a graph the op runs when its input
 its kernel frees TensorFlow's thread while the runtime works. Failures raise
 tf.errors.OpError subclasses whose message names the rank, the tensor and the cause.
 
+Process sets (Horovod's process_set=): each op carries its set's id as the `process_set_id`
+attribute. Python refuses, with ValueError and the runtime's text, a set that is not registered,
+a set this rank is not in and a broadcast root outside the set, when the op is created (eagerly,
+or when a tf.function is traced); the kernel's submission refuses a set removed after tracing
+with tf.errors.InvalidArgumentError. Averages, gradients and ranks count the set's members.
+
 Names: a collective is matched across ranks by name. Unnamed calls are numbered per kind in call
 order when eager ("allreduce.noname.3", as overlap.torch) and take the graph's unique op name
 when traced, so every step of a tf.function submits the same names (which the runtime's plans
@@ -18,8 +24,7 @@ import tensorflow as tf
 from tensorflow.python.framework import auto_control_deps, ops as tf_ops
 
 from overlap import _core
-from overlap.common import (Average, Sum, _check_process_set, core_reduce_op,
-                            global_process_set)
+from overlap.common import Average, Sum, core_reduce_op, global_process_set, process_set_id
 from overlap.tensorflow import op_library
 from overlap.tensorflow.compression import Compression
 
@@ -75,9 +80,35 @@ def _unstage(tensor, dtype):
 
 
 def _prepare(kind, name, process_set):
+    """The op's name and its process set's id, once the set is known to be usable here: refuses
+    an unregistered set and (except for grouped_allreduce, which the runtime names after its
+    members) a set this rank is not in."""
     _core.require_init(kind)
-    _check_process_set(process_set)
-    return _auto_name(kind, name)
+    set_id = process_set_id(process_set)
+    name = _auto_name(kind, name)
+    if kind != "grouped_allreduce":
+        _check_member(set_id, "%s '%s'" % (kind, name))
+    return name, set_id
+
+
+def _check_member(set_id, what):
+    """Refuses, as the runtime would at submission (the same text), an op `what` ("allreduce
+    'x'") on a set this rank is not in. A no-op for the global set."""
+    if set_id == 0:
+        return
+    try:
+        _core.process_set_rank(set_id)
+    except ValueError as error:
+        raise ValueError(_here("%s: %s" % (what, error))) from None
+
+
+def _rank_in(set_id):
+    """This rank's position in set `set_id` (the global rank for the global set)."""
+    return _core.rank() if set_id == 0 else _core.process_set_rank(set_id)
+
+
+def _size_of(set_id):
+    return _core.size() if set_id == 0 else _core.process_set_size(set_id)
 
 
 def _op_of(op, average):
@@ -91,32 +122,39 @@ def _op_of(op, average):
 # ---------------------------------------------------------------------------------------------
 # Allreduce.
 
-def _allreduce(tensor, name, c_op, prescale, postscale, compression_spec):
-    """One OverlapAllreduce: (the result, its has_update flag, a bool scalar tensor). Integer
-    tensors are scaled in float64 around it, as Horovod."""
+def _allreduce(tensor, name, c_op, prescale, postscale, compression_spec, set_id):
+    """One OverlapAllreduce on set `set_id`: (the result, its has_update flag, a bool scalar
+    tensor). Integer tensors are scaled in float64 around it, as Horovod."""
+    if set_id != 0 and compression_spec:
+        # The runtime's refusal, at the call rather than when the op runs.
+        raise ValueError(_here("allreduce '%s': process set %d: compression and delayed updates "
+                               "(delay, period, phase) run on the global process set 0 only"
+                               % (name, set_id)))
     tensor, original = _stage(tensor, "allreduce '%s'" % name)
     integer = not tensor.dtype.is_floating
     if integer and (prescale != 1.0 or postscale != 1.0):
         scaled = tf.cast(tf.cast(tensor, tf.float64) * prescale, tensor.dtype)
         out, has_update = _lib.overlap_allreduce(scaled, tensor_name=name, reduce_op=c_op,
-                                                 compression=compression_spec or "")
+                                                 compression=compression_spec or "",
+                                                 process_set_id=set_id)
         out = tf.cast(tf.cast(out, tf.float64) * postscale, tensor.dtype)
     else:
         out, has_update = _lib.overlap_allreduce(tensor, tensor_name=name, reduce_op=c_op,
                                                  prescale=prescale, postscale=postscale,
-                                                 compression=compression_spec or "")
+                                                 compression=compression_spec or "",
+                                                 process_set_id=set_id)
     return _unstage(out, original), has_update
 
 
-def _sparse_allreduce(slices, name, op):
+def _sparse_allreduce(slices, name, op, process_set):
     """IndexedSlices (an embedding's gradient): values and indices allgathered, as Horovod."""
     if op not in (Average, Sum):
         raise ValueError(_here("allreduce '%s': IndexedSlices reduce with Average or Sum only"
                                % name))
-    values = allgather(slices.values, name=name + ".values")
-    indices = allgather(slices.indices, name=name + ".indices")
+    values = allgather(slices.values, name=name + ".values", process_set=process_set)
+    indices = allgather(slices.indices, name=name + ".indices", process_set=process_set)
     if op == Average:
-        values = values / tf.cast(_core.size(), values.dtype)
+        values = values / tf.cast(_size_of(process_set_id(process_set)), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -128,10 +166,11 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     compressors; device_dense, device_sparse and ignore_name_scope are accepted for
     compatibility (the op library runs on the CPU)."""
     op = _op_of(op, average)
-    name = _prepare("allreduce", name, process_set)
+    name, set_id = _prepare("allreduce", name, process_set)
     if isinstance(tensor, tf.IndexedSlices):
-        return _sparse_allreduce(tensor, name, op)
-    return _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor)[0]
+        return _sparse_allreduce(tensor, name, op, process_set)
+    return _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor,
+                            set_id)[0]
 
 
 def allreduce_with_update(tensor, name, op=Average, compression=Compression.none,
@@ -141,15 +180,16 @@ def allreduce_with_update(tensor, name, op=Average, compression=Compression.none
     The flag is false only in a step where a delayed plan (deft with staleness > 0 or update
     periods) brings this tensor no update; the result is zeros then. The gradient reducer uses
     it so that the optimizer skips that variable."""
-    name = _prepare("allreduce", name, process_set)
-    return _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor)
+    name, set_id = _prepare("allreduce", name, process_set)
+    return _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor,
+                            set_id)
 
 
-def _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor):
+def _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor, set_id):
     c_op = core_reduce_op(op)
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
     out, has_update = _allreduce(compressed, name, c_op, float(prescale_factor),
-                                 float(postscale_factor), compression.runtime_spec)
+                                 float(postscale_factor), compression.runtime_spec, set_id)
     return compression.decompress(out, ctx), has_update
 
 
@@ -159,11 +199,18 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     """allreduce of each tensor as one unit the runtime negotiates and fuses together (one unit
     per dtype); differentiable. Returns a list."""
     op = _op_of(op, average)
-    base = _prepare("grouped_allreduce", name, process_set)
+    base, set_id = _prepare("grouped_allreduce", name, process_set)
     c_op = core_reduce_op(op)
     tensors = list(tensors)
     if not tensors:
         return []
+    # The runtime names a grouped allreduce by its members' names.
+    group = "allreduce 'group[%s]'" % ",".join("%s.%d" % (base, i) for i in range(len(tensors)))
+    _check_member(set_id, group)
+    if set_id != 0 and compression.runtime_spec:
+        raise ValueError(_here("%s: process set %d: compression and delayed updates (delay, "
+                               "period, phase) run on the global process set 0 only"
+                               % (group, set_id)))
     staged, originals, contexts = [], [], []
     for i, t in enumerate(tensors):
         compressed, ctx = compression.compress(tf.convert_to_tensor(t))
@@ -183,7 +230,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         reduced = _lib.overlap_grouped_allreduce(
             [staged[i] for i in members], tensor_names=["%s.%d" % (base, i) for i in members],
             reduce_op=c_op, prescale=float(prescale_factor), postscale=float(postscale_factor),
-            compression=compression.runtime_spec or "")
+            compression=compression.runtime_spec or "", process_set_id=set_id)
         for i, out in zip(members, reduced):
             outs[i] = out
     return [compression.decompress(_unstage(o, orig), ctx)
@@ -197,7 +244,7 @@ def _reduction_grad(op, grads, grouped):
     if c_op not in (_core.C_AVERAGE, _core.C_SUM):
         raise NotImplementedError(_here("allreduce: only Average and Sum have gradients"))
     kwargs = dict(reduce_op=c_op, prescale=op.get_attr("prescale"),
-                  postscale=op.get_attr("postscale"))
+                  postscale=op.get_attr("postscale"), process_set_id=op.get_attr("process_set_id"))
     if grouped:
         names = [n.decode() + ".grad" for n in op.get_attr("tensor_names")]
         grads = [tf.zeros_like(t) if g is None else g for g, t in zip(grads, op.inputs)]
@@ -223,40 +270,52 @@ def allgather(tensor, device_dense="", device_sparse="", name=None,
               process_set=global_process_set, ignore_name_scope=False):
     """Every rank's `tensor` concatenated along dimension 0 in rank order (first dimensions may
     differ); differentiable."""
-    name = _prepare("allgather", name, process_set)
+    name, set_id = _prepare("allgather", name, process_set)
     tensor, original = _stage(tensor, "allgather '%s'" % name)
     if tensor.shape.rank == 0:
         raise ValueError(_here("allgather '%s': needs at least one dimension (got a scalar)"
                                % name))
-    return _unstage(_lib.overlap_allgather(tensor, tensor_name=name), original)
+    return _unstage(_lib.overlap_allgather(tensor, tensor_name=name, process_set_id=set_id),
+                    original)
 
 
 @tf.RegisterGradient("OverlapAllgather")
 def _allgather_grad(op, grad):
-    """This rank's rows of the gradient averaged over ranks (Horovod 0.28's definition)."""
+    """This rank's rows of the gradient averaged over the set's ranks (Horovod 0.28's
+    definition)."""
     name = op.get_attr("tensor_name").decode()
+    set_id = op.get_attr("process_set_id")
     reduced = _lib.overlap_allreduce(grad, tensor_name=name + ".grad",
-                                     reduce_op=_core.C_AVERAGE)[0]
+                                     reduce_op=_core.C_AVERAGE, process_set_id=set_id)[0]
     rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
-    all_rows = _lib.overlap_allgather(rows, tensor_name=name + ".grad.rows")
-    offset = tf.reduce_sum(all_rows[:_core.rank()])
+    all_rows = _lib.overlap_allgather(rows, tensor_name=name + ".grad.rows",
+                                      process_set_id=set_id)
+    offset = tf.reduce_sum(all_rows[:_rank_in(set_id)])
     return reduced[offset:offset + rows[0]]
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set,
               ignore_name_scope=False):
-    """root_rank's `tensor` on every rank; differentiable."""
-    name = _prepare("broadcast", name, process_set)
+    """root_rank's `tensor` on every rank (of `process_set`; root_rank is a global rank that must
+    be a member, as in Horovod); differentiable."""
+    name, set_id = _prepare("broadcast", name, process_set)
+    root_rank = int(root_rank)
+    if set_id != 0:
+        ranks = _core.process_set_ranks(set_id)
+        if root_rank not in ranks:  # the runtime's refusal, at the call
+            raise ValueError(_here("broadcast '%s': root rank %d is not a member of process set "
+                                   "%d (ranks %s)" % (name, root_rank, set_id, ranks)))
     tensor, original = _stage(tensor, "broadcast '%s'" % name)
-    return _unstage(_lib.overlap_broadcast(tensor, tensor_name=name, root_rank=int(root_rank)),
-                    original)
+    return _unstage(_lib.overlap_broadcast(tensor, tensor_name=name, root_rank=root_rank,
+                                           process_set_id=set_id), original)
 
 
 @tf.RegisterGradient("OverlapBroadcast")
 def _broadcast_grad(op, grad):
-    """The gradient averaged over ranks on the root, zero elsewhere (Horovod 0.28)."""
+    """The gradient averaged over the set's ranks on the root, zero elsewhere (Horovod 0.28)."""
     reduced = _lib.overlap_allreduce(grad, tensor_name=op.get_attr("tensor_name").decode() +
-                                     ".grad", reduce_op=_core.C_AVERAGE)[0]
+                                     ".grad", reduce_op=_core.C_AVERAGE,
+                                     process_set_id=op.get_attr("process_set_id"))[0]
     return reduced if _core.rank() == op.get_attr("root_rank") else tf.zeros_like(reduced)
 
 
@@ -265,7 +324,7 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
                   postscale_factor=1.0):
     """`tensor` reduced across ranks, this rank keeping its share of dimension 0 (earlier ranks
     get one more row when it does not divide evenly); differentiable."""
-    name = _prepare("reducescatter", name, process_set)
+    name, set_id = _prepare("reducescatter", name, process_set)
     c_op = core_reduce_op(op)
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
     staged, original = _stage(compressed, "reducescatter '%s'" % name)
@@ -276,17 +335,18 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
                                "floating-point tensors" % name))
     out = _lib.overlap_reducescatter(staged, tensor_name=name, reduce_op=c_op,
                                      prescale=float(prescale_factor),
-                                     postscale=float(postscale_factor))
+                                     postscale=float(postscale_factor), process_set_id=set_id)
     return compression.decompress(_unstage(out, original), ctx)
 
 
 @tf.RegisterGradient("OverlapReducescatter")
 def _reducescatter_grad(op, grad):
-    """The gathered gradient, times size() for Sum (Horovod 0.28's definition)."""
+    """The gathered gradient, times the set's size for Sum (Horovod 0.28's definition)."""
+    set_id = op.get_attr("process_set_id")
     gathered = _lib.overlap_allgather(grad, tensor_name=op.get_attr("tensor_name").decode() +
-                                      ".grad")
+                                      ".grad", process_set_id=set_id)
     if op.get_attr("reduce_op") == _core.C_SUM:
-        gathered = gathered * tf.cast(_core.size(), gathered.dtype)
+        gathered = gathered * tf.cast(_size_of(set_id), gathered.dtype)
     return gathered
 
 
@@ -310,11 +370,11 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     """Sends splits[r] rows of `tensor` to rank r (equal parts when splits is None) and returns
     (the rows every rank sent here in rank order, the received splits), as horovod.tensorflow;
     differentiable in the tensor."""
-    name = _prepare("alltoall", name, process_set)
+    name, set_id = _prepare("alltoall", name, process_set)
     tensor, original = _stage(tensor, "alltoall '%s'" % name)
     splits = tf.zeros([0], tf.int32) if splits is None else tf.cast(splits, tf.int32)
     received, received_splits = _lib.overlap_alltoall(tensor, tf.reshape(splits, [-1]),
-                                                      tensor_name=name)
+                                                      tensor_name=name, process_set_id=set_id)
     return _unstage(received, original), received_splits
 
 
@@ -322,7 +382,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
 def _alltoall_grad(op, grad, _):
     """The gradient rows go back where they came from."""
     back, _ = _lib.overlap_alltoall(grad, op.outputs[1],
-                                    tensor_name=op.get_attr("tensor_name").decode() + ".grad")
+                                    tensor_name=op.get_attr("tensor_name").decode() + ".grad",
+                                    process_set_id=op.get_attr("process_set_id"))
     return back, None
 
 
@@ -343,10 +404,11 @@ def join():
 
 
 def barrier(process_set=global_process_set):
-    """Returns when every rank has called barrier()."""
+    """Returns when every rank (of `process_set`) has called barrier()."""
     _core.require_init("barrier")
-    _check_process_set(process_set)
-    return _lib.overlap_barrier()
+    set_id = process_set_id(process_set)
+    _check_member(set_id, "barrier '__barrier'")
+    return _lib.overlap_barrier(process_set_id=set_id)
 
 
 def step_marker(kind):

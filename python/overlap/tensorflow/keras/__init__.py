@@ -11,13 +11,14 @@ overlap.tensorflow, and DistributedOptimizer wraps Keras 3 optimizers:
 """
 
 from overlap.tensorflow import (Adasum, Average, Compression, HorovodInternalError, Max, Min,
-                                Product, ProcessSet, Sum, allgather, allgather_object,
-                                allreduce, alltoall, barrier, broadcast,
+                                Product, ProcessSet, Sum, add_process_set, allgather,
+                                allgather_object, allreduce, alltoall, barrier, broadcast,
                                 broadcast_global_variables, broadcast_object,
                                 broadcast_variables, cross_rank, cross_size, global_process_set,
                                 grouped_allreduce, init, is_initialized, join, local_rank,
                                 local_size, mpi_built, mpi_enabled, nccl_built, rank,
-                                reducescatter, shutdown, size, start_timeline, stop_timeline)
+                                reducescatter, remove_process_set, shutdown, size,
+                                start_timeline, stop_timeline)
 from overlap.tensorflow.keras import callbacks
 from overlap.tensorflow.keras_optimizer import DistributedOptimizer
 

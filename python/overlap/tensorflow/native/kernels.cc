@@ -1,5 +1,6 @@
 // Asynchronous CPU kernels of overlap's collectives: each one describes its tensors to the core
-// library (runtime/c_api.h), submits the operation and returns; a waiter thread finishes the
+// library (runtime/c_api.h), submits the operation to its process set (the `process_set_id`
+// attribute; 0 is every rank) and returns; a waiter thread finishes the
 // kernel when the operation ends (waiter.h). Failures become the kernel's status with the core's
 // code and message (rank, tensor, cause), so they raise tf.errors.OpError on every rank that the
 // core fails.
@@ -89,6 +90,7 @@ class AllreduceOp : public AsyncOpKernel {
   explicit AllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
     reduction_.Read(c, true);
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -101,9 +103,9 @@ class AllreduceOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(1, TensorShape({}), &has_update), done);
     CoreTensor in(input), out(*output);
     overlap_handle* handle = nullptr;
-    int rc =
-        overlap_allreduce(name_.c_str(), in.desc(), out.desc(), reduction_.op, reduction_.prescale,
-                          reduction_.postscale, reduction_.compression.c_str(), &handle);
+    int rc = overlap_allreduce_ps(process_set_, name_.c_str(), in.desc(), out.desc(), reduction_.op,
+                                  reduction_.prescale, reduction_.postscale,
+                                  reduction_.compression.c_str(), &handle);
     // Read once the operation has ended: only then does the core know whether the plan
     // delivered anything to this submission.
     Finish(ctx, std::move(done), rc, handle, [has_update](overlap_handle* h) {
@@ -115,6 +117,7 @@ class AllreduceOp : public AsyncOpKernel {
  private:
   std::string name_;
   Reduction reduction_;
+  int process_set_ = 0;
 };
 
 class GroupedAllreduceOp : public AsyncOpKernel {
@@ -122,6 +125,7 @@ class GroupedAllreduceOp : public AsyncOpKernel {
   explicit GroupedAllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_names", &names_));
     reduction_.Read(c, true);
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
     OP_REQUIRES(c, static_cast<int>(names_.size()) == c->num_inputs(),
                 absl::InvalidArgumentError("grouped allreduce: one name per tensor needed"));
   }
@@ -143,33 +147,36 @@ class GroupedAllreduceOp : public AsyncOpKernel {
       names.push_back(names_[i].c_str());
     }
     overlap_handle* handle = nullptr;
-    int rc = overlap_grouped_allreduce(n, names.data(), ins.data(), outs.data(), reduction_.op,
-                                       reduction_.prescale, reduction_.postscale,
-                                       reduction_.compression.c_str(), &handle);
+    int rc = overlap_grouped_allreduce_ps(process_set_, n, names.data(), ins.data(), outs.data(),
+                                          reduction_.op, reduction_.prescale, reduction_.postscale,
+                                          reduction_.compression.c_str(), &handle);
     Finish(ctx, std::move(done), rc, handle);
   }
 
  private:
   std::vector<std::string> names_;
   Reduction reduction_;
+  int process_set_ = 0;
 };
 
 class AllgatherOp : public AsyncOpKernel {
  public:
   explicit AllgatherOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     CoreTensor in(ctx->input(0));
     overlap_handle* handle = nullptr;
-    int rc = overlap_allgather(name_.c_str(), in.desc(), &handle);
+    int rc = overlap_allgather_ps(process_set_, name_.c_str(), in.desc(), &handle);
     Finish(ctx, std::move(done), rc, handle,
            [ctx, name = name_](overlap_handle* h) { return CopyOutput(ctx, 0, h, name); });
   }
 
  private:
   std::string name_;
+  int process_set_ = 0;
 };
 
 class BroadcastOp : public AsyncOpKernel {
@@ -177,6 +184,7 @@ class BroadcastOp : public AsyncOpKernel {
   explicit BroadcastOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
     OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -186,13 +194,16 @@ class BroadcastOp : public AsyncOpKernel {
                          done);
     CoreTensor in(input), out(*output);
     overlap_handle* handle = nullptr;
-    int rc = overlap_broadcast(name_.c_str(), in.desc(), out.desc(), root_, &handle);
+    // root_ is a global rank; the core maps it to the set's numbering.
+    int rc =
+        overlap_broadcast_ps(process_set_, name_.c_str(), in.desc(), out.desc(), root_, &handle);
     Finish(ctx, std::move(done), rc, handle);
   }
 
  private:
   std::string name_;
   int root_ = 0;
+  int process_set_ = 0;
 };
 
 class ReducescatterOp : public AsyncOpKernel {
@@ -200,13 +211,14 @@ class ReducescatterOp : public AsyncOpKernel {
   explicit ReducescatterOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
     reduction_.Read(c, false);
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     CoreTensor in(ctx->input(0));
     overlap_handle* handle = nullptr;
-    int rc = overlap_reducescatter(name_.c_str(), in.desc(), reduction_.op, reduction_.prescale,
-                                   reduction_.postscale, &handle);
+    int rc = overlap_reducescatter_ps(process_set_, name_.c_str(), in.desc(), reduction_.op,
+                                      reduction_.prescale, reduction_.postscale, &handle);
     Finish(ctx, std::move(done), rc, handle,
            [ctx, name = name_](overlap_handle* h) { return CopyOutput(ctx, 0, h, name); });
   }
@@ -214,12 +226,14 @@ class ReducescatterOp : public AsyncOpKernel {
  private:
   std::string name_;
   Reduction reduction_;
+  int process_set_ = 0;
 };
 
 class AlltoallOp : public AsyncOpKernel {
  public:
   explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -227,8 +241,9 @@ class AlltoallOp : public AsyncOpKernel {
     auto given = ctx->input(1).flat<int32_t>();
     std::vector<int64_t> splits(given.data(), given.data() + given.size());
     overlap_handle* handle = nullptr;
-    int rc = overlap_alltoall(name_.c_str(), in.desc(), splits.empty() ? nullptr : splits.data(),
-                              static_cast<int32_t>(splits.size()), &handle);
+    int rc = overlap_alltoall_ps(process_set_, name_.c_str(), in.desc(),
+                                 splits.empty() ? nullptr : splits.data(),
+                                 static_cast<int32_t>(splits.size()), &handle);
     Finish(ctx, std::move(done), rc, handle, [ctx, name = name_](overlap_handle* h) {
       TF_RETURN_IF_ERROR(CopyOutput(ctx, 0, h, name));
       int64_t received[4096];
@@ -243,6 +258,7 @@ class AlltoallOp : public AsyncOpKernel {
 
  private:
   std::string name_;
+  int process_set_ = 0;
 };
 
 class JoinOp : public AsyncOpKernel {
@@ -262,13 +278,18 @@ class JoinOp : public AsyncOpKernel {
 
 class BarrierOp : public AsyncOpKernel {
  public:
-  using AsyncOpKernel::AsyncOpKernel;
+  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
+  }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     overlap_handle* handle = nullptr;
-    int rc = overlap_barrier(&handle);
+    int rc = overlap_barrier_ps(process_set_, &handle);
     Finish(ctx, std::move(done), rc, handle);
   }
+
+ private:
+  int process_set_ = 0;
 };
 
 using tensorflow::DEVICE_CPU;

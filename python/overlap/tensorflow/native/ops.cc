@@ -1,6 +1,10 @@
 // The op definitions of overlap's TensorFlow op library: names, attributes and shape functions.
 // Kernels are in kernels.cc and step_markers.cc.
 //
+// `process_set_id` (every collective but join): the registered process set to run on, 0 (the
+// global set) by default, as Horovod's op attribute; Python checks membership first, and the core
+// refuses a set that is unknown or was removed since the op was traced (runtime/c_api.h).
+//
 // The collectives are stateful, so that TensorFlow never constant-folds, deduplicates or
 // reorders one away from the rank that submits it; overlap.tensorflow exempts them from
 // tf.function's program-order chaining so that independent ones overlap (mpi_ops.py).
@@ -44,6 +48,7 @@ REGISTER_OP("OverlapAllreduce")
     .Attr("prescale: float = 1.0")
     .Attr("postscale: float = 1.0")
     .Attr("compression: string = ''")
+    .Attr("process_set_id: int = 0")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(0));
@@ -60,6 +65,7 @@ REGISTER_OP("OverlapGroupedAllreduce")
     .Attr("prescale: float = 1.0")
     .Attr("postscale: float = 1.0")
     .Attr("compression: string = ''")
+    .Attr("process_set_id: int = 0")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
@@ -71,6 +77,7 @@ REGISTER_OP("OverlapAllgather")
     .Output("gathered: T")
     .Attr("T: " OVERLAP_TYPES)
     .Attr("tensor_name: string")
+    .Attr("process_set_id: int = 0")
     .SetIsStateful()
     .SetShapeFn(UnknownFirstDim);
 
@@ -80,6 +87,7 @@ REGISTER_OP("OverlapBroadcast")
     .Attr("T: " OVERLAP_TYPES)
     .Attr("tensor_name: string")
     .Attr("root_rank: int")
+    .Attr("process_set_id: int = 0")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape);
 
@@ -91,6 +99,7 @@ REGISTER_OP("OverlapReducescatter")
     .Attr("reduce_op: int")
     .Attr("prescale: float = 1.0")
     .Attr("postscale: float = 1.0")
+    .Attr("process_set_id: int = 0")
     .SetIsStateful()
     .SetShapeFn(UnknownFirstDim);
 
@@ -102,6 +111,7 @@ REGISTER_OP("OverlapAlltoall")
     .Output("received_splits: int32")
     .Attr("T: " OVERLAP_TYPES)
     .Attr("tensor_name: string")
+    .Attr("process_set_id: int = 0")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(UnknownFirstDim(c));
@@ -116,7 +126,10 @@ REGISTER_OP("OverlapJoin")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::ScalarShape);
 
-REGISTER_OP("OverlapBarrier").SetIsStateful().SetShapeFn(tensorflow::shape_inference::NoOutputs);
+REGISTER_OP("OverlapBarrier")
+    .Attr("process_set_id: int = 0")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs);
 
 // kind: "forward", "backward" or "update" (runtime/overlap.h, StartForward and the others).
 REGISTER_OP("OverlapStepMarker")
