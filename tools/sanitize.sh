@@ -6,8 +6,9 @@
 #   tools/sanitize.sh asan        ASan+UBSan: every unit test (cc_test without an MPI launcher, a
 #                                 GPU, a cluster or Python) and every 2-rank runtime suite
 #   tools/sanitize.sh tsan        TSan: the 2-rank runtime suites, where the coordinator thread,
-#                                 the user's threads and MPI meet. Not in CI: Debian's Abseil is
-#                                 not instrumented, so TSan reports every absl::Mutex section.
+#                                 the user's threads and MPI meet. Debian's Abseil is not
+#                                 instrumented: --config=tsan links annotations that tell TSan
+#                                 about absl::Mutex (third_party/system/absl_tsan_annotations.cc).
 #   tools/sanitize.sh asan -- --test_output=all    extra arguments go to `bazel test`
 #
 # Each stage builds only the targets it tests, in its own output directory (--platform_suffix),
@@ -56,7 +57,8 @@ for stage in "${stages[@]}"; do
              "--test_env=LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
              --test_env=OMPI_MCA_mca_base_component_disable_dlclose=1)
   else
-    name=tsan targets=$mpi_tests
+    # absl_mutex_test shows that TSan sees absl::Mutex (third_party/system/absl_tsan_annotations.cc).
+    name=tsan targets="//tests/sanitizers:absl_mutex_test $mpi_tests"
     configs=(--config=tsan "--test_env=TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:\
 suppressions=$supp/tsan.supp")
   fi
