@@ -80,6 +80,7 @@ int64_t NowMs() {
   }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   std::vector<char*> argv;
+  argv.reserve(program.size() + 1);
   for (const std::string& arg : program) {
     argv.push_back(const_cast<char*>(arg.c_str()));
   }

@@ -75,6 +75,7 @@ Probe StartProbe(const std::vector<std::string>& agent, const std::string& host)
     }
     setpgid(0, 0);  // so a timeout can kill the agent and whatever it started
     std::vector<char*> args;
+    args.reserve(argv.size() + 1);
     for (std::string& a : argv) {
       args.push_back(a.data());
     }

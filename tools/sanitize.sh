@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Runs overlap's tests under GCC's sanitizers (docs/reliability.md, "Sanitizers"); CI runs the
-# asan stage from tools/test.sh (OVERLAP_SANITIZE=0 skips it, ="asan tsan" adds TSan).
+# asan and tsan-core stages from tools/test.sh (OVERLAP_SANITIZE=0 skips them, ="asan" runs
+# only the first, ="asan tsan" all of TSan's suites).
 #
-#   tools/sanitize.sh             the asan stage
+#   tools/sanitize.sh             the asan and tsan-core stages, as CI
 #   tools/sanitize.sh asan        ASan+UBSan: every unit test (cc_test without an MPI launcher, a
 #                                 GPU, a cluster or Python) and every 2-rank runtime suite
 #   tools/sanitize.sh tsan        TSan: the 2-rank runtime suites, where the coordinator thread,
 #                                 the user's threads and MPI meet. Debian's Abseil is not
 #                                 instrumented: --config=tsan links annotations that tell TSan
 #                                 about absl::Mutex (third_party/system/absl_tsan_annotations.cc).
+#   tools/sanitize.sh tsan-core   TSan on those suites less the scheduled_* planner suites (CI)
 #   tools/sanitize.sh asan -- --test_output=all    extra arguments go to `bazel test`
 #
 # Each stage builds only the targets it tests, in its own output directory (--platform_suffix),
@@ -22,13 +24,13 @@ cd "$(dirname "$0")/.."
 stages=()
 while (($#)) && [[ $1 != -- ]]; do
   case "$1" in
-    asan|tsan) stages+=("$1") ;;
-    *) sed -n '2,18p' "$0"; exit 2 ;;
+    asan|tsan|tsan-core) stages+=("$1") ;;
+    *) sed -n '2,19p' "$0"; exit 2 ;;
   esac
   shift
 done
 [[ ${1:-} == -- ]] && shift
-((${#stages[@]})) || stages=(asan)
+((${#stages[@]})) || stages=(asan tsan-core)
 
 query() { bazel query --noshow_progress "$1" 2>/dev/null; }
 # Unit tests: cc_tests that need no mpirun, GPU, namespace cluster or Python.
@@ -58,7 +60,11 @@ for stage in "${stages[@]}"; do
              --test_env=OMPI_MCA_mca_base_component_disable_dlclose=1)
   else
     # absl_mutex_test shows that TSan sees absl::Mutex (third_party/system/absl_tsan_annotations.cc).
-    name=tsan targets="//tests/sanitizers:absl_mutex_test $mpi_tests"
+    name=$stage targets="//tests/sanitizers:absl_mutex_test $mpi_tests"
+    # tsan-core (CI): the suites where the user's threads, the coordinator and MPI meet, without
+    # the scheduled_* planner suites, which run the same threads for minutes each under TSan.
+    [[ $stage == tsan-core ]] &&
+      targets="//tests/sanitizers:absl_mutex_test $(tr ' ' '\n' <<<"$mpi_tests" | grep -v ':scheduled_' | tr '\n' ' ')"
     configs=(--config=tsan "--test_env=TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:\
 suppressions=$supp/tsan.supp")
   fi
@@ -66,7 +72,7 @@ suppressions=$supp/tsan.supp")
   log=$(mktemp)
   start=$SECONDS
   # shellcheck disable=SC2086 # the target lists are whitespace-separated labels
-  bazel test "${configs[@]}" --platform_suffix="$stage" --symlink_prefix=/ "$@" $targets 2>&1 |
+  bazel test "${configs[@]}" --platform_suffix="${stage%-core}" --symlink_prefix=/ "$@" $targets 2>&1 |
     tee "$log"
   rc=${PIPESTATUS[0]}
   p=$(grep -cE '^//.* PASSED in' "$log")

@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(bazel-bootstrap bazel-rules-java openmpi-bin libopenmpi-dev libabsl-dev libspdlog-dev
       libfmt-dev catch2 libeigen3-dev nlohmann-json3-dev zlib1g-dev dataset-fashion-mnist iproute2 nftables
-      python3 python3-pip clang libclang-rt-dev
+      python3 python3-pip clang clang-tidy libclang-rt-dev
       python3-numpy python3-matplotlib)
 missing=()
 for p in "${PKGS[@]}"; do

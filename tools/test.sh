@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every overlap test on this machine: Catch2 unit tests, multi-rank tests under mpirun,
 # launcher and failure tests, the network-namespace cluster tests (those need root; without
-# it they report a skip), a short pass of each fuzz target, and the unit and 2-rank tests under
-# the sanitizers. Without a CUDA toolkit the GPU tests are absent and one line says so
-# (OVERLAP_CUDA_HOME, see README). Installs missing Debian packages first (tools/setup.sh).
+# it they report a skip), a short pass of each fuzz target, the unit and 2-rank tests under
+# the sanitizers, and clang-tidy. Without a CUDA toolkit the GPU tests are absent and one line
+# says so (OVERLAP_CUDA_HOME, see README). Installs missing Debian packages first (tools/setup.sh).
 # Extra arguments go to `bazel test`, e.g. tools/test.sh --test_tag_filters=-mpi
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,9 +22,10 @@ fuzz_s=${OVERLAP_FUZZ_SECONDS:-10}
 if [ "$fuzz_s" != 0 ]; then
   tools/fuzz.sh -t "$fuzz_s" || { echo "overlap fuzz: a target found a problem (above)"; rc=1; }
 fi
-# The unit tests and the 2-rank runtime suites again under ASan+UBSan (tools/sanitize.sh,
-# docs/reliability.md); OVERLAP_SANITIZE=0 skips them, OVERLAP_SANITIZE="asan tsan" adds TSan.
-sanitize=${OVERLAP_SANITIZE:-asan}
+# The unit tests and the 2-rank runtime suites again under ASan+UBSan, and the core 2-rank suites
+# under TSan (tools/sanitize.sh, docs/reliability.md); OVERLAP_SANITIZE=0 skips them,
+# OVERLAP_SANITIZE=asan runs ASan only, OVERLAP_SANITIZE="asan tsan" every suite under TSan.
+sanitize=${OVERLAP_SANITIZE:-asan tsan-core}
 sanitizers="skipped (OVERLAP_SANITIZE=0)"
 if [ "$sanitize" != 0 ]; then
   san_log=$(mktemp)
@@ -34,7 +35,17 @@ if [ "$sanitize" != 0 ]; then
   sanitizers=$(sed -n 's/^overlap sanitizers: //p' "$san_log" | tail -1)
   rm -f "$san_log"
 fi
+# clang-tidy on the library and tool sources (.clang-tidy, tools/clang_tidy.sh); every finding
+# fails the run. OVERLAP_CLANG_TIDY=0 skips it.
+tidy="skipped (OVERLAP_CLANG_TIDY=0)"
+if [ "${OVERLAP_CLANG_TIDY:-1}" != 0 ]; then
+  tidy_log=$(mktemp)
+  tools/clang_tidy.sh 2>&1 | tee "$tidy_log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  tidy=$(sed -n 's/^overlap clang-tidy: //p' "$tidy_log" | tail -1)
+  rm -f "$tidy_log"
+fi
 tools/cuda_status.sh || true
 echo "overlap tests: ${passed} passed, ${failed} failed;" \
-  "sanitizers: ${sanitizers:-no summary (above)}"
+  "sanitizers: ${sanitizers:-no summary (above)}; clang-tidy: ${tidy:-no summary (above)}"
 exit "$rc"
