@@ -41,8 +41,9 @@ declare -A SOURCES=(
   [profile_fuzz]="scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc
     collectives/dtype.cc"
   [compression_snapshot_fuzz]="$compression_srcs"
-  [config_env_fuzz]="runtime/config.cc $compression_srcs"
-  [launcher_args_fuzz]="launcher/parse_args.cc launcher/hosts.cc launcher/runtime_flags.cc"
+  [config_env_fuzz]="runtime/config.cc runtime/env_vars.cc $compression_srcs"
+  [launcher_args_fuzz]="launcher/parse_args.cc launcher/hosts.cc launcher/runtime_flags.cc
+    runtime/env_vars.cc"
   [hostfile_fuzz]="launcher/hosts.cc"
   [make_seeds]="runtime/matcher.cc scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc
     scheduler/cost_model.cc $compression_srcs"
