@@ -115,6 +115,15 @@ Response MatchRequests(const std::vector<const Request*>& requests) {
     return response;
   }
   if (first.kind == OpKind::kAllgather) {
+    // Every request agrees with the first on tensor count and rank (above). The API submits one
+    // tensor of rank >= 1; a peer's bytes that say otherwise are refused, not indexed.
+    if (first.tensors.size() != 1 || first.tensors[0].shape.empty()) {
+      response.error = absl::StrCat(
+          Describe(first), ": allgather needs one tensor of at least one dimension; rank ",
+          first_rank, " sent ",
+          first.tensors.size() == 1 ? "a scalar" : absl::StrCat(first.tensors.size(), " tensors"));
+      return response;
+    }
     for (const Request* r : requests) response.rank_rows.push_back(r->tensors[0].shape[0]);
   } else if (first.kind == OpKind::kAlltoall) {
     for (const Request* r : requests) {

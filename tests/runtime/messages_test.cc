@@ -100,6 +100,18 @@ TEST_CASE("allgather matches ragged first dimensions and records them", "[matche
         "submitted [5,4]");
 }
 
+TEST_CASE("an allgather without a tensor, or of a scalar, is refused, not indexed", "[matcher]") {
+  // Bytes from a peer can say this (messages_fuzz found it: UBSan, reference to null); the API
+  // itself never submits it.
+  Request a = MakeRequest("g", {});
+  a.kind = OpKind::kAllgather;
+  CHECK(MatchRequests({&a, &a}).error ==
+        "allgather 'g': allgather needs one tensor of at least one dimension; rank 0 sent a scalar");
+  a.tensors.clear();
+  CHECK(MatchRequests({&a, &a}).error ==
+        "allgather 'g': allgather needs one tensor of at least one dimension; rank 0 sent 0 tensors");
+}
+
 TEST_CASE("joined ranks may only sit out allreduces", "[matcher]") {
   const Request a = MakeRequest("w", {4});
   CHECK(MatchRequests({&a, nullptr}).error.empty());
