@@ -44,8 +44,8 @@ Fn Real(const char* cls, const char* rest) {
 }
 
 // Abseil's functions call each other through the PLT (AwaitWithTimeout tail-calls
-// AwaitWithDeadline, Lock may call LockSlow...), which binds to the overrides here too: only the
-// outermost call on a thread is annotated.
+// AwaitWithDeadline), which binds to the overrides here too: only the outermost call on a thread
+// is annotated.
 thread_local int depth = 0;
 
 struct Outermost {
