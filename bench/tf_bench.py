@@ -29,7 +29,7 @@ import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tf_models  # noqa: E402
-from torch_bench import parse_rate  # noqa: E402
+from torch_bench import parse_rate, planner_label  # noqa: E402
 
 
 def parse_args(argv):
@@ -149,14 +149,6 @@ class Mwms:
 
     def shutdown(self):
         pass
-
-
-def planner_label(system):
-    if system != "overlap":
-        return None
-    planner = os.environ.get("OVERLAP_PLANNER") or "observed"
-    staleness = int(os.environ.get("OVERLAP_STALENESS") or 0)
-    return f"{planner}-s{staleness}" if planner == "deft" and staleness > 0 else planner
 
 
 def main(argv):
