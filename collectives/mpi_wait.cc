@@ -1,9 +1,8 @@
 #include "collectives/mpi_wait.h"
 
-#include <sched.h>
-
 #include "absl/strings/str_cat.h"
 #include "collectives/mpi_executor.h"
+#include "collectives/poll_wait.h"
 
 namespace overlap {
 
@@ -14,32 +13,14 @@ absl::Status MpiCheck(int rc, absl::string_view what) {
 
 absl::Status WaitWithDeadline(MPI_Request* request, absl::Duration limit, absl::string_view what,
                               const std::function<absl::Status()>& check) {
-  const absl::Time start = absl::Now();
-  absl::Time next_check = start + absl::Milliseconds(1);
-  for (int spins = 0;; ++spins) {
-    int done = 0;
-    const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      return absl::UnavailableError(absl::StrCat(what, " failed: ", MpiErrorString(rc)));
-    }
-    if (done) return absl::OkStatus();
-    if (check != nullptr && spins % 64 == 0 && absl::Now() >= next_check) {
-      absl::Status peers = check();
-      if (!peers.ok()) return peers;
-      next_check = absl::Now() + absl::Milliseconds(1);
-    }
-    if (spins < 2000) {
-      sched_yield();
-      continue;
-    }
-    // A peer is busy (copying a large bucket, say): stop burning the core it may need.
-    absl::SleepFor(absl::Microseconds(50));
-    if (spins % 256 == 0 && absl::Now() - start > limit) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(what, " did not complete within ", absl::ToInt64Seconds(limit),
-                       " s: a peer process is stuck, dead or not started, or the network is down"));
-    }
-  }
+  return PollWithDeadline(
+      [request]() -> absl::StatusOr<bool> {
+        int done = 0;
+        const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return absl::UnavailableError(MpiErrorString(rc));
+        return done != 0;
+      },
+      limit, what, check);
 }
 
 }  // namespace overlap

@@ -12,11 +12,9 @@
 
 namespace overlap {
 
-// Tests `request` until it completes: spinning (yielding the core) at first, then in short sleeps
-// so that a peer that is busy gets the core. Unavailable with MPI's error text when the request
-// fails; DeadlineExceeded when it has not completed after `limit`. Messages start with `what`.
-// `check`, when given, runs about every millisecond and ends the wait with its error (for
-// example a peer's control connection closing, which MPI itself may not notice for minutes).
+// PollWithDeadline (poll_wait.h) on MPI_Test of `request`: Unavailable with MPI's error text when
+// the request fails, DeadlineExceeded when it has not completed after `limit`, `check`'s error
+// when it fails first. Messages start with `what`.
 absl::Status WaitWithDeadline(MPI_Request* request, absl::Duration limit, absl::string_view what,
                               const std::function<absl::Status()>& check = nullptr);
 

@@ -4,8 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "collectives/mpi_executor.h"
-#include "collectives/mpi_wait.h"
 #include "runtime/matcher.h"
 #include "runtime/rank_bits.h"
 #include "spdlog/spdlog.h"
@@ -26,23 +24,22 @@ std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds
 
 }  // namespace
 
-Negotiator::Negotiator(MPI_Comm comm, int rank, int size, const Config& config,
+Negotiator::Negotiator(std::unique_ptr<ControlCollectives> control, const Config& config,
                        std::vector<std::string> hosts, std::function<absl::Status()> check_peers)
-    : comm_(comm),
+    : control_(std::move(control)),
       config_(config),
       check_peers_(std::move(check_peers)),
       hosts_(std::move(hosts)),
-      rank_(rank),
-      size_(size) {
+      rank_(control_->rank()),
+      size_(control_->size()) {
   joined_.assign(static_cast<size_t>(size_), false);
 }
 
-absl::Status Negotiator::WaitFor(int started, MPI_Request* request, const char* what) {
-  absl::Status s =
-      MpiCheck(started, absl::StrCat("rank ", rank_, ": starting negotiation (", what, ")"));
-  if (!s.ok()) return s;
-  return WaitWithDeadline(
-      request, absl::Seconds(config_.collective_timeout_s),
+absl::Status Negotiator::Run(
+    const std::function<absl::StatusOr<std::unique_ptr<ControlRequest>>()>& start,
+    const char* what) {
+  return RunControl(
+      start, absl::Seconds(config_.collective_timeout_s),
       absl::StrCat("rank ", rank_, ": negotiation (", what, ", OVERLAP_COLLECTIVE_TIMEOUT_S)"),
       check_peers_);
 }
@@ -375,15 +372,8 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
     vec[1 + w] = bits[w];
     vec[1 + words + w] = ~bits[w];
   }
-  MPI_Request request;
-  int started;
-  {
-    absl::MutexLock lock(&IallreduceMutex());  // see PinIallreduceAlgorithm
-    PrepareIallreduce(vec.size() * sizeof(uint64_t));
-    started = MPI_Iallreduce(MPI_IN_PLACE, vec.data(), static_cast<int>(vec.size()),
-                             MPI_UINT64_T, MPI_BAND, comm_, &request);
-  }
-  absl::Status s = WaitFor(started, &request, "MPI_Iallreduce of the ready bits");
+  absl::Status s = Run([&] { return control_->StartBitwise(BitOp::kAnd, absl::MakeSpan(vec)); },
+                       "AND-allreduce of the ready bits");
   if (!s.ok()) return s;
   const uint64_t flags = vec[0];
   std::vector<uint64_t> all(vec.begin() + 1, vec.begin() + 1 + static_cast<long>(words));
@@ -395,11 +385,8 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
   result.unfreeze_wanted = (flags & kNoUnfreeze) == 0;
   if (vec[1 + 2 * words] == ~vec[2 + 2 * words]) result.agreed_launches = vec[1 + 2 * words];
   if ((flags & kNoPlanReport) == 0) {
-    result.launch_counts.resize(static_cast<size_t>(size_));
-    uint64_t mine = vote.launches;
-    s = WaitFor(MPI_Iallgather(&mine, 1, MPI_UINT64_T, result.launch_counts.data(), 1, MPI_UINT64_T,
-                               comm_, &request),
-                &request, "MPI_Iallgather of the planned launch counts");
+    s = Run([&] { return control_->StartAllgather(vote.launches, &result.launch_counts); },
+            "allgather of the planned launch counts");
     if (!s.ok()) return s;
   }
   const bool stall_gather = (flags & kNoStallGather) == 0;
@@ -410,26 +397,14 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
     if (rank_ == 0) {
       for (auto& [id, stall] : cached_stalls_) stall.ready_ranks.clear();
     }
-    const std::string mine = EncodeGather(pending, stall_gather, bits);
-    int my_size = static_cast<int>(mine.size());
-    std::vector<int> sizes(static_cast<size_t>(size_));
-    s = WaitFor(MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm_, &request),
-                &request, "MPI_Igather of the request sizes");
+    std::vector<std::string> gathered;
+    s = Run(
+        [&] { return control_->StartGather(EncodeGather(pending, stall_gather, bits), &gathered); },
+        "gather of the requests");
     if (!s.ok()) return s;
-    std::vector<int> displs(static_cast<size_t>(size_), 0);
-    for (int r = 1; r < size_; ++r) displs[r] = displs[r - 1] + sizes[r - 1];
-    std::string all_bytes(rank_ == 0 ? static_cast<size_t>(displs.back() + sizes.back()) : 0, '\0');
-    s = WaitFor(MPI_Igatherv(mine.data(), my_size, MPI_BYTE, &all_bytes[0], sizes.data(),
-                             displs.data(), MPI_BYTE, 0, comm_, &request),
-                &request, "MPI_Igatherv of the requests");
-    if (!s.ok()) return s;
-    if (rank_ == 0) {
-      for (int r = 0; r < size_; ++r) {
-        s = AbsorbGather(
-            all_bytes.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(sizes[r])), r,
-            &evictions);
-        if (!s.ok()) return s;
-      }
+    for (size_t r = 0; r < gathered.size(); ++r) {
+      s = AbsorbGather(gathered[r], static_cast<int>(r), &evictions);
+      if (!s.ok()) return s;
     }
   }
   if (gather || (flags & kNoBroadcast) == 0) {
@@ -444,13 +419,7 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
       for (const Response& r : responses) EncodeResponse(r, &out);
       bytes = std::move(out.bytes());
     }
-    int64_t size = static_cast<int64_t>(bytes.size());
-    s = WaitFor(MPI_Ibcast(&size, 1, MPI_INT64_T, 0, comm_, &request), &request,
-                "MPI_Ibcast of the response size");
-    if (!s.ok()) return s;
-    bytes.resize(static_cast<size_t>(size));
-    s = WaitFor(MPI_Ibcast(&bytes[0], static_cast<int>(size), MPI_BYTE, 0, comm_, &request),
-                &request, "MPI_Ibcast of the responses");
+    s = Run([&] { return control_->StartBroadcast(&bytes); }, "broadcast of the responses");
     if (!s.ok()) return s;
     if (rank_ != 0) {
       ByteReader in(bytes);

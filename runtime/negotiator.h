@@ -1,6 +1,7 @@
 // Negotiation: which submitted operations are ready on every rank, agreed in rounds.
 //
-// A round is collective over the control communicator. Every rank contributes a bit vector with
+// A round is collective over the control collectives (runtime/control_collectives.h: MPI in the
+// runtime, an in-process fake in tests). Every rank contributes a bit vector with
 // one bit per cached operation it has pending, and one bitwise-AND allreduce tells all ranks which
 // cached operations are ready everywhere (Horovod's response cache). Only when some rank has an
 // operation the cache does not know (first sight, changed shape) do the ranks also gather those
@@ -15,8 +16,6 @@
 #ifndef OVERLAP_RUNTIME_NEGOTIATOR_H_
 #define OVERLAP_RUNTIME_NEGOTIATOR_H_
 
-#include <mpi.h>
-
 #include <functional>
 #include <memory>
 #include <optional>
@@ -28,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "runtime/config.h"
+#include "runtime/control_collectives.h"
 #include "runtime/messages.h"
 #include "runtime/pending_op.h"
 
@@ -64,17 +64,16 @@ struct RoundResult {
 
 class Negotiator {
  public:
-  // `comm` is used for rounds only and should have MPI_ERRORS_RETURN, so that a failed call
-  // becomes an error of the round; `rank` and `size` are this rank's place in it. `hosts[r]` names
+  // `control` carries rounds only; its rank and size are this rank's place. `hosts[r]` names
   // rank r's host in messages. `check_peers` runs while a round waits and ends it with its error
   // (a lost peer), instead of waiting for collective_timeout_s.
-  Negotiator(MPI_Comm comm, int rank, int size, const Config& config,
+  Negotiator(std::unique_ptr<ControlCollectives> control, const Config& config,
              std::vector<std::string> hosts, std::function<absl::Status()> check_peers);
 
   // Runs one round. Moves operations that became ready or failed out of `pending`. `joined`:
   // this rank has called Join and contributes zeros to every allreduce. DeadlineExceeded or
   // Unavailable, naming the round, when a peer does not take part within collective_timeout_s;
-  // Unavailable naming the rank and the MPI call when MPI returns an error.
+  // Unavailable naming the rank, the round's step and the failed call when a collective fails.
   absl::StatusOr<RoundResult> RunRound(PendingTable* pending, bool joined, bool shutting_down,
                                        const PlanVote& vote = PlanVote());
 
@@ -108,8 +107,9 @@ class Negotiator {
     std::vector<int> ready_ranks;  // filled by a stall gather
   };
 
-  // Checks `started`, the return code of the call that started `request`, then waits for it.
-  absl::Status WaitFor(int started, MPI_Request* request, const char* what);
+  // Starts one collective of the round and waits for it; errors name the rank and `what`.
+  absl::Status Run(const std::function<absl::StatusOr<std::unique_ptr<ControlRequest>>()>& start,
+                   const char* what);
   std::vector<uint64_t> ReadyBits(const PendingTable& pending, bool joined,
                                   const absl::flat_hash_set<int32_t>* planned_ids) const;
   std::string EncodeGather(PendingTable* pending, bool include_ready,
@@ -124,7 +124,7 @@ class Negotiator {
                       const std::vector<uint64_t>& all_ready, PendingTable* pending, bool joined,
                       RoundResult* result);
 
-  MPI_Comm comm_;
+  const std::unique_ptr<ControlCollectives> control_;
   const Config config_;
   const std::function<absl::Status()> check_peers_;
   const std::vector<std::string> hosts_;

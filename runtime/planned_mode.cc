@@ -5,8 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "collectives/mpi_executor.h"
-#include "collectives/mpi_wait.h"
 #include "collectives/scaling.h"
 #include "runtime/rank_bits.h"
 #include "spdlog/spdlog.h"
@@ -29,31 +27,22 @@ Config PlaneConfig(Config config) {
 
 }  // namespace
 
-PlannedMode::PlannedMode(std::unique_ptr<Executor> executor, MPI_Comm check_comm,
-                         const Config& config, int rank, int size, std::vector<std::string> hosts,
-                         Timeline* timeline, CompressionStage* compression,
-                         DataPlane::CompleteFn complete)
+PlannedMode::PlannedMode(std::unique_ptr<Executor> executor,
+                         std::unique_ptr<ControlCollectives> checks, const Config& config,
+                         std::vector<std::string> hosts, Timeline* timeline,
+                         CompressionStage* compression, DataPlane::CompleteFn complete)
     : config_(config),
-      rank_(rank),
-      size_(size),
+      rank_(checks->rank()),
+      size_(checks->size()),
       hosts_(std::move(hosts)),
       timeline_(timeline),
       complete_(std::move(complete)),
       executor_(std::move(executor)),
-      check_comm_(check_comm),
+      checks_(std::move(checks)),
       plane_(
-          executor_.get(), PlaneConfig(config), rank, size, timeline, compression,
+          executor_.get(), PlaneConfig(config), rank_, size_, timeline, compression,
           [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); },
           "planned ") {}
-
-PlannedMode::~PlannedMode() {
-  if (check_comm_ != MPI_COMM_NULL) {
-    absl::Status s =
-        MpiCheck(MPI_Comm_free(&check_comm_),
-                 absl::StrCat("rank ", rank_, ": MPI_Comm_free of the check communicator"));
-    if (!s.ok()) spdlog::warn("overlap: {}", std::string(s.message()));
-  }
-}
 
 void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>& already_agreed,
                          absl::Duration step_time) {
@@ -293,17 +282,15 @@ absl::Status PlannedMode::LaunchNext() {
   // The check first: its few bytes then travel ahead of the bucket's data on the connections
   // they share, so it completes (and the next bucket may launch and pack while this one's data
   // moves) instead of queueing behind the data it checks.
-  int started = MPI_SUCCESS;
-  {
-    absl::MutexLock lock(&IallreduceMutex());  // see PinIallreduceAlgorithm
-    PrepareIallreduce(l.check.size() * sizeof(uint64_t));
-    started = MPI_Iallreduce(MPI_IN_PLACE, l.check.data(), static_cast<int>(l.check.size()),
-                             MPI_UINT64_T, MPI_BOR, check_comm_, &l.request);
+  absl::StatusOr<std::unique_ptr<ControlRequest>> started =
+      checks_->StartBitwise(BitOp::kOr, absl::MakeSpan(l.check));
+  if (!started.ok()) {
+    return absl::Status(
+        started.status().code(),
+        absl::StrCat("rank ", rank_, ": starting the planned check of ", UnitNames(l.responses),
+                     " failed: ", started.status().message()));
   }
-  absl::Status check = MpiCheck(
-      started, absl::StrCat("rank ", rank_, ": MPI_Iallreduce starting the planned check of ",
-                            UnitNames(l.responses)));
-  if (!check.ok()) return check;
+  l.request = *std::move(started);
   if (bucket.kind == BucketKind::kWhole) {
     plane_.Submit(std::move(ready));
     return plane_.Progress();
@@ -671,13 +658,14 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
       }
       continue;
     }
-    int done = 0;
-    absl::Status tested =
-        MpiCheck(MPI_Test(&l.request, &done, MPI_STATUS_IGNORE),
-                 absl::StrCat("rank ", rank_, ": MPI_Test of the planned check of ",
-                              UnitNames(l.responses)));
-    if (!tested.ok()) return tested;
-    if (done) {
+    absl::StatusOr<bool> done = l.request->Test();
+    if (!done.ok()) {
+      return absl::Status(
+          done.status().code(),
+          absl::StrCat("rank ", rank_, ": the planned check of ", UnitNames(l.responses),
+                       " failed: ", done.status().message()));
+    }
+    if (*done) {
       OnChecked(&l);
       continue;
     }

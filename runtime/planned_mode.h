@@ -11,16 +11,17 @@
 // bucket k+1 then starts (and packs) while bucket k's collective still runs, and its collective
 // follows the moment the channel is free.
 //
-// Consistency check: with each bucket's collective, a small bitwise-OR allreduce on its own
-// communicator tells every rank which of the bucket's tensors some rank submitted differently
-// from the plan (that rank contributes zeros for them, so the collective still matches) and which
-// ranks have joined. Handles complete only once the tensor's last bucket and its check are done.
-// Tensors that diverged on any rank go back to negotiation on every rank - which agrees on the
-// new request if every rank changed it alike, and otherwise fails it with the usual mismatch
-// error naming each rank's request - and the plan is dropped. Since no rank starts bucket k+1
-// before bucket k's check is in, every rank drops the plan at the same bucket. A tensor whose
-// slices were only partly sent goes back to negotiation with its input untouched: sliced results
-// reach the user's buffer only once all of a tensor's slices are in.
+// Consistency check: with each bucket's collective, a small bitwise-OR allreduce on control
+// collectives of its own (runtime/control_collectives.h) tells every rank which of the bucket's
+// tensors some rank submitted differently from the plan (that rank contributes zeros for them, so
+// the collective still matches) and which ranks have joined. Handles complete only once the
+// tensor's last bucket and its check are done. Tensors that diverged on any rank go back to
+// negotiation on every rank - which agrees on the new request if every rank changed it alike, and
+// otherwise fails it with the usual mismatch error naming each rank's request - and the plan is
+// dropped. Since no rank starts bucket k+1 before bucket k's check is in, every rank drops the plan
+// at the same bucket. A tensor whose slices were only partly sent goes back to negotiation with its
+// input untouched: sliced results reach the user's buffer only once all of a tensor's slices are
+// in.
 //
 // Delayed plans (a scheduled plan with delays or update periods; runtime/plan_delays.h): the
 // program's submissions are parked and runtime-owned copies run through the buckets, one pass per
@@ -39,8 +40,6 @@
 #ifndef OVERLAP_RUNTIME_PLANNED_MODE_H_
 #define OVERLAP_RUNTIME_PLANNED_MODE_H_
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <atomic>
 #include <deque>
@@ -54,6 +53,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "collectives/executor.h"
+#include "runtime/control_collectives.h"
 #include "runtime/data_plane.h"
 #include "runtime/executable_plan.h"
 #include "runtime/messages.h"
@@ -68,13 +68,12 @@ class PlannedMode {
   static constexpr int64_t kFirstUnitBytes = int64_t{1} << 20;
   static constexpr int64_t kUnitBytes = int64_t{25} << 20;
 
-  // `executor` and `check_comm` carry planned collectives and checks only. `complete` receives
+  // `executor` and `checks` carry planned collectives and their checks only. `complete` receives
   // every operation that finishes, with its outcome.
   // `hosts[r]` names rank r's host in messages.
-  PlannedMode(std::unique_ptr<Executor> executor, MPI_Comm check_comm, const Config& config,
-              int rank, int size, std::vector<std::string> hosts, Timeline* timeline,
+  PlannedMode(std::unique_ptr<Executor> executor, std::unique_ptr<ControlCollectives> checks,
+              const Config& config, std::vector<std::string> hosts, Timeline* timeline,
               CompressionStage* compression, DataPlane::CompleteFn complete);
-  ~PlannedMode();
 
   bool frozen() const { return frozen_; }
 
@@ -167,7 +166,7 @@ class PlannedMode {
     std::shared_ptr<std::vector<uint8_t>> buffer;  // packed slices, then their reduced values
     std::shared_ptr<std::vector<uint8_t>> chunk;   // reduce-scatter: this rank's part
     bool in_place = false;                         // one whole tensor reduced in the user's buffer
-    CollectiveArgs args;    // once prepared
+    CollectiveArgs args;                           // once prepared
     bool prepared = false;  // packed (or, all-gathers, given their chunk): ready to start
     std::unique_ptr<Work> work;
     bool skipped = false;  // delayed plans: off its period, folded into the residual
@@ -193,7 +192,7 @@ class PlannedMode {
     std::vector<int> members;                                // entries, in check-bit order
     std::vector<std::shared_ptr<const Response>> responses;  // of the members
     std::vector<uint64_t> check;                             // [diverged entries][joined ranks]
-    MPI_Request request = MPI_REQUEST_NULL;
+    std::unique_ptr<ControlRequest> request;                 // the check's OR-allreduce
     bool checked = false;
     std::vector<bool> diverged;  // by member, once checked
     // Whole-tensor buckets: names whose collective has not finished, and the finished ones.
@@ -249,7 +248,7 @@ class PlannedMode {
   Timeline* const timeline_;
   const DataPlane::CompleteFn complete_;
   std::unique_ptr<Executor> executor_;
-  MPI_Comm check_comm_;
+  const std::unique_ptr<ControlCollectives> checks_;
   DataPlane plane_;
 
   bool frozen_ = false;
@@ -258,8 +257,8 @@ class PlannedMode {
   absl::flat_hash_set<int32_t> planned_ids_;
   absl::flat_hash_set<int32_t> skip_;  // first pass only
   int next_bucket_ = 0;
-  int64_t pass_ = 0;                      // passes started since the plan was frozen
-  std::unique_ptr<PlanDelays> delays_;    // delayed plans only
+  int64_t pass_ = 0;                    // passes started since the plan was frozen
+  std::unique_ptr<PlanDelays> delays_;  // delayed plans only
   absl::flat_hash_map<int, std::deque<PendingOp>> backlog_;  // delayed plans: copies in line
   std::atomic<int64_t> delayed_bytes_{0};
   bool deliver_due_ = false;  // results or submissions arrived: Progress delivers

@@ -12,6 +12,7 @@
 #include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
 #include "runtime/agreement.h"
+#include "runtime/mpi_control_collectives.h"
 #include "runtime/validation.h"
 #include "spdlog/spdlog.h"
 
@@ -117,8 +118,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::StartProcessSet(MPI_Comm comm,
   return Launch(std::move(rt), comm, std::move(config));
 }
 
-absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Launch(std::unique_ptr<Runtime> rt,
-                                                         MPI_Comm comm,
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Launch(std::unique_ptr<Runtime> rt, MPI_Comm comm,
                                                          absl::StatusOr<Config> config) {
   absl::Status mpi = MpiCheck(MPI_Comm_rank(comm, &rt->rank_), "Init: MPI_Comm_rank");
   if (mpi.ok()) mpi = MpiCheck(MPI_Comm_size(comm, &rt->size_), "Init: MPI_Comm_size");
@@ -184,15 +184,16 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
         return Submit(std::move(op), options.on_done);
       });
   // A round that waits on a dead peer ends as soon as its control connection closes.
-  negotiator_ = std::make_unique<Negotiator>(control_comm_, rank_, size_, config, hosts_, [this] {
-    return ReadControl(absl::ZeroDuration(), /*local=*/false);
-  });
+  negotiator_ = std::make_unique<Negotiator>(
+      std::make_unique<MpiControlCollectives>(control_comm_, rank_, size_,
+                                              MpiControlCollectives::Ownership::kBorrowed),
+      config, hosts_, [this] { return ReadControl(absl::ZeroDuration(), /*local=*/false); });
   data_plane_ = std::make_unique<DataPlane>(
       executor_.get(), config, rank_, size_, &timeline_, compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
   cuda_plane_ = std::make_unique<CudaPlane>(
-      comm_, config, rank_, size_, std::max(0, local_rank_) % std::max(1, CudaDeviceCount()), &timeline_,
-      compression_.get(),
+      comm_, config, rank_, size_, std::max(0, local_rank_) % std::max(1, CudaDeviceCount()),
+      &timeline_, compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
   // Planned collectives and their checks get communicators of their own: ranks start them
   // without negotiation, so they must not share a sequence with negotiated ones.
@@ -202,8 +203,10 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   absl::StatusOr<MPI_Comm> check_comm = DupComm(comm_, rank_, "the planned check communicator");
   if (!check_comm.ok()) return check_comm.status();
   planned_ = std::make_unique<PlannedMode>(
-      std::move(*planned_executor), *check_comm, config, rank_, size_, hosts_, &timeline_,
-      compression_.get(),
+      std::move(*planned_executor),
+      std::make_unique<MpiControlCollectives>(*check_comm, rank_, size_,
+                                              MpiControlCollectives::Ownership::kOwned),
+      config, hosts_, &timeline_, compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
   detector_ = std::make_unique<CycleDetector>(config.plan_after_steps);
   profiler_ = std::make_unique<StepProfiler>(config.profile_steps);

@@ -7,7 +7,7 @@
 #   tools/sanitize.sh asan        ASan+UBSan: every unit test (cc_test without an MPI launcher, a
 #                                 GPU, a cluster or Python) and every 2-rank runtime suite
 #   tools/sanitize.sh tsan        TSan: the 2-rank runtime suites, where the coordinator thread,
-#                                 the user's threads and MPI meet. Debian's Abseil is not
+#                                 the user's threads and MPI meet, and the fake-world suites. Debian's Abseil is not
 #                                 instrumented: --config=tsan links annotations that tell TSan
 #                                 about absl::Mutex (third_party/system/absl_tsan_annotations.cc).
 #   tools/sanitize.sh tsan-core   TSan on those suites less the scheduled_* planner suites (CI)
@@ -59,12 +59,15 @@ for stage in "${stages[@]}"; do
              "--test_env=LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
              --test_env=OMPI_MCA_mca_base_component_disable_dlclose=1)
   else
-    # absl_mutex_test shows that TSan sees absl::Mutex (third_party/system/absl_tsan_annotations.cc).
-    name=$stage targets="//tests/sanitizers:absl_mutex_test $mpi_tests"
+    # absl_mutex_test shows that TSan sees absl::Mutex (third_party/system/absl_tsan_annotations.cc);
+    # the fakes' suites run simulated ranks on threads that share the fakes' state.
+    threaded="//tests/sanitizers:absl_mutex_test //tests/fakes:fake_control_test
+      //tests/runtime:negotiator_test //tests/runtime:planned_mode_test"
+    name=$stage targets="$threaded $mpi_tests"
     # tsan-core (CI): the suites where the user's threads, the coordinator and MPI meet, without
     # the scheduled_* planner suites, which run the same threads for minutes each under TSan.
     [[ $stage == tsan-core ]] &&
-      targets="//tests/sanitizers:absl_mutex_test $(tr ' ' '\n' <<<"$mpi_tests" | grep -v ':scheduled_' | tr '\n' ' ')"
+      targets="$threaded $(tr ' ' '\n' <<<"$mpi_tests" | grep -v ':scheduled_' | tr '\n' ' ')"
     configs=(--config=tsan "--test_env=TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:\
 suppressions=$supp/tsan.supp")
   fi
