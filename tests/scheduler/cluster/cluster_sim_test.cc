@@ -56,6 +56,13 @@ std::map<std::string, double> Jcts(const ClusterResult& r) {
   return out;
 }
 
+// Every job's iteration from `cache`, planned by `planner`.
+IterationModelFn PlannedBy(IterationModelCache& cache, const std::string& planner) {
+  return [&cache, planner](const TraceJob& job, bool spans) {
+    return cache.Get(job.model, planner, job.workers, spans);
+  };
+}
+
 TEST_CASE("One job alone: iterations of compute, release, transfer and tail") {
   // 2 servers x 1 GPU; the job spans both. Compute 1 s, transfer released 0.5 s into it and
   // taking 1 s, then 0.2 s before the next iteration: 1.7 s per iteration. Three iterations
@@ -319,9 +326,7 @@ TEST_CASE("A job alone on the cluster runs at its planned iteration time") {
   TraceJob j = Job("solo", 0, 8, 20);
   j.model = "resnet50";
   t.jobs = {j};
-  IterationModelFn fn = [&](const TraceJob& job, bool spans) {
-    return cache.Get(job.model, "mgwfbp", job.workers, spans);
-  };
+  IterationModelFn fn = PlannedBy(cache, "mgwfbp");
   for (const char* placement : {"first-fit", "lwf-1"}) {
     absl::StatusOr<ClusterResult> r = SimulateCluster(t, spec, Options(placement, "srsf1"), fn);
     REQUIRE(r.ok());
@@ -343,9 +348,7 @@ TEST_CASE("The same seed gives identical results") {
   auto run = [&]() {
     Trace t = *GenerateTrace(g);
     IterationModelCache cache(spec, PlannerOptions());
-    IterationModelFn fn = [&](const TraceJob& job, bool spans) {
-      return cache.Get(job.model, "fusion", job.workers, spans);
-    };
+    IterationModelFn fn = PlannedBy(cache, "fusion");
     return *SimulateCluster(t, spec, Options("lwf-2", "ada-srsf"), fn);
   };
   ClusterResult a = run(), b = run();
@@ -369,9 +372,7 @@ TEST_CASE("Every policy keeps to its admission rule on a generated trace") {
   Trace t = *GenerateTrace(g);
   ClusterSpec spec;
   IterationModelCache cache(spec, PlannerOptions());
-  IterationModelFn fn = [&](const TraceJob& job, bool spans) {
-    return cache.Get(job.model, "mgwfbp", job.workers, spans);
-  };
+  IterationModelFn fn = PlannedBy(cache, "mgwfbp");
   const std::map<std::string, int> cap = {
       {"srsf1", 1}, {"srsf2", 2}, {"adadual", 2}, {"ada-srsf", 2}};
   for (const auto& [comm, most] : cap) {
