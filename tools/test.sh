@@ -11,16 +11,21 @@ tools/setup.sh || exit 1
 # The Python tests (overlap.torch) run with the interpreter that has torch (tools/setup.sh).
 export OVERLAP_PYTHON=${OVERLAP_PYTHON:-$(command -v python3)}
 log=$(mktemp)
+# Wall seconds per stage, in the summary line: CI's time budget is spent here.
+stage_start=$SECONDS times=""
+stage_done() { times="$times $1 $((SECONDS - stage_start))s"; stage_start=$SECONDS; }
 bazel test //... "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 passed=$(grep -cE '^//.* PASSED in' "$log")
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
 rm -f "$log"
+stage_done bazel-test
 # A short pass of every libFuzzer target (tools/fuzz.sh, docs/reliability.md);
 # OVERLAP_FUZZ_SECONDS=0 skips it.
 fuzz_s=${OVERLAP_FUZZ_SECONDS:-10}
 if [ "$fuzz_s" != 0 ]; then
   tools/fuzz.sh -t "$fuzz_s" || { echo "overlap fuzz: a target found a problem (above)"; rc=1; }
+  stage_done fuzz
 fi
 # The unit tests and the 2-rank runtime suites again under ASan+UBSan, and the core 2-rank suites
 # under TSan (tools/sanitize.sh, docs/reliability.md); OVERLAP_SANITIZE=0 skips them,
@@ -34,6 +39,7 @@ if [ "$sanitize" != 0 ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   sanitizers=$(sed -n 's/^overlap sanitizers: //p' "$san_log" | tail -1)
   rm -f "$san_log"
+  stage_done sanitizers
 fi
 # clang-tidy on the library and tool sources (.clang-tidy, tools/clang_tidy.sh); every finding
 # fails the run. OVERLAP_CLANG_TIDY=0 skips it.
@@ -44,8 +50,10 @@ if [ "${OVERLAP_CLANG_TIDY:-1}" != 0 ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   tidy=$(sed -n 's/^overlap clang-tidy: //p' "$tidy_log" | tail -1)
   rm -f "$tidy_log"
+  stage_done clang-tidy
 fi
 tools/cuda_status.sh || true
 echo "overlap tests: ${passed} passed, ${failed} failed;" \
-  "sanitizers: ${sanitizers:-no summary (above)}; clang-tidy: ${tidy:-no summary (above)}"
+  "sanitizers: ${sanitizers:-no summary (above)}; clang-tidy: ${tidy:-no summary (above)};" \
+  "wall:${times}"
 exit "$rc"
