@@ -295,10 +295,11 @@ constexpr Var kVars[] = {
         .Range(0, 1e7, "seconds")
         .AboveMin()
         .Default("120")
-        .Describe("the watchdog of each overlap.tensorflow test (tests/tensorflow/conftest.py)")
+        .Describe("the watchdog of each overlap.torch and overlap.tensorflow test "
+                  "(tests/python_util/overlap_pytest.py)")
         .Build(),
     Def("OVERLAP_TEST_LOG_DIR", Kind::kPath, Reader::kTest)
-        .Describe("where tests/tensorflow/run_pytest.sh has each rank write its log")
+        .Describe("where tests/python_util/run_pytest.sh has each rank write its log")
         .Build(),
 };
 

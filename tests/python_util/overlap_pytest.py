@@ -1,0 +1,64 @@
+"""The pytest plugin every rank of an overlap.torch or overlap.tensorflow suite loads
+(run_pytest.sh passes `-p overlap_pytest`); each suite's conftest.py adds its framework's
+fixtures (`hvd` and the like) on top.
+
+- Every test has a watchdog: a test still running after OVERLAP_TEST_TIMEOUT_S (default 120)
+  prints every thread's stack and ends the rank, so overlaprun stops the job instead of hanging.
+- A failed rank leaves at once (os._exit) after pytest's report: the other ranks are blocked in
+  a collective this one will never submit, and a collective shutdown or atexit handler would
+  wait for them forever; overlaprun then stops the job and names the failed rank. A conftest's
+  session fixture shuts the runtime down only when any_failed() is false.
+"""
+
+import faulthandler
+import os
+import sys
+
+import pytest
+
+TEST_TIMEOUT_S = float(os.environ.get("OVERLAP_TEST_TIMEOUT_S", "120"))
+_failed = []
+
+
+def mpi_rank():
+    """This rank, from Open MPI's environment (known before the runtime starts)."""
+    return int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")))
+
+
+def report_header(versions):
+    """The first line of each rank's report: rank, size, the framework's `versions`, library."""
+    return (f"rank {mpi_rank()} of {os.environ.get('OMPI_COMM_WORLD_SIZE', '?')}, {versions}, "
+            f"OVERLAP_LIBRARY={os.environ.get('OVERLAP_LIBRARY')}")
+
+
+def any_failed():
+    """Whether a test (or the session) failed on this rank so far."""
+    return bool(_failed)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        _failed.append(item.nodeid)
+        report.sections.append(("rank", f"failed on rank {mpi_rank()}"))
+
+
+@pytest.fixture(autouse=True)
+def watchdog():
+    faulthandler.dump_traceback_later(TEST_TIMEOUT_S, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if exitstatus not in (0, pytest.ExitCode.OK):
+        _failed.append(f"session exit status {int(exitstatus)}")
+
+
+def pytest_unconfigure(config):
+    if _failed:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)

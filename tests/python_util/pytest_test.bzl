@@ -1,0 +1,38 @@
+"""overlap_pytest_test: one pytest suite of a Python adapter run on `np` ranks by overlaprun."""
+
+def overlap_pytest_test(name, framework, np, suite, data = [], env = {}, timeout_s = 600):
+    """A suite of tests/torch or tests/tensorflow on `np` ranks (tests/python_util/run_pytest.sh).
+
+    framework: "torch" (a missing torch fails the test) or "tensorflow" (a missing tensorflow
+    passes with a SKIPPED line). suite: the test_*.py file, in the calling package. data: its
+    conftest.py and helpers. env: runtime settings for the suite.
+    """
+    native.sh_test(
+        name = name,
+        size = "large",
+        srcs = ["//tests/python_util:run_pytest.sh"],
+        args = [
+            framework,
+            "$(rootpath //tests/python_util:overlap_pytest.py)",
+            "$(rootpath //launcher:overlaprun)",
+            str(np),
+            str(timeout_s),
+            "$(rootpath //runtime:liboverlap.so)",
+            "python",
+            "$(rootpath %s)" % suite,
+        ],
+        data = data + [
+            suite,
+            "//tests/python_util:overlap_pytest.py",
+            "//python:overlap_sources",
+            "//launcher:overlaprun",
+            "//runtime:liboverlap.so",
+        ],
+        env = env,
+        # Ranks of two tests at once would share two cores eight ways: run them one at a time.
+        tags = [
+            "exclusive",
+            "mpi",
+            framework,
+        ],
+    )
