@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(bazel-bootstrap bazel-rules-java openmpi-bin libopenmpi-dev libabsl-dev libspdlog-dev
       libfmt-dev catch2 libeigen3-dev nlohmann-json3-dev zlib1g-dev dataset-fashion-mnist iproute2 nftables
-      python3 python3-pip clang clang-tidy libclang-rt-dev
+      python3 python3-pip python3-dev clang clang-tidy libclang-rt-dev
       python3-numpy python3-matplotlib)
 missing=()
 for p in "${PKGS[@]}"; do
@@ -16,8 +16,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Python side: torch, numpy, pytest and wheel for overlap.torch and its tests, and tensorflow-cpu
-# for overlap.tensorflow (the newest release; the adapter supports 2.16 and later), into the
+# Python side: torch, numpy, pytest and wheel for overlap.torch and its tests, tensorflow-cpu for
+# overlap.tensorflow (the newest release; the adapter supports 2.16 and later) and mpi4py, into the
 # python3 on PATH (or OVERLAP_PYTHON). Debian's own python3 refuses pip without
 # --break-system-packages. Already installed packages are found by a quick metadata lookup, not by
 # importing them (importing tensorflow takes seconds).
@@ -40,4 +40,11 @@ raise SystemExit(0 if installed("tensorflow-cpu") or installed("tensorflow") els
 if ! "$PY" -c "$has_tensorflow" 2>/dev/null; then
   echo "overlap setup: installing tensorflow-cpu for $PY (pip)" >&2
   pip_install tensorflow-cpu
+fi
+# mpi4py, for process sets made from MPI communicators (hvd.ProcessSet(comm)), built from source
+# against the system Open MPI (libopenmpi-dev's mpicc, the MPI liboverlap.so uses), never a
+# binary wheel, which could bring another MPI into the process.
+if ! "$PY" -c 'import importlib.metadata as m; m.version("mpi4py")' 2>/dev/null; then
+  echo "overlap setup: building mpi4py against the system Open MPI for $PY (pip)" >&2
+  pip_install --no-binary=mpi4py mpi4py
 fi

@@ -8,5 +8,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=$(bench/horovod_venv.sh)
-echo "test_torch201.sh: $python ($("$python" -c 'import torch; print("torch", torch.__version__)'))"
+# The process-set suite's communicator tests need mpi4py (built against the system Open MPI, as
+# tools/setup.sh does); without it they skip.
+if ! "$python" -c 'import importlib.metadata as m; m.version("mpi4py")' 2>/dev/null; then
+  echo "test_torch201.sh: building mpi4py against the system Open MPI into the venv" >&2
+  "$python" -m pip install -q --disable-pip-version-check --no-binary=mpi4py mpi4py >&2 ||
+    echo "test_torch201.sh: mpi4py did not install; the communicator tests will skip" >&2
+fi
+versions='import importlib.metadata as m, torch
+try:
+    mpi4py = "mpi4py " + m.version("mpi4py")
+except m.PackageNotFoundError:
+    mpi4py = "no mpi4py"
+print("torch", torch.__version__ + ",", mpi4py)'
+echo "test_torch201.sh: $python ($("$python" -c "$versions"))"
 exec bazel test --test_env=OVERLAP_PYTHON="$python" //tests/torch:all "$@"

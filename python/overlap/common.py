@@ -2,6 +2,12 @@
 overlap's runtime compressors and build queries. The torch and TensorFlow adapters re-export
 them."""
 
+import ctypes
+import itertools
+import json
+import os
+import sys
+
 
 class HorovodInternalError(RuntimeError):
     """A collective failed on this rank: a mismatch between ranks, a lost peer, a timeout, or
@@ -46,8 +52,9 @@ def start_runtime(comm=None, process_sets=None, **settings):
     OVERLAP_* variables of this process, then the runtime starts on every rank (collective; a
     second call is a no-op). Horovod's comm is checked: overlap always uses every rank
     (MPI_COMM_WORLD), so a comm naming a subset raises. process_sets, as Horovod's: a list of
-    ProcessSet objects (or rank lists) registered at once, in order (collective), or "dynamic"
-    (accepted and ignored: add_process_set always works)."""
+    ProcessSet objects (of rank lists or mpi4py communicators) or rank lists, registered at
+    once, in order, as add_process_set would (collective), or "dynamic" (accepted and ignored:
+    add_process_set always works)."""
     from overlap import _core
     is_rank_list = isinstance(comm, (list, tuple))
     if comm is not None and not is_rank_list and not hasattr(comm, "Get_size"):
@@ -60,8 +67,12 @@ def start_runtime(comm=None, process_sets=None, **settings):
         raise NotImplementedError("rank %d: init(comm=%r): overlap runs on all ranks "
                                   "(MPI_COMM_WORLD) only" % (_core.rank(), comm))
     global_process_set.ranks = list(range(world))
+    if comm is not None and not is_rank_list:
+        global_process_set.mpi_comm = comm  # as Horovod
     if process_sets == "dynamic":
         return
+    # The rank lists registered so far by this call: the same on every rank, also for sets from
+    # communicators (each rank's own communicator, but every rank registers all of them).
     seen = set()
     for process_set in process_sets or []:
         if not isinstance(process_set, ProcessSet):
@@ -71,9 +82,8 @@ def start_runtime(comm=None, process_sets=None, **settings):
             continue
         if process_set.ranks is not None and tuple(process_set.ranks) in seen:
             continue  # a repeat in the list stays unregistered, as Horovod invalidates it
-        if process_set.ranks is not None:
-            seen.add(tuple(process_set.ranks))
         add_process_set(process_set)
+        seen.update(process_set._made_together)
 
 
 _cross = {}
@@ -83,18 +93,41 @@ def cross_topology():
     """(cross_rank, cross_size): this rank's position among the ranks with its local_rank, one
     per host. Found once with an allgather of local ranks through the core (collective on first
     call) and kept until reset_cross_topology()."""
-    import ctypes
     from overlap import _core
     if "value" not in _cross:
-        mine = (ctypes.c_int32 * 1)(_core.local_rank())
-        buffer = _core.Buffer(ctypes.addressof(mine), 4, _core.INT32, [1], mine)
-        handle = _core.allgather("__overlap.cross_topology", buffer)
-        handle.wait()
-        address, _, shape = handle.output()
-        locals_ = list((ctypes.c_int32 * shape[0]).from_address(address))
+        locals_ = _allgather_int32("__overlap.cross_topology", [_core.local_rank()])
         peers = [r for r, lr in enumerate(locals_) if lr == _core.local_rank()]
         _cross["value"] = (peers.index(_core.rank()), len(peers))
     return _cross["value"]
+
+
+def _allgather_int32(name, values):
+    """Every rank's list of int32 `values`, concatenated in rank order (collective over every
+    rank, through the core's allgather on the global set)."""
+    from overlap import _core
+    mine = (ctypes.c_int32 * len(values))(*values)
+    buffer = _core.Buffer(ctypes.addressof(mine), 4 * len(values), _core.INT32, [len(values)],
+                          mine)
+    handle = _core.allgather(name, buffer)
+    handle.wait()
+    address, _, shape = handle.output()
+    return list((ctypes.c_int32 * shape[0]).from_address(address))
+
+
+def _allgather_json(name, value):
+    """Every rank's JSON-serialisable `value`, as a list in rank order (collective over every
+    rank: an allgather of the lengths, then of the bytes)."""
+    from overlap import _core
+    data = json.dumps(value).encode()
+    lengths = _allgather_int32(name + ".lengths", [len(data)])
+    mine = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+    buffer = _core.Buffer(ctypes.addressof(mine), len(data), _core.UINT8, [len(data)], mine)
+    handle = _core.allgather(name + ".bytes", buffer)
+    handle.wait()
+    address, _, _ = handle.output()
+    everything = ctypes.string_at(address, sum(lengths))
+    offsets = list(itertools.accumulate([0] + lengths))
+    return [json.loads(everything[offsets[r]:offsets[r + 1]]) for r in range(len(lengths))]
 
 
 def reset_cross_topology():
@@ -104,8 +137,9 @@ def reset_cross_topology():
 
 class ProcessSet:
     """A set of ranks whose collectives run among themselves, concurrently with the other sets'
-    (Horovod's ProcessSet). Make one from a list of global ranks, then register it with
-    hvd.init(process_sets=[...]) or hvd.add_process_set(); registration sets process_set_id.
+    (Horovod's ProcessSet). Make one from a list of global ranks or from an mpi4py communicator,
+    then register it with hvd.init(process_sets=[...]) or hvd.add_process_set(); registration
+    sets process_set_id (and, for a communicator, ranks: its members' MPI_COMM_WORLD ranks).
     Pass it as process_set= to a collective: "rank" then means the position in the set (rank()),
     except broadcast's root_rank, which is a global rank, as in Horovod.
 
@@ -114,21 +148,26 @@ class ProcessSet:
     process_set_id = None
     ranks = None
     mpi_comm = None
+    # {ranks: id} of every set registered with this one, the same on every rank: this set's
+    # alone for a rank list; for a communicator, every rank's communicator's (remove_process_set
+    # removes them together). Never mutated, only replaced.
+    _made_together = {}
 
     def __init__(self, ranks_or_comm=None):
         if ranks_or_comm is None:
             self.process_set_id = 0
-        elif hasattr(ranks_or_comm, "Get_size") and hasattr(ranks_or_comm, "Get_group"):
+        elif _is_mpi4py_comm(ranks_or_comm):
             self.mpi_comm = ranks_or_comm
         else:
             try:
                 ranks = sorted(ranks_or_comm)
             except TypeError:
-                raise ValueError("ProcessSet should be initialized with a list of process ranks "
-                                 "or an mpi4py Comm object, got %r" % (ranks_or_comm,))
-            if any(not isinstance(r, int) or isinstance(r, bool) for r in ranks):
-                raise ValueError("ProcessSet should be initialized with a list of process ranks "
-                                 "(ints), got %r" % (ranks_or_comm,))
+                ranks = None
+            if ranks is None or any(not isinstance(r, int) or isinstance(r, bool)
+                                    for r in ranks):
+                raise ValueError(
+                    "%sProcessSet needs a list of global ranks (ints) or an mpi4py communicator "
+                    "(mpi4py.MPI.Comm), got %s" % (_rank_prefix(), _describe(ranks_or_comm)))
             self.ranks = ranks
 
     def _invalidate(self):
@@ -169,6 +208,102 @@ class ProcessSet:
     __repr__ = __str__
 
 
+def _is_mpi4py_comm(obj):
+    """Whether `obj` is an mpi4py communicator. mpi4py is never imported here (importing it
+    initialises MPI): a program holding a communicator has imported it already."""
+    module = sys.modules.get("mpi4py.MPI")
+    return module is not None and isinstance(obj, module.Comm)
+
+
+def _describe(obj):
+    """A value for a message that reads the same on every rank (no object addresses)."""
+    text = repr(obj)
+    if " at 0x" not in text:
+        return text
+    kind = type(obj)
+    text = "an object of type %s.%s" % (kind.__module__, kind.__qualname__)
+    if kind.__module__.startswith("mpi4py") and kind.__name__ == "Group":
+        text += " (pass the communicator itself, not its group)"
+    return text
+
+
+def _rank_prefix():
+    """'rank R: ' for a message: the runtime's rank, or before init the launcher's (Open MPI's
+    environment); '' when neither is known."""
+    from overlap import _core
+    if _core.is_initialized():
+        return "rank %d: " % _core.rank()
+    for variable in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if os.environ.get(variable, "").isdigit():
+            return "rank %s: " % os.environ[variable]
+    return ""
+
+
+def _comm_members(comm):
+    """(ranks, None): the MPI_COMM_WORLD ranks of `comm`'s members, sorted; or (None, why) when
+    `comm` cannot make a process set. Local: no communication."""
+    from mpi4py import MPI  # imported already: `comm` is one of its objects
+    if comm == MPI.COMM_NULL:
+        return None, ("its communicator is MPI.COMM_NULL, so this rank is in none (Split with "
+                      "color MPI.UNDEFINED gives that); every rank must pass a communicator it "
+                      "is a member of")
+    if comm.Is_inter():
+        return None, ("its communicator is an intercommunicator; a process set needs an "
+                      "intracommunicator (Intercomm.Merge() makes one)")
+    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        # Translate_ranks is a class method in mpi4py 3 and a method in mpi4py 4: this call
+        # reads the same in both.
+        ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world)
+    finally:
+        group.Free()
+        world.Free()
+    outside = [i for i, r in enumerate(ranks) if r == MPI.UNDEFINED]
+    if outside:
+        return None, ("its communicator is not a sub-communicator of MPI_COMM_WORLD: its ranks "
+                      "%s are not processes of this job (processes from MPI_Comm_spawn or "
+                      "MPI_Comm_connect cannot be in a process set)" % outside)
+    return sorted(ranks), None
+
+
+_comm_registrations = itertools.count()
+
+
+def _add_comm_process_sets(process_set):
+    """Registers the sets that every rank's communicator makes (collective over every rank, each
+    passing its own communicator, e.g. from COMM_WORLD.Split): the ranks agree on every rank's
+    members (an allgather), refuse together if any rank's communicator cannot make a set, then
+    register each distinct member list, in sorted order, as add_process_set would. As Horovod's
+    horovod_init_multi_comm. `process_set` gets its own communicator's set."""
+    from overlap import _core
+    try:
+        members, why = _comm_members(process_set.mpi_comm)
+    except Exception as error:  # every rank must reach the allgather, to refuse together
+        members, why = None, "reading its communicator failed: %s: %s" % (
+            type(error).__name__, error)
+    everyone = _allgather_json("__overlap.comm_process_set.%d" % next(_comm_registrations),
+                               {"ranks": members, "why": why})
+    refused = "rank %d: process set from an mpi4py communicator refused: " % _core.rank()
+    reasons = ["rank %d: %s" % (r, e["why"]) for r, e in enumerate(everyone) if e["why"]]
+    if reasons:
+        raise ValueError(refused + "; ".join(reasons))
+    made = sorted({tuple(e["ranks"]) for e in everyone})
+    # Checked before adding any, so that a refusal leaves nothing half-registered; the texts are
+    # the runtime's (AddProcessSet), and every rank knows the same registered sets.
+    registered = {tuple(_core.process_set_ranks(i)): i for i in _core.process_set_ids() if i}
+    for ranks in made:
+        if len(ranks) == _core.size():
+            raise ValueError(refused + "AddProcessSet(%s): these are all the ranks, which the "
+                             "global process set 0 already has" % list(ranks))
+        if ranks in registered:
+            raise ValueError(refused + "AddProcessSet(%s): process set %d already has these "
+                             "ranks" % (list(ranks), registered[ranks]))
+    ids = {ranks: _core.add_process_set(list(ranks)) for ranks in made}
+    process_set.ranks = members
+    process_set.process_set_id = ids[tuple(members)]
+    process_set._made_together = ids
+
+
 global_process_set = ProcessSet()
 
 
@@ -192,35 +327,52 @@ def add_process_set(process_set):
     """Registers a process set after init (collective: every rank calls it, in the same order)
     and returns it, its process_set_id set. `process_set` is a ProcessSet or a list of ranks.
     ValueError, the same on every rank, for bad ranks (out of range, listed twice, all of them)
-    or ranks another registered set already has; NotImplementedError for an MPI communicator."""
+    or ranks another registered set already has.
+
+    A ProcessSet of an mpi4py communicator: every rank passes its own (the members of each
+    rank's communicator make a set, as after COMM_WORLD.Split), and every distinct set is
+    registered on every rank; this rank's object gets its communicator's set. Horovod 0.28
+    takes these in init(comm=MPI.COMM_WORLD, process_sets=[...]) only; overlap also here and
+    with init(process_sets=[...]). ValueError on every rank, naming each rank whose
+    communicator cannot make a set (MPI.COMM_NULL, an intercommunicator, members outside
+    MPI_COMM_WORLD) and why."""
     from overlap import _core
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
-    if process_set.ranks is None and process_set.mpi_comm is not None:
-        raise NotImplementedError(
-            "rank %d: adding process sets defined by an MPI communicator is not implemented; "
-            "build the process set from a list of ranks" % _core.rank())
-    if process_set.ranks is None:
+    if process_set.process_set_id == 0 or (process_set.ranks is None and
+                                           process_set.mpi_comm is None):
         raise ValueError("rank %d: %s is the global process set, which is always registered" %
                          (_core.rank(), process_set))
+    if process_set.mpi_comm is not None:
+        _add_comm_process_sets(process_set)
+        return process_set
     process_set.process_set_id = _core.add_process_set(process_set.ranks)
+    process_set._made_together = {tuple(process_set.ranks): process_set.process_set_id}
     return process_set
 
 
 def remove_process_set(process_set):
     """Removes a registered process set (collective, as add_process_set) and returns True; the
     object is invalidated. False, as in Horovod, for the global set and for a set that is not
-    registered."""
+    registered. A set from an mpi4py communicator goes with every set registered with it (each
+    rank removes its own communicator's set, and so all of them)."""
     from overlap import _core
     set_id = process_set.process_set_id
     if set_id is None or set_id == 0:
         return False
     process_set._invalidate()
-    # Every rank knows the same sets, so every rank takes the same branch.
-    if set_id not in _core.process_set_ids():
-        return False
-    _core.remove_process_set(set_id)
-    return True
+    # Every rank knows the same sets, and _made_together is the same on every rank, so every
+    # rank takes the same branch and removes the same sets in the same order.
+    registered = _core.process_set_ids()
+    if process_set.mpi_comm is None:
+        if set_id not in registered:
+            return False
+        _core.remove_process_set(set_id)
+        return True
+    ids = sorted(i for i in process_set._made_together.values() if i in registered)
+    for each in ids:
+        _core.remove_process_set(each)
+    return bool(ids)
 
 
 def process_sets():

@@ -8,10 +8,13 @@ expected values come from numpy over the set's members. The sets' collectives ru
 tf.function as the global set's. A rank outside a set, an unregistered set, a broadcast root
 outside the set and a runtime compressor on a set raise ValueError with overlap.torch's text
 (the runtime's); a set removed after a tf.function was traced fails the op with
-tf.errors.InvalidArgumentError.
+tf.errors.InvalidArgumentError. Last, sets from mpi4py communicators (COMM_WORLD.Split) through
+hvd.add_process_set and hvd.init, and an agreed refusal; without mpi4py those tests are skipped,
+saying so (the refusals are checked in full by the overlap.torch suite: the code is shared).
 """
 
 import os
+import sys
 
 import keras
 import numpy as np
@@ -456,4 +459,82 @@ def test_add_and_remove_at_runtime(hvd):
     if RANK in EVENS:
         assert_equal(hvd.allreduce(x, op=hvd.Sum, name="ps.end", process_set=_sets["evens"]),
                      len(EVENS) * x.numpy(), "evens allreduce at the end")
+    hvd.barrier()
+
+
+# ---- Sets from mpi4py communicators ---------------------------------------------------------
+
+
+def _mpi4py():
+    """mpi4py's MPI (imported after hvd.init, so MPI stays the runtime's to finalize), or a skip
+    that says why: tools/setup.sh installs mpi4py."""
+    try:
+        from mpi4py import MPI
+    except ImportError as error:
+        pytest.skip("mpi4py is not importable by %s (%s); tools/setup.sh installs it" %
+                    (sys.executable, error))
+    return MPI
+
+
+def _check_collectives(hvd, ps, tag):
+    """allreduce, allgather (ragged, in set order) and broadcast (from a global rank) on `ps`,
+    the set of this rank's half, eagerly and in a tf.function: values against every member's
+    input."""
+    inputs = {r: rank_input((3, 4), tf.float32, 80, r) for r in range(SIZE)}
+    rows = {r: rank_input((r + 1, 2), tf.int64, 81, r) for r in range(SIZE)}
+    root = MINE[-1]
+    for mode in ("eager", "function"):
+        def step(x, y):
+            return (hvd.allreduce(x, op=hvd.Sum, name="%s.sum.%s" % (tag, mode), process_set=ps),
+                    hvd.allreduce(x, name="%s.avg.%s" % (tag, mode), process_set=ps),
+                    hvd.allgather(y, name="%s.gather.%s" % (tag, mode), process_set=ps),
+                    hvd.broadcast(x, root, name="%s.bcast.%s" % (tag, mode), process_set=ps))
+
+        run = step if mode == "eager" else tf.function(step)
+        total, average, gathered, broadcast = run(inputs[RANK], rows[RANK])
+        expected = sum(inputs[r].numpy() for r in MINE)
+        assert_equal(total, expected, "%s: allreduce sum" % mode)
+        close(average, expected / len(MINE), "%s: allreduce average" % mode)
+        assert_equal(gathered, np.concatenate([rows[r].numpy() for r in MINE]),
+                     "%s: allgather" % mode)
+        assert_equal(broadcast, inputs[root].numpy(), "%s: broadcast" % mode)
+
+
+def test_process_sets_from_an_mpi4py_communicator(hvd):
+    """COMM_WORLD.Split by parity gives each rank the communicator of its half; registered
+    with add_process_set, and then again with init(comm=MPI.COMM_WORLD, process_sets=[...])
+    (Horovod's form; the runtime is running, so init registers the sets only), every rank gets
+    the set of its own communicator, its members' MPI_COMM_WORLD ranks; collectives on it give
+    the members' values; removing it removes both halves' sets."""
+    MPI = _mpi4py()
+    from overlap.common import process_sets
+    for ps in process_sets()[1:]:  # the split below makes these sets again
+        if ps.ranks in (EVENS, ODDS):
+            assert hvd.remove_process_set(ps)
+    comm = MPI.COMM_WORLD.Split(color=RANK % 2, key=RANK)
+    ps = hvd.add_process_set(hvd.ProcessSet(comm))
+    assert ps.mpi_comm is comm and ps.ranks == MINE and ps.size() == comm.Get_size()
+    assert ps.rank() == comm.Get_rank() == MINE.index(RANK) and ps.included()
+    assert sorted(s.ranks for s in process_sets()[1:] if s.ranks in (EVENS, ODDS)) == \
+        sorted([EVENS, ODDS])
+    _check_collectives(hvd, ps, "ps.comm.added")
+    assert hvd.remove_process_set(ps) is True and ps.process_set_id is None
+    assert not [s for s in process_sets() if s.ranks in (EVENS, ODDS)]
+
+    again = hvd.ProcessSet(comm)
+    hvd.init(comm=MPI.COMM_WORLD, process_sets=[again])
+    assert again.ranks == MINE and again.rank() == MINE.index(RANK)
+    _check_collectives(hvd, again, "ps.comm.init")
+    # A rank whose communicator is MPI.COMM_NULL: every rank refuses, naming it.
+    last = SIZE - 1
+    null_on_last = MPI.COMM_WORLD.Split(0 if RANK != last else MPI.UNDEFINED, RANK)
+    with pytest.raises(ValueError) as info:
+        hvd.add_process_set(hvd.ProcessSet(null_on_last))
+    assert str(info.value) == (
+        "rank %d: process set from an mpi4py communicator refused: rank %d: its communicator "
+        "is MPI.COMM_NULL, so this rank is in none (Split with color MPI.UNDEFINED gives "
+        "that); every rank must pass a communicator it is a member of" % (RANK, last))
+    if null_on_last != MPI.COMM_NULL:
+        null_on_last.Free()
+    # `again` stays registered (with the other half's set): shutdown stops both.
     hvd.barrier()

@@ -5,14 +5,18 @@ ranks {0, 3} added later with hvd.add_process_set. Each rank computes every memb
 itself (hvd_util), so expected values come from torch arithmetic over the set's members. The
 sets' collectives run while the global set's are in flight. A rank outside a set, an
 unregistered or removed set and bad ranks raise ValueError with the same message everywhere.
+SyncBatchNorm on a set normalizes over its members' batches. Last, sets from mpi4py
+communicators (COMM_WORLD.Split), through hvd.add_process_set and hvd.init, and the refusals of
+communicators that cannot make a set; without mpi4py those tests are skipped, saying so.
 """
 
 import os
+import sys
 
 import pytest
 import torch
 
-from hvd_util import floats, ints
+from hvd_util import assert_close, floats, ints
 
 SIZE = int(os.environ["OMPI_COMM_WORLD_SIZE"])
 RANK = int(os.environ["OMPI_COMM_WORLD_RANK"])
@@ -210,6 +214,72 @@ def test_refusals_name_the_rank_and_the_set(hvd):
                        torch.full((3,), float(len(MINE))))
 
 
+@pytest.mark.parametrize("spatial", [(), (3, 4)], ids=["NC", "NCHW"])
+def test_sync_batch_norm_on_a_set(hvd, spatial):
+    """Each rank normalizes over its own set (the evens or the odds), with a different batch
+    size on every rank: outputs, running statistics and input gradients equal torch's BatchNorm
+    on the concatenated batch of the set's members, and the parameter gradients summed over the
+    set equal the reference's. A SyncBatchNorm on the other set, which this rank is not in,
+    is BatchNorm of this rank's batch alone."""
+    mine, other = _my_set(), (_sets["odds"] if RANK % 2 == 0 else _sets["evens"])
+    channels, counts = 3, [4 + r for r in range(SIZE)]
+    offset = sum(counts[r] for r in MINE[:MINE.index(RANK)])
+    norm = torch.nn.BatchNorm1d if not spatial else torch.nn.BatchNorm2d
+    sync_bn = hvd.SyncBatchNorm(channels, momentum=0.3, process_set=mine)
+    outside = hvd.SyncBatchNorm(channels, momentum=0.3, process_set=other)
+    affine = floats((2, channels), 700, 0, torch.float32)
+    with torch.no_grad():
+        for module in (sync_bn, outside):
+            module.weight.copy_(affine[0] + 1.5)
+            module.bias.copy_(affine[1])
+    bn, own = norm(channels, momentum=0.3), norm(channels, momentum=0.3)
+    bn.load_state_dict(sync_bn.state_dict())
+    own.load_state_dict(outside.state_dict())
+    for iteration in range(2):
+        what = f"SyncBatchNorm on {mine.ranks}, {spatial}, iteration {iteration}"
+        xs = {r: floats((counts[r], channels) + spatial, 710 + iteration, r, torch.float32) * 3 + r
+              for r in range(SIZE)}
+        gs = {r: floats((counts[r], channels) + spatial, 720 + iteration, r, torch.float32)
+              for r in range(SIZE)}
+        for module in (sync_bn, outside, bn, own):
+            module.zero_grad()
+        x = xs[RANK].clone().requires_grad_()
+        out = sync_bn(x)
+        x_set = torch.cat([xs[r] for r in MINE]).requires_grad_()
+        out_set = bn(x_set)
+        rows = slice(offset, offset + counts[RANK])
+        assert_close(out, out_set[rows].detach(), f"{what}: output", rtol=1e-4, atol=1e-5)
+        assert_close(sync_bn.running_mean, bn.running_mean, f"{what}: running_mean",
+                     rtol=1e-4, atol=1e-5)
+        assert_close(sync_bn.running_var, bn.running_var, f"{what}: running_var",
+                     rtol=1e-4, atol=1e-5)
+        (out * gs[RANK]).sum().backward()
+        (out_set * torch.cat([gs[r] for r in MINE])).sum().backward()
+        assert_close(x.grad, x_set.grad[rows], f"{what}: input grad", rtol=1e-4, atol=1e-5)
+        for param, reference in [("weight", bn.weight.grad), ("bias", bn.bias.grad)]:
+            total = hvd.allreduce(getattr(sync_bn, param).grad, op=hvd.Sum, process_set=mine,
+                                  name=f"ps.bn.{param}.{len(spatial)}.{iteration}")
+            assert_close(total, reference, f"{what}: {param} grad", rtol=1e-4, atol=1e-5)
+        # Outside its set: this rank's batch alone, as plain BatchNorm.
+        y, y_own = xs[RANK].clone().requires_grad_(), xs[RANK].clone().requires_grad_()
+        out_outside, out_own = outside(y), own(y_own)
+        assert_close(out_outside, out_own.detach(), f"{what}: outside the set", rtol=1e-4,
+                     atol=1e-5)
+        assert_close(outside.running_var, own.running_var, f"{what}: outside, running_var",
+                     rtol=1e-4, atol=1e-5)
+        (out_outside * gs[RANK]).sum().backward()
+        (out_own * gs[RANK]).sum().backward()
+        assert_close(y.grad, y_own.grad, f"{what}: outside, input grad", rtol=1e-4, atol=1e-5)
+    sync_bn.eval()
+    bn.eval()
+    x = floats((2, channels) + spatial, 730, RANK, torch.float32)
+    assert_close(sync_bn(x).detach(), bn(x).detach(), "SyncBatchNorm on a set, eval mode",
+                 rtol=1e-5, atol=1e-6)
+    unregistered = hvd.SyncBatchNorm(channels, process_set=hvd.ProcessSet([0]))
+    with pytest.raises(ValueError, match="rank %d: .* is not registered" % RANK):
+        unregistered(xs[RANK])
+
+
 def test_add_and_remove_at_runtime(hvd):
     # The odd ranks' set goes; a set of the last rank alone (on 2 ranks, the removed set's ranks
     # again) comes, with a new id; on 4 ranks also {0, 3}.
@@ -237,4 +307,149 @@ def test_add_and_remove_at_runtime(hvd):
             assert torch.equal(got, torch.full((2,), float(SIZE - 1)))
         assert hvd.remove_process_set(ends)
     # The evens' set and `solo` stay registered: shutdown stops them before the global set.
+    hvd.barrier()
+
+
+# ---- Sets from mpi4py communicators ---------------------------------------------------------
+
+
+def _mpi4py():
+    """mpi4py's MPI (imported after hvd.init, so MPI stays the runtime's to finalize), or a skip
+    that says why: tools/setup.sh installs mpi4py."""
+    try:
+        from mpi4py import MPI
+    except ImportError as error:
+        pytest.skip("mpi4py is not importable by %s (%s); tools/setup.sh installs it" %
+                    (sys.executable, error))
+    return MPI
+
+
+def _remove_sets_with_ranks(hvd, rank_lists):
+    """Removes the registered sets with these ranks (collective), so that a communicator's sets
+    may take them."""
+    from overlap.common import process_sets
+    for ps in process_sets()[1:]:
+        if ps.ranks in rank_lists:
+            assert hvd.remove_process_set(ps)
+
+
+def _check_collectives(hvd, ps, tag):
+    """allreduce, allgather (ragged, in set order) and broadcast (from a global rank) on `ps`,
+    the set of this rank's half: values against every member's input."""
+    inputs = {r: ints((3, 4), -8, 8, torch.float32, 80, r) for r in range(SIZE)}
+    assert torch.equal(hvd.allreduce(inputs[RANK], op=hvd.Sum, name=tag + ".sum", process_set=ps),
+                       sum(inputs[r] for r in MINE))
+    assert torch.equal(hvd.allreduce(inputs[RANK], name=tag + ".avg", process_set=ps),
+                       sum(inputs[r] for r in MINE) / len(MINE))
+    rows = {r: ints((r + 1, 2), 0, 100, torch.int64, 81, r) for r in range(SIZE)}
+    assert torch.equal(hvd.allgather(rows[RANK], name=tag + ".gather", process_set=ps),
+                       torch.cat([rows[r] for r in MINE]))
+    root = MINE[-1]
+    assert torch.equal(hvd.broadcast(inputs[RANK], root, name=tag + ".bcast", process_set=ps),
+                       inputs[root])
+
+
+def test_process_sets_from_an_mpi4py_communicator(hvd):
+    """COMM_WORLD.Split by parity gives each rank the communicator of its half; registered
+    with add_process_set, and then again with init(comm=MPI.COMM_WORLD, process_sets=[...])
+    (Horovod's form; the runtime is running, so init registers the sets only), every rank gets
+    the set of its own communicator, its members' MPI_COMM_WORLD ranks, and both halves' sets
+    are registered everywhere. Collectives on it give the members' values; removing it removes
+    both halves' sets."""
+    MPI = _mpi4py()
+    from overlap.common import process_sets
+    _remove_sets_with_ranks(hvd, [EVENS, ODDS])
+    comm = MPI.COMM_WORLD.Split(color=RANK % 2, key=RANK)
+    ps = hvd.ProcessSet(comm)
+    assert ps.mpi_comm is comm and ps.ranks is None and ps.process_set_id is None
+    assert ps.included() is None and ps.size() is None
+    assert hvd.add_process_set(ps) is ps
+    assert ps.ranks == MINE and ps.mpi_comm is comm
+    assert ps.size() == comm.Get_size() == len(MINE)
+    assert ps.rank() == comm.Get_rank() == MINE.index(RANK) and ps.included()
+    registered = {tuple(s.ranks): s.process_set_id for s in process_sets()[1:]}
+    assert tuple(EVENS) in registered and tuple(ODDS) in registered
+    assert ps.process_set_id == registered[tuple(MINE)]
+    _check_collectives(hvd, ps, "ps.comm.added")
+    assert hvd.remove_process_set(ps) is True and ps.process_set_id is None
+    left = [s.ranks for s in process_sets()]
+    assert EVENS not in left and ODDS not in left, left
+    assert hvd.remove_process_set(ps) is False
+
+    again = hvd.ProcessSet(comm)
+    hvd.init(comm=MPI.COMM_WORLD, process_sets=[again])
+    assert again.ranks == MINE and again.rank() == MINE.index(RANK)
+    assert again.process_set_id > registered[tuple(ODDS)]  # ids are never reused
+    assert hvd.global_process_set.mpi_comm is MPI.COMM_WORLD
+    _check_collectives(hvd, again, "ps.comm.init")
+    # `again` stays registered (with the other half's set): shutdown stops both.
+    hvd.barrier()
+
+
+def test_communicators_that_cannot_make_a_set_are_refused_on_every_rank(hvd):
+    """An object that is not a communicator is refused when the ProcessSet is made. A rank
+    whose communicator is MPI.COMM_NULL, an intercommunicator, or holds processes outside
+    MPI_COMM_WORLD (spawned) makes every rank's add_process_set raise ValueError naming that
+    rank and why; nothing is registered and the sets still work."""
+    MPI = _mpi4py()
+    from overlap.common import process_sets
+    before = [s.ranks for s in process_sets()]
+    group = MPI.COMM_WORLD.Get_group()
+    with pytest.raises(ValueError) as info:
+        hvd.ProcessSet(group)
+    group.Free()
+    assert str(info.value) == (
+        "rank %d: ProcessSet needs a list of global ranks (ints) or an mpi4py communicator "
+        "(mpi4py.MPI.Comm), got an object of type mpi4py.MPI.Group (pass the communicator "
+        "itself, not its group)" % RANK)
+    with pytest.raises(ValueError) as info:
+        hvd.ProcessSet("evens")
+    assert str(info.value).startswith("rank %d: ProcessSet needs a list of global ranks" % RANK)
+
+    refused = "rank %d: process set from an mpi4py communicator refused: " % RANK
+    last = SIZE - 1
+    comm = MPI.COMM_WORLD.Split(0 if RANK != last else MPI.UNDEFINED, RANK)
+    with pytest.raises(ValueError) as info:
+        hvd.add_process_set(hvd.ProcessSet(comm))
+    assert str(info.value) == refused + (
+        "rank %d: its communicator is MPI.COMM_NULL, so this rank is in none (Split with color "
+        "MPI.UNDEFINED gives that); every rank must pass a communicator it is a member of" % last)
+    if comm != MPI.COMM_NULL:
+        comm.Free()
+
+    half = MPI.COMM_WORLD.Split(RANK % 2, RANK)
+    inter = half.Create_intercomm(0, MPI.COMM_WORLD, 1 - RANK % 2, tag=7)
+    with pytest.raises(ValueError) as info:
+        hvd.add_process_set(hvd.ProcessSet(inter))
+    assert str(info.value) == refused + "; ".join(
+        "rank %d: its communicator is an intercommunicator; a process set needs an "
+        "intracommunicator (Intercomm.Merge() makes one)" % r for r in range(SIZE))
+    inter.Free()
+    half.Free()
+
+    # Every rank spawns one process and merges with it: a communicator of two processes, one
+    # of them outside this job's MPI_COMM_WORLD.
+    child = ("from mpi4py import MPI; parent = MPI.Comm.Get_parent(); "
+             "merged = parent.Merge(high=True); merged.Barrier(); merged.Free(); "
+             "parent.Disconnect()")
+    spawned = MPI.COMM_SELF.Spawn(sys.executable, args=["-c", child], maxprocs=1)
+    merged = spawned.Merge(high=False)
+    try:
+        with pytest.raises(ValueError) as info:
+            hvd.add_process_set(hvd.ProcessSet(merged))
+    finally:
+        merged.Barrier()
+        merged.Free()
+        spawned.Disconnect()
+    assert str(info.value) == refused + "; ".join(
+        "rank %d: its communicator is not a sub-communicator of MPI_COMM_WORLD: its ranks [1] "
+        "are not processes of this job (processes from MPI_Comm_spawn or MPI_Comm_connect "
+        "cannot be in a process set)" % r for r in range(SIZE))
+
+    assert [s.ranks for s in process_sets()] == before
+    with pytest.raises(ValueError) as info:  # the runtime's own refusal, agreed the same way
+        hvd.add_process_set(hvd.ProcessSet(MPI.COMM_WORLD))
+    assert str(info.value) == refused + (
+        "AddProcessSet(%s): these are all the ranks, which the global process set 0 already "
+        "has" % list(range(SIZE)))
     hvd.barrier()
