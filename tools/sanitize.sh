@@ -10,7 +10,8 @@
 #                                 the user's threads and MPI meet, and the fake-world suites. Debian's Abseil is not
 #                                 instrumented: --config=tsan links annotations that tell TSan
 #                                 about absl::Mutex (third_party/system/absl_tsan_annotations.cc).
-#   tools/sanitize.sh tsan-core   TSan on those suites less the scheduled_* planner suites (CI)
+#   tools/sanitize.sh tsan-core   TSan on those suites less six of the eight scheduled_* planner
+#                                 suites and three of the four scheduled_delayed_* ones (CI)
 #   tools/sanitize.sh asan -- --test_output=all    extra arguments go to `bazel test`
 #
 # Each stage builds only the targets it tests, in its own output directory (--platform_suffix),
@@ -64,10 +65,14 @@ for stage in "${stages[@]}"; do
     threaded="//tests/sanitizers:absl_mutex_test //tests/fakes:fake_control_test
       //tests/runtime:negotiator_test //tests/runtime:planned_mode_test"
     name=$stage targets="$threaded $mpi_tests"
-    # tsan-core (CI): the suites where the user's threads, the coordinator and MPI meet, without
-    # the scheduled_* planner suites, which run the same threads for minutes each under TSan.
+    # tsan-core (CI): the suites where the user's threads, the coordinator and MPI meet, and of
+    # the scheduled_* planner suites (2-3 minutes each under TSan) the two that reach every
+    # planned-execution path the others use: dear (sliced buckets, reduce-scatter/all-gather
+    # halves, channels) and a delayed bytescheduler plan (the delay line, periods, residuals).
     [[ $stage == tsan-core ]] &&
-      targets="$threaded $(tr ' ' '\n' <<<"$mpi_tests" | grep -v ':scheduled_' | tr '\n' ' ')"
+      targets="$threaded $(tr ' ' '\n' <<<"$mpi_tests" | grep -v ':scheduled_' | tr '\n' ' ')
+        //tests/runtime:scheduled_dear_2ranks_test
+        //tests/runtime:scheduled_delayed_bytescheduler_d1_p2_2ranks_test"
     configs=(--config=tsan "--test_env=TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:\
 suppressions=$supp/tsan.supp")
   fi
