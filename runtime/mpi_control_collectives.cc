@@ -58,7 +58,8 @@ class GatherRequest : public ControlRequest {
       if (rank_ == 0) {
         displs.assign(static_cast<size_t>(size_), 0);
         for (size_t r = 1; r < displs.size(); ++r) displs[r] = displs[r - 1] + lengths_[r - 1];
-        bytes_.assign(static_cast<size_t>(displs.back() + lengths_.back()), '\0');
+        bytes_.assign(static_cast<size_t>(displs.back()) + static_cast<size_t>(lengths_.back()),
+                      '\0');
       }
       displs_ = std::move(displs);
       const int rc = MPI_Igatherv(mine_.data(), length_, MPI_BYTE, bytes_.data(), lengths_.data(),
