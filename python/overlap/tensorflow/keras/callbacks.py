@@ -110,6 +110,12 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if self.verbose and epoch < self.warmup_epochs and _core.rank() == 0:
             print("\nEpoch %d: LearningRateWarmupCallback sets learning rate to %g." %
-                  (epoch + 1, float(self.model.optimizer.learning_rate)))
+                  (epoch + 1, _learning_rate(self.model.optimizer)))
         if logs is not None:
-            logs["lr"] = float(self.model.optimizer.learning_rate)
+            logs["lr"] = _learning_rate(self.model.optimizer)
+
+
+def _learning_rate(optimizer):
+    """The optimizer's current learning rate as a float. Through numpy: Keras variables take
+    float() only from Keras 3.5 on, and TensorFlow 2.16 and 2.17 came with Keras 3.0-3.4."""
+    return float(np.asarray(optimizer.learning_rate))
