@@ -14,8 +14,9 @@ import torch
 from overlap import _core  # noqa: F401 (hvd._core: the binding, for tests and debugging)
 from overlap.basics import (cross_rank, cross_size, init, is_homogeneous, is_initialized,
                              local_rank, local_size, rank, restore_compression_state,
-                             save_compression_state, shutdown, size, start_timeline, stats,
+                             save_compression_state, size, start_timeline, stats,
                              stop_timeline)
+from overlap.basics import shutdown as _shutdown_runtime
 from overlap.common import (Adasum, Average, HorovodInternalError, HostsUpdatedInterrupt, Max,
                             Min, Product, ProcessSet, Sum, add_process_set, ccl_built,
                             cuda_built, ddl_built, gloo_built, gloo_enabled,
@@ -32,6 +33,14 @@ from overlap.torch.mpi_ops import (allgather, allgather_async, allreduce, allred
                                    grouped_allreduce_async_, grouped_reducescatter,
                                    grouped_reducescatter_async, join, poll, reducescatter,
                                    reducescatter_async, sparse_allreduce_async, synchronize)
-from overlap.torch.optimizer import DistributedOptimizer
+from overlap.torch.optimizer import DistributedOptimizer, apply_all_pending_updates
 from overlap.torch.sync_batch_norm import SyncBatchNorm
 
+
+
+def shutdown():
+    """Applies the updates DistributedOptimizer deferred (update_at_forward), finishes pending
+    operations and stops the runtime (collective)."""
+    if is_initialized():
+        apply_all_pending_updates()
+    _shutdown_runtime()

@@ -2,19 +2,44 @@
 
 Each parameter's gradient is submitted for reduction from a hook the moment backward has
 accumulated it, so communication overlaps the rest of backward; step() waits for all of them and
-then runs the wrapped optimizer. The wrapper is the user's optimizer object itself, re-classed,
-so its state, param_groups and isinstance checks are unchanged.
+then runs the wrapped optimizer. With update_at_forward (the default under the bytescheduler,
+usbyte, dear, deft and auto planners), step() returns at once and each parameter is updated just
+before the next forward that uses it (overlap/torch/layerwise.py). The wrapper is the user's optimizer object itself,
+re-classed, so its state, param_groups and isinstance checks are unchanged.
 """
 
 import contextlib
+import os
 import warnings
+import weakref
 
 import torch
 
 from overlap import _core
 from overlap.common import Adasum, Average, global_process_set, process_set_id
-from overlap.torch import mpi_ops, step_markers
+from overlap.torch import layerwise, mpi_ops, step_markers
 from overlap.torch.compression import Compression
+
+
+# Planners whose plans update each layer just before its forward (scheduler/plan.h,
+# layerwise_update: ByteScheduler's, US-Byte's, DeAR's and DeFT's semantics), and auto, which may
+# pick one of them: under them DistributedOptimizer updates at forward unless told otherwise, so
+# the runtime runs the plan the simulator predicted and profiles each layer's real first use.
+_FORWARD_WINDOW_PLANNERS = ("bytescheduler", "usbyte", "dear", "deft", "auto")
+
+# Optimizers with deferred updates, which hvd.shutdown() applies first.
+_deferring = weakref.WeakSet()
+
+
+def apply_all_pending_updates():
+    """Applies every DistributedOptimizer's deferred updates (hvd.shutdown() calls this). A
+    reduction that failed is reported as a warning naming its error: shutdown goes on."""
+    for optimizer in list(_deferring):
+        try:
+            optimizer.apply_pending_updates()
+        except Exception as error:  # noqa: BLE001 (reported, and shutdown must still run)
+            warnings.warn("rank %d: shutdown: the deferred parameter updates of the last step "
+                          "were not applied: %s" % (_core.rank(), error))
 
 
 def _here(message):
@@ -24,7 +49,8 @@ def _here(message):
 
 class _DistributedOptimizer:
     def _overlap_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                       gradient_predivide_factor, groups, sparse_as_dense, process_set):
+                       gradient_predivide_factor, groups, sparse_as_dense, process_set,
+                       update_at_forward):
         if op == Adasum:
             raise ValueError("rank %d: overlap does not implement Adasum; use op=hvd.Average or "
                              "hvd.Sum" % _core.rank())
@@ -61,6 +87,16 @@ class _DistributedOptimizer:
         self._should_synchronize = True
         self._hook_handles = []
         self._markers = step_markers.install()
+        if update_at_forward is None:
+            update_at_forward = (os.environ.get("OVERLAP_PLANNER", "observed")
+                                 in _FORWARD_WINDOW_PLANNERS)
+        self._deferred = None
+        if update_at_forward and self._included:
+            self._deferred = layerwise.DeferredUpdates(self._requires_update,
+                                                       self._apply_deferred,
+                                                       step_markers.before_module_forward)
+            _deferring.add(self)
+            weakref.finalize(self, self._deferred.close)  # its module hooks go with the optimizer
         if self._included:
             self._register_hooks()
 
@@ -125,6 +161,9 @@ class _DistributedOptimizer:
     # -- per-gradient work ------------------------------------------------------------------
 
     def _on_grad(self, p):
+        if self._deferred:
+            # Every forward of the step is done: what no forward applied is applied now.
+            self._deferred.apply()
         self._markers.on_gradient()
         if p in self._handles and self._handles[p] is not None:
             if self._passes_left[p] <= 0:
@@ -203,17 +242,12 @@ class _DistributedOptimizer:
         plan (planner deft with staleness > 0) p.grad receives the average of an earlier step,
         and is set to None in the steps that bring a parameter no update, so that step()
         skips it."""
+        self.apply_pending_updates()
         self._markers.on_update()
         if not self._included:
             self._synchronized = True
             return
-        for p in self._requires_update:
-            if self._handles.get(p) is None:
-                if p in self._groups:
-                    self._group_ready[self._groups[p]] = []
-                    self._launch_group(self._groups[p])
-                else:
-                    self._handles[p] = self._reduce_async(p)
+        self._launch_missing()
         done = set()
         for p in self._requires_update:
             entry = self._handles[p]
@@ -239,11 +273,94 @@ class _DistributedOptimizer:
                 for q, (c, cctx) in zip(members, compressed):
                     if c is not q.grad:
                         q.grad.copy_(self._compression.decompress(c, cctx))
+        self._end_step()
+        self._synchronized = True
+
+    def _launch_missing(self):
+        """Reduces now the gradients that backward never produced on this rank (as zeros)."""
+        for p in self._requires_update:
+            if self._handles.get(p) is None:
+                if p in self._groups:
+                    self._group_ready[self._groups[p]] = []
+                    self._launch_group(self._groups[p])
+                else:
+                    self._handles[p] = self._reduce_async(p)
+
+    def _end_step(self):
         self._handles.clear()
         self._group_ready.clear()
         for p in self._requires_update:
             self._passes_left[p] = self.backward_passes_per_step
-        self._synchronized = True
+
+    # -- updates at forward (overlap/torch/layerwise.py) --------------------------------------
+
+    def _defer_step(self):
+        """step() with update_at_forward: hands every reduction to the deferred updates and
+        returns True, or returns False when this step must run synchronously (a sparse
+        gradient)."""
+        self._markers.on_update()
+        self._launch_missing()
+        if any(entry[0] == "sparse" for entry in self._handles.values()):
+            return False
+        snapshot = layerwise.snapshot_settings(self.param_groups)
+        done = set()
+        for p in self._requires_update:
+            entry = self._handles[p]
+            if id(entry) in done:
+                continue
+            done.add(id(entry))
+            self._deferred.add(self._pending_update(p, entry, snapshot))
+        self._end_step()
+        return True
+
+    def _pending_update(self, p, entry, snapshot):
+        kind, handle, ctx = entry
+        if kind == "dense":
+            buffer = p.grad  # the gradient reduced in place; p.grad may be reset before use
+
+            def resolve():
+                reduced, updated = mpi_ops._synchronize(handle)
+                if not updated:
+                    return {p: None}
+                compressed, cctx = ctx
+                if reduced is not buffer:
+                    buffer.copy_(self._compression.decompress(reduced, cctx))
+                return {p: buffer}
+            return layerwise.PendingUpdate([p], resolve, snapshot)
+        members, compressed = ctx
+        buffers = [q.grad for q in members]
+
+        def resolve_group():
+            mpi_ops.synchronize(handle)
+            for b, (c, cctx) in zip(buffers, compressed):
+                if c is not b:
+                    b.copy_(self._compression.decompress(c, cctx))
+            return dict(zip(members, buffers))
+        return layerwise.PendingUpdate(list(members), resolve_group, snapshot)
+
+    def _apply_deferred(self, entries):
+        grads = {}
+        for entry in entries:
+            grads.update(entry.resolve())
+        grads = {p: g for p, g in grads.items() if g is not None}
+        if grads:
+            base = super(_DistributedOptimizer, self)
+            layerwise.step_subset(self.param_groups, base.step, grads, entries[0].snapshot)
+
+    def apply_pending_updates(self):
+        """Applies now every update that step() deferred (update_at_forward). Needed only before
+        reading parameters other than through a module's forward or state_dict() right after
+        step(); a no-op otherwise."""
+        if self._deferred:
+            self._deferred.apply()
+
+    def state_dict(self, *args, **kwargs):
+        self.apply_pending_updates()
+        return super(_DistributedOptimizer, self).state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        self.apply_pending_updates()
+        return super(_DistributedOptimizer, self).load_state_dict(*args, **kwargs)
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -256,6 +373,10 @@ class _DistributedOptimizer:
 
     def step(self, closure=None):
         if self._should_synchronize:
+            if self._deferred is not None and closure is None and not self._synchronized:
+                self.apply_pending_updates()  # the previous step's, in order
+                if self._defer_step():
+                    return None
             if self._synchronized:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
                               "context after optimizer.synchronize(). This can cause training "
@@ -271,6 +392,11 @@ class _DistributedOptimizer:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize(). This is "
                                  "prohibited as it can cause a race condition.")
+        if self._deferred:
+            # A deferred update still owns its gradient buffer (it is being averaged in place):
+            # the next backward gets a new one, whatever set_to_none says.
+            for p in self._deferred.params():
+                p.grad = None
         return super(_DistributedOptimizer, self).zero_grad(*args, **kwargs)
 
     def set_backward_passes_per_step(self, passes):
@@ -282,7 +408,7 @@ class _DistributedOptimizer:
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set):
+                         process_set=global_process_set, update_at_forward=None):
     """Wraps a torch optimizer so that step() applies gradients averaged over every rank.
 
     As horovod.torch.DistributedOptimizer: named_parameters (model.named_parameters()) names the
@@ -295,6 +421,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     only; on other ranks step() applies the local gradients, as in Horovod. The planner and
     staleness are hvd.init() options (the global set's plans; a process set's gradients run
     negotiated and on the plan its runtime observes).
+
+    update_at_forward (overlap's own; by default on under the bytescheduler, usbyte, dear, deft
+    and auto planners, whose plans assume it, and off otherwise): step() returns before the gradients are averaged, and each parameter is
+    updated, with the same values, just before the next forward of its module, so averaging
+    overlaps the next forward (docs/torch.md, "Updates at forward"). Call
+    optimizer.apply_pending_updates() before reading parameters in another way right after
+    step().
     """
     if not _core.is_initialized():
         raise ValueError("overlap has not been initialized; call hvd.init() before "
@@ -308,7 +441,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     optimizer.__class__ = cls
     try:
         optimizer._overlap_setup(named_parameters, compression, backward_passes_per_step, op,
-                                 gradient_predivide_factor, groups, sparse_as_dense, process_set)
+                                 gradient_predivide_factor, groups, sparse_as_dense, process_set,
+                                 update_at_forward)
     except Exception:
         optimizer.__class__ = base  # refused: the optimizer stays the user's, ready to wrap again
         raise

@@ -35,6 +35,9 @@ class StepMarkers:
         if self._state in (_IDLE, _UPDATE) and torch.is_grad_enabled():
             self._advance(_FORWARD)
 
+    # Another module forward pre-hook that must run after the forward marker calls this first.
+    before_module_forward = _on_module_forward
+
     def on_gradient(self):
         if self._state != _BACKWARD:
             if self._state != _FORWARD:
@@ -61,9 +64,16 @@ _current = None
 
 
 def install():
-    """The process's markers; one optimizer drives them (the last one created)."""
+    """The process's markers, shared by every DistributedOptimizer: their calls are idempotent
+    within a phase, so two optimizers (a GAN's, say) mark one step, not two."""
     global _current
-    if _current is not None:
-        _current.close()
-    _current = StepMarkers()
+    if _current is None:
+        _current = StepMarkers()
     return _current
+
+
+def before_module_forward(module, inputs):
+    """For another module forward pre-hook that must run after the forward marker: advances the
+    process's markers now (the hooks' order is that of their registration)."""
+    if _current is not None:
+        _current.before_module_forward(module, inputs)
