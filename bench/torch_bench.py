@@ -56,6 +56,9 @@ def parse_args(argv):
     p.add_argument("--ddp-bucket-mb", default=None,
                    help="DDP bucket_cap_mb: a number, or 'sweep:A,B,...' to measure each briefly "
                         "and run the fastest (the 'tuned' DDP)")
+    p.add_argument("--update-at-forward", default="auto", choices=["auto", "on", "off"],
+                   help="overlap: DistributedOptimizer(update_at_forward=...); auto: the planner's "
+                        "default")
     p.add_argument("--sweep-steps", type=int, default=6, help="measured steps per sweep candidate")
     p.add_argument("--master-addr", default="127.0.0.1", help="DDP: rank 0's address")
     p.add_argument("--master-port", type=int, default=29500)
@@ -166,7 +169,8 @@ def planner_label(system):
 def main(argv):
     args = parse_args(argv)
     torch.set_num_threads(1)  # four ranks share two cores: one compute thread each
-    system = torch_systems.make_system(args.system, args.master_addr, args.master_port)
+    system = torch_systems.make_system(args.system, args.master_addr, args.master_port,
+                                       args.update_at_forward)
     workload = Workload(args, system.rank, system.size)
 
     result = {"system": args.label or args.system,
@@ -191,10 +195,14 @@ def main(argv):
     step_ms = statistics.median(slowest)
 
     error = None
+    if args.system == "overlap":
+        # With updates at forward the last step's averages are still in flight: apply them.
+        result["update_at_forward"] = bool(getattr(optimizer, "_deferred", None) is not None)
+        optimizer.apply_pending_updates()
     if args.mode == "emulated":
-        # deft may apply a step's averaged gradients only before the next forward; the others
-        # have every gradient averaged when optimizer.step() returns.
-        if (result["planner"] or "").startswith("deft"):
+        # A delayed deft plan (staleness > 0) applies an earlier step's averages; the others
+        # have every gradient averaged once the step's updates are applied.
+        if (result["planner"] or "").startswith("deft-s"):
             result["verified"] = None
         else:
             error = check_averaged(model, system.size)

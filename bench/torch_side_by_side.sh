@@ -17,7 +17,8 @@
 #                  (and, in the synthetic part, ddp-torch2.0: DDP on the Horovod venv's torch)
 #   overlap        overlap.torch (python/, OVERLAP_LIBRARY=liboverlap.so), newest torch, once per
 #                  planner of --planners (default observed,wfbp,fusion,mgwfbp,bytescheduler,
-#                  usbyte,dear,deft,auto; OVERLAP_PLANNER)
+#                  usbyte,dear,deft,auto; OVERLAP_PLANNER); PLANNER@step runs it with
+#                  DistributedOptimizer(update_at_forward=False)
 # Parts (--parts, default all):
 #   emulated   the profile models (bench/torch_models.py) with compute slept, scaled like
 #              bench/model_step.cc: 16 workers on 10 Gbit/s at --target-step-ms per ideal step
@@ -179,11 +180,15 @@ run() {
       # runs at the cap, libnbc's default (Rabenseifner) below it.
       mpi_args="--mca coll_libnbc_iallreduce_algorithm 1"
       env_args+=(PYTHONPATH="$BIN/python" OVERLAP_LIBRARY="$BIN/liboverlap.so")
+      # PLANNER@step: the planner with DistributedOptimizer(update_at_forward=False), every
+      # update at step() as before updates at forward existed (the JSON's update_at_forward).
+      local base=${planner%@step}
+      [ "$base" = "$planner" ] || args+=(--update-at-forward off)
       # deft-sN: deft with staleness bound N and update periods up to 4 (delayed updates).
-      if [[ $planner =~ ^deft-s([0-9]+)$ ]]; then
+      if [[ $base =~ ^deft-s([0-9]+)$ ]]; then
         env_args+=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}" OVERLAP_MAX_PERIOD=4)
       else
-        env_args+=(OVERLAP_PLANNER="$planner")
+        env_args+=(OVERLAP_PLANNER="$base")
       fi ;;
   esac
   local name=${args[*]}

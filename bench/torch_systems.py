@@ -15,8 +15,9 @@ import torch
 class HorovodAPI:
     """horovod.torch, or anything with its API (overlap.torch)."""
 
-    def __init__(self, module_name):
+    def __init__(self, module_name, optimizer_options=None):
         self.name = module_name.split(".")[0]  # "horovod" or "overlap"
+        self.optimizer_options = optimizer_options or {}
         self.hvd = importlib.import_module(module_name)
         self.hvd.init()
         self.rank = self.hvd.rank()
@@ -26,7 +27,8 @@ class HorovodAPI:
         hvd = self.hvd
         # Rank 0's weights and optimizer state everywhere, as every Horovod script starts.
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                             **self.optimizer_options)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         return model, optimizer
 
@@ -71,12 +73,15 @@ class TorchDDP:
         self.dist.destroy_process_group()
 
 
-def make_system(name, master_addr="127.0.0.1", master_port=29500):
-    """'horovod', 'overlap' or 'ddp'."""
+def make_system(name, master_addr="127.0.0.1", master_port=29500, update_at_forward="auto"):
+    """'horovod', 'overlap' or 'ddp'. update_at_forward (overlap: auto, on or off) is
+    DistributedOptimizer's option of that name (auto: the planner's default)."""
     if name == "horovod":
         return HorovodAPI("horovod.torch")
     if name == "overlap":
-        return HorovodAPI("overlap.torch")
+        options = {} if update_at_forward == "auto" else {
+            "update_at_forward": update_at_forward == "on"}
+        return HorovodAPI("overlap.torch", options)
     if name == "ddp":
         return TorchDDP(master_addr, master_port)
     raise ValueError(f"unknown system '{name}' (horovod, overlap, ddp)")

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs overlap's tests under GCC's sanitizers (docs/reliability.md, "Sanitizers"); CI runs the
-# asan and tsan-core stages from tools/test.sh (OVERLAP_SANITIZE=0 skips them, ="asan" runs
-# only the first, ="asan tsan" all of TSan's suites).
+# asan and tsan stages from tools/test.sh (OVERLAP_SANITIZE=0 skips them, ="asan" runs only the
+# first, ="asan tsan-core" TSan's core suites only).
 #
-#   tools/sanitize.sh             the asan and tsan-core stages, as CI
+#   tools/sanitize.sh             the asan and tsan stages, as CI
 #   tools/sanitize.sh asan        ASan+UBSan: every unit test (cc_test without an MPI launcher, a
 #                                 GPU, a cluster or Python) and every 2-rank runtime suite
 #   tools/sanitize.sh tsan        TSan: the 2-rank runtime suites, where the coordinator thread,
@@ -11,7 +11,7 @@
 #                                 instrumented: --config=tsan links annotations that tell TSan
 #                                 about absl::Mutex (third_party/system/absl_tsan_annotations.cc).
 #   tools/sanitize.sh tsan-core   TSan on those suites less six of the eight scheduled_* planner
-#                                 suites and three of the four scheduled_delayed_* ones (CI)
+#                                 suites and three of the four scheduled_delayed_* ones
 #   tools/sanitize.sh asan -- --test_output=all    extra arguments go to `bazel test`
 #
 # Each stage builds only the targets it tests, in its own output directory (--platform_suffix),
@@ -31,7 +31,7 @@ while (($#)) && [[ $1 != -- ]]; do
   shift
 done
 [[ ${1:-} == -- ]] && shift
-((${#stages[@]})) || stages=(asan tsan-core)
+((${#stages[@]})) || stages=(asan tsan)
 
 query() { bazel query --noshow_progress "$1" 2>/dev/null; }
 # Unit tests: cc_tests that need no mpirun, GPU, namespace cluster or Python.
@@ -65,7 +65,7 @@ for stage in "${stages[@]}"; do
     threaded="//tests/sanitizers:absl_mutex_test //tests/fakes:fake_control_test
       //tests/runtime:negotiator_test //tests/runtime:planned_mode_test"
     name=$stage targets="$threaded $mpi_tests"
-    # tsan-core (CI): the suites where the user's threads, the coordinator and MPI meet, and of
+    # tsan-core: the suites where the user's threads, the coordinator and MPI meet, and of
     # the scheduled_* planner suites (2-3 minutes each under TSan) the two that reach every
     # planned-execution path the others use: dear (sliced buckets, reduce-scatter/all-gather
     # halves, channels) and a delayed bytescheduler plan (the delay line, periods, residuals).

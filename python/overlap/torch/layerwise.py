@@ -69,9 +69,10 @@ def step_subset(param_groups, base_step, grads, snapshot):
 class DeferredUpdates:
     """The parameters whose update step() deferred, and the hooks that apply them in time.
 
-    params: every parameter the optimizer updates. apply(entries) applies a list of PendingUpdate; before_forward(module, inputs) runs before
-    the application in each module forward (the step markers, so that the first wait on a
-    handle counts from the forward's start). Holds its owner weakly: the hooks go away with it."""
+    params: every parameter the optimizer updates; apply(entries): applies a list of
+    PendingUpdate; before_forward(module, inputs): runs before an application in a module
+    forward (the step markers, so that the first wait on a handle counts from the forward's
+    start). Holds apply's owner weakly: the hooks go away with it (close())."""
 
     def __init__(self, params, apply, before_forward):
         self._params = set(params)

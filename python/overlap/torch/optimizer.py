@@ -4,8 +4,9 @@ Each parameter's gradient is submitted for reduction from a hook the moment back
 accumulated it, so communication overlaps the rest of backward; step() waits for all of them and
 then runs the wrapped optimizer. With update_at_forward (the default under the bytescheduler,
 usbyte, dear, deft and auto planners), step() returns at once and each parameter is updated just
-before the next forward that uses it (overlap/torch/layerwise.py). The wrapper is the user's optimizer object itself,
-re-classed, so its state, param_groups and isinstance checks are unchanged.
+before the next forward that uses it (overlap/torch/layerwise.py). The wrapper is the user's
+optimizer object itself, re-classed, so its state, param_groups and isinstance checks are
+unchanged.
 """
 
 import contextlib
@@ -241,7 +242,8 @@ class _DistributedOptimizer:
         that backward never produced on this rank are reduced now (as zeros). Under a delayed
         plan (planner deft with staleness > 0) p.grad receives the average of an earlier step,
         and is set to None in the steps that bring a parameter no update, so that step()
-        skips it."""
+        skips it. Updates that an earlier step() deferred (update_at_forward) are applied
+        first."""
         self.apply_pending_updates()
         self._markers.on_update()
         if not self._included:
@@ -423,11 +425,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     negotiated and on the plan its runtime observes).
 
     update_at_forward (overlap's own; by default on under the bytescheduler, usbyte, dear, deft
-    and auto planners, whose plans assume it, and off otherwise): step() returns before the gradients are averaged, and each parameter is
-    updated, with the same values, just before the next forward of its module, so averaging
-    overlaps the next forward (docs/torch.md, "Updates at forward"). Call
-    optimizer.apply_pending_updates() before reading parameters in another way right after
-    step().
+    and auto planners, whose plans assume it, and off otherwise): step() returns before the
+    gradients are averaged, and each parameter is updated, with the same values, just before
+    the next forward of its module, so averaging overlaps the next forward (docs/torch.md,
+    "Updates at forward"). Call optimizer.apply_pending_updates() before reading parameters in
+    another way right after step().
     """
     if not _core.is_initialized():
         raise ValueError("overlap has not been initialized; call hvd.init() before "
