@@ -155,7 +155,7 @@ run() {
       "$line" "$busy" "$( ((localhost)) && echo localhost || echo "cluster $rate")" | tee -a "$out"
   else
     local reason
-    reason=$(grep -E '^[A-Za-z_.]*(Error|Exception)\b|tf_bench.py:|overlaprun: job failed' "$log" | head -1)
+    reason=$(grep -E '^[A-Za-z_.]*(Error|Exception)\b|tf_bench.py:|overlaprun: job failed' "$log" | head -1 || true)
     [ -n "$reason" ] || reason=$(tail -1 "$log")
     ((rc != 124)) || reason="timed out after ${limit} s; $reason"
     note "$system $planner $model failed (status $rc; log $log): $reason"

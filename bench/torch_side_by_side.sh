@@ -218,7 +218,7 @@ run() {
   else
     local reason
     # A Python traceback's last line, this benchmark's own message, or overlaprun's summary.
-    reason=$(grep -E '^[A-Za-z_.]*(Error|Exception)\b|torch_bench.py:|overlaprun: job failed' "$log" | head -1)
+    reason=$(grep -E '^[A-Za-z_.]*(Error|Exception)\b|torch_bench.py:|overlaprun: job failed' "$log" | head -1 || true)
     [ -n "$reason" ] || reason=$(tail -1 "$log")
     ((rc != 124)) || reason="timed out after ${limit} s; $reason"
     note "$label ${planner} failed (status $rc; log $log): $reason"

@@ -35,9 +35,9 @@ timeout 60 "$CLUSTER" up 4 --rate 1gbit  # again, over the first: must replace, 
 [ "$(ip netns list | grep -c '^ovl-')" -eq 6 ] || fail "expected 6 namespaces (sw, head, h1..h4): $(ip netns list)"
 HOSTFILE=$("$CLUSTER" hostfile)
 [ "$(cat "$HOSTFILE")" = $'h1 slots=1\nh2 slots=1\nh3 slots=1\nh4 slots=1' ] || fail "hostfile: $(cat "$HOSTFILE")"
-ip netns exec ovl-h2 tc qdisc show dev eth0 | grep -q "tbf .*rate 1Gbit" || fail "h2 has no 1gbit tbf"
+ip netns exec ovl-h2 tc qdisc show dev eth0 | grep "tbf .*rate 1Gbit" >/dev/null || fail "h2 has no 1gbit tbf"
 # Private addresses only inside the namespaces: the machine's own namespace has none of them.
-! ip -4 addr show | grep -q "10\.77\.0\." || fail "10.77.0.x leaked into the root namespace"
+! ip -4 addr show | grep "10\.77\.0\." >/dev/null || fail "10.77.0.x leaked into the root namespace"
 
 timeout 60 "$CLUSTER" exec "$OVERLAPRUN" -np 4 --hostfile "$HOSTFILE" --tcp-only \
   --network-interface 10.77.0.0/24 "$WHERE" >"$LOG"
@@ -69,7 +69,7 @@ for r in 2 3; do grep -q "^rank=$r size=4 host=h2 ipv4=10.77.0.2 " "$LOG" || fai
 grep -qx "cluster.sh: --slots needs a positive integer, got '0'" "$LOG" || fail "--slots 0 message: $(cat "$LOG")"
 
 timeout 60 "$CLUSTER" down
-! ip netns list | grep -q '^ovl-' || fail "namespaces left after down: $(ip netns list)"
+! ip netns list | grep '^ovl-' >/dev/null || fail "namespaces left after down: $(ip netns list)"
 [ ! -e /etc/netns/ovl-h1 ] || fail "/etc/netns/ovl-h1 left after down"
 "$CLUSTER" hostfile 2>/dev/null && fail "hostfile still reported after down"
 echo PASS

@@ -107,7 +107,7 @@ cat "$logs/overlaprun.log"
 if [ "$rc" -eq 124 ]; then
   echo "run_pytest.sh: the ranks did not finish within ${timeout_s}s" >&2
 fi
-if [ "$rc" -eq 0 ] && cat "$logs"/*.log | grep -q "Local abort after MPI_FINALIZE"; then
+if [ "$rc" -eq 0 ] && grep -q "Local abort after MPI_FINALIZE" "$logs"/*.log; then
   echo "run_pytest.sh: the ranks passed but aborted in MPI_Finalize (see above)" >&2
   rc=1
 fi

@@ -22,7 +22,7 @@ used=$(echo "$sources" | xargs grep -HoE "[\"']OVERLAP_[A-Z0-9_]+[\"']|OVERLAP_[
   tr -d "\"'=" | sort -u)
 [ "$(echo "$used" | grep -c .)" -ge 15 ] || fail "found only these uses, is the pattern right? $used"
 while IFS=: read -r file name; do
-  echo "$names" | grep -qxF "$name" ||
+  grep -qxF "$name" <<<"$names" ||
     fail "$file uses $name, which runtime/env_vars.cc's table does not list (add it there)"
 done <<<"$used"
 

@@ -48,7 +48,7 @@ cmd_down() {
   need_root down
   local ns
   for ns in $(host_namespaces) ${PREFIX}-head ${PREFIX}-sw; do
-    ip netns list | awk '{print $1}' | grep -qx "$ns" || continue
+    ip netns list | awk '{print $1}' | grep -x "$ns" >/dev/null || continue
     kill_namespace_processes "$ns"
     # Deleting a namespace deletes the veth ends and the bridge inside it.
     ip netns del "$ns"
@@ -168,7 +168,7 @@ cmd_status() {
 cmd_exec() {
   need_root exec
   (($#)) || die "exec needs a command"
-  ip netns list | awk '{print $1}' | grep -qx ${PREFIX}-head || die "no cluster is up; run: tools/cluster/cluster.sh up K"
+  ip netns list | awk '{print $1}' | grep -x ${PREFIX}-head >/dev/null || die "no cluster is up; run: tools/cluster/cluster.sh up K"
   # The cluster's Open MPI settings go into the environment of the command.
   set -a
   # shellcheck disable=SC1090,SC1091

@@ -16,13 +16,13 @@ case $host in
   10.77.0.[0-9]*) host=h${host##*.}; ns=ovl-$host ;;
   *) echo "cluster_rsh.sh: '$host' is not a cluster host (expected h1..hK or 10.77.0.K)" >&2; exit 255 ;;
 esac
-if ! ip netns list | awk '{print $1}' | grep -qx "$ns"; then
+if ! ip netns list | awk '{print $1}' | grep -x "$ns" >/dev/null; then
   echo "cluster_rsh.sh: host $host does not exist (no namespace $ns); run tools/cluster/cluster.sh up K" >&2
   exit 255
 fi
 # Exit 255 like ssh when the host's link is down, so reachability checks fail the same way.
-if ! ip -n "$ns" -o link show eth0 | grep -q 'state UP' ||
-   ! ip -n ovl-sw -o link show "p${host#h}" | grep -q 'state UP'; then
+if ! ip -n "$ns" -o link show eth0 | grep 'state UP' >/dev/null ||
+   ! ip -n ovl-sw -o link show "p${host#h}" | grep 'state UP' >/dev/null; then
   echo "cluster_rsh.sh: host $host is unreachable: its link is down" >&2
   exit 255
 fi

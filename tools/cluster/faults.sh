@@ -109,7 +109,7 @@ stop_flap() {
   [ -f "$STATE/$host.flap.pid" ] || return 0
   pid=$(cat "$STATE/$host.flap.pid")
   # Only our own loop: the pid must still be a bash running the flap script.
-  if [ -r "/proc/$pid/cmdline" ] && tr '\0\n' '  ' <"/proc/$pid/cmdline" | grep -q "^bash -c .* flap ${PREFIX}-sw p${host#h} "; then
+  if [ -r "/proc/$pid/cmdline" ] && tr '\0\n' '  ' <"/proc/$pid/cmdline" | grep "^bash -c .* flap ${PREFIX}-sw p${host#h} " >/dev/null; then
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
