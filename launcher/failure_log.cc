@@ -1,6 +1,7 @@
 #include "launcher/failure_log.h"
 
 #include <algorithm>
+#include <csignal>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -85,13 +86,20 @@ bool FailureLog::Reported(int rank) const {
 }
 
 std::optional<RankReport> FailureLog::Cause() const {
-  std::vector<RankReport> own;
+  // A rank killed by SIGPIPE wrote to a pipe or socket whose other end had closed: its stderr
+  // after mpirun tore the job down, or a peer that was already gone. It is a consequence, and is
+  // blamed only when no rank failed otherwise.
+  std::vector<RankReport> own, own_not_sigpipe;
   for (const RankReport& r : reports_) {
     if (!r.stopped_by_launcher) {
       own.push_back(r);
+      if (!(r.how == RankReport::How::kSignaled && r.code == SIGPIPE)) {
+        own_not_sigpipe.push_back(r);
+      }
     }
   }
-  const std::vector<RankReport>& pool = own.empty() ? reports_ : own;
+  const std::vector<RankReport>& pool =
+      !own_not_sigpipe.empty() ? own_not_sigpipe : (own.empty() ? reports_ : own);
   if (pool.empty()) {
     return std::nullopt;
   }

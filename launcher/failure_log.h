@@ -8,7 +8,8 @@
 // program's error status), the cause ends differently (its own status or a signal), so among
 // failures within kSimultaneousMs of the first, the only one killed by a signal (not from the
 // launcher: peers exit, they are not killed) is the cause, else a single one that ended unlike
-// all the others; otherwise the earliest is.
+// all the others; otherwise the earliest is. A rank killed by SIGPIPE (it wrote to a pipe or
+// socket that a failure had closed) is a consequence, blamed only when no rank failed otherwise.
 #ifndef OVERLAP_LAUNCHER_FAILURE_LOG_H_
 #define OVERLAP_LAUNCHER_FAILURE_LOG_H_
 

@@ -152,6 +152,20 @@ TEST_CASE("a cause reported a few ms late is still found by how it ended", "[rep
   killed.Add(Report(0, RankReport::How::kSignaled, SIGTERM, 30100, true));
   CHECK(killed.Cause()->rank == 1);
   CHECK(killed.ExitStatus(1) == 137);
+  // Rank 2 exited with 7; rank 3 was killed by SIGPIPE writing after the job was torn down (seen
+  // in exit_cluster_test): the SIGPIPE is a consequence, not the one signal that names a cause.
+  FailureLog piped;
+  piped.Add(Report(3, RankReport::How::kSignaled, SIGPIPE, 40000));
+  piped.Add(Report(2, RankReport::How::kExited, 7, 40002));
+  piped.Add(Report(0, RankReport::How::kExited, 1, 40003));
+  piped.Add(Report(1, RankReport::How::kExited, 1, 40004));
+  CHECK(piped.Cause()->rank == 2);
+  CHECK(piped.ExitStatus(1) == 7);
+  // Only SIGPIPE victims failed: one of them is still blamed.
+  FailureLog only_piped;
+  only_piped.Add(Report(1, RankReport::How::kSignaled, SIGPIPE, 50000));
+  CHECK(only_piped.Cause()->rank == 1);
+  CHECK(only_piped.ExitStatus(1) == 128 + SIGPIPE);
   // No odd one out: the earliest.
   FailureLog alike;
   alike.Add(Report(1, RankReport::How::kExited, 1, 20004));
