@@ -197,7 +197,7 @@ def main(argv):
     error = None
     if args.system == "overlap":
         # With updates at forward the last step's averages are still in flight: apply them.
-        result["update_at_forward"] = bool(getattr(optimizer, "_deferred", None) is not None)
+        result["update_at_forward"] = getattr(optimizer, "_deferred", None) is not None
         optimizer.apply_pending_updates()
     if args.mode == "emulated":
         # A delayed deft plan (staleness > 0) applies an earlier step's averages; the others

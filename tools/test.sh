@@ -17,10 +17,11 @@ stage_done() { times="$times $1 $((SECONDS - stage_start))s"; stage_start=$SECON
 bazel test //... "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 passed=$(grep -cE '^//.* PASSED in' "$log")
-failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
 # The names of the failed targets go in the summary line too: CI shows only the tail of the log,
 # and the sanitizer and clang-tidy stages print thousands of lines after this one.
-failed_names=$(grep -E '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log" | awk '{print $1}' | tr '\n' ' ')
+failed_names=$(grep -E '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log" | awk '{print $1}')
+failed=$(grep -c . <<<"$failed_names")
+failed_names=$(paste -sd' ' <<<"$failed_names")
 rm -f "$log"
 stage_done bazel-test
 # A short pass of every libFuzzer target (tools/fuzz.sh, docs/reliability.md);
@@ -57,7 +58,7 @@ if [ "${OVERLAP_CLANG_TIDY:-1}" != 0 ]; then
   stage_done clang-tidy
 fi
 tools/cuda_status.sh || true
-echo "overlap tests: ${passed} passed, ${failed} failed${failed_names:+ (${failed_names% })};" \
+echo "overlap tests: ${passed} passed, ${failed} failed${failed_names:+ ($failed_names)};" \
   "sanitizers: ${sanitizers:-no summary (above)}; clang-tidy: ${tidy:-no summary (above)};" \
   "wall:${times}"
 exit "$rc"

@@ -37,7 +37,6 @@ from overlap.torch.optimizer import DistributedOptimizer, apply_all_pending_upda
 from overlap.torch.sync_batch_norm import SyncBatchNorm
 
 
-
 def shutdown():
     """Applies the updates DistributedOptimizer deferred (update_at_forward), finishes pending
     operations and stops the runtime (collective)."""

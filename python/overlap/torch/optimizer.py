@@ -250,31 +250,15 @@ class _DistributedOptimizer:
             self._synchronized = True
             return
         self._launch_missing()
-        done = set()
-        for p in self._requires_update:
-            entry = self._handles[p]
-            if id(entry) in done:
+        for p, entry in self._reductions():
+            if entry[0] == "sparse":
+                p.grad = entry[1]()
                 continue
-            done.add(id(entry))
-            kind, handle, ctx = entry
-            if kind == "sparse":
-                p.grad = handle()
-            elif kind == "dense":
-                reduced, updated = mpi_ops._synchronize(handle)
-                compressed, cctx = ctx
-                if not updated:
+            for q, grad in self._resolver(p, entry)[1]().items():
+                if grad is None:
                     # A delayed plan has no update for this parameter this step: the optimizer
                     # skips a parameter without a gradient (momentum and weight decay included).
-                    p.grad = None
-                    continue
-                if reduced is not p.grad:
-                    p.grad.copy_(self._compression.decompress(reduced, cctx))
-            else:
-                mpi_ops.synchronize(handle)
-                members, compressed = ctx
-                for q, (c, cctx) in zip(members, compressed):
-                    if c is not q.grad:
-                        q.grad.copy_(self._compression.decompress(c, cctx))
+                    q.grad = None
         self._end_step()
         self._synchronized = True
 
@@ -287,6 +271,45 @@ class _DistributedOptimizer:
                     self._launch_group(self._groups[p])
                 else:
                     self._handles[p] = self._reduce_async(p)
+
+    def _reductions(self):
+        """(a parameter, its reduction) once per reduction of this step: a group's members
+        share one."""
+        done = set()
+        for p in self._requires_update:
+            entry = self._handles[p]
+            if id(entry) not in done:
+                done.add(id(entry))
+                yield p, entry
+
+    def _resolver(self, p, entry):
+        """(the parameters, resolve) of a dense or grouped reduction: resolve() waits for it,
+        writes the averages into the gradient tensors reduced (decompressed where compressed;
+        the tensors of now, since p.grad may be reset before resolve() runs) and returns
+        {param: its averaged gradient, or None when a delayed plan brings no update}."""
+        kind, handle, ctx = entry
+        if kind == "dense":
+            buffer = p.grad  # reduced in place
+
+            def resolve():
+                reduced, updated = mpi_ops._synchronize(handle)
+                if not updated:
+                    return {p: None}
+                compressed, cctx = ctx
+                if reduced is not buffer:
+                    buffer.copy_(self._compression.decompress(reduced, cctx))
+                return {p: buffer}
+            return [p], resolve
+        members, compressed = ctx
+        buffers = [q.grad for q in members]
+
+        def resolve_group():
+            mpi_ops.synchronize(handle)
+            for b, (c, cctx) in zip(buffers, compressed):
+                if c is not b:
+                    b.copy_(self._compression.decompress(c, cctx))
+            return dict(zip(members, buffers))
+        return list(members), resolve_group
 
     def _end_step(self):
         self._handles.clear()
@@ -305,40 +328,11 @@ class _DistributedOptimizer:
         if any(entry[0] == "sparse" for entry in self._handles.values()):
             return False
         snapshot = layerwise.snapshot_settings(self.param_groups)
-        done = set()
-        for p in self._requires_update:
-            entry = self._handles[p]
-            if id(entry) in done:
-                continue
-            done.add(id(entry))
-            self._deferred.add(self._pending_update(p, entry, snapshot))
+        for p, entry in self._reductions():
+            params, resolve = self._resolver(p, entry)
+            self._deferred.add(layerwise.PendingUpdate(params, resolve, snapshot))
         self._end_step()
         return True
-
-    def _pending_update(self, p, entry, snapshot):
-        kind, handle, ctx = entry
-        if kind == "dense":
-            buffer = p.grad  # the gradient reduced in place; p.grad may be reset before use
-
-            def resolve():
-                reduced, updated = mpi_ops._synchronize(handle)
-                if not updated:
-                    return {p: None}
-                compressed, cctx = ctx
-                if reduced is not buffer:
-                    buffer.copy_(self._compression.decompress(reduced, cctx))
-                return {p: buffer}
-            return layerwise.PendingUpdate([p], resolve, snapshot)
-        members, compressed = ctx
-        buffers = [q.grad for q in members]
-
-        def resolve_group():
-            mpi_ops.synchronize(handle)
-            for b, (c, cctx) in zip(buffers, compressed):
-                if c is not b:
-                    b.copy_(self._compression.decompress(c, cctx))
-            return dict(zip(members, buffers))
-        return layerwise.PendingUpdate(list(members), resolve_group, snapshot)
 
     def _apply_deferred(self, entries):
         grads = {}
