@@ -26,11 +26,11 @@ constexpr absl::Duration kDrainLimit = absl::Seconds(2);
 // The probe: a few sizes, each timed several times after a warm-up, on a quiet network.
 constexpr int64_t kProbeSizes[] = {int64_t{4} << 10, int64_t{256} << 10, int64_t{1} << 20,
                                    int64_t{4} << 20, int64_t{16} << 20};
-// When training ran only large collectives, their intercept is noise (bert-base's 25 MB buckets
-// fitted a latency of 0, and the planners then cut 200 buckets that each paid 3-8 ms): small
-// probes anchor it.
+// Always probed, whatever training ran: a least-squares intercept through the training
+// collectives is noise (bert-base's 25 MB buckets, and vgg16's small ones timed on the rank that
+// started last, fitted a latency of 0, and the planners then cut 100-250 buckets that each paid
+// 1-8 ms); the median 4 KiB allreduce floors it (sched::FitLinkCost).
 constexpr int64_t kLatencySizes[] = {int64_t{4} << 10, int64_t{64} << 10};
-constexpr double kLatencyAnchorBytes = 64 << 10;
 constexpr int kProbeRepeats = 5;
 
 sched::PlannerOptions OptionsFrom(const Config& config) {
@@ -321,39 +321,13 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
   const size_t distinct = std::unique(sizes.begin(), sizes.end()) - sizes.begin();
   const size_t from_training = samples.size();
   // The same samples on every rank, so every rank takes the same branch of these collectives.
-  if (distinct < 3) {
-    absl::Status s = Probe(kProbeSizes, &samples);
-    if (!s.ok()) return s;
-  } else if (sizes.front() > kLatencyAnchorBytes) {
-    absl::Status s = Probe(kLatencySizes, &samples);
-    if (!s.ok()) return s;
-  }
-  std::sort(
-      samples.begin(), samples.end(),
-      [](const sched::CostSample& a, const sched::CostSample& b) { return a.bytes < b.bytes; });
-  absl::StatusOr<sched::ChannelCost> fitted = sched::FitLinear(samples);
+  // Both probes start with the smallest size, whose time floors the fitted intercept.
+  absl::Status probed =
+      Probe(distinct < 3 ? absl::Span<const int64_t>(kProbeSizes) : kLatencySizes, &samples);
+  if (!probed.ok()) return probed;
+  const sched::CostSample latency = samples[from_training];
+  absl::StatusOr<sched::ChannelCost> fitted = sched::FitLinkCost(samples, latency);
   if (!fitted.ok()) return fitted.status();
-  // The fixed cost cannot exceed the smallest probe's time: a larger intercept is the slope bent
-  // by queueing at large sizes (tbf bursts, TCP). Then keep alpha at that time and refit beta.
-  if (fitted->alpha_s > samples.front().seconds) {
-    const double alpha = samples.front().seconds;
-    double num = 0, den = 0;
-    for (const sched::CostSample& c : samples) {
-      num += c.bytes * (c.seconds - alpha);
-      den += c.bytes * c.bytes;
-    }
-    fitted->alpha_s = alpha;
-    fitted->beta_s_per_byte = den > 0 ? std::max(0.0, num / den) : 0;
-  }
-  if (fitted->beta_s_per_byte <= 0) {
-    // Noise swamped the sizes (a loaded machine): a bandwidth-only bound from the largest probe
-    // keeps the planners from believing that bytes are free.
-    fitted->alpha_s = samples.front().seconds;
-    fitted->beta_s_per_byte =
-        std::max(0.0, samples.back().seconds - fitted->alpha_s) / samples.back().bytes;
-    if (fitted->beta_s_per_byte <= 0)
-      fitted->beta_s_per_byte = samples.back().seconds / samples.back().bytes;
-  }
   // Every rank uses rank 0's fit, so that the plan and the prediction agree everywhere.
   double ab[2] = {fitted->alpha_s, fitted->beta_s_per_byte};
   MPI_Request request;

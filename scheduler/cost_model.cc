@@ -1,5 +1,6 @@
 #include "scheduler/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -170,6 +171,40 @@ absl::StatusOr<ChannelCost> FitLinear(absl::Span<const CostSample> samples) {
     c.alpha_s = sy / n;
   }
   return c;
+}
+
+absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples,
+                                        CostSample latency) {
+  absl::StatusOr<ChannelCost> fitted = FitLinear(samples);
+  if (!fitted.ok()) return fitted.status();
+  double fastest = samples.front().seconds;
+  double largest_bytes = 0, largest_seconds = 0;
+  for (const CostSample& s : samples) {
+    fastest = std::min(fastest, s.seconds);
+    if (s.bytes > largest_bytes) {
+      largest_bytes = s.bytes;
+      largest_seconds = s.seconds;
+    }
+  }
+  const double floor = std::isfinite(latency.seconds) ? std::max(0.0, latency.seconds) : 0.0;
+  const double alpha = std::max(std::min(fitted->alpha_s, fastest), floor);
+  if (alpha != fitted->alpha_s) {
+    double num = 0, den = 0;
+    for (const CostSample& s : samples) {
+      num += s.bytes * (s.seconds - alpha);
+      den += s.bytes * s.bytes;
+    }
+    fitted->alpha_s = alpha;
+    fitted->beta_s_per_byte = den > 0 ? std::max(0.0, num / den) : 0;
+  }
+  if (fitted->beta_s_per_byte <= 0 && largest_bytes > 0) {
+    // Noise swamped the sizes (a loaded machine): a bandwidth-only bound from the largest sample
+    // keeps the planners from believing that bytes are free.
+    fitted->beta_s_per_byte = largest_seconds > fitted->alpha_s
+                                  ? (largest_seconds - fitted->alpha_s) / largest_bytes
+                                  : largest_seconds / largest_bytes;
+  }
+  return fitted;
 }
 
 }  // namespace overlap::sched
