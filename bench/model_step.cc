@@ -25,10 +25,10 @@
 // until a plan is frozen, Stats().plans_frozen > 0; any other planner: Stats().plan_adopted_step
 // >= 0) and has stayed unchanged for --settle-steps steps (no re-plan, no drop), agreed through a
 // MIN allreduce through overlap, waited for a step later, so that every rank stops at the same
-// step; it gives up after --max-warmup-steps. Then --steps measured steps; "plan_held" in the output says whether the
-// plan stayed in force, unchanged, on every rank throughout them.
-// step_ms is the median over the measured steps of the slowest rank's time between consecutive
-// StartForward calls. Rank 0 prints one JSON line (fields in docs/benchmarks.md).
+// step; it gives up after --max-warmup-steps. Then --steps measured steps; "plan_held" in the
+// output says whether the plan stayed in force, unchanged, on every rank throughout them. step_ms
+// is the median over the measured steps of the slowest rank's time between consecutive StartForward
+// calls. Rank 0 prints one JSON line (fields in docs/benchmarks.md).
 //
 // Scaling (docs/benchmarks.md, "Emulated models on the namespace cluster"). The reference is N =
 // --ref-workers (16) workers on links of R_ref = --ref-rate (10 Gbit/s), where communication
@@ -48,6 +48,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -306,7 +307,7 @@ class EmulatedModel {
         if (!right) {
           Die(absl::StrCat("gradient '", profile_.tensors[t].name, "' holds ", g[i], " at element ",
                            i,
-                           !delayed_plan  ? ", expected the average "
+                           !delayed_plan ? ", expected the average "
                            : updated_[t] ? ", expected a whole multiple of the average "
                                          : ", expected zeros (no update this step), not ",
                            want));
@@ -337,11 +338,11 @@ class EmulatedModel {
 
   const sched::Profile profile_;
   const Scaling scaling_;
-  std::vector<std::vector<float>> grads_;  // per profile tensor
+  std::vector<std::vector<float>> grads_;    // per profile tensor
   std::vector<std::vector<float>> outputs_;  // the averaged gradients, per profile tensor
   std::vector<Handle> handles_;
   std::vector<bool> pending_;
-  std::vector<bool> updated_;  // the last result held an update (has_update())
+  std::vector<bool> updated_;            // the last result held an update (has_update())
   std::vector<double> layer_update_ms_;  // unscaled
   int64_t bytes_ = 0;
   bool update_owed_ = false;  // the last step's update runs layer by layer in this forward
@@ -572,7 +573,8 @@ int Main(int argc, char** argv) {
         "\"ideal_ms\":%.3f,\"efficiency\":%.4f,\"buckets\":%lld,\"plan\":%s,"
         "\"update\":%s,\"plan_held\":%s,\"ranks\":%d,\"steps\":%d,\"warmup_steps\":%d,"
         "\"adopted_step\":%lld,\"plans_scheduled\":%lld,\"plans_dropped\":%lld,"
-        "\"step_ms_min\":%.3f,\"step_ms_max\":%.3f,\"compute_ms\":%.3f,\"comm_bound_ms\":%.3f,"
+        "\"step_ms_min\":%.3f,\"step_ms_max\":%.3f,\"step_ms_mean\":%.3f,\"compute_ms\":%.3f,"
+        "\"comm_bound_ms\":%.3f,"
         "\"grad_bytes\":%lld,\"time_scale\":%.6g,\"bytes_scale\":%.6g,\"link_rate\":%s,"
         "\"fitted_alpha_us\":%s,\"fitted_beta_us_per_mb\":%s}\n",
         JsonString(model.profile().model).c_str(), JsonString(PlannerLabel()).c_str(), step_ms,
@@ -583,9 +585,10 @@ int Main(int argc, char** argv) {
         options->steps, warmup_steps, static_cast<long long>(stats.plan_adopted_step),
         static_cast<long long>(stats.plans_scheduled), static_cast<long long>(stats.plans_dropped),
         *std::min_element(slowest.begin(), slowest.end()),
-        *std::max_element(slowest.begin(), slowest.end()), model.compute_ms(), comm_bound_ms,
-        static_cast<long long>(model.bytes()), scaling.time_scale, scaling.bytes_scale,
-        JsonString(options->link_rate).c_str(),
+        *std::max_element(slowest.begin(), slowest.end()),
+        std::accumulate(slowest.begin(), slowest.end(), 0.0) / static_cast<double>(slowest.size()),
+        model.compute_ms(), comm_bound_ms, static_cast<long long>(model.bytes()),
+        scaling.time_scale, scaling.bytes_scale, JsonString(options->link_rate).c_str(),
         JsonNumber(stats.fitted_alpha_us, scheduled).c_str(),
         JsonNumber(stats.fitted_beta_us_per_mb, scheduled).c_str());
     std::fflush(stdout);

@@ -7,7 +7,10 @@
 Prints the markdown tables and writes them into --doc between the lines
 "<!-- results:begin -->" and "<!-- results:end -->", so the page's prose stays as written.
 Speed-ups are against the best of each rival (the faster Horovod variant, the faster DDP), which
-is the comparison a user choosing a system would make. Without matplotlib the plot is skipped.
+is the comparison a user choosing a system would make. Speed-ups, samples/s and efficiency use
+the mean step where a line has one (throughput: a plan with update periods alternates long and
+short steps, whose median is neither); "step ms" is the median. Without matplotlib the plot is
+skipped.
 """
 import argparse
 import json
@@ -25,27 +28,31 @@ def label(r):
     return text
 
 
+def mean_ms(r):
+    return r.get("step_ms_mean", r["step_ms"])
+
+
 def best(runs, prefix):
-    times = [r["step_ms"] for r in runs if "error" not in r and r["system"].startswith(prefix)]
+    times = [mean_ms(r) for r in runs if "error" not in r and r["system"].startswith(prefix)]
     return min(times) if times else None
 
 
 def ratio(rival, r):
-    return "-" if rival is None or "error" in r else f"{rival / r['step_ms']:.2f}x"
+    return "-" if rival is None or "error" in r else f"{rival / mean_ms(r):.2f}x"
 
 
 def emulated_table(runs):
-    lines = ["| model | system (planner) | step ms | samples/s | ideal ms | efficiency | vs Horovod | vs DDP |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| model | system (planner) | step ms | mean ms | samples/s | ideal ms | efficiency | vs Horovod | vs DDP |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for model in dict.fromkeys(r["model"] for r in runs):
         rows = [r for r in runs if r["model"] == model]
         hvd, ddp = best(rows, "horovod"), best(rows, "ddp")
         for r in rows:
             if "error" in r:
-                lines.append(f"| {model} | {label(r)} | failed: {r['error']} | | | | | |")
+                lines.append(f"| {model} | {label(r)} | failed: {r['error']} | | | | | | |")
                 continue
-            lines.append(f"| {model} | {label(r)} | {r['step_ms']:.1f} | {r['samples_per_s']:.1f} "
-                         f"| {r['ideal_ms']:.1f} | {r['ideal_ms'] / r['step_ms']:.2f} | {ratio(hvd, r)} | {ratio(ddp, r)} |")
+            lines.append(f"| {model} | {label(r)} | {r['step_ms']:.1f} | {mean_ms(r):.1f} | {r['samples_per_s']:.1f} "
+                         f"| {r['ideal_ms']:.1f} | {r['ideal_ms'] / mean_ms(r):.2f} | {ratio(hvd, r)} | {ratio(ddp, r)} |")
     return "\n".join(lines)
 
 
@@ -116,7 +123,7 @@ def plot(runs, path):
     colors = {"horovod": "tab:red", "ddp": "tab:blue", "overlap": "tab:green"}
     for ax, (model, rows) in zip(axes[0], panels):
         x = range(len(rows))
-        ax.bar(x, [r["step_ms"] for r in rows], color=[colors.get(r["system"].split("+")[0].split("-")[0], "gray") for r in rows])
+        ax.bar(x, [mean_ms(r) for r in rows], color=[colors.get(r["system"].split("+")[0].split("-")[0], "gray") for r in rows])
         if rows[0].get("ideal_ms"):
             ax.axhline(rows[0]["ideal_ms"], color="black", linestyle="--", linewidth=1, label="ideal")
             ax.legend(loc="upper right", fontsize=8)

@@ -173,8 +173,7 @@ absl::StatusOr<ChannelCost> FitLinear(absl::Span<const CostSample> samples) {
   return c;
 }
 
-absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples,
-                                        CostSample latency) {
+absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, CostSample latency) {
   absl::StatusOr<ChannelCost> fitted = FitLinear(samples);
   if (!fitted.ok()) return fitted.status();
   double fastest = samples.front().seconds;

@@ -91,8 +91,7 @@ absl::StatusOr<ChannelCost> FitLinear(absl::Span<const CostSample> samples);
 // Where alpha is moved, beta is refitted through the moved intercept; where noise leaves no
 // positive slope, beta is the largest sample's time above alpha per byte. InvalidArgument as
 // FitLinear.
-absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples,
-                                        CostSample latency);
+absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, CostSample latency);
 
 }  // namespace overlap::sched
 
