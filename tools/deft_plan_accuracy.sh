@@ -6,23 +6,26 @@
 # communication dominates and deft has reason to delay. Needs root. Prints one markdown row per
 # run with the plan the runtime adopted (buckets, delayed, with a period). With
 # --staleness-correction on the example corrects momentum / beta1 for the adopted plan's mean
-# staleness (Stats().plan_mean_staleness).
+# staleness (Stats().plan_mean_staleness). --sync-steps N keeps deft's runs synchronous for their
+# first N steps (OVERLAP_PLAN_AFTER_STEPS=N: negotiated, so no plan is made before step N), a
+# synchronous warm-up before the delayed plan; 469 steps are one epoch at the default batch.
 #
 #   tools/deft_plan_accuracy.sh [--rate 100mbit] [--epochs 4] [--optimizers "sgd adam adamw"]
-#                               [--runs "observed|off deft|off deft|on"]
+#                               [--runs "observed|off deft|off deft|on"] [--sync-steps N]
 # The first run of each optimizer is the baseline of its "vs synchronous" column.
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CLUSTER=$ROOT/tools/cluster/cluster.sh
 die() { echo "deft_plan_accuracy.sh: $*" >&2; exit 1; }
-rate=100mbit epochs=4 optimizers="sgd adam adamw" runs="observed|off deft|off deft|on"
+rate=100mbit epochs=4 optimizers="sgd adam adamw" runs="observed|off deft|off deft|on" sync_steps=""
 while (($#)); do
   case $1 in
     --rate) rate=${2:-}; shift 2 || die "--rate needs a value" ;;
     --epochs) epochs=${2:-}; shift 2 || die "--epochs needs a number" ;;
     --optimizers) optimizers=${2:-}; shift 2 || die "--optimizers needs a list" ;;
     --runs) runs=${2:-}; shift 2 || die "--runs needs a list" ;;
+    --sync-steps) sync_steps=${2:-}; shift 2 || die "--sync-steps needs a number" ;;
     *) die "unknown option '$1'" ;;
   esac
 done
@@ -46,6 +49,7 @@ for o in $optimizers; do
     planner=${run%%|*} correction=${run#*|}
     env_args=(OVERLAP_PLANNER="$planner" OVERLAP_LOG_LEVEL=info)
     [ "$planner" != deft ] || env_args+=(OVERLAP_STALENESS=1 OVERLAP_MAX_PERIOD=4)
+    [ "$planner" != deft ] || [ -z "$sync_steps" ] || env_args+=(OVERLAP_PLAN_AFTER_STEPS="$sync_steps")
     # shellcheck disable=SC2086  # flags are words
     out=$(env "${env_args[@]}" timeout -k 10 1800 "$CLUSTER" exec "$BIN/overlaprun" -np 4 \
           --hostfile "$HOSTFILE" --tcp-only -- "$BIN/mnist_mlp" --epochs "$epochs" --seed 42 \
