@@ -16,7 +16,7 @@ void HandleState::Complete(absl::Status status) {
   absl::MutexLock lock(&mu_);
   status_ = std::move(status);
   done_ = true;
-  done_at_ = absl::Now();
+  clock_->MarkDone(absl::Now());
 }
 
 bool HandleState::done() const {
@@ -24,19 +24,29 @@ bool HandleState::done() const {
   return done_;
 }
 
-absl::Time HandleState::first_wait() const {
+void WaitClock::MarkWaited(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (first_wait_ == absl::InfiniteFuture()) first_wait_ = now;
+}
+
+void WaitClock::MarkDone(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  done_at_ = now;
+}
+
+absl::Time WaitClock::first_wait() const {
   absl::MutexLock lock(&mu_);
   return first_wait_;
 }
 
-absl::Time HandleState::done_at() const {
+absl::Time WaitClock::done_at() const {
   absl::MutexLock lock(&mu_);
   return done_at_;
 }
 
 absl::Status HandleState::Wait(absl::Duration timeout) const {
+  clock_->MarkWaited(absl::Now());
   absl::MutexLock lock(&mu_);
-  if (first_wait_ == absl::InfiniteFuture()) first_wait_ = absl::Now();
   auto is_done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return done_; };
   if (!mu_.AwaitWithTimeout(absl::Condition(&is_done), timeout)) {
     return absl::DeadlineExceededError(

@@ -16,6 +16,22 @@
 namespace overlap {
 namespace internal {
 
+// When a handle was first waited on and when it completed. Shared, because the step profiler
+// reads it when the step closes, after the program may have dropped the handle: overlap.torch and
+// overlap.tensorflow free theirs as soon as the wait returns.
+class WaitClock {
+ public:
+  void MarkWaited(absl::Time now);  // the first call wins
+  void MarkDone(absl::Time now);
+  absl::Time first_wait() const;  // absl::InfiniteFuture() until MarkWaited
+  absl::Time done_at() const;     // absl::InfiniteFuture() until MarkDone
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::Time first_wait_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Time done_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+};
+
 class HandleState {
  public:
   HandleState(std::string name, DoneCallback on_done)
@@ -30,11 +46,9 @@ class HandleState {
   bool done() const;
   // Records the first call's time (first_wait) before blocking.
   absl::Status Wait(absl::Duration timeout) const;
-  // When Wait was first called; absl::InfiniteFuture() until then. The step profiler's first use.
-  absl::Time first_wait() const;
-  // When Complete recorded the outcome (done() became true); absl::InfiniteFuture() until then.
-  // With first_wait, how long the first Wait blocked: the step profiler's blocked time.
-  absl::Time done_at() const;
+  // When Wait was first called (the step profiler's first use) and when Complete recorded the
+  // outcome (with the first, how long the first Wait blocked); it outlives this state.
+  std::shared_ptr<const WaitClock> clock() const { return clock_; }
 
   // Runtime-owned result for operations whose output size is decided by negotiation; set by the
   // coordinator before Complete.
@@ -54,8 +68,7 @@ class HandleState {
   bool completing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
-  mutable absl::Time first_wait_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  absl::Time done_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  const std::shared_ptr<WaitClock> clock_ = std::make_shared<WaitClock>();
   Tensor output_;
   std::unique_ptr<DeviceMemory> output_memory_;
   std::vector<int64_t> received_splits_;

@@ -31,6 +31,9 @@ constexpr int64_t kProbeSizes[] = {int64_t{4} << 10, int64_t{256} << 10, int64_t
 // started last, fitted a latency of 0, and the planners then cut 100-250 buckets that each paid
 // 1-8 ms); the median 4 KiB allreduce floors it (sched::FitLinkCost).
 constexpr int64_t kLatencySizes[] = {int64_t{4} << 10, int64_t{64} << 10};
+// Reduce-scatter and allgather probes (dear, auto): sizes the ring reduce-scatter runs
+// (MpiExecutor::kRingReduceScatterBytes and up), as DeAR's buckets are.
+constexpr int64_t kHalvesSizes[] = {int64_t{64} << 10, int64_t{512} << 10, int64_t{2} << 20};
 constexpr int kProbeRepeats = 5;
 
 sched::PlannerOptions OptionsFrom(const Config& config) {
@@ -328,20 +331,48 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
   const sched::CostSample latency = samples[from_training];
   absl::StatusOr<sched::ChannelCost> fitted = sched::FitLinkCost(samples, latency);
   if (!fitted.ok()) return fitted.status();
+  // DeAR's halves get lines of their own: the runtime's reduce-scatter (a ring over
+  // point-to-point) and allgather (libnbc's) need not cost half an allreduce each.
+  if (config_.planner == "dear" || config_.planner == "auto") {
+    for (const auto& [kind, term] :
+         {std::pair{CollectiveKind::kReduceScatter, &fitted->reduce_scatter},
+          std::pair{CollectiveKind::kAllgatherv, &fitted->allgather}}) {
+      std::vector<sched::CostSample> kind_samples;
+      absl::Status probed_kind = Probe(kHalvesSizes, &kind_samples, kind);
+      if (!probed_kind.ok()) return probed_kind;
+      absl::StatusOr<sched::ChannelCost> line =
+          sched::FitLinkCost(kind_samples, kind_samples.front());
+      if (!line.ok()) return line.status();
+      *term = sched::LinearTerm{line->alpha_s, line->beta_s_per_byte};
+    }
+  }
   // Every rank uses rank 0's fit, so that the plan and the prediction agree everywhere.
-  double ab[2] = {fitted->alpha_s, fitted->beta_s_per_byte};
+  double ab[6] = {fitted->alpha_s,
+                  fitted->beta_s_per_byte,
+                  fitted->reduce_scatter.alpha_s,
+                  fitted->reduce_scatter.beta_s_per_byte,
+                  fitted->allgather.alpha_s,
+                  fitted->allgather.beta_s_per_byte};
   MPI_Request request;
-  absl::Status s = Wait(MPI_Ibcast(ab, 2, MPI_DOUBLE, 0, comm_, &request), "MPI_Ibcast", &request,
+  absl::Status s = Wait(MPI_Ibcast(ab, 6, MPI_DOUBLE, 0, comm_, &request), "MPI_Ibcast", &request,
                         "broadcasting the fitted link cost");
   if (!s.ok()) return s;
   fitted->alpha_s = ab[0];
   fitted->beta_s_per_byte = ab[1];
+  fitted->reduce_scatter = sched::LinearTerm{ab[2], ab[3]};
+  fitted->allgather = sched::LinearTerm{ab[4], ab[5]};
   fitted->name = "net";
   cost->channels = {*fitted};
   spdlog::info(
       "overlap: rank {}: fitted link cost from {} collectives of training and {} probes: alpha "
       "{:.1f} us, beta {:.3f} us/MB",
       rank_, from_training, samples.size() - from_training, ab[0] * 1e6, ab[1] * 1e12);
+  if (fitted->reduce_scatter.set()) {
+    spdlog::info(
+        "overlap: rank {}: fitted reduce-scatter: alpha {:.1f} us, beta {:.3f} us/MB; allgather: "
+        "alpha {:.1f} us, beta {:.3f} us/MB (of the full tensor)",
+        rank_, ab[2] * 1e6, ab[3] * 1e12, ab[4] * 1e6, ab[5] * 1e12);
+  }
   absl::MutexLock lock(&mu_);
   info_.alpha_us = ab[0] * 1e6;
   info_.beta_us_per_mb = ab[1] * 1e12;
@@ -349,17 +380,34 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
 }
 
 absl::Status PlanScheduler::Probe(absl::Span<const int64_t> sizes,
-                                  std::vector<sched::CostSample>* samples) {
+                                  std::vector<sched::CostSample>* samples, CollectiveKind kind) {
   for (int64_t size : sizes) {
-    std::vector<float> buffer(static_cast<size_t>(size) / sizeof(float), 1.0f);
+    // A reduce-scatter's input and an allgather's output hold `size` bytes, in equal shares.
+    const int64_t count = size / static_cast<int64_t>(sizeof(float));
+    const int64_t share = count / size_;
+    std::vector<float> buffer(static_cast<size_t>(count), 1.0f);
+    std::vector<float> part(static_cast<size_t>(std::max<int64_t>(share, 1)), 1.0f);
     std::vector<double> times;
     for (int repeat = 0; repeat <= kProbeRepeats; ++repeat) {
       CollectiveArgs args;
-      args.kind = CollectiveKind::kAllreduce;
+      args.kind = kind;
       args.dtype = DataType::kFloat32;
       args.op = ReduceOp::kSum;
-      args.recv = buffer.data();
-      args.count = static_cast<int64_t>(buffer.size());
+      args.count = count;
+      if (kind == CollectiveKind::kAllreduce) {
+        args.recv = buffer.data();
+      } else {
+        args.recv_counts.assign(static_cast<size_t>(size_), share);
+        for (int r = 0; r < size_; ++r) args.recv_displs.push_back(r * share);
+        args.count = share * size_;
+        if (kind == CollectiveKind::kReduceScatter) {
+          args.send = buffer.data();
+          args.recv = part.data();
+        } else {  // kAllgatherv
+          args.send = part.data();
+          args.recv = buffer.data();
+        }
+      }
       const absl::Time start = absl::Now();
       absl::StatusOr<std::unique_ptr<Work>> work = probe_->Start(0, args);
       if (!work.ok()) return work.status();
@@ -370,8 +418,9 @@ absl::Status PlanScheduler::Probe(absl::Span<const int64_t> sizes,
         sched_yield();  // ranks may outnumber cores: let the peers run
         if (absl::Now() - start > absl::Seconds(config_.collective_timeout_s)) {
           return absl::DeadlineExceededError(
-              absl::StrCat("rank ", rank_, ": the link probe did not complete within ",
-                           config_.collective_timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S)"));
+              absl::StrCat("rank ", rank_, ": the link probe (", CollectiveKindName(kind),
+                           ") did not complete within ", config_.collective_timeout_s,
+                           " s (OVERLAP_COLLECTIVE_TIMEOUT_S)"));
         }
       }
       if (repeat > 0) times.push_back(absl::ToDoubleSeconds(absl::Now() - start));  // 0: warm-up

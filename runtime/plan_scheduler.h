@@ -44,8 +44,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/types/span.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "collectives/executor.h"
 #include "runtime/config.h"
 #include "runtime/executable_plan.h"
@@ -127,8 +127,10 @@ class PlanScheduler {
   // This rank's step moved by more than OVERLAP_REPLAN_DRIFT since the plan's first check.
   bool Drifted() const;
   absl::StatusOr<std::vector<sched::CostSample>> MeasuredSamples();
-  // Times allreduces of each of `sizes` (the median of a few runs) on the probe executor.
-  absl::Status Probe(absl::Span<const int64_t> sizes, std::vector<sched::CostSample>* samples);
+  // Times collectives of `kind` (allreduce, reduce-scatter or allgatherv) over each of `sizes`
+  // bytes (the median of a few runs) on the probe executor.
+  absl::Status Probe(absl::Span<const int64_t> sizes, std::vector<sched::CostSample>* samples,
+                     CollectiveKind kind = CollectiveKind::kAllreduce);
   void StartPlanning(sched::Profile profile, sched::CostModel cost);
   absl::StatusOr<std::optional<ExecutablePlan>> Exchange(const TableFn& table);
   // Checks `started`, the return code of `call` that started `request`, then waits for it.

@@ -349,13 +349,11 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
       op.request.tensors.size() == 1 && op.request.compression == "none" &&
       op.request.tensors[0].dtype == DataType::kFloat32 &&
       (op.request.op == ReduceOp::kSum || op.request.op == ReduceOp::kAverage)) {
-    std::weak_ptr<internal::HandleState> weak = state;
+    // The clock, not the handle: the program may free its handle as soon as it has waited.
     profiler_->OnSubmit(
         name, op.request.tensors[0].NumElements() * 4, DataType::kFloat32,
-        [weak] {
-          std::shared_ptr<internal::HandleState> h = weak.lock();
-          return h != nullptr ? StepProfiler::WaitTimes{h->first_wait(), h->done_at()}
-                              : StepProfiler::WaitTimes{};
+        [clock = state->clock()] {
+          return StepProfiler::WaitTimes{clock->first_wait(), clock->done_at()};
         },
         absl::Now());
   }

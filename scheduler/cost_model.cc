@@ -53,7 +53,9 @@ absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name) {
 double ChannelCost::Seconds(Collective op, double bytes) const {
   if (algorithm == Algorithm::kLinear) {
     const double full = alpha_s + beta_s_per_byte * bytes;
-    return op == Collective::kAllreduce ? full : full / 2;
+    if (op == Collective::kAllreduce) return full;
+    const LinearTerm& own = op == Collective::kReduceScatter ? reduce_scatter : allgather;
+    return own.set() ? own.alpha_s + own.beta_s_per_byte * bytes : full / 2;
   }
   const double n = workers;
   if (workers <= 1) {
@@ -126,6 +128,15 @@ absl::Status CostModel::Validate() const {
     }
     if (!ok(c.latency_s) || std::isinf(c.latency_s)) {
       return bad("latency", c.latency_s);
+    }
+    for (const auto& [term, what] :
+         {std::pair{&c.reduce_scatter, "reduce_scatter"}, std::pair{&c.allgather, "allgather"}}) {
+      if (!term->set()) continue;
+      if (std::isinf(term->alpha_s))
+        return bad(absl::StrCat(what, " alpha").c_str(), term->alpha_s);
+      if (!ok(term->beta_s_per_byte) || std::isinf(term->beta_s_per_byte)) {
+        return bad(absl::StrCat(what, " beta").c_str(), term->beta_s_per_byte);
+      }
     }
     if (c.algorithm != Algorithm::kLinear && !(c.bandwidth_bytes_per_s > 0)) {
       return absl::InvalidArgumentError(

@@ -2,8 +2,10 @@
 // concurrently with the others, e.g. intra-node and inter-node).
 //
 // A channel is either
-//  - linear: t = alpha + beta x m for an allreduce, as MG-WFBP and US-Byte model it (a
-//    reduce-scatter or an allgather is taken as half an allreduce: alpha/2 + beta/2 x m), or
+//  - linear: t = alpha + beta x m for an allreduce, as MG-WFBP and US-Byte model it; a
+//    reduce-scatter or an allgather of m bytes has its own fitted line where one was measured
+//    (`reduce_scatter`, `allgather`), else it is taken as half an allreduce (alpha/2 +
+//    beta/2 x m), or
 //  - algorithmic: latency L, bandwidth B and N workers with the closed forms of Thakur,
 //    Rabenseifner and Gropp (IJHPCA 2005), reduction compute ignored (n = N, p = ceil(log2 N)):
 //        ring:               allreduce 2(n-1)L + 2(n-1)/n m/B;  RS, AG (n-1)L + (n-1)/n m/B
@@ -32,6 +34,13 @@ const char* AlgorithmName(Algorithm algorithm);
 // Accepts "linear", "ring", "tree", "rd"/"recursive-doubling"; InvalidArgument otherwise.
 absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name);
 
+// One fitted line, t = alpha + beta x bytes; unset while alpha is negative.
+struct LinearTerm {
+  double alpha_s = -1;
+  double beta_s_per_byte = 0;
+  bool set() const { return alpha_s >= 0; }
+};
+
 struct ChannelCost {
   std::string name = "net";
   Algorithm algorithm = Algorithm::kRing;
@@ -40,6 +49,11 @@ struct ChannelCost {
   double latency_s = 0;              // algorithmic: per message step
   double bandwidth_bytes_per_s = 0;  // algorithmic: link bandwidth; +inf allowed
   int workers = 2;                   // algorithmic: N
+  // linear: measured lines of a reduce-scatter and an allgather of the full tensor size; unset:
+  // half an allreduce. A runtime fits them because the two need not cost half an allreduce each
+  // (their implementations differ from the allreduce's, and each pays a whole launch).
+  LinearTerm reduce_scatter;
+  LinearTerm allgather;
 
   // Seconds for `op` over `bytes` bytes (the full tensor size, not per-rank chunk).
   double Seconds(Collective op, double bytes) const;

@@ -17,6 +17,11 @@ CostModel Slower(const CostModel& cost, double factor) {
   for (ChannelCost& c : out.channels) {
     c.alpha_s *= factor;
     c.beta_s_per_byte *= factor;
+    for (LinearTerm* term : {&c.reduce_scatter, &c.allgather}) {
+      if (!term->set()) continue;
+      term->alpha_s *= factor;
+      term->beta_s_per_byte *= factor;
+    }
     c.latency_s *= factor;
     c.bandwidth_bytes_per_s /= factor;
   }

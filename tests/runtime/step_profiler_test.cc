@@ -13,7 +13,7 @@ namespace {
 
 absl::Time At(double ms) { return absl::UnixEpoch() + absl::Milliseconds(ms); }
 
-// What a handle's first_wait() and done_at() would return; the test sets them when the
+// What a handle's WaitClock (first_wait(), done_at()) would return; the test sets them when the
 // "program" waits. By default the operation completed long before any wait, which then does not
 // block.
 struct FakeHandle {

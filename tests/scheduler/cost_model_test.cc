@@ -123,5 +123,24 @@ TEST_CASE("FitLinkCost floors the intercept at one small collective's time") {
   CHECK_FALSE(FitLinkCost({{{1e6, 1e-3}}}, {4096, 1e-3}).ok());
 }
 
+TEST_CASE("A linear channel's reduce-scatter and allgather use their own lines when fitted") {
+  CostModel cost = CostModel::Linear(100, 10000);  // 100 us + 10 ms/MB
+  const ChannelCost& c = cost.channels[0];
+  const double mb = 1e6;
+  // Unset: half an allreduce.
+  CHECK(c.Seconds(Collective::kReduceScatter, mb) == Approx((100e-6 + 10e-3) / 2));
+  CHECK(c.Seconds(Collective::kAllgather, mb) == Approx((100e-6 + 10e-3) / 2));
+  cost.channels[0].reduce_scatter = LinearTerm{400e-6, 9e-9};
+  cost.channels[0].allgather = LinearTerm{200e-6, 5e-9};
+  CHECK(cost.channels[0].Seconds(Collective::kReduceScatter, mb) == Approx(400e-6 + 9e-3));
+  CHECK(cost.channels[0].Seconds(Collective::kAllgather, mb) == Approx(200e-6 + 5e-3));
+  CHECK(cost.channels[0].Seconds(Collective::kAllreduce, mb) == Approx(100e-6 + 10e-3));
+  CHECK(cost.Validate().ok());
+  cost.channels[0].allgather.beta_s_per_byte = -1;
+  const absl::Status bad = cost.Validate();
+  CHECK_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.message()), Catch::Contains("allgather beta"));
+}
+
 }  // namespace
 }  // namespace overlap::sched
