@@ -130,7 +130,7 @@ def plot(runs, path):
         ax.set_xticks(list(x))
         ax.set_xticklabels([r.get("planner") or r["system"] for r in rows], rotation=60, ha="right", fontsize=8)
         ax.set_title(model)
-        ax.set_ylabel("step ms (slowest rank, median)")
+        ax.set_ylabel("step ms (slowest rank, mean)")
     fig.suptitle("horovod.torch (red), torch DDP (blue), overlap.torch by planner (green)")
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
