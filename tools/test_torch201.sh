@@ -15,6 +15,11 @@ if ! "$python" -c 'import importlib.metadata as m; m.version("mpi4py")' 2>/dev/n
   "$python" -m pip install -q --disable-pip-version-check mpi4py >&2 ||
     echo "test_torch201.sh: mpi4py did not install; the communicator tests will skip" >&2
 fi
+# The suites run under pytest, which the Horovod venv does not need for itself.
+if ! "$python" -c 'import pytest' 2>/dev/null; then
+  echo "test_torch201.sh: installing pytest into the venv" >&2
+  "$python" -m pip install -q --disable-pip-version-check pytest >&2
+fi
 versions='import importlib.metadata as m, torch
 try:
     mpi4py = "mpi4py " + m.version("mpi4py")
