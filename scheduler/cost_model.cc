@@ -132,8 +132,9 @@ absl::Status CostModel::Validate() const {
     for (const auto& [term, what] :
          {std::pair{&c.reduce_scatter, "reduce_scatter"}, std::pair{&c.allgather, "allgather"}}) {
       if (!term->set()) continue;
-      if (std::isinf(term->alpha_s))
+      if (std::isinf(term->alpha_s)) {
         return bad(absl::StrCat(what, " alpha").c_str(), term->alpha_s);
+      }
       if (!ok(term->beta_s_per_byte) || std::isinf(term->beta_s_per_byte)) {
         return bad(absl::StrCat(what, " beta").c_str(), term->beta_s_per_byte);
       }
