@@ -328,8 +328,8 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
   absl::Status probed =
       Probe(distinct < 3 ? absl::Span<const int64_t>(kProbeSizes) : kLatencySizes, &samples);
   if (!probed.ok()) return probed;
-  const sched::CostSample latency = samples[from_training];
-  absl::StatusOr<sched::ChannelCost> fitted = sched::FitLinkCost(samples, latency);
+  absl::StatusOr<sched::ChannelCost> fitted =
+      sched::FitLinkCost(samples, samples[from_training].seconds);
   if (!fitted.ok()) return fitted.status();
   // DeAR's halves get lines of their own: the runtime's reduce-scatter (a ring over
   // point-to-point) and allgather (libnbc's) need not cost half an allreduce each.
@@ -341,7 +341,7 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
       absl::Status probed_kind = Probe(kHalvesSizes, &kind_samples, kind);
       if (!probed_kind.ok()) return probed_kind;
       absl::StatusOr<sched::ChannelCost> line =
-          sched::FitLinkCost(kind_samples, kind_samples.front());
+          sched::FitLinkCost(kind_samples, kind_samples.front().seconds);
       if (!line.ok()) return line.status();
       *term = sched::LinearTerm{line->alpha_s, line->beta_s_per_byte};
     }
@@ -387,27 +387,23 @@ absl::Status PlanScheduler::Probe(absl::Span<const int64_t> sizes,
     const int64_t share = count / size_;
     std::vector<float> buffer(static_cast<size_t>(count), 1.0f);
     std::vector<float> part(static_cast<size_t>(std::max<int64_t>(share, 1)), 1.0f);
+    CollectiveArgs args;
+    args.kind = kind;
+    args.dtype = DataType::kFloat32;
+    args.op = ReduceOp::kSum;
+    if (kind == CollectiveKind::kAllreduce) {
+      args.count = count;
+      args.recv = buffer.data();
+    } else {
+      args.count = share * size_;
+      args.recv_counts.assign(static_cast<size_t>(size_), share);
+      for (int r = 0; r < size_; ++r) args.recv_displs.push_back(r * share);
+      const bool scatter = kind == CollectiveKind::kReduceScatter;
+      args.send = scatter ? buffer.data() : part.data();
+      args.recv = scatter ? part.data() : buffer.data();
+    }
     std::vector<double> times;
     for (int repeat = 0; repeat <= kProbeRepeats; ++repeat) {
-      CollectiveArgs args;
-      args.kind = kind;
-      args.dtype = DataType::kFloat32;
-      args.op = ReduceOp::kSum;
-      args.count = count;
-      if (kind == CollectiveKind::kAllreduce) {
-        args.recv = buffer.data();
-      } else {
-        args.recv_counts.assign(static_cast<size_t>(size_), share);
-        for (int r = 0; r < size_; ++r) args.recv_displs.push_back(r * share);
-        args.count = share * size_;
-        if (kind == CollectiveKind::kReduceScatter) {
-          args.send = buffer.data();
-          args.recv = part.data();
-        } else {  // kAllgatherv
-          args.send = part.data();
-          args.recv = buffer.data();
-        }
-      }
       const absl::Time start = absl::Now();
       absl::StatusOr<std::unique_ptr<Work>> work = probe_->Start(0, args);
       if (!work.ok()) return work.status();

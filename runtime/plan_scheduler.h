@@ -121,7 +121,8 @@ class PlanScheduler {
   // The link cost: fitted to the collectives the runtime ran while profiling (each one's time on
   // the rank that started it last, which waited for nobody), topped up by a probe of five sizes
   // when they cover fewer than three, else of 4 and 64 KiB; the 4 KiB probe's median time floors
-  // the intercept (sched::FitLinkCost).
+  // the intercept (sched::FitLinkCost). Under dear and auto, reduce-scatters and allgathers of
+  // 64 KiB to 2 MiB are probed and fitted too (ChannelCost::reduce_scatter, allgather).
   absl::Status FitCost(sched::CostModel* cost);
   int64_t DriftInterval() const;
   // This rank's step moved by more than OVERLAP_REPLAN_DRIFT since the plan's first check.

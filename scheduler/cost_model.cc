@@ -185,7 +185,7 @@ absl::StatusOr<ChannelCost> FitLinear(absl::Span<const CostSample> samples) {
   return c;
 }
 
-absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, CostSample latency) {
+absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, double min_alpha_s) {
   absl::StatusOr<ChannelCost> fitted = FitLinear(samples);
   if (!fitted.ok()) return fitted.status();
   double fastest = samples.front().seconds;
@@ -197,7 +197,7 @@ absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, Co
       largest_seconds = s.seconds;
     }
   }
-  const double floor = std::isfinite(latency.seconds) ? std::max(0.0, latency.seconds) : 0.0;
+  const double floor = std::isfinite(min_alpha_s) ? std::max(0.0, min_alpha_s) : 0.0;
   const double alpha = std::max(std::min(fitted->alpha_s, fastest), floor);
   if (alpha != fitted->alpha_s) {
     double num = 0, den = 0;

@@ -95,17 +95,17 @@ absl::StatusOr<ChannelCost> FitLinear(absl::Span<const CostSample> samples);
 
 // The link cost a runtime plans with: FitLinear on `samples`, then two corrections that keep
 // the planners from slicing for free.
-// - The intercept never falls below `latency.seconds`, the measured time of one small
-//   collective (bytes negligible): a least-squares line through queueing-bent large transfers,
-//   or through small collectives timed on the rank that started last (its peers' data was
-//   already there), puts it near 0, and the planners then cut hundreds of buckets that each pay
-//   the real fixed cost. `latency.seconds` 0 disables the floor.
+// - The intercept never falls below `min_alpha_s`, the measured time of the smallest probed
+//   collective: a least-squares line through queueing-bent large transfers, or through small
+//   collectives timed on the rank that started last (its peers' data was already there), puts it
+//   near 0, and the planners then cut hundreds of buckets that each pay the real fixed cost.
+//   0 disables the floor.
 // - Nor above the fastest sample's time (a larger intercept is the slope bent by queueing);
 //   the floor wins where the two disagree.
 // Where alpha is moved, beta is refitted through the moved intercept; where noise leaves no
 // positive slope, beta is the largest sample's time above alpha per byte. InvalidArgument as
 // FitLinear.
-absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, CostSample latency);
+absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, double min_alpha_s);
 
 }  // namespace overlap::sched
 

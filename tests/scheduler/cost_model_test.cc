@@ -89,7 +89,7 @@ TEST_CASE("FitLinkCost floors the intercept at one small collective's time") {
   auto raw = FitLinear(bent);
   REQUIRE(raw.ok());
   CHECK(raw->alpha_s == 0);
-  auto floored = FitLinkCost(bent, {4096, 1.2e-3});
+  auto floored = FitLinkCost(bent, 1.2e-3);
   REQUIRE(floored.ok());
   CHECK(floored->alpha_s == Approx(1.2e-3));
   // Beta is refitted through the floored intercept: least squares of (t - alpha) / bytes.
@@ -100,27 +100,27 @@ TEST_CASE("FitLinkCost floors the intercept at one small collective's time") {
   }
   CHECK(floored->beta_s_per_byte == Approx(num / den));
   // Without a floor, the fit stands.
-  auto unfloored = FitLinkCost(bent, {4096, 0});
+  auto unfloored = FitLinkCost(bent, 0);
   REQUIRE(unfloored.ok());
   CHECK(unfloored->alpha_s == raw->alpha_s);
   CHECK(unfloored->beta_s_per_byte == raw->beta_s_per_byte);
   // An intercept above the fastest sample is capped there (slope bent at large sizes).
   const std::vector<CostSample> steep = {{4096, 1e-3}, {1e6, 20e-3}, {2e6, 21e-3}, {3e6, 22e-3}};
   REQUIRE(FitLinear(steep)->alpha_s > 5e-3);
-  auto capped = FitLinkCost(steep, {4096, 0});
+  auto capped = FitLinkCost(steep, 0);
   REQUIRE(capped.ok());
   CHECK(capped->alpha_s == Approx(1e-3));
   CHECK(capped->beta_s_per_byte > 0);
   // The floor wins over the cap.
-  auto both = FitLinkCost(steep, {4096, 2e-3});
+  auto both = FitLinkCost(steep, 2e-3);
   REQUIRE(both.ok());
   CHECK(both->alpha_s == Approx(2e-3));
   // Time that falls with size (noise): bytes still cost something.
-  auto noise = FitLinkCost({{{1e5, 3e-3}, {1e6, 2e-3}}}, {4096, 1e-3});
+  auto noise = FitLinkCost({{{1e5, 3e-3}, {1e6, 2e-3}}}, 1e-3);
   REQUIRE(noise.ok());
   CHECK(noise->alpha_s == Approx(2e-3));
   CHECK(noise->beta_s_per_byte > 0);
-  CHECK_FALSE(FitLinkCost({{{1e6, 1e-3}}}, {4096, 1e-3}).ok());
+  CHECK_FALSE(FitLinkCost({{{1e6, 1e-3}}}, 1e-3).ok());
 }
 
 TEST_CASE("A linear channel's reduce-scatter and allgather use their own lines when fitted") {
