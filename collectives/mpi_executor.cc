@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/half.h"
+#include "collectives/ring_allgather.h"
 #include "collectives/ring_reduce_scatter.h"
 
 namespace overlap {
@@ -303,6 +304,16 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
       int rank = 0;
       rc = MPI_Comm_rank(comm, &rank);
       if (rc != MPI_SUCCESS) break;
+      int64_t total = 0;
+      for (int c : counts) total += c;
+      if (a.send != nullptr &&
+          static_cast<size_t>(total) * DataTypeSize(a.dtype) >= kRingAllgatherBytes) {
+        absl::StatusOr<std::unique_ptr<RingAllgather>> ring =
+            RingAllgather::Start(comm, NextRingTag(channel), a.send, a.recv, counts, displs, type,
+                                 DataTypeSize(a.dtype));
+        if (!ring.ok()) return ring.status();
+        return std::unique_ptr<Work>(std::move(*ring));
+      }
       rc = MPI_Iallgatherv(a.send, counts[static_cast<size_t>(rank)], type, a.recv, counts.data(),
                            displs.data(), type, comm, req);
       break;
@@ -315,11 +326,8 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
       if (!op.ok()) return op.status();
       const size_t bytes = static_cast<size_t>(a.count) * DataTypeSize(a.dtype);
       if (a.send != nullptr && bytes >= kRingReduceScatterBytes) {
-        // Tags cycle below 32767, the least MPI_TAG_UB the standard allows.
-        int& tag = ring_tags_[static_cast<size_t>(channel)];
-        tag = tag % 32000 + 1;
         absl::StatusOr<std::unique_ptr<RingReduceScatter>> ring = RingReduceScatter::Start(
-            comm, tag, a.send, a.recv, counts, type, DataTypeSize(a.dtype), *op);
+            comm, NextRingTag(channel), a.send, a.recv, counts, type, DataTypeSize(a.dtype), *op);
         if (!ring.ok()) return ring.status();
         return std::unique_ptr<Work>(std::move(*ring));
       }

@@ -1,6 +1,7 @@
 // The CPU executor: MPI non-blocking collectives, one duplicated communicator per channel.
 // Reduce-scatters of at least kRingReduceScatterBytes run as a ring over point-to-point messages
-// (collectives/ring_reduce_scatter.h), the rest as MPI_Ireduce_scatter.
+// (collectives/ring_reduce_scatter.h), the rest as MPI_Ireduce_scatter; allgathers of at least
+// kRingAllgatherBytes likewise (collectives/ring_allgather.h), the rest as MPI_Iallgatherv.
 //
 // fp16 and bf16 reductions use user-defined MPI operations that accumulate each pairwise step in
 // fp32 and round to nearest even (collectives/half.h), so every rank gets bit-identical results.
@@ -30,13 +31,24 @@ class MpiExecutor : public Executor {
 
   // Below this the ring's n - 1 message latencies cost more than the libnbc tree's imbalance.
   static constexpr size_t kRingReduceScatterBytes = size_t{64} << 10;
+  // Below this (bytes gathered in all) the ring's n - 1 latencies cost more than libnbc's single
+  // round of n - 1 concurrent messages.
+  static constexpr size_t kRingAllgatherBytes = size_t{64} << 10;
 
  private:
   explicit MpiExecutor(std::vector<MPI_Comm> comms)
       : comms_(std::move(comms)), ring_tags_(comms_.size(), 0) {}
 
+  // The next ring's message tag on `channel`: cycles below 32767, the least MPI_TAG_UB the
+  // standard allows.
+  int NextRingTag(int channel) {
+    int& tag = ring_tags_[static_cast<size_t>(channel)];
+    tag = tag % 32000 + 1;
+    return tag;
+  }
+
   std::vector<MPI_Comm> comms_;
-  // Per channel: ring reduce-scatters started, which numbers their message tags.
+  // Per channel: rings (reduce-scatters and allgathers) started, which numbers their tags.
   std::vector<int> ring_tags_;
 };
 

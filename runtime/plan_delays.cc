@@ -9,8 +9,15 @@
 
 namespace overlap {
 
+// Copies of one tensor held at once: up to delay + period + 1 (plan_delays.h).
+static size_t MaxCopies(const ExecutablePlan& plan) {
+  int most = 1;
+  for (const ExecBucket& b : plan.buckets) most = std::max(most, b.delay + b.period + 1);
+  return static_cast<size_t>(most);
+}
+
 PlanDelays::PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size)
-    : plan_(std::move(plan)), size_(size) {
+    : plan_(std::move(plan)), size_(size), copies_(MaxCopies(*plan_)) {
   const size_t entries = plan_->entries.size();
   const size_t buckets = plan_->buckets.size();
   submitted_.assign(entries, 0);
@@ -54,7 +61,8 @@ PendingOp PlanDelays::Accept(int entry, PendingOp op) {
   const Tensor& input = op.inputs[0];
   const size_t bytes = static_cast<size_t>(input.ByteSize());
   const auto* data = static_cast<const uint8_t*>(input.data);
-  copy.owned = std::make_shared<std::vector<uint8_t>>(data, data + bytes);
+  copy.owned = copies_.Take(entry, bytes);
+  if (bytes > 0) std::memcpy(copy.owned->data(), data, bytes);
   Tensor tensor = input;
   tensor.data = copy.owned->data();
   tensor.capacity_bytes = static_cast<int64_t>(bytes);

@@ -23,7 +23,9 @@
 // result until every tensor in the bucket has taken it (at most ceil((d + 1) / p) per bucket).
 // Copies pile up as far as the program runs ahead of the plan: its handle of submission k waits
 // for pass k - d, and not at all in a pass with nothing due, so up to d + p + 1 copies per tensor
-// can be held at once.
+// can be held at once. The copies' buffers are kept for reuse (pooled_bytes(), reported with the
+// planned executor's buffers in Stats().plan_buffer_bytes), as many per tensor as were in use at
+// once.
 //
 // A dropped plan (a tensor submitted differently, a rank's patience) hands the parked operations
 // back for negotiation, where each is reduced synchronously from its own untouched input; the
@@ -43,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/buffer_pool.h"
 #include "runtime/executable_plan.h"
 #include "runtime/pending_op.h"
 
@@ -83,6 +86,8 @@ class PlanDelays {
   // Tensors with undelivered results or a non-zero residual: "'a' (2 results, a residual)".
   std::vector<std::string> Describe() const;
   int64_t held_bytes() const { return held_bytes_; }
+  // Bytes of the copies' buffers kept for reuse (BufferPool), in use or free.
+  int64_t pooled_bytes() const { return copies_.held_bytes(); }
   // Operations parked and not yet delivered.
   size_t parked() const;
 
@@ -107,6 +112,7 @@ class PlanDelays {
   std::vector<std::vector<uint8_t>> residuals_;        // by bucket, allocated on first fold
   std::vector<std::map<int64_t, Result>> results_;     // by bucket, by pass
   int64_t held_bytes_ = 0;
+  BufferPool copies_;  // by entry: Accept's copies, reused step after step
 };
 
 }  // namespace overlap

@@ -63,8 +63,9 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
   backlog_.clear();
   delays_.reset();
   if (plan_->delayed()) delays_ = std::make_unique<PlanDelays>(plan_, size_);
-  UpdateDelayedBytes();
   chunks_.clear();
+  buffers_.Clear();  // sized for the old plan's buckets
+  UpdateHeldBytes();
   channel_jobs_.assign(static_cast<size_t>(executor_->num_channels()), {});
   frozen_ = true;
   must_unfreeze_ = false;
@@ -104,7 +105,7 @@ std::vector<PendingOp> PlannedMode::Unfreeze() {
     }
     for (PendingOp& op : delays_->TakeAllParked()) unstarted.push_back(std::move(op));
     delays_.reset();
-    UpdateDelayedBytes();
+    UpdateHeldBytes();
   }
   frozen_ = false;
   must_unfreeze_ = false;
@@ -140,11 +141,13 @@ void PlannedMode::Deliver() {
   deliver_due_ = false;
   if (delays_ == nullptr) return;
   for (PendingOp& op : delays_->TakeDeliverable()) complete_(op, absl::OkStatus());
-  UpdateDelayedBytes();
+  UpdateHeldBytes();
 }
 
-void PlannedMode::UpdateDelayedBytes() {
+void PlannedMode::UpdateHeldBytes() {
   delayed_bytes_.store(delays_ != nullptr ? delays_->held_bytes() : 0, std::memory_order_relaxed);
+  buffer_bytes_.store(buffers_.held_bytes() + (delays_ != nullptr ? delays_->pooled_bytes() : 0),
+                      std::memory_order_relaxed);
 }
 
 void PlannedMode::SetJoined(bool joined) {
@@ -378,7 +381,7 @@ absl::Status PlannedMode::PrepareJob(SliceJob* job) {
     }
     job->chunk = std::move(chunk->second);
     chunks_.erase(chunk);
-    job->buffer = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(total) * elem);
+    job->buffer = buffers_.Take(BufferSlot(job->bucket, kPacked), static_cast<size_t>(total) * elem);
     args.kind = CollectiveKind::kAllgatherv;
     args.recv_counts = counts;
     args.recv_displs.assign(counts.size(), 0);
@@ -405,7 +408,8 @@ absl::Status PlannedMode::PrepareJob(SliceJob* job) {
       if (in.data != out.data) args.send = in.data;
       args.recv = out.data;
     } else {
-      job->buffer = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(total) * elem);
+      job->buffer =
+          buffers_.Take(BufferSlot(job->bucket, kPacked), static_cast<size_t>(total) * elem);
       uint8_t* cursor = job->buffer->data();
       for (const ExecSlice& s : bucket.slices) {
         auto e = active_.find(s.entry);
@@ -430,13 +434,14 @@ absl::Status PlannedMode::PrepareJob(SliceJob* job) {
     } else {
       args.kind = CollectiveKind::kReduceScatter;
       args.recv_counts = counts;
-      job->chunk = std::make_shared<std::vector<uint8_t>>(
-          static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * elem);
+      job->chunk = buffers_.Take(BufferSlot(job->bucket, kChunk),
+                                 static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * elem);
       args.send = job->buffer->data();
       args.recv = job->chunk->data();
     }
   }
   job->args = std::move(args);
+  UpdateHeldBytes();
   return absl::OkStatus();
 }
 
@@ -830,7 +835,7 @@ std::vector<PendingOp> PlannedMode::FailAll(const absl::Status& status) {
   backlog_.clear();
   if (delays_ != nullptr) {
     for (PendingOp& op : delays_->TakeAllParked()) complete_(op, status);
-    UpdateDelayedBytes();
+    UpdateHeldBytes();
   }
   if (held_join_.has_value()) {
     complete_(*held_join_, status);

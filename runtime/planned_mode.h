@@ -32,6 +32,10 @@
 // dropped, the parked submissions go back to negotiation (each reduced synchronously from its own
 // untouched input) and what was held is discarded with a warning naming each tensor.
 //
+// Buffers: a sliced bucket packs into (and an all-gather gathers into) a buffer kept for that
+// bucket across passes (runtime/buffer_pool.h), so a step pays the copy but not a fresh
+// allocation's zero-fill and page faults; the plan in force keeps about one gradient's worth.
+//
 // Join: a joined rank starts each next bucket with zeros (and whatever it submitted before
 // joining). When a bucket's check shows every rank joined, that bucket was all zeros, nobody
 // starts another, and the plan restarts at bucket 0 once the negotiated Join completes.
@@ -54,6 +58,7 @@
 #include "absl/time/time.h"
 #include "collectives/executor.h"
 #include "runtime/control_collectives.h"
+#include "runtime/buffer_pool.h"
 #include "runtime/data_plane.h"
 #include "runtime/executable_plan.h"
 #include "runtime/messages.h"
@@ -140,6 +145,9 @@ class PlannedMode {
   }
   // Bytes a delayed plan holds (PlanDelays::held_bytes); any thread.
   int64_t delayed_bytes() const { return delayed_bytes_.load(std::memory_order_relaxed); }
+  // Bytes of the host buffers kept for reuse by the plan in force (its packed buckets and, under a
+  // delayed plan, its copies of the submissions); any thread.
+  int64_t buffer_bytes() const { return buffer_bytes_.load(std::memory_order_relaxed); }
 
   uint64_t launches() const { return launch_count_; }
   // The whole-tensor buckets' collective timings (DataPlane::timings).
@@ -239,7 +247,10 @@ class PlannedMode {
   void Feed(int entry);
   // Delayed plans: completes the parked operations whose results are in.
   void Deliver();
-  void UpdateDelayedBytes();
+  void UpdateHeldBytes();
+  // buffers_ slots: a bucket's packed slices (or gathered values), and a reduce-scatter's chunk.
+  enum BufferRole { kPacked = 0, kChunk = 1 };
+  static int64_t BufferSlot(int bucket, BufferRole role) { return int64_t{bucket} * 2 + role; }
 
   const Config config_;
   const int rank_;
@@ -266,6 +277,8 @@ class PlannedMode {
   absl::flat_hash_map<int, ActiveEntry> active_;     // by entry: some bucket started
   std::vector<std::deque<SliceJob*>> channel_jobs_;  // sliced jobs by channel, in plan order
   absl::flat_hash_map<int, std::shared_ptr<std::vector<uint8_t>>> chunks_;  // by RS bucket
+  BufferPool buffers_;  // reused by every pass of the plan in force
+  std::atomic<int64_t> buffer_bytes_{0};
   std::deque<Launch> launches_;
   uint64_t launch_count_ = 0;
   bool must_unfreeze_ = false;

@@ -281,6 +281,7 @@ RuntimeStats Runtime::stats() const {
   stats.negotiated_operations = counters_.negotiated.load();
   stats.delayed_bytes = (delay_line_ != nullptr ? delay_line_->held_bytes() : 0) +
                         (planned_ != nullptr ? planned_->delayed_bytes() : 0);
+  stats.plan_buffer_bytes = planned_ != nullptr ? planned_->buffer_bytes() : 0;
   stats.planned_launches = counters_.launches.load();
   stats.plans_frozen = counters_.frozen.load();
   stats.plans_dropped = counters_.dropped.load();
