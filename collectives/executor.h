@@ -73,6 +73,13 @@ class Executor {
   // run in order without the host waiting between them. nullptr for host executors.
   virtual void* channel_stream(int /*channel*/) const { return nullptr; }
 
+  // Lets the collectives in flight advance, completing none, while the calling thread does long
+  // host work between Tests (packing a bucket, copying results out): MPI moves a message's
+  // fragments and libnbc's rounds only inside MPI calls, so a collective otherwise stalls for as
+  // long as the copy takes. Cheap (microseconds); a no-op where a device or a progress thread
+  // moves the data.
+  virtual void Poke() {}
+
   // Called once when the job cannot continue (a collective failed or timed out): abandons the
   // collectives in flight so that nothing waits on a dead peer (NCCL: ncclCommAbort). Work
   // started before fails or never completes; no Start may follow.

@@ -28,6 +28,7 @@ class MpiExecutor : public Executor {
   const char* name() const override { return "mpi"; }
   int num_channels() const override { return static_cast<int>(comms_.size()); }
   absl::StatusOr<std::unique_ptr<Work>> Start(int channel, const CollectiveArgs& args) override;
+  void Poke() override;
 
   // Below this the ring's n - 1 message latencies cost more than the libnbc tree's imbalance.
   static constexpr size_t kRingReduceScatterBytes = size_t{64} << 10;

@@ -1,5 +1,6 @@
 #include "collectives/scaling.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "collectives/half.h"
@@ -91,6 +92,16 @@ void FinishReduced(void* dst, const void* src, int64_t count, DataType dtype, Re
   const bool floating = IsFloatingPoint(dtype);
   ScaledCopy(dst, src, count, dtype, postscale * (average && floating ? 1.0 / size : 1.0));
   if (average && !floating) DivideIntegers(dst, count, dtype, size);
+}
+
+void InPieces(int64_t count, size_t elem_bytes, const std::function<void(int64_t, int64_t)>& work,
+              const std::function<void()>& between) {
+  const int64_t piece =
+      std::max<int64_t>(1, kPieceBytes / static_cast<int64_t>(std::max<size_t>(1, elem_bytes)));
+  for (int64_t offset = 0; offset < count; offset += piece) {
+    if (offset > 0 && between) between();
+    work(offset, std::min(piece, count - offset));
+  }
 }
 
 }  // namespace overlap

@@ -4,6 +4,7 @@
 #define OVERLAP_COLLECTIVES_SCALING_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "collectives/dtype.h"
 
@@ -27,6 +28,13 @@ inline ReduceOp CollectiveOp(ReduceOp op) { return op == ReduceOp::kAverage ? Re
 // (integers rounding toward zero).
 void FinishReduced(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op,
                    double postscale, int size);
+
+// Runs work(offset, n) over the elements [0, count) in pieces of about kPieceBytes, calling
+// `between` after each piece but the last. For the runtime's long host copies, which run on the
+// thread that also advances the collectives in flight (Executor::Poke).
+inline constexpr int64_t kPieceBytes = int64_t{1} << 20;
+void InPieces(int64_t count, size_t elem_bytes, const std::function<void(int64_t, int64_t)>& work,
+              const std::function<void()>& between);
 
 }  // namespace overlap
 

@@ -32,6 +32,7 @@ class StagingExecutor : public Executor {
   int num_channels() const override { return host_->num_channels(); }
   absl::StatusOr<std::unique_ptr<Work>> Start(int channel, const CollectiveArgs& args) override;
   void* channel_stream(int channel) const override;
+  void Poke() override { host_->Poke(); }
   void Abort() override { host_->Abort(); }
 
   struct Channel;

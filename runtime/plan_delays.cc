@@ -16,8 +16,9 @@ static size_t MaxCopies(const ExecutablePlan& plan) {
   return static_cast<size_t>(most);
 }
 
-PlanDelays::PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size)
-    : plan_(std::move(plan)), size_(size), copies_(MaxCopies(*plan_)) {
+PlanDelays::PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size,
+                       std::function<void()> poke)
+    : plan_(std::move(plan)), size_(size), poke_(std::move(poke)), copies_(MaxCopies(*plan_)) {
   const size_t entries = plan_->entries.size();
   const size_t buckets = plan_->buckets.size();
   submitted_.assign(entries, 0);
@@ -62,7 +63,13 @@ PendingOp PlanDelays::Accept(int entry, PendingOp op) {
   const size_t bytes = static_cast<size_t>(input.ByteSize());
   const auto* data = static_cast<const uint8_t*>(input.data);
   copy.owned = copies_.Take(entry, bytes);
-  if (bytes > 0) std::memcpy(copy.owned->data(), data, bytes);
+  uint8_t* to = copy.owned->data();
+  InPieces(
+      static_cast<int64_t>(bytes), 1,
+      [&](int64_t at, int64_t n) {
+        std::memcpy(to + at, data + at, static_cast<size_t>(n));
+      },
+      poke_);
   Tensor tensor = input;
   tensor.data = copy.owned->data();
   tensor.capacity_bytes = static_cast<int64_t>(bytes);
@@ -92,9 +99,17 @@ void PlanDelays::Fold(int bucket, const std::vector<const PendingOp*>& inputs) {
     const PendingOp* op = inputs[i];
     if (op == nullptr) continue;
     const ExecSlice& s = b.slices[i];
-    const auto* in = static_cast<const uint8_t*>(op->inputs[0].data);
-    ScaledAdd(residual.data() + static_cast<size_t>(slice_offsets_[static_cast<size_t>(bucket)][i]) * elem,
-              in + static_cast<size_t>(s.offset) * elem, s.count, dtype, op->request.prescale);
+    uint8_t* to =
+        residual.data() + static_cast<size_t>(slice_offsets_[static_cast<size_t>(bucket)][i]) * elem;
+    const uint8_t* from = static_cast<const uint8_t*>(op->inputs[0].data) +
+                          static_cast<size_t>(s.offset) * elem;
+    InPieces(
+        s.count, elem,
+        [&](int64_t at, int64_t n) {
+          const size_t skip = static_cast<size_t>(at) * elem;
+          ScaledAdd(to + skip, from + skip, n, dtype, op->request.prescale);
+        },
+        poke_);
   }
 }
 
@@ -102,8 +117,14 @@ void PlanDelays::DrainResidual(int bucket, uint8_t* packed) {
   std::vector<uint8_t>& residual = residuals_[static_cast<size_t>(bucket)];
   if (residual.empty()) return;
   const DataType dtype = DtypeOf(bucket);
-  ScaledAdd(packed, residual.data(), static_cast<int64_t>(residual.size() / DataTypeSize(dtype)),
-            dtype, 1.0);
+  const size_t elem = DataTypeSize(dtype);
+  InPieces(
+      static_cast<int64_t>(residual.size() / elem), elem,
+      [&](int64_t at, int64_t n) {
+        const size_t skip = static_cast<size_t>(at) * elem;
+        ScaledAdd(packed + skip, residual.data() + skip, n, dtype, 1.0);
+      },
+      poke_);
   std::fill(residual.begin(), residual.end(), 0);
 }
 
@@ -146,10 +167,18 @@ std::vector<PendingOp> PlanDelays::TakeDeliverable() {
         for (size_t i = 0; i < bucket.slices.size(); ++i) {
           const ExecSlice& s = bucket.slices[i];
           if (s.entry != static_cast<int>(entry)) continue;
-          FinishReduced(out + static_cast<size_t>(s.offset) * elem,
-                        result.buffer->data() +
-                            static_cast<size_t>(slice_offsets_[static_cast<size_t>(b)][i]) * elem,
-                        s.count, dtype, request.op, request.postscale, size_);
+          uint8_t* to = out + static_cast<size_t>(s.offset) * elem;
+          const uint8_t* from =
+              result.buffer->data() +
+              static_cast<size_t>(slice_offsets_[static_cast<size_t>(b)][i]) * elem;
+          InPieces(
+              s.count, elem,
+              [&](int64_t at, int64_t n) {
+                const size_t skip = static_cast<size_t>(at) * elem;
+                FinishReduced(to + skip, from + skip, n, dtype, request.op, request.postscale,
+                              size_);
+              },
+              poke_);
         }
         any = true;
         result.waiting.erase(

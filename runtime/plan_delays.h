@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <memory>
@@ -53,7 +54,8 @@ namespace overlap {
 
 class PlanDelays {
  public:
-  PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size);
+  // `poke` runs between the pieces of long copies (Executor::Poke); it may be empty.
+  PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size, std::function<void()> poke);
 
   // Bucket `bucket` communicates in pass `pass`.
   bool Due(int bucket, int64_t pass) const;
@@ -105,6 +107,7 @@ class PlanDelays {
 
   const std::shared_ptr<const ExecutablePlan> plan_;
   const int size_;
+  const std::function<void()> poke_;
   std::vector<int64_t> submitted_;                     // by entry
   std::vector<std::deque<Parked>> parked_;             // by entry, oldest first
   std::vector<std::vector<int64_t>> slice_offsets_;    // by bucket: each slice's packed offset

@@ -42,7 +42,8 @@ PlannedMode::PlannedMode(std::unique_ptr<Executor> executor,
       plane_(
           executor_.get(), PlaneConfig(config), rank_, size_, timeline, compression,
           [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); },
-          "planned ") {}
+          "planned "),
+      poke_([this] { executor_->Poke(); }) {}
 
 void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>& already_agreed,
                          absl::Duration step_time) {
@@ -62,7 +63,7 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
   pass_ = 0;
   backlog_.clear();
   delays_.reset();
-  if (plan_->delayed()) delays_ = std::make_unique<PlanDelays>(plan_, size_);
+  if (plan_->delayed()) delays_ = std::make_unique<PlanDelays>(plan_, size_, poke_);
   chunks_.clear();
   buffers_.Clear();  // sized for the old plan's buckets
   UpdateHeldBytes();
@@ -417,8 +418,14 @@ absl::Status PlannedMode::PrepareJob(SliceJob* job) {
         if (e != active_.end() && !e->second.diverged_here) {
           const PendingOp& op = e->second.op;
           const uint8_t* in = static_cast<const uint8_t*>(op.inputs[0].data);
-          ScaledCopy(cursor, in + static_cast<size_t>(s.offset) * elem, s.count, job->dtype,
-                     op.request.prescale);
+          const uint8_t* from = in + static_cast<size_t>(s.offset) * elem;
+          InPieces(
+              s.count, elem,
+              [&](int64_t at, int64_t n) {
+                const size_t skip = static_cast<size_t>(at) * elem;
+                ScaledCopy(cursor + skip, from + skip, n, job->dtype, op.request.prescale);
+              },
+              poke_);
         } else {
           std::memset(cursor, 0, bytes);  // joined, or submitted differently here
         }
@@ -618,7 +625,13 @@ void PlannedMode::FinishSliced(Launch* launch, std::vector<PendingOp>* renegotia
           piece.buffer == nullptr
               ? dst
               : piece.buffer->data() + static_cast<size_t>(piece.buffer_offset) * elem;
-      FinishReduced(dst, src, piece.count, dtype, request.op, request.postscale, size_);
+      InPieces(
+          piece.count, elem,
+          [&](int64_t at, int64_t n) {
+            const size_t skip = static_cast<size_t>(at) * elem;
+            FinishReduced(dst + skip, src + skip, n, dtype, request.op, request.postscale, size_);
+          },
+          poke_);
     }
     if (timeline_->enabled()) timeline_->Span(request.name, "COPY_OUT", copy_start, absl::Now());
     complete_(op, absl::OkStatus());

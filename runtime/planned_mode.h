@@ -47,6 +47,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -261,6 +262,8 @@ class PlannedMode {
   std::unique_ptr<Executor> executor_;
   const std::unique_ptr<ControlCollectives> checks_;
   DataPlane plane_;
+  // Called between the pieces of long host copies, so that the collectives in flight advance.
+  const std::function<void()> poke_;
 
   bool frozen_ = false;
   std::shared_ptr<const ExecutablePlan> plan_;
