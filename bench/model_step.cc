@@ -461,7 +461,10 @@ bool WarmUp(EmulatedModel& model, const std::string& planner, const StepOptions&
     const PlanSignature now(stats);
     unchanged = now == last ? unchanged + 1 : 0;
     last = now;
-    settled = Adopted(planner, stats) && unchanged >= options.settle_steps ? 1 : 0;
+    settled = Adopted(planner, stats) && !stats.plan_trials_pending &&
+                      unchanged >= options.settle_steps
+                  ? 1
+                  : 0;
     const Tensor t = MakeTensor(&settled, {1});
     absl::StatusOr<Handle> h = Allreduce("model_step.settled", t, t, min);
     Check(h.status());
@@ -576,7 +579,7 @@ int Main(int argc, char** argv) {
         "\"step_ms_min\":%.3f,\"step_ms_max\":%.3f,\"step_ms_mean\":%.3f,\"compute_ms\":%.3f,"
         "\"comm_bound_ms\":%.3f,"
         "\"grad_bytes\":%lld,\"time_scale\":%.6g,\"bytes_scale\":%.6g,\"link_rate\":%s,"
-        "\"fitted_alpha_us\":%s,\"fitted_beta_us_per_mb\":%s}\n",
+        "\"fitted_alpha_us\":%s,\"fitted_beta_us_per_mb\":%s,\"trials\":%s}\n",
         JsonString(model.profile().model).c_str(), JsonString(PlannerLabel()).c_str(), step_ms,
         JsonNumber(sim_ms, has_sim).c_str(),
         JsonNumber((sim_ms - step_ms) / step_ms, has_sim, 4).c_str(), ideal_ms, ideal_ms / step_ms,
@@ -590,7 +593,8 @@ int Main(int argc, char** argv) {
         model.compute_ms(), comm_bound_ms, static_cast<long long>(model.bytes()),
         scaling.time_scale, scaling.bytes_scale, JsonString(options->link_rate).c_str(),
         JsonNumber(stats.fitted_alpha_us, scheduled).c_str(),
-        JsonNumber(stats.fitted_beta_us_per_mb, scheduled).c_str());
+        JsonNumber(stats.fitted_beta_us_per_mb, scheduled).c_str(),
+        JsonString(stats.plan_trials).c_str());
     std::fflush(stdout);
   }
   return FinishJob(kProgram, 0);

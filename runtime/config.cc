@@ -53,6 +53,7 @@ const Field kFields[] = {
     {"OVERLAP_PARTITION_BYTES", &Config::partition_bytes},
     {"OVERLAP_CREDIT_BYTES", &Config::credit_bytes},
     {"OVERLAP_REPLAN_DRIFT", &Config::replan_drift},
+    {"OVERLAP_AUTO_TRIALS", &Config::auto_trials},
 };
 
 const env::Var& VarOf(const Field& field) {

@@ -78,6 +78,11 @@ struct Config {
   // OVERLAP_REPLAN_DRIFT, 0..10; 0 never re-plans on drift.
   double replan_drift = 0.25;
 
+  // auto: the number of its best-simulated synchronous candidates (within 15% of the best) that
+  // each run a few steps before the fastest measured one is kept; 1 keeps the simulator's choice.
+  // OVERLAP_AUTO_TRIALS, 1..8.
+  int auto_trials = 3;
+
   // Seconds to wait for every rank to connect its control socket during Init.
   // OVERLAP_START_TIMEOUT_S.
   double start_timeout_s = 60.0;

@@ -236,6 +236,15 @@ constexpr Var kVars[] = {
                 "simulation)")
         .InMiB()
         .Build(),
+    Def("OVERLAP_AUTO_TRIALS", Kind::kInt)
+        .Range(1, 8, "an integer")
+        .Default("3")
+        .Describe("auto: how many of the best-simulated synchronous plans run for a few steps each "
+                  "before the fastest measured one is kept; 1 trusts the simulator")
+        .Option("--auto-trials", "N",
+                "auto: try the N best-simulated synchronous plans on live steps and keep the "
+                "fastest (1..8, default 3; 1: the simulator's choice)")
+        .Build(),
     Def("OVERLAP_REPLAN_DRIFT", Kind::kDouble)
         .Range(0, 10, "a fraction")
         .Note("0 never re-plans on drift")

@@ -317,6 +317,11 @@ struct RuntimeStats {
   // The link cost fitted for planning, channel 0 allreduce: t = alpha + beta x bytes.
   double fitted_alpha_us = 0;
   double fitted_beta_us_per_mb = 0;
+  // auto's trials (OVERLAP_AUTO_TRIALS): each tried plan's measured step, "auto:dear 545.7 ms,
+  // auto:bytescheduler 528.8 ms"; and true while more are to come (a benchmark waits for the
+  // plan to settle).
+  std::string plan_trials;
+  bool plan_trials_pending = false;
   // What moves this rank's CUDA tensors, once the first one was agreed: "nccl" or
   // "mpi+host-staging" (OVERLAP_EXECUTOR); empty before.
   std::string cuda_executor;

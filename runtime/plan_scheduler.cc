@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
@@ -35,6 +36,8 @@ constexpr int64_t kLatencySizes[] = {int64_t{4} << 10, int64_t{64} << 10};
 // (MpiExecutor::kRingReduceScatterBytes and up), as DeAR's buckets are.
 constexpr int64_t kHalvesSizes[] = {int64_t{64} << 10, int64_t{512} << 10, int64_t{2} << 20};
 constexpr int kProbeRepeats = 5;
+// auto's trials: runners-up simulated within this factor of the best plan are worth measuring.
+constexpr double kTrialMargin = 1.15;
 
 sched::PlannerOptions OptionsFrom(const Config& config) {
   sched::PlannerOptions o;
@@ -67,6 +70,12 @@ void CorruptForTest(std::string* bytes, sched::Plan* plan) {
   } else if (what == "truncate") {
     bytes->resize(bytes->size() / 2);
   }
+}
+
+// A plan with delayed updates or update periods: replacing it would discard the results it holds.
+bool Delayed(const sched::Plan& plan) {
+  return std::any_of(plan.buckets.begin(), plan.buckets.end(),
+                     [](const sched::Bucket& b) { return b.delay > 0 || b.period > 1; });
 }
 
 // Test hook: rank 0 gives every allreduce bucket of the plan it makes the schedule
@@ -133,6 +142,8 @@ void PlanScheduler::OnStep(int64_t step) {
     adopting_ = false;
   } else if (step == drop_step_) {
     dropping_ = true;
+  } else if (step == trial_end_step_) {
+    trial_check_ = true;
   } else if (step >= next_drift_check_) {
     drift_check_ = true;
   } else {
@@ -146,6 +157,12 @@ void PlanScheduler::OnPlanDropped(int64_t step) {
   next_drift_check_ = std::numeric_limits<int64_t>::max();
   drop_step_ = -1;
   drift_check_ = dropping_ = false;
+  trials_ = 0;
+  trial_ = -1;
+  trial_ms_.clear();
+  trial_end_step_ = -1;
+  trial_check_ = settling_ = false;
+  chosen_ = 0;
   if (given_up_) return;
   profiler_->Reset();
   next_attempt_ = step + config_.profile_steps + 2;
@@ -153,6 +170,8 @@ void PlanScheduler::OnPlanDropped(int64_t step) {
   info_.planner.clear();
   info_.buckets = 0;
   info_.mean_staleness = 0;
+  info_.trials.clear();
+  info_.trials_pending = false;
   predicted_step_.reset();
 }
 
@@ -234,6 +253,15 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
           step_ + (drifted_checks_ > 0 ? config_.profile_steps + 1 : DriftInterval());
     }
     return std::nullopt;
+  }
+  if (trial_check_) {
+    trial_check_ = false;
+    if (votes_[0] == 0 || votes_[1] == 0) {  // a rank busy, or too few steps measured yet
+      trial_end_step_ = step_ + 1;
+      return std::nullopt;
+    }
+    trial_end_step_ = -1;
+    return EndTrial(table);
   }
   if (dropping_) {
     dropping_ = false;
@@ -436,39 +464,126 @@ void PlanScheduler::StartPlanning(sched::Profile profile, sched::CostModel cost)
     outcome_ = Outcome();
   }
   planner_ = std::thread([this, profile = std::move(profile), cost = std::move(cost)] {
-    const absl::Time start = absl::Now();
     Outcome outcome;
     outcome.done = true;
-    absl::StatusOr<sched::Plan> plan =
-        sched::MakePlan(config_.planner, profile, cost, OptionsFrom(config_));
-    if (!plan.ok()) {
-      outcome.status = plan.status();
+    absl::StatusOr<std::vector<Candidate>> candidates = MakeCandidates(profile, cost);
+    if (candidates.ok()) {
+      outcome.candidates = *std::move(candidates);
     } else {
-      ScheduleForTest(&*plan);
-      sched::SimOptions options;
-      options.record_iteration = true;  // drawn beside the measured steps in the timeline
-      absl::StatusOr<sched::SimResult> sim = sched::Simulate(profile, *plan, cost, options);
-      if (sim.ok()) {
-        outcome.predicted_ms = sim->iteration_ms;
-        outcome.predicted_step = std::move(sim->iteration_events);
-      }
-      outcome.bytes = plan->Serialize();
-      CorruptForTest(&outcome.bytes, &*plan);
-      spdlog::info(
-          "overlap: rank 0: planner {} made {} buckets in {:.1f} ms for a measured step of "
-          "{:.1f} ms compute; simulated step {:.1f} ms",
-          plan->planner, plan->buckets.size(), absl::ToDoubleMilliseconds(absl::Now() - start),
-          profile.compute_ms(), outcome.predicted_ms);
+      outcome.status = candidates.status();
     }
     absl::MutexLock lock(&mu_);
     outcome_ = std::move(outcome);
   });
 }
 
+absl::StatusOr<std::vector<PlanScheduler::Candidate>> PlanScheduler::MakeCandidates(
+    const sched::Profile& profile, const sched::CostModel& cost) const {
+  const absl::Time start = absl::Now();
+  std::vector<sched::Plan> plans;
+  if (config_.planner == "auto" && config_.auto_trials > 1) {
+    absl::StatusOr<std::vector<sched::RankedPlan>> ranked =
+        sched::RankPlans(profile, cost, OptionsFrom(config_));
+    if (!ranked.ok()) return ranked.status();
+    const double best_ms = ranked->front().simulated_ms;
+    // Planners often agree (deft at staleness 0 may return dear's plan): each plan is tried once.
+    auto same_buckets = [](sched::Plan a, sched::Plan b) {
+      a.planner = b.planner = "";
+      a.staleness = b.staleness = 0;
+      a.budget_used = b.budget_used = 0;
+      return a.Serialize() == b.Serialize();
+    };
+    for (sched::RankedPlan& r : *ranked) {
+      if (static_cast<int>(plans.size()) == config_.auto_trials) break;
+      if (!plans.empty() && (r.simulated_ms > kTrialMargin * best_ms || Delayed(r.plan) ||
+                             Delayed(plans.front()))) {
+        continue;
+      }
+      if (std::any_of(plans.begin(), plans.end(),
+                      [&](const sched::Plan& p) { return same_buckets(p, r.plan); })) {
+        continue;
+      }
+      plans.push_back(std::move(r.plan));
+    }
+  } else {
+    absl::StatusOr<sched::Plan> plan =
+        sched::MakePlan(config_.planner, profile, cost, OptionsFrom(config_));
+    if (!plan.ok()) return plan.status();
+    plans.push_back(*std::move(plan));
+  }
+  std::vector<Candidate> candidates;
+  for (sched::Plan& plan : plans) {
+    ScheduleForTest(&plan);
+    // The test schedule delays every plan: trials would replace delayed plans.
+    if (Delayed(plan) && !candidates.empty()) break;
+    Candidate c;
+    sched::SimOptions options;
+    options.record_iteration = true;  // drawn beside the measured steps in the timeline
+    absl::StatusOr<sched::SimResult> sim = sched::Simulate(profile, plan, cost, options);
+    if (sim.ok()) {
+      c.predicted_ms = sim->iteration_ms;
+      c.predicted_step = std::move(sim->iteration_events);
+    }
+    c.bytes = plan.Serialize();
+    CorruptForTest(&c.bytes, &plan);
+    spdlog::info(
+        "overlap: rank 0: planner {} made {} buckets for a measured step of {:.1f} ms compute; "
+        "simulated step {:.1f} ms",
+        plan.planner, plan.buckets.size(), profile.compute_ms(), c.predicted_ms);
+    candidates.push_back(std::move(c));
+  }
+  spdlog::info("overlap: rank 0: {} candidate plan(s) made in {:.1f} ms", candidates.size(),
+               absl::ToDoubleMilliseconds(absl::Now() - start));
+  return candidates;
+}
+
+absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::EndTrial(const TableFn& table) {
+  // Every rank's median step under this candidate, waits included; the slowest rank's is the
+  // job's.
+  double ms = profiler_->median_wall_ms();
+  MPI_Request request;
+  int rc = MPI_SUCCESS;
+  {
+    absl::MutexLock lock(&IallreduceMutex());  // see PinIallreduceAlgorithm
+    PrepareIallreduce(sizeof(ms));
+    rc = MPI_Iallreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, comm_, &request);
+  }
+  absl::Status s = Wait(rc, "MPI_Iallreduce", &request, "combining the trial's step times");
+  if (!s.ok()) return s;
+  trial_ms_.push_back(ms);
+  std::string planner;
+  {
+    absl::MutexLock lock(&mu_);
+    planner = info_.planner;
+    absl::StrAppend(&info_.trials, info_.trials.empty() ? "" : ", ", planner, " ",
+                    absl::StrFormat("%.1f", ms), " ms");
+  }
+  spdlog::info("overlap: rank {}: step {}: trial {} of {}: {} measured {:.1f} ms per step",
+               rank_, step_, trial_ + 1, trials_, planner, ms);
+  if (trial_ + 1 < trials_) {
+    chosen_ = trial_ + 1;
+  } else {
+    chosen_ = static_cast<int>(std::min_element(trial_ms_.begin(), trial_ms_.end()) -
+                               trial_ms_.begin());
+    if (chosen_ == trial_) {  // the fastest is in force: keep it
+      trials_ = 0;
+      trial_ = -1;
+      if (config_.replan_drift > 0) next_drift_check_ = step_ + DriftInterval();
+      absl::MutexLock lock(&mu_);
+      info_.trials_pending = false;
+      spdlog::info("overlap: rank {}: keeping {}, the fastest of the plans tried ({})", rank_,
+                   planner, info_.trials);
+      return std::nullopt;
+    }
+    settling_ = true;
+  }
+  return Exchange(table);
+}
+
 absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const TableFn& table) {
-  // Rank 0: [status code][predicted ms] then the message or the plan bytes.
+  // Rank 0: [status code][predicted ms][candidates] then the message or the plan bytes.
   std::string bytes;
-  double header[2] = {0, 0};
+  double header[3] = {0, 0, 0};
   if (rank_ == 0) {
     if (planner_.joinable()) planner_.join();  // holds training only if planning is slower
     absl::MutexLock lock(&mu_);
@@ -476,13 +591,15 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
       header[0] = static_cast<double>(outcome_.status.code());
       bytes = std::string(outcome_.status.message());
     } else {
-      header[1] = outcome_.predicted_ms;
-      bytes = outcome_.bytes;
+      const Candidate& c = outcome_.candidates[static_cast<size_t>(chosen_)];
+      header[1] = c.predicted_ms;
+      header[2] = static_cast<double>(outcome_.candidates.size());
+      bytes = c.bytes;
     }
   }
   int64_t length = static_cast<int64_t>(bytes.size());
   MPI_Request request;
-  absl::Status s = Wait(MPI_Ibcast(header, 2, MPI_DOUBLE, 0, comm_, &request), "MPI_Ibcast",
+  absl::Status s = Wait(MPI_Ibcast(header, 3, MPI_DOUBLE, 0, comm_, &request), "MPI_Ibcast",
                         &request, "broadcasting the plan");
   if (s.ok()) {
     s = Wait(MPI_Ibcast(&length, 1, MPI_INT64_T, 0, comm_, &request), "MPI_Ibcast", &request,
@@ -542,23 +659,47 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
       }
     }
     given_up_ = true;
+    trials_ = 0;  // the plan in force, if any, stays
+    trial_ = -1;
     spdlog::error("overlap: rank {}: the {} plan was refused, training continues without it: {}",
                   rank_, config_.planner, absl::StrJoin(reasons, "; "));
     absl::MutexLock lock(&mu_);
     ++info_.refused;
+    info_.trials_pending = false;
     return std::nullopt;
   }
   next_attempt_ = std::numeric_limits<int64_t>::max();  // until the plan is dropped
   // The first drift check measures the step under the plan; later ones compare with it.
   baseline_step_ms_ = 0;
   drifted_checks_ = 0;
-  if (config_.replan_drift > 0) next_drift_check_ = step_ + DriftInterval();
+  if (trial_ < 0 && header[2] > 1) {  // auto's first candidate: the trials begin
+    trials_ = static_cast<int>(header[2]);
+    trial_ms_.clear();
+  }
+  const bool trying = trials_ > 1 && !settling_;
+  if (trying) {
+    trial_ = chosen_;
+    trial_end_step_ = step_ + TrialSteps();
+    next_drift_check_ = std::numeric_limits<int64_t>::max();
+    profiler_->Reset();  // the trial measures steps under this plan only
+  } else {
+    trials_ = 0;
+    trial_ = -1;
+    settling_ = false;
+    if (config_.replan_drift > 0) next_drift_check_ = step_ + DriftInterval();
+  }
   absl::MutexLock lock(&mu_);
+  info_.trials_pending = trying;
+  if (!trying && !info_.trials.empty()) {
+    spdlog::info("overlap: rank {}: adopting {} again, the fastest of the plans tried ({})",
+                 rank_, plan->source, info_.trials);
+  }
   info_.planner = plan->source;
   info_.buckets = static_cast<int64_t>(plan->buckets.size());
   info_.predicted_step_ms = header[1];
   if (rank_ == 0) {
-    predicted_step_ = std::make_shared<const std::vector<sched::SimEvent>>(outcome_.predicted_step);
+    predicted_step_ = std::make_shared<const std::vector<sched::SimEvent>>(
+        outcome_.candidates[static_cast<size_t>(chosen_)].predicted_step);
   }
   info_.adopted_step = step_;
   info_.layerwise_update = plan->layerwise_update;

@@ -19,6 +19,14 @@
 // the next step; one that finds a profile not yet steady, OVERLAP_PROFILE_STEPS + 1 steps later.
 // A plan that rank 0 could not make, or that some rank refused, is not retried; a dropped plan
 // is measured and made anew.
+//  2b. auto's trials (OVERLAP_AUTO_TRIALS = N > 1): rank 0 also makes auto's runners-up, the
+//     synchronous plans simulated within 15% of the best (up to N in all, and only when the best
+//     is synchronous too: replacing a delayed plan would discard its held results). Each runs
+//     TrialSteps() steps; at its end, after a quiescence vote, every rank's median step is
+//     combined (the slowest rank's), and the next candidate is adopted as above. After the last,
+//     the fastest measured one is adopted again unless it is the one in force. The simulator
+//     ranks; the measurement decides, since the model misses costs (copies, CPU contention)
+//     that differ between plans by a few percent.
 //  3. Drift (OVERLAP_REPLAN_DRIFT > 0): every max(10, 2 x OVERLAP_PROFILE_STEPS + 2) steps after
 //     adoption, every rank votes (without draining) whether its measured step (the step
 //     profiler's median compute windows) moved by more than that fraction from the first such
@@ -67,6 +75,10 @@ struct ScheduleInfo {
   bool layerwise_update = false;
   double mean_staleness = 0;  // RuntimeStats::plan_mean_staleness
   double alpha_us = 0, beta_us_per_mb = 0;
+  // auto's trials: each tried plan's measured step ("auto:dear 545.7 ms, ..."), and whether
+  // more are to come (the plan in force may still change).
+  std::string trials;
+  bool trials_pending = false;
 };
 
 class PlanScheduler {
@@ -110,12 +122,16 @@ class PlanScheduler {
 
  private:
   enum class Stage { kIdle, kDrain, kVote };
-  struct Outcome {  // rank 0's planner thread
-    bool done = false;
-    absl::Status status;
+  struct Candidate {  // a plan made by rank 0, ready to broadcast
     std::string bytes;  // Serialize()
     double predicted_ms = 0;
     std::vector<sched::SimEvent> predicted_step;
+  };
+  struct Outcome {  // rank 0's planner thread
+    bool done = false;
+    absl::Status status;
+    // [0] is adopted first; auto's further trials follow (OVERLAP_AUTO_TRIALS).
+    std::vector<Candidate> candidates;
   };
 
   // The link cost: fitted to the collectives the runtime ran while profiling (each one's time on
@@ -133,6 +149,15 @@ class PlanScheduler {
   absl::Status Probe(absl::Span<const int64_t> sizes, std::vector<sched::CostSample>* samples,
                      CollectiveKind kind = CollectiveKind::kAllreduce);
   void StartPlanning(sched::Profile profile, sched::CostModel cost);
+  // Rank 0's planner thread: the plans to adopt, best first (more than one only for auto's
+  // trials), each simulated.
+  absl::StatusOr<std::vector<Candidate>> MakeCandidates(const sched::Profile& profile,
+                                                        const sched::CostModel& cost) const;
+  // Steps a trial runs: a step or two to settle, then OVERLAP_PROFILE_STEPS measured.
+  int64_t TrialSteps() const { return config_.profile_steps + 3; }
+  // A trial ended (every rank, after its vote): records every rank's slowest measured step and
+  // moves on to the next candidate, or settles on the fastest.
+  absl::StatusOr<std::optional<ExecutablePlan>> EndTrial(const TableFn& table);
   absl::StatusOr<std::optional<ExecutablePlan>> Exchange(const TableFn& table);
   // Checks `started`, the return code of `call` that started `request`, then waits for it.
   absl::Status Wait(int started, const char* call, MPI_Request* request, const char* what);
@@ -159,6 +184,15 @@ class PlanScheduler {
   double baseline_step_ms_ = 0;  // the step under the plan, at its first drift check
   int drifted_checks_ = 0;       // consecutive checks that found a drift
   bool given_up_ = false;
+  // auto's trials, alike on every rank: the candidates rank 0 announced (0: no trials), the one
+  // in force, each tried one's measured step, and the step at which the current trial ends.
+  int trials_ = 0;
+  int trial_ = -1;
+  std::vector<double> trial_ms_;
+  int64_t trial_end_step_ = -1;
+  bool trial_check_ = false;  // the stage is a trial's end
+  int chosen_ = 0;            // the candidate the next Exchange adopts
+  bool settling_ = false;     // that Exchange re-adopts the fastest tried one
   absl::Time drain_since_;
   int votes_[2] = {0, 0};
   MPI_Request vote_request_ = MPI_REQUEST_NULL;

@@ -303,6 +303,8 @@ RuntimeStats Runtime::stats() const {
     stats.plan_mean_staleness = info.mean_staleness;
     stats.fitted_alpha_us = info.alpha_us;
     stats.fitted_beta_us_per_mb = info.beta_us_per_mb;
+    stats.plan_trials = info.trials;
+    stats.plan_trials_pending = info.trials_pending;
   }
   return stats;
 }

@@ -169,6 +169,7 @@ void StepProfiler::Close(const OpenStep& previous, const OpenStep& next) {
   step.forward_ms = ComputeMs(next.forward, next.backward, blocked);
   step.backward_ms = ComputeMs(previous.backward, previous.update, blocked);
   step.update_ms = ComputeMs(previous.update, next.forward, blocked);
+  step.wall_ms = std::max(0.0, absl::ToDoubleMilliseconds(next.backward - previous.backward));
   for (size_t i = 0; i < previous.submissions.size(); ++i) {
     const Submission& s = previous.submissions[i];
     const absl::Time called = waits[i].called;
@@ -243,6 +244,11 @@ double StepProfiler::median_step_ms() const {
   absl::MutexLock lock(&mu_);
   return MedianOf(closed_,
                   [](const ClosedStep& s) { return s.forward_ms + s.backward_ms + s.update_ms; });
+}
+
+double StepProfiler::median_wall_ms() const {
+  absl::MutexLock lock(&mu_);
+  return MedianOf(closed_, [](const ClosedStep& s) { return s.wall_ms; });
 }
 
 void StepProfiler::Reset() {

@@ -90,6 +90,9 @@ class StepProfiler {
 
   // Median forward + backward + update time of the last steady steps (ms); 0 if none.
   double median_step_ms() const;
+  // Median wall time of the last steady steps, time blocked in Wait included (ms); 0 if none.
+  // What a plan's communication costs shows here, not in median_step_ms.
+  double median_wall_ms() const;
 
   // Forgets every closed step (the tensor set or the plan changed). Steps not yet closed are
   // kept: the next one to close starts the new run.
@@ -113,6 +116,7 @@ class StepProfiler {
   };
   struct ClosedStep {
     double forward_ms = 0, backward_ms = 0, update_ms = 0;
+    double wall_ms = 0;  // backward to the next backward, waits included
     // Sorted by name, so that two steps with the same tensor set line up index by index.
     std::vector<sched::TensorMeasurement> tensors;
     std::vector<size_t> submit_order;  // indices into tensors, in order of submission

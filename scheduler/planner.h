@@ -122,6 +122,17 @@ absl::StatusOr<Plan> PlanDeft(const Profile&, const CostModel&, const PlannerOpt
 // reads "auto:<winner>".
 absl::StatusOr<Plan> PlanAuto(const Profile&, const CostModel&, const PlannerOptions&);
 
+// auto's candidates: every other planner's plan, as MakePlan returns it, with its simulated
+// iteration time, fastest first (ties in PlannerNames order, as PlanAuto breaks them); each plan's
+// `planner` reads "auto:<name>". Planners that fail are left out; an error only when none made a
+// plan. The runtime tries the first few on live steps (OVERLAP_AUTO_TRIALS).
+struct RankedPlan {
+  Plan plan;
+  double simulated_ms = 0;
+};
+absl::StatusOr<std::vector<RankedPlan>> RankPlans(const Profile& profile, const CostModel& cost,
+                                                  const PlannerOptions& options);
+
 }  // namespace overlap::sched
 
 #endif  // OVERLAP_SCHEDULER_PLANNER_H_

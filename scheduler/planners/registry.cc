@@ -159,4 +159,35 @@ absl::StatusOr<Plan> PlanAuto(const Profile& profile, const CostModel& cost,
   return best;
 }
 
+absl::StatusOr<std::vector<RankedPlan>> RankPlans(const Profile& profile, const CostModel& cost,
+                                                  const PlannerOptions& options) {
+  absl::StatusOr<double> ratio = CompressionRatio(profile, cost, options);
+  if (!ratio.ok()) {
+    return ratio.status();
+  }
+  const CostModel scaled = ScaledForPayload(cost, *ratio);
+  std::vector<RankedPlan> ranked;
+  absl::Status last = absl::InternalError("auto: no planner produced a plan");
+  for (const Entry& e : kPlanners) {
+    if (e.fn == PlanAuto) {
+      continue;
+    }
+    absl::StatusOr<Plan> plan = MakePlan(e.name, profile, cost, options);
+    if (!plan.ok()) {
+      last = plan.status();
+      continue;
+    }
+    const double ms = internal::SimulatedMs(profile, *plan, scaled);
+    plan->planner = absl::StrCat("auto:", e.name);
+    ranked.push_back(RankedPlan{*std::move(plan), ms});
+  }
+  if (ranked.empty()) {
+    return last;
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const RankedPlan& a, const RankedPlan& b) {
+    return a.simulated_ms < b.simulated_ms;
+  });
+  return ranked;
+}
+
 }  // namespace overlap::sched

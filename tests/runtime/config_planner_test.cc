@@ -27,6 +27,7 @@ class ScopedEnv {
 constexpr const char* kPlannerVariables[] = {
     "OVERLAP_PLANNER", "OVERLAP_PROFILE_STEPS",   "OVERLAP_STALENESS",    "OVERLAP_MAX_PERIOD",
     "OVERLAP_BUDGET",  "OVERLAP_PARTITION_BYTES", "OVERLAP_CREDIT_BYTES", "OVERLAP_REPLAN_DRIFT",
+    "OVERLAP_AUTO_TRIALS",
 };
 
 void UnsetPlannerVariables() {
@@ -45,6 +46,7 @@ TEST_CASE("planner settings default to the observed plan", "[config]") {
   CHECK(config->partition_bytes == 0);
   CHECK(config->credit_bytes == 0);
   CHECK(config->replan_drift == 0.25);
+  CHECK(config->auto_trials == 3);
   // The defaults set in code are valid as they are.
   CHECK(Config().Validate().ok());
 }
@@ -59,6 +61,7 @@ TEST_CASE("planner settings come from OVERLAP_* variables", "[config]") {
   ScopedEnv partition("OVERLAP_PARTITION_BYTES", "4194304");
   ScopedEnv credit("OVERLAP_CREDIT_BYTES", "16777216");
   ScopedEnv drift("OVERLAP_REPLAN_DRIFT", "0.5");
+  ScopedEnv trials("OVERLAP_AUTO_TRIALS", "3");
   absl::StatusOr<Config> config = Config::FromEnvironment();
   REQUIRE(config.ok());
   CHECK(config->planner == "bytescheduler");
@@ -69,6 +72,7 @@ TEST_CASE("planner settings come from OVERLAP_* variables", "[config]") {
   CHECK(config->partition_bytes == 4194304);
   CHECK(config->credit_bytes == 16777216);
   CHECK(config->replan_drift == 0.5);
+  CHECK(config->auto_trials == 3);
 }
 
 TEST_CASE("every planner name is accepted", "[config]") {
@@ -96,7 +100,8 @@ TEST_CASE("planner settings accept the ends of their ranges", "[config]") {
       {"OVERLAP_BUDGET", "-1"},       {"OVERLAP_BUDGET", "0"},
       {"OVERLAP_BUDGET", "1e6"},      {"OVERLAP_PARTITION_BYTES", "0"},
       {"OVERLAP_CREDIT_BYTES", "0"},  {"OVERLAP_REPLAN_DRIFT", "0"},
-      {"OVERLAP_REPLAN_DRIFT", "10"},
+      {"OVERLAP_REPLAN_DRIFT", "10"},  {"OVERLAP_AUTO_TRIALS", "1"},
+      {"OVERLAP_AUTO_TRIALS", "8"},
   };
   for (const Case& c : cases) {
     ScopedEnv env(c.var, c.value);
@@ -132,6 +137,8 @@ TEST_CASE("bad planner settings name the variable, the value and what is expecte
        "OVERLAP_PROFILE_STEPS='4294967297' is not valid: expected an integer in 1..1000"},
       {"OVERLAP_PROFILE_STEPS", "five",
        "OVERLAP_PROFILE_STEPS='five' is not valid: expected an integer in 1..1000"},
+      {"OVERLAP_AUTO_TRIALS", "0",
+       "OVERLAP_AUTO_TRIALS='0' is not valid: expected an integer in 1..8"},
       {"OVERLAP_STALENESS", "17",
        "OVERLAP_STALENESS='17' is not valid: expected an integer in 0..16"},
       {"OVERLAP_STALENESS", "-1",

@@ -175,6 +175,8 @@ TEST_CASE("time blocked in a forward wait is not compute", "[step_profiler]") {
   CHECK(p.OnPhase(StepPhase::kBackward, At(77)) == 2);  // raw forward 42 ms
   REQUIRE(p.steady_steps() == 1);
   CHECK(p.median_step_ms() == 12 + 20 + 5);
+  // The wall step keeps the 30 ms blocked: backward at 10 to the next backward at 77.
+  CHECK(p.median_wall_ms() == 67);
   absl::StatusOr<sched::Profile> profile = p.MakeProfile("m");
   REQUIRE(profile.ok());
   CHECK(profile->forward_ms == 12);

@@ -113,6 +113,27 @@ TEST_CASE("auto is at least as fast as every planner it chooses from") {
   }
 }
 
+TEST_CASE("RankPlans lists every other planner's plan, fastest first, auto's choice on top") {
+  const Profile profile = *LoadBuiltinProfile("vgg16");
+  const CostModel cost = CostModel::Algorithmic(Algorithm::kRing, 16, 10, 10);
+  PlannerOptions options;
+  absl::StatusOr<std::vector<RankedPlan>> ranked = RankPlans(profile, cost, options);
+  REQUIRE(ranked.ok());
+  REQUIRE(ranked->size() == PlannerNames().size() - 1);
+  for (size_t i = 0; i < ranked->size(); ++i) {
+    const RankedPlan& r = (*ranked)[i];
+    INFO(r.plan.planner);
+    CHECK(r.plan.planner.rfind("auto:", 0) == 0);
+    CHECK(r.simulated_ms == Approx(Simulate(profile, r.plan, cost)->iteration_ms));
+    if (i > 0) CHECK((*ranked)[i - 1].simulated_ms <= r.simulated_ms);
+    // The very plan the named planner makes.
+    Plan named = *MakePlan(r.plan.planner.substr(5), profile, cost, options);
+    named.planner = r.plan.planner;
+    CHECK(named.Serialize() == r.plan.Serialize());
+  }
+  CHECK(ranked->front().plan.Serialize() == MakePlan("auto", profile, cost, options)->Serialize());
+}
+
 TEST_CASE("deft with max_period > 1 uses update periods within the budget") {
   const Profile profile = *LoadBuiltinProfile("vgg16");
   const CostModel cost = CostModel::Algorithmic(Algorithm::kRing, 64, 10, 10);
