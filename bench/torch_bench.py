@@ -157,6 +157,20 @@ def tuned_bucket(system, workload, candidates, args):
     return min(times, key=times.get), times
 
 
+def settle_trials(system, run, chunk=5, limit=80):
+    """overlap's auto tries its candidate plans on live steps (OVERLAP_AUTO_TRIALS): warm up
+    further, `chunk` steps at a time, until no rank is still trying. Returns the extra steps."""
+    stats = getattr(getattr(system, "hvd", None), "stats", None)
+    extra = 0
+    while stats is not None and extra < limit:
+        pending = 1.0 if stats().get("plan_trials_pending") else 0.0
+        if system.max_over_ranks([pending])[0] == 0.0:
+            break
+        run(chunk)
+        extra += chunk
+    return extra
+
+
 def planner_label(system):
     """OVERLAP_PLANNER, with "-sN" for deft with staleness bound N > 0 (delayed updates)."""
     if system != "overlap":
@@ -191,6 +205,8 @@ def main(argv):
     model, optimizer = workload.new_model()
     model, optimizer = system.wrap(model, optimizer, bucket_cap_mb=bucket)
     run_steps(system, workload, model, optimizer, args.warmup_steps)
+    warmup_steps = args.warmup_steps + settle_trials(system, lambda n: run_steps(
+        system, workload, model, optimizer, n))
     slowest = run_steps(system, workload, model, optimizer, args.steps)
     step_ms = statistics.median(slowest)
 
@@ -215,7 +231,7 @@ def main(argv):
     result.update(step_ms=round(step_ms, 3), step_ms_mean=round(mean_ms, 3),
                   samples_per_s=round(workload.batch * system.size * 1e3 / mean_ms, 2),
                   step_ms_min=round(min(slowest), 3), step_ms_max=round(max(slowest), 3),
-                  ranks=system.size, steps=args.steps, warmup_steps=args.warmup_steps,
+                  ranks=system.size, steps=args.steps, warmup_steps=warmup_steps,
                   torch=torch.__version__.split("+")[0], loadavg_1m=round(os.getloadavg()[0], 2),
                   **workload.describe(model))
     stats = getattr(getattr(system, "hvd", None), "stats", None)
@@ -223,7 +239,8 @@ def main(argv):
         # Which plan the measured steps ran under: the planner may have refused or dropped it.
         s = stats()
         result["runtime"] = {k: s.get(k) for k in ("planner", "plan_adopted_step", "plans_frozen", "plans_dropped",
-                                                   "plans_refused", "plan_buckets", "predicted_step_ms")}
+                                                   "plans_refused", "plan_buckets", "predicted_step_ms",
+                                                   "plan_trials")}
     if error:
         print(f"torch_bench.py: rank {system.rank}: {error}", file=sys.stderr, flush=True)
     if errors and system.rank == 0:
