@@ -274,7 +274,7 @@ void ControlPlane::ReleasePeers() {
 }
 
 void ControlPlane::AwaitRelease(absl::Duration timeout) {
-  if (rank_ == 0 || fds_.empty() || fds_[0] < 0) return;
+  if (rank_ == 0 || released_ || fds_.empty() || fds_[0] < 0) return;
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     pollfd p{fds_[0], POLLIN, 0};
@@ -332,6 +332,9 @@ absl::StatusOr<ControlEvents> ControlPlane::Wait(absl::Duration timeout, int ext
     for (ssize_t k = 0; k < n; ++k) {
       if (buffer[k] == 'R') ++events.rounds_announced;
       asked = asked || buffer[k] == 'W';
+      // Rank 0 released us while our coordinator was finishing: AwaitRelease must not wait for
+      // a word already read (it waited out the whole timeout, 4 ranks, 3 channels, once).
+      released_ = released_ || buffer[k] == 'X';
     }
     events.round_requests += asked ? 1 : 0;
   }

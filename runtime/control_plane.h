@@ -61,7 +61,9 @@ class ControlPlane {
   // (AwaitPeersClosed), so that no worker still finishing its last round sees rank 0 vanish. A
   // worker waits for that word, or for rank 0's connection to close, or for `timeout`
   // (AwaitRelease) before closing its own: a collective can end on one rank before another, and
-  // rank 0 still inside the last round would take a worker's early close for a crash.
+  // rank 0 still inside the last round would take a worker's early close for a crash. The word
+  // may arrive while the worker's coordinator is still in its last Wait, which keeps it for
+  // AwaitRelease (both run on one thread at a time: Shutdown joins the coordinator first).
   void ReleasePeers();
   void AwaitPeersClosed(absl::Duration timeout);
   void AwaitRelease(absl::Duration timeout);
@@ -80,6 +82,7 @@ class ControlPlane {
   // Rank 0: fds_[r] is the connection to rank r (fds_[0] unused). Workers: fds_[0] is rank 0.
   std::vector<int> fds_;
   bool closing_ = false;
+  bool released_ = false;  // workers: rank 0's release ('X') has arrived
 };
 
 }  // namespace overlap
