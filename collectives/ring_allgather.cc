@@ -5,29 +5,21 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/mpi_executor.h"
+#include "collectives/mpi_wait.h"
 
 namespace overlap {
-namespace {
-
-absl::Status MpiStatus(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("ring allgather: ", what, ": ", MpiErrorString(rc)));
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<RingAllgather>> RingAllgather::Start(
     MPI_Comm comm, int tag, const void* send, void* recv, std::vector<int> counts,
     std::vector<int> displs, MPI_Datatype type, size_t elem_bytes) {
   std::unique_ptr<RingAllgather> ring(new RingAllgather());
-  absl::Status s = MpiStatus(MPI_Comm_rank(comm, &ring->rank_), "MPI_Comm_rank");
-  if (s.ok()) s = MpiStatus(MPI_Comm_size(comm, &ring->size_), "MPI_Comm_size");
+  absl::Status s = MpiCheck(MPI_Comm_rank(comm, &ring->rank_), "ring allgather: MPI_Comm_rank");
+  if (s.ok()) s = MpiCheck(MPI_Comm_size(comm, &ring->size_), "ring allgather: MPI_Comm_size");
   if (!s.ok()) return s;
   if (counts.size() != static_cast<size_t>(ring->size_) || displs.size() != counts.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("ring allgather: ", counts.size(), " counts and ",
-                                                   displs.size(), " displacements for ",
-                                                   ring->size_, " ranks"));
+    return absl::InvalidArgumentError(absl::StrCat("ring allgather: ", counts.size(),
+                                                   " counts and ", displs.size(),
+                                                   " displacements for ", ring->size_, " ranks"));
   }
   ring->comm_ = comm;
   ring->tag_ = tag;
@@ -59,19 +51,20 @@ RingAllgather::~RingAllgather() {
 absl::Status RingAllgather::Post() {
   const int to = Chunk(1), from = Chunk(-1);
   const int send_chunk = Chunk(-step_), recv_chunk = Chunk(-step_ - 1);
-  absl::Status s = MpiStatus(
+  absl::Status s = MpiCheck(
       MPI_Irecv(At(recv_chunk), Count(recv_chunk), type_, from, tag_, comm_, &requests_[0]),
-      "MPI_Irecv");
+      "ring allgather: MPI_Irecv");
   if (!s.ok()) return s;
-  return MpiStatus(MPI_Isend(At(send_chunk), Count(send_chunk), type_, to, tag_, comm_,
-                             &requests_[1]),
-                   "MPI_Isend");
+  return MpiCheck(
+      MPI_Isend(At(send_chunk), Count(send_chunk), type_, to, tag_, comm_, &requests_[1]),
+      "ring allgather: MPI_Isend");
 }
 
 absl::StatusOr<bool> RingAllgather::Test() {
   if (step_ == size_ - 1) return true;
   int done = 0;
-  absl::Status s = MpiStatus(MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+  absl::Status s = MpiCheck(MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE),
+                            "ring allgather: MPI_Testall");
   if (!s.ok()) return s;
   if (!done) return false;
   ++step_;

@@ -6,24 +6,17 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/mpi_executor.h"
+#include "collectives/mpi_wait.h"
 
 namespace overlap {
-namespace {
-
-absl::Status MpiStatus(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("ring reduce-scatter: ", what, ": ", MpiErrorString(rc)));
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<RingReduceScatter>> RingReduceScatter::Start(
     MPI_Comm comm, int tag, const void* send, void* recv, std::vector<int> counts,
     MPI_Datatype type, size_t elem_bytes, MPI_Op op) {
   std::unique_ptr<RingReduceScatter> ring(new RingReduceScatter());
-  absl::Status s = MpiStatus(MPI_Comm_rank(comm, &ring->rank_), "MPI_Comm_rank");
-  if (s.ok()) s = MpiStatus(MPI_Comm_size(comm, &ring->size_), "MPI_Comm_size");
+  absl::Status s =
+      MpiCheck(MPI_Comm_rank(comm, &ring->rank_), "ring reduce-scatter: MPI_Comm_rank");
+  if (s.ok()) s = MpiCheck(MPI_Comm_size(comm, &ring->size_), "ring reduce-scatter: MPI_Comm_size");
   if (!s.ok()) return s;
   if (counts.size() != static_cast<size_t>(ring->size_)) {
     return absl::InvalidArgumentError(absl::StrCat("ring reduce-scatter: ", counts.size(),
@@ -80,25 +73,25 @@ absl::Status RingReduceScatter::Post() {
   const int to = Chunk(1) /* rank + 1 */, from = Chunk(-1);
   const int send_chunk = Chunk(-step_ - 1), recv_chunk = Chunk(-step_ - 2);
   const void* out = step_ == 0 ? Input(send_chunk) : RecvBuffer(step_ - 1);
-  absl::Status s = MpiStatus(MPI_Irecv(RecvBuffer(step_), Count(recv_chunk), type_, from, tag_,
-                                       comm_, &requests_[0]),
-                             "MPI_Irecv");
+  absl::Status s = MpiCheck(
+      MPI_Irecv(RecvBuffer(step_), Count(recv_chunk), type_, from, tag_, comm_, &requests_[0]),
+      "ring reduce-scatter: MPI_Irecv");
   if (!s.ok()) return s;
-  return MpiStatus(MPI_Isend(out, Count(send_chunk), type_, to, tag_, comm_, &requests_[1]),
-                   "MPI_Isend");
+  return MpiCheck(MPI_Isend(out, Count(send_chunk), type_, to, tag_, comm_, &requests_[1]),
+                  "ring reduce-scatter: MPI_Isend");
 }
 
 absl::StatusOr<bool> RingReduceScatter::Test() {
   if (step_ == size_ - 1) return true;
   int done = 0;
-  absl::Status s = MpiStatus(MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+  absl::Status s = MpiCheck(MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE),
+                            "ring reduce-scatter: MPI_Testall");
   if (!s.ok()) return s;
   if (!done) return false;
   // Our own input joins the partial sum that just arrived; the result is sent on next step.
   const int chunk = Chunk(-step_ - 2);
-  s = MpiStatus(
-      MPI_Reduce_local(Input(chunk), RecvBuffer(step_), Count(chunk), type_, op_),
-      "MPI_Reduce_local");
+  s = MpiCheck(MPI_Reduce_local(Input(chunk), RecvBuffer(step_), Count(chunk), type_, op_),
+               "ring reduce-scatter: MPI_Reduce_local");
   if (!s.ok()) return s;
   ++step_;
   if (step_ == size_ - 1) return true;
