@@ -294,6 +294,14 @@ constexpr Var kVars[] = {
         .Describe("any value: tests/runtime/scheduled_test.cc slows its step down to test "
                   "re-planning")
         .Build(),
+    Def("OVERLAP_TEST_SLOW_TRIALS", Kind::kString, Reader::kTest)
+        .Describe("any value: tests/runtime/scheduled_test.cc slows the steps of auto's later "
+                  "trials, so that the first candidate must be adopted again")
+        .Build(),
+    Def("OVERLAP_TEST_UNSTEADY_TRIALS", Kind::kString, Reader::kTest)
+        .Describe("any value: tests/runtime/scheduled_test.cc breaks every step's markers "
+                  "during auto's trials, so that they end unmeasured")
+        .Build(),
     Def("OVERLAP_TEST_EXPECT_EXECUTOR", Kind::kString, Reader::kTest)
         .Describe("the executor tests/gpu/device_runtime_test.cc expects the runtime to choose")
         .Build(),

@@ -210,6 +210,9 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     votes_[1] = drift_check_ ? (Drifted() ? 0 : 1)
                 : adopting_ || profiler_->steady_steps() >= config_.profile_steps ? 1
                                                                                   : 0;
+    // A trial compares wall steps: a rank whose steps closed without one (markers out of order)
+    // has nothing to compare yet.
+    if (trial_check_ && profiler_->median_wall_ms() <= 0) votes_[1] = 0;
     // Open MPI's non-blocking allreduce algorithm is a process-wide setting: every rank must
     // select the same one for this call, whatever it ran last.
     int rc = MPI_SUCCESS;
@@ -257,7 +260,21 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
   if (trial_check_) {
     trial_check_ = false;
     if (votes_[0] == 0 || votes_[1] == 0) {  // a rank busy, or too few steps measured yet
-      trial_end_step_ = step_ + 1;
+      if (step_ < trial_give_up_step_) {
+        trial_end_step_ = step_ + 1;
+        return std::nullopt;
+      }
+      // Steps that never settle (the tensor set keeps changing) cannot be compared: the plan in
+      // force stays, and the trials end. Every rank saw the same votes.
+      trial_end_step_ = -1;
+      trials_ = 0;
+      trial_ = -1;
+      if (config_.replan_drift > 0) next_drift_check_ = step_ + DriftInterval();
+      spdlog::info("overlap: rank {}: step {}: auto's trials ended unmeasured (steps not steady); "
+                   "keeping the plan in force",
+                   rank_, step_);
+      absl::MutexLock lock(&mu_);
+      info_.trials_pending = false;
       return std::nullopt;
     }
     trial_end_step_ = -1;
@@ -680,6 +697,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   if (trying) {
     trial_ = chosen_;
     trial_end_step_ = step_ + TrialSteps();
+    trial_give_up_step_ = trial_end_step_ + 2 * TrialSteps();
     next_drift_check_ = std::numeric_limits<int64_t>::max();
     profiler_->Reset();  // the trial measures steps under this plan only
   } else {

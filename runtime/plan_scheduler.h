@@ -190,7 +190,8 @@ class PlanScheduler {
   int trial_ = -1;
   std::vector<double> trial_ms_;
   int64_t trial_end_step_ = -1;
-  bool trial_check_ = false;  // the stage is a trial's end
+  int64_t trial_give_up_step_ = -1;  // a trial whose steps are still not steady here ends them
+  bool trial_check_ = false;         // the stage is a trial's end
   int chosen_ = 0;            // the candidate the next Exchange adopts
   bool settling_ = false;     // that Exchange re-adopts the fastest tried one
   absl::Time drain_since_;
