@@ -29,7 +29,7 @@ import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tf_models  # noqa: E402
-from torch_bench import parse_rate, planner_label  # noqa: E402
+from torch_bench import parse_rate, planner_label, settle_trials  # noqa: E402
 
 
 def parse_args(argv):
@@ -175,15 +175,7 @@ def main(argv):
         return [(b - a) * 1e3 for a, b in zip(starts, starts[1:])]
 
     run(args.warmup_steps)
-    warmup_steps = args.warmup_steps
-    # overlap's auto tries its candidate plans on live steps (OVERLAP_AUTO_TRIALS): warm up until
-    # no rank is still trying.
-    stats = getattr(getattr(system, "hvd", None), "stats", None)
-    while stats is not None and warmup_steps < args.warmup_steps + 80:
-        if system.max_over_ranks([1.0 if stats().get("plan_trials_pending") else 0.0])[0] == 0.0:
-            break
-        run(5)
-        warmup_steps += 5
+    warmup_steps = args.warmup_steps + settle_trials(system, run)
     slowest = system.max_over_ranks(run(args.steps))
     step_ms = statistics.median(slowest)
     mean_ms = statistics.fmean(slowest)

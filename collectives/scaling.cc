@@ -94,13 +94,14 @@ void FinishReduced(void* dst, const void* src, int64_t count, DataType dtype, Re
   if (average && !floating) DivideIntegers(dst, count, dtype, size);
 }
 
-void InPieces(int64_t count, size_t elem_bytes, const std::function<void(int64_t, int64_t)>& work,
-              const std::function<void()>& between) {
+void InPieces(uint8_t* dst, const uint8_t* src, int64_t count, size_t elem_bytes,
+              const PieceFn& work, const std::function<void()>& between) {
   const int64_t piece =
       std::max<int64_t>(1, kPieceBytes / static_cast<int64_t>(std::max<size_t>(1, elem_bytes)));
   for (int64_t offset = 0; offset < count; offset += piece) {
     if (offset > 0 && between) between();
-    work(offset, std::min(piece, count - offset));
+    const size_t skip = static_cast<size_t>(offset) * elem_bytes;
+    work(dst + skip, src + skip, std::min(piece, count - offset));
   }
 }
 

@@ -29,12 +29,14 @@ inline ReduceOp CollectiveOp(ReduceOp op) { return op == ReduceOp::kAverage ? Re
 void FinishReduced(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op,
                    double postscale, int size);
 
-// Runs work(offset, n) over the elements [0, count) in pieces of about kPieceBytes, calling
-// `between` after each piece but the last. For the runtime's long host copies, which run on the
-// thread that also advances the collectives in flight (Executor::Poke).
+// Runs work(dst + i, src + i, n) over `count` elements of `elem_bytes` each in pieces of about
+// kPieceBytes (i and n in elements, the pointers advanced by bytes), calling `between` after each
+// piece but the last. For the runtime's long host copies, which run on the thread that also
+// advances the collectives in flight (Executor::Poke).
 inline constexpr int64_t kPieceBytes = int64_t{1} << 20;
-void InPieces(int64_t count, size_t elem_bytes, const std::function<void(int64_t, int64_t)>& work,
-              const std::function<void()>& between);
+using PieceFn = std::function<void(uint8_t* dst, const uint8_t* src, int64_t n)>;
+void InPieces(uint8_t* dst, const uint8_t* src, int64_t count, size_t elem_bytes,
+              const PieceFn& work, const std::function<void()>& between);
 
 }  // namespace overlap
 

@@ -63,11 +63,10 @@ PendingOp PlanDelays::Accept(int entry, PendingOp op) {
   const size_t bytes = static_cast<size_t>(input.ByteSize());
   const auto* data = static_cast<const uint8_t*>(input.data);
   copy.owned = copies_.Take(entry, bytes);
-  uint8_t* to = copy.owned->data();
   InPieces(
-      static_cast<int64_t>(bytes), 1,
-      [&](int64_t at, int64_t n) {
-        std::memcpy(to + at, data + at, static_cast<size_t>(n));
+      copy.owned->data(), data, static_cast<int64_t>(bytes), 1,
+      [](uint8_t* to, const uint8_t* from, int64_t n) {
+        std::memcpy(to, from, static_cast<size_t>(n));
       },
       poke_);
   Tensor tensor = input;
@@ -99,15 +98,12 @@ void PlanDelays::Fold(int bucket, const std::vector<const PendingOp*>& inputs) {
     const PendingOp* op = inputs[i];
     if (op == nullptr) continue;
     const ExecSlice& s = b.slices[i];
-    uint8_t* to =
-        residual.data() + static_cast<size_t>(slice_offsets_[static_cast<size_t>(bucket)][i]) * elem;
-    const uint8_t* from = static_cast<const uint8_t*>(op->inputs[0].data) +
-                          static_cast<size_t>(s.offset) * elem;
     InPieces(
+        residual.data() + static_cast<size_t>(slice_offsets_[static_cast<size_t>(bucket)][i]) * elem,
+        static_cast<const uint8_t*>(op->inputs[0].data) + static_cast<size_t>(s.offset) * elem,
         s.count, elem,
-        [&](int64_t at, int64_t n) {
-          const size_t skip = static_cast<size_t>(at) * elem;
-          ScaledAdd(to + skip, from + skip, n, dtype, op->request.prescale);
+        [&](uint8_t* to, const uint8_t* from, int64_t n) {
+          ScaledAdd(to, from, n, dtype, op->request.prescale);
         },
         poke_);
   }
@@ -119,11 +115,8 @@ void PlanDelays::DrainResidual(int bucket, uint8_t* packed) {
   const DataType dtype = DtypeOf(bucket);
   const size_t elem = DataTypeSize(dtype);
   InPieces(
-      static_cast<int64_t>(residual.size() / elem), elem,
-      [&](int64_t at, int64_t n) {
-        const size_t skip = static_cast<size_t>(at) * elem;
-        ScaledAdd(packed + skip, residual.data() + skip, n, dtype, 1.0);
-      },
+      packed, residual.data(), static_cast<int64_t>(residual.size() / elem), elem,
+      [&](uint8_t* to, const uint8_t* from, int64_t n) { ScaledAdd(to, from, n, dtype, 1.0); },
       poke_);
   std::fill(residual.begin(), residual.end(), 0);
 }
@@ -167,16 +160,13 @@ std::vector<PendingOp> PlanDelays::TakeDeliverable() {
         for (size_t i = 0; i < bucket.slices.size(); ++i) {
           const ExecSlice& s = bucket.slices[i];
           if (s.entry != static_cast<int>(entry)) continue;
-          uint8_t* to = out + static_cast<size_t>(s.offset) * elem;
-          const uint8_t* from =
-              result.buffer->data() +
-              static_cast<size_t>(slice_offsets_[static_cast<size_t>(b)][i]) * elem;
           InPieces(
+              out + static_cast<size_t>(s.offset) * elem,
+              result.buffer->data() +
+                  static_cast<size_t>(slice_offsets_[static_cast<size_t>(b)][i]) * elem,
               s.count, elem,
-              [&](int64_t at, int64_t n) {
-                const size_t skip = static_cast<size_t>(at) * elem;
-                FinishReduced(to + skip, from + skip, n, dtype, request.op, request.postscale,
-                              size_);
+              [&](uint8_t* to, const uint8_t* from, int64_t n) {
+                FinishReduced(to, from, n, dtype, request.op, request.postscale, size_);
               },
               poke_);
         }

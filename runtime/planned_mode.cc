@@ -418,12 +418,10 @@ absl::Status PlannedMode::PrepareJob(SliceJob* job) {
         if (e != active_.end() && !e->second.diverged_here) {
           const PendingOp& op = e->second.op;
           const uint8_t* in = static_cast<const uint8_t*>(op.inputs[0].data);
-          const uint8_t* from = in + static_cast<size_t>(s.offset) * elem;
           InPieces(
-              s.count, elem,
-              [&](int64_t at, int64_t n) {
-                const size_t skip = static_cast<size_t>(at) * elem;
-                ScaledCopy(cursor + skip, from + skip, n, job->dtype, op.request.prescale);
+              cursor, in + static_cast<size_t>(s.offset) * elem, s.count, elem,
+              [&](uint8_t* to, const uint8_t* from, int64_t n) {
+                ScaledCopy(to, from, n, job->dtype, op.request.prescale);
               },
               poke_);
         } else {
@@ -626,10 +624,9 @@ void PlannedMode::FinishSliced(Launch* launch, std::vector<PendingOp>* renegotia
               ? dst
               : piece.buffer->data() + static_cast<size_t>(piece.buffer_offset) * elem;
       InPieces(
-          piece.count, elem,
-          [&](int64_t at, int64_t n) {
-            const size_t skip = static_cast<size_t>(at) * elem;
-            FinishReduced(dst + skip, src + skip, n, dtype, request.op, request.postscale, size_);
+          dst, src, piece.count, elem,
+          [&](uint8_t* to, const uint8_t* from, int64_t n) {
+            FinishReduced(to, from, n, dtype, request.op, request.postscale, size_);
           },
           poke_);
     }
