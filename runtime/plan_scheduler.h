@@ -20,11 +20,13 @@
 // A plan that rank 0 could not make, or that some rank refused, is not retried; a dropped plan
 // is measured and made anew.
 //  2b. auto's trials (OVERLAP_AUTO_TRIALS = N > 1): rank 0 also makes auto's runners-up, the
-//     synchronous plans simulated within 15% of the best (up to N in all, and only when the best
-//     is synchronous too: replacing a delayed plan would discard its held results). Each runs
-//     TrialSteps() steps; at its end, after a quiescence vote, every rank's median step is
-//     combined (the slowest rank's), and the next candidate is adopted as above. After the last,
-//     the fastest measured one is adopted again unless it is the one in force. The simulator
+//     synchronous plans simulated within 15% of the best and distinct in their buckets (up to N
+//     in all, and only when the best is synchronous too: replacing a delayed plan would discard
+//     its held results). Each runs TrialSteps() steps; at its end, after a quiescence vote that
+//     also asks every rank for a measured median wall step, the slowest rank's counts, and the
+//     next candidate is adopted as above. After the last, the fastest measured one is adopted
+//     again unless it is the one in force. A trial whose steps are still unmeasured on some rank
+//     2 x TrialSteps() steps later ends the trials, keeping the plan in force. The simulator
 //     ranks; the measurement decides, since the model misses costs (copies, CPU contention)
 //     that differ between plans by a few percent.
 //  3. Drift (OVERLAP_REPLAN_DRIFT > 0): every max(10, 2 x OVERLAP_PROFILE_STEPS + 2) steps after
