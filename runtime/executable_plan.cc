@@ -76,6 +76,7 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
     int num_channels) {
   ExecutablePlan out;
   out.source = plan.planner;
+  out.scheduled = plan.Serialize();
   out.layerwise_update = plan.layerwise_update;
   absl::flat_hash_map<std::string, int> entry_of;
   // Per entry: element ranges covered by allreduces, reduce-scatters and allgathers.
@@ -94,9 +95,9 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
     }
     const bool delayed = in.delay != 0 || in.period != 1;
     if (delayed && in.op != sched::Collective::kAllreduce) {
-      return BadBucket(b, absl::StrCat("a delay or an update period on a ",
-                                       sched::CollectiveName(in.op),
-                                       " is not executable (only on allreduces)"));
+      return BadBucket(
+          b, absl::StrCat("a delay or an update period on a ", sched::CollectiveName(in.op),
+                          " is not executable (only on allreduces)"));
     }
     if (in.compressor != "none") {
       return BadBucket(b, absl::StrCat("compressor '", in.compressor,

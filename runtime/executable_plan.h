@@ -52,6 +52,8 @@ struct ExecBucket {
 
 struct ExecutablePlan {
   std::string source;  // "observed", or the planner that made it ("auto:dear")
+  // A scheduled plan's sched::Plan (Serialize()), which a checkpoint keeps; empty when observed.
+  std::string scheduled;
   bool layerwise_update = false;
   std::vector<PlanEntry> entries;
   std::vector<ExecBucket> buckets;

@@ -46,7 +46,7 @@ struct Tensor {
   size_t capacity_bytes = 0;  // bytes available at `data`; must cover the shape
   DataType dtype = DataType::kFloat32;
   std::vector<int64_t> shape;
-  Device device;          // where `data` lives; the CPU by default
+  Device device;           // where `data` lives; the CPU by default
   void* stream = nullptr;  // CUDA tensors: the producer's cudaStream_t
 
   int64_t NumElements() const;
@@ -213,13 +213,17 @@ absl::StatusOr<Handle> ReduceScatter(const std::string& name, const Tensor& inpu
 absl::StatusOr<Handle> Alltoall(const std::string& name, const Tensor& input,
                                 const AlltoallOptions& options = {});
 
-// The error-feedback residuals of every compressed tensor on this rank and the state of its
+// The error-feedback residuals of every compressed tensor on this rank, the state of its
 // delayed updates (each tensor's schedule, submission count, residual of skipped steps and
-// reduced results not yet delivered; Save waits for reductions still running), for a
-// checkpoint, and their restoration (with the same compressor configurations) when training
-// resumes: a run restored at step k goes on exactly as the saved one would have. Save it on
-// every rank, between steps. FailedPrecondition before Init; InvalidArgument on bytes that are
-// not such a snapshot.
+// reduced results not yet delivered; Save waits for reductions still running) and the
+// scheduled plan in force with its delayed state (runtime/plan_checkpoint.h), for a
+// checkpoint, and their restoration (with the same compressor configurations and planner) when
+// training resumes: a run restored at step k, in this process or a fresh one, goes on exactly
+// as the saved one would have, under the saved plan from its first step. Save and restore on
+// every rank, between steps: once every handle of the step has completed and before the next
+// step's first submission. FailedPrecondition before Init, and for a save in the middle of a
+// step (naming the tensors) or a restore of a scheduled plan under OVERLAP_PLANNER=observed;
+// InvalidArgument on bytes that are not such a snapshot or that do not fit together.
 absl::StatusOr<std::string> SaveCompressionState();
 absl::Status RestoreCompressionState(const std::string& snapshot);
 

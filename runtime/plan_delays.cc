@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "collectives/scaling.h"
 
 namespace overlap {
@@ -40,12 +43,104 @@ PlanDelays::PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size,
   }
 }
 
-DataType PlanDelays::DtypeOf(int bucket) const {
-  // ScheduledPlan made every slice of a bucket share one dtype.
-  const ExecBucket& b = plan_->buckets[static_cast<size_t>(bucket)];
-  return plan_->entries[static_cast<size_t>(b.slices.front().entry)]
+// ScheduledPlan made every slice of a bucket share one dtype.
+static DataType BucketDtype(const ExecutablePlan& plan, int bucket) {
+  const ExecBucket& b = plan.buckets[static_cast<size_t>(bucket)];
+  return plan.entries[static_cast<size_t>(b.slices.front().entry)]
       .response->request.tensors[0]
       .dtype;
+}
+
+DataType PlanDelays::DtypeOf(int bucket) const { return BucketDtype(*plan_, bucket); }
+
+int64_t PlanDelays::PackedBytes(const ExecutablePlan& plan, int bucket) {
+  int64_t count = 0;
+  for (const ExecSlice& s : plan.buckets[static_cast<size_t>(bucket)].slices) count += s.count;
+  return count * static_cast<int64_t>(DataTypeSize(BucketDtype(plan, bucket)));
+}
+
+absl::Status PlanDelays::Check(const ExecutablePlan& plan, const State& state) {
+  const int buckets = static_cast<int>(plan.buckets.size());
+  auto bad = [](int bucket, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("plan bucket ", bucket, ": ", why));
+  };
+  if (state.passes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a negative pass count (", state.passes, ")"));
+  }
+  if (state.residuals.size() != static_cast<size_t>(buckets)) {
+    return absl::InvalidArgumentError(absl::StrCat("residuals for ", state.residuals.size(),
+                                                   " buckets, but the plan has ", buckets));
+  }
+  for (int b = 0; b < buckets; ++b) {
+    const size_t size = state.residuals[static_cast<size_t>(b)].size();
+    if (size == 0) continue;
+    if (plan.buckets[static_cast<size_t>(b)].period == 1) {
+      return bad(b, "a residual, but the bucket has no update period");
+    }
+    if (static_cast<int64_t>(size) != PackedBytes(plan, b)) {
+      return bad(b,
+                 absl::StrCat("a residual of ", size, " bytes, expected ", PackedBytes(plan, b)));
+    }
+  }
+  std::set<std::pair<int, int64_t>> seen;
+  for (const State::Held& held : state.results) {
+    if (held.bucket < 0 || held.bucket >= buckets) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a result for bucket ", held.bucket, ", but the plan has ", buckets));
+    }
+    const ExecBucket& b = plan.buckets[static_cast<size_t>(held.bucket)];
+    // Pass m's result is delivered with submission m + delay: held only while that is to come.
+    if (held.pass < 0 || held.pass >= state.passes || held.pass + b.delay < state.passes ||
+        held.pass % b.period != b.phase) {
+      return bad(held.bucket,
+                 absl::StrCat("a result of pass ", held.pass, ", which is not held after ",
+                              state.passes, " passes (delay ", b.delay, ", period ", b.period,
+                              ", phase ", b.phase, ")"));
+    }
+    if (static_cast<int64_t>(held.values.size()) != PackedBytes(plan, held.bucket)) {
+      return bad(held.bucket, absl::StrCat("a result of ", held.values.size(), " bytes, expected ",
+                                           PackedBytes(plan, held.bucket)));
+    }
+    if (!seen.emplace(held.bucket, held.pass).second) {
+      return bad(held.bucket, absl::StrCat("two results of pass ", held.pass));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PlanDelays::State> PlanDelays::Save() const {
+  std::vector<std::string> busy;
+  for (size_t e = 0; e < submitted_.size(); ++e) {
+    if (submitted_[e] != submitted_.front() || !parked_[e].empty()) {
+      busy.push_back(absl::StrCat("'", plan_->entries[e].response->name, "'"));
+    }
+  }
+  if (!busy.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the delayed plan is in the middle of a step (", absl::StrJoin(busy, ", "),
+        " submitted more often than the others, or waiting for a result); save between steps, "
+        "after every handle of the step has completed"));
+  }
+  State state;
+  state.passes = submitted_.empty() ? 0 : submitted_.front();
+  state.residuals = residuals_;
+  for (size_t b = 0; b < results_.size(); ++b) {
+    for (const auto& [pass, result] : results_[b]) {
+      state.results.push_back(State::Held{static_cast<int>(b), pass, *result.buffer});
+    }
+  }
+  return state;
+}
+
+void PlanDelays::Restore(State state) {
+  std::fill(submitted_.begin(), submitted_.end(), state.passes);
+  residuals_ = std::move(state.residuals);
+  for (const std::vector<uint8_t>& residual : residuals_) {
+    held_bytes_ += static_cast<int64_t>(residual.size());
+  }
+  for (State::Held& held : state.results) {
+    Store(held.bucket, held.pass, std::make_shared<std::vector<uint8_t>>(std::move(held.values)));
+  }
 }
 
 bool PlanDelays::Due(int bucket, int64_t pass) const {
@@ -99,7 +194,8 @@ void PlanDelays::Fold(int bucket, const std::vector<const PendingOp*>& inputs) {
     if (op == nullptr) continue;
     const ExecSlice& s = b.slices[i];
     InPieces(
-        residual.data() + static_cast<size_t>(slice_offsets_[static_cast<size_t>(bucket)][i]) * elem,
+        residual.data() +
+            static_cast<size_t>(slice_offsets_[static_cast<size_t>(bucket)][i]) * elem,
         static_cast<const uint8_t*>(op->inputs[0].data) + static_cast<size_t>(s.offset) * elem,
         s.count, elem,
         [&](uint8_t* to, const uint8_t* from, int64_t n) {
@@ -230,7 +326,8 @@ std::vector<std::string> PlanDelays::Describe() const {
   for (size_t e = 0; e < plan_->entries.size(); ++e) {
     if (results[e] == 0 && !residual[e]) continue;
     std::string text = absl::StrCat("'", plan_->entries[e].response->name, "' (");
-    if (results[e] > 0) absl::StrAppend(&text, results[e], results[e] == 1 ? " result" : " results");
+    if (results[e] > 0)
+      absl::StrAppend(&text, results[e], results[e] == 1 ? " result" : " results");
     if (residual[e]) absl::StrAppend(&text, results[e] > 0 ? ", " : "", "a residual");
     out.push_back(absl::StrCat(text, ")"));
   }

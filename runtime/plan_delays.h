@@ -30,7 +30,12 @@
 // A dropped plan (a tensor submitted differently, a rank's patience) hands the parked operations
 // back for negotiation, where each is reduced synchronously from its own untouched input; the
 // undelivered results and the residuals are discarded with a warning naming each tensor
-// (Describe), as at Shutdown. They are not part of SaveCompressionState.
+// (Describe), as at Shutdown.
+//
+// Checkpoints (SaveCompressionState, runtime/plan_checkpoint.h): between steps, once every copy
+// has run through its buckets and every parked operation is delivered, all that is left is the
+// number of passes, the residuals and the results not yet delivered (State). Restored into a
+// fresh PlanDelays of the same plan, the plan goes on exactly as it would have.
 //
 // Threading: the coordinator thread only.
 #ifndef OVERLAP_RUNTIME_PLAN_DELAYS_H_
@@ -40,12 +45,13 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/executable_plan.h"
 #include "runtime/pending_op.h"
@@ -54,6 +60,23 @@ namespace overlap {
 
 class PlanDelays {
  public:
+  // A delayed plan between steps: every tensor submitted `passes` times, every copy through its
+  // buckets, nothing parked.
+  struct State {
+    int64_t passes = 0;
+    std::vector<std::vector<uint8_t>> residuals;  // by bucket, packed; empty: none held
+    struct Held {                                 // a result not yet delivered
+      int bucket = 0;
+      int64_t pass = 0;
+      std::vector<uint8_t> values;  // the collective's raw, packed result
+    };
+    std::vector<Held> results;
+  };
+  // InvalidArgument naming the bucket when `state` cannot belong to `plan`: a residual or a
+  // result of the wrong size, a result of a pass that did not communicate or is already
+  // delivered, twice the same result.
+  static absl::Status Check(const ExecutablePlan& plan, const State& state);
+
   // `poke` runs between the pieces of long copies (Executor::Poke); it may be empty.
   PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size, std::function<void()> poke);
 
@@ -85,6 +108,12 @@ class PlanDelays {
   // Every parked operation, for negotiation or failure; clears the rest of the state.
   std::vector<PendingOp> TakeAllParked();
 
+  // This plan's state between steps; FailedPrecondition naming the tensors submitted for the next
+  // step (or still waiting for a result) when the plan is not between steps.
+  absl::StatusOr<State> Save() const;
+  // Continues from `state` (Check()ed); only on a PlanDelays that has not run yet.
+  void Restore(State state);
+
   // Tensors with undelivered results or a non-zero residual: "'a' (2 results, a residual)".
   std::vector<std::string> Describe() const;
   int64_t held_bytes() const { return held_bytes_; }
@@ -104,16 +133,18 @@ class PlanDelays {
   };
 
   DataType DtypeOf(int bucket) const;
+  // Bytes of bucket `bucket`'s packed slices.
+  static int64_t PackedBytes(const ExecutablePlan& plan, int bucket);
 
   const std::shared_ptr<const ExecutablePlan> plan_;
   const int size_;
   const std::function<void()> poke_;
-  std::vector<int64_t> submitted_;                     // by entry
-  std::vector<std::deque<Parked>> parked_;             // by entry, oldest first
-  std::vector<std::vector<int64_t>> slice_offsets_;    // by bucket: each slice's packed offset
-  std::vector<std::vector<int>> members_;              // by bucket: distinct entries
-  std::vector<std::vector<uint8_t>> residuals_;        // by bucket, allocated on first fold
-  std::vector<std::map<int64_t, Result>> results_;     // by bucket, by pass
+  std::vector<int64_t> submitted_;                   // by entry
+  std::vector<std::deque<Parked>> parked_;           // by entry, oldest first
+  std::vector<std::vector<int64_t>> slice_offsets_;  // by bucket: each slice's packed offset
+  std::vector<std::vector<int>> members_;            // by bucket: distinct entries
+  std::vector<std::vector<uint8_t>> residuals_;      // by bucket, allocated on first fold
+  std::vector<std::map<int64_t, Result>> results_;   // by bucket, by pass
   int64_t held_bytes_ = 0;
   BufferPool copies_;  // by entry: Accept's copies, reused step after step
 };

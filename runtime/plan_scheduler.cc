@@ -270,9 +270,10 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
       trials_ = 0;
       trial_ = -1;
       if (config_.replan_drift > 0) next_drift_check_ = step_ + DriftInterval();
-      spdlog::info("overlap: rank {}: step {}: auto's trials ended unmeasured (steps not steady); "
-                   "keeping the plan in force",
-                   rank_, step_);
+      spdlog::info(
+          "overlap: rank {}: step {}: auto's trials ended unmeasured (steps not steady); "
+          "keeping the plan in force",
+          rank_, step_);
       absl::MutexLock lock(&mu_);
       info_.trials_pending = false;
       return std::nullopt;
@@ -512,8 +513,8 @@ absl::StatusOr<std::vector<PlanScheduler::Candidate>> PlanScheduler::MakeCandida
     };
     for (sched::RankedPlan& r : *ranked) {
       if (static_cast<int>(plans.size()) == config_.auto_trials) break;
-      if (!plans.empty() && (r.simulated_ms > kTrialMargin * best_ms || Delayed(r.plan) ||
-                             Delayed(plans.front()))) {
+      if (!plans.empty() &&
+          (r.simulated_ms > kTrialMargin * best_ms || Delayed(r.plan) || Delayed(plans.front()))) {
         continue;
       }
       if (std::any_of(plans.begin(), plans.end(),
@@ -575,13 +576,13 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::EndTrial(const Tabl
     absl::StrAppend(&info_.trials, info_.trials.empty() ? "" : ", ", planner, " ",
                     absl::StrFormat("%.1f", ms), " ms");
   }
-  spdlog::info("overlap: rank {}: step {}: trial {} of {}: {} measured {:.1f} ms per step",
-               rank_, step_, trial_ + 1, trials_, planner, ms);
+  spdlog::info("overlap: rank {}: step {}: trial {} of {}: {} measured {:.1f} ms per step", rank_,
+               step_, trial_ + 1, trials_, planner, ms);
   if (trial_ + 1 < trials_) {
     chosen_ = trial_ + 1;
   } else {
-    chosen_ = static_cast<int>(std::min_element(trial_ms_.begin(), trial_ms_.end()) -
-                               trial_ms_.begin());
+    chosen_ =
+        static_cast<int>(std::min_element(trial_ms_.begin(), trial_ms_.end()) - trial_ms_.begin());
     if (chosen_ == trial_) {  // the fastest is in force: keep it
       trials_ = 0;
       trial_ = -1;
@@ -709,22 +710,53 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   absl::MutexLock lock(&mu_);
   info_.trials_pending = trying;
   if (!trying && !info_.trials.empty()) {
-    spdlog::info("overlap: rank {}: adopting {} again, the fastest of the plans tried ({})",
-                 rank_, plan->source, info_.trials);
+    spdlog::info("overlap: rank {}: adopting {} again, the fastest of the plans tried ({})", rank_,
+                 plan->source, info_.trials);
   }
-  info_.planner = plan->source;
-  info_.buckets = static_cast<int64_t>(plan->buckets.size());
-  info_.predicted_step_ms = header[1];
   if (rank_ == 0) {
     predicted_step_ = std::make_shared<const std::vector<sched::SimEvent>>(
         outcome_.candidates[static_cast<size_t>(chosen_)].predicted_step);
   }
+  RecordAdopted(*plan, header[1], "adopted");
+  return plan;
+}
+
+void PlanScheduler::OnRestored(const ExecutablePlan& plan, double predicted_step_ms) {
+  // The coordinator reaches the restore only between stages, so no vote is in progress.
+  adopt_step_ = -1;
+  adopting_ = false;
+  next_attempt_ = std::numeric_limits<int64_t>::max();  // until the plan is dropped
+  drop_step_ = -1;
+  drift_check_ = dropping_ = drop_wanted_ = false;
+  baseline_step_ms_ = 0;
+  drifted_checks_ = 0;
+  next_drift_check_ =
+      config_.replan_drift > 0 ? step_ + DriftInterval() : std::numeric_limits<int64_t>::max();
+  trials_ = 0;
+  trial_ = -1;
+  trial_ms_.clear();
+  trial_end_step_ = trial_give_up_step_ = -1;
+  trial_check_ = settling_ = false;
+  chosen_ = 0;
+  profiler_->Reset();  // drift is measured under this plan
+  absl::MutexLock lock(&mu_);
+  info_.trials.clear();
+  info_.trials_pending = false;
+  predicted_step_.reset();  // no simulation of it in this process
+  RecordAdopted(plan, predicted_step_ms, "resumed from a checkpoint");
+}
+
+void PlanScheduler::RecordAdopted(const ExecutablePlan& plan, double predicted_step_ms,
+                                  const std::string& how) {
+  info_.planner = plan.source;
+  info_.buckets = static_cast<int64_t>(plan.buckets.size());
+  info_.predicted_step_ms = predicted_step_ms;
   info_.adopted_step = step_;
-  info_.layerwise_update = plan->layerwise_update;
+  info_.layerwise_update = plan.layerwise_update;
   ++info_.adopted;
   int delayed = 0, periodic = 0;
   double weighted = 0, elements = 0;
-  for (const ExecBucket& b : plan->buckets) {
+  for (const ExecBucket& b : plan.buckets) {
     delayed += b.delay > 0 ? 1 : 0;
     periodic += b.period > 1 ? 1 : 0;
     double count = 0;
@@ -736,10 +768,9 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   }
   info_.mean_staleness = elements > 0 ? weighted / elements : 0;
   spdlog::info(
-      "overlap: rank {}: step {}: adopted the {} plan ({} buckets, {} delayed, {} with an update "
+      "overlap: rank {}: step {}: {} the {} plan ({} buckets, {} delayed, {} with an update "
       "period; predicted step {:.1f} ms)",
-      rank_, step_, plan->source, plan->buckets.size(), delayed, periodic, header[1]);
-  return plan;
+      rank_, step_, how, plan.source, plan.buckets.size(), delayed, periodic, predicted_step_ms);
 }
 
 }  // namespace overlap

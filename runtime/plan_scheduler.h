@@ -116,6 +116,11 @@ class PlanScheduler {
   // The plan in force was dropped (divergence, a changed step): plan again later.
   void OnPlanDropped(int64_t step);
 
+  // Every rank has just adopted `plan` from a checkpoint (runtime/plan_checkpoint.h), at the same
+  // place among its submissions: it stays in force, as an adopted plan does (drift checks
+  // included), and whatever planning or trials were under way are abandoned.
+  void OnRestored(const ExecutablePlan& plan, double predicted_step_ms);
+
   ScheduleInfo info() const;
 
   // Rank 0, while a scheduled plan is in force: the simulator's spans of one steady step of it,
@@ -124,7 +129,7 @@ class PlanScheduler {
 
  private:
   enum class Stage { kIdle, kDrain, kVote };
-  struct Candidate {  // a plan made by rank 0, ready to broadcast
+  struct Candidate {    // a plan made by rank 0, ready to broadcast
     std::string bytes;  // Serialize()
     double predicted_ms = 0;
     std::vector<sched::SimEvent> predicted_step;
@@ -161,6 +166,9 @@ class PlanScheduler {
   // moves on to the next candidate, or settles on the fastest.
   absl::StatusOr<std::optional<ExecutablePlan>> EndTrial(const TableFn& table);
   absl::StatusOr<std::optional<ExecutablePlan>> Exchange(const TableFn& table);
+  // What info() reports of a plan just adopted, and the log line saying so.
+  void RecordAdopted(const ExecutablePlan& plan, double predicted_step_ms, const std::string& how)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks `started`, the return code of `call` that started `request`, then waits for it.
   absl::Status Wait(int started, const char* call, MPI_Request* request, const char* what);
 
@@ -194,8 +202,8 @@ class PlanScheduler {
   int64_t trial_end_step_ = -1;
   int64_t trial_give_up_step_ = -1;  // a trial whose steps are still not steady here ends them
   bool trial_check_ = false;         // the stage is a trial's end
-  int chosen_ = 0;            // the candidate the next Exchange adopts
-  bool settling_ = false;     // that Exchange re-adopts the fastest tried one
+  int chosen_ = 0;                   // the candidate the next Exchange adopts
+  bool settling_ = false;            // that Exchange re-adopts the fastest tried one
   absl::Time drain_since_;
   int votes_[2] = {0, 0};
   MPI_Request vote_request_ = MPI_REQUEST_NULL;

@@ -53,7 +53,9 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
   planned_ids_.clear();
   for (int i = 0; i < static_cast<int>(plan_->entries.size()); ++i) {
     entry_of_[plan_->entries[static_cast<size_t>(i)].response->name] = i;
-    planned_ids_.insert(plan_->entries[static_cast<size_t>(i)].cache_id);
+    // A plan restored from a checkpoint names tensors negotiation has not cached (-1).
+    const int32_t id = plan_->entries[static_cast<size_t>(i)].cache_id;
+    if (id >= 0) planned_ids_.insert(id);
   }
   skip_.clear();
   for (int32_t id : already_agreed) {
@@ -76,6 +78,48 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
   wants_unfreeze_ = false;
   spdlog::info("overlap: rank {}: planned execution ({}) of {} tensors in {} buckets", rank_,
                plan_->source, plan_->entries.size(), plan_->buckets.size());
+}
+
+absl::StatusOr<std::optional<PlanDelays::State>> PlannedMode::SaveState() const {
+  if (!frozen_) return absl::FailedPreconditionError("no plan is in force");
+  if (!launches_.empty()) return std::nullopt;  // its buckets are still running
+  std::vector<std::string> submitted;
+  for (const auto& [entry, op] : waiting_) {
+    submitted.push_back(
+        absl::StrCat("'", plan_->entries[static_cast<size_t>(entry)].response->name, "'"));
+  }
+  for (const auto& [entry, active] : active_) {
+    submitted.push_back(
+        absl::StrCat("'", plan_->entries[static_cast<size_t>(entry)].response->name, "'"));
+  }
+  if (!submitted.empty() || next_bucket_ != 0) {
+    std::sort(submitted.begin(), submitted.end());
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan is in the middle of a step (bucket ", next_bucket_, " of ", plan_->buckets.size(),
+        " is next",
+        submitted.empty()
+            ? ""
+            : absl::StrCat("; ", absl::StrJoin(submitted, ", "), " submitted and waiting for it"),
+        "); save between steps, once every handle of the step has completed"));
+  }
+  if (delays_ == nullptr) {
+    PlanDelays::State state;
+    state.passes = pass_;
+    state.residuals.resize(plan_->buckets.size());
+    return std::optional<PlanDelays::State>(std::move(state));
+  }
+  // Copies still in line, or results in that Progress has not delivered yet: all will be soon.
+  if (!delayed_drained() || delays_->parked() > 0) return std::nullopt;
+  absl::StatusOr<PlanDelays::State> state = delays_->Save();
+  if (!state.ok()) return state.status();
+  return std::optional<PlanDelays::State>(*std::move(state));
+}
+
+void PlannedMode::Resume(ExecutablePlan plan, PlanDelays::State state, absl::Duration step_time) {
+  Freeze(std::move(plan), {}, step_time);
+  pass_ = state.passes;
+  if (delays_ != nullptr) delays_->Restore(std::move(state));
+  UpdateHeldBytes();
 }
 
 std::vector<PendingOp> PlannedMode::Unfreeze() {
@@ -382,7 +426,8 @@ absl::Status PlannedMode::PrepareJob(SliceJob* job) {
     }
     job->chunk = std::move(chunk->second);
     chunks_.erase(chunk);
-    job->buffer = buffers_.Take(BufferSlot(job->bucket, kPacked), static_cast<size_t>(total) * elem);
+    job->buffer =
+        buffers_.Take(BufferSlot(job->bucket, kPacked), static_cast<size_t>(total) * elem);
     args.kind = CollectiveKind::kAllgatherv;
     args.recv_counts = counts;
     args.recv_displs.assign(counts.size(), 0);

@@ -93,6 +93,15 @@ class PlannedMode {
   // The plan in force (meaningful while frozen()).
   const ExecutablePlan& plan() const { return *plan_; }
 
+  // Checkpoints of the plan in force (runtime/plan_checkpoint.h). Its state between steps: every
+  // submission has run through its buckets and been delivered. nullopt while buckets still run
+  // (call again: the caller's loop keeps them moving); FailedPrecondition when the program is in
+  // the middle of a step (tensors of the next step submitted, or handles not yet complete).
+  absl::StatusOr<std::optional<PlanDelays::State>> SaveState() const;
+  // Freeze(plan) and continue from `state` (PlanDelays::Check()ed): the next submission of each
+  // tensor runs in pass state.passes.
+  void Resume(ExecutablePlan plan, PlanDelays::State state, absl::Duration step_time);
+
   // Drops the plan. Returns, for negotiation, the operations submitted for it and not started,
   // and those whose slices were only partly started (their input is untouched), and, under a
   // delayed plan, every submission still waiting for its delayed results. Started buckets run to

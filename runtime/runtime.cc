@@ -269,7 +269,7 @@ absl::Status Runtime::MarkPhase(StepPhase phase) {
           absl::StrCat("rank ", rank_, ": step ", step,
                        ": the runtime stopped after an error: ", fatal_.message()));
     }
-    markers_.push_back(Marker{step, incoming_.size()});
+    markers_.push_back(Marker{step, incoming_.size(), nullptr});
   }
   if (coordinator_sleeping_.load()) Wake();
   return absl::OkStatus();
@@ -580,22 +580,28 @@ absl::Status Runtime::ProgressSchedule() {
         return table;
       });
   if (!plan.ok()) return plan.status();
-  if (plan->has_value()) AdoptScheduled(std::move(**plan));
+  if (plan->has_value()) {
+    AdoptScheduled(std::move(**plan), absl::Milliseconds(profiler_->median_step_ms()));
+  }
   if (scheduler_->TakeDropWish() && planned_->frozen()) {
     DropPlan("the measured step drifted (OVERLAP_REPLAN_DRIFT); planning again");
   }
   return absl::OkStatus();
 }
 
-void Runtime::AdoptScheduled(ExecutablePlan plan) {
+void Runtime::AdoptScheduled(ExecutablePlan plan, absl::Duration step_time,
+                             PlanDelays::State* resume) {
   // Every rank is here with nothing in flight, between the same two steps.
   scheduled_in_force_ = false;  // a plan being replaced is not a plan lost
   if (planned_->frozen()) DropPlan("a scheduled plan replaces it", /*relearn=*/true);
   detector_->Reset();
   counters_.frozen.fetch_add(1, std::memory_order_relaxed);
   counters_.tensors.store(static_cast<int64_t>(plan.entries.size()), std::memory_order_relaxed);
-  const absl::Duration step = absl::Milliseconds(profiler_->median_step_ms());
-  planned_->Freeze(std::move(plan), {}, step);
+  if (resume != nullptr) {
+    planned_->Resume(std::move(plan), std::move(*resume), step_time);
+  } else {
+    planned_->Freeze(std::move(plan), {}, step_time);
+  }
   negotiator_->ForgetStalls(planned_->planned_ids());
   scheduled_in_force_ = true;
 }
@@ -663,8 +669,13 @@ bool Runtime::TakeIncoming() {
     while (!incoming_.empty() || !markers_.empty()) {
       if (scheduler_ != nullptr && scheduler_->busy()) break;
       if (!markers_.empty() && markers_.front().before == 0) {
-        scheduler_->OnStep(markers_.front().step);
+        Marker marker = std::move(markers_.front());
         markers_.pop_front();
+        if (marker.restore != nullptr) {
+          AdoptRestored(std::move(*marker.restore));
+        } else {
+          scheduler_->OnStep(marker.step);
+        }
         continue;
       }
       const size_t take = markers_.empty() ? incoming_.size() : markers_.front().before;
@@ -728,7 +739,7 @@ absl::Duration Runtime::IdleTimeout() const {
   // otherwise pay. While collectives are in flight MPI needs our calls to make progress.
   const absl::Time now = absl::Now();
   if (rounds_owed_ > 0 || loop_.resend || !PlanesIdle() || !planned_->idle() ||
-      (scheduler_ != nullptr && scheduler_->busy()) ||
+      (scheduler_ != nullptr && scheduler_->busy()) || plan_save_wanted_.load() ||
       now - loop_.last_activity < kSpinAfterActivity) {
     return absl::ZeroDuration();
   }
@@ -760,6 +771,7 @@ void Runtime::Loop() {
     }
     Renegotiate(std::move(renegotiate));
     if (s.ok() && scheduler_ != nullptr) s = ProgressSchedule();
+    if (s.ok() && plan_save_wanted_.load(std::memory_order_acquire)) AnswerPlanSave();
     counters_.launches.store(static_cast<int64_t>(planned_->launches()), std::memory_order_relaxed);
     if (planned_->must_unfreeze()) DropPlan("a tensor was submitted differently from the plan");
     if (planned_->TakeUnfreezeWish()) loop_.resend = true;  // asks for a round to drop the plan
@@ -801,34 +813,6 @@ void Runtime::Loop() {
                        name, "'")));
   }
   pending_.clear();
-}
-
-// A snapshot holds both parts; a plain compression snapshot (from before delayed updates)
-// still restores.
-absl::StatusOr<std::string> Runtime::SaveCompressionState() {
-  absl::StatusOr<std::string> delayed =
-      delay_line_->Save(absl::Seconds(config_.collective_timeout_s));
-  if (!delayed.ok()) return delayed.status();
-  ByteWriter out;
-  out.PutString("overlap-state-v2");
-  out.PutString(compression_->Save());
-  out.PutString(*delayed);
-  return std::move(out.bytes());
-}
-
-absl::Status Runtime::RestoreCompressionState(const std::string& snapshot) {
-  ByteReader in(snapshot);
-  std::string magic, residuals, delayed;
-  if (!in.GetString(&magic).ok() || magic != "overlap-state-v2") {
-    return compression_->Restore(snapshot);
-  }
-  if (!in.GetString(&residuals).ok() || !in.GetString(&delayed).ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank_, ": RestoreCompressionState: truncated snapshot"));
-  }
-  absl::Status s = delay_line_->Restore(delayed);
-  if (!s.ok()) return s;
-  return compression_->Restore(residuals);
 }
 
 absl::Status Runtime::Shutdown() {

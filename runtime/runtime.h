@@ -15,24 +15,27 @@
 #include <atomic>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "collectives/executor.h"
 #include "runtime/compression_stage.h"
-#include "runtime/delay_line.h"
 #include "runtime/config.h"
 #include "runtime/control_plane.h"
-#include "runtime/cycle_detector.h"
 #include "runtime/cuda_plane.h"
+#include "runtime/cycle_detector.h"
 #include "runtime/data_plane.h"
+#include "runtime/delay_line.h"
 #include "runtime/negotiator.h"
 #include "runtime/overlap.h"
 #include "runtime/pending_op.h"
+#include "runtime/plan_delays.h"
 #include "runtime/plan_scheduler.h"
 #include "runtime/planned_mode.h"
 #include "runtime/step_profiler.h"
@@ -56,8 +59,8 @@ class Runtime {
   // "observed". Errors of this runtime start with "process set <id> (ranks [...]...)", because the
   // ranks its messages name are positions in the set.
   static absl::StatusOr<std::unique_ptr<Runtime>> StartProcessSet(MPI_Comm comm, int id,
-                                                                   const std::vector<int>& ranks,
-                                                                   Config config);
+                                                                  const std::vector<int>& ranks,
+                                                                  Config config);
   ~Runtime();
 
   // Collective over the runtime's ranks: finishes in-flight work, stops the coordinator,
@@ -95,8 +98,8 @@ class Runtime {
   void DrawPhase(StepPhase phase, absl::Time now);
   void StopTimeline() { timeline_.Close(); }
 
-  // Error-feedback residuals of this rank's compressed tensors and its delayed updates (see
-  // overlap.h).
+  // Error-feedback residuals of this rank's compressed tensors, its delayed updates, and the
+  // scheduled plan in force with its delayed state (see overlap.h; runtime_checkpoint.cc).
   absl::StatusOr<std::string> SaveCompressionState();
   absl::Status RestoreCompressionState(const std::string& snapshot);
 
@@ -104,8 +107,7 @@ class Runtime {
   Runtime() = default;
   // The one start-up path of both kinds: agrees with every rank of `comm` on `config` (every
   // rank's problem reaches every rank), then connects and starts the coordinator thread.
-  static absl::StatusOr<std::unique_ptr<Runtime>> Launch(std::unique_ptr<Runtime> rt,
-                                                         MPI_Comm comm,
+  static absl::StatusOr<std::unique_ptr<Runtime>> Launch(std::unique_ptr<Runtime> rt, MPI_Comm comm,
                                                          absl::StatusOr<Config> config);
   absl::Status Connect(MPI_Comm comm, const Config& config);
   // `status` with this runtime's scope in front of its message (process sets only).
@@ -128,7 +130,26 @@ class Runtime {
   void Renegotiate(std::vector<PendingOp> ops);
   // Scheduled plans: hands the scheduler this rank's state; adopts the plan it returns.
   absl::Status ProgressSchedule();
-  void AdoptScheduled(ExecutablePlan plan);
+  // `resume`: continue from a checkpoint's state instead of starting the plan afresh.
+  void AdoptScheduled(ExecutablePlan plan, absl::Duration step_time,
+                      PlanDelays::State* resume = nullptr);
+  // A plan restored from a checkpoint (plan_checkpoint.h), on its way to the coordinator.
+  struct RestoredPlan {
+    ExecutablePlan plan;
+    PlanDelays::State state;
+    double step_ms = 0;
+    double predicted_step_ms = 0;
+  };
+  // Checkpoints of the scheduled plan: the saving thread asks (SavePlan) and waits; the
+  // coordinator answers between steps (AnswerPlanSave). A restore goes to the coordinator as a
+  // marker, so it takes effect before every later submission (AdoptRestored).
+  absl::StatusOr<std::string> SavePlan();
+  void AnswerPlanSave();
+  bool PlanSaveAnswered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return plan_save_.has_value() || !fatal_.ok() || stopped_;
+  }
+  absl::StatusOr<std::shared_ptr<RestoredPlan>> PrepareRestore(absl::string_view bytes);
+  void AdoptRestored(RestoredPlan restored);
   bool Quiescent() const;
   bool PlanesIdle() const { return data_plane_->idle() && cuda_plane_->idle(); }
   // Binds this process to the GPU of `op`'s tensors on its first CUDA operation; afterwards,
@@ -184,10 +205,10 @@ class Runtime {
   int peers_asked_ = 0;    // rank 0: workers that asked for a round since the last one
   bool stopping_ = false;  // every rank agreed to shut down
   struct LoopState {
-    bool asked = false;        // worker: asked rank 0 for a round that has not run yet
-    bool own_work = false;     // rank 0: new local work since the last round
-    bool resend = false;       // a round evicted requests of ours: they must be sent whole
-    bool plan_report = false;  // a planned unit waits on peers: gather launch counts
+    bool asked = false;          // worker: asked rank 0 for a round that has not run yet
+    bool own_work = false;       // rank 0: new local work since the last round
+    bool resend = false;         // a round evicted requests of ours: they must be sent whole
+    bool plan_report = false;    // a planned unit waits on peers: gather launch counts
     bool shutdown_held = false;  // a round went without our shutdown flag: a delayed plan drains
     absl::Time round_wanted = absl::InfiniteFuture();       // rank 0: first ask since a round
     absl::Time shutdown_deadline = absl::InfiniteFuture();  // set once Shutdown was called
@@ -200,6 +221,7 @@ class Runtime {
   struct Marker {
     int64_t step = 0;
     size_t before = 0;
+    std::shared_ptr<RestoredPlan> restore;  // set: not a step but a restored plan to adopt
   };
   std::deque<Marker> markers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> in_flight_ ABSL_GUARDED_BY(mu_);
@@ -207,13 +229,16 @@ class Runtime {
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> plan_save_wanted_{false};
+  std::optional<absl::StatusOr<std::string>> plan_save_ ABSL_GUARDED_BY(mu_);
   std::string cuda_executor_ ABSL_GUARDED_BY(mu_);  // RuntimeStats::cuda_executor
   // The step phase in progress and when it began, for the timeline's compute track.
   StepPhase phase_ ABSL_GUARDED_BY(mu_) = StepPhase::kForward;
   absl::Time phase_start_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   // Written by the coordinator thread, read by stats().
   struct Counters {
-    std::atomic<int64_t> rounds{0}, negotiated{0}, launches{0}, frozen{0}, dropped{0}, tensors{0}, steps{0};
+    std::atomic<int64_t> rounds{0}, negotiated{0}, launches{0}, frozen{0}, dropped{0}, tensors{0},
+        steps{0};
   } counters_;
 };
 
