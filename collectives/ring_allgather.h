@@ -13,7 +13,8 @@
 // combined, so the result is bit-identical to any allgather.
 //
 // Messages use `tag` on `comm`: two rings in flight on one communicator must use different tags
-// (the executor numbers rings per channel, which every rank does in the same order).
+// (the executor numbers rings per channel, which every rank does in the same order). The steps
+// themselves, and what happens to an abandoned ring, are RingSteps' (ring_steps.h).
 // Threading: one thread calls Test.
 #ifndef OVERLAP_COLLECTIVES_RING_ALLGATHER_H_
 #define OVERLAP_COLLECTIVES_RING_ALLGATHER_H_
@@ -25,11 +26,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "collectives/executor.h"
+#include "collectives/ring_steps.h"
 
 namespace overlap {
 
-class RingAllgather : public Work {
+class RingAllgather : public RingSteps {
  public:
   // Starts the first step. `send` holds counts[rank] elements of `type` (`elem_bytes` each) and is
   // only read (it may be `recv` at this rank's displacement); `recv` receives sum(counts)
@@ -39,30 +40,18 @@ class RingAllgather : public Work {
                                                               std::vector<int> counts,
                                                               std::vector<int> displs,
                                                               MPI_Datatype type, size_t elem_bytes);
-  ~RingAllgather() override;
-
-  absl::StatusOr<bool> Test() override;
 
  private:
-  RingAllgather() = default;
-  // Posts step `step_`'s receive and send.
-  absl::Status Post();
-  int Chunk(int offset) const { return ((rank_ + offset) % size_ + size_) % size_; }
+  RingAllgather() : RingSteps("ring allgather") {}
+  absl::Status Post(int step) override;
   uint8_t* At(int chunk) const {
     return recv_ + static_cast<size_t>(displs_[static_cast<size_t>(chunk)]) * elem_bytes_;
   }
   int Count(int chunk) const { return counts_[static_cast<size_t>(chunk)]; }
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  int tag_ = 0;
-  int rank_ = 0;
-  int size_ = 1;
   uint8_t* recv_ = nullptr;
   std::vector<int> counts_, displs_;
-  MPI_Datatype type_ = MPI_DATATYPE_NULL;
   size_t elem_bytes_ = 0;
-  int step_ = 0;
-  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 
 }  // namespace overlap

@@ -15,6 +15,7 @@
 //
 // Messages use `tag` on `comm`: two reduce-scatters in flight on one communicator must use
 // different tags (the executor numbers them per channel, which every rank does in the same order).
+// The steps themselves, and what happens to an abandoned ring, are RingSteps' (ring_steps.h).
 // Threading: one thread calls Test.
 #ifndef OVERLAP_COLLECTIVES_RING_REDUCE_SCATTER_H_
 #define OVERLAP_COLLECTIVES_RING_REDUCE_SCATTER_H_
@@ -26,26 +27,25 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "collectives/executor.h"
+#include "collectives/ring_steps.h"
 
 namespace overlap {
 
-class RingReduceScatter : public Work {
+class RingReduceScatter : public RingSteps {
  public:
   // Starts the first step. `send` holds sum(counts) elements of `type` (`elem_bytes` each) and is
   // only read; `recv` receives counts[rank] elements. Both stay alive until Test returns true.
-  static absl::StatusOr<std::unique_ptr<RingReduceScatter>> Start(
-      MPI_Comm comm, int tag, const void* send, void* recv, std::vector<int> counts,
-      MPI_Datatype type, size_t elem_bytes, MPI_Op op);
+  static absl::StatusOr<std::unique_ptr<RingReduceScatter>> Start(MPI_Comm comm, int tag,
+                                                                  const void* send, void* recv,
+                                                                  std::vector<int> counts,
+                                                                  MPI_Datatype type,
+                                                                  size_t elem_bytes, MPI_Op op);
   ~RingReduceScatter() override;
 
-  absl::StatusOr<bool> Test() override;
-
  private:
-  RingReduceScatter() = default;
-  // Posts step `step_`'s receive and send.
-  absl::Status Post();
-  int Chunk(int offset) const { return ((rank_ + offset) % size_ + size_) % size_; }
+  RingReduceScatter() : RingSteps("ring reduce-scatter") {}
+  absl::Status Post(int step) override;
+  absl::Status Arrived(int step) override;
   const uint8_t* Input(int chunk) const {
     return send_ + static_cast<size_t>(displs_[static_cast<size_t>(chunk)]) * elem_bytes_;
   }
@@ -53,20 +53,13 @@ class RingReduceScatter : public Work {
   // Where step `step` receives: the caller's buffer in the last step, else a partial sum buffer.
   uint8_t* RecvBuffer(int step);
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  int tag_ = 0;
-  int rank_ = 0;
-  int size_ = 1;
   const uint8_t* send_ = nullptr;
   uint8_t* recv_ = nullptr;
   std::vector<int> counts_, displs_;
-  MPI_Datatype type_ = MPI_DATATYPE_NULL;
   size_t elem_bytes_ = 0;
   MPI_Op op_ = MPI_OP_NULL;
   // Partial sums: step s receives into partial_[s % 2] and sends partial_[(s - 1) % 2].
   std::vector<uint8_t> partial_[2];
-  int step_ = 0;
-  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 
 }  // namespace overlap

@@ -7,7 +7,8 @@
 //     allreduce whether it is quiescent and has a steady profile. If all agree, the link cost is
 //     fitted (sched::FitLinear) to the allreduces the runtime ran, each at its fastest rank's time,
 //     with a short probe of a few sizes only when those cover fewer than three sizes, or of two
-//     small sizes when none was below 64 KiB (they pin the per-collective latency); rank 0's fit
+//     small sizes when none was below 64 KiB (they pin the per-collective latency), and always
+//     a back-to-back 4 MiB one (the sustained bandwidth floors the slope); rank 0's fit
 //     is broadcast. Rank 0 starts the planner (sched::MakePlan, the code the simulator runs) and
 //     the simulator's prediction on a thread of its own; training goes on meanwhile.
 //  2. Two steps later (the adopt step), after the same quiescence vote, rank 0 broadcasts
@@ -143,7 +144,8 @@ class PlanScheduler {
 
   // The link cost: fitted to the collectives the runtime ran while profiling (each one's time on
   // the rank that started it last, which waited for nobody), topped up by a probe of five sizes
-  // when they cover fewer than three, else of 4 and 64 KiB; the 4 KiB probe's median time floors
+  // when they cover fewer than three, else of 4 and 64 KiB; a back-to-back 4 MiB probe's slope
+  // floors the fitted slope (sustained bandwidth); the 4 KiB probe's median time floors
   // the intercept (sched::FitLinkCost). Under dear and auto, reduce-scatters and allgathers of
   // 64 KiB to 2 MiB are probed and fitted too (ChannelCost::reduce_scatter, allgather).
   absl::Status FitCost(sched::CostModel* cost);

@@ -185,7 +185,8 @@ absl::StatusOr<ChannelCost> FitLinear(absl::Span<const CostSample> samples) {
   return c;
 }
 
-absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, double min_alpha_s) {
+absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, double min_alpha_s,
+                                        double min_beta_s_per_byte) {
   absl::StatusOr<ChannelCost> fitted = FitLinear(samples);
   if (!fitted.ok()) return fitted.status();
   double fastest = samples.front().seconds;
@@ -214,6 +215,9 @@ absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, do
     fitted->beta_s_per_byte = largest_seconds > fitted->alpha_s
                                   ? (largest_seconds - fitted->alpha_s) / largest_bytes
                                   : largest_seconds / largest_bytes;
+  }
+  if (std::isfinite(min_beta_s_per_byte)) {
+    fitted->beta_s_per_byte = std::max(fitted->beta_s_per_byte, min_beta_s_per_byte);
   }
   return fitted;
 }

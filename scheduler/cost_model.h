@@ -103,9 +103,14 @@ absl::StatusOr<ChannelCost> FitLinear(absl::Span<const CostSample> samples);
 // - Nor above the fastest sample's time (a larger intercept is the slope bent by queueing);
 //   the floor wins where the two disagree.
 // Where alpha is moved, beta is refitted through the moved intercept; where noise leaves no
-// positive slope, beta is the largest sample's time above alpha per byte. InvalidArgument as
-// FitLinear.
-absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, double min_alpha_s);
+// positive slope, beta is the largest sample's time above alpha per byte.
+// - The slope never falls below `min_beta_s_per_byte`, a sustained rate measured by
+//   back-to-back collectives: timed on the rank that started last, a training collective looks
+//   faster than the link is, since its peers' first chunks were already queued on the wire; a
+//   plan that keeps the link busy gets no such head start. 0 disables the floor.
+// InvalidArgument as FitLinear.
+absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, double min_alpha_s,
+                                        double min_beta_s_per_byte = 0);
 
 }  // namespace overlap::sched
 

@@ -123,6 +123,19 @@ TEST_CASE("FitLinkCost floors the intercept at one small collective's time") {
   CHECK_FALSE(FitLinkCost({{{1e6, 1e-3}}}, 1e-3).ok());
 }
 
+TEST_CASE("FitLinkCost floors the slope at a sustained rate") {
+  // Training collectives timed on the rank that started last: 10 ms/MB, where the link sustains
+  // 12.5 ms/MB back to back.
+  const std::vector<CostSample> early = {{1e6, 10.1e-3}, {4e6, 40.1e-3}, {16e6, 160.1e-3}};
+  auto fitted = FitLinkCost(early, 0.1e-3, 12.5e-9);
+  REQUIRE(fitted.ok());
+  CHECK(fitted->beta_s_per_byte == Approx(12.5e-9));
+  CHECK(fitted->alpha_s == Approx(0.1e-3).margin(1e-6));  // the intercept is left alone
+  // A floor below the fit changes nothing; 0 disables it.
+  CHECK(FitLinkCost(early, 0.1e-3, 5e-9)->beta_s_per_byte == Approx(10e-9).epsilon(1e-3));
+  CHECK(FitLinkCost(early, 0.1e-3, 0)->beta_s_per_byte == Approx(10e-9).epsilon(1e-3));
+}
+
 TEST_CASE("A linear channel's reduce-scatter and allgather use their own lines when fitted") {
   CostModel cost = CostModel::Linear(100, 10000);  // 100 us + 10 ms/MB
   const ChannelCost& c = cost.channels[0];
