@@ -285,6 +285,34 @@ class Buffer:
         self.owner = owner
 
 
+class InPlaceSlot:
+    """A host tensor of one shape and dtype reduced in place under one name, step after step
+    (a gradient in DistributedOptimizer). Its name, shape and the C call are prepared once, so a
+    submission only sets the address: with one gradient per parameter per step, the Python cost
+    per gradient is the optimizer's budget (Horovod pays it in C++)."""
+
+    __slots__ = ("name", "_c_name", "_shape_array", "_struct", "_ref", "_call")
+
+    def __init__(self, name, dtype, shape, nbytes):
+        self.name = name
+        self._c_name = name.encode()
+        self._shape_array = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        self._struct = _Tensor(None, nbytes, dtype, len(shape), self._shape_array, DEVICE_CPU, 0,
+                               None)
+        self._ref = ctypes.byref(self._struct)
+        self._call = lib().overlap_allreduce_ps
+
+    def allreduce(self, address, op, prescale, postscale, process_set=0):
+        """allreduce() of the tensor at `address` into itself, without compression."""
+        self._struct.data = address
+        p = ctypes.c_void_p()
+        rc = self._call(process_set, self._c_name, self._ref, self._ref, op, prescale, postscale,
+                        None, ctypes.byref(p))
+        if rc != _OK:
+            check_submit(rc)
+        return Handle(p, self.name)
+
+
 class Handle:
     """One submitted operation. Frees the C handle when collected."""
 

@@ -112,6 +112,17 @@ def _stage(tensor, what, compressed=False):
     return tensor.detach().to("cpu", dtype).contiguous()
 
 
+def in_place_slot(name, tensor):
+    """An _core.InPlaceSlot for reducing host tensors like `tensor` (contiguous, on the CPU)
+    in place under `name`, or None unless it is a floating-point tensor of a core dtype
+    (integers are pre- and post-scaled in float64 by _allreduce_async, as by Horovod)."""
+    dtype = _CORE_DTYPES.get(tensor.dtype)
+    if dtype is None or not tensor.dtype.is_floating_point:
+        return None
+    return _core.InPlaceSlot(name, dtype, list(tensor.shape),
+                             tensor.numel() * tensor.element_size())
+
+
 def _int_scaled(tensor, factor):
     return (tensor.to(torch.float64) * factor).to(tensor.dtype)
 

@@ -81,6 +81,14 @@ class _DistributedOptimizer:
             if p in self._groups:
                 self._group_members.setdefault(self._groups[p], []).append(p)
 
+        # The common case, an uncompressed dense host gradient, goes straight to the core: its
+        # name and shape are encoded once per parameter (mpi_ops.in_place_slot).
+        self._in_place_ok = compression is Compression.none or (
+            getattr(compression, "runtime_spec", None) is None and
+            getattr(compression, "compress", None) is Compression.none.compress)
+        self._slots = {}
+        self._c_op = mpi_ops._c_op(op)
+        self._set_id = process_set_id(process_set)
         self._handles = {}          # param -> (handle, ctx) or a group's shared entry
         self._group_ready = {}      # group index -> params whose gradient is in
         self._passes_left = {p: backward_passes_per_step for p in self._requires_update}
@@ -203,6 +211,16 @@ class _DistributedOptimizer:
         if grad is None:
             return ("sparse", mpi_ops.sparse_allreduce_async(p.grad, name, self._op,
                                                              self._process_set), None)
+        if self._in_place_ok and grad.device.type == "cpu" and grad.is_contiguous():
+            key = (grad.dtype, grad.shape)
+            cached = self._slots.get(p)
+            if cached is None or cached[0] != key:
+                cached = self._slots[p] = (key, mpi_ops.in_place_slot(name, grad))
+            slot = cached[1]
+            if slot is not None:
+                pre, post = self._factors()
+                return ("in_place", slot.allreduce(grad.data_ptr(), self._c_op, pre, post,
+                                                   self._set_id), grad)
         compressed, ctx = self._compression.compress(grad)
         pre, post = self._factors()
         handle = mpi_ops._allreduce_async(compressed, compressed, name, self._op, pre, post,
@@ -288,6 +306,11 @@ class _DistributedOptimizer:
         the tensors of now, since p.grad may be reset before resolve() runs) and returns
         {param: its averaged gradient, or None when a delayed plan brings no update}."""
         kind, handle, ctx = entry
+        if kind == "in_place":
+            def resolve_in_place():
+                handle.wait()
+                return {p: ctx if handle.has_update() else None}
+            return [p], resolve_in_place
         if kind == "dense":
             buffer = p.grad  # reduced in place
 
