@@ -28,8 +28,8 @@ std::optional<std::string> ParseLostDaemonHost(absl::string_view line) {
 }
 
 std::optional<UnansweredPeer> ParseUnansweredPeer(absl::string_view line) {
-  constexpr absl::string_view kLost = ": lost the control connection to rank ",
-                              kHost = " (host ", kSilent = "): no answer for ";
+  constexpr absl::string_view kLost = ": lost the control connection to rank ", kHost = " (host ",
+                              kSilent = "): no answer for ";
   const size_t lost = line.find(kLost);
   if (lost == absl::string_view::npos) {
     return std::nullopt;
@@ -54,6 +54,29 @@ std::optional<UnansweredPeer> ParseUnansweredPeer(absl::string_view line) {
     return std::nullopt;
   }
   return UnansweredPeer{reporter, std::string(name)};
+}
+
+std::optional<int> ParseExitedPeer(absl::string_view line) {
+  constexpr absl::string_view kLost = ": lost the control connection to rank ",
+                              kExited = "): the process exited or shut down early";
+  const size_t lost = line.find(kLost);
+  if (lost == absl::string_view::npos || line.find(kExited, lost) == absl::string_view::npos) {
+    return std::nullopt;
+  }
+  const size_t from = lost + kLost.size();
+  const size_t end = line.find(" (host ", from);
+  int peer = -1;
+  if (end == absl::string_view::npos || !absl::SimpleAtoi(line.substr(from, end - from), &peer) ||
+      peer < 0) {
+    return std::nullopt;
+  }
+  return peer;
+}
+
+void FailureLog::AddExitedPeer(int peer) {
+  if (std::find(exited_peers_.begin(), exited_peers_.end(), peer) == exited_peers_.end()) {
+    exited_peers_.push_back(peer);
+  }
 }
 
 bool FailureLog::Add(const RankReport& report) {
@@ -131,6 +154,18 @@ std::optional<RankReport> FailureLog::Cause() const {
   if (signaled_count == 1) {
     return *signaled;
   }
+  // Its peers saw exactly one of these ranks exit under them.
+  const RankReport* seen_exiting = nullptr;
+  int seen_count = 0;
+  for (const RankReport* r : window) {
+    if (std::find(exited_peers_.begin(), exited_peers_.end(), r->rank) != exited_peers_.end()) {
+      seen_exiting = r;
+      ++seen_count;
+    }
+  }
+  if (seen_count == 1) {
+    return *seen_exiting;
+  }
   auto same_end = [](const RankReport* a, const RankReport* b) {
     return a->how == b->how && a->code == b->code;
   };
@@ -168,8 +203,8 @@ std::string FailureLog::Summary(int64_t job_end_ms) const {
     return absl::StrFormat(
         "overlaprun: job failed: %s lost contact with host %s: the host or its network is "
         "down; %d rank%s failed and %d %s stopped; the job ended %.2f s after",
-        lost_by_, lost_host_, failed, failed == 1 ? "" : "s", stopped, stopped == 1 ? "was" : "were",
-        static_cast<double>(job_end_ms - lost_at_ms_) / 1000.0);
+        lost_by_, lost_host_, failed, failed == 1 ? "" : "s", stopped,
+        stopped == 1 ? "was" : "were", static_cast<double>(job_end_ms - lost_at_ms_) / 1000.0);
   }
   std::optional<RankReport> cause = Cause();
   if (!cause) {

@@ -7,8 +7,9 @@
 // few milliseconds before the rank that caused it. Peers that notice a failure end alike (the
 // program's error status), the cause ends differently (its own status or a signal), so among
 // failures within kSimultaneousMs of the first, the only one killed by a signal (not from the
-// launcher: peers exit, they are not killed) is the cause, else a single one that ended unlike
-// all the others; otherwise the earliest is. A rank killed by SIGPIPE (it wrote to a pipe or
+// launcher: peers exit, they are not killed) is the cause, else the one rank that its peers saw
+// exit (its control connections closed under them: AddExitedPeer), else a single one that ended
+// unlike all the others; otherwise the earliest is. A rank killed by SIGPIPE (it wrote to a pipe or
 // socket that a failure had closed) is a consequence, blamed only when no rank failed otherwise.
 #ifndef OVERLAP_LAUNCHER_FAILURE_LOG_H_
 #define OVERLAP_LAUNCHER_FAILURE_LOG_H_
@@ -39,6 +40,12 @@ struct UnansweredPeer {
 };
 std::optional<UnansweredPeer> ParseUnansweredPeer(absl::string_view line);
 
+// A rank's report that a peer's process ended under it (its control connection closed), which
+// says
+//   rank 0: lost the control connection to rank 2 (host h3): the process exited or shut down early
+// as the peer's rank (2); nullopt for any other line.
+std::optional<int> ParseExitedPeer(absl::string_view line);
+
 class FailureLog {
  public:
   static constexpr int64_t kSimultaneousMs = 500;
@@ -58,6 +65,11 @@ class FailureLog {
   // the cause of the job's end, whatever the ranks reported: they failed or were stopped because
   // of it. Returns true for the first one (later ones are ignored).
   bool AddLostHost(const std::string& who, const std::string& by, int64_t at_ms);
+
+  // A rank saw rank `peer`'s process end under it (ParseExitedPeer). Among the failures that
+  // ended together, a rank its peers saw exit first is the cause: the peers' own exits follow
+  // from it, however the wrappers' end times came out.
+  void AddExitedPeer(int peer);
   bool lost_host() const { return !lost_host_.empty(); }
 
   // The failure to blame: the earliest one not caused by the launcher, else the earliest of all.
@@ -77,6 +89,7 @@ class FailureLog {
 
  private:
   std::vector<RankReport> reports_;
+  std::vector<int> exited_peers_;  // AddExitedPeer's ranks, in the order reported
   bool announced_ = false;
   std::string lost_host_;  // AddLostHost's `who`, empty when no host was lost
   std::string lost_by_;    // and its `by`

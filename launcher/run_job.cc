@@ -147,6 +147,8 @@ class JobWatcher {
         LostHost(*host, "mpirun");
       } else if (std::optional<UnansweredPeer> peer = ParseUnansweredPeer(line)) {
         LostHost(peer->host, absl::StrCat("rank ", peer->reporter));
+      } else if (std::optional<int> exited = ParseExitedPeer(line)) {
+        log_.AddExitedPeer(*exited);
       }
       return;
     }

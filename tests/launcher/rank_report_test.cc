@@ -166,6 +166,26 @@ TEST_CASE("a cause reported a few ms late is still found by how it ended", "[rep
   only_piped.Add(Report(1, RankReport::How::kSignaled, SIGPIPE, 50000));
   CHECK(only_piped.Cause()->rank == 1);
   CHECK(only_piped.ExitStatus(1) == 128 + SIGPIPE);
+  // Seen in exit_cluster_test: rank 2 exited with 7, rank 0 saw its control connection close and
+  // exited with 1 before rank 2's wrapper reported, rank 3 died of SIGPIPE and rank 1 was
+  // stopped. Two statuses, neither the odd one out of several: rank 0's own line names rank 2.
+  CHECK(ParseExitedPeer("[2026-11-26 10:17:49.252] [error] overlap: rank 0: lost the control "
+                        "connection to rank 2 (host h3): the process exited or shut down early") ==
+        2);
+  CHECK_FALSE(ParseExitedPeer("overlap: rank 0: lost the control connection to rank 2 (host h3): "
+                              "no answer for 5s: the host or its network is down")
+                  .has_value());
+  CHECK_FALSE(ParseExitedPeer("lost the control connection to rank x (host h3): the process "
+                              "exited or shut down early")
+                  .has_value());
+  FailureLog seen;
+  seen.AddExitedPeer(2);
+  seen.Add(Report(0, RankReport::How::kExited, 1, 60000));
+  seen.Add(Report(3, RankReport::How::kSignaled, SIGPIPE, 60001));
+  seen.Add(Report(2, RankReport::How::kExited, 7, 60004));
+  seen.Add(Report(1, RankReport::How::kSignaled, SIGTERM, 60100, true));
+  CHECK(seen.Cause()->rank == 2);
+  CHECK(seen.ExitStatus(1) == 7);
   // No odd one out: the earliest.
   FailureLog alike;
   alike.Add(Report(1, RankReport::How::kExited, 1, 20004));
