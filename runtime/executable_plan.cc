@@ -141,9 +141,10 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
       }
       const int64_t elements = request.tensors[0].NumElements();
       if (s.offset < 0 || s.count <= 0 || s.offset > elements - s.count) {
+        // Not offset + count: on bytes from the wire or a file that sum may overflow.
         return BadBucket(
-            b, absl::StrCat("slice [", s.offset, ", ", s.offset + s.count, ") of tensor '", s.name,
-                            "' is out of range (", elements, " elements)"));
+            b, absl::StrCat("slice of ", s.count, " elements at offset ", s.offset, " of tensor '",
+                            s.name, "' is out of range (", elements, " elements)"));
       }
       const DataType dtype = request.tensors[0].dtype;
       if (delayed && (!DelayableDtype(dtype) || !DelayableOp(request.op))) {

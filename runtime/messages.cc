@@ -1,6 +1,7 @@
 #include "runtime/messages.h"
 
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -36,8 +37,7 @@ int64_t TensorMeta::NumElements() const {
 bool Request::operator==(const Request& o) const {
   return name == o.name && kind == o.kind && op == o.op && prescale == o.prescale &&
          postscale == o.postscale && root == o.root && tensors == o.tensors && splits == o.splits &&
-         compression == o.compression && device == o.device &&
-         update_schedule == o.update_schedule;
+         compression == o.compression && device == o.device && update_schedule == o.update_schedule;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -138,6 +138,16 @@ absl::Status DecodeRequest(ByteReader* in, Request* r) {
     if (s.ok()) s = in->GetI64s(&t.shape);
     if (!s.ok()) return s;
     t.dtype = static_cast<DataType>(dtype);
+    // No rank submits a negative dimension or more elements than int64 counts: such a shape is
+    // corrupt (and NumElements must never overflow on it).
+    int64_t elements = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0 || (d > 0 && elements > std::numeric_limits<int64_t>::max() / d)) {
+        return absl::DataLossError(
+            absl::StrCat("negotiation message has shape ", ShapeString(t.shape)));
+      }
+      elements *= d;
+    }
   }
   s = in->GetI64s(&r->splits);
   if (s.ok()) s = in->GetString(&r->compression);

@@ -34,6 +34,8 @@ shift $((OPTIND - 1))
 
 compression_srcs="runtime/compression_stage.cc runtime/messages.cc collectives/dtype.cc
   $(ls compression/*.cc compression/kernels/*.cc | tr '\n' ' ')"
+plan_checkpoint_srcs="runtime/plan_checkpoint.cc runtime/plan_delays.cc runtime/executable_plan.cc
+  runtime/buffer_pool.cc runtime/launch_units.cc runtime/tensor.cc collectives/scaling.cc"
 declare -A SOURCES=(
   [messages_fuzz]="runtime/messages.cc runtime/matcher.cc collectives/dtype.cc"
   [plan_fuzz]="scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc
@@ -45,13 +47,15 @@ declare -A SOURCES=(
   [launcher_args_fuzz]="launcher/parse_args.cc launcher/hosts.cc launcher/runtime_flags.cc
     runtime/env_vars.cc"
   [hostfile_fuzz]="launcher/hosts.cc"
+  [plan_checkpoint_fuzz]="$plan_checkpoint_srcs runtime/messages.cc collectives/dtype.cc
+    scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc"
   [make_seeds]="runtime/matcher.cc scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc
-    scheduler/cost_model.cc $compression_srcs"
+    scheduler/cost_model.cc $compression_srcs $plan_checkpoint_srcs"
 )
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(messages_fuzz plan_fuzz profile_fuzz compression_snapshot_fuzz config_env_fuzz
-           launcher_args_fuzz hostfile_fuzz)
+           launcher_args_fuzz hostfile_fuzz plan_checkpoint_fuzz)
 fi
 
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (tools/setup.sh installs it)" >&2; exit 1; }

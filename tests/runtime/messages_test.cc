@@ -72,6 +72,26 @@ TEST_CASE("a tensor count the message cannot hold is refused before allocating",
   CHECK(r.tensors.empty());
 }
 
+TEST_CASE("a negative dimension or an element count past int64 is corrupt", "[messages]") {
+  // Found by tests/fuzz/plan_checkpoint_fuzz: a checkpointed tensor of shape
+  // [131073, 109951162777600] overflowed NumElements().
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{131073, 109951162777600}, std::vector<int64_t>{4, -1}}) {
+    ByteWriter out;
+    EncodeRequest(MakeRequest("x", shape), &out);
+    ByteReader in(out.bytes());
+    Request r;
+    absl::Status s = DecodeRequest(&in, &r);
+    CHECK(s.code() == absl::StatusCode::kDataLoss);
+    CHECK(s.message() == "negotiation message has shape " + ShapeString(shape));
+  }
+  ByteWriter out;
+  EncodeRequest(MakeRequest("x", {0, int64_t{1} << 62, 3}), &out);  // zero elements: fine
+  ByteReader in(out.bytes());
+  Request r;
+  CHECK(DecodeRequest(&in, &r).ok());
+}
+
 TEST_CASE("matching names the first disagreement", "[matcher]") {
   const Request a = MakeRequest("w", {2, 3});
   Request b = MakeRequest("w", {2, 3});
@@ -105,11 +125,13 @@ TEST_CASE("an allgather without a tensor, or of a scalar, is refused, not indexe
   // itself never submits it.
   Request a = MakeRequest("g", {});
   a.kind = OpKind::kAllgather;
-  CHECK(MatchRequests({&a, &a}).error ==
-        "allgather 'g': allgather needs one tensor of at least one dimension; rank 0 sent a scalar");
+  CHECK(
+      MatchRequests({&a, &a}).error ==
+      "allgather 'g': allgather needs one tensor of at least one dimension; rank 0 sent a scalar");
   a.tensors.clear();
-  CHECK(MatchRequests({&a, &a}).error ==
-        "allgather 'g': allgather needs one tensor of at least one dimension; rank 0 sent 0 tensors");
+  CHECK(
+      MatchRequests({&a, &a}).error ==
+      "allgather 'g': allgather needs one tensor of at least one dimension; rank 0 sent 0 tensors");
 }
 
 TEST_CASE("joined ranks may only sit out allreduces", "[matcher]") {
