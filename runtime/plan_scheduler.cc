@@ -162,12 +162,7 @@ void PlanScheduler::OnPlanDropped(int64_t step) {
   next_drift_check_ = std::numeric_limits<int64_t>::max();
   drop_step_ = -1;
   drift_check_ = dropping_ = false;
-  trials_ = 0;
-  trial_ = -1;
-  trial_ms_.clear();
-  trial_end_step_ = -1;
-  trial_check_ = settling_ = false;
-  chosen_ = 0;
+  ForgetTrials();
   if (given_up_) return;
   profiler_->Reset();
   next_attempt_ = step + config_.profile_steps + 2;
@@ -178,6 +173,15 @@ void PlanScheduler::OnPlanDropped(int64_t step) {
   info_.trials.clear();
   info_.trials_pending = false;
   predicted_step_.reset();
+}
+
+void PlanScheduler::ForgetTrials() {
+  trials_ = 0;
+  trial_ = -1;
+  trial_ms_.clear();
+  trial_end_step_ = trial_give_up_step_ = -1;
+  trial_check_ = settling_ = false;
+  chosen_ = 0;
 }
 
 int64_t PlanScheduler::DriftInterval() const {
@@ -745,12 +749,7 @@ void PlanScheduler::OnRestored(const ExecutablePlan& plan, double predicted_step
   drifted_checks_ = 0;
   next_drift_check_ =
       config_.replan_drift > 0 ? step_ + DriftInterval() : std::numeric_limits<int64_t>::max();
-  trials_ = 0;
-  trial_ = -1;
-  trial_ms_.clear();
-  trial_end_step_ = trial_give_up_step_ = -1;
-  trial_check_ = settling_ = false;
-  chosen_ = 0;
+  ForgetTrials();
   profiler_->Reset();  // drift is measured under this plan
   absl::MutexLock lock(&mu_);
   info_.trials.clear();

@@ -150,6 +150,8 @@ class PlanScheduler {
   // 64 KiB to 2 MiB are probed and fitted too (ChannelCost::reduce_scatter, allgather).
   absl::Status FitCost(sched::CostModel* cost);
   int64_t DriftInterval() const;
+  // No trials under way or to come (a plan dropped, or one restored from a checkpoint).
+  void ForgetTrials();
   // This rank's step moved by more than OVERLAP_REPLAN_DRIFT since the plan's first check.
   bool Drifted() const;
   absl::StatusOr<std::vector<sched::CostSample>> MeasuredSamples();

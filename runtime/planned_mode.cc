@@ -84,14 +84,11 @@ absl::StatusOr<std::optional<PlanDelays::State>> PlannedMode::SaveState() const 
   if (!frozen_) return absl::FailedPreconditionError("no plan is in force");
   if (!launches_.empty()) return std::nullopt;  // its buckets are still running
   std::vector<std::string> submitted;
-  for (const auto& [entry, op] : waiting_) {
-    submitted.push_back(
-        absl::StrCat("'", plan_->entries[static_cast<size_t>(entry)].response->name, "'"));
-  }
-  for (const auto& [entry, active] : active_) {
-    submitted.push_back(
-        absl::StrCat("'", plan_->entries[static_cast<size_t>(entry)].response->name, "'"));
-  }
+  auto quoted = [&](int entry) {
+    return absl::StrCat("'", plan_->entries[static_cast<size_t>(entry)].response->name, "'");
+  };
+  for (const auto& [entry, op] : waiting_) submitted.push_back(quoted(entry));
+  for (const auto& [entry, active] : active_) submitted.push_back(quoted(entry));
   if (!submitted.empty() || next_bucket_ != 0) {
     std::sort(submitted.begin(), submitted.end());
     return absl::FailedPreconditionError(absl::StrCat(

@@ -1,7 +1,6 @@
 // Runtime's checkpoints (SaveCompressionState / RestoreCompressionState, runtime/overlap.h): the
 // compression residuals, the delay line's state and the scheduled plan in force with its delayed
 // state (runtime/plan_checkpoint.h), as one snapshot.
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -44,7 +43,7 @@ absl::Status Runtime::RestoreCompressionState(const std::string& snapshot) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank_, ": RestoreCompressionState: truncated snapshot"));
   }
-  // Everything is checked before anything is restored.
+  // The plan's part is checked in full before anything is restored.
   std::shared_ptr<RestoredPlan> restored;
   if (!plan.empty()) {
     absl::StatusOr<std::shared_ptr<RestoredPlan>> prepared = PrepareRestore(plan);

@@ -9,6 +9,7 @@
 #include "runtime/messages.h"
 #include "runtime/plan_checkpoint.h"
 #include "scheduler/plan.h"
+#include "tests/runtime/sample_plan_checkpoint.h"
 
 namespace overlap {
 namespace {
@@ -125,40 +126,13 @@ void Snapshots() {
   Write("compression_snapshot_fuzz", "empty", empty.bytes());
 }
 
-// A deft plan of two buckets over "w" (100 floats) and "b" (5): bucket 0 with delay 1, period 2
-// and phase 1 holds a residual and pass 7's result after 8 passes (plan_checkpoint_test's).
+// plan_checkpoint_test's sample (a deft plan holding a residual and a result), and the same plan
+// before its first pass.
 void PlanCheckpoints() {
-  sched::Plan plan;
-  plan.planner = "deft";
-  sched::Bucket first;
-  first.op = sched::Collective::kAllreduce;
-  first.slices.push_back(sched::TensorSlice{0, "w", 0, 60});
-  first.delay = 1;
-  first.period = 2;
-  first.phase = 1;
-  sched::Bucket second;
-  second.op = sched::Collective::kAllreduce;
-  second.slices.push_back(sched::TensorSlice{0, "w", 60, 40});
-  second.slices.push_back(sched::TensorSlice{1, "b", 0, 5});
-  plan.buckets = {first, second};
-  PlanCheckpoint c;
-  c.plan = plan.Serialize();
-  for (const auto& [name, elements] : {std::pair<const char*, int64_t>{"w", 100}, {"b", 5}}) {
-    Response r;
-    r.name = name;
-    r.request.name = name;
-    r.request.op = ReduceOp::kAverage;
-    r.request.tensors.push_back(TensorMeta{DataType::kFloat32, {elements}});
-    c.tensors.push_back(r);
-  }
-  c.step_ms = 512.5;
-  c.state.passes = 8;
-  c.state.residuals = {std::vector<uint8_t>(240, 3), {}};
-  c.state.results.push_back(PlanDelays::State::Held{0, 7, std::vector<uint8_t>(240, 9)});
+  PlanCheckpoint c = SamplePlanCheckpoint();
   Write("plan_checkpoint_fuzz", "deft_two_buckets", EncodePlanCheckpoint(c));
-  c.state.results.clear();
-  c.state.residuals = {{}, {}};
-  c.state.passes = 0;
+  c.state = PlanDelays::State{};
+  c.state.residuals.resize(2);
   Write("plan_checkpoint_fuzz", "fresh", EncodePlanCheckpoint(c));
 }
 

@@ -7,46 +7,12 @@
 #include <memory>
 #include <string>
 
+#include "tests/runtime/sample_plan_checkpoint.h"
+
 namespace overlap {
 namespace {
 
-Response Tensor(const std::string& name, int64_t elements) {
-  Response r;
-  r.name = name;
-  r.cache_id = 7;
-  r.request.name = name;
-  r.request.kind = OpKind::kAllreduce;
-  r.request.op = ReduceOp::kAverage;
-  r.request.tensors.push_back(TensorMeta{DataType::kFloat32, {elements}});
-  return r;
-}
-
-// deft's shape: bucket 0 (60 elements of "w") with delay 1, period 2, phase 1; bucket 1 (the
-// rest of "w" and all of "b") synchronous.
-PlanCheckpoint Checkpoint() {
-  sched::Plan plan;
-  plan.planner = "deft";
-  sched::Bucket first;
-  first.op = sched::Collective::kAllreduce;
-  first.slices.push_back(sched::TensorSlice{0, "w", 0, 60});
-  first.delay = 1;
-  first.period = 2;
-  first.phase = 1;
-  sched::Bucket second;
-  second.op = sched::Collective::kAllreduce;
-  second.slices.push_back(sched::TensorSlice{0, "w", 60, 40});
-  second.slices.push_back(sched::TensorSlice{1, "b", 0, 5});
-  plan.buckets = {first, second};
-  PlanCheckpoint c;
-  c.plan = plan.Serialize();
-  c.tensors = {Tensor("w", 100), Tensor("b", 5)};
-  c.step_ms = 512.5;
-  c.predicted_step_ms = 498.25;
-  c.state.passes = 8;  // passes 0..7 ran; pass 7 communicated (7 % 2 == 1), due at 8
-  c.state.residuals = {std::vector<uint8_t>(240, 3), {}};
-  c.state.results.push_back(PlanDelays::State::Held{0, 7, std::vector<uint8_t>(240, 9)});
-  return c;
-}
+PlanCheckpoint Checkpoint() { return SamplePlanCheckpoint(); }
 
 TEST_CASE("a checkpoint round-trips and gives back its plan") {
   const PlanCheckpoint saved = Checkpoint();
@@ -123,7 +89,7 @@ TEST_CASE("a state that does not fit its plan is refused, naming the bucket and 
 
 TEST_CASE("a plan that does not fit its saved tensors is refused") {
   PlanCheckpoint c = Checkpoint();
-  c.tensors[1] = Tensor("b", 4);  // the plan slices 5 elements of it
+  c.tensors[1] = SampleTensor("b", 4);  // the plan slices 5 elements of it
   CHECK_THAT(Refusal(c), Catch::Contains("does not fit its saved tensors"));
 
   c = Checkpoint();

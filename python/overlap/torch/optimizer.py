@@ -83,9 +83,7 @@ class _DistributedOptimizer:
 
         # The common case, an uncompressed dense host gradient, goes straight to the core: its
         # name and shape are encoded once per parameter (mpi_ops.in_place_slot).
-        self._in_place_ok = compression is Compression.none or (
-            getattr(compression, "runtime_spec", None) is None and
-            getattr(compression, "compress", None) is Compression.none.compress)
+        self._in_place_ok = compression is Compression.none
         self._slots = {}
         self._c_op = mpi_ops._c_op(op)
         self._set_id = process_set_id(process_set)
