@@ -56,12 +56,9 @@ struct Outcome {
   bool planned = false;  // the plan ran this step
 };
 
-// Waits for a layer's result and adds it to the run's sum. Before the plan the result must be
-// this step's average.
+// Adds a layer's finished result to the run's sum. Before the plan the result must be this
+// step's average.
 std::string Collect(Layer& layer, int step, bool expect_sync, Outcome* outcome) {
-  absl::Status s = layer.handle.Wait(kWait);
-  layer.pending = false;
-  if (!s.ok()) return std::string(s.message());
   if (layer.handle.has_update()) ++outcome->with_update;
   for (size_t i = 0; i < layer.grad.size(); ++i) {
     const double got = layer.grad[i];
@@ -98,6 +95,11 @@ Outcome Step(std::vector<Layer>& layers, int step, int64_t adopted, bool flushin
   }
   if (!StartUpdate().ok()) return Outcome{"StartUpdate failed", 0};
   for (Layer& layer : layers) {
+    const absl::Status s = layer.handle.Wait(kWait);
+    layer.pending = false;
+    if (!s.ok()) return Outcome{std::string(s.message()), 0};
+    // Read only once the result is in: the coordinator adopts the plan when it reaches this
+    // step, which on a loaded machine can be after the application has submitted every layer.
     const int64_t now_adopted = adopted >= 0 ? adopted : Stats().plan_adopted_step;
     const bool planned = now_adopted >= 0 && runtime_step >= now_adopted;
     outcome.planned = planned;
