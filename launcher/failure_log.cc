@@ -77,6 +77,15 @@ void FailureLog::AddExitedPeer(int peer) {
   if (std::find(exited_peers_.begin(), exited_peers_.end(), peer) == exited_peers_.end()) {
     exited_peers_.push_back(peer);
   }
+  if (!announced_ && std::find(exited_unprompted_.begin(), exited_unprompted_.end(), peer) ==
+                         exited_unprompted_.end()) {
+    exited_unprompted_.push_back(peer);
+  }
+}
+
+bool FailureLog::OnItsOwn(const RankReport& r) const {
+  return !r.stopped_by_launcher || std::find(exited_unprompted_.begin(), exited_unprompted_.end(),
+                                             r.rank) != exited_unprompted_.end();
 }
 
 bool FailureLog::Add(const RankReport& report) {
@@ -114,7 +123,7 @@ std::optional<RankReport> FailureLog::Cause() const {
   // blamed only when no rank failed otherwise.
   std::vector<RankReport> own, own_not_sigpipe;
   for (const RankReport& r : reports_) {
-    if (!r.stopped_by_launcher) {
+    if (OnItsOwn(r)) {
       own.push_back(r);
       if (!(r.how == RankReport::How::kSignaled && r.code == SIGPIPE)) {
         own_not_sigpipe.push_back(r);
@@ -198,7 +207,7 @@ std::string FailureLog::Summary(int64_t job_end_ms) const {
   if (!lost_host_.empty()) {
     int stopped = 0, failed = 0;
     for (const RankReport& r : reports_) {
-      ++(r.stopped_by_launcher ? stopped : failed);
+      ++(OnItsOwn(r) ? failed : stopped);
     }
     return absl::StrFormat(
         "overlaprun: job failed: %s lost contact with host %s: the host or its network is "
@@ -215,7 +224,7 @@ std::string FailureLog::Summary(int64_t job_end_ms) const {
     if (r.rank == cause->rank && r.end_ms == cause->end_ms) {
       continue;
     }
-    ++(r.stopped_by_launcher ? stopped : failed);
+    ++(OnItsOwn(r) ? failed : stopped);
   }
   return absl::StrFormat(
       "overlaprun: job failed: rank %d on host %s %s; after it %d rank%s failed and %d %s stopped; "

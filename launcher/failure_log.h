@@ -68,7 +68,10 @@ class FailureLog {
 
   // A rank saw rank `peer`'s process end under it (ParseExitedPeer). Among the failures that
   // ended together, a rank its peers saw exit first is the cause: the peers' own exits follow
-  // from it, however the wrappers' end times came out.
+  // from it, however the wrappers' end times came out. Seen before any failure was announced,
+  // `peer` ended before the launcher stopped anything, so it failed on its own even when its
+  // wrapper, slow to report on a loaded machine, took it for stopped (a SIGKILL that reached it
+  // just before mpirun's stop request did).
   void AddExitedPeer(int peer);
   bool lost_host() const { return !lost_host_.empty(); }
 
@@ -89,7 +92,12 @@ class FailureLog {
 
  private:
   std::vector<RankReport> reports_;
-  std::vector<int> exited_peers_;  // AddExitedPeer's ranks, in the order reported
+  // Whether `r` failed on its own: not stopped by the launcher, or seen exiting before it could
+  // have been.
+  bool OnItsOwn(const RankReport& r) const;
+
+  std::vector<int> exited_peers_;      // AddExitedPeer's ranks, in the order reported
+  std::vector<int> exited_unprompted_;  // those of them reported before any announcement
   bool announced_ = false;
   std::string lost_host_;  // AddLostHost's `who`, empty when no host was lost
   std::string lost_by_;    // and its `by`

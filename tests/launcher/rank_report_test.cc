@@ -186,6 +186,28 @@ TEST_CASE("a cause reported a few ms late is still found by how it ended", "[rep
   seen.Add(Report(1, RankReport::How::kSignaled, SIGTERM, 60100, true));
   CHECK(seen.Cause()->rank == 2);
   CHECK(seen.ExitStatus(1) == 7);
+  // Seen in sigkill_local_test under load: rank 1 was killed by SIGKILL; ranks 0 and 3 saw its
+  // connection close and exited with 1, and by the time rank 1's wrapper reported, mpirun had
+  // asked it to stop, so the report said "stopped". Its peers saw it exit before anything was
+  // announced: it is the cause, and its signal is overlaprun's status.
+  FailureLog sigkilled;
+  sigkilled.AddExitedPeer(1);
+  CHECK(sigkilled.Add(Report(0, RankReport::How::kExited, 1, 70000)));
+  sigkilled.AddExitedPeer(1);
+  sigkilled.Add(Report(3, RankReport::How::kExited, 1, 70001));
+  sigkilled.Add(Report(1, RankReport::How::kSignaled, SIGKILL, 70003, true));
+  sigkilled.Add(Report(2, RankReport::How::kExited, 1, 70005));
+  CHECK(sigkilled.Cause()->rank == 1);
+  CHECK(sigkilled.ExitStatus(1) == 128 + SIGKILL);
+  CHECK_THAT(sigkilled.Summary(70140), Catch::Contains("after it 3 ranks failed and 0 were stopped"));
+  // A rank stopped after the announcement, whose peers then saw it go, was stopped.
+  FailureLog later;
+  CHECK(later.Add(Report(0, RankReport::How::kExited, 3, 80000)));
+  later.AddExitedPeer(2);
+  later.Add(Report(2, RankReport::How::kSignaled, SIGTERM, 80050, true));
+  later.Add(Report(1, RankReport::How::kExited, 1, 80060));
+  CHECK(later.Cause()->rank == 0);
+  CHECK_THAT(later.Summary(80100), Catch::Contains("after it 1 rank failed and 1 was stopped"));
   // No odd one out: the earliest.
   FailureLog alike;
   alike.Add(Report(1, RankReport::How::kExited, 1, 20004));
