@@ -19,6 +19,7 @@ constexpr uint64_t kNoStallGather = 4;  // cleared by rank 0 to collect per-rank
 constexpr uint64_t kNoBroadcast = 8;    // cleared by rank 0 when it has responses to send
 constexpr uint64_t kNoUnfreeze = 16;    // cleared by a rank that asks to drop the frozen plan
 constexpr uint64_t kNoPlanReport = 32;  // cleared by a rank that wants every rank's launch count
+constexpr uint64_t kNoShutdown = 64;    // cleared by a rank that is shutting down
 
 std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), " s"); }
 
@@ -361,7 +362,8 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
   // Flags, ready bits, their complement, then the planned-launch count and its complement: the
   // AND of a value and of its complement tell whether every rank sent the same value.
   std::vector<uint64_t> vec(1 + 2 * words + 2);
-  vec[0] = (has_uncached ? 0 : kNoUncached) | (shutting_down ? kShutdown : 0) | kNoStallGather |
+  vec[0] = (has_uncached ? 0 : kNoUncached) | (shutting_down ? kShutdown : kNoShutdown) |
+           kNoStallGather |
            kNoBroadcast | (vote.wants_unfreeze ? 0 : kNoUnfreeze) |
            (vote.wants_report ? 0 : kNoPlanReport);
   vec[1 + 2 * words] = vote.launches;
@@ -382,6 +384,7 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
 
   RoundResult result;
   result.all_shutting_down = (flags & kShutdown) != 0;
+  result.any_shutting_down = (flags & kNoShutdown) == 0;
   result.unfreeze_wanted = (flags & kNoUnfreeze) == 0;
   if (vec[1 + 2 * words] == ~vec[2 + 2 * words]) result.agreed_launches = vec[1 + 2 * words];
   if ((flags & kNoPlanReport) == 0) {

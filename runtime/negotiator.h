@@ -53,6 +53,7 @@ struct RoundResult {
   std::vector<ReadyOp> ready;                             // in the same order on every rank
   std::vector<std::pair<PendingOp, std::string>> failed;  // with the error text
   bool all_shutting_down = false;
+  bool any_shutting_down = false;  // some rank has called Shutdown and has nothing left to run
   bool resend = false;   // some pending operations must be sent again next round
   bool evicted = false;  // cache ids were invalidated
   // The planned-launch count, when every rank reported the same one: then no planned collective

@@ -871,6 +871,36 @@ std::string PlannedMode::DescribeStarted() const {
   return absl::StrJoin(parts, "; ");
 }
 
+std::string PlannedMode::DescribeDrain() const {
+  if (!frozen_) return "no plan in force";
+  auto name = [&](int entry) {
+    return absl::StrCat("'", plan_->entries[static_cast<size_t>(entry)].response->name, "'");
+  };
+  std::vector<std::string> started, waiting, active, queued;
+  for (const Launch& l : launches_) {
+    started.push_back(absl::StrCat("bucket ", l.bucket, " of pass ", l.pass,
+                                   l.checked ? (l.data_done() ? " (done)" : " (sending)")
+                                             : " (checking)"));
+  }
+  for (const auto& [entry, op] : waiting_) waiting.push_back(name(entry));
+  for (const auto& [entry, a] : active_) {
+    active.push_back(absl::StrCat(name(entry), " (", a.launched, " of ",
+                                  plan_->buckets_of[static_cast<size_t>(entry)].size(),
+                                  " buckets started)"));
+  }
+  for (const auto& [entry, line] : backlog_) {
+    if (!line.empty()) queued.push_back(absl::StrCat(name(entry), " x", line.size()));
+  }
+  for (auto* list : {&waiting, &active, &queued}) std::sort(list->begin(), list->end());
+  auto listed = [](const std::vector<std::string>& v) {
+    return v.empty() ? std::string("none") : absl::StrJoin(v, ", ");
+  };
+  return absl::StrCat("pass ", pass_, ", next bucket ", next_bucket_, " of ",
+                      plan_->buckets.size(), "; started: ", listed(started),
+                      "; submitted, not started: ", listed(waiting),
+                      "; partly started: ", listed(active), "; in line: ", listed(queued));
+}
+
 std::vector<PendingOp> PlannedMode::FailAll(const absl::Status& status) {
   plane_.FailAll(status);
   for (Launch& l : launches_) {

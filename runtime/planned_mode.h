@@ -167,6 +167,15 @@ class PlannedMode {
   absl::Time NextDeadline() const;
   // Names of tensors in started, unfinished units (for errors at shutdown).
   std::string DescribeStarted() const;
+  // What keeps delayed_drained() false: the plan's position, started buckets, and the tensors
+  // waiting, partly sent or in line (for the warning of a shutdown that drains too long).
+  std::string DescribeDrain() const;
+  // A submission of this rank has a bucket it has not started. A rank that has shut down
+  // drained will never start it: a collective that finished there had this rank's part.
+  bool HasUnstartedBuckets() const {
+    return HasUnlaunched() || std::any_of(backlog_.begin(), backlog_.end(),
+                                          [](const auto& line) { return !line.second.empty(); });
+  }
 
   // Fails every held operation; hands back the submitted, unstarted ones.
   std::vector<PendingOp> FailAll(const absl::Status& status);

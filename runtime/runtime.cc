@@ -20,6 +20,8 @@ namespace overlap {
 namespace {
 
 constexpr absl::Duration kSpinAfterActivity = absl::Microseconds(300);
+// A Shutdown that drains a delayed plan for longer than this says what it is waiting for.
+constexpr absl::Duration kDrainWarning = absl::Seconds(5);
 
 // A duplicate of `base` that returns errors instead of aborting, so that a failed peer becomes a
 // status naming the call (MPI_Comm_dup copies MPI_COMM_WORLD's fatal handler).
@@ -466,6 +468,7 @@ bool Runtime::RunRounds() {
     // A delayed plan's last buckets run after the program stopped waiting: finish them first.
     if (shutting_down && !planned_->delayed_drained()) {
       shutting_down = false;
+      if (!loop_.shutdown_held) loop_.shutdown_held_warn = absl::Now() + kDrainWarning;
       loop_.shutdown_held = true;
     }
     const absl::Time start = absl::Now();
@@ -531,6 +534,16 @@ bool Runtime::RunRounds() {
       Fatal(absl::FailedPreconditionError(absl::StrCat(
           "rank ", rank_, ": Shutdown: planned allreduce of ", planned_->DescribeStarted(),
           " was started on this rank, but not every rank submitted it before Shutdown")));
+      return false;
+    }
+    // A rank that called Shutdown drained its delayed plan first, so it will start no bucket
+    // again: one this rank has yet to start was never started there. The ranks ran different
+    // numbers of steps; say so now instead of waiting out OVERLAP_COLLECTIVE_TIMEOUT_S.
+    if (round->any_shutting_down && loop_.shutdown_held && planned_->HasUnstartedBuckets()) {
+      Fatal(absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank_, ": Shutdown: another rank has shut down with nothing of the delayed plan "
+          "left to run, but this rank submitted more steps than it did (", planned_->DescribeDrain(),
+          "): every rank must run the same number of steps")));
       return false;
     }
     if (round->all_shutting_down && !stopping_) {
@@ -701,6 +714,8 @@ bool Runtime::TakeIncoming() {
     dirty = true;
   }
   if (shutting_down && loop_.shutdown_deadline == absl::InfiniteFuture()) {
+    spdlog::debug("overlap: rank {}: Shutdown called; the plan: {}", rank_,
+                  planned_->DescribeDrain());
     loop_.shutdown_deadline = absl::Now() + absl::Seconds(config_.collective_timeout_s);
     dirty = true;  // the shutdown flag must reach the others in a round
   }
@@ -779,6 +794,13 @@ void Runtime::Loop() {
     if (loop_.shutdown_held && planned_->delayed_drained()) {
       loop_.shutdown_held = false;
       loop_.resend = true;  // a round carries the shutdown flag held back while draining
+    } else if (loop_.shutdown_held && absl::Now() > loop_.shutdown_held_warn) {
+      loop_.shutdown_held_warn = absl::InfiniteFuture();  // once
+      spdlog::warn(
+          "overlap: rank {}: Shutdown has waited {} s for the delayed plan's last buckets "
+          "(it fails after OVERLAP_COLLECTIVE_TIMEOUT_S={}): {}",
+          rank_, absl::ToDoubleSeconds(kDrainWarning), config_.collective_timeout_s,
+          planned_->DescribeDrain());
     }
     if (s.ok() && stopping_ && PlanesIdle() && planned_->idle()) break;
     if (s.ok() && !stopping_ && absl::Now() > loop_.shutdown_deadline) {

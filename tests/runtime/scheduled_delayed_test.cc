@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/overlap.h"
+#include "tests/runtime/agreed.h"
 
 namespace overlap {
 namespace {
@@ -166,6 +167,27 @@ TEST_CASE("a delayed plan delivers every step's average once, delay steps later"
   const int64_t bound = model_bytes * ((delay + period + 1) + 1 + (delay + period) / period);
   REQUIRE(during.delayed_bytes <= bound);
   REQUIRE(Stats().delayed_bytes <= bound);
+}
+
+// Run by scheduled_uneven_shutdown_test.sh only: rank 1 runs one step more than the others under
+// a delayed plan, then every rank shuts down. The others drain and shut down; rank 1's extra
+// step is a pass they will never run, which must fail its Shutdown at once with the reason (not
+// after OVERLAP_COLLECTIVE_TIMEOUT_S), and theirs with it.
+TEST_CASE("a rank that ran more steps than the others fails Shutdown at once", "[.uneven]") {
+  std::vector<Layer> layers = MakeModel();
+  int64_t adopted = -1;
+  int step = 0;
+  for (; step < 60 && (adopted < 0 || step < adopted + 3); ++step) {
+    REQUIRE(Step(layers, step, adopted, /*flushing=*/false).error == "");
+    adopted = testing::AgreedMax(Stats().plan_adopted_step);
+  }
+  REQUIRE(adopted >= 0);
+  if (Rank() == 1) REQUIRE(Step(layers, step, adopted, /*flushing=*/false).error == "");
+  const int rank = Rank();
+  const absl::Time start = absl::Now();
+  const absl::Status down = Shutdown();
+  std::fprintf(stderr, "uneven: rank %d: Shutdown returned after %.1f s: %s\n", rank,
+               absl::ToDoubleSeconds(absl::Now() - start), std::string(down.message()).c_str());
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // A delayed scheduled plan survives a checkpoint (runtime/plan_checkpoint.h): a run stopped at
 // step K and resumed in fresh processes from SaveCompressionState goes on bit for bit as the
 // uninterrupted run did. scheduled_resume_test.sh runs this binary twice on the same ranks:
-//   [save]   trains until the plan is adopted and has run a few steps, saves at step K, goes on
+//   [save]   trains K steps (the plan is adopted and runs the last of them), saves at step K, goes on
 //            to K + kAfter, and writes the checkpoint and every later output to files;
 //   [resume] a fresh process restores the checkpoint before its first step, runs K+1 .. K+kAfter
 //            and compares every output's bits and has_update() with the saved run's, then
@@ -26,6 +26,9 @@ namespace {
 
 constexpr absl::Duration kWait = absl::Seconds(60);
 constexpr int kAfter = 8;  // steps run after the checkpoint
+// The checkpoint's step K: the plan is adopted after about 10 (OVERLAP_PROFILE_STEPS=3), later
+// where a vote finds a rank busy.
+constexpr int64_t kSaveStep = 40;
 
 float Value(int rank, int64_t step, size_t i) {
   return 0.1f * static_cast<float>(rank + 1) + 0.37f * static_cast<float>(step) +
@@ -94,16 +97,16 @@ std::string Read(const char* what) {
 
 TEST_CASE("the saved run: plan, checkpoint at step K, K+1 .. K+8", "[save]") {
   std::vector<Layer> layers = MakeModel();
+  // A fixed K on every rank: a rank-local condition (say, "the plan has run 5 steps here") ends
+  // the loop at different steps where one rank's coordinator publishes the adoption later than
+  // another's, and the ranks then run different numbers of steps.
   int64_t step = 0;
-  int planned = 0;
-  for (; step < 80 && planned < 5; ++step) {
-    Step(layers, step);
-    // The plan runs the step whose forward marker adopted it, and every later one.
-    const RuntimeStats now = Stats();
-    if (now.plan_adopted_step >= 0 && now.steps >= now.plan_adopted_step) ++planned;
-  }
-  REQUIRE(planned == 5);
+  for (; step < kSaveStep; ++step) Step(layers, step);
   const RuntimeStats before = Stats();
+  INFO("rank " << Rank() << ": plan adopted at step " << before.plan_adopted_step << " of "
+               << before.steps);
+  REQUIRE(before.plan_adopted_step >= 0);
+  REQUIRE(before.steps - before.plan_adopted_step >= 5);  // the plan has run a few steps
   REQUIRE(before.plans_scheduled == 1);
   REQUIRE(before.delayed_bytes > 0);  // residuals and results the checkpoint must carry
   absl::StatusOr<std::string> checkpoint = SaveCompressionState();
