@@ -377,6 +377,28 @@ bool Adopted(const std::string& planner, const RuntimeStats& stats) {
   return ScheduledPlanInForce(stats) && stats.plan_adopted_step >= 0;
 }
 
+// The link as raw MPI drives it: the fastest of three allreduces of `bytes` (float32, in place,
+// the slowest rank's time each, after one to warm up) through MPI_Iallreduce on MPI_COMM_WORLD,
+// so with the ring (cluster_bench.sh's libnbc algorithm 1) and the same TCP links as the runtime.
+// Nominal rate counts every frame's headers; this is what the payload gets.
+double RawAllreduceMs(int64_t bytes) {
+  std::vector<float> data(static_cast<size_t>(bytes / 4), 1.0f);
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double start = MPI_Wtime();
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), MPI_FLOAT, MPI_SUM,
+                   MPI_COMM_WORLD, &request);
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
+    const double local = (MPI_Wtime() - start) * 1e3;
+    double slowest = 0;
+    MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rep == 1 || (rep > 1 && slowest < best)) best = slowest;
+  }
+  return best;
+}
+
 double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
@@ -498,14 +520,22 @@ int Main(int argc, char** argv) {
   EmulatedModel model(*profile, scaling);
   const double comm_bound_ms = RingFactor(n) * model.bytes() / options->link_bytes_per_s * 1e3;
   const double ideal_ms = std::max(model.compute_ms(), comm_bound_ms);
+  // What a synchronous plan can reach at best on these links (sched::SynchronousBoundMs on the
+  // scaled profile, with the raw allreduce's time as the link's): the yardstick of
+  // sync_efficiency, where ideal_ms assumes that every bit of the nominal rate carries payload.
+  const double raw_allreduce_ms = n > 1 ? RawAllreduceMs(model.bytes()) : 0.0;
+  const double sync_bound_ms =
+      sched::SynchronousBoundMs(model.profile(), raw_allreduce_ms / scaling.time_scale) *
+      scaling.time_scale;
   if (Rank() == 0) {
     std::fprintf(stderr,
                  "model_step: %s, %d ranks, planner %s: time scale %.4g, bytes scale %.4g "
                  "(%zu tensors, %.1f MB); compute %.1f ms/step, ring bound %.1f ms at %s; ideal "
-                 "%.1f ms\n",
+                 "%.1f ms; raw MPI allreduce %.1f ms, synchronous bound %.1f ms\n",
                  model.profile().model.c_str(), n, planner.c_str(), scaling.time_scale,
                  scaling.bytes_scale, model.tensors(), model.bytes() / 1e6, model.compute_ms(),
-                 comm_bound_ms, options->link_rate.c_str(), ideal_ms);
+                 comm_bound_ms, options->link_rate.c_str(), ideal_ms, raw_allreduce_ms,
+                 sync_bound_ms);
   }
 
   int warmup_steps = 0;
@@ -549,9 +579,11 @@ int Main(int argc, char** argv) {
   int plan_held = 0;
   MPI_Allreduce(&held, &plan_held, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   const char* compression = std::getenv("OVERLAP_COMPRESSION");
+  // Delays and update periods are not bound by sync_bound_ms.
+  const bool synchronous = PlannerLabel() == PlannerName() && MaxPeriod() <= 1;
   if (compression == nullptr || std::string(compression).empty() ||
       std::string(compression) == "none") {
-    model.Verify(/*delayed_plan=*/PlannerLabel() != PlannerName() || MaxPeriod() > 1);
+    model.Verify(/*delayed_plan=*/!synchronous);
   }
 
   std::vector<double> local(options->steps);
@@ -579,7 +611,8 @@ int Main(int argc, char** argv) {
         "\"step_ms_min\":%.3f,\"step_ms_max\":%.3f,\"step_ms_mean\":%.3f,\"compute_ms\":%.3f,"
         "\"comm_bound_ms\":%.3f,"
         "\"grad_bytes\":%lld,\"time_scale\":%.6g,\"bytes_scale\":%.6g,\"link_rate\":%s,"
-        "\"fitted_alpha_us\":%s,\"fitted_beta_us_per_mb\":%s,\"trials\":%s}\n",
+        "\"fitted_alpha_us\":%s,\"fitted_beta_us_per_mb\":%s,\"trials\":%s,"
+        "\"raw_allreduce_ms\":%.3f,\"sync_bound_ms\":%.3f,\"sync_efficiency\":%s}\n",
         JsonString(model.profile().model).c_str(), JsonString(PlannerLabel()).c_str(), step_ms,
         JsonNumber(sim_ms, has_sim).c_str(),
         JsonNumber((sim_ms - step_ms) / step_ms, has_sim, 4).c_str(), ideal_ms, ideal_ms / step_ms,
@@ -594,7 +627,8 @@ int Main(int argc, char** argv) {
         scaling.time_scale, scaling.bytes_scale, JsonString(options->link_rate).c_str(),
         JsonNumber(stats.fitted_alpha_us, scheduled).c_str(),
         JsonNumber(stats.fitted_beta_us_per_mb, scheduled).c_str(),
-        JsonString(stats.plan_trials).c_str());
+        JsonString(stats.plan_trials).c_str(), raw_allreduce_ms, sync_bound_ms,
+        JsonNumber(sync_bound_ms / step_ms, synchronous, 4).c_str());
     std::fflush(stdout);
   }
   return FinishJob(kProgram, 0);

@@ -1,5 +1,6 @@
 #include "scheduler/profile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -224,6 +225,17 @@ absl::StatusOr<Profile> LoadProfileJson(const std::string& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   return ParseProfileJson(buffer.str(), path);
+}
+
+double SynchronousBoundMs(const Profile& profile, double comm_ms) {
+  double last_first_use = 0;
+  double first_ready = profile.backward_ms;
+  for (const TensorInfo& t : profile.tensors) {
+    last_first_use = std::max(last_first_use, t.first_use_ms);
+    first_ready = std::min(first_ready, t.ready_ms);
+  }
+  const double unhidden = (profile.forward_ms - last_first_use) + first_ready;
+  return std::max(profile.compute_ms(), comm_ms + unhidden);
 }
 
 }  // namespace overlap::sched

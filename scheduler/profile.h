@@ -79,6 +79,16 @@ absl::StatusOr<Profile> ParseProfileJson(absl::string_view text,
 // Reads `path` and parses it. NotFound if the file cannot be read.
 absl::StatusOr<Profile> LoadProfileJson(const std::string& path);
 
+// The shortest step that any synchronous schedule can reach on `profile` when one step's
+// gradients keep the link busy for `comm_ms` (a Finalize()d profile). Each gradient must arrive
+// before its parameter's next forward, so a step's traffic is over by the time the forward reaches
+// the last parameter it reads, and the next step's traffic cannot start before backward has made
+// the first gradient. The compute in between hides no communication:
+//   max(compute_ms(), comm_ms + (forward_ms - max first_use_ms) + min ready_ms).
+// On BERT-base that is the pooler and prediction head, 22% of the compute. Delayed updates
+// (DeFT) are not bound by it; it is the yardstick of the synchronous planners.
+double SynchronousBoundMs(const Profile& profile, double comm_ms);
+
 }  // namespace overlap::sched
 
 #endif  // OVERLAP_SCHEDULER_PROFILE_H_

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/builtin.h"
+#include "scheduler/profile.h"
 #include "scheduler/simulator.h"
 
 namespace overlap::sched {
@@ -269,6 +270,9 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
     const double fused_ms =
         cost.Ms(0, Collective::kAllreduce, static_cast<double>(profile->total_bytes) / o.channels);
     const double ideal_ms = std::max(profile->compute_ms(), fused_ms);
+    // What synchronous plans can reach at best: the fused collective plus the compute that
+    // no synchronous schedule overlaps (SynchronousBoundMs).
+    const double sync_bound_ms = SynchronousBoundMs(*profile, fused_ms);
     for (const std::string& name : o.planners) {
       absl::StatusOr<Plan> plan = MakePlan(name, *profile, cost, o.planner_options);
       if (!plan.ok()) {
@@ -312,14 +316,17 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
             {"buckets", plan->buckets.size()},
             {"max_delay", plan->MaxDelay()},
             {"budget_used", plan->budget_used},
+            {"sync_bound_ms", sync_bound_ms},
         };
         out << line.dump() << "\n";
       } else {
         out << absl::StrFormat(
             "%-12s N=%-5d %-20s iter %9.2f ms  compute %8.2f  comm %9.2f  exposed %9.2f  "
-            "ideal %9.2f  eff %.3f  buckets %4zu  delay<=%d  budget %.2f  (%d iterations%s)\n",
+            "ideal %9.2f  eff %.3f  sync-bound %9.2f  buckets %4zu  delay<=%d  budget %.2f  "
+            "(%d iterations%s)\n",
             profile->model, workers, plan->planner, sim->iteration_ms, sim->compute_ms,
-            sim->comm_ms, sim->exposed_comm_ms, ideal_ms, efficiency, plan->buckets.size(),
+            sim->comm_ms, sim->exposed_comm_ms, ideal_ms, efficiency, sync_bound_ms,
+            plan->buckets.size(),
             plan->MaxDelay(), plan->budget_used, sim->iterations,
             sim->converged ? "" : ", not steady");
       }

@@ -89,7 +89,8 @@ TEST_CASE("RunCli prints one JSON line per planner and worker count") {
   for (const char* key :
        {"{\"model\":\"resnet50\"", "\"workers\":4", "\"planner\":\"wfbp\"",
         "\"iter_ms\":", "\"compute_ms\":", "\"comm_ms\":", "\"exposed_comm_ms\":", "\"ideal_ms\":",
-        "\"efficiency\":", "\"buckets\":", "\"max_delay\":", "\"budget_used\":"}) {
+        "\"efficiency\":", "\"buckets\":", "\"max_delay\":", "\"budget_used\":",
+        "\"sync_bound_ms\":"}) {
     INFO(key);
     const size_t pos = lines[0].find(key);
     REQUIRE(pos != std::string::npos);

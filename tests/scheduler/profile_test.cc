@@ -79,6 +79,24 @@ TEST_CASE("ParseProfileJson names the field and cause of bad input") {
   }
 }
 
+TEST_CASE("SynchronousBoundMs adds the compute after the last first use and before the first gradient") {
+  Profile p;
+  p.model = "m";
+  p.update_ms = 1;
+  p.AddLayer("a", 1, 4, {{"a.w", 8}});
+  p.AddLayer("b", 2, 5, {{"b.w", 8}});
+  p.AddLayer("loss", 3, 6, {});  // no gradient of its own
+  REQUIRE(p.Finalize().ok());
+  // b.w is read last, 1 ms into forward, leaving 2 + 3; backward makes it first, after 6 + 5.
+  CHECK(SynchronousBoundMs(p, 10) == Approx(10 + (2 + 3) + (6 + 5)));
+  CHECK(SynchronousBoundMs(p, 1) == Approx(p.compute_ms()));  // compute-bound: 22 ms
+  CHECK(p.compute_ms() == Approx(22));
+  // On BERT-base the pooler and prediction head hide nothing: 22% of its compute.
+  const Profile bert = *LoadBuiltinProfile("bert-base");
+  const double unhidden = SynchronousBoundMs(bert, 1e6) - 1e6;
+  CHECK(unhidden / bert.compute_ms() == Approx(0.225).margin(0.005));
+}
+
 TEST_CASE("LoadProfileJson reports a missing file") {
   auto p = LoadProfileJson("/nonexistent/profile.json");
   REQUIRE_FALSE(p.ok());

@@ -97,6 +97,29 @@ TEST_CASE("No communication gives the compute time, for every planner") {
   }
 }
 
+TEST_CASE("No synchronous plan beats SynchronousBoundMs") {
+  PlannerOptions options;  // staleness 0, period 1: every planner is synchronous
+  for (const std::string& model : BuiltinModelNames()) {
+    const Profile profile = *LoadBuiltinProfile(model);
+    for (int workers : {4, 16, 256}) {
+      const CostModel cost = CostModel::Algorithmic(Algorithm::kRing, workers, 5, 10);
+      const double fused_ms =
+          cost.Ms(0, Collective::kAllreduce, static_cast<double>(profile.total_bytes));
+      const double bound = SynchronousBoundMs(profile, fused_ms);
+      for (const std::string& planner : PlannerNames()) {
+        INFO(model << " " << workers << " workers " << planner);
+        auto plan = MakePlan(planner, profile, cost, options);
+        REQUIRE(plan.ok());
+        REQUIRE(plan->MaxDelay() == 0);
+        for (const Bucket& b : plan->buckets) REQUIRE(b.period == 1);
+        auto sim = Simulate(profile, *plan, cost);
+        REQUIRE(sim.ok());
+        CHECK(sim->iteration_ms >= bound * (1 - 1e-9));
+      }
+    }
+  }
+}
+
 TEST_CASE("Infinite bandwidth gives compute time plus the latency left exposed") {
   const double inf = std::numeric_limits<double>::infinity();
   const CostModel cost = CostModel::Algorithmic(Algorithm::kRing, 16, 10, inf);  // 300 us
