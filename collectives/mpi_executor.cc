@@ -8,6 +8,7 @@
 #include "collectives/half.h"
 #include "collectives/ring_allgather.h"
 #include "collectives/ring_reduce_scatter.h"
+#include "collectives/segmented_allreduce.h"
 
 namespace overlap {
 namespace {
@@ -287,10 +288,17 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
   int rc = MPI_SUCCESS;
   switch (a.kind) {
     case CollectiveKind::kAllreduce: {
-      absl::StatusOr<int> count = ToInt(a.count);
-      if (!count.ok()) return count.status();
       absl::StatusOr<MPI_Op> op = MpiReduceOp(a.dtype, a.op);
       if (!op.ok()) return op.status();
+      if (a.count >= 0 && static_cast<size_t>(a.count) * DataTypeSize(a.dtype) >
+                              SegmentedAllreduce::kSegmentBytes) {
+        absl::StatusOr<std::unique_ptr<SegmentedAllreduce>> segmented = SegmentedAllreduce::Start(
+            comm, a.send, a.recv, a.count, type, DataTypeSize(a.dtype), *op);
+        if (!segmented.ok()) return segmented.status();
+        return std::unique_ptr<Work>(std::move(*segmented));
+      }
+      absl::StatusOr<int> count = ToInt(a.count);
+      if (!count.ok()) return count.status();
       absl::MutexLock lock(&IallreduceMutex());
       PrepareIallreduce(static_cast<size_t>(*count) * DataTypeSize(a.dtype));
       rc = MPI_Iallreduce(send, a.recv, *count, type, *op, comm, req);

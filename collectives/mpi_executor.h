@@ -1,4 +1,6 @@
 // The CPU executor: MPI non-blocking collectives, one duplicated communicator per channel.
+// Allreduces above SegmentedAllreduce::kSegmentBytes run as consecutive segments
+// (collectives/segmented_allreduce.h).
 // Reduce-scatters of at least kRingReduceScatterBytes run as a ring over point-to-point messages
 // (collectives/ring_reduce_scatter.h), the rest as MPI_Ireduce_scatter; allgathers of at least
 // kRingAllgatherBytes likewise (collectives/ring_allgather.h), the rest as MPI_Iallgatherv.
