@@ -1,7 +1,6 @@
 // The C ABI of runtime/c_api.h: converts between C structs and the C++ API of overlap.h.
 #include "runtime/c_api.h"
 
-#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -278,26 +277,6 @@ int overlap_handle_wait(const overlap_handle* handle, double timeout_s) {
   if (handle == nullptr) return InvalidArgument("wait on a null handle");
   if (timeout_s < 0) return Fail(handle->handle.Wait());
   return Fail(handle->handle.Wait(absl::Seconds(timeout_s)));
-}
-
-int overlap_handles_wait(const overlap_handle* const* handles, int32_t n, double timeout_s,
-                         int32_t* done, uint8_t* has_update) {
-  if (n < 0 || done == nullptr || *done < 0 ||
-      (n > 0 && (handles == nullptr || has_update == nullptr))) {
-    return InvalidArgument("overlap_handles_wait: malformed arguments");
-  }
-  const absl::Time deadline =
-      timeout_s < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Seconds(timeout_s);
-  for (int32_t i = *done; i < n; ++i) {
-    if (handles[i] == nullptr) return InvalidArgument("wait on a null handle");
-    const overlap::Handle& h = handles[i]->handle;
-    const absl::Status s = timeout_s < 0 ? h.Wait() : h.Wait(std::max(absl::ZeroDuration(),
-                                                                      deadline - absl::Now()));
-    if (!s.ok()) return Fail(s);
-    has_update[i] = h.has_update() ? 1 : 0;
-    *done = i + 1;
-  }
-  return 0;
 }
 
 int overlap_handle_output(const overlap_handle* handle, const void** data, int32_t* dtype,

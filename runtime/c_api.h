@@ -123,13 +123,6 @@ int overlap_handle_has_update(const overlap_handle* handle);
 // Waits up to `timeout_s` (< 0: until it finishes; that ends, see overlap.h). Returns the
 // operation's status; DEADLINE_EXCEEDED (4) if it is still running.
 int overlap_handle_wait(const overlap_handle* handle, double timeout_s);
-// overlap_handle_wait for handles[*done .. n) in order, within one `timeout_s` for them all
-// (< 0: until they finish), writing has_update[i] (as overlap_handle_has_update) for each one
-// that finished and advancing *done past it. Returns 0 once all have; else the status of
-// handles[*done]: its error, or DEADLINE_EXCEEDED (4) if it is still running, when a call from
-// the same *done goes on. One call for a step's gradients instead of two per gradient.
-int overlap_handles_wait(const overlap_handle* const* handles, int32_t n, double timeout_s,
-                         int32_t* done, uint8_t* has_update);
 // The runtime-owned result of allgather, reducescatter and alltoall after success: data, dtype,
 // rank and up to `max_ndim` dims. The data lives until the handle is freed, on the operation's
 // device: a CUDA operation's result is device memory (read it with overlap_handle_copy_output).

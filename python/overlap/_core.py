@@ -112,9 +112,6 @@ def _declare(lib):
         "overlap_handle_poll": ([h], ctypes.c_int),
         "overlap_handle_has_update": ([h], ctypes.c_int),
         "overlap_handle_wait": ([h, ctypes.c_double], ctypes.c_int),
-        "overlap_handles_wait": ([ctypes.POINTER(ctypes.c_void_p), ctypes.c_int32, ctypes.c_double,
-                                  ctypes.POINTER(ctypes.c_int32),
-                                  ctypes.POINTER(ctypes.c_uint8)], ctypes.c_int),
         "overlap_handle_output": ([h, ctypes.POINTER(ctypes.c_void_p),
                                    ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
                                    ctypes.POINTER(ctypes.c_int64), ctypes.c_int32], ctypes.c_int),
@@ -369,28 +366,6 @@ class Handle:
         if self._ptr and _lib is not None:
             _lib.overlap_handle_free(self._ptr)
             self._ptr = None
-
-
-def wait_all(handles):
-    """Handle.wait() for every handle, in one C call for them all; returns each one's
-    has_update() in order. Raises at the first that failed, as its wait() would."""
-    n = len(handles)
-    pointers = (ctypes.c_void_p * n)(*[h._ptr for h in handles])
-    updates = (ctypes.c_uint8 * n)()
-    done = ctypes.c_int32(0)
-    c = lib()
-    while True:
-        rc = c.overlap_handles_wait(pointers, n, 1.0, ctypes.byref(done), updates)
-        if rc == _DEADLINE_EXCEEDED:
-            waiting = handles[done.value]
-            if not waiting.poll():
-                continue  # one-second slices, so that Ctrl-C reaches Python
-            # It finished between the timeout and the poll: its own status decides.
-            rc = c.overlap_handle_wait(waiting._ptr, 0.0)
-            if rc == _OK:
-                continue
-        check(rc)
-        return [bool(u) for u in updates]
 
 
 def _out_handle():

@@ -81,38 +81,5 @@ TEST_CASE("a runtime-owned result is checked against the caller's buffer", "[c_a
   overlap_handle_free(h);
 }
 
-TEST_CASE("overlap_handles_wait waits for many handles in one call", "[c_api]") {
-  constexpr int kN = 5;
-  std::vector<std::vector<float>> xs(kN, std::vector<float>(3, 0.0f));
-  const std::vector<int64_t> shape = {3};
-  std::vector<overlap_handle*> handles(kN, nullptr);
-  for (int i = 0; i < kN; ++i) {
-    for (float& v : xs[static_cast<size_t>(i)]) v = static_cast<float>(i + Rank());
-    overlap_tensor t = Describe(xs[static_cast<size_t>(i)], shape);
-    REQUIRE(overlap_allreduce(absl::StrCat("c.many.", i).c_str(), &t, &t, 0, 1.0, 1.0, "none",
-                              &handles[static_cast<size_t>(i)]) == 0);
-  }
-  int32_t done = 0;
-  std::vector<uint8_t> updates(kN, 7);
-  REQUIRE(overlap_handles_wait(handles.data(), kN, 30.0, &done, updates.data()) == 0);
-  CHECK(done == kN);
-  const float ranks_sum = static_cast<float>(Size() * (Size() - 1) / 2);
-  for (int i = 0; i < kN; ++i) {
-    CHECK(updates[static_cast<size_t>(i)] == 1);
-    CHECK(xs[static_cast<size_t>(i)][2] == static_cast<float>(Size() * i) + ranks_sum);
-  }
-  // Resumes from *done: nothing left to wait for.
-  CHECK(overlap_handles_wait(handles.data(), kN, 0.0, &done, updates.data()) == 0);
-  // A null handle is named; bad counts are refused.
-  std::vector<overlap_handle*> with_null = {handles[0], nullptr};
-  done = 0;
-  CHECK(overlap_handles_wait(with_null.data(), 2, 1.0, &done, updates.data()) == kInvalidArgument);
-  CHECK(done == 1);
-  CHECK(std::string(overlap_last_error()) == Me() + "wait on a null handle");
-  CHECK(overlap_handles_wait(handles.data(), -1, 1.0, &done, updates.data()) == kInvalidArgument);
-  CHECK(std::string(overlap_last_error()) == Me() + "overlap_handles_wait: malformed arguments");
-  for (overlap_handle* h : handles) overlap_handle_free(h);
-}
-
 }  // namespace
 }  // namespace overlap

@@ -266,17 +266,7 @@ class _DistributedOptimizer:
             self._synchronized = True
             return
         self._launch_missing()
-        reductions = list(self._reductions())
-        # Gradients reduced in place: one C call waits for them all.
-        in_place = [(p, entry[1]) for p, entry in reductions if entry[0] == "in_place"]
-        if in_place:
-            updated = _core.wait_all([handle for _, handle in in_place])
-            for (p, _), has_update in zip(in_place, updated):
-                if not has_update:
-                    p.grad = None  # a delayed plan has no update for it this step (see below)
-        for p, entry in reductions:
-            if entry[0] == "in_place":
-                continue
+        for p, entry in self._reductions():
             if entry[0] == "sparse":
                 p.grad = entry[1]()
                 continue
