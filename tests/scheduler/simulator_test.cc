@@ -13,6 +13,7 @@ namespace {
 
 using testing::MakeProfile;
 using testing::MgwfbpModelMs;
+using testing::RunsUnderSanitizer;
 
 TEST_CASE("wfbp and mgwfbp reproduce MG-WFBP's iteration model exactly under linear cost") {
   for (const std::string& model : BuiltinModelNames()) {
@@ -99,6 +100,7 @@ TEST_CASE("No communication gives the compute time, for every planner") {
 
 TEST_CASE("No synchronous plan beats SynchronousBoundMs") {
   PlannerOptions options;  // staleness 0, period 1: every planner is synchronous
+  size_t run = 0;
   for (const std::string& model : BuiltinModelNames()) {
     const Profile profile = *LoadBuiltinProfile(model);
     for (int workers : {4, 16, 256}) {
@@ -107,6 +109,8 @@ TEST_CASE("No synchronous plan beats SynchronousBoundMs") {
           cost.Ms(0, Collective::kAllreduce, static_cast<double>(profile.total_bytes));
       const double bound = SynchronousBoundMs(profile, fused_ms);
       for (const std::string& planner : PlannerNames()) {
+        // auto's plan is one of the others'; under a sanitizer one case in 5 runs.
+        if (planner == "auto" || !RunsUnderSanitizer(run++, 5)) continue;
         INFO(model << " " << workers << " workers " << planner);
         auto plan = MakePlan(planner, profile, cost, options);
         REQUIRE(plan.ok());
