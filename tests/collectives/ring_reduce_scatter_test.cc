@@ -13,20 +13,13 @@
 
 #include "collectives/half.h"
 #include "collectives/mpi_executor.h"
+#include "tests/collectives/mpi_world.h"
 
 namespace overlap {
 namespace {
 
-int Rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-int Size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using testing::Rank;
+using testing::Size;
 
 // Rank q's input element i: small integers, so sums and products are exact in every dtype.
 double Input(int q, int64_t i) { return static_cast<double>((q + 1) * ((i % 5) + 1) % 7) - 2; }
