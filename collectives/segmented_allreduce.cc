@@ -8,9 +8,8 @@
 
 namespace overlap {
 
-SegmentedAllreduce::SegmentedAllreduce(MPI_Comm comm, const void* send, void* recv,
-                                       int64_t count, MPI_Datatype type, size_t elem_size,
-                                       MPI_Op op)
+SegmentedAllreduce::SegmentedAllreduce(MPI_Comm comm, const void* send, void* recv, int64_t count,
+                                       MPI_Datatype type, size_t elem_size, MPI_Op op)
     : comm_(comm),
       send_(static_cast<const char*>(send)),
       recv_(static_cast<char*>(recv)),
@@ -26,8 +25,8 @@ SegmentedAllreduce::~SegmentedAllreduce() {
 }
 
 absl::StatusOr<std::unique_ptr<SegmentedAllreduce>> SegmentedAllreduce::Start(
-    MPI_Comm comm, const void* send, void* recv, int64_t count, MPI_Datatype type,
-    size_t elem_size, MPI_Op op) {
+    MPI_Comm comm, const void* send, void* recv, int64_t count, MPI_Datatype type, size_t elem_size,
+    MPI_Op op) {
   std::unique_ptr<SegmentedAllreduce> work(
       new SegmentedAllreduce(comm, send, recv, count, type, elem_size, op));
   absl::Status s = work->StartSegment();

@@ -41,8 +41,8 @@ class SegmentedAllreduce : public Work {
   absl::StatusOr<bool> Test() override;
 
  private:
-  SegmentedAllreduce(MPI_Comm comm, const void* send, void* recv, int64_t count,
-                     MPI_Datatype type, size_t elem_size, MPI_Op op);
+  SegmentedAllreduce(MPI_Comm comm, const void* send, void* recv, int64_t count, MPI_Datatype type,
+                     size_t elem_size, MPI_Op op);
   absl::Status StartSegment();
 
   MPI_Comm comm_;

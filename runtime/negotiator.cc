@@ -363,8 +363,7 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
   // AND of a value and of its complement tell whether every rank sent the same value.
   std::vector<uint64_t> vec(1 + 2 * words + 2);
   vec[0] = (has_uncached ? 0 : kNoUncached) | (shutting_down ? kShutdown : kNoShutdown) |
-           kNoStallGather |
-           kNoBroadcast | (vote.wants_unfreeze ? 0 : kNoUnfreeze) |
+           kNoStallGather | kNoBroadcast | (vote.wants_unfreeze ? 0 : kNoUnfreeze) |
            (vote.wants_report ? 0 : kNoPlanReport);
   vec[1 + 2 * words] = vote.launches;
   vec[2 + 2 * words] = ~vote.launches;

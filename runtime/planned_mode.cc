@@ -878,9 +878,9 @@ std::string PlannedMode::DescribeDrain() const {
   };
   std::vector<std::string> started, waiting, active, queued;
   for (const Launch& l : launches_) {
-    started.push_back(absl::StrCat("bucket ", l.bucket, " of pass ", l.pass,
-                                   l.checked ? (l.data_done() ? " (done)" : " (sending)")
-                                             : " (checking)"));
+    started.push_back(
+        absl::StrCat("bucket ", l.bucket, " of pass ", l.pass,
+                     l.checked ? (l.data_done() ? " (done)" : " (sending)") : " (checking)"));
   }
   for (const auto& [entry, op] : waiting_) waiting.push_back(name(entry));
   for (const auto& [entry, a] : active_) {
@@ -895,9 +895,8 @@ std::string PlannedMode::DescribeDrain() const {
   auto listed = [](const std::vector<std::string>& v) {
     return v.empty() ? std::string("none") : absl::StrJoin(v, ", ");
   };
-  return absl::StrCat("pass ", pass_, ", next bucket ", next_bucket_, " of ",
-                      plan_->buckets.size(), "; started: ", listed(started),
-                      "; submitted, not started: ", listed(waiting),
+  return absl::StrCat("pass ", pass_, ", next bucket ", next_bucket_, " of ", plan_->buckets.size(),
+                      "; started: ", listed(started), "; submitted, not started: ", listed(waiting),
                       "; partly started: ", listed(active), "; in line: ", listed(queued));
 }
 

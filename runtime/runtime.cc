@@ -541,9 +541,10 @@ bool Runtime::RunRounds() {
     // numbers of steps; say so now instead of waiting out OVERLAP_COLLECTIVE_TIMEOUT_S.
     if (round->any_shutting_down && loop_.shutdown_held && planned_->HasUnstartedBuckets()) {
       Fatal(absl::FailedPreconditionError(absl::StrCat(
-          "rank ", rank_, ": Shutdown: another rank has shut down with nothing of the delayed plan "
-          "left to run, but this rank submitted more steps than it did (", planned_->DescribeDrain(),
-          "): every rank must run the same number of steps")));
+          "rank ", rank_,
+          ": Shutdown: another rank has shut down with nothing of the delayed plan "
+          "left to run, but this rank submitted more steps than it did (",
+          planned_->DescribeDrain(), "): every rank must run the same number of steps")));
       return false;
     }
     if (round->all_shutting_down && !stopping_) {
@@ -758,8 +759,10 @@ absl::Duration Runtime::IdleTimeout() const {
       now - loop_.last_activity < kSpinAfterActivity) {
     return absl::ZeroDuration();
   }
-  // Otherwise no timer but the stall inspector's, the plan's, the cycle and the shutdown deadline.
-  absl::Time next = std::min(loop_.shutdown_deadline, planned_->NextDeadline());
+  // Otherwise no timer but the stall inspector's, the plan's, the cycle, the shutdown deadline and
+  // the warning of a long shutdown drain.
+  absl::Time next =
+      std::min({loop_.shutdown_deadline, loop_.shutdown_held_warn, planned_->NextDeadline()});
   if (rank_ == 0) {
     next = std::min({next, negotiator_->NextStallCheck(), loop_.round_wanted + Cycle()});
   }
@@ -793,6 +796,7 @@ void Runtime::Loop() {
     if (planned_->TakeReportWish()) loop_.plan_report = loop_.resend = true;
     if (loop_.shutdown_held && planned_->delayed_drained()) {
       loop_.shutdown_held = false;
+      loop_.shutdown_held_warn = absl::InfiniteFuture();
       loop_.resend = true;  // a round carries the shutdown flag held back while draining
     } else if (loop_.shutdown_held && absl::Now() > loop_.shutdown_held_warn) {
       loop_.shutdown_held_warn = absl::InfiniteFuture();  // once

@@ -199,7 +199,8 @@ TEST_CASE("a cause reported a few ms late is still found by how it ended", "[rep
   sigkilled.Add(Report(2, RankReport::How::kExited, 1, 70005));
   CHECK(sigkilled.Cause()->rank == 1);
   CHECK(sigkilled.ExitStatus(1) == 128 + SIGKILL);
-  CHECK_THAT(sigkilled.Summary(70140), Catch::Contains("after it 3 ranks failed and 0 were stopped"));
+  CHECK_THAT(sigkilled.Summary(70140),
+             Catch::Contains("after it 3 ranks failed and 0 were stopped"));
   // A rank stopped after the announcement, whose peers then saw it go, was stopped.
   FailureLog later;
   CHECK(later.Add(Report(0, RankReport::How::kExited, 3, 80000)));

@@ -53,7 +53,7 @@ std::vector<Layer> MakeModel() {
 
 struct Outcome {
   std::string error;
-  int with_update = 0;  // layers whose handle said has_update()
+  int with_update = 0;   // layers whose handle said has_update()
   bool planned = false;  // the plan ran this step
 };
 
@@ -68,8 +68,7 @@ std::string Collect(Layer& layer, int step, bool expect_sync, Outcome* outcome) 
                           Average(step, i, Size()));
     }
     if (!layer.handle.has_update() && got != 0.0) {
-      return absl::StrCat(layer.name, "[", i, "] = ", got, " at step ", step,
-                          " without an update");
+      return absl::StrCat(layer.name, "[", i, "] = ", got, " at step ", step, " without an update");
     }
     layer.delivered[i] += got;
   }
