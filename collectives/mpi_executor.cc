@@ -227,13 +227,21 @@ IallreduceAlgorithm& Algorithm() {
   return *algorithm;
 }
 
-}  // namespace
-
-void PrepareIallreduce(size_t bytes) { Algorithm().Select(bytes); }
-
+// Held across an algorithm choice and the call it is for (StartIallreduce), and by a pin.
 absl::Mutex& IallreduceMutex() {
   static absl::Mutex* mu = new absl::Mutex();
   return *mu;
+}
+
+}  // namespace
+
+int StartIallreduce(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op,
+                    MPI_Comm comm, MPI_Request* request) {
+  int type_bytes = 0;
+  MPI_Type_size(type, &type_bytes);
+  absl::MutexLock lock(&IallreduceMutex());
+  Algorithm().Select(static_cast<size_t>(count) * static_cast<size_t>(type_bytes));
+  return MPI_Iallreduce(send, recv, count, type, op, comm, request);
 }
 
 void PinIallreduceAlgorithm() {
@@ -299,9 +307,7 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
       }
       absl::StatusOr<int> count = ToInt(a.count);
       if (!count.ok()) return count.status();
-      absl::MutexLock lock(&IallreduceMutex());
-      PrepareIallreduce(static_cast<size_t>(*count) * DataTypeSize(a.dtype));
-      rc = MPI_Iallreduce(send, a.recv, *count, type, *op, comm, req);
+      rc = StartIallreduce(send, a.recv, *count, type, *op, comm, req);
       break;
     }
     case CollectiveKind::kBroadcast: {

@@ -62,20 +62,21 @@ MPI_Datatype MpiDataType(DataType dtype);
 // InvalidArgument for kAverage (the runtime scales instead) or an unknown value.
 absl::StatusOr<MPI_Op> MpiReduceOp(DataType dtype, ReduceOp op);
 
-// Chooses Open MPI's non-blocking allreduce algorithm for a call of `bytes` (latency-optimal for
-// small buffers, bandwidth-optimal for large ones) unless the user chose one or the choice was
-// pinned (PinIallreduceAlgorithm). Call right before MPI_Iallreduce, from the thread that makes
-// it, holding IallreduceMutex() across both where several threads start Iallreduces.
-void PrepareIallreduce(size_t bytes);
+// MPI_Iallreduce of `count` elements of `type`, after choosing Open MPI's non-blocking allreduce
+// algorithm for its size (latency-optimal for small buffers, bandwidth-optimal for large ones)
+// unless the user chose one or the choice was pinned (PinIallreduceAlgorithm); the choice and
+// the call are made under one process-wide mutex, as several threads may start Iallreduces.
+// Every non-blocking allreduce of the runtime starts here. Returns MPI's code.
+int StartIallreduce(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op,
+                    MPI_Comm comm, MPI_Request* request);
 
 // The algorithm is one process-wide MPI setting. With several runtimes in a process (process
 // sets), coordinator threads start Iallreduces concurrently, and one thread's choice could apply
 // to another thread's call: ranks would then run different algorithms for one allreduce
 // (MPI_ERR_TRUNCATE). From this call on, every Iallreduce of the process runs Open MPI's own
-// choice, which depends on the call alone. Waits for a start in progress under
-// IallreduceMutex(); idempotent. Every rank must pin at the same point of the job.
+// choice, which depends on the call alone. Waits for a StartIallreduce in progress; idempotent.
+// Every rank must pin at the same point of the job.
 void PinIallreduceAlgorithm();
-absl::Mutex& IallreduceMutex();
 
 // Text for an MPI error code, e.g. "MPI_ERR_COUNT: invalid count argument".
 std::string MpiErrorString(int code);

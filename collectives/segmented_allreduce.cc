@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "collectives/mpi_executor.h"
 
 namespace overlap {
@@ -38,12 +37,8 @@ absl::Status SegmentedAllreduce::StartSegment() {
   const int64_t n = std::min(segment_elems_, count_ - next_);
   const size_t offset = static_cast<size_t>(next_) * elem_size_;
   const void* send = send_ == nullptr ? MPI_IN_PLACE : send_ + offset;
-  int rc = MPI_SUCCESS;
-  {
-    absl::MutexLock lock(&IallreduceMutex());
-    PrepareIallreduce(static_cast<size_t>(n) * elem_size_);
-    rc = MPI_Iallreduce(send, recv_ + offset, static_cast<int>(n), type_, op_, comm_, &request_);
-  }
+  const int rc =
+      StartIallreduce(send, recv_ + offset, static_cast<int>(n), type_, op_, comm_, &request_);
   if (rc != MPI_SUCCESS) {
     return absl::InternalError(absl::StrCat("MPI_Iallreduce of elements ", next_, "..", next_ + n,
                                             " of ", count_, ": ", MpiErrorString(rc)));

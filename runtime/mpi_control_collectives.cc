@@ -146,13 +146,9 @@ MpiControlCollectives::~MpiControlCollectives() {
 absl::StatusOr<std::unique_ptr<ControlRequest>> MpiControlCollectives::StartBitwise(
     BitOp op, absl::Span<uint64_t> words) {
   auto request = std::make_unique<SingleRequest>("MPI_Iallreduce");
-  int rc;
-  {
-    absl::MutexLock lock(&IallreduceMutex());  // see PinIallreduceAlgorithm
-    PrepareIallreduce(words.size() * sizeof(uint64_t));
-    rc = MPI_Iallreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()), MPI_UINT64_T,
-                        op == BitOp::kAnd ? MPI_BAND : MPI_BOR, comm_, request->request());
-  }
+  const int rc =
+      StartIallreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()), MPI_UINT64_T,
+                      op == BitOp::kAnd ? MPI_BAND : MPI_BOR, comm_, request->request());
   if (rc != MPI_SUCCESS) return Failed("MPI_Iallreduce", rc);
   return request;
 }

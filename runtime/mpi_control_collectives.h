@@ -3,7 +3,7 @@
 // the bytes. A failed call's error names the MPI call and MPI's error text; the communicator
 // should have MPI_ERRORS_RETURN, or MPI aborts the job instead.
 //
-// Threading: one thread at a time per object. Bitwise allreduces take IallreduceMutex()
+// Threading: one thread at a time per object. Bitwise allreduces start through StartIallreduce
 // (collectives/mpi_executor.h), so that they may start while other threads start Iallreduces
 // on other communicators.
 #ifndef OVERLAP_RUNTIME_MPI_CONTROL_COLLECTIVES_H_

@@ -224,12 +224,8 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     if (trial_check_ && profiler_->median_wall_ms() <= 0) votes_[1] = 0;
     // Open MPI's non-blocking allreduce algorithm is a process-wide setting: every rank must
     // select the same one for this call, whatever it ran last.
-    int rc = MPI_SUCCESS;
-    {
-      absl::MutexLock lock(&IallreduceMutex());  // see PinIallreduceAlgorithm
-      PrepareIallreduce(sizeof(votes_));
-      rc = MPI_Iallreduce(MPI_IN_PLACE, votes_, 2, MPI_INT, MPI_MIN, comm_, &vote_request_);
-    }
+    const int rc =
+        StartIallreduce(MPI_IN_PLACE, votes_, 2, MPI_INT, MPI_MIN, comm_, &vote_request_);
     absl::Status started =
         MpiCheck(rc, absl::StrCat("rank ", rank_, ": MPI_Iallreduce (starting the plan vote)"));
     if (!started.ok()) return started;
@@ -343,7 +339,7 @@ absl::StatusOr<std::vector<sched::CostSample>> PlanScheduler::MeasuredSamples() 
   std::vector<sched::CostSample> local = timings_();
   int count = static_cast<int>(local.size());
   MPI_Request request;
-  absl::Status s = Wait(MPI_Iallreduce(MPI_IN_PLACE, &count, 1, MPI_INT, MPI_MIN, comm_, &request),
+  absl::Status s = Wait(StartIallreduce(MPI_IN_PLACE, &count, 1, MPI_INT, MPI_MIN, comm_, &request),
                         "MPI_Iallreduce", &request, "agreeing on the measured collectives");
   if (!s.ok()) return s;
   local.erase(local.begin(), local.end() - count);
@@ -355,13 +351,8 @@ absl::StatusOr<std::vector<sched::CostSample>> PlanScheduler::MeasuredSamples() 
     bytes[i] = local[i].bytes;
   }
   if (count > 0) {
-    int rc = MPI_SUCCESS;
-    {
-      absl::MutexLock lock(&IallreduceMutex());  // see PinIallreduceAlgorithm
-      PrepareIallreduce(seconds.size() * sizeof(double));
-      rc =
-          MPI_Iallreduce(MPI_IN_PLACE, seconds.data(), count, MPI_DOUBLE, MPI_MIN, comm_, &request);
-    }
+    const int rc =
+        StartIallreduce(MPI_IN_PLACE, seconds.data(), count, MPI_DOUBLE, MPI_MIN, comm_, &request);
     s = Wait(rc, "MPI_Iallreduce", &request, "combining the measured collectives");
     if (!s.ok()) return s;
   }
@@ -577,12 +568,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::EndTrial(const Tabl
   // job's.
   double ms = profiler_->median_wall_ms();
   MPI_Request request;
-  int rc = MPI_SUCCESS;
-  {
-    absl::MutexLock lock(&IallreduceMutex());  // see PinIallreduceAlgorithm
-    PrepareIallreduce(sizeof(ms));
-    rc = MPI_Iallreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, comm_, &request);
-  }
+  const int rc = StartIallreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, comm_, &request);
   absl::Status s = Wait(rc, "MPI_Iallreduce", &request, "combining the trial's step times");
   if (!s.ok()) return s;
   trial_ms_.push_back(ms);

@@ -84,11 +84,8 @@ absl::StatusOr<std::optional<PlanDelays::State>> PlannedMode::SaveState() const 
   if (!frozen_) return absl::FailedPreconditionError("no plan is in force");
   if (!launches_.empty()) return std::nullopt;  // its buckets are still running
   std::vector<std::string> submitted;
-  auto quoted = [&](int entry) {
-    return absl::StrCat("'", plan_->entries[static_cast<size_t>(entry)].response->name, "'");
-  };
-  for (const auto& [entry, op] : waiting_) submitted.push_back(quoted(entry));
-  for (const auto& [entry, active] : active_) submitted.push_back(quoted(entry));
+  for (const auto& [entry, op] : waiting_) submitted.push_back(QuotedName(entry));
+  for (const auto& [entry, active] : active_) submitted.push_back(QuotedName(entry));
   if (!submitted.empty() || next_bucket_ != 0) {
     std::sort(submitted.begin(), submitted.end());
     return absl::FailedPreconditionError(absl::StrCat(
@@ -762,8 +759,7 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
       std::vector<std::string> missing;
       for (const ExecSlice& slice : plan_->buckets[static_cast<size_t>(next_bucket_)].slices) {
         if (!waiting_.contains(slice.entry) && !active_.contains(slice.entry)) {
-          missing.push_back(absl::StrCat(
-              "'", plan_->entries[static_cast<size_t>(slice.entry)].response->name, "'"));
+          missing.push_back(QuotedName(slice.entry));
         }
       }
       spdlog::warn(
@@ -871,25 +867,26 @@ std::string PlannedMode::DescribeStarted() const {
   return absl::StrJoin(parts, "; ");
 }
 
+std::string PlannedMode::QuotedName(int entry) const {
+  return absl::StrCat("'", plan_->entries[static_cast<size_t>(entry)].response->name, "'");
+}
+
 std::string PlannedMode::DescribeDrain() const {
   if (!frozen_) return "no plan in force";
-  auto name = [&](int entry) {
-    return absl::StrCat("'", plan_->entries[static_cast<size_t>(entry)].response->name, "'");
-  };
   std::vector<std::string> started, waiting, active, queued;
   for (const Launch& l : launches_) {
     started.push_back(
         absl::StrCat("bucket ", l.bucket, " of pass ", l.pass,
                      l.checked ? (l.data_done() ? " (done)" : " (sending)") : " (checking)"));
   }
-  for (const auto& [entry, op] : waiting_) waiting.push_back(name(entry));
+  for (const auto& [entry, op] : waiting_) waiting.push_back(QuotedName(entry));
   for (const auto& [entry, a] : active_) {
-    active.push_back(absl::StrCat(name(entry), " (", a.launched, " of ",
+    active.push_back(absl::StrCat(QuotedName(entry), " (", a.launched, " of ",
                                   plan_->buckets_of[static_cast<size_t>(entry)].size(),
                                   " buckets started)"));
   }
   for (const auto& [entry, line] : backlog_) {
-    if (!line.empty()) queued.push_back(absl::StrCat(name(entry), " x", line.size()));
+    if (!line.empty()) queued.push_back(absl::StrCat(QuotedName(entry), " x", line.size()));
   }
   for (auto* list : {&waiting, &active, &queued}) std::sort(list->begin(), list->end());
   auto listed = [](const std::vector<std::string>& v) {

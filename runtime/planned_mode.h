@@ -149,9 +149,7 @@ class PlannedMode {
   // the last steps' buckets of a delayed plan (their results are due in steps that never come).
   bool delayed_drained() const {
     return delays_ == nullptr ||
-           (launches_.empty() && waiting_.empty() && active_.empty() &&
-            std::all_of(backlog_.begin(), backlog_.end(),
-                        [](const auto& line) { return line.second.empty(); }));
+           (launches_.empty() && waiting_.empty() && active_.empty() && BacklogEmpty());
   }
   // Bytes a delayed plan holds (PlanDelays::held_bytes); any thread.
   int64_t delayed_bytes() const { return delayed_bytes_.load(std::memory_order_relaxed); }
@@ -172,10 +170,7 @@ class PlannedMode {
   std::string DescribeDrain() const;
   // A submission of this rank has a bucket it has not started. A rank that has shut down
   // drained will never start it: a collective that finished there had this rank's part.
-  bool HasUnstartedBuckets() const {
-    return HasUnlaunched() || std::any_of(backlog_.begin(), backlog_.end(),
-                                          [](const auto& line) { return !line.second.empty(); });
-  }
+  bool HasUnstartedBuckets() const { return HasUnlaunched() || !BacklogEmpty(); }
 
   // Fails every held operation; hands back the submitted, unstarted ones.
   std::vector<PendingOp> FailAll(const absl::Status& status);
@@ -239,6 +234,13 @@ class PlannedMode {
   bool CanLaunch() const;
   // A submitted tensor has buckets not yet started (what "blocked on the plan" means).
   bool HasUnlaunched() const;
+  // No copy of a delayed plan's submissions waits in line for its entry.
+  bool BacklogEmpty() const {
+    return std::all_of(backlog_.begin(), backlog_.end(),
+                       [](const auto& line) { return line.second.empty(); });
+  }
+  // The tensor of plan entry `entry`, quoted, for messages.
+  std::string QuotedName(int entry) const;
   // The bucket about to start is the first of `entry`'s buckets in the plan.
   bool FirstBucketOf(int entry) const;
   absl::Status LaunchNext();
