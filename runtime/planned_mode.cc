@@ -743,10 +743,12 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
     s = LaunchNext();
     if (!s.ok()) return s;
   }
-  // Blocked: tensors are here but the next unit cannot start for want of others on this rank.
+  // Blocked: nothing runs, tensors are here, but the next unit cannot start for want of others
+  // on this rank. Cheapest test first: this runs on every turn of the coordinator's loop while
+  // collectives are in flight, and HasUnlaunched walks every active tensor (a delayed plan keeps
+  // them all active).
   const bool blocked =
-      frozen_ && !must_unfreeze_ && HasUnlaunched() && !CanLaunch() &&
-      std::all_of(launches_.begin(), launches_.end(), [](const Launch& l) { return l.checked; });
+      frozen_ && !must_unfreeze_ && launches_.empty() && !CanLaunch() && HasUnlaunched();
   if (!blocked) {
     blocked_since_ = absl::InfiniteFuture();
     blocked_warned_ = false;

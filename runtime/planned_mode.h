@@ -125,8 +125,9 @@ class PlannedMode {
 
   // A unit's check found a diverged tensor: the runtime must Unfreeze now.
   bool must_unfreeze() const { return must_unfreeze_; }
-  // Blocked on the plan for longer than the patience: ask (in a round) to drop it. True once per
-  // patience interval, so that the caller asks for a round each time.
+  // Blocked on the plan (no unit running, and the next one waits for a tensor this rank has not
+  // submitted while others are here) for longer than the patience: ask (in a round) to drop it.
+  // True once per patience interval, so that the caller asks for a round each time.
   bool TakeUnfreezeWish();
   bool wants_unfreeze() const { return wants_unfreeze_; }
 
