@@ -318,6 +318,10 @@ struct RuntimeStats {
   // the gradient x (delay + (period - 1) / 2). 0 for a synchronous plan. A program that corrects
   // its optimizer for stale gradients (examples/mnist_mlp.cc) reads it.
   double plan_mean_staleness = 0;
+  // Steps after which the plan's pattern of communicating buckets repeats: the least common
+  // multiple of its buckets' update periods (1 without periods). A step time of such a plan means
+  // something only over whole cycles: short and long steps alternate.
+  int64_t plan_update_cycle = 1;
   // The link cost fitted for planning, channel 0 allreduce: t = alpha + beta x bytes.
   double fitted_alpha_us = 0;
   double fitted_beta_us_per_mb = 0;

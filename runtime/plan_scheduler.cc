@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -754,7 +755,9 @@ void PlanScheduler::RecordAdopted(const ExecutablePlan& plan, double predicted_s
   ++info_.adopted;
   int delayed = 0, periodic = 0;
   double weighted = 0, elements = 0;
+  int64_t cycle = 1;
   for (const ExecBucket& b : plan.buckets) {
+    cycle = std::lcm(cycle, int64_t{std::max(1, b.period)});
     delayed += b.delay > 0 ? 1 : 0;
     periodic += b.period > 1 ? 1 : 0;
     double count = 0;
@@ -764,7 +767,21 @@ void PlanScheduler::RecordAdopted(const ExecutablePlan& plan, double predicted_s
     weighted += count * (b.delay + (b.period - 1) / 2.0);
     elements += count;
   }
+  // The plan itself, bucket by bucket, for reading a timeline against it (OVERLAP_LOG_LEVEL=debug).
+  if (spdlog::should_log(spdlog::level::debug)) {
+    for (size_t k = 0; k < plan.buckets.size(); ++k) {
+      const ExecBucket& b = plan.buckets[k];
+      int64_t count = 0;
+      for (const ExecSlice& s : b.slices) count += s.count;
+      spdlog::debug(
+          "overlap: rank {}: plan bucket {}: {} of {} slices, {} elements, channel {}, delay {}, "
+          "period {}, phase {}",
+          rank_, k, BucketKindName(b.kind), b.slices.size(), count, b.channel, b.delay, b.period,
+          b.phase);
+    }
+  }
   info_.mean_staleness = elements > 0 ? weighted / elements : 0;
+  info_.update_cycle = cycle;
   spdlog::info(
       "overlap: rank {}: step {}: {} the {} plan ({} buckets, {} delayed, {} with an update "
       "period; predicted step {:.1f} ms)",

@@ -77,6 +77,7 @@ struct ScheduleInfo {
   int64_t refused = 0;
   bool layerwise_update = false;
   double mean_staleness = 0;  // RuntimeStats::plan_mean_staleness
+  int64_t update_cycle = 1;   // RuntimeStats::plan_update_cycle
   double alpha_us = 0, beta_us_per_mb = 0;
   // auto's trials: each tried plan's measured step ("auto:dear 545.7 ms, ..."), and whether
   // more are to come (the plan in force may still change).

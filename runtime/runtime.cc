@@ -306,6 +306,7 @@ RuntimeStats Runtime::stats() const {
     stats.plans_refused = info.refused;
     stats.plan_layerwise_update = info.layerwise_update;
     stats.plan_mean_staleness = info.mean_staleness;
+    stats.plan_update_cycle = info.update_cycle;
     stats.fitted_alpha_us = info.alpha_us;
     stats.fitted_beta_us_per_mb = info.beta_us_per_mb;
     stats.plan_trials = info.trials;

@@ -145,6 +145,8 @@ TEST_CASE("a delayed plan delivers every step's average once, delay steps later"
   REQUIRE(during.plans_scheduled == 1);
   REQUIRE(during.plans_dropped == dropped);
   if (delay > 0 || period > 1) REQUIRE(during.delayed_bytes > 0);
+  // Every bucket has the same period: the plan's pattern repeats after it.
+  REQUIRE(during.plan_update_cycle == period);
   // Flush: zeros until every residual has been sent and every result delivered.
   for (int extra = 0; extra < delay + period + 1; ++extra, ++step) {
     const Outcome o = Step(layers, step, adopted, /*flushing=*/true);
