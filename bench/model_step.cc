@@ -571,11 +571,21 @@ int Main(int argc, char** argv) {
   const double step_ms = Median(slowest);
   const double mean_ms =
       std::accumulate(slowest.begin(), slowest.end(), 0.0) / static_cast<double>(slowest.size());
-  // The simulator predicts the mean step over whole update cycles (scheduler/simulator.h). Under
-  // update periods steps alternate between long and short ones and a median is one of the two,
-  // so there the prediction is compared with the mean.
-  const bool periodic = MaxPeriod() > 1;
-  const double compared_ms = periodic ? mean_ms : step_ms;
+  // The simulator predicts the mean step over whole update cycles (scheduler/simulator.h): under
+  // update periods short and long steps alternate, and a median step is one of the two. The
+  // prediction is compared with the median, over the measured steps, of the mean of each window
+  // of one cycle: the median step for a plan without periods, and as robust as it to a stalled
+  // step otherwise.
+  const size_t cycle = static_cast<size_t>(
+      std::clamp<int64_t>(stats.plan_update_cycle, 1, static_cast<int64_t>(slowest.size())));
+  std::vector<double> cycle_means;
+  for (size_t i = 0; i + cycle <= slowest.size(); ++i) {
+    cycle_means.push_back(std::accumulate(slowest.begin() + static_cast<ptrdiff_t>(i),
+                                          slowest.begin() + static_cast<ptrdiff_t>(i + cycle),
+                                          0.0) /
+                          static_cast<double>(cycle));
+  }
+  const double compared_ms = Median(cycle_means);
   const bool scheduled = planner != "observed";
   const double sim_ms = stats.predicted_step_ms;
   const bool has_sim = scheduled && sim_ms > 0;
@@ -590,7 +600,7 @@ int Main(int argc, char** argv) {
   if (Rank() == 0) {
     std::printf(
         "{\"model\":%s,\"planner\":%s,\"step_ms\":%.3f,\"sim_step_ms\":%s,\"sim_error\":%s,"
-        "\"sim_vs\":\"%s\",\"ideal_ms\":%.3f,\"efficiency\":%.4f,\"buckets\":%lld,\"plan\":%s,"
+        "\"update_cycle\":%zu,\"ideal_ms\":%.3f,\"efficiency\":%.4f,\"buckets\":%lld,\"plan\":%s,"
         "\"update\":%s,\"plan_held\":%s,\"ranks\":%d,\"steps\":%d,\"warmup_steps\":%d,"
         "\"adopted_step\":%lld,\"plans_scheduled\":%lld,\"plans_dropped\":%lld,"
         "\"step_ms_min\":%.3f,\"step_ms_max\":%.3f,\"step_ms_mean\":%.3f,\"compute_ms\":%.3f,"
@@ -600,11 +610,11 @@ int Main(int argc, char** argv) {
         "\"sync_bound_ms\":%.3f,\"sync_efficiency\":%s}\n",
         JsonString(model.profile().model).c_str(), JsonString(PlannerLabel()).c_str(), step_ms,
         JsonNumber(sim_ms, has_sim).c_str(),
-        JsonNumber((sim_ms - compared_ms) / compared_ms, has_sim, 4).c_str(),
-        periodic ? "mean" : "median", ideal_ms, ideal_ms / step_ms,
-        static_cast<long long>(stats.plan_buckets), JsonString(stats.planner).c_str(),
-        global_update ? "\"global\"" : "\"layerwise\"", plan_held ? "true" : "false", n,
-        options->steps, warmup_steps, static_cast<long long>(stats.plan_adopted_step),
+        JsonNumber((sim_ms - compared_ms) / compared_ms, has_sim, 4).c_str(), cycle, ideal_ms,
+        ideal_ms / step_ms, static_cast<long long>(stats.plan_buckets),
+        JsonString(stats.planner).c_str(), global_update ? "\"global\"" : "\"layerwise\"",
+        plan_held ? "true" : "false", n, options->steps, warmup_steps,
+        static_cast<long long>(stats.plan_adopted_step),
         static_cast<long long>(stats.plans_scheduled), static_cast<long long>(stats.plans_dropped),
         *std::min_element(slowest.begin(), slowest.end()),
         *std::max_element(slowest.begin(), slowest.end()), mean_ms, model.compute_ms(),
