@@ -240,7 +240,7 @@ def main(argv):
         s = stats()
         result["runtime"] = {k: s.get(k) for k in ("planner", "plan_adopted_step", "plans_frozen", "plans_dropped",
                                                    "plans_refused", "plan_buckets", "predicted_step_ms",
-                                                   "plan_trials")}
+                                                   "plan_update_cycle", "plan_trials")}
     if error:
         print(f"torch_bench.py: rank {system.rank}: {error}", file=sys.stderr, flush=True)
     if errors and system.rank == 0:
