@@ -20,9 +20,6 @@ namespace overlap {
 namespace {
 
 constexpr absl::Duration kSpinAfterActivity = absl::Microseconds(300);
-// How long a spinning loop may leave the control sockets unread (a round's announcement waits
-// at most this long on top of its own latency).
-constexpr absl::Duration kControlPollInterval = absl::Microseconds(100);
 // A Shutdown that drains a delayed plan for longer than this says what it is waiting for.
 constexpr absl::Duration kDrainWarning = absl::Seconds(5);
 
@@ -824,14 +821,7 @@ void Runtime::Loop() {
       absl::MutexLock lock(&mu_);
       if (!incoming_.empty() || shutdown_requested_) timeout = absl::ZeroDuration();
     }
-    // While the loop spins for MPI's sake, the control sockets need a look only now and then:
-    // a poll() of each on every turn took a fifth of the CPU of a delayed plan's steps.
-    const absl::Time now = absl::Now();
-    if (s.ok() && (timeout != absl::ZeroDuration() ||
-                   now - loop_.last_control_poll >= kControlPollInterval)) {
-      loop_.last_control_poll = now;
-      s = ReadControl(timeout, /*local=*/true);
-    }
+    if (s.ok()) s = ReadControl(timeout, /*local=*/true);
     coordinator_sleeping_.store(false);
     if (!s.ok()) {
       Fatal(s);

@@ -211,10 +211,9 @@ class Runtime {
     bool plan_report = false;    // a planned unit waits on peers: gather launch counts
     bool shutdown_held = false;  // a round went without our shutdown flag: a delayed plan drains
     absl::Time shutdown_held_warn = absl::InfiniteFuture();  // when a long drain is reported
-    absl::Time round_wanted = absl::InfiniteFuture();        // rank 0: first ask since a round
-    absl::Time shutdown_deadline = absl::InfiniteFuture();   // set once Shutdown was called
+    absl::Time round_wanted = absl::InfiniteFuture();       // rank 0: first ask since a round
+    absl::Time shutdown_deadline = absl::InfiniteFuture();  // set once Shutdown was called
     absl::Time last_activity = absl::InfinitePast();
-    absl::Time last_control_poll = absl::InfinitePast();
   } loop_;
 
   mutable absl::Mutex mu_;
