@@ -4,9 +4,10 @@
 // Why: Open MPI's ring (libnbc) sends a 1/n share of the whole buffer per step, so one 64 MiB
 // allreduce on 4 ranks puts 16 MiB on each TCP connection at once. On the 1 Gbit/s namespace
 // cluster that ran at 13.0-13.2 ms/MB, in 8 MiB segments at 12.5, the rate the scheduler's
-// 4 MiB probe fits (alternating runs of bench/allreduce; docs/benchmarks.md, "Latest"). Segments
-// keep each burst near the size the link sustains, as NCCL's chunked rings do. Each segment adds
-// one ring start; at 10 Gbit/s that is an estimated 1% of an 8 MiB segment's time, not measured.
+// 4 MiB probe fits (alternating runs of bench/allreduce; docs/benchmarks.md, "The synchronous
+// bound"). Segments keep each burst near the size the link sustains, as NCCL's chunked rings do.
+// Each segment adds one ring start; at 10 Gbit/s that is an estimated 1% of an 8 MiB segment's
+// time, not measured.
 //
 // Segments reduce disjoint element ranges, so the result is the unsegmented one, bit for bit,
 // whichever algorithm MPI picks per call (every rank picks the same one for the same call).

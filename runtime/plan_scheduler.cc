@@ -756,29 +756,23 @@ void PlanScheduler::RecordAdopted(const ExecutablePlan& plan, double predicted_s
   int delayed = 0, periodic = 0;
   double weighted = 0, elements = 0;
   int64_t cycle = 1;
-  for (const ExecBucket& b : plan.buckets) {
+  for (size_t k = 0; k < plan.buckets.size(); ++k) {
+    const ExecBucket& b = plan.buckets[k];
     cycle = std::lcm(cycle, int64_t{std::max(1, b.period)});
     delayed += b.delay > 0 ? 1 : 0;
     periodic += b.period > 1 ? 1 : 0;
-    double count = 0;
-    for (const ExecSlice& s : b.slices) count += static_cast<double>(s.count);
+    int64_t count = 0;
+    for (const ExecSlice& s : b.slices) count += s.count;
+    // The plan itself, for reading a timeline against it (OVERLAP_LOG_LEVEL=debug).
+    spdlog::debug(
+        "overlap: rank {}: plan bucket {}: {} of {} slices, {} elements, channel {}, delay {}, "
+        "period {}, phase {}",
+        rank_, k, BucketKindName(b.kind), b.slices.size(), count, b.channel, b.delay, b.period,
+        b.phase);
     // An allgather moves what its reduce-scatter already counted.
     if (b.kind == BucketKind::kAllgather) continue;
-    weighted += count * (b.delay + (b.period - 1) / 2.0);
-    elements += count;
-  }
-  // The plan itself, bucket by bucket, for reading a timeline against it (OVERLAP_LOG_LEVEL=debug).
-  if (spdlog::should_log(spdlog::level::debug)) {
-    for (size_t k = 0; k < plan.buckets.size(); ++k) {
-      const ExecBucket& b = plan.buckets[k];
-      int64_t count = 0;
-      for (const ExecSlice& s : b.slices) count += s.count;
-      spdlog::debug(
-          "overlap: rank {}: plan bucket {}: {} of {} slices, {} elements, channel {}, delay {}, "
-          "period {}, phase {}",
-          rank_, k, BucketKindName(b.kind), b.slices.size(), count, b.channel, b.delay, b.period,
-          b.phase);
-    }
+    weighted += static_cast<double>(count) * (b.delay + (b.period - 1) / 2.0);
+    elements += static_cast<double>(count);
   }
   info_.mean_staleness = elements > 0 ? weighted / elements : 0;
   info_.update_cycle = cycle;

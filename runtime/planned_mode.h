@@ -233,7 +233,8 @@ class PlannedMode {
   };
 
   bool CanLaunch() const;
-  // A submitted tensor has buckets not yet started (what "blocked on the plan" means).
+  // A submitted tensor has buckets not yet started (with no unit running and the next one
+  // unable to start, what "blocked on the plan" means).
   bool HasUnlaunched() const;
   // No copy of a delayed plan's submissions waits in line for its entry.
   bool BacklogEmpty() const {
