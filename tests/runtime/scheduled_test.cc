@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -179,19 +180,22 @@ TEST_CASE("a scheduled plan is adopted by every rank and keeps every sum exact")
     REQUIRE(trials.size() >= 2);
     REQUIRE(stats.plans_scheduled >= static_cast<int64_t>(trials.size()));
     REQUIRE(stats.plans_scheduled <= static_cast<int64_t>(trials.size()) + 1);
-    std::string fastest;
+    // The runtime compares unrounded times; trials printed alike (0.1 ms) may be either way.
+    std::vector<std::pair<std::string, double>> measured;
     double fastest_ms = 0;
     for (const std::string& trial : trials) {
       const std::vector<std::string> parts = absl::StrSplit(trial, ' ');
       REQUIRE(parts.size() == 3);
       double ms = 0;
       REQUIRE(absl::SimpleAtod(parts[1], &ms));
-      if (fastest.empty() || ms < fastest_ms) {
-        fastest = parts[0];
-        fastest_ms = ms;
-      }
+      if (measured.empty() || ms < fastest_ms) fastest_ms = ms;
+      measured.emplace_back(parts[0], ms);
     }
-    REQUIRE(stats.planner == fastest);
+    bool adopted_a_fastest = false;
+    for (const auto& [name, ms] : measured) {
+      if (name == stats.planner && ms == fastest_ms) adopted_a_fastest = true;
+    }
+    REQUIRE(adopted_a_fastest);
     if (slow_trials) {
       const std::vector<std::string> first = absl::StrSplit(trials.front(), ' ');
       REQUIRE(stats.planner == first.front());
