@@ -298,3 +298,41 @@ def test_add_process_set_works_or_refuses_clearly(hvd):
         assert torch.equal(result, torch.full((3,), float(sum(evens))))
     hvd.remove_process_set(process_set)
     check_still_working(hvd, "remove_process_set")
+
+
+def test_interrupted_synchronize_keeps_the_tensors_and_resumes(hvd):
+    """An exception raised inside synchronize() while the collective is still pending (Ctrl-C, a
+    signal handler's exception, a test timeout) must not drop the references that keep the
+    tensor alive: the runtime still writes into it. Rank 0 is interrupted while the others are
+    late, drops its own name for the tensor, and synchronizes the same handle again."""
+    import gc
+    import signal
+    import time
+
+    class Interrupted(Exception):
+        pass
+
+    def on_alarm(*_):
+        raise Interrupted()
+
+    n = 4 * 1024 * 1024
+    if hvd.rank() == 0:
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        try:
+            t = torch.ones(n)
+            handle = hvd.allreduce_async_(t, name="interrupted.sync", op=hvd.Sum)
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(Interrupted):
+                hvd.synchronize(handle)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        del t
+        gc.collect()
+        result = hvd.synchronize(handle)  # the same handle, resumed
+        assert torch.equal(result, torch.full((n,), float(hvd.size())))
+    else:
+        time.sleep(1.5)
+        result = hvd.allreduce(torch.ones(n), name="interrupted.sync", op=hvd.Sum)
+        assert torch.equal(result, torch.full((n,), float(hvd.size())))
+    check_still_working(hvd, "interrupted.sync")

@@ -315,6 +315,36 @@ def test_broadcast_optimizer_state(hvd, make_optimizer, who_trained):
         assert_close(p.detach(), q.detach(), "one step after the broadcast", rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.parametrize("distributed", [False, True], ids=["torch", "distributed"])
+def test_broadcast_optimizer_state_of_a_fresh_optimizer(hvd, distributed):
+    """As in Horovod, an optimizer that never stepped gets its state created (zero gradients,
+    one step of the torch optimizer) before the broadcast, so scripts find tensors in p.grad and
+    state to go on from; unlike Horovod, that step leaves the parameters as they were, weight
+    decay included."""
+    model = make_model(seed=7)
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.5)
+    if distributed:
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    for p, q in zip(model.parameters(), before):
+        assert torch.equal(p.detach(), q), "the state's creation moved a parameter"
+        assert p.grad is not None and torch.equal(p.grad, torch.zeros_like(p))
+    state = optimizer.state_dict()["state"]
+    assert len(state) == len(before)
+    for entry in state.values():
+        assert torch.equal(entry["momentum_buffer"], torch.zeros_like(entry["momentum_buffer"]))
+    # Training goes on from it, in step on every rank.
+    optimizer.zero_grad()
+    x, y = local_batch(hvd.rank(), 7)
+    F.mse_loss(model(x), y).backward()
+    optimizer.step()
+    for p in model.parameters():
+        gathered = hvd.allgather(p.detach().reshape(1, -1), name=f"fresh.{distributed}.{p.shape}")
+        if distributed:
+            assert torch.equal(gathered[0], gathered[-1]), "ranks diverged after one step"
+
+
 def test_broadcast_optimizer_state_of_a_distributed_optimizer(hvd):
     rank = hvd.rank()
     model, local = trained(rank, sgd_for, 1)

@@ -38,13 +38,50 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
     """Makes every rank's optimizer state (hyperparameters, momentum buffers, step counts) equal
     to root_rank's. The whole state_dict travels as one object from the root, so state the
-    other ranks have not created yet (Adam before its first step) arrives too."""
+    other ranks have not created yet (Adam before its first step) arrives too. An optimizer that
+    has not stepped yet first creates its state, as in Horovod (_create_state)."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    _create_state(optimizer)
     state = optimizer.state_dict() if _core.rank() == root_rank else None
     state = broadcast_object(state, root_rank, "broadcast_optimizer_state", process_set)
     if _core.rank() != root_rank:
         optimizer.load_state_dict(state)
+
+
+def _create_state(optimizer):
+    """As horovod.torch does for an optimizer that has not stepped yet: every trainable
+    parameter gets a zero gradient and the wrapped torch optimizer (not DistributedOptimizer,
+    whose step would reduce) steps once, which creates its state (momentum buffers, Adam's
+    moments and step count). Scripts rely on both: gradients that are tensors, and state to load
+    into. Unlike Horovod, that step runs without weight decay and the parameters are put back
+    after it: Horovod's moves the parameters by the decay, on the ranks whose optimizer had not
+    stepped, after broadcast_parameters made them equal, and leaves the decay in the momentum
+    buffers. Here SGD's buffers are zeros, so its first real step equals a fresh optimizer's."""
+    if optimizer.state_dict()["state"]:
+        return
+    trainable = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    with torch.no_grad():
+        before = [p.detach().clone() for p in trainable]
+    for p in trainable:
+        p.grad = torch.zeros_like(p)
+    decays = [group.get("weight_decay") for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        if "weight_decay" in group:
+            group["weight_decay"] = 0.0
+    from overlap.torch.optimizer import _DistributedOptimizer
+    try:
+        if isinstance(optimizer, _DistributedOptimizer):
+            super(_DistributedOptimizer, optimizer).step()
+        else:
+            optimizer.step()
+    finally:
+        for group, decay in zip(optimizer.param_groups, decays):
+            if decay is not None:
+                group["weight_decay"] = decay
+        with torch.no_grad():
+            for p, value in zip(trainable, before):
+                p.copy_(value)
 
 
 def _to_bytes_tensor(obj):

@@ -646,6 +646,11 @@ def poll(handle):
     return all(h.poll() for h in op.handles)
 
 
+def _forget(handle):
+    with _ops_lock:
+        _ops.pop(handle, None)
+
+
 def synchronize(handle):
     """Waits for the operation behind `handle` and returns its result; raises
     HorovodInternalError (a RuntimeError) naming the rank, tensor and cause if it failed."""
@@ -657,11 +662,21 @@ def _synchronize(handle):
     (planner deft with staleness > 0) had nothing for this allreduce this step, and the result
     is zeros."""
     with _ops_lock:
-        op = _ops.pop(handle, None)
+        op = _ops.get(handle)
     if op is None:
         raise ValueError("synchronize: unknown handle %r (already synchronized?)" % (handle,))
-    for h in op.handles:
-        h.wait()
+    # The entry holds the only references to the tensors the runtime reads and writes until the
+    # operation ends: it goes once the wait has an outcome. An interrupted wait (Ctrl-C, a
+    # signal handler's exception, a test timeout) leaves it in place, so that the memory stays
+    # valid and synchronize(handle) can be called again.
+    try:
+        for h in op.handles:
+            h.wait()
+    except HorovodInternalError:
+        if all(h.poll() for h in op.handles):  # a part still running keeps its tensors
+            _forget(handle)
+        raise
+    _forget(handle)
     updated = not op.handles or any(h.has_update() for h in op.handles)
     return op.finish(), updated
 
