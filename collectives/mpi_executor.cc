@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -292,22 +293,29 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
   const MPI_Datatype type = MpiDataType(a.dtype);
   auto work = std::make_unique<MpiWork>();
   MPI_Request* req = work->request();
-  const void* send = a.send == nullptr ? MPI_IN_PLACE : a.send;
   int rc = MPI_SUCCESS;
   switch (a.kind) {
     case CollectiveKind::kAllreduce: {
       absl::StatusOr<MPI_Op> op = MpiReduceOp(a.dtype, a.op);
       if (!op.ok()) return op.status();
-      if (a.count >= 0 && static_cast<size_t>(a.count) * DataTypeSize(a.dtype) >
-                              SegmentedAllreduce::kSegmentBytes) {
+      if (a.count < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("allreduce of ", a.count, " elements"));
+      }
+      // Always in place. MPI asks for MPI_IN_PLACE on every rank or on none, and one rank may
+      // reduce a tensor in place while another reduces it out of place; Open MPI's own choice of
+      // libnbc algorithm (in force after PinIallreduceAlgorithm) depends on it, so the ranks ran
+      // different algorithms for one allreduce and failed with MPI_ERR_TRUNCATE.
+      const size_t bytes = static_cast<size_t>(a.count) * DataTypeSize(a.dtype);
+      if (a.send != nullptr && a.send != a.recv && bytes > 0) std::memcpy(a.recv, a.send, bytes);
+      if (bytes > SegmentedAllreduce::kSegmentBytes) {
         absl::StatusOr<std::unique_ptr<SegmentedAllreduce>> segmented = SegmentedAllreduce::Start(
-            comm, a.send, a.recv, a.count, type, DataTypeSize(a.dtype), *op);
+            comm, nullptr, a.recv, a.count, type, DataTypeSize(a.dtype), *op);
         if (!segmented.ok()) return segmented.status();
         return std::unique_ptr<Work>(std::move(*segmented));
       }
       absl::StatusOr<int> count = ToInt(a.count);
       if (!count.ok()) return count.status();
-      rc = StartIallreduce(send, a.recv, *count, type, *op, comm, req);
+      rc = StartIallreduce(MPI_IN_PLACE, a.recv, *count, type, *op, comm, req);
       break;
     }
     case CollectiveKind::kBroadcast: {

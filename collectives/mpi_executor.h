@@ -1,6 +1,8 @@
 // The CPU executor: MPI non-blocking collectives, one duplicated communicator per channel.
 // Allreduces above SegmentedAllreduce::kSegmentBytes run as consecutive segments
-// (collectives/segmented_allreduce.h).
+// (collectives/segmented_allreduce.h). Every allreduce runs in place: an out-of-place one is
+// copied into its output first, since ranks may differ in which they were given and MPI asks for
+// MPI_IN_PLACE on all ranks or none (Open MPI picks libnbc's algorithm by it).
 // Reduce-scatters of at least kRingReduceScatterBytes run as a ring over point-to-point messages
 // (collectives/ring_reduce_scatter.h), the rest as MPI_Ireduce_scatter; allgathers of at least
 // kRingAllgatherBytes likewise (collectives/ring_allgather.h), the rest as MPI_Iallgatherv.
@@ -74,7 +76,8 @@ int StartIallreduce(const void* send, void* recv, int count, MPI_Datatype type, 
 // sets), coordinator threads start Iallreduces concurrently, and one thread's choice could apply
 // to another thread's call: ranks would then run different algorithms for one allreduce
 // (MPI_ERR_TRUNCATE). From this call on, every Iallreduce of the process runs Open MPI's own
-// choice, which depends on the call alone. Waits for a StartIallreduce in progress; idempotent.
+// choice, which depends on the call alone (its size, and MPI_IN_PLACE, which the executor always
+// passes). Waits for a StartIallreduce in progress; idempotent.
 // Every rank must pin at the same point of the job.
 void PinIallreduceAlgorithm();
 

@@ -349,6 +349,24 @@ def _check_collectives(hvd, ps, tag):
                        inputs[root])
 
 
+@pytest.mark.parametrize("n", [300_000, 2_200_000], ids=["1.2MB", "8.8MB_segmented"])
+def test_global_allreduce_in_place_on_some_ranks_only(hvd, n):
+    """With process sets the MPI executor runs Open MPI's own choice of allreduce algorithm, and
+    Open MPI chooses by whether the call is in place. Rank 0 reduces in place, the others out of
+    place: before the executor made every allreduce in place, the ranks ran different algorithms
+    and 4 ranks failed with MPI_ERR_TRUNCATE."""
+    expected = torch.full((n,), float(sum(range(SIZE))))
+    if RANK == 0:
+        t = torch.full((n,), float(RANK))
+        hvd.synchronize(hvd.allreduce_async_(t, name=f"mixed.{n}", op=hvd.Sum))
+        assert torch.equal(t, expected)
+    else:
+        x = torch.full((n,), float(RANK))
+        out = hvd.allreduce(x, name=f"mixed.{n}", op=hvd.Sum)
+        assert torch.equal(out, expected)
+        assert torch.equal(x, torch.full((n,), float(RANK))), "the input changed"
+
+
 def test_process_sets_from_an_mpi4py_communicator(hvd):
     """COMM_WORLD.Split by parity gives each rank the communicator of its half; registered
     with add_process_set, and then again with init(comm=MPI.COMM_WORLD, process_sets=[...])
