@@ -203,3 +203,49 @@ def test_step_markers_reach_the_runtime(hvd):
     for _ in range(3):
         step(*data(hvd.rank()))
     assert hvd.stats()["steps"] >= before + 3, hvd.stats()
+
+
+def test_from_config_and_a_saved_model_give_working_distributed_optimizers(khvd, tmp_path):
+    """As in Horovod: the wrapped class's from_config rebuilds a DistributedOptimizer with the
+    same options, and a model saved with one names the Keras optimizer, so that load_model
+    finds it and wraps it again."""
+    n, r = khvd.size(), khvd.rank()
+    opt = khvd.DistributedOptimizer(keras.optimizers.SGD(0.1), op=khvd.Sum)
+    for copy in [opt.__class__.from_config(opt.get_config()), opt.from_config(opt.get_config())]:
+        assert type(copy).__name__ == "SGD" and isinstance(copy, keras.optimizers.SGD)
+        assert copy.get_config() == opt.get_config()
+        v = tf.Variable([1.0])
+        copy.apply_gradients([(tf.constant([float(r + 1)]), v)])
+        close(v.numpy(), [1.0 - 0.1 * sum(k + 1 for k in range(n))], "a from_config copy's step")
+
+    x, y = data(r, rows=8, seed=5)
+    model = build_model(seed=21)
+    model.compile(optimizer=khvd.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0,
+              callbacks=[khvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    path = str(tmp_path / ("model_rank%d.keras" % r))
+    model.save(path)
+    loaded = khvd.load_model(path)
+    assert type(loaded.optimizer).__name__ == "Adam"
+    assert type(loaded.optimizer).__module__ == keras.optimizers.Adam.__module__
+    assert hasattr(loaded.optimizer, "_overlap_reducer"), "load_model did not wrap the optimizer"
+    for a, b in zip(loaded.weights, model.weights):
+        close(a.numpy(), b.numpy(), "a loaded weight")
+
+
+def test_broadcast_callback_leaves_local_variables_alone(khvd):
+    """BroadcastGlobalVariablesCallback(root_rank, local_variables=...) as in Horovod: the listed
+    variables keep each rank's value, the others take the root's."""
+    r = khvd.rank()
+    x, y = data(r, rows=8, seed=6)
+    model = build_model(seed=30 + r)  # different weights on every rank
+    local = model.weights[2]  # the output layer's kernel: random, different on every rank
+    mine = local.numpy().copy()
+    if r != 0:
+        assert not np.allclose(mine, build_model(seed=30).weights[2].numpy())
+    model.compile(optimizer=khvd.DistributedOptimizer(keras.optimizers.SGD(0.0)), loss="mse")
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[
+        khvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[local])])
+    close(local.numpy(), mine, "the local variable")
+    root = build_model(seed=30)
+    close(model.weights[0].numpy(), root.weights[0].numpy(), "a broadcast weight")

@@ -33,6 +33,13 @@ class _DistributedOptimizer:
             grads = self._overlap_reducer.reduce(grads, variables, backward_after=[first])
         return super().apply(grads, trainable_variables)
 
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        """As in Horovod, a working DistributedOptimizer with the same options: the wrapped
+        class rebuilds the optimizer, which is then wrapped as this one was."""
+        base, options = cls._overlap_wrapping
+        return DistributedOptimizer(base.from_config(config, custom_objects), **options)
+
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                          compression=Compression.none, sparse_as_dense=False,
@@ -72,7 +79,14 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if num_groups and groups is None:
         groups = num_groups
     base = optimizer.__class__
-    optimizer.__class__ = type(base.__name__, (_DistributedOptimizer, base), {})
+    options = dict(compression=compression, sparse_as_dense=sparse_as_dense, op=op,
+                   gradient_predivide_factor=gradient_predivide_factor, groups=groups,
+                   process_set=process_set)
+    # The wrapped class's module, so that a saved model names the Keras optimizer (load_model
+    # wraps it again) rather than a class that exists only in this process.
+    optimizer.__class__ = type(base.__name__, (_DistributedOptimizer, base),
+                               {"__module__": base.__module__,
+                                "_overlap_wrapping": (base, options)})
     optimizer._overlap_reducer = GradientReducer("gradient", compression, sparse_as_dense, op,
                                                  gradient_predivide_factor, groups, process_set)
     return optimizer

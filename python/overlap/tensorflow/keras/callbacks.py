@@ -17,18 +17,20 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     root's weights. A later fit() on the same model broadcasts again only if the optimizer
     gained variables since."""
 
-    def __init__(self, root_rank, device=""):
+    def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
         self._optimizer_variables = 0
+        # As in Horovod: variables each rank keeps its own of, left out of the broadcast.
+        self._local_variables = list(local_variables or [])
 
     def _variables(self):
         variables = list(self.model.variables)
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None and getattr(optimizer, "built", False):
             variables += [v for v in optimizer.variables if not _in(v, variables)]
-        return variables
+        return [v for v in variables if not _in(v, self._local_variables)]
 
     def on_train_begin(self, logs=None):
         optimizer = getattr(self.model, "optimizer", None)
