@@ -87,6 +87,5 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     optimizer.__class__ = type(base.__name__, (_DistributedOptimizer, base),
                                {"__module__": base.__module__,
                                 "_overlap_wrapping": (base, options)})
-    optimizer._overlap_reducer = GradientReducer("gradient", compression, sparse_as_dense, op,
-                                                 gradient_predivide_factor, groups, process_set)
+    optimizer._overlap_reducer = GradientReducer("gradient", **options)
     return optimizer
