@@ -250,7 +250,9 @@ void PinIallreduceAlgorithm() {
   Algorithm().Pin();
 }
 
-absl::StatusOr<std::unique_ptr<MpiExecutor>> MpiExecutor::Create(MPI_Comm comm, int num_channels) {
+absl::StatusOr<std::unique_ptr<MpiExecutor>> MpiExecutor::Create(
+    MPI_Comm comm, const MpiExecutorOptions& options) {
+  const int num_channels = options.num_channels;
   if (num_channels < 1) {
     return absl::InvalidArgumentError(absl::StrCat("num_channels = ", num_channels, " < 1"));
   }
@@ -267,7 +269,48 @@ absl::StatusOr<std::unique_ptr<MpiExecutor>> MpiExecutor::Create(MPI_Comm comm, 
           absl::StrCat("MPI_Comm_set_errhandler failed: ", MpiErrorString(set)));
     }
   }
-  return std::unique_ptr<MpiExecutor>(new MpiExecutor(std::move(comms)));
+  std::unique_ptr<MpiExecutor> executor(new MpiExecutor(std::move(comms)));
+  if (options.host >= 0) {
+    absl::Status s = executor->SplitByHost(options.host);
+    if (!s.ok()) return s;
+  }
+  return executor;
+}
+
+absl::Status MpiExecutor::SplitByHost(int host) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comms_.front(), &rank);
+  MPI_Comm_size(comms_.front(), &size);
+  int rc = MPI_SUCCESS;
+  std::vector<HostComms> host_comms(comms_.size());
+  for (size_t c = 0; c < comms_.size(); ++c) {
+    HostComms& hc = host_comms[c];
+    int local_rank = 0, local_size = 0, cross_size = 0;
+    rc = MPI_Comm_split(comms_[c], host, rank, &hc.local);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(hc.local, &local_rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(hc.local, &local_size);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_split(comms_[c], local_rank, rank, &hc.cross);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(hc.cross, &cross_size);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(hc.local, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(hc.cross, MPI_ERRORS_RETURN);
+    if (rc != MPI_SUCCESS) {
+      return absl::InternalError(absl::StrCat("rank ", rank,
+                                              ": hierarchical allreduce: splitting channel ", c,
+                                              " by host: ", MpiErrorString(rc)));
+    }
+    // Uniform hosts: every host's cross communicator then spans every host.
+    int uniform = local_size * cross_size == size ? 1 : 0, all_uniform = 0;
+    rc = MPI_Allreduce(&uniform, &all_uniform, 1, MPI_INT, MPI_MIN, comms_[c]);
+    if (rc != MPI_SUCCESS || !all_uniform) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank,
+                       ": hierarchical allreduce needs the same number of ranks on every "
+                       "host; this rank's host (",
+                       host, ") has ", local_size));
+    }
+  }
+  host_comms_ = std::move(host_comms);
+  return absl::OkStatus();
 }
 
 MpiExecutor::~MpiExecutor() {
@@ -275,6 +318,10 @@ MpiExecutor::~MpiExecutor() {
   MPI_Finalized(&finalized);
   if (finalized) return;
   for (MPI_Comm& comm : comms_) MPI_Comm_free(&comm);
+  for (HostComms& hc : host_comms_) {
+    if (hc.local != MPI_COMM_NULL) MPI_Comm_free(&hc.local);
+    if (hc.cross != MPI_COMM_NULL) MPI_Comm_free(&hc.cross);
+  }
 }
 
 void MpiExecutor::Poke() {
@@ -307,6 +354,17 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
       // different algorithms for one allreduce and failed with MPI_ERR_TRUNCATE.
       const size_t bytes = static_cast<size_t>(a.count) * DataTypeSize(a.dtype);
       if (a.send != nullptr && a.send != a.recv && bytes > 0) std::memcpy(a.recv, a.send, bytes);
+      if (hierarchical() && bytes >= kHierarchicalMinBytes) {
+        const int tags[2] = {NextRingTag(channel), NextRingTag(channel)};
+        absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> two_level =
+            HierarchicalAllreduce::Start(host_comms_[static_cast<size_t>(channel)], tags, a.recv,
+                                         a.count, type, DataTypeSize(a.dtype), *op);
+        if (two_level.ok()) return std::unique_ptr<Work>(std::move(*two_level));
+        // Too large to shard: every rank decides alike from the count, and runs it flat.
+        if (two_level.status().code() != absl::StatusCode::kInvalidArgument) {
+          return two_level.status();
+        }
+      }
       if (bytes > SegmentedAllreduce::kSegmentBytes) {
         absl::StatusOr<std::unique_ptr<SegmentedAllreduce>> segmented = SegmentedAllreduce::Start(
             comm, nullptr, a.recv, a.count, type, DataTypeSize(a.dtype), *op);

@@ -7,6 +7,10 @@
 // (collectives/ring_reduce_scatter.h), the rest as MPI_Ireduce_scatter; allgathers of at least
 // kRingAllgatherBytes likewise (collectives/ring_allgather.h), the rest as MPI_Iallgatherv.
 //
+// With a host layout (MpiExecutorOptions::host), allreduces of at least kHierarchicalMinBytes run
+// hierarchically: within each host, across hosts, within each host again
+// (collectives/hierarchical_allreduce.h), on two communicators of each channel's own.
+//
 // fp16 and bf16 reductions use user-defined MPI operations that accumulate each pairwise step in
 // fp32 and round to nearest even (collectives/half.h), so every rank gets bit-identical results.
 #ifndef OVERLAP_COLLECTIVES_MPI_EXECUTOR_H_
@@ -20,13 +24,30 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "collectives/executor.h"
+#include "collectives/hierarchical_allreduce.h"
 
 namespace overlap {
 
+struct MpiExecutorOptions {
+  // Independent communicators; collectives on different channels may be in flight together.
+  int num_channels = 1;
+  // -1: every allreduce is flat. Otherwise this rank's host, 0..hosts-1: ranks with equal values
+  // share a host, and allreduces run hierarchically. Every rank of the communicator must pass -1,
+  // or every rank a host (the caller agrees on it: Create splits the communicator only when
+  // asked); every host must hold the same number of ranks (InvalidArgument on every rank
+  // otherwise).
+  int host = -1;
+};
+
 class MpiExecutor : public Executor {
  public:
-  // Duplicates `comm` once per channel. MPI must be initialised; the caller keeps `comm` alive.
-  static absl::StatusOr<std::unique_ptr<MpiExecutor>> Create(MPI_Comm comm, int num_channels);
+  // Duplicates `comm` once per channel (and splits it by host when options.host >= 0). MPI must
+  // be initialised; the caller keeps `comm` alive. Collective over `comm`.
+  static absl::StatusOr<std::unique_ptr<MpiExecutor>> Create(MPI_Comm comm,
+                                                             const MpiExecutorOptions& options);
+  static absl::StatusOr<std::unique_ptr<MpiExecutor>> Create(MPI_Comm comm, int num_channels) {
+    return Create(comm, MpiExecutorOptions{num_channels});
+  }
   ~MpiExecutor() override;
 
   const char* name() const override { return "mpi"; }
@@ -39,10 +60,19 @@ class MpiExecutor : public Executor {
   // Below this (bytes gathered in all) the ring's n - 1 latencies cost more than libnbc's single
   // round of n - 1 concurrent messages.
   static constexpr size_t kRingAllgatherBytes = size_t{64} << 10;
+  // Below this a hierarchical allreduce's two local rings add more latency than its smaller
+  // cross-host share saves; such allreduces stay flat.
+  static constexpr size_t kHierarchicalMinBytes = size_t{64} << 10;
+
+  // Whether allreduces of at least kHierarchicalMinBytes run hierarchically.
+  bool hierarchical() const { return !host_comms_.empty(); }
 
  private:
   explicit MpiExecutor(std::vector<MPI_Comm> comms)
       : comms_(std::move(comms)), ring_tags_(comms_.size(), 0) {}
+
+  // Splits every channel's communicator into its host and cross-host communicators.
+  absl::Status SplitByHost(int host);
 
   // The next ring's message tag on `channel`: cycles below 32767, the least MPI_TAG_UB the
   // standard allows.
@@ -53,6 +83,8 @@ class MpiExecutor : public Executor {
   }
 
   std::vector<MPI_Comm> comms_;
+  // Per channel, when hierarchical; else empty.
+  std::vector<HostComms> host_comms_;
   // Per channel: rings (reduce-scatters and allgathers) started, which numbers their tags.
   std::vector<int> ring_tags_;
 };

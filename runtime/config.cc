@@ -35,6 +35,8 @@ const Field kFields[] = {
     {"OVERLAP_FUSION_THRESHOLD", &Config::fusion_threshold_bytes},
     {"OVERLAP_DIRECT_THRESHOLD", &Config::direct_threshold_bytes},
     {"OVERLAP_NUM_CHANNELS", &Config::num_channels},
+    {"OVERLAP_HIERARCHICAL_ALLREDUCE", &Config::hierarchical_allreduce},
+    {"OVERLAP_HOST_ID", &Config::host_id},
     {"OVERLAP_TIMELINE", &Config::timeline_path},
     {"OVERLAP_LOG_LEVEL", &Config::log_level},
     {"OVERLAP_STALL_WARNING_S", &Config::stall_warning_s},

@@ -29,6 +29,18 @@ struct Config {
   // so the default is one; planners use more for separate links. OVERLAP_NUM_CHANNELS, 1..16.
   int num_channels = 1;
 
+  // Allreduces of at least 64 KiB run in two levels: within each host, across hosts, within each
+  // host again (collectives/hierarchical_allreduce.h), so that when L ranks share a host only
+  // 1/L of each rank's buffer crosses the network. Needs the same number of ranks on every host
+  // and more than one host and rank per host; otherwise the runtime stays flat and rank 0 says
+  // why once. Every rank must set the same value. OVERLAP_HIERARCHICAL_ALLREDUCE, 0 or 1.
+  int hierarchical_allreduce = 0;
+
+  // The host this rank counts as for the hierarchical allreduce; empty: the MPI processor name
+  // (the host name). For ranks in containers that share a machine but not a hostname, and for
+  // tests. OVERLAP_HOST_ID.
+  std::string host_id;
+
   // Warn when some ranks have submitted a tensor and others have not for this long, naming both
   // sets. OVERLAP_STALL_WARNING_S.
   double stall_warning_s = 60.0;

@@ -94,6 +94,20 @@ constexpr Var kVars[] = {
         .Describe("independent communicators collectives run on")
         .Option("--num-channels", "N", "run collectives on N independent communicators (1..16)")
         .Build(),
+    Def("OVERLAP_HIERARCHICAL_ALLREDUCE", Kind::kInt)
+        .Range(0, 1, "an integer")
+        .Default("0")
+        .Describe(
+            "1: allreduces of 64 KiB and more run within each host, across hosts, within each "
+            "host again; needs the same number of ranks on every host (docs/tuning.md)")
+        .Option("--hierarchical-allreduce", "0|1",
+                "1: reduce within each host, then across hosts, then share within each host, so "
+                "that 1/L of the data per rank crosses the network (L ranks per host)")
+        .Build(),
+    Def("OVERLAP_HOST_ID", Kind::kString)
+        .Describe("the host this rank counts as for the hierarchical allreduce; unset: its host "
+                  "name")
+        .Build(),
     Def("OVERLAP_TIMELINE", Kind::kPath)
         .Describe("Chrome trace of every tensor's life; rank r > 0 writes `<path>.rank<r>`; empty: "
                   "off")

@@ -333,6 +333,9 @@ struct RuntimeStats {
   // What moves this rank's CUDA tensors, once the first one was agreed: "nccl" or
   // "mpi+host-staging" (OVERLAP_EXECUTOR); empty before.
   std::string cuda_executor;
+  // Hosts the hierarchical allreduce spans (OVERLAP_HIERARCHICAL_ALLREDUCE); 0 while allreduces
+  // are flat (not asked for, or the layout does not allow it: rank 0 logs why).
+  int64_t hierarchy_hosts = 0;
 };
 // Zeros before Init and after Shutdown.
 RuntimeStats Stats();

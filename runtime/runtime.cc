@@ -12,6 +12,7 @@
 #include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
 #include "runtime/agreement.h"
+#include "runtime/host_layout.h"
 #include "runtime/mpi_control_collectives.h"
 #include "runtime/validation.h"
 #include "spdlog/spdlog.h"
@@ -72,6 +73,33 @@ absl::StatusOr<std::vector<std::string>> GatherHosts(MPI_Comm comm, int rank, in
     hosts.emplace_back(&all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
   }
   return hosts;
+}
+
+// This rank's host for the executors' hierarchical allreduce
+// (collectives/hierarchical_allreduce.h), or -1 for flat allreduces. Every rank learns every rank's
+// setting and host, so all decide alike.
+absl::StatusOr<int> HierarchyHostOf(MPI_Comm comm, int rank, int size, const Config& config,
+                                    const std::string& host_name, int* hosts) {
+  absl::StatusOr<std::vector<std::string>> words =
+      AllgatherStrings(comm, rank, size,
+                       HierarchyWord(config.hierarchical_allreduce,
+                                     config.host_id.empty() ? host_name : config.host_id),
+                       absl::Seconds(config.start_timeout_s), "Init", "OVERLAP_START_TIMEOUT_S");
+  if (!words.ok()) return words.status();
+  bool hierarchical = false;
+  absl::StatusOr<HostLayout> layout = AgreeOnHierarchy(*words, &hierarchical);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, ": Init failed: ", layout.status().message()));
+  }
+  std::string why_flat;
+  const int host = HierarchyHost(*layout, rank, hierarchical, &why_flat);
+  if (!why_flat.empty() && rank == 0) {
+    spdlog::warn("overlap: OVERLAP_HIERARCHICAL_ALLREDUCE=1, but allreduces stay flat: {}",
+                 why_flat);
+  }
+  *hosts = host >= 0 ? static_cast<int>(layout->hosts.size()) : 0;
+  return host;
 }
 
 // How long a peer's host may not answer on the control connection before the runtime fails
@@ -164,13 +192,19 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   absl::StatusOr<std::vector<std::string>> hosts = GatherHosts(control_comm_, rank_, size_);
   if (!hosts.ok()) return hosts.status();
   hosts_ = *std::move(hosts);
+  absl::StatusOr<int> host = HierarchyHostOf(control_comm_, rank_, size_, config,
+                                             hosts_[static_cast<size_t>(rank_)], &hierarchy_hosts_);
+  if (!host.ok()) return host.status();
+  MpiExecutorOptions executor_options;
+  executor_options.num_channels = config.num_channels;
+  executor_options.host = *host;
 
   absl::StatusOr<std::unique_ptr<ControlPlane>> control = ControlPlane::Connect(
       control_comm_, hosts_, absl::Seconds(config.start_timeout_s), PeerTimeout(config));
   if (!control.ok()) return control.status();
   control_ = std::move(*control);
   absl::StatusOr<std::unique_ptr<MpiExecutor>> executor =
-      MpiExecutor::Create(comm_, config.num_channels);
+      MpiExecutor::Create(comm_, executor_options);
   if (!executor.ok()) return executor.status();
   executor_ = std::move(*executor);
   if (!config.timeline_path.empty()) {
@@ -200,7 +234,7 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   // Planned collectives and their checks get communicators of their own: ranks start them
   // without negotiation, so they must not share a sequence with negotiated ones.
   absl::StatusOr<std::unique_ptr<MpiExecutor>> planned_executor =
-      MpiExecutor::Create(comm_, config.num_channels);
+      MpiExecutor::Create(comm_, executor_options);
   if (!planned_executor.ok()) return planned_executor.status();
   absl::StatusOr<MPI_Comm> check_comm = DupComm(comm_, rank_, "the planned check communicator");
   if (!check_comm.ok()) return check_comm.status();
@@ -213,8 +247,11 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   detector_ = std::make_unique<CycleDetector>(config.plan_after_steps);
   profiler_ = std::make_unique<StepProfiler>(config.profile_steps);
   if (config.planner != "observed") {
-    // The scheduler's votes, broadcasts and link probe get communicators of their own.
-    absl::StatusOr<std::unique_ptr<MpiExecutor>> probe = MpiExecutor::Create(comm_, 1);
+    // The scheduler's votes, broadcasts and link probe get communicators of their own; the probe
+    // runs the allreduce the plan will run, flat or hierarchical, so the fitted cost is its.
+    MpiExecutorOptions probe_options = executor_options;
+    probe_options.num_channels = 1;
+    absl::StatusOr<std::unique_ptr<MpiExecutor>> probe = MpiExecutor::Create(comm_, probe_options);
     if (!probe.ok()) return probe.status();
     absl::StatusOr<MPI_Comm> plan_comm = DupComm(comm_, rank_, "the plan communicator");
     if (!plan_comm.ok()) return plan_comm.status();
@@ -293,6 +330,7 @@ RuntimeStats Runtime::stats() const {
     absl::MutexLock lock(&mu_);
     stats.cuda_executor = cuda_executor_;
   }
+  stats.hierarchy_hosts = hierarchy_hosts_;
   if (scheduler_ != nullptr) {
     const ScheduleInfo info = scheduler_->info();
     stats.planner = info.planner;

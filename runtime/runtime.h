@@ -211,8 +211,8 @@ class Runtime {
     bool plan_report = false;    // a planned unit waits on peers: gather launch counts
     bool shutdown_held = false;  // a round went without our shutdown flag: a delayed plan drains
     absl::Time shutdown_held_warn = absl::InfiniteFuture();  // when a long drain is reported
-    absl::Time round_wanted = absl::InfiniteFuture();       // rank 0: first ask since a round
-    absl::Time shutdown_deadline = absl::InfiniteFuture();  // set once Shutdown was called
+    absl::Time round_wanted = absl::InfiniteFuture();        // rank 0: first ask since a round
+    absl::Time shutdown_deadline = absl::InfiniteFuture();   // set once Shutdown was called
     absl::Time last_activity = absl::InfinitePast();
   } loop_;
 
@@ -233,6 +233,7 @@ class Runtime {
   std::atomic<bool> plan_save_wanted_{false};
   std::optional<absl::StatusOr<std::string>> plan_save_ ABSL_GUARDED_BY(mu_);
   std::string cuda_executor_ ABSL_GUARDED_BY(mu_);  // RuntimeStats::cuda_executor
+  int hierarchy_hosts_ = 0;  // RuntimeStats::hierarchy_hosts; set before the coordinator starts
   // The step phase in progress and when it began, for the timeline's compute track.
   StepPhase phase_ ABSL_GUARDED_BY(mu_) = StepPhase::kForward;
   absl::Time phase_start_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();

@@ -99,6 +99,15 @@ TEST_CASE("every runtime variable of the table is read into Config through its c
       CHECK(config->timeline_path == "/tmp/x.json");
       continue;
     }
+    if (std::string(var.name) == "OVERLAP_HOST_ID") {
+      // Any name is a host name; it must land in the config.
+      setenv(var.name, "rack 3/host 7", 1);
+      absl::StatusOr<Config> config = Config::FromEnvironment();
+      unsetenv(var.name);
+      REQUIRE(config.ok());
+      CHECK(config->host_id == "rack 3/host 7");
+      continue;
+    }
     setenv(var.name, "not-a-value", 1);
     absl::StatusOr<Config> config = Config::FromEnvironment();
     unsetenv(var.name);

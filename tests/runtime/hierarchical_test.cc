@@ -1,0 +1,104 @@
+// The runtime with OVERLAP_HIERARCHICAL_ALLREDUCE=1 on one machine whose ranks are placed on
+// pretend hosts of two (OVERLAP_HOST_ID, set by main before Init from the world rank): the
+// runtime must agree on the layout, report it, and give exact sums through negotiated, fused and
+// planned steps.
+//
+// With --mismatch, rank 1 asks for flat allreduces while the others ask for hierarchical ones:
+// Init must fail on every rank, naming rank 1, instead of leaving the ranks in different
+// collectives.
+#define CATCH_CONFIG_RUNNER
+#include <mpi.h>
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/overlap.h"
+
+namespace overlap {
+namespace {
+
+constexpr absl::Duration kWait = absl::Seconds(30);
+
+// Rank r contributes r + step + (i % 5) at element i: exact float sums.
+float Value(int rank, int step, size_t i) {
+  return static_cast<float>(rank + step + static_cast<int>(i % 5));
+}
+float Expected(int step, size_t i) {
+  const int n = Size();
+  return static_cast<float>(n * (n - 1) / 2 + n * (step + static_cast<int>(i % 5)));
+}
+
+TEST_CASE("the runtime reports the hosts its hierarchical allreduce spans") {
+  CHECK(Stats().hierarchy_hosts == Size() / 2);
+}
+
+TEST_CASE("hierarchical steps sum exactly, negotiated and then planned") {
+  // One tensor above the direct threshold (reduced on its own), two fused into a bucket above
+  // the hierarchical threshold, and one below it (flat).
+  const std::vector<int64_t> sizes = {(1 << 20) / 4 + 3, 40000, 30001, 100};
+  std::vector<std::vector<float>> grads;
+  for (int64_t n : sizes) grads.emplace_back(static_cast<size_t>(n));
+  for (int step = 0; step < 12; ++step) {
+    std::vector<Handle> handles;
+    for (size_t g = grads.size(); g-- > 0;) {
+      for (size_t i = 0; i < grads[g].size(); ++i) grads[g][i] = Value(Rank(), step, i);
+      const int64_t n = static_cast<int64_t>(grads[g].size());
+      absl::StatusOr<Handle> h =
+          Allreduce(absl::StrCat("grad.", g), MakeTensor(grads[g].data(), {n}),
+                    MakeTensor(grads[g].data(), {n}), {ReduceOp::kSum});
+      REQUIRE(h.ok());
+      handles.push_back(*h);
+    }
+    for (Handle& h : handles) CHECK(h.Wait(kWait).ok());
+    int64_t wrong = 0;
+    for (const std::vector<float>& g : grads) {
+      for (size_t i = 0; i < g.size(); ++i) wrong += g[i] != Expected(step, i);
+    }
+    INFO("step " << step);
+    CHECK(wrong == 0);
+  }
+  // The last steps ran on the frozen plan: the planned path is hierarchical too.
+  CHECK(Stats().plans_frozen >= 1);
+}
+
+}  // namespace
+}  // namespace overlap
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  setenv("OVERLAP_HOST_ID", absl::StrCat("pretend-host-", rank / 2).c_str(), 1);
+  const bool mismatch = argc > 1 && std::string(argv[1]) == "--mismatch";
+  if (mismatch) {
+    setenv("OVERLAP_HIERARCHICAL_ALLREDUCE", rank == 1 ? "0" : "1", 1);
+    absl::Status init = overlap::Init();
+    const std::string message(init.message());
+    const bool named =
+        !init.ok() &&
+        message.find("OVERLAP_HIERARCHICAL_ALLREDUCE differs between ranks") != std::string::npos &&
+        message.find("rank 0 has 1, rank 1 has 0") != std::string::npos;
+    std::fprintf(stderr, "rank %d: Init: %s\n", rank, init.ok() ? "ok" : message.c_str());
+    int bad = named ? 0 : 1, any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any;
+  }
+  setenv("OVERLAP_HIERARCHICAL_ALLREDUCE", "1", 1);
+  absl::Status init = overlap::Init();
+  if (!init.ok()) {
+    std::fprintf(stderr, "overlap::Init failed: %s\n", std::string(init.message()).c_str());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  const int failures = Catch::Session().run(1, argv);
+  absl::Status down = overlap::Shutdown();
+  int local = failures > 0 || !down.ok() ? 1 : 0, any = 0;
+  MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any;
+}
