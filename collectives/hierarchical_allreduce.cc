@@ -1,7 +1,7 @@
 // The hierarchical allreduce (hierarchical_allreduce.h states the algorithm and why).
 #include "collectives/hierarchical_allreduce.h"
 
-#include <climits>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/mpi_executor.h"
@@ -10,6 +10,12 @@
 #include "collectives/segmented_allreduce.h"
 
 namespace overlap {
+namespace {
+
+constexpr const char* kLaneNames[] = {"reduce-scatter within the host", "allreduce across hosts",
+                                      "allgather within the host"};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> HierarchicalAllreduce::Start(
     const HostComms& comms, const int tags[2], void* buffer, int64_t count, MPI_Datatype type,
@@ -22,93 +28,123 @@ absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> HierarchicalAllreduce::St
     return absl::InternalError(
         absl::StrCat("hierarchical allreduce: the host communicator: ", MpiErrorString(rc)));
   }
-  if (count < 0 || (count + local_size - 1) / local_size > INT_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hierarchical allreduce of ", count, " elements: a shard of it over ", local_size,
-        " local ranks is outside what one MPI call can address (0..", INT_MAX, ")"));
+  if (count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hierarchical allreduce of ", count, " elements"));
   }
   work->comms_ = comms;
   work->tags_[0] = tags[0];
   work->tags_[1] = tags[1];
-  work->buffer_ = static_cast<uint8_t*>(buffer);
   work->type_ = type;
   work->elem_bytes_ = elem_bytes;
   work->op_ = op;
-  work->counts_.resize(static_cast<size_t>(local_size));
-  work->displs_.resize(static_cast<size_t>(local_size));
-  int64_t displ = 0;
-  for (int l = 0; l < local_size; ++l) {
-    const int64_t shard = count / local_size + (l < count % local_size ? 1 : 0);
-    work->counts_[static_cast<size_t>(l)] = static_cast<int>(shard);
-    work->displs_[static_cast<size_t>(l)] = static_cast<int>(displ);
-    displ += shard;
+  const int64_t segment_elems =
+      std::max<int64_t>(1, static_cast<int64_t>(SegmentedAllreduce::kSegmentBytes / elem_bytes));
+  for (int64_t first = 0;; first += segment_elems) {
+    const int64_t n = std::min(segment_elems, count - first);
+    Segment segment;
+    segment.data = static_cast<uint8_t*>(buffer) + static_cast<size_t>(first) * elem_bytes;
+    int displ = 0;
+    for (int l = 0; l < local_size; ++l) {
+      const int shard = static_cast<int>(n / local_size + (l < n % local_size ? 1 : 0));
+      segment.counts.push_back(shard);
+      segment.displs.push_back(displ);
+      displ += shard;
+    }
+    work->segments_.push_back(std::move(segment));
+    if (first + n >= count) break;  // also ends a count of 0 after its one empty segment
   }
-  if (displ > INT_MAX) {
-    // The rings address shards by int displacement: a buffer this large stays flat.
-    return absl::InvalidArgumentError(absl::StrCat("hierarchical allreduce of ", count,
-                                                   " elements: displacements exceed ", INT_MAX));
-  }
-  // Uninitialised on purpose: phase 1 writes all of it, and zero-filling a large shard costs more
-  // than the copy (runtime/buffer_pool.h measured it).
-  work->shard_.reset(
-      new uint8_t[static_cast<size_t>(work->counts_[work->local_rank_]) * elem_bytes + 1]);
-  absl::Status s = work->StartPhase();
-  if (!s.ok()) return s;
+  absl::StatusOr<bool> started = work->Advance(kLocalReduceScatter);
+  if (!started.ok()) return started.status();
   return work;
 }
 
 HierarchicalAllreduce::~HierarchicalAllreduce() {
-  if (phase_ != Phase::kDone && current_ != nullptr) (void)shard_.release();
+  // A phase still in flight may write into its segment's shard (the job is failing): leak the
+  // shards of unfinished segments rather than free them under MPI.
+  if (finished_[kLocalAllgather] == segments_.size()) return;
+  for (size_t s = finished_[kLocalAllgather]; s < segments_.size(); ++s) {
+    (void)segments_[s].shard.release();
+  }
 }
 
-absl::Status HierarchicalAllreduce::StartPhase() {
-  current_.reset();
-  const std::vector<int> counts = counts_;
-  switch (phase_) {
-    case Phase::kLocalReduceScatter: {
+absl::Status HierarchicalAllreduce::StartNext(Lane lane) {
+  Segment& s = segments_[next_[lane]];
+  const int mine = s.counts[static_cast<size_t>(local_rank_)];
+  switch (lane) {
+    case kLocalReduceScatter: {
+      // Uninitialised on purpose: the ring writes all of it, and zero-filling costs more than the
+      // copy (runtime/buffer_pool.h measured it).
+      s.shard.reset(new uint8_t[static_cast<size_t>(mine) * elem_bytes_ + 1]);
       absl::StatusOr<std::unique_ptr<RingReduceScatter>> ring = RingReduceScatter::Start(
-          comms_.local, tags_[0], buffer_, shard_.get(), counts, type_, elem_bytes_, op_);
+          comms_.local, tags_[0], s.data, s.shard.get(), s.counts, type_, elem_bytes_, op_);
       if (!ring.ok()) return ring.status();
-      current_ = std::move(*ring);
-      return absl::OkStatus();
+      current_[lane] = std::move(*ring);
+      break;
     }
-    case Phase::kCrossAllreduce: {
+    case kCrossAllreduce: {
       absl::StatusOr<std::unique_ptr<SegmentedAllreduce>> cross = SegmentedAllreduce::Start(
-          comms_.cross, nullptr, shard_.get(), counts_[static_cast<size_t>(local_rank_)], type_,
-          elem_bytes_, op_);
+          comms_.cross, nullptr, s.shard.get(), mine, type_, elem_bytes_, op_);
       if (!cross.ok()) return cross.status();
-      current_ = std::move(*cross);
-      return absl::OkStatus();
+      current_[lane] = std::move(*cross);
+      break;
     }
-    case Phase::kLocalAllgather: {
+    case kLocalAllgather: {
       absl::StatusOr<std::unique_ptr<RingAllgather>> ring = RingAllgather::Start(
-          comms_.local, tags_[1], shard_.get(), buffer_, counts, displs_, type_, elem_bytes_);
+          comms_.local, tags_[1], s.shard.get(), s.data, s.counts, s.displs, type_, elem_bytes_);
       if (!ring.ok()) return ring.status();
-      current_ = std::move(*ring);
-      return absl::OkStatus();
+      current_[lane] = std::move(*ring);
+      break;
     }
-    case Phase::kDone:
-      return absl::OkStatus();
   }
+  ++next_[lane];
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> HierarchicalAllreduce::Test() {
-  while (phase_ != Phase::kDone) {
-    absl::StatusOr<bool> done = current_->Test();
+absl::StatusOr<bool> HierarchicalAllreduce::Advance(Lane lane) {
+  bool moved = false;
+  if (current_[lane] != nullptr) {
+    absl::StatusOr<bool> done = current_[lane]->Test();
     if (!done.ok()) {
-      static constexpr const char* kPhaseNames[] = {
-          "reduce-scatter within the host", "allreduce across hosts", "allgather within the host"};
-      return absl::Status(done.status().code(), absl::StrCat("hierarchical allreduce, ",
-                                                             kPhaseNames[static_cast<int>(phase_)],
-                                                             ": ", done.status().message()));
+      return absl::Status(
+          done.status().code(),
+          absl::StrCat("hierarchical allreduce, ", kLaneNames[lane], " of segment ",
+                       finished_[lane], " of ", segments_.size(), ": ", done.status().message()));
     }
     if (!*done) return false;
-    phase_ = static_cast<Phase>(static_cast<int>(phase_) + 1);
-    absl::Status s = StartPhase();
-    if (!s.ok()) return s;
+    current_[lane].reset();
+    if (lane == kLocalAllgather) segments_[finished_[lane]].shard.reset();
+    ++finished_[lane];
+    moved = true;
   }
-  return true;
+  // A lane takes the next segment once the lane before it has finished that segment; the first
+  // lane also waits while kSegmentsInFlight segments are unfinished, which bounds the shards held.
+  const size_t ready =
+      lane == kLocalReduceScatter
+          ? std::min(segments_.size(), finished_[kLocalAllgather] + kSegmentsInFlight)
+          : finished_[lane - 1];
+  if (next_[lane] < ready) {
+    absl::Status s = StartNext(lane);
+    if (!s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("hierarchical allreduce, starting the ", kLaneNames[lane],
+                                       " of segment ", next_[lane], ": ", s.message()));
+    }
+    moved = true;
+  }
+  return moved;
+}
+
+absl::StatusOr<bool> HierarchicalAllreduce::Test() {
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (Lane lane : {kLocalReduceScatter, kCrossAllreduce, kLocalAllgather}) {
+      absl::StatusOr<bool> lane_moved = Advance(lane);
+      if (!lane_moved.ok()) return lane_moved.status();
+      moved = moved || *lane_moved;
+    }
+  }
+  return finished_[kLocalAllgather] == segments_.size();
 }
 
 }  // namespace overlap

@@ -6,19 +6,25 @@
 //      communicator): the shard is now summed over every rank;
 //   3. allgather among the ranks of one host: every rank holds every shard.
 //
-// Why: a flat ring or Rabenseifner's algorithm over n = H x L ranks moves about 2(n-1)/n of the
-// buffer through every rank's link, and the L ranks of a host share one NIC, so each host's NIC
-// carries about 2L(n-1)/n buffers. Here only phase 2 leaves the host: L concurrent allreduces of
-// 1/L of the buffer, 2(H-1)/H buffers per NIC in all. Phases 1 and 3 stay in shared memory. With
-// 2 hosts of 2 ranks that is 1 buffer per NIC instead of 3.
+// Why: only phase 2 leaves the host, L concurrent allreduces of 1/L of the buffer, about 2(H-1)/H
+// buffers through each host's NIC whatever the flat algorithm would have done. A flat ring over
+// n = H x L ranks crosses hosts on every host boundary of the ring; recursive halving crosses
+// them on every step whose partner is on another host, which depends on how ranks are numbered.
+// On 2 hosts of 1 Gbit/s (docs/benchmarks.md, "Hierarchical allreduce") this was 1.7-1.8x
+// faster than flat with ranks placed round-robin, 2.0-2.3x with 3 ranks per host, and level with
+// 2 consecutive ranks per host, where Open MPI's recursive halving already stays on the host.
 //
-// The shards are split as evenly as the count allows (the first count % L get one more element).
-// Phases 1 and 3 are the point-to-point rings of ring_reduce_scatter.h and ring_allgather.h, so
-// each shard is reduced in a fixed order and every rank ends with bit-identical results; phase 2
-// is a SegmentedAllreduce (segmented_allreduce.h). The summation order differs from a flat
-// allreduce's, as any two allreduce algorithms' do.
+// The buffer is cut into segments of SegmentedAllreduce::kSegmentBytes, and the three phases are
+// three lanes that take the segments in order, one at a time each: segment k's cross-host
+// allreduce runs while segment k+1 is reduced on the host and segment k-1 gathered, so the host
+// phases hide behind the network instead of adding to it (NCCL pipelines its chunks likewise). At
+// most kSegmentsInFlight segments are between phase 1 and the end of phase 3.
 //
-// The result lands in place. Threading: one thread calls Test.
+// Shards within a segment are split as evenly as the count allows (the first count % L get one
+// element more). Phases 1 and 3 are the point-to-point rings of ring_reduce_scatter.h and
+// ring_allgather.h, so each shard is reduced in a fixed order and every rank ends with
+// bit-identical results. The summation order differs from a flat allreduce's, as any two
+// allreduce algorithms' do. The result lands in place. Threading: one thread calls Test.
 #ifndef OVERLAP_COLLECTIVES_HIERARCHICAL_ALLREDUCE_H_
 #define OVERLAP_COLLECTIVES_HIERARCHICAL_ALLREDUCE_H_
 
@@ -43,10 +49,11 @@ struct HostComms {
 
 class HierarchicalAllreduce : public Work {
  public:
-  // Starts phase 1 on `buffer`, `count` elements of `type` (`elem_bytes` each), reduced with `op`.
-  // `tags` are two message tags for the rings of phases 1 and 3 on `comms.local`, unused by
-  // anything else in flight there. InvalidArgument when a shard exceeds what one MPI call can
-  // address (INT_MAX elements).
+  static constexpr int kSegmentsInFlight = 3;
+
+  // Starts the first segment on `buffer`, `count` elements of `type` (`elem_bytes` each),
+  // reduced with `op`. `tags` are two message tags for the rings of phases 1 and 3 on
+  // `comms.local`, unused by anything else in flight there. Any count works.
   static absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> Start(const HostComms& comms,
                                                                       const int tags[2],
                                                                       void* buffer, int64_t count,
@@ -54,28 +61,36 @@ class HierarchicalAllreduce : public Work {
                                                                       size_t elem_bytes, MPI_Op op);
   ~HierarchicalAllreduce() override;
 
-  // True once phase 3 finished; starts the next phase when one finishes. Never blocks.
+  // True once every segment is gathered; starts what can start. Never blocks.
   absl::StatusOr<bool> Test() override;
 
  private:
-  enum class Phase { kLocalReduceScatter, kCrossAllreduce, kLocalAllgather, kDone };
+  enum Lane { kLocalReduceScatter = 0, kCrossAllreduce = 1, kLocalAllgather = 2 };
+
+  struct Segment {
+    uint8_t* data = nullptr;           // its place in the caller's buffer
+    std::vector<int> counts, displs;   // per local rank: its shard, in elements
+    std::unique_ptr<uint8_t[]> shard;  // this rank's shard, from phase 1 to the end of phase 3
+  };
 
   HierarchicalAllreduce() = default;
-  absl::Status StartPhase();
+  // Starts segment next_[lane]'s phase `lane`.
+  absl::Status StartNext(Lane lane);
+  // Advances `lane`: finishes its phase when done, starts the next when it may. True if it moved.
+  absl::StatusOr<bool> Advance(Lane lane);
 
   HostComms comms_;
   int tags_[2] = {0, 0};
-  uint8_t* buffer_ = nullptr;
   MPI_Datatype type_ = MPI_DATATYPE_NULL;
   size_t elem_bytes_ = 0;
   MPI_Op op_ = MPI_OP_NULL;
   int local_rank_ = 0;
-  std::vector<int> counts_, displs_;  // per local rank: its shard
-  // This rank's shard between phases 1 and 3. Leaked, not freed, if the work is dropped while MPI
-  // may still write into it (the job is failing).
-  std::unique_ptr<uint8_t[]> shard_;
-  Phase phase_ = Phase::kLocalReduceScatter;
-  std::unique_ptr<Work> current_;
+  std::vector<Segment> segments_;
+  // Per lane: the phase in flight (null: none), the next segment it takes, and how many it has
+  // finished.
+  std::unique_ptr<Work> current_[3];
+  size_t next_[3] = {0, 0, 0};
+  size_t finished_[3] = {0, 0, 0};
 };
 
 }  // namespace overlap

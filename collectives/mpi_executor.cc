@@ -359,11 +359,8 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
         absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> two_level =
             HierarchicalAllreduce::Start(host_comms_[static_cast<size_t>(channel)], tags, a.recv,
                                          a.count, type, DataTypeSize(a.dtype), *op);
-        if (two_level.ok()) return std::unique_ptr<Work>(std::move(*two_level));
-        // Too large to shard: every rank decides alike from the count, and runs it flat.
-        if (two_level.status().code() != absl::StatusCode::kInvalidArgument) {
-          return two_level.status();
-        }
+        if (!two_level.ok()) return two_level.status();
+        return std::unique_ptr<Work>(std::move(*two_level));
       }
       if (bytes > SegmentedAllreduce::kSegmentBytes) {
         absl::StatusOr<std::unique_ptr<SegmentedAllreduce>> segmented = SegmentedAllreduce::Start(

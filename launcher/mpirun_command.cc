@@ -43,7 +43,10 @@ std::vector<std::string> ForwardedVariables(const LaunchOptions& options,
     named.insert(name);
   }
   for (const auto& [name, value] : context.environment) {
-    if (!absl::StartsWith(name, "OVERLAP_") || named.count(name)) {
+    // HOROVOD_*: the runtime reads the few that mean what an OVERLAP_* one means
+    // (runtime/config.h), and a Horovod program may read its own.
+    if (!(absl::StartsWith(name, "OVERLAP_") || absl::StartsWith(name, "HOROVOD_")) ||
+        named.count(name)) {
       continue;
     }
     vars.push_back(name);

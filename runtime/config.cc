@@ -58,6 +58,26 @@ const Field kFields[] = {
     {"OVERLAP_AUTO_TRIALS", &Config::auto_trials},
 };
 
+// Horovod's variables that mean exactly what an OVERLAP_* one means, read when the OVERLAP_* one
+// is unset, so that a job script written for Horovod keeps its settings.
+struct HorovodAlias {
+  const char* horovod;
+  const char* overlap;
+};
+constexpr HorovodAlias kHorovodAliases[] = {
+    {"HOROVOD_FUSION_THRESHOLD", "OVERLAP_FUSION_THRESHOLD"},
+    {"HOROVOD_CYCLE_TIME", "OVERLAP_CYCLE_TIME_MS"},
+    {"HOROVOD_TIMELINE", "OVERLAP_TIMELINE"},
+    {"HOROVOD_HIERARCHICAL_ALLREDUCE", "OVERLAP_HIERARCHICAL_ALLREDUCE"},
+};
+
+const char* HorovodAliasOf(const char* overlap_var) {
+  for (const HorovodAlias& alias : kHorovodAliases) {
+    if (absl::string_view(alias.overlap) == overlap_var) return alias.horovod;
+  }
+  return nullptr;
+}
+
 const env::Var& VarOf(const Field& field) {
   const env::Var* var = env::Find(field.var);
   if (var == nullptr) {
@@ -103,8 +123,14 @@ absl::StatusOr<Config> Config::FromEnvironment() {
   Config config;
   for (const Field& field : kFields) {
     const char* value = std::getenv(field.var);
+    const char* alias = value == nullptr ? HorovodAliasOf(field.var) : nullptr;
+    if (alias != nullptr) value = std::getenv(alias);
     if (value == nullptr) continue;
     absl::Status s = Read(field, value, config);
+    if (!s.ok() && alias != nullptr) {
+      return absl::Status(s.code(),
+                          absl::StrCat(alias, " (read as ", field.var, "): ", s.message()));
+    }
     if (!s.ok()) return s;
   }
   // A misspelt variable would otherwise be silently ignored.

@@ -122,6 +122,8 @@ struct Config {
   // (runtime/env_vars.h), then Validate. A value that does not parse or is out of range gives
   // InvalidArgument naming the variable, the value and what it accepts. An OVERLAP_* variable the
   // table does not list is logged as a warning (probably misspelt) and ignored.
+  // Horovod's HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME, HOROVOD_TIMELINE and
+  // HOROVOD_HIERARCHICAL_ALLREDUCE are read as their OVERLAP_* counterparts when those are unset.
   static absl::StatusOr<Config> FromEnvironment();
 
   // InvalidArgument naming the variable, the value and what it accepts when a field is outside

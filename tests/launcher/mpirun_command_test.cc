@@ -70,6 +70,14 @@ TEST_CASE("runtime options override inherited OVERLAP_* values; -x overrides bot
         "OVERLAP_NUM_CHANNELS=5 HOME");
 }
 
+TEST_CASE("HOROVOD_* variables reach the ranks, as horovodrun passes them", "[command]") {
+  LaunchContext context = Context();
+  context.environment.emplace_back("HOROVOD_HIERARCHICAL_ALLREDUCE", "1");
+  context.environment.emplace_back("XHOROVOD_NOT_OURS", "1");
+  CHECK(absl::StrJoin(ForwardedVariables(Options({"-np", "2", "prog"}), context), " ") ==
+        "OVERLAP_LOG_LEVEL OVERLAP_NUM_CHANNELS HOROVOD_HIERARCHICAL_ALLREDUCE PATH");
+}
+
 TEST_CASE("--oversubscribe and --mpi-args pass through; mpirun can be chosen", "[command]") {
   CHECK(Command({"-np", "3", "-H", "a:1", "--oversubscribe", "--mpirun", "/usr/bin/mpirun",
                  "--mpi-args", "--mca btl_tcp_links 2", "--no-rank-wrapper", "p"}) ==

@@ -25,6 +25,36 @@ TEST_CASE("configuration comes from OVERLAP_* variables", "[config]") {
   unsetenv("OVERLAP_STALL_WARNING_S");
 }
 
+TEST_CASE("Horovod's variables that mean the same are read when overlap's are unset", "[config]") {
+  setenv("HOROVOD_FUSION_THRESHOLD", "33554432", 1);
+  setenv("HOROVOD_CYCLE_TIME", "3.5", 1);
+  setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "1", 1);
+  setenv("HOROVOD_TIMELINE", "/tmp/hvd.json", 1);
+  absl::StatusOr<Config> config = Config::FromEnvironment();
+  REQUIRE(config.ok());
+  CHECK(config->fusion_threshold_bytes == 33554432);
+  CHECK(config->cycle_time_ms == 3.5);
+  CHECK(config->hierarchical_allreduce == 1);
+  CHECK(config->timeline_path == "/tmp/hvd.json");
+
+  setenv("OVERLAP_FUSION_THRESHOLD", "1024", 1);  // overlap's own wins
+  config = Config::FromEnvironment();
+  REQUIRE(config.ok());
+  CHECK(config->fusion_threshold_bytes == 1024);
+  unsetenv("OVERLAP_FUSION_THRESHOLD");
+
+  setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "yes", 1);
+  config = Config::FromEnvironment();
+  REQUIRE_FALSE(config.ok());
+  CHECK(std::string(config.status().message()) ==
+        "HOROVOD_HIERARCHICAL_ALLREDUCE (read as OVERLAP_HIERARCHICAL_ALLREDUCE): "
+        "OVERLAP_HIERARCHICAL_ALLREDUCE='yes' is not valid: expected an integer in 0..1");
+  for (const char* var : {"HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME",
+                          "HOROVOD_HIERARCHICAL_ALLREDUCE", "HOROVOD_TIMELINE"}) {
+    unsetenv(var);
+  }
+}
+
 TEST_CASE("bad values name the variable, the value and what is expected", "[config]") {
   struct Case {
     const char* var;
