@@ -29,6 +29,8 @@ const char* AlgorithmName(Algorithm algorithm) {
       return "tree";
     case Algorithm::kRecursiveDoubling:
       return "rd";
+    case Algorithm::kHierarchical:
+      return "hierarchical";
   }
   return "unknown";
 }
@@ -46,9 +48,35 @@ absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name) {
   if (name == "rd" || name == "recursive-doubling") {
     return Algorithm::kRecursiveDoubling;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown cost model '", name, "'; valid: linear, ring, tree, rd (recursive-doubling)"));
+  if (name == "hierarchical") {
+    return Algorithm::kHierarchical;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown cost model '", name,
+                   "'; valid: linear, ring, tree, rd (recursive-doubling), hierarchical"));
 }
+
+namespace {
+
+// The segment collectives/segmented_allreduce.h and hierarchical_allreduce.h cut buffers into.
+constexpr double kSegmentBytes = 8.0 * 1024 * 1024;
+
+double PerByte(double bandwidth) { return std::isinf(bandwidth) ? 0 : 1 / bandwidth; }
+
+// The pipelined three-phase allreduce of the hierarchical model (cost_model.h).
+double HierarchicalAllreduceSeconds(const ChannelCost& c, double bytes) {
+  const double r = std::max(1, c.ranks_per_host);
+  const double h = std::max(1.0, c.workers / r);
+  const double k = std::max(1.0, std::ceil(bytes / kSegmentBytes));
+  const double s = bytes / k;
+  const double local =
+      (r - 1) * c.intra_latency_s + (r - 1) / r * s * PerByte(c.intra_bandwidth_bytes_per_s);
+  const double cross =
+      2 * (h - 1) * c.latency_s + 2 * (h - 1) / h * s * PerByte(c.bandwidth_bytes_per_s);
+  return 2 * local + cross + (k - 1) * std::max(local, cross);
+}
+
+}  // namespace
 
 double ChannelCost::Seconds(Collective op, double bytes) const {
   if (algorithm == Algorithm::kLinear) {
@@ -62,10 +90,13 @@ double ChannelCost::Seconds(Collective op, double bytes) const {
     return 0;  // nothing to exchange
   }
   const double p = std::ceil(std::log2(n));
-  const double per_byte = std::isinf(bandwidth_bytes_per_s) ? 0 : 1 / bandwidth_bytes_per_s;
+  const double per_byte = PerByte(bandwidth_bytes_per_s);
   const double m = bytes * per_byte;  // seconds to push the whole buffer once
   const double share = (n - 1) / n * m;
   switch (algorithm) {
+    case Algorithm::kHierarchical:
+      if (op == Collective::kAllreduce) return HierarchicalAllreduceSeconds(*this, bytes);
+      return (n - 1) * latency_s + share;
     case Algorithm::kRing:
       return op == Collective::kAllreduce ? 2 * (n - 1) * latency_s + 2 * share
                                           : (n - 1) * latency_s + share;
@@ -99,6 +130,17 @@ CostModel CostModel::Algorithmic(Algorithm algorithm, int workers, double latenc
   c.latency_s = latency_us * 1e-6;
   c.bandwidth_bytes_per_s = bandwidth_gbit * 1e9 / 8;
   return CostModel{{c}};
+}
+
+CostModel CostModel::Hierarchical(int workers, int ranks_per_host, double latency_us,
+                                  double bandwidth_gbit, double intra_latency_us,
+                                  double intra_bandwidth_gbit) {
+  CostModel model = Algorithmic(Algorithm::kHierarchical, workers, latency_us, bandwidth_gbit);
+  ChannelCost& c = model.channels[0];
+  c.ranks_per_host = ranks_per_host;
+  c.intra_latency_s = intra_latency_us * 1e-6;
+  c.intra_bandwidth_bytes_per_s = intra_bandwidth_gbit * 1e9 / 8;
+  return model;
 }
 
 CostModel CostModel::WithWorkers(int workers) const {
@@ -146,6 +188,20 @@ absl::Status CostModel::Validate() const {
     if (c.workers < 1) {
       return absl::InvalidArgumentError(absl::StrCat("cost model channel ", i, " '", c.name,
                                                      "': workers must be >= 1, got ", c.workers));
+    }
+    if (c.algorithm == Algorithm::kHierarchical) {
+      if (c.ranks_per_host < 1 || c.workers % c.ranks_per_host != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cost model channel ", i, " '", c.name, "': ", c.ranks_per_host,
+                         " ranks per host do not divide ", c.workers, " workers"));
+      }
+      if (!ok(c.intra_latency_s) || std::isinf(c.intra_latency_s)) {
+        return bad("intra-host latency", c.intra_latency_s);
+      }
+      if (!(c.intra_bandwidth_bytes_per_s > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat("cost model channel ", i, " '", c.name,
+                                                       "': intra-host bandwidth must be > 0"));
+      }
     }
   }
   return absl::OkStatus();

@@ -12,6 +12,16 @@
 //        recursive doubling: allreduce p(L + m/B);  RS (recursive halving), AG p L + (n-1)/n m/B
 //        tree (binomial):    allreduce 2p(L + m/B) (reduce then broadcast);
 //                            RS = reduce + scatter = p(L + m/B) + p L + (n-1)/n m/B; AG alike.
+//        hierarchical:       N = H hosts x R ranks per host, each host's R ranks sharing one NIC
+//                            of bandwidth B (latency L) and reaching each other at intra_latency
+//                            Li and intra_bandwidth Bi; the allreduce of the runtime's
+//                            OVERLAP_HIERARCHICAL_ALLREDUCE (collectives/hierarchical_allreduce.h)
+//                            in k = ceil(m / 8 MiB) pipelined segments of s = m / k bytes:
+//                              per segment  RS = (R-1)Li + (R-1)/R s/Bi,  AG = RS,
+//                                           X = 2(H-1)L + 2(H-1)/H s/B  (R flows of s/R share B)
+//                              allreduce    RS + X + AG + (k-1) max(RS, X, AG);
+//                            RS and AG of the whole tensor are flat rings over the N ranks, as
+//                            the runtime runs them (a ring's slowest hops are the H NIC ones).
 // All times are in seconds here; profiles and plans speak milliseconds.
 #ifndef OVERLAP_SCHEDULER_COST_MODEL_H_
 #define OVERLAP_SCHEDULER_COST_MODEL_H_
@@ -27,11 +37,18 @@
 namespace overlap::sched {
 
 enum class Collective { kAllreduce = 0, kReduceScatter = 1, kAllgather = 2 };
-enum class Algorithm { kLinear = 0, kRing = 1, kTree = 2, kRecursiveDoubling = 3 };
+enum class Algorithm {
+  kLinear = 0,
+  kRing = 1,
+  kTree = 2,
+  kRecursiveDoubling = 3,
+  kHierarchical = 4
+};
 
 const char* CollectiveName(Collective op);
 const char* AlgorithmName(Algorithm algorithm);
-// Accepts "linear", "ring", "tree", "rd"/"recursive-doubling"; InvalidArgument otherwise.
+// Accepts "linear", "ring", "tree", "rd"/"recursive-doubling", "hierarchical"; InvalidArgument
+// otherwise.
 absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name);
 
 // One fitted line, t = alpha + beta x bytes; unset while alpha is negative.
@@ -49,6 +66,10 @@ struct ChannelCost {
   double latency_s = 0;              // algorithmic: per message step
   double bandwidth_bytes_per_s = 0;  // algorithmic: link bandwidth; +inf allowed
   int workers = 2;                   // algorithmic: N
+  // hierarchical: ranks per host (R, dividing N) and the links between a host's ranks.
+  int ranks_per_host = 1;
+  double intra_latency_s = 0;
+  double intra_bandwidth_bytes_per_s = 0;
   // linear: measured lines of a reduce-scatter and an allgather of the full tensor size; unset:
   // half an allreduce. A runtime fits them because the two need not cost half an allreduce each
   // (their implementations differ from the allreduce's, and each pays a whole launch).
@@ -69,6 +90,11 @@ struct CostModel {
   // Algorithmic single-channel model: latency in microseconds, bandwidth in Gbit/s (1e9 bit).
   static CostModel Algorithmic(Algorithm algorithm, int workers, double latency_us,
                                double bandwidth_gbit);
+  // Hierarchical model: N workers in hosts of `ranks_per_host`; the NIC's latency and bandwidth
+  // per host, and the links within a host.
+  static CostModel Hierarchical(int workers, int ranks_per_host, double latency_us,
+                                double bandwidth_gbit, double intra_latency_us,
+                                double intra_bandwidth_gbit);
 
   // Milliseconds for `op` on channel `channel` (callers pass a valid index).
   double Ms(int channel, Collective op, double bytes) const {
@@ -77,7 +103,8 @@ struct CostModel {
   // A copy with every algorithmic channel set to `workers`.
   CostModel WithWorkers(int workers) const;
   // InvalidArgument naming the channel and field when a parameter is negative, NaN, or a worker
-  // count is < 1, or there is no channel.
+  // count is < 1, a hierarchical channel's ranks per host do not divide its workers, or there is
+  // no channel.
   absl::Status Validate() const;
 };
 

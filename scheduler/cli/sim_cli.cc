@@ -19,7 +19,8 @@ namespace overlap::sched {
 const char* CliUsage() {
   return "usage: overlap-sim (--profile FILE | --model NAME) (--workers N | --sweep-workers "
          "4,8,...,2048) --planners LIST|all (--cost linear --alpha-us A --beta-us-per-mb B | "
-         "--cost ring|tree|rd --latency-us L --bandwidth-gbit G) [--staleness S] [--budget B] "
+         "--cost ring|tree|rd|hierarchical --latency-us L --bandwidth-gbit G [--ranks-per-host R "
+         "[--intra-latency-us LI] [--intra-bandwidth-gbit GI]]) [--staleness S] [--budget B] "
          "[--max-period P] [--channels K] [--compressor NAME [--compression-ratio R]] [--json] "
          "[--timeline FILE] [--plan-json FILE]";
 }
@@ -90,11 +91,27 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
       o.json = true;
       continue;
     }
-    static const char* kValued[] = {
-        "--profile",  "--model",          "--workers",          "--planners",       "--cost",
-        "--alpha-us", "--beta-us-per-mb", "--latency-us",       "--bandwidth-gbit", "--staleness",
-        "--timeline", "--plan-json",      "--sweep-workers",    "--budget",         "--max-period",
-        "--channels", "--compressor",     "--compression-ratio"};
+    static const char* kValued[] = {"--profile",
+                                    "--model",
+                                    "--workers",
+                                    "--planners",
+                                    "--cost",
+                                    "--alpha-us",
+                                    "--beta-us-per-mb",
+                                    "--latency-us",
+                                    "--bandwidth-gbit",
+                                    "--staleness",
+                                    "--timeline",
+                                    "--plan-json",
+                                    "--sweep-workers",
+                                    "--budget",
+                                    "--max-period",
+                                    "--channels",
+                                    "--compressor",
+                                    "--compression-ratio",
+                                    "--ranks-per-host",
+                                    "--intra-latency-us",
+                                    "--intra-bandwidth-gbit"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued)) {
       return FlagError(flag, "unknown flag (see --help)");
     }
@@ -162,6 +179,19 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
       if (st.ok() && o.bandwidth_gbit == 0) {
         st = FlagError(flag, "must be > 0");
       }
+    } else if (flag == "--ranks-per-host") {
+      auto r = IntAtLeast(flag, v, 1);
+      if (!r.ok()) {
+        return r.status();
+      }
+      o.ranks_per_host = *r;
+    } else if (flag == "--intra-latency-us") {
+      st = set_num(&o.intra_latency_us);
+    } else if (flag == "--intra-bandwidth-gbit") {
+      st = set_num(&o.intra_bandwidth_gbit);
+      if (st.ok() && o.intra_bandwidth_gbit == 0) {
+        st = FlagError(flag, "must be > 0");
+      }
     } else if (flag == "--staleness") {
       auto s = IntAtLeast(flag, v, 0);
       if (!s.ok()) {
@@ -210,7 +240,19 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
     return FlagError("--planners", "required");
   }
   if (!have_cost) {
-    return FlagError("--cost", "required (linear, ring, tree or rd)");
+    return FlagError("--cost", "required (linear, ring, tree, rd or hierarchical)");
+  }
+  if ((o.cost == Algorithm::kHierarchical) != (o.ranks_per_host > 0)) {
+    return FlagError("--ranks-per-host", o.ranks_per_host > 0
+                                             ? "only with --cost hierarchical"
+                                             : "required with --cost hierarchical");
+  }
+  for (int w : o.workers) {
+    if (o.ranks_per_host > 0 && w % o.ranks_per_host != 0) {
+      return FlagError(
+          "--ranks-per-host",
+          absl::StrCat(o.ranks_per_host, " ranks per host do not divide ", w, " workers"));
+    }
   }
   if (o.cost == Algorithm::kLinear) {
     if (o.alpha_us < 0 || o.beta_us_per_mb < 0) {
@@ -259,9 +301,12 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
   }
   const bool many = o.workers.size() * o.planners.size() > 1;
   for (int workers : o.workers) {
-    CostModel cost = o.cost == Algorithm::kLinear
-                         ? CostModel::Linear(o.alpha_us, o.beta_us_per_mb)
-                         : CostModel::Algorithmic(o.cost, workers, o.latency_us, o.bandwidth_gbit);
+    CostModel cost =
+        o.cost == Algorithm::kLinear ? CostModel::Linear(o.alpha_us, o.beta_us_per_mb)
+        : o.cost == Algorithm::kHierarchical
+            ? CostModel::Hierarchical(workers, o.ranks_per_host, o.latency_us, o.bandwidth_gbit,
+                                      o.intra_latency_us, o.intra_bandwidth_gbit)
+            : CostModel::Algorithmic(o.cost, workers, o.latency_us, o.bandwidth_gbit);
     for (int c = 1; c < o.channels; ++c) {
       cost.channels.push_back(cost.channels[0]);
       cost.channels.back().name = absl::StrCat("net", c);
@@ -326,8 +371,7 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
             "(%d iterations%s)\n",
             profile->model, workers, plan->planner, sim->iteration_ms, sim->compute_ms,
             sim->comm_ms, sim->exposed_comm_ms, ideal_ms, efficiency, sync_bound_ms,
-            plan->buckets.size(),
-            plan->MaxDelay(), plan->budget_used, sim->iterations,
+            plan->buckets.size(), plan->MaxDelay(), plan->budget_used, sim->iterations,
             sim->converged ? "" : ", not steady");
       }
     }

@@ -3,10 +3,15 @@
 // overlap-sim (--profile FILE | --model NAME) (--workers N | --sweep-workers LIST)
 //             --planners LIST|all
 //             (--cost linear --alpha-us A --beta-us-per-mb B |
-//              --cost ring|tree|rd --latency-us L --bandwidth-gbit G)
+//              --cost ring|tree|rd --latency-us L --bandwidth-gbit G |
+//              --cost hierarchical --latency-us L --bandwidth-gbit G --ranks-per-host R
+//                [--intra-latency-us LI] [--intra-bandwidth-gbit GI])
 //             [--channels K] [--staleness S] [--budget B] [--max-period P] [--json]
 //             [--timeline FILE]
 //             [--compressor NAME [--compression-ratio R]]
+// --cost hierarchical: hosts of R ranks sharing one NIC (L, G), their ranks linked at LI (default
+// 1 us) and GI (default 100 Gbit/s); allreduces run as OVERLAP_HIERARCHICAL_ALLREDUCE does
+// (scheduler/cost_model.h). R must divide every worker count.
 // --channels K gives every worker K identical links (multi-rail); only deft uses more than one.
 // --plan-json FILE writes each plan as JSON; with several planners or worker counts, FILE (and
 // the --timeline FILE) get "-<planner>-<workers>" before the extension.
@@ -34,6 +39,8 @@ struct CliOptions {
   Algorithm cost = Algorithm::kRing;
   double alpha_us = -1, beta_us_per_mb = -1;
   double latency_us = -1, bandwidth_gbit = -1;
+  int ranks_per_host = 0;  // --cost hierarchical only
+  double intra_latency_us = 1, intra_bandwidth_gbit = 100;
   int channels = 1;
   PlannerOptions planner_options;
   bool json = false;

@@ -59,6 +59,14 @@ TEST_CASE("Bad CLI arguments name the flag and the problem") {
       {"--model vgg16 --sweep-workers 4,...,64 --planners wfbp" + std::string(kRing), "'...'"},
       {base + " --cost linear --alpha-us 1 --beta-us-per-mb 1 --latency-us 3", "not"},
       {base + kRing + " --channels 0", "--channels: expected an integer >= 1"},
+      {base + " --cost hierarchical --latency-us 5 --bandwidth-gbit 10",
+       "--ranks-per-host: required with --cost hierarchical"},
+      {base + kRing + " --ranks-per-host 2", "--ranks-per-host: only with --cost hierarchical"},
+      {base + " --cost hierarchical --latency-us 5 --bandwidth-gbit 10 --ranks-per-host 3",
+       "3 ranks per host do not divide 8 workers"},
+      {base + " --cost hierarchical --latency-us 5 --bandwidth-gbit 10 --ranks-per-host 2 "
+              "--intra-bandwidth-gbit 0",
+       "--intra-bandwidth-gbit: must be > 0"},
   };
   for (const Case& c : cases) {
     INFO(c.args);
@@ -86,11 +94,10 @@ TEST_CASE("RunCli prints one JSON line per planner and worker count") {
   REQUIRE(lines.size() == 4);
   // Every field, in the order the issue documents.
   size_t at = 0;
-  for (const char* key :
-       {"{\"model\":\"resnet50\"", "\"workers\":4", "\"planner\":\"wfbp\"",
-        "\"iter_ms\":", "\"compute_ms\":", "\"comm_ms\":", "\"exposed_comm_ms\":", "\"ideal_ms\":",
-        "\"efficiency\":", "\"buckets\":", "\"max_delay\":", "\"budget_used\":",
-        "\"sync_bound_ms\":"}) {
+  for (const char* key : {"{\"model\":\"resnet50\"", "\"workers\":4", "\"planner\":\"wfbp\"",
+                          "\"iter_ms\":", "\"compute_ms\":", "\"comm_ms\":", "\"exposed_comm_ms\":",
+                          "\"ideal_ms\":", "\"efficiency\":", "\"buckets\":", "\"max_delay\":",
+                          "\"budget_used\":", "\"sync_bound_ms\":"}) {
     INFO(key);
     const size_t pos = lines[0].find(key);
     REQUIRE(pos != std::string::npos);
@@ -99,6 +106,25 @@ TEST_CASE("RunCli prints one JSON line per planner and worker count") {
   }
   CHECK_THAT(lines[3], Catch::Contains("\"workers\":16"));
   CHECK_THAT(lines[3], Catch::Contains("\"planner\":\"deft\""));
+}
+
+TEST_CASE("--cost hierarchical plans with the two-level allreduce's cost") {
+  auto run = [](const std::string& cost) {
+    auto o = ParseCliArgs(Split("--model bert-base --workers 16 --planners fusion --json " + cost));
+    REQUIRE(o.ok());
+    std::ostringstream out;
+    REQUIRE(RunCli(*o, out).ok());
+    const std::string line = out.str();
+    const size_t at = line.find("\"comm_ms\":");
+    REQUIRE(at != std::string::npos);
+    return std::stod(line.substr(at + 10));
+  };
+  const double flat = run("--cost ring --latency-us 5 --bandwidth-gbit 10");
+  const double two_level =
+      run("--cost hierarchical --latency-us 5 --bandwidth-gbit 10 --ranks-per-host 4");
+  // 4 hosts of 4: 2(H-1)/H = 1.5 buffers through each NIC against the ring's 2(N-1)/N = 1.875.
+  CHECK(two_level < flat);
+  CHECK(two_level > 0.7 * flat);
 }
 
 TEST_CASE("--channels gives deft more links and splits the ideal's fused collective") {

@@ -39,6 +39,42 @@ TEST_CASE("Ring, tree and recursive-doubling closed forms") {
   CHECK(inf.WithWorkers(16).channels[0].workers == 16);
 }
 
+TEST_CASE("Hierarchical closed form: pipelined host, cross-host and host phases") {
+  // 4 hosts of 2 ranks; NIC 10 us and 1 GB/s, within the host 1 us and 10 GB/s.
+  const CostModel model = CostModel::Hierarchical(8, 2, 10, 8, 1, 80);
+  REQUIRE(model.Validate().ok());
+  const ChannelCost& c = model.channels[0];
+  // One segment (1 MB): reduce-scatter within the host, allreduce across 4 hosts of the shard
+  // (2 flows of s/2 share the NIC: 2(H-1)/H s/B), allgather within the host.
+  const double s = 1e6;
+  const double local = 1e-6 + 0.5 * s / 10e9;
+  const double cross = 2 * 3 * 10e-6 + 2 * 3.0 / 4 * s / 1e9;
+  CHECK(c.Seconds(Collective::kAllreduce, s) == Approx(2 * local + cross));
+  // 40 MiB: 5 segments of 8 MiB; the network lane sets the pace after the first.
+  const double m = 40.0 * 1024 * 1024, seg = m / 5;
+  const double seg_local = 1e-6 + 0.5 * seg / 10e9;
+  const double seg_cross = 2 * 3 * 10e-6 + 2 * 3.0 / 4 * seg / 1e9;
+  CHECK(c.Seconds(Collective::kAllreduce, m) == Approx(2 * seg_local + seg_cross + 4 * seg_cross));
+  // Reduce-scatter and allgather stay flat rings over the 8 ranks.
+  CHECK(c.Seconds(Collective::kReduceScatter, m) == Approx(7 * 10e-6 + 7.0 / 8 * m / 1e9));
+  // Against a flat ring on the same NICs, it moves 2(H-1)/H instead of 2(N-1)/N of the buffer.
+  const double flat = CostModel::Algorithmic(Algorithm::kRing, 8, 10, 8)
+                          .channels[0]
+                          .Seconds(Collective::kAllreduce, m);
+  CHECK(c.Seconds(Collective::kAllreduce, m) < flat);
+  // One rank per host is a flat ring of the hosts.
+  CHECK(
+      CostModel::Hierarchical(4, 1, 10, 8, 1, 80).channels[0].Seconds(Collective::kAllreduce, s) ==
+      Approx(CostModel::Algorithmic(Algorithm::kRing, 4, 10, 8)
+                 .channels[0]
+                 .Seconds(Collective::kAllreduce, s)));
+  CHECK(*ParseAlgorithm("hierarchical") == Algorithm::kHierarchical);
+  CHECK_THAT(std::string(CostModel::Hierarchical(6, 4, 10, 8, 1, 80).Validate().message()),
+             Catch::Contains("4 ranks per host do not divide 6 workers"));
+  CHECK_THAT(std::string(CostModel::Hierarchical(8, 2, 10, 8, 1, 0).Validate().message()),
+             Catch::Contains("intra-host bandwidth must be > 0"));
+}
+
 TEST_CASE("Linear model: alpha + beta bytes, halves for reduce-scatter and allgather") {
   CostModel lin = CostModel::Linear(100, 1000);  // 100 us + 1000 us per MB
   CHECK(lin.Ms(0, Collective::kAllreduce, 2e6) == Approx(0.1 + 2.0));
