@@ -15,7 +15,8 @@ class HorovodInternalError(RuntimeError):
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod raises this in elastic mode; overlap has no elastic mode, so it is never raised."""
+    """Horovod raises this in elastic mode when hosts join or leave; overlap's ranks are fixed
+    (overlap/elastic.py), so the runtime never raises it."""
 
 
 # Horovod's values, so scripts that compare or store them keep working.

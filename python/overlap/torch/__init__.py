@@ -35,6 +35,7 @@ from overlap.torch.mpi_ops import (allgather, allgather_async, allreduce, allred
                                    reducescatter_async, sparse_allreduce_async, synchronize)
 from overlap.torch.optimizer import DistributedOptimizer, apply_all_pending_updates
 from overlap.torch.sync_batch_norm import SyncBatchNorm
+from overlap.torch import elastic  # noqa: E402 (hvd.elastic, as in horovod.torch)
 
 
 def shutdown():
