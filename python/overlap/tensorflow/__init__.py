@@ -41,3 +41,6 @@ def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=
     optimizers skip a variable in the steps that bring it none (delayed_updates.py)."""
     _init(comm, process_sets, planner=planner, staleness=staleness, max_period=max_period,
           compression=compression, profile_steps=profile_steps, timeline=timeline)
+
+
+from overlap.tensorflow import elastic  # noqa: E402 (hvd.elastic, as in horovod.tensorflow)

@@ -19,7 +19,7 @@ from overlap.tensorflow import (Adasum, Average, Compression, HorovodInternalErr
                                 local_size, mpi_built, mpi_enabled, nccl_built, rank,
                                 reducescatter, remove_process_set, shutdown, size,
                                 start_timeline, stop_timeline)
-from overlap.tensorflow.keras import callbacks
+from overlap.tensorflow.keras import callbacks, elastic
 from overlap.tensorflow.keras_optimizer import DistributedOptimizer
 
 
