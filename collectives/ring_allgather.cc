@@ -24,7 +24,8 @@ absl::StatusOr<std::unique_ptr<RingAllgather>> RingAllgather::Start(
   ring->counts_ = std::move(counts);
   ring->displs_ = std::move(displs);
   uint8_t* own = ring->At(ring->rank_);
-  if (send != own) {
+  // An empty chunk may come with null pointers, which memmove must not be given.
+  if (send != own && ring->Count(ring->rank_) > 0) {
     std::memmove(own, send, static_cast<size_t>(ring->Count(ring->rank_)) * elem_bytes);
   }
   s = ring->Begin();

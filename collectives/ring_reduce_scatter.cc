@@ -31,7 +31,9 @@ absl::StatusOr<std::unique_ptr<RingReduceScatter>> RingReduceScatter::Start(
   }
   ring->counts_ = std::move(counts);
   if (ring->size_ == 1) {
-    std::memcpy(ring->recv_, ring->Input(0), static_cast<size_t>(ring->Count(0)) * elem_bytes);
+    if (ring->Count(0) > 0) {  // an empty buffer may come with null pointers
+      std::memcpy(ring->recv_, ring->Input(0), static_cast<size_t>(ring->Count(0)) * elem_bytes);
+    }
     return ring;  // no steps
   }
   const int largest = *std::max_element(ring->counts_.begin(), ring->counts_.end());

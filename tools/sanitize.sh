@@ -41,7 +41,10 @@ unit_tests=$(query 'kind(cc_test, //tests/...)
 # The 2-rank runtime suites (mpi_test on 2 local ranks).
 # Tests tagged "timing" check a time or a measured slow-down that instrumentation distorts;
 # "no-sanitize" marks suites left out until a failure seen only under a sanitizer is explained.
+# Plus the hierarchical allreduce's own suite, the executor code with the most buffer arithmetic
+# (shards, segments, three lanes).
 mpi_tests=$(query 'attr(name, "_2ranks_test$", kind(sh_test, //tests/runtime:all))
+  + //tests/collectives:hierarchical_allreduce_4ranks_test
   except attr(tags, "timing|no-sanitize", //tests/...)')
 if [[ -z $unit_tests || -z $mpi_tests ]]; then
   echo "sanitize: bazel query found no tests" >&2
