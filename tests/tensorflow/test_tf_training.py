@@ -249,3 +249,42 @@ def test_broadcast_callback_leaves_local_variables_alone(khvd):
     close(local.numpy(), mine, "the local variable")
     root = build_model(seed=30)
     close(model.weights[0].numpy(), root.weights[0].numpy(), "a broadcast weight")
+
+
+@pytest.mark.parametrize("staircase", [True, False])
+def test_learning_rate_schedule(khvd, staircase):
+    """Horovod's LearningRateScheduleCallback: initial_lr x multiplier(epoch) inside
+    [start_epoch, end_epoch), per epoch (staircase) or per batch; a number as multiplier decays
+    exponentially; consecutive schedules cover consecutive ranges."""
+    # Named layers: Keras numbers unnamed ones per process, and earlier tests in this file build
+    # different numbers of models on different ranks, so default names (and with them the
+    # gradients' names) would differ between ranks.
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, name="schedule_hidden"),
+                              keras.layers.Dense(1, name="schedule_out")],
+                             name="schedule_%s" % staircase)
+    model.compile(optimizer=khvd.DistributedOptimizer(keras.optimizers.SGD(0.3)), loss="mse")
+    seen = []
+
+    class Record(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            seen.append(float(np.asarray(self.model.optimizer.learning_rate)))
+
+    schedules = [
+        khvd.callbacks.LearningRateScheduleCallback(0.2, 0.5, start_epoch=1, end_epoch=3,
+                                                    staircase=staircase),
+        khvd.callbacks.LearningRateScheduleCallback(0.2, lambda epoch: 0.01, start_epoch=3,
+                                                    staircase=staircase),
+    ]
+    x, y = data(khvd.rank(), rows=16)
+    history = model.fit(x, y, batch_size=4, epochs=4, verbose=0, shuffle=False,
+                        callbacks=schedules + [Record()])
+    expected = []
+    for epoch in range(4):
+        for batch in range(4):
+            e = epoch if staircase else epoch + batch / 4.0
+            expected.append(0.3 if epoch < 1 else 0.2 * 0.5 ** e if epoch < 3 else 0.2 * 0.01)
+    close(seen, expected, "scheduled learning rates", 1e-6)
+    assert history.history["lr"][-1] == pytest.approx(0.002)
+    with pytest.raises(ValueError, match="initial_lr"):
+        khvd.callbacks.LearningRateScheduleCallback(None, 0.5)

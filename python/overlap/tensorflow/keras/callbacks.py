@@ -71,50 +71,89 @@ def _is_number(value):
         hasattr(value, "shape") and np.ndim(value) == 0)
 
 
-class LearningRateWarmupCallback(keras.callbacks.Callback):
+class LearningRateScheduleCallback(keras.callbacks.Callback):
+    """Sets the learning rate to initial_lr x multiplier(epoch) from start_epoch up to (not
+    including) end_epoch, as Horovod's: with staircase (the default) once at the first batch of
+    each epoch, otherwise at every batch with a fractional epoch (epoch + batch /
+    steps_per_epoch). A number as multiplier means multiplier ** epoch. Outside the epochs the
+    rate is left alone, so several schedules can cover consecutive ranges. steps_per_epoch
+    defaults to what fit() reports. momentum_correction is accepted for Horovod compatibility and
+    not applied: Keras 3 optimizers keep momentum as a constant of the compiled train step."""
+
+    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                 momentum_correction=True, steps_per_epoch=None):
+        super().__init__()
+        if initial_lr is None:
+            raise ValueError("rank %d: LearningRateScheduleCallback needs initial_lr"
+                             % _core.rank())
+        self.initial_lr = float(initial_lr)
+        self.multiplier = multiplier if callable(multiplier) else (
+            lambda epoch, base=float(multiplier): base ** epoch)
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.momentum_correction = momentum_correction
+        self.steps_per_epoch = steps_per_epoch
+        self.current_epoch = 0
+
+    def on_train_begin(self, logs=None):
+        if self.staircase or self.steps_per_epoch:
+            return
+        self.steps_per_epoch = self.params.get("steps") if self.params else None
+        if not self.steps_per_epoch:
+            raise ValueError("rank %d: %s needs steps_per_epoch (fit() did not report it)"
+                             % (_core.rank(), type(self).__name__))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.current_epoch = epoch
+
+    def _in_range(self):
+        return self.current_epoch >= self.start_epoch and (
+            self.end_epoch is None or self.current_epoch < self.end_epoch)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if not self._in_range():
+            return
+        if self.staircase:
+            if batch == 0:
+                self.model.optimizer.learning_rate = (
+                    self.initial_lr * self.multiplier(self.current_epoch))
+            return
+        epoch = self.current_epoch + float(batch) / self.steps_per_epoch
+        self.model.optimizer.learning_rate = self.initial_lr * self.multiplier(epoch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["lr"] = _learning_rate(self.model.optimizer)
+
+
+class LearningRateWarmupCallback(LearningRateScheduleCallback):
     """Ramps the learning rate from initial_lr / size() to initial_lr over warmup_epochs, per
     batch (Goyal et al.'s gradual warmup, as Horovod). initial_lr is the learning rate already
     scaled by the number of ranks. steps_per_epoch defaults to what fit() reports."""
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
                  steps_per_epoch=None, verbose=0):
-        super().__init__()
-        self.initial_lr = float(initial_lr)
+        # One epoch past the warmup, so that the rate lands exactly on initial_lr (Horovod
+        # shifts its ramp by one batch for the same end).
+        super().__init__(initial_lr, self._warmup, start_epoch=0, end_epoch=warmup_epochs + 1,
+                         staircase=False, momentum_correction=momentum_correction,
+                         steps_per_epoch=steps_per_epoch)
         self.warmup_epochs = warmup_epochs
-        self.momentum_correction = momentum_correction
-        self.steps_per_epoch = steps_per_epoch
         self.verbose = verbose
-        self.current_epoch = 0
 
-    def on_train_begin(self, logs=None):
-        if self.steps_per_epoch is None:
-            self.steps_per_epoch = self.params.get("steps") if self.params else None
-        if not self.steps_per_epoch:
-            raise ValueError("rank %d: LearningRateWarmupCallback needs steps_per_epoch (fit() "
-                             "did not report it)" % _core.rank())
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.current_epoch = epoch
-
-    def multiplier(self, epoch):
+    def _warmup(self, epoch):
         """The fraction of initial_lr at fractional `epoch`."""
         if epoch >= self.warmup_epochs:
             return 1.0
         size = _core.size()
         return 1.0 / size * (1.0 - epoch / self.warmup_epochs) + epoch / self.warmup_epochs
 
-    def on_train_batch_begin(self, batch, logs=None):
-        epoch = self.current_epoch + float(batch) / self.steps_per_epoch
-        if self.current_epoch > self.warmup_epochs:
-            return
-        self.model.optimizer.learning_rate = self.initial_lr * self.multiplier(epoch)
-
     def on_epoch_end(self, epoch, logs=None):
         if self.verbose and epoch < self.warmup_epochs and _core.rank() == 0:
             print("\nEpoch %d: LearningRateWarmupCallback sets learning rate to %g." %
                   (epoch + 1, _learning_rate(self.model.optimizer)))
-        if logs is not None:
-            logs["lr"] = _learning_rate(self.model.optimizer)
+        super().on_epoch_end(epoch, logs)
 
 
 def _learning_rate(optimizer):
