@@ -182,7 +182,7 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
   const absl::Duration warning = absl::Seconds(config_.stall_warning_s);
   const absl::Duration timeout = absl::Seconds(config_.stall_timeout_s);
   auto report = [&](const Request& request, const std::vector<int>& have, absl::Duration age,
-                    bool fail, int32_t cache_id) {
+                    bool fail, int32_t cache_id, const std::string& hint = "") {
     std::vector<int> missing;
     for (int r = 0; r < size_; ++r) {
       if (std::find(have.begin(), have.end(), r) == have.end()) missing.push_back(r);
@@ -190,7 +190,7 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
     const std::string text =
         absl::StrCat(OpKindName(request.kind), " '", request.name, "': submitted by ranks ",
                      RankList(have, hosts_), " but not by ranks ", RankList(missing, hosts_),
-                     " for ", Seconds(age));
+                     " for ", Seconds(age), hint);
     if (!fail) {
       spdlog::warn("overlap: rank 0: stall: {} (fails after OVERLAP_STALL_TIMEOUT_S={})", text,
                    config_.stall_timeout_s);
@@ -231,7 +231,12 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
     ++it;
   }
 
-  // Operations first seen whole and still missing from some ranks.
+  // Operations first seen whole and still missing from some ranks. Hints are worked out before
+  // any entry is failed and erased, so both sides of a renamed tensor get theirs.
+  absl::flat_hash_map<std::string, std::string> hints;
+  for (const auto& [name, entry] : table_) {
+    if (now - entry.first_seen >= warning) hints[name] = RenamedTensorHint(name);
+  }
   for (auto it = table_.begin(); it != table_.end();) {
     TableEntry& entry = it->second;
     const absl::Duration age = now - entry.first_seen;
@@ -244,16 +249,51 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
       }
     }
     if (may_fail && age >= timeout) {
-      report(*request, have, age, /*fail=*/true, -1);
+      report(*request, have, age, /*fail=*/true, -1, hints[it->first]);
       table_.erase(it++);
       continue;
     }
     if (age >= warning && !entry.warned) {
-      report(*request, have, age, /*fail=*/false, -1);
+      report(*request, have, age, /*fail=*/false, -1, hints[it->first]);
       entry.warned = true;
     }
     ++it;
   }
+}
+
+std::string Negotiator::RenamedTensorHint(const std::string& name) const {
+  auto ranks_of = [this](const TableEntry& entry, const Request** request) {
+    std::vector<int> ranks;
+    for (int r = 0; r < size_; ++r) {
+      if (entry.requests[static_cast<size_t>(r)].has_value()) {
+        ranks.push_back(r);
+        *request = &*entry.requests[static_cast<size_t>(r)];
+      }
+    }
+    return ranks;
+  };
+  const Request* mine = nullptr;
+  const std::vector<int> have = ranks_of(table_.at(name), &mine);
+  for (const auto& [other_name, other] : table_) {
+    const Request* theirs = nullptr;
+    const std::vector<int> other_have = ranks_of(other, &theirs);
+    if (other_name == name || theirs == nullptr || theirs->kind != mine->kind ||
+        theirs->tensors != mine->tensors) {
+      continue;
+    }
+    // The other tensor comes from exactly the ranks that lack this one.
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (std::find(have.begin(), have.end(), r) == have.end()) missing.push_back(r);
+    }
+    if (other_have != missing) continue;
+    return absl::StrCat("; ranks ", RankList(other_have, hosts_), " submitted ",
+                        OpKindName(theirs->kind), " '", other_name,
+                        "' of the same dtype and shape instead: the ranks may name one tensor "
+                        "differently (names must match on every rank; Keras numbers unnamed "
+                        "layers per process)");
+  }
+  return "";
 }
 
 bool Negotiator::StallGatherDue() const {

@@ -54,8 +54,8 @@ struct RoundResult {
   std::vector<std::pair<PendingOp, std::string>> failed;  // with the error text
   bool all_shutting_down = false;
   bool any_shutting_down = false;  // some rank has called Shutdown and has nothing left to run
-  bool resend = false;   // some pending operations must be sent again next round
-  bool evicted = false;  // cache ids were invalidated
+  bool resend = false;             // some pending operations must be sent again next round
+  bool evicted = false;            // cache ids were invalidated
   // The planned-launch count, when every rank reported the same one: then no planned collective
   // is started on some ranks and not others, and the plan may be changed.
   std::optional<uint64_t> agreed_launches;
@@ -120,6 +120,12 @@ class Negotiator {
   void MatchTable(std::vector<Response>* responses);
   void InspectStalls(const std::vector<uint64_t>& all, const std::vector<uint64_t>& any,
                      bool gathered, bool may_fail, std::vector<Response>* responses);
+  // For a stalled table entry: another stalled entry of the same kind, dtype and shape
+  // submitted by exactly the ranks that lack `name` suggests the ranks name one tensor
+  // differently;
+  // the hint says so ("; ranks [..] submitted allreduce 'x' of the same dtype and shape
+  // instead: ..."), else it is empty.
+  std::string RenamedTensorHint(const std::string& name) const;
   bool StallGatherDue() const;
   void ApplyResponses(std::vector<int32_t> evictions, std::vector<Response> responses,
                       const std::vector<uint64_t>& all_ready, PendingTable* pending, bool joined,

@@ -231,6 +231,46 @@ TEST_CASE("an operation some ranks never submit is failed by the stall inspector
   CHECK(results[3]->failed.empty());  // rank 3 has nothing to fail
 }
 
+TEST_CASE("a tensor named differently on some ranks is failed with a hint naming both names",
+          "[negotiator][stall]") {
+  Negotiation job(4, FastConfig());
+  // Ranks 0 and 1 call it "dense_1/kernel", ranks 2 and 3 "dense_3/kernel": the same tensor,
+  // as a Keras model built after different numbers of other models would name it.
+  for (int r = 0; r < 4; ++r) job.Submit(r, r < 2 ? "dense_1/kernel" : "dense_3/kernel", {4, 3});
+  job.Submit(0, "alone", {4, 3});  // same shape, but rank 0 also has the first name: no hint
+  auto results = job.RoundsUntilFailure({}, absl::Seconds(10));
+  for (int r = 0; r < 4; ++r) {
+    REQUIRE(results[r].ok());
+    const std::string mine = r < 2 ? "dense_1/kernel" : "dense_3/kernel";
+    const std::string theirs = r < 2 ? "dense_3/kernel" : "dense_1/kernel";
+    const std::string others = r < 2 ? "[2 (h3), 3 (h4)]" : "[0 (h1), 1 (h2)]";
+    bool found = false;
+    for (const auto& [op, error] : results[r]->failed) {
+      if (op.request.name != mine) continue;
+      found = true;
+      CHECK(absl::StrContains(error, absl::StrCat("; ranks ", others, " submitted allreduce '",
+                                                  theirs, "' of the same dtype and shape")));
+      CHECK(absl::StrContains(error, "names must match on every rank"));
+    }
+    CHECK(found);
+    for (const auto& [op, error] : results[r]->failed) {
+      if (op.request.name == "alone") CHECK_FALSE(absl::StrContains(error, "same dtype"));
+    }
+  }
+}
+
+TEST_CASE("different shapes on the two sides give no renaming hint", "[negotiator][stall]") {
+  Negotiation job(2, FastConfig());
+  job.Submit(0, "a", {4});
+  job.Submit(1, "b", {5});
+  auto results = job.RoundsUntilFailure({}, absl::Seconds(10));
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(results[r].ok());
+    REQUIRE(results[r]->failed.size() == 1);
+    CHECK_FALSE(absl::StrContains(results[r]->failed[0].second, "same dtype and shape"));
+  }
+}
+
 TEST_CASE("a cached operation that one rank stops submitting is failed on the others, naming it",
           "[negotiator][stall]") {
   Negotiation job(3, FastConfig());
