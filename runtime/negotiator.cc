@@ -183,10 +183,7 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
   const absl::Duration timeout = absl::Seconds(config_.stall_timeout_s);
   auto report = [&](const Request& request, const std::vector<int>& have, absl::Duration age,
                     bool fail, int32_t cache_id, const std::string& hint = "") {
-    std::vector<int> missing;
-    for (int r = 0; r < size_; ++r) {
-      if (std::find(have.begin(), have.end(), r) == have.end()) missing.push_back(r);
-    }
+    const std::vector<int> missing = OtherRanks(have);
     const std::string text =
         absl::StrCat(OpKindName(request.kind), " '", request.name, "': submitted by ranks ",
                      RankList(have, hosts_), " but not by ranks ", RankList(missing, hosts_),
@@ -231,23 +228,22 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
     ++it;
   }
 
-  // Operations first seen whole and still missing from some ranks. Hints are worked out before
-  // any entry is failed and erased, so both sides of a renamed tensor get theirs.
+  // Operations first seen whole and still missing from some ranks. The hints of the entries
+  // reported this round are worked out before any entry is failed and erased, so both sides of a
+  // renamed tensor get theirs.
+  auto reported_now = [&](const TableEntry& entry) {
+    const absl::Duration age = now - entry.first_seen;
+    return (may_fail && age >= timeout) || (age >= warning && !entry.warned);
+  };
   absl::flat_hash_map<std::string, std::string> hints;
   for (const auto& [name, entry] : table_) {
-    if (now - entry.first_seen >= warning) hints[name] = RenamedTensorHint(name);
+    if (reported_now(entry)) hints[name] = RenamedTensorHint(name);
   }
   for (auto it = table_.begin(); it != table_.end();) {
     TableEntry& entry = it->second;
     const absl::Duration age = now - entry.first_seen;
-    std::vector<int> have;
     const Request* request = nullptr;
-    for (int r = 0; r < size_; ++r) {
-      if (entry.requests[static_cast<size_t>(r)].has_value()) {
-        have.push_back(r);
-        request = &*entry.requests[static_cast<size_t>(r)];
-      }
-    }
+    const std::vector<int> have = SubmittedBy(entry, &request);
     if (may_fail && age >= timeout) {
       report(*request, have, age, /*fail=*/true, -1, hints[it->first]);
       table_.erase(it++);
@@ -261,33 +257,36 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
   }
 }
 
-std::string Negotiator::RenamedTensorHint(const std::string& name) const {
-  auto ranks_of = [this](const TableEntry& entry, const Request** request) {
-    std::vector<int> ranks;
-    for (int r = 0; r < size_; ++r) {
-      if (entry.requests[static_cast<size_t>(r)].has_value()) {
-        ranks.push_back(r);
-        *request = &*entry.requests[static_cast<size_t>(r)];
-      }
+std::vector<int> Negotiator::SubmittedBy(const TableEntry& entry, const Request** request) const {
+  std::vector<int> ranks;
+  for (int r = 0; r < size_; ++r) {
+    if (entry.requests[static_cast<size_t>(r)].has_value()) {
+      ranks.push_back(r);
+      *request = &*entry.requests[static_cast<size_t>(r)];
     }
-    return ranks;
-  };
+  }
+  return ranks;
+}
+
+std::vector<int> Negotiator::OtherRanks(const std::vector<int>& ranks) const {
+  std::vector<int> others;
+  for (int r = 0; r < size_; ++r) {
+    if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) others.push_back(r);
+  }
+  return others;
+}
+
+std::string Negotiator::RenamedTensorHint(const std::string& name) const {
   const Request* mine = nullptr;
-  const std::vector<int> have = ranks_of(table_.at(name), &mine);
+  const std::vector<int> missing = OtherRanks(SubmittedBy(table_.at(name), &mine));
   for (const auto& [other_name, other] : table_) {
     const Request* theirs = nullptr;
-    const std::vector<int> other_have = ranks_of(other, &theirs);
-    if (other_name == name || theirs == nullptr || theirs->kind != mine->kind ||
-        theirs->tensors != mine->tensors) {
+    // The other tensor comes from exactly the ranks that lack this one.
+    if (other_name == name || SubmittedBy(other, &theirs) != missing || theirs == nullptr ||
+        theirs->kind != mine->kind || theirs->tensors != mine->tensors) {
       continue;
     }
-    // The other tensor comes from exactly the ranks that lack this one.
-    std::vector<int> missing;
-    for (int r = 0; r < size_; ++r) {
-      if (std::find(have.begin(), have.end(), r) == have.end()) missing.push_back(r);
-    }
-    if (other_have != missing) continue;
-    return absl::StrCat("; ranks ", RankList(other_have, hosts_), " submitted ",
+    return absl::StrCat("; ranks ", RankList(missing, hosts_), " submitted ",
                         OpKindName(theirs->kind), " '", other_name,
                         "' of the same dtype and shape instead: the ranks may name one tensor "
                         "differently (names must match on every rank; Keras numbers unnamed "

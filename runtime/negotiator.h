@@ -126,6 +126,10 @@ class Negotiator {
   // the hint says so ("; ranks [..] submitted allreduce 'x' of the same dtype and shape
   // instead: ..."), else it is empty.
   std::string RenamedTensorHint(const std::string& name) const;
+  // The ranks that submitted `entry` (and in *request the last one's request); the ranks not in
+  // `ranks`.
+  std::vector<int> SubmittedBy(const TableEntry& entry, const Request** request) const;
+  std::vector<int> OtherRanks(const std::vector<int>& ranks) const;
   bool StallGatherDue() const;
   void ApplyResponses(std::vector<int32_t> evictions, std::vector<Response> responses,
                       const std::vector<uint64_t>& all_ready, PendingTable* pending, bool joined,
