@@ -10,9 +10,10 @@
 // buffers through each host's NIC whatever the flat algorithm would have done. A flat ring over
 // n = H x L ranks crosses hosts on every host boundary of the ring; recursive halving crosses
 // them on every step whose partner is on another host, which depends on how ranks are numbered.
-// On 2 hosts of 1 Gbit/s (docs/benchmarks.md, "Hierarchical allreduce") this was 1.7-1.8x
-// faster than flat with ranks placed round-robin, 2.0-2.3x with 3 ranks per host, and level with
-// 2 consecutive ranks per host, where Open MPI's recursive halving already stays on the host.
+// On 2 hosts of 1 Gbit/s (docs/benchmarks.md, "Hierarchical allreduce on two hosts"), for 4-64 MiB
+// this was 1.8-2.0x faster than flat with ranks placed round-robin, 2.2-2.7x with 3 ranks per
+// host, and level (0.95-1.13x) with 2 consecutive ranks per host, where Open MPI's recursive
+// halving already keeps its largest exchange on the host.
 //
 // The buffer is cut into segments of SegmentedAllreduce::kSegmentBytes, and the three phases are
 // three lanes that take the segments in order, one at a time each: segment k's cross-host
