@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <csignal>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 
 namespace overlap::launcher {
@@ -56,7 +58,7 @@ std::optional<UnansweredPeer> ParseUnansweredPeer(absl::string_view line) {
   return UnansweredPeer{reporter, std::string(name)};
 }
 
-std::optional<int> ParseExitedPeer(absl::string_view line) {
+std::optional<ExitedPeer> ParseExitedPeer(absl::string_view line) {
   constexpr absl::string_view kLost = ": lost the control connection to rank ",
                               kExited = "): the process exited or shut down early";
   const size_t lost = line.find(kLost);
@@ -65,15 +67,47 @@ std::optional<int> ParseExitedPeer(absl::string_view line) {
   }
   const size_t from = lost + kLost.size();
   const size_t end = line.find(" (host ", from);
-  int peer = -1;
-  if (end == absl::string_view::npos || !absl::SimpleAtoi(line.substr(from, end - from), &peer) ||
-      peer < 0) {
+  ExitedPeer seen;
+  if (end == absl::string_view::npos ||
+      !absl::SimpleAtoi(line.substr(from, end - from), &seen.peer) || seen.peer < 0) {
     return std::nullopt;
   }
-  return peer;
+  // The reporter, "rank N" just before kLost, when the line has one.
+  const size_t rank_word = line.rfind("rank ", lost);
+  if (rank_word == absl::string_view::npos ||
+      !absl::SimpleAtoi(line.substr(rank_word + 5, lost - rank_word - 5), &seen.reporter) ||
+      seen.reporter < 0) {
+    seen.reporter = -1;
+  }
+  return seen;
 }
 
-void FailureLog::AddExitedPeer(int peer) {
+FailureLog::FailureLog(std::vector<std::string> rank_hosts) : rank_hosts_(std::move(rank_hosts)) {}
+
+std::string FailureLog::HostOf(int rank) const {
+  return rank >= 0 && static_cast<size_t>(rank) < rank_hosts_.size()
+             ? rank_hosts_[static_cast<size_t>(rank)]
+             : std::string();
+}
+
+std::string FailureLog::HostAndRanks(const std::string& host) const {
+  std::vector<std::string> ranks;
+  for (size_t rank = 0; rank < rank_hosts_.size(); ++rank) {
+    if (rank_hosts_[rank] == host) {
+      ranks.push_back(absl::StrCat(rank));
+    }
+  }
+  if (ranks.empty()) {
+    return host;
+  }
+  return absl::StrCat(host, " (", ranks.size() == 1 ? "rank " : "ranks ",
+                      absl::StrJoin(ranks, ", "), ")");
+}
+
+void FailureLog::AddExitedPeer(int peer, int reporter) {
+  if (reporter >= 0) {
+    exited_seen_by_.emplace_back(peer, reporter);
+  }
   if (std::find(exited_peers_.begin(), exited_peers_.end(), peer) == exited_peers_.end()) {
     exited_peers_.push_back(peer);
   }
@@ -97,15 +131,57 @@ bool FailureLog::Add(const RankReport& report) {
   return true;
 }
 
-bool FailureLog::AddLostHost(const std::string& who, const std::string& by, int64_t at_ms) {
-  if (!lost_host_.empty()) {
+bool FailureLog::AddLostHost(const std::string& host, int reporter, int64_t at_ms) {
+  lost_.push_back(LostContact{host, reporter});
+  if (lost_.size() > 1) {
     return false;
   }
-  lost_host_ = who;
-  lost_by_ = by;
   lost_at_ms_ = at_ms;
   announced_ = true;  // rank failures after this one are its consequences
   return true;
+}
+
+std::string FailureLog::LostHostSentence() const {
+  constexpr absl::string_view kDown = ": the host or its network is down";
+  for (const LostContact& lost : lost_) {
+    if (lost.reporter < 0) {
+      return absl::StrCat("mpirun lost contact with host ", HostAndRanks(lost.host), kDown);
+    }
+  }
+  const LostContact& first = lost_.front();
+  const std::string reporter_host = HostOf(first.reporter);
+  // A worker hears only rank 0. If a rank on a third host saw a process on rank 0's host exit,
+  // that host's network worked, and the worker's own host is the one that went silent.
+  if (first.reporter != 0 && !reporter_host.empty() && reporter_host != first.host &&
+      first.host == HostOf(0)) {
+    for (const auto& [peer, seer] : exited_seen_by_) {
+      const std::string seer_host = HostOf(seer);
+      if (HostOf(peer) == first.host && !seer_host.empty() && seer_host != first.host &&
+          seer_host != reporter_host) {
+        return absl::StrCat("rank ", first.reporter, " on host ", reporter_host,
+                            " stopped hearing from host ", HostAndRanks(first.host),
+                            ", which ranks on other hosts still heard from: host ",
+                            HostAndRanks(reporter_host), " or its network is down");
+      }
+    }
+  }
+  // Rank 0 hears every worker: losing two or more hosts at once points at its own.
+  if (first.reporter == 0 && !reporter_host.empty()) {
+    std::vector<std::string> silent;
+    for (const LostContact& lost : lost_) {
+      if (lost.reporter == 0 && lost.host != reporter_host &&
+          std::find(silent.begin(), silent.end(), lost.host) == silent.end()) {
+        silent.push_back(lost.host);
+      }
+    }
+    if (silent.size() >= 2) {
+      return absl::StrCat("rank 0 lost contact with hosts ", absl::StrJoin(silent, ", "),
+                          " at once: host ", HostAndRanks(reporter_host),
+                          " or its network is down");
+    }
+  }
+  return absl::StrCat("rank ", first.reporter, " lost contact with host ",
+                      HostAndRanks(first.host), kDown);
 }
 
 bool FailureLog::Reported(int rank) const {
@@ -204,15 +280,15 @@ std::optional<RankReport> FailureLog::Cause() const {
 }
 
 std::string FailureLog::Summary(int64_t job_end_ms) const {
-  if (!lost_host_.empty()) {
+  if (!lost_.empty()) {
     int stopped = 0, failed = 0;
     for (const RankReport& r : reports_) {
       ++(OnItsOwn(r) ? failed : stopped);
     }
     return absl::StrFormat(
-        "overlaprun: job failed: %s lost contact with host %s: the host or its network is "
-        "down; %d rank%s failed and %d %s stopped; the job ended %.2f s after",
-        lost_by_, lost_host_, failed, failed == 1 ? "" : "s", stopped,
+        "overlaprun: job failed: %s; %d rank%s failed and %d %s stopped; the job ended %.2f s "
+        "after",
+        LostHostSentence(), failed, failed == 1 ? "" : "s", stopped,
         stopped == 1 ? "was" : "were", static_cast<double>(job_end_ms - lost_at_ms_) / 1000.0);
   }
   std::optional<RankReport> cause = Cause();
@@ -234,7 +310,7 @@ std::string FailureLog::Summary(int64_t job_end_ms) const {
 }
 
 int FailureLog::ExitStatus(int mpirun_status) const {
-  if (!lost_host_.empty()) {
+  if (!lost_.empty()) {
     return std::max(1, mpirun_status);  // no rank's status says what happened
   }
   std::optional<RankReport> cause = Cause();

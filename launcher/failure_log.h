@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -43,12 +44,20 @@ std::optional<UnansweredPeer> ParseUnansweredPeer(absl::string_view line);
 // A rank's report that a peer's process ended under it (its control connection closed), which
 // says
 //   rank 0: lost the control connection to rank 2 (host h3): the process exited or shut down early
-// as the peer's rank (2); nullopt for any other line.
-std::optional<int> ParseExitedPeer(absl::string_view line);
+// as {reporting rank 0, the peer 2}; nullopt for any other line.
+struct ExitedPeer {
+  int reporter = -1;
+  int peer = -1;
+};
+std::optional<ExitedPeer> ParseExitedPeer(absl::string_view line);
 
 class FailureLog {
  public:
   static constexpr int64_t kSimultaneousMs = 500;
+
+  // `rank_hosts[r]` is rank r's host (as --map-by slot places it), empty or short when unknown;
+  // it names hosts' ranks in messages and tells which host a report came from.
+  explicit FailureLog(std::vector<std::string> rank_hosts = {});
 
   // Records one report. Returns true when it is the first report of a rank that failed on its own,
   // which is when overlaprun announces the failure and starts the kill grace period.
@@ -59,12 +68,21 @@ class FailureLog {
   // Whether `rank` has reported its end.
   bool Reported(int rank) const;
 
-  // A report that a host went away (it or its network): mpirun lost contact with its daemon
-  // there, or a rank's control connection to it stopped answering. `who` names the host and its
-  // ranks, e.g. "h3 (rank 2)"; `by` who noticed, "mpirun" or "rank 0". The first such report is
-  // the cause of the job's end, whatever the ranks reported: they failed or were stopped because
-  // of it. Returns true for the first one (later ones are ignored).
-  bool AddLostHost(const std::string& who, const std::string& by, int64_t at_ms);
+  // A report that contact with `host` was lost: mpirun lost its daemon there (`reporter` -1), or
+  // rank `reporter`'s control connection to it stopped answering. Lost contact is the cause of
+  // the job's end, whatever the ranks reported: they failed or were stopped because of it.
+  // Returns true for the first such report (the one overlaprun announces). Which host is blamed
+  // is decided at the end (Summary), from every report:
+  //  - mpirun's first report, when there is one;
+  //  - else, when the first reporter is a worker that lost rank 0's host (the control plane is a
+  //    star around rank 0) and a rank on a third host saw a process on that host exit (so its
+  //    network still worked), the reporter's own host: it is the one that went silent;
+  //  - else, when rank 0 lost two or more hosts, rank 0's own host;
+  //  - else the host the first report names.
+  bool AddLostHost(const std::string& host, int reporter, int64_t at_ms);
+
+  // "h3 (rank 2)" or "h1 (ranks 0, 1)": the host and the ranks on it; just the host when none.
+  std::string HostAndRanks(const std::string& host) const;
 
   // A rank saw rank `peer`'s process end under it (ParseExitedPeer). Among the failures that
   // ended together, a rank its peers saw exit first is the cause: the peers' own exits follow
@@ -72,8 +90,10 @@ class FailureLog {
   // `peer` ended before the launcher stopped anything, so it failed on its own even when its
   // wrapper, slow to report on a loaded machine, took it for stopped (a SIGKILL that reached it
   // just before mpirun's stop request did).
-  void AddExitedPeer(int peer);
-  bool lost_host() const { return !lost_host_.empty(); }
+  // `reporter` is the rank that saw it (-1: unknown); a reporter on another host proves that the
+  // peer's host could still be reached.
+  void AddExitedPeer(int peer, int reporter = -1);
+  bool lost_host() const { return !lost_.empty(); }
 
   // The failure to blame: the earliest one not caused by the launcher, else the earliest of all.
   std::optional<RankReport> Cause() const;
@@ -81,8 +101,9 @@ class FailureLog {
   // The final line, e.g. "overlaprun: job failed: rank 1 on host h2 was killed by signal 9
   // (SIGKILL); after it 0 ranks failed and 3 were stopped; the job ended 0.41 s after the first
   // failure", or after a lost host "overlaprun: job failed: mpirun lost contact with host h3
-  // (rank 2): the host or its network is down; after it ..." ("rank 0 lost contact ..." when a
-  // rank noticed first).
+  // (rank 2): the host or its network is down; 1 rank failed ..." ("rank 0 lost contact ..." when
+  // a rank noticed first, "rank 2 on host h3 stopped hearing from ..." when the reporter's own
+  // host is blamed).
   // `job_end_ms` is when mpirun exited. Only meaningful when !empty() or lost_host().
   std::string Summary(int64_t job_end_ms) const;
 
@@ -96,12 +117,22 @@ class FailureLog {
   // have been.
   bool OnItsOwn(const RankReport& r) const;
 
-  std::vector<int> exited_peers_;      // AddExitedPeer's ranks, in the order reported
+  struct LostContact {
+    std::string host;
+    int reporter = -1;  // -1: mpirun
+  };
+  std::string HostOf(int rank) const;
+  // The end of Summary's first sentence after a lost host: who lost contact and which host is
+  // to blame (AddLostHost's rules).
+  std::string LostHostSentence() const;
+
+  std::vector<std::string> rank_hosts_;
+  std::vector<int> exited_peers_;       // AddExitedPeer's ranks, in the order reported
   std::vector<int> exited_unprompted_;  // those of them reported before any announcement
+  std::vector<std::pair<int, int>> exited_seen_by_;  // {peer, reporter} with a known reporter
   bool announced_ = false;
-  std::string lost_host_;  // AddLostHost's `who`, empty when no host was lost
-  std::string lost_by_;    // and its `by`
-  int64_t lost_at_ms_ = 0;
+  std::vector<LostContact> lost_;  // AddLostHost's reports, in order
+  int64_t lost_at_ms_ = 0;         // when the first came
 };
 
 }  // namespace overlap::launcher

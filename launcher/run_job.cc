@@ -25,6 +25,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Rank r's host as --map-by slot places it, for every rank the host list covers.
+std::vector<std::string> RankHosts(const LaunchOptions& options) {
+  std::vector<std::string> hosts;
+  for (int rank = 0; rank < options.num_ranks; ++rank) {
+    hosts.push_back(HostOfRank(options.hosts, rank));
+  }
+  return hosts;
+}
+
 // mpirun gets this long after SIGTERM before SIGKILL.
 constexpr std::chrono::seconds kTermToKill{3};
 // After mpirun exits, its stderr is read for at most this long: daemons on a host that lost its
@@ -93,7 +102,7 @@ pid_t StartMpirun(const std::vector<std::string>& argv, int stderr_fd) {
 class JobWatcher {
  public:
   JobWatcher(const LaunchOptions& options, pid_t mpirun, int stderr_fd)
-      : options_(options), mpirun_(mpirun), fd_(stderr_fd) {
+      : options_(options), mpirun_(mpirun), fd_(stderr_fd), log_(RankHosts(options)) {
     // Without the wrapper no rank says it started, so there is nothing to time.
     if (options_.wrap_ranks) {
       start_deadline_ = After(options_.start_timeout_s);
@@ -144,11 +153,11 @@ class JobWatcher {
     if (!report) {
       WriteAll(STDERR_FILENO, line.data(), line.size());
       if (std::optional<std::string> host = ParseLostDaemonHost(line)) {
-        LostHost(*host, "mpirun");
+        LostHost(*host, -1);
       } else if (std::optional<UnansweredPeer> peer = ParseUnansweredPeer(line)) {
-        LostHost(peer->host, absl::StrCat("rank ", peer->reporter));
-      } else if (std::optional<int> exited = ParseExitedPeer(line)) {
-        log_.AddExitedPeer(*exited);
+        LostHost(peer->host, peer->reporter);
+      } else if (std::optional<ExitedPeer> exited = ParseExitedPeer(line)) {
+        log_.AddExitedPeer(exited->peer, exited->reporter);
       }
       return;
     }
@@ -161,25 +170,26 @@ class JobWatcher {
     terminate_at_ = After(options_.kill_grace_s);
   }
 
-  // `by` (mpirun, or a rank's control connection) lost contact with `host`: that host is the
-  // cause. The job then ends by itself (mpirun aborts it, or the rank fails and its peers follow),
-  // but nothing reaches the host's ranks, so the kill grace applies as after a rank's failure.
-  void LostHost(const std::string& host, const std::string& by) {
-    std::vector<std::string> ranks;
-    for (int rank = 0; rank < options_.num_ranks; ++rank) {
-      if (HostOfRank(options_.hosts, rank) == host) {
-        ranks.push_back(absl::StrCat(rank));
-      }
-    }
-    const std::string who = ranks.empty()
-                                ? host
-                                : absl::StrCat(host, " (", ranks.size() == 1 ? "rank " : "ranks ",
-                                               absl::StrJoin(ranks, ", "), ")");
-    if (!log_.AddLostHost(who, by, NowMs())) {
+  // mpirun (`reporter` -1) or a rank's control connection lost contact with `host`. The job then
+  // ends by itself (mpirun aborts it, or the rank fails and its peers follow), but nothing reaches
+  // the host's ranks, so the kill grace applies as after a rank's failure. Which host is to blame
+  // is decided when the job has ended (FailureLog::AddLostHost); a worker that lost rank 0 may be
+  // the silent one, so its report names both.
+  void LostHost(const std::string& host, int reporter) {
+    if (!log_.AddLostHost(host, reporter, NowMs())) {
       return;
     }
-    Say(absl::StrCat("overlaprun: ", by, " lost contact with host ", who,
-                     ": the host or its network is down; stopping the job"));
+    const std::string reporter_host = reporter > 0 ? HostOfRank(options_.hosts, reporter) : "";
+    if (!reporter_host.empty() && reporter_host != host) {
+      Say(absl::StrCat("overlaprun: rank ", reporter, " on host ", reporter_host,
+                       " lost contact with host ", log_.HostAndRanks(host),
+                       ": one of the two hosts or the network between them is down; stopping "
+                       "the job"));
+    } else {
+      Say(absl::StrCat("overlaprun: ", reporter < 0 ? "mpirun" : absl::StrCat("rank ", reporter),
+                       " lost contact with host ", log_.HostAndRanks(host),
+                       ": the host or its network is down; stopping the job"));
+    }
     if (!terminate_at_) {
       first_failure_ = absl::StrCat("it lost contact with ", host);
       terminate_at_ = After(options_.kill_grace_s);

@@ -59,6 +59,13 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_unconfigure(config):
     if _failed:
+        # Say why this rank leaves with status 1, even when pytest's summary names no failed test
+        # (a session fixture's teardown, an internal error).
+        print(f"overlap_pytest: rank {mpi_rank()} exits with status 1 after: {', '.join(_failed)}",
+              file=sys.stderr)
+        # pytest's report (the errors and the summary line) goes through its own writer, whose
+        # buffer os._exit would drop: a session fixture's teardown error was lost that way.
+        config.get_terminal_writer().flush()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)

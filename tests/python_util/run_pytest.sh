@@ -25,7 +25,10 @@ abspath() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 
 # Two cores shared by up to four ranks: one compute thread per rank (and quiet TensorFlow logs).
 export OMP_NUM_THREADS=1
-forwarded=(OMP_NUM_THREADS PYTHONDONTWRITEBYTECODE HOME)
+# Unbuffered output and Python's fault handler: a rank that dies in native code still leaves
+# everything it printed, and a crash prints every thread's stack.
+export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
+forwarded=(OMP_NUM_THREADS PYTHONDONTWRITEBYTECODE PYTHONUNBUFFERED PYTHONFAULTHANDLER HOME)
 case $framework in
   torch)
     check='import torch; print("torch", torch.__version__)' ;;
