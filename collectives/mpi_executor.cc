@@ -282,9 +282,11 @@ absl::Status MpiExecutor::SplitByHost(int host) {
   MPI_Comm_rank(comms_.front(), &rank);
   MPI_Comm_size(comms_.front(), &size);
   int rc = MPI_SUCCESS;
-  std::vector<HostComms> host_comms(comms_.size());
+  // Split straight into the member: on failure Create drops this executor, whose destructor
+  // frees whatever communicators were made before the error.
+  host_comms_.assign(comms_.size(), HostComms{});
   for (size_t c = 0; c < comms_.size(); ++c) {
-    HostComms& hc = host_comms[c];
+    HostComms& hc = host_comms_[c];
     int local_rank = 0, local_size = 0, cross_size = 0;
     rc = MPI_Comm_split(comms_[c], host, rank, &hc.local);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(hc.local, &local_rank);
@@ -309,7 +311,6 @@ absl::Status MpiExecutor::SplitByHost(int host) {
                        host, ") has ", local_size));
     }
   }
-  host_comms_ = std::move(host_comms);
   return absl::OkStatus();
 }
 

@@ -189,3 +189,14 @@ def test_an_elastic_training_loop_in_horovods_style(hvd):
     assert state.epoch == 1 and state.sampler.epoch == 2 and state.sampler.processed_num == 0
     for i, p in enumerate(model.parameters()):
         assert _same_on_every_rank(hvd, p, "trained.%d" % i)
+
+
+def test_module_reexports_horovods_names(hvd):
+    """horovod.torch.elastic also exports init, shutdown and run_fn; scripts call
+    hvd.elastic.init() (a no-op once initialised) before building their state."""
+    import overlap.basics
+    import overlap.elastic
+    assert hvd.elastic.init is overlap.basics.init
+    assert hvd.elastic.run_fn is overlap.elastic.run_fn
+    hvd.elastic.init()  # already initialised: nothing changes
+    assert hvd.is_initialized() and hvd.elastic.shutdown.__module__ == "overlap.torch.elastic"

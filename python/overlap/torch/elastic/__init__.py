@@ -10,6 +10,7 @@ a fixed set of ranks, state synchronised and rolled back as in Horovod).
     train(hvd.elastic.TorchState(model, optimizer, epoch=0))
 """
 
+from overlap.basics import init
 from overlap.elastic import run_fn
 from overlap.torch.elastic.sampler import ElasticSampler
 from overlap.torch.elastic.state import TorchState
@@ -21,4 +22,10 @@ def run(func):
     return run_fn(func)
 
 
-__all__ = ["ElasticSampler", "TorchState", "run"]
+def shutdown():
+    """overlap.torch.shutdown (horovod.torch.elastic re-exports it too)."""
+    import overlap.torch
+    overlap.torch.shutdown()
+
+
+__all__ = ["ElasticSampler", "TorchState", "init", "run", "run_fn", "shutdown"]
