@@ -517,7 +517,9 @@ void PlannedMode::FinishJob(SliceJob* job) {
 }
 
 absl::Status PlannedMode::ProgressSlices() {
-  const absl::Duration limit = absl::Seconds(PlaneConfig(config_).collective_timeout_s);
+  // PlaneConfig's timeout, without copying the whole Config on every progress call.
+  const absl::Duration limit =
+      absl::Seconds(config_.collective_timeout_s + config_.stall_timeout_s);
   for (std::deque<SliceJob*>& jobs : channel_jobs_) {
     while (!jobs.empty()) {
       SliceJob* job = jobs.front();

@@ -442,3 +442,39 @@ def test_sync_batch_norm(hvd, spatial, batches):
     bn.eval()
     x = floats((2, channels) + spatial, 630, rank, torch.float32)
     assert_close(sync_bn(x).detach(), bn(x).detach(), "SyncBatchNorm in eval mode", rtol=1e-5, atol=1e-6)
+
+
+def test_step_markers_hook_module_calls_only_until_the_forward_marker(hvd):
+    """The global forward pre-hook that marks a step's forward sends every module call through
+    torch's slow path, so it is registered only while a forward marker is due: from an update
+    to the next forward. The runtime still sees one forward marker per step."""
+    from torch.nn.modules import module as nn_module
+
+    from overlap.torch import step_markers
+
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=[("markers." + n, p)
+                                                     for n, p in model.named_parameters()])
+    markers = step_markers.install()
+
+    def hooked():
+        return any(getattr(h, "__self__", None) is markers
+                   for h in nn_module._global_forward_pre_hooks.values())
+
+    x = torch.randn(8, 4)
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+    steps = hvd._core.stats()["steps"]
+    for i in range(3):
+        assert hooked(), "no forward marker hook after step %d" % i
+        opt.zero_grad()
+        loss = model(x).sum()
+        assert not hooked(), "the forward marker hook stayed after the forward of step %d" % i
+        with torch.no_grad():
+            model(x)  # an extra forward within the step changes nothing
+        loss.backward()
+        opt.step()
+    assert hvd._core.stats()["steps"] == steps + 3

@@ -48,6 +48,23 @@ def _here(message):
     return "rank %d: DistributedOptimizer: %s" % (_core.rank(), message)
 
 
+class _Param:
+    """One trainable parameter's per-step state. The hot path (a hook per gradient, synchronize
+    per step) reaches it directly, never through a dict keyed by the tensor: a tensor's hash is
+    a Python-level call, and 50 tiny gradients a step made a dozen per gradient."""
+
+    __slots__ = ("p", "name", "group", "passes_left", "entry", "slot", "slot_key")
+
+    def __init__(self, p, name, group, passes):
+        self.p = p
+        self.name = name
+        self.group = group        # index of its group, or None
+        self.passes_left = passes  # backward passes before its gradient is reduced
+        self.entry = None          # this step's reduction (kind, handle, ctx); None: not launched
+        self.slot = None           # its mpi_ops.in_place_slot, made on first use
+        self.slot_key = None       # the (dtype, shape) the slot was made for
+
+
 class _DistributedOptimizer:
     def _overlap_setup(self, named_parameters, compression, backward_passes_per_step, op,
                        gradient_predivide_factor, groups, sparse_as_dense, process_set,
@@ -72,24 +89,25 @@ class _DistributedOptimizer:
         self.backward_passes_per_step = backward_passes_per_step
 
         params = [p for group in self.param_groups for p in group["params"]]
-        self._names = self._parameter_names(named_parameters, params)
+        names = self._parameter_names(named_parameters, params)
         self._requires_update = [p for p in params if p.requires_grad]
-        self._groups = self._parameter_groups(groups, params)
+        group_of = self._parameter_groups(groups, params)
+        self._params = [_Param(p, names[p], group_of.get(p), backward_passes_per_step)
+                        for p in self._requires_update]
         # Each group's trainable members in parameter order, fixed for the optimizer's life.
         self._group_members = {}
-        for p in self._requires_update:
-            if p in self._groups:
-                self._group_members.setdefault(self._groups[p], []).append(p)
+        for r in self._params:
+            if r.group is not None:
+                self._group_members.setdefault(r.group, []).append(r)
 
         # The common case, an uncompressed dense host gradient, goes straight to the core: its
         # name and shape are encoded once per parameter (mpi_ops.in_place_slot).
         self._in_place_ok = compression is Compression.none
-        self._slots = {}
         self._c_op = mpi_ops._c_op(op)
         self._set_id = process_set_id(process_set)
-        self._handles = {}          # param -> (handle, ctx) or a group's shared entry
-        self._group_ready = {}      # group index -> params whose gradient is in
-        self._passes_left = {p: backward_passes_per_step for p in self._requires_update}
+        self._factors = ((1.0 / self._predivide, self._predivide) if op == Average else
+                         (1.0, 1.0))
+        self._group_ready = {}      # group index -> members whose gradient is in
         self._synchronized = False
         self._should_synchronize = True
         self._hook_handles = []
@@ -156,36 +174,36 @@ class _DistributedOptimizer:
         return mapping
 
     def _register_hooks(self):
-        for p in self._requires_update:
+        for r in self._params:
+            p = r.p
             if hasattr(p, "register_post_accumulate_grad_hook"):
-                self._hook_handles.append(p.register_post_accumulate_grad_hook(self._on_grad))
+                self._hook_handles.append(
+                    p.register_post_accumulate_grad_hook(lambda _, r=r: self._on_grad(r)))
             else:  # torch < 2.1: hook the gradient accumulator
                 accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
                 self._hook_handles.append(
-                    accumulator.register_hook(lambda *_, p=p: self._on_grad(p)))
+                    accumulator.register_hook(lambda *_, r=r: self._on_grad(r)))
                 self._hook_handles.append(accumulator)  # keeps it alive
 
     # -- per-gradient work ------------------------------------------------------------------
 
-    def _on_grad(self, p):
+    def _on_grad(self, r):
         if self._deferred:
             # Every forward of the step is done: what no forward applied is applied now.
             self._deferred.apply()
         self._markers.on_gradient()
-        if p in self._handles and self._handles[p] is not None:
-            if self._passes_left[p] <= 0:
-                raise AssertionError(
-                    "Gradients were computed more than backward_passes_per_step times before "
-                    "call to step(). Increase backward_passes_per_step to accumulate gradients "
-                    "locally.")
-        self._passes_left[p] -= 1
-        if self._passes_left[p] > 0:
-            self._handles.setdefault(p, None)
+        if r.entry is not None and r.passes_left <= 0:
+            raise AssertionError(
+                "Gradients were computed more than backward_passes_per_step times before "
+                "call to step(). Increase backward_passes_per_step to accumulate gradients "
+                "locally.")
+        r.passes_left -= 1
+        if r.passes_left > 0:
             return
-        if p in self._groups:
-            self._on_group_member(p)
+        if r.group is not None:
+            self._on_group_member(r)
         else:
-            self._handles[p] = self._reduce_async(p)
+            r.entry = self._reduce_async(r)
 
     def _prepared_grad(self, p):
         if p.grad is None:
@@ -198,57 +216,48 @@ class _DistributedOptimizer:
                 return None
         return p.grad
 
-    def _factors(self):
-        if self._op == Average:
-            return 1.0 / self._predivide, self._predivide
-        return 1.0, 1.0
-
-    def _reduce_async(self, p):
+    def _reduce_async(self, r):
+        p = r.p
         grad = self._prepared_grad(p)
-        name = self._names[p]
         if grad is None:
-            return ("sparse", mpi_ops.sparse_allreduce_async(p.grad, name, self._op,
+            return ("sparse", mpi_ops.sparse_allreduce_async(p.grad, r.name, self._op,
                                                              self._process_set), None)
         if self._in_place_ok and grad.device.type == "cpu" and grad.is_contiguous():
             key = (grad.dtype, grad.shape)
-            cached = self._slots.get(p)
-            if cached is None or cached[0] != key:
-                cached = self._slots[p] = (key, mpi_ops.in_place_slot(name, grad))
-            slot = cached[1]
-            if slot is not None:
-                pre, post = self._factors()
-                return ("in_place", slot.allreduce(grad.data_ptr(), self._c_op, pre, post,
-                                                   self._set_id), grad)
+            if r.slot_key != key:
+                r.slot_key, r.slot = key, mpi_ops.in_place_slot(r.name, grad)
+            if r.slot is not None:
+                pre, post = self._factors
+                return ("in_place", r.slot.allreduce(grad.data_ptr(), self._c_op, pre, post,
+                                                     self._set_id), grad)
         compressed, ctx = self._compression.compress(grad)
-        pre, post = self._factors()
-        handle = mpi_ops._allreduce_async(compressed, compressed, name, self._op, pre, post,
+        pre, post = self._factors
+        handle = mpi_ops._allreduce_async(compressed, compressed, r.name, self._op, pre, post,
                                           self._compression.runtime_spec, self._process_set)
         return ("dense", handle, (compressed, ctx))
 
-    def _on_group_member(self, p):
-        index = self._groups[p]
-        ready = self._group_ready.setdefault(index, [])
-        ready.append(p)
-        self._handles[p] = None
-        if len(ready) == len(self._group_members[index]):
-            self._launch_group(index)
+    def _on_group_member(self, r):
+        ready = self._group_ready.setdefault(r.group, [])
+        ready.append(r)
+        if len(ready) == len(self._group_members[r.group]):
+            self._launch_group(r.group)
 
     def _launch_group(self, index):
         members = self._group_members[index]
-        grads = [self._prepared_grad(q) for q in members]
+        grads = [self._prepared_grad(q.p) for q in members]
         if any(g is None for g in grads):
             for q in members:  # sparse members go one by one
-                self._handles[q] = self._reduce_async(q)
+                q.entry = self._reduce_async(q)
             return
         compressed = [self._compression.compress(g) for g in grads]
         tensors = [c for c, _ in compressed]
-        pre, post = self._factors()
+        pre, post = self._factors
         handle = mpi_ops._grouped_allreduce_async(
-            tensors, tensors, "grouped.%s" % self._names[members[0]], self._op, pre, post,
+            tensors, tensors, "grouped.%s" % members[0].name, self._op, pre, post,
             self._compression.runtime_spec, self._process_set)
-        entry = ("group", handle, (members, compressed))
+        entry = ("group", handle, ([q.p for q in members], compressed))
         for q in members:
-            self._handles[q] = entry
+            q.entry = entry
         self._group_ready[index] = []
 
     # -- step ---------------------------------------------------------------------------------
@@ -267,7 +276,14 @@ class _DistributedOptimizer:
             return
         self._launch_missing()
         for p, entry in self._reductions():
-            if entry[0] == "sparse":
+            kind = entry[0]
+            if kind == "in_place":  # the common case, without a resolver
+                handle = entry[1]
+                handle.wait()
+                if not handle.has_update():
+                    p.grad = None
+                continue
+            if kind == "sparse":
                 p.grad = entry[1]()
                 continue
             for q, grad in self._resolver(p, entry)[1]().items():
@@ -280,23 +296,25 @@ class _DistributedOptimizer:
 
     def _launch_missing(self):
         """Reduces now the gradients that backward never produced on this rank (as zeros)."""
-        for p in self._requires_update:
-            if self._handles.get(p) is None:
-                if p in self._groups:
-                    self._group_ready[self._groups[p]] = []
-                    self._launch_group(self._groups[p])
+        for r in self._params:
+            if r.entry is None:
+                if r.group is not None:
+                    self._group_ready[r.group] = []
+                    self._launch_group(r.group)
                 else:
-                    self._handles[p] = self._reduce_async(p)
+                    r.entry = self._reduce_async(r)
 
     def _reductions(self):
         """(a parameter, its reduction) once per reduction of this step: a group's members
         share one."""
-        done = set()
-        for p in self._requires_update:
-            entry = self._handles[p]
-            if id(entry) not in done:
-                done.add(id(entry))
-                yield p, entry
+        groups_done = set()
+        for r in self._params:
+            entry = r.entry
+            if r.group is not None:
+                if id(entry) in groups_done:
+                    continue
+                groups_done.add(id(entry))
+            yield r.p, entry
 
     def _resolver(self, p, entry):
         """(the parameters, resolve) of a dense or grouped reduction: resolve() waits for it,
@@ -333,10 +351,11 @@ class _DistributedOptimizer:
         return list(members), resolve_group
 
     def _end_step(self):
-        self._handles.clear()
         self._group_ready.clear()
-        for p in self._requires_update:
-            self._passes_left[p] = self.backward_passes_per_step
+        passes = self.backward_passes_per_step
+        for r in self._params:
+            r.entry = None
+            r.passes_left = passes
 
     # -- updates at forward (overlap/torch/layerwise.py) --------------------------------------
 
@@ -346,7 +365,7 @@ class _DistributedOptimizer:
         gradient)."""
         self._markers.on_update()
         self._launch_missing()
-        if any(entry[0] == "sparse" for entry in self._handles.values()):
+        if any(r.entry[0] == "sparse" for r in self._params):
             return False
         snapshot = layerwise.snapshot_settings(self.param_groups)
         for p, entry in self._reductions():
@@ -405,7 +424,7 @@ class _DistributedOptimizer:
         return super(_DistributedOptimizer, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
-        if any(entry is not None for entry in self._handles.values()):
+        if any(r.entry is not None for r in self._params):
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize(). This is "
                                  "prohibited as it can cause a race condition.")
@@ -418,8 +437,8 @@ class _DistributedOptimizer:
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
-        for p in self._requires_update:
-            self._passes_left[p] = passes
+        for r in self._params:
+            r.passes_left = passes
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,

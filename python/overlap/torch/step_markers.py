@@ -18,17 +18,29 @@ _IDLE, _FORWARD, _BACKWARD, _UPDATE = range(4)
 
 
 class StepMarkers:
+    """The global forward pre-hook is registered only while a forward marker is due (idle, or
+    after an update): any global hook sends every module call through torch's slow path, which
+    for many small modules costs more than the runtime's own work."""
+
     def __init__(self):
         self._state = _IDLE
         self._lock = threading.Lock()
         self._hook = None
-        register = getattr(torch.nn.modules.module, "register_module_forward_pre_hook", None)
-        if register is not None:
-            self._hook = register(self._on_module_forward)
+        self._register = getattr(torch.nn.modules.module, "register_module_forward_pre_hook",
+                                 None)
+        self._closed = False
+        self._watch_forwards(True)
 
     def close(self):
-        if self._hook is not None:
-            self._hook.remove()
+        with self._lock:
+            self._closed = True
+            self._watch_forwards(False)
+
+    def _watch_forwards(self, on):
+        if on and self._hook is None and self._register is not None and not self._closed:
+            self._hook = self._register(self._on_module_forward)
+        elif not on and self._hook is not None:
+            self._hook.remove()  # torch copies the hooks before calling them: safe inside one
             self._hook = None
 
     def _on_module_forward(self, module, inputs):
@@ -55,6 +67,7 @@ class StepMarkers:
             if self._state == state or not _core.is_initialized():
                 return
             self._state = state
+            self._watch_forwards(state == _UPDATE)
             marker = {_FORWARD: _core.start_forward, _BACKWARD: _core.start_backward,
                       _UPDATE: _core.start_update}[state]
         marker()
