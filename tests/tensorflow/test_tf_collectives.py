@@ -260,3 +260,55 @@ def test_broadcast_variables(hvd, run, mode):
         tf.function(lambda: hvd.broadcast_variables(v, root_rank=1))()
     assert_equal(v[0], tf.fill([3], 1.0), "variable 0")
     assert_equal(v[1], tf.constant([1, 1], tf.int64), "variable 1")
+
+
+def test_rank_and_size_ops(hvd, run):
+    """rank_op and friends: the rank queries' values as int32 tensors, eagerly and traced."""
+    def ops():
+        return (hvd.rank_op(), hvd.local_rank_op(), hvd.size_op(), hvd.local_size_op(),
+                hvd.size_op(process_set_id=0), hvd.process_set_included_op(0),
+                hvd.process_set_included_op(999))
+    got = [int(t) for t in run(ops)]
+    assert got == [hvd.rank(), hvd.local_rank(), hvd.size(), hvd.local_size(), hvd.size(), 1, -3]
+    import overlap.tensorflow.keras as khvd
+    assert int(khvd.size_op()) == hvd.size()
+
+
+def test_in_place_broadcast(hvd, run, mode):
+    """broadcast_ assigns the root's values to the variables and returns them, in order."""
+    n, r = hvd.size(), hvd.rank()
+    root = n - 1
+    variables = [tf.Variable(rank_input((2, 3), tf.float32, 40, r)),
+                 tf.Variable(rank_input((4,), tf.int32, 41, r))]
+    returned = run(lambda: hvd.broadcast_(variables, root, name="bcast_inplace." + mode))
+    for i, (v, got) in enumerate(zip(variables, returned)):
+        expected = rank_input(v.shape, v.dtype, 40 + i, root)
+        assert_equal(v, expected, "variable %d" % i)
+        assert_equal(got, expected, "returned value %d" % i)
+
+
+def test_broadcast_object_fn(hvd):
+    root = hvd.size() - 1
+    broadcast = hvd.broadcast_object_fn(root_rank=root, name="objfn")
+    for step in range(2):
+        assert broadcast({"rank": hvd.rank(), "step": step}) == {"rank": root, "step": step}
+    assert hvd.elastic.broadcast_object_fn is hvd.broadcast_object_fn
+
+
+def test_horovod_helpers(hvd):
+    """split_list, check_num_rank_power_of_2, vars_to_refs/refs_to_vars, gpu_available and the
+    build queries, as Horovod's."""
+    assert hvd.split_list(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert hvd.split_list([1, 2], 4) == [[1], [2], [], []]
+    assert [k for k in range(10) if hvd.check_num_rank_power_of_2(k)] == [1, 2, 4, 8]
+    a, b, c = tf.Variable(1.0), tf.Variable(2.0), tf.Variable(3.0)
+    refs = hvd.vars_to_refs([a, [b, c]])
+    assert refs == (a.ref(), (b.ref(), c.ref())) and hash(refs)
+    back = hvd.refs_to_vars(refs)
+    assert back[0] is a and back[1][0] is b and back[1][1] is c
+    assert hvd.gpu_available("tensorflow") is False  # the op library's kernels are CPU ones
+    assert hvd.gpu_available("no_such_framework") is False
+    import overlap.tensorflow.keras as khvd
+    assert khvd.mpi_threads_supported() and not any(
+        f() for f in (khvd.ccl_built, khvd.cuda_built, khvd.ddl_built, khvd.gloo_built,
+                      khvd.gloo_enabled, khvd.rocm_built))

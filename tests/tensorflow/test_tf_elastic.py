@@ -133,3 +133,14 @@ def test_keras_fit_with_the_elastic_callbacks(khvd):
     assert commits[4] == (1, 0)
     assert len(commits) == 12
     assert _same_on_every_rank(hvd, [v.numpy() for v in model.variables], "fit.model")
+
+
+def test_horovod_elastic_module_names(hvd):
+    """hvd.elastic carries init, shutdown, HorovodInternalError and broadcast_object_fn, as
+    horovod.tensorflow.elastic does."""
+    from overlap.basics import init, shutdown
+    assert hvd.elastic.init is init and hvd.elastic.shutdown is shutdown
+    assert hvd.elastic.HorovodInternalError is hvd.HorovodInternalError
+    hvd.elastic.init()  # a second init is a no-op
+    assert hvd.elastic.broadcast_object_fn(root_rank=0, name="elastic_fn")(
+        hvd.rank() + 5) == 5

@@ -288,3 +288,174 @@ def test_learning_rate_schedule(khvd, staircase):
     assert history.history["lr"][-1] == pytest.approx(0.002)
     with pytest.raises(ValueError, match="initial_lr"):
         khvd.callbacks.LearningRateScheduleCallback(None, 0.5)
+
+
+def bn_shard(rank, seed=7):
+    """Rank `rank`'s rows: 2 + rank of them, so that the ranks' batches differ in size."""
+    rng = np.random.default_rng(100 * seed + rank)
+    x = rng.normal(3.0, 2.0, (2 + rank, 3)).astype(np.float32)
+    w = rng.uniform(-1, 1, (2 + rank, 3)).astype(np.float32)
+    return x, w
+
+
+def test_sync_batch_norm_matches_one_rank_with_the_global_batch(hvd, run, mode):
+    """SyncBatchNormalization normalises each rank's rows with the global batch's mean and
+    variance, updates the moving statistics with them, and backward gives each rank its rows of
+    the global batch's gradient (the ranks' batches differ in size)."""
+    n, r = hvd.size(), hvd.rank()
+    layer = hvd.SyncBatchNormalization(momentum=0.5, name="sync_bn_" + mode)
+    reference = keras.layers.BatchNormalization(momentum=0.5)
+    for bn in (layer, reference):
+        bn.build((None, 3))
+        bn.gamma.assign([0.5, 1.5, 2.0])
+        bn.beta.assign([0.1, -0.2, 0.3])
+    x, w = bn_shard(r)
+
+    def step(x, w):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+            loss = tf.reduce_sum(y * w)
+        return (y,) + tuple(tape.gradient(loss, [x, layer.gamma, layer.beta]))
+
+    y, dx, dgamma, dbeta = run(step, tf.constant(x), tf.constant(w))
+    shards = [bn_shard(k) for k in range(n)]
+    gx = tf.constant(np.concatenate([s[0] for s in shards]))
+    gw = tf.constant(np.concatenate([s[1] for s in shards]))
+    with tf.GradientTape() as tape:
+        tape.watch(gx)
+        gy = reference(gx, training=True)
+        gloss = tf.reduce_sum(gy * gw)
+    gdx, gdgamma, gdbeta = tape.gradient(gloss, [gx, reference.gamma, reference.beta])
+    rows = slice(sum(2 + k for k in range(r)), sum(2 + k for k in range(r + 1)))
+    close(y, gy[rows], "normalised rows", 1e-4)
+    close(dx, gdx[rows], "input gradient", 1e-4)
+    close(hvd.allreduce(dgamma, op=hvd.Sum, name="sbn.dgamma." + mode), gdgamma,
+          "gamma gradient summed over ranks", 1e-4)
+    close(hvd.allreduce(dbeta, op=hvd.Sum, name="sbn.dbeta." + mode), gdbeta,
+          "beta gradient summed over ranks", 1e-4)
+    close(layer.moving_mean, reference.moving_mean, "moving mean", 1e-4)
+    close(layer.moving_variance, reference.moving_variance, "moving variance", 1e-4)
+    close(layer(x, training=False), reference(x, training=False), "inference", 1e-4)
+    with pytest.raises(ValueError, match="fused=True"):
+        hvd.SyncBatchNormalization(fused=True)
+
+
+def test_sync_batch_norm_in_keras_fit_matches_the_global_batch(khvd):
+    """A model with SyncBatchNormalization trained with DistributedOptimizer ends with the
+    weights and moving statistics of the same model, with BatchNormalization, trained on the
+    global batch."""
+    import overlap.tensorflow as hvd
+    n, r = khvd.size(), khvd.rank()
+    steps, batch = 3, 4
+
+    def model(bn):
+        keras.utils.set_random_seed(40)
+        return keras.Sequential([keras.Input((4,)), keras.layers.Dense(6, name="sbn_fit_in"),
+                                 bn, keras.layers.Dense(1, name="sbn_fit_out")],
+                                name="sbn_fit")
+
+    m = model(hvd.SyncBatchNormalization(momentum=0.8, name="sbn_fit_bn"))
+    m.compile(optimizer=khvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
+    x, y = data(r, rows=steps * batch, seed=8)
+    m.fit(x, y, batch_size=batch, epochs=2, shuffle=False, verbose=0)
+    if DELAYED:
+        return
+    reference = model(keras.layers.BatchNormalization(momentum=0.8))
+    reference.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    everyone = [data(k, rows=steps * batch, seed=8) for k in range(n)]
+    gx, gy = (np.concatenate([np.concatenate([e[i][s * batch:(s + 1) * batch] for e in everyone])
+                              for s in range(steps)]) for i in (0, 1))
+    reference.fit(gx, gy, batch_size=batch * n, epochs=2, shuffle=False, verbose=0)
+    for i, (w, ref) in enumerate(zip(m.weights, reference.weights)):
+        close(w.numpy(), ref.numpy(), "weight %d (%s) vs the global batch" % (i, w.path), 1e-4)
+
+
+@pytest.mark.parametrize("scale", [True, False], ids=["scaled", "unscaled"])
+def test_gradient_tape_local_variables(hvd, mode, scale):
+    """register_local_var (and Horovod's name, register_local_source): a local variable's
+    gradient stays this rank's own, divided by size() when scale_local_gradients (Horovod's
+    default); the others are averaged."""
+    n, r = hvd.size(), hvd.rank()
+    variables = make_variables()
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((x @ variables[0] + variables[1] - y) ** 2)
+        tape = hvd.DistributedGradientTape(tape, scale_local_gradients=scale)
+        (tape.register_local_var if scale else tape.register_local_source)(variables[1])
+        return tape.gradient(loss, variables)
+
+    fn = step if mode == "eager" else tf.function(step)
+    grads = fn(*data(r, seed=9))
+    everyone = [local_grads(variables, *data(k, seed=9)) for k in range(n)]
+    close(grads[0], sum(e[0] for e in everyone) / n, "the shared variable's gradient")
+    mine = everyone[r][1] / (n if scale else 1)
+    close(grads[1], mine, "the local variable's gradient")
+
+
+def test_keras_optimizer_local_variables(khvd):
+    """DistributedOptimizer.register_local_var: that variable steps with this rank's gradient
+    divided by size(), the others with the average."""
+    n, r = khvd.size(), khvd.rank()
+    opt = khvd.DistributedOptimizer(keras.optimizers.SGD(1.0))
+    shared, local = tf.Variable([1.0, 2.0]), tf.Variable([3.0])
+    opt.register_local_var(local)
+    for step in range(2):
+        opt.apply_gradients([(tf.constant([float(r), 1.0]), shared),
+                             (tf.constant([float(r + 1)]), local)])
+        mean = sum(range(n)) / n
+        close(shared.numpy(), [1.0 - (step + 1) * mean, 2.0 - (step + 1)], "shared variable")
+        close(local.numpy(), [3.0 - (step + 1) * (r + 1) / n], "local variable")
+
+
+def test_best_model_checkpoint_saves_on_rank_0_only(khvd, tmp_path):
+    r = khvd.rank()
+    path = str(tmp_path / ("best_rank%d.keras" % r))
+    keras.utils.set_random_seed(50)  # named layers: see test_learning_rate_schedule
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="best_hidden"),
+                              keras.layers.Dense(1, name="best_out")], name="best")
+    model.compile(optimizer=khvd.DistributedOptimizer(keras.optimizers.SGD(0.05)), loss="mse")
+    best = khvd.callbacks.BestModelCheckpoint(monitor="loss", mode="min", filepath=path)
+    assert best.save_best_only and isinstance(best, keras.callbacks.ModelCheckpoint)
+    x, y = data(r, rows=8, seed=10)
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0,
+              callbacks=[khvd.callbacks.MetricAverageCallback(), best])
+    assert os.path.exists(path) == (r == 0)
+    if r == 0:
+        saved = keras.saving.load_model(path, compile=False)
+        for a, b in zip(saved.weights, model.weights):  # the loss fell: the last epoch's model
+            close(a.numpy(), b.numpy(), "saved weight")
+    unset = khvd.callbacks.BestModelCheckpoint(monitor="loss")
+    assert unset.filepath is None
+    if r == 0:
+        with pytest.raises(ValueError, match="no filepath"):
+            model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[unset])
+    else:
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[unset])
+
+
+def test_partial_distributed_gradient_tape(hvd, mode):
+    """PartialDistributedGradientTape: the local layers' weights keep this rank's gradient
+    (divided by size()), the other layers' are averaged."""
+    n, r = hvd.size(), hvd.rank()
+    keras.utils.set_random_seed(60)
+    inner = keras.layers.Dense(2, name="partial_inner")
+    outer = keras.layers.Dense(1, name="partial_outer")
+    model = keras.Sequential([keras.Input((4,)), inner, outer], name="partial")
+    weights = model.trainable_weights
+
+    def grads(x, y, distributed):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        if distributed:
+            tape = hvd.PartialDistributedGradientTape(tape, local_layers=outer)
+        return tape.gradient(loss, weights)
+
+    fn = grads if mode == "eager" else tf.function(grads, reduce_retracing=True)
+    got = fn(*data(r, seed=11), True)
+    everyone = [grads(*data(k, seed=11), False) for k in range(n)]
+    for i, w in enumerate(weights):
+        local = any(w is v for v in outer.trainable_weights)
+        expected = everyone[r][i] / n if local else sum(e[i] for e in everyone) / n
+        close(got[i], expected, "gradient of %s" % w.path)

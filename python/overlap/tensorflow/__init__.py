@@ -25,13 +25,18 @@ from overlap.common import (Adasum, Average, HorovodInternalError, HostsUpdatedI
                             nccl_built, remove_process_set, rocm_built)
 from overlap.tensorflow.compression import Compression
 from overlap.tensorflow.delayed_updates import has_update
-from overlap.tensorflow.functions import (allgather_object, broadcast_global_variables,
-                                          broadcast_object, broadcast_variables)
-from overlap.tensorflow.gradient_tape import DistributedGradientTape
+from overlap.tensorflow.functions import (allgather_object, broadcast_, broadcast_global_variables,
+                                          broadcast_object, broadcast_object_fn,
+                                          broadcast_variables)
+from overlap.tensorflow.gradient_tape import (DistributedGradientTape,
+                                              PartialDistributedGradientTape)
 from overlap.tensorflow.keras_optimizer import DistributedOptimizer
 from overlap.tensorflow.mpi_ops import (allgather, allreduce, alltoall, barrier, broadcast,
                                         grouped_allgather, grouped_allreduce,
                                         grouped_reducescatter, join, reducescatter)
+from overlap.tensorflow.util import (check_num_rank_power_of_2, gpu_available, local_rank_op,
+                                     local_size_op, process_set_included_op, rank_op,
+                                     refs_to_vars, size_op, split_list, vars_to_refs)
 
 
 def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=None,
@@ -41,6 +46,14 @@ def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=
     optimizers skip a variable in the steps that bring it none (delayed_updates.py)."""
     _init(comm, process_sets, planner=planner, staleness=staleness, max_period=max_period,
           compression=compression, profile_steps=profile_steps, timeline=timeline)
+
+
+def __getattr__(name):
+    # SyncBatchNormalization is a Keras layer: keras is imported at its first use only.
+    if name == "SyncBatchNormalization":
+        from overlap.tensorflow.sync_batch_norm import SyncBatchNormalization
+        return SyncBatchNormalization
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 from overlap.tensorflow import elastic  # noqa: E402 (hvd.elastic, as in horovod.tensorflow)

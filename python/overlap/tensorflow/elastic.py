@@ -1,5 +1,6 @@
 """horovod.tensorflow.elastic's API on overlap, on a fixed set of ranks (overlap/elastic.py says
-what "elastic" means here): TensorFlowKerasState, TensorFlowState and run.
+what "elastic" means here): TensorFlowKerasState, TensorFlowState and run, with init, shutdown,
+HorovodInternalError and broadcast_object_fn, as Horovod's module carries them.
 
     state = hvd.elastic.TensorFlowKerasState(model, optimizer, batch=0, epoch=0)
 
@@ -11,9 +12,11 @@ what "elastic" means here): TensorFlowKerasState, TensorFlowState and run.
 
 import copy
 
-from overlap.basics import rank
+from overlap.basics import init, rank, shutdown  # noqa: F401 (hvd.elastic.init, as Horovod)
+from overlap.common import HorovodInternalError  # noqa: F401
 from overlap.elastic import ObjectState, run_fn
-from overlap.tensorflow.functions import broadcast_object, broadcast_variables
+from overlap.tensorflow.functions import (broadcast_object, broadcast_object_fn,  # noqa: F401
+                                          broadcast_variables)
 
 
 def run(func):

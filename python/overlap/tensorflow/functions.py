@@ -1,5 +1,5 @@
-"""Variable and object helpers of horovod.tensorflow: broadcast_variables, broadcast_object,
-allgather_object."""
+"""Variable and object helpers of horovod.tensorflow: broadcast_variables, broadcast_,
+broadcast_object, broadcast_object_fn, allgather_object."""
 
 import pickle
 
@@ -12,17 +12,31 @@ from overlap.tensorflow import mpi_ops
 from overlap.tensorflow.gradients import variable_name
 
 
-def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
-    """Assigns root_rank's values to `variables` (tf.Variable or Keras 3 variables) on every
-    rank of `process_set` (root_rank is a global rank, as in Horovod). Works eagerly and in a tf.function (where the assignments run with the function, as
-    every stateful op does). Returns None."""
+def _broadcast_assign(variables, root_rank, prefix, process_set):
+    """Assigns root_rank's value to each variable; returns the assigned values in order."""
     process_set_id(process_set)  # refuses an unregistered set by name
-    variables = list(variables)
+    values = []
     for i, v in enumerate(variables):
         value = v.value if hasattr(v, "path") else v  # a Keras 3 variable's tf.Variable value
-        received = mpi_ops.broadcast(value, root_rank, name="broadcast_variables." +
-                                     variable_name(v, i), process_set=process_set)
+        received = mpi_ops.broadcast(value, root_rank, name="%s.%s" % (prefix, variable_name(v, i)),
+                                     process_set=process_set)
         v.assign(received)
+        values.append(received)
+    return values
+
+
+def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
+    """Assigns root_rank's values to `variables` (tf.Variable or Keras 3 variables) on every
+    rank of `process_set` (root_rank is a global rank, as in Horovod). Works eagerly and in a
+    tf.function (where the assignments run with the function, as every stateful op does).
+    Returns None."""
+    _broadcast_assign(list(variables), root_rank, "broadcast_variables", process_set)
+
+
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Horovod's in-place broadcast: assigns root_rank's values to `variables` and returns those
+    values, in order. `name` prefixes the collectives' names (matched across ranks)."""
+    return _broadcast_assign(list(variables), root_rank, name or "broadcast_", process_set)
 
 
 def broadcast_global_variables(root_rank):
@@ -54,6 +68,17 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
     payload = mpi_ops.broadcast(payload, root_rank, name="broadcast_object.%s.bytes" % name,
                                 process_set=process_set)
     return obj if _core.rank() == root_rank else pickle.loads(payload.numpy().tobytes())
+
+
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
+    """A function obj -> root_rank's obj (Horovod's TensorFlow 1 helper, which builds the
+    broadcast once for a session; here each call is an eager broadcast_object)."""
+    name = name or "broadcast_object_fn"
+
+    def broadcast_fn(obj):
+        return broadcast_object(obj, root_rank, name=name, process_set=process_set)
+
+    return broadcast_fn
 
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):

@@ -9,6 +9,9 @@ IndexedSlices are allgathered unless sparse_as_dense; None gradients stay None, 
 With a process set, its members reduce over the set and the other ranks keep their own
 gradients (as Horovod, and overlap.torch's DistributedOptimizer).
 
+Local variables (register_local_var, as Horovod 0.28): their gradients are not reduced; each
+rank keeps its own, divided by the set's size when scale_local_gradients (Horovod's default).
+
 Delayed updates (delayed_updates.py): when they are configured, every dense gradient not in an
 explicit group goes out as its own allreduce, eagerly too (through one internal tf.function per
 set of names, so they still run concurrently), since the runtime plans, and so delays,
@@ -34,7 +37,7 @@ def variable_name(variable, index):
 
 class GradientReducer:
     def __init__(self, prefix, compression, sparse_as_dense, op, gradient_predivide_factor,
-                 groups, process_set):
+                 groups, process_set, scale_local_gradients=True):
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("rank %d: gradient_predivide_factor not supported with op != Average"
                              % _core.rank())
@@ -53,6 +56,16 @@ class GradientReducer:
         # As Horovod: a rank outside the process set reduces nothing and keeps its own
         # gradients.
         self.included = process_set is None or bool(process_set.included())
+        self.scale_local_gradients = scale_local_gradients
+        # id -> variable: the variables are held, so that an id is never reused by another.
+        self._local = {}
+
+    def register_local_var(self, var):
+        """Leaves `var`'s gradient out of the reduction (module docstring)."""
+        self._local[id(var)] = var
+
+    def is_local(self, var):
+        return self._local.get(id(var)) is var
 
     def _factors(self):
         if self.op == Average:
@@ -84,13 +97,27 @@ class GradientReducer:
         grads = list(grads)
         marker = step_markers.backward(after=backward_after)
         deps = [marker] if marker is not None and not tf.executing_eagerly() else []
-        if not self.included:
-            reduced = grads
-        else:
+        shared = [i for i, v in enumerate(variables) if not self.is_local(v)]
+        reduced = list(grads)
+        if self.included and shared:
             with tf.control_dependencies(deps):
-                reduced = self._reduce_all(grads, variables)
+                done = self._reduce_all([grads[i] for i in shared],
+                                        [variables[i] for i in shared])
+            for i, g in zip(shared, done):
+                reduced[i] = g
+        if len(shared) < len(grads) and self.scale_local_gradients:
+            reduced = [self._scale_local(g) if self.is_local(v) else g
+                       for g, v in zip(reduced, variables)]
         step_markers.update(after=[g for g in grads if isinstance(g, tf.Tensor)])
         return reduced
+
+    def _scale_local(self, grad):
+        if grad is None:
+            return None
+        size = float(self.process_set.size() if self.process_set is not None else _core.size())
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(grad.values / size, grad.indices, grad.dense_shape)
+        return grad / size
 
     def _reduce_all(self, grads, variables):
         names = ["%s.%s" % (self.prefix, variable_name(v, i)) for i, v in enumerate(variables)]

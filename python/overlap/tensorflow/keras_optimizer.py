@@ -33,6 +33,11 @@ class _DistributedOptimizer:
             grads = self._overlap_reducer.reduce(grads, variables, backward_after=[first])
         return super().apply(grads, trainable_variables)
 
+    def register_local_var(self, var):
+        """Keeps `var`'s gradient on this rank, unreduced (divided by the set's size when
+        scale_local_gradients), as Horovod 0.28's."""
+        self._overlap_reducer.register_local_var(var)
+
     @classmethod
     def from_config(cls, config, custom_objects=None):
         """As in Horovod, a working DistributedOptimizer with the same options: the wrapped
@@ -45,7 +50,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          compression=Compression.none, sparse_as_dense=False,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          average_aggregated_gradients=True, num_groups=0, groups=None,
-                         process_set=global_process_set):
+                         process_set=global_process_set, scale_local_gradients=True):
     """Wraps a Keras 3 optimizer so that it applies gradients reduced over every rank.
 
     As horovod.tensorflow.keras.DistributedOptimizer: compression (Compression.fp16, or an
@@ -54,7 +59,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     spelling). backward_passes_per_step > 1 uses Keras 3's own gradient accumulation
     (gradient_accumulation_steps): gradients are reduced every pass and Keras applies their
     average every backward_passes_per_step passes, the result of Horovod's local aggregation
-    with average_aggregated_gradients=True. name, device_dense and device_sparse are accepted
+    with average_aggregated_gradients=True. Variables passed to register_local_var keep their
+    own gradient on each rank, divided by the set's size when scale_local_gradients (Horovod's
+    default). name, device_dense and device_sparse are accepted
     for compatibility. The planner and staleness are hvd.init() options."""
     _core.require_init("DistributedOptimizer")
     if isinstance(optimizer, _DistributedOptimizer):
@@ -81,7 +88,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     base = optimizer.__class__
     options = dict(compression=compression, sparse_as_dense=sparse_as_dense, op=op,
                    gradient_predivide_factor=gradient_predivide_factor, groups=groups,
-                   process_set=process_set)
+                   process_set=process_set, scale_local_gradients=scale_local_gradients)
     # The wrapped class's module, so that a saved model names the Keras optimizer (load_model
     # wraps it again) rather than a class that exists only in this process.
     optimizer.__class__ = type(base.__name__, (_DistributedOptimizer, base),

@@ -14,10 +14,12 @@ from overlap.tensorflow import (Adasum, Average, Compression, HorovodInternalErr
                                 Product, ProcessSet, Sum, add_process_set, allgather,
                                 allgather_object, allreduce, alltoall, barrier, broadcast,
                                 broadcast_global_variables, broadcast_object,
-                                broadcast_variables, cross_rank, cross_size, global_process_set,
-                                grouped_allreduce, init, is_initialized, join, local_rank,
-                                local_size, mpi_built, mpi_enabled, nccl_built, rank,
-                                reducescatter, remove_process_set, shutdown, size,
+                                broadcast_variables, ccl_built, cross_rank, cross_size,
+                                cuda_built, ddl_built, gloo_built, gloo_enabled,
+                                global_process_set, grouped_allreduce, init, is_initialized, join,
+                                local_rank, local_size, mpi_built, mpi_enabled,
+                                mpi_threads_supported, nccl_built, rank, reducescatter,
+                                remove_process_set, rocm_built, shutdown, size, size_op,
                                 start_timeline, stop_timeline)
 from overlap.tensorflow.keras import callbacks, elastic
 from overlap.tensorflow.keras_optimizer import DistributedOptimizer

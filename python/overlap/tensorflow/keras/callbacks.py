@@ -160,3 +160,29 @@ def _learning_rate(optimizer):
     """The optimizer's current learning rate as a float. Through numpy: Keras variables take
     float() only from Keras 3.5 on, and TensorFlow 2.16 and 2.17 came with Keras 3.0-3.4."""
     return float(np.asarray(optimizer.learning_rate))
+
+
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """keras.callbacks.ModelCheckpoint with save_best_only=True that saves on rank 0 only (put
+    MetricAverageCallback ahead of it, so that every rank judges the same metrics). Horovod's
+    takes no filepath (its estimators set `filepath` afterwards); Keras 3 needs one, so
+    `filepath` is an extra keyword, and a checkpoint made without it raises when it would save
+    until `filepath` is set."""
+
+    def __init__(self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto",
+                 save_freq="epoch", filepath=None):
+        # Keras 3 checks the suffix at construction; a later filepath is the user's to choose.
+        placeholder = "best.weights.h5" if save_weights_only else "best.keras"
+        super().__init__(filepath=filepath or placeholder, monitor=monitor, verbose=verbose,
+                         save_best_only=True, save_weights_only=save_weights_only, mode=mode,
+                         save_freq=save_freq)
+        if filepath is None:
+            self.filepath = None
+
+    def _save_model(self, epoch, batch, logs):
+        if _core.rank() != 0:
+            return
+        if self.filepath is None:
+            raise ValueError("rank 0: BestModelCheckpoint has no filepath; pass filepath= or "
+                             "set its filepath attribute before fit()")
+        super()._save_model(epoch, batch, logs)
