@@ -44,7 +44,7 @@ def parse_rate(text):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--system", required=True, choices=["horovod", "overlap", "ddp"])
+    p.add_argument("--system", required=True, choices=["horovod", "overlap", "ddp", "local"])
     p.add_argument("--label", help="the 'system' field of the output (default: --system)")
     p.add_argument("--mode", default="emulated", choices=["emulated", "synthetic", "tiny"])
     p.add_argument("--model", default="resnet50", help="emulated: vgg16, resnet50 or bert-base")

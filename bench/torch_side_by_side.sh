@@ -23,7 +23,9 @@
 #   emulated   the profile models (bench/torch_models.py) with compute slept, scaled like
 #              bench/model_step.cc: 16 workers on 10 Gbit/s at --target-step-ms per ideal step
 #   synthetic  a small ResNet on real CPU compute, img/s (Horovod's pytorch_synthetic_benchmark)
-#   tiny       50 tiny tensors per step: coordination overhead, printed as overlap/horovod
+#   tiny       50 tiny tensors per step: coordination overhead, printed as overlap/horovod, and
+#              above the same steps with no communication (local, local-torch2.0: each torch's
+#              compute floor) as overhead ratios
 # --quick: vgg16 only, 0.5 s steps, 8 measured steps after 20 warm-up (20-30 minutes).
 # Output: one JSON line per run on stdout and in docs/data/torch_side_by_side.jsonl (--out), then
 # docs/torch_side_by_side.md's tables and docs/img/torch_side_by_side.png
@@ -169,9 +171,9 @@ run() {
       # runs get for their non-blocking allreduce below: the fairest Horovod on these links.
       py=$HVD_PY
       mpi_args="--mca mpi_yield_when_idle 1 --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4" ;;
-    ddp | ddp-tuned | ddp-torch2.0)
+    ddp | ddp-tuned | ddp-torch2.0 | local | local-torch2.0)
       py=$NEW_PY port=$((port + 1))
-      [ "$label" != ddp-torch2.0 ] || py=$HVD_PY
+      [[ $label != *-torch2.0 ]] || py=$HVD_PY
       args+=(--master-addr "$MASTER" --master-port "$port")
       [ "$label" != ddp-tuned ] || args+=(--ddp-bucket-mb "$sweep") ;;
     overlap)
@@ -286,6 +288,12 @@ if has "$parts" tiny; then
     [ "$label" != ddp-tuned ] || continue  # one bucket holds all 50 tensors either way
     run "$label" "$planner" 600 -- --mode tiny --warmup-steps "$tiny_warmup" --steps "$tiny_steps"
   done < <(variants)
+  # The same steps without any communication, on each torch: the compute floor that each
+  # system's coordination overhead is measured above (the report subtracts it).
+  run local "" 600 -- --mode tiny --warmup-steps "$tiny_warmup" --steps "$tiny_steps"
+  if [ -n "$HVD_PY" ]; then
+    run local-torch2.0 "" 600 -- --mode tiny --warmup-steps "$tiny_warmup" --steps "$tiny_steps"
+  fi
 fi
 
 note "wrote $out; logs in $LOG"

@@ -68,15 +68,36 @@ def synthetic_table(runs):
 
 
 def tiny_table(runs):
-    lines = ["| system (planner) | step ms | overlap / this |", "|---|---:|---:|"]
+    """Step times, overlap's best against each system, and each system's coordination overhead:
+    its step minus the step with no communication on the same torch (local runs on the newest
+    torch, local-torch2.0 on Horovod's 2.0.1; DDP on torch 2.0.1 too when labelled so)."""
     ok = [r for r in runs if "error" not in r]
-    mine = [r["step_ms"] for r in ok if r["system"] == "overlap"]
+    floors = {r["system"]: r["step_ms"] for r in ok if r["system"] in ("local", "local-torch2.0")}
+
+    def floor_of(r):
+        old_torch = r["system"].startswith("horovod") or r["system"].endswith("torch2.0")
+        return floors.get("local-torch2.0" if old_torch else "local")
+
+    def overhead(r):
+        floor = floor_of(r)
+        return None if floor is None or r["system"].startswith("local") else r["step_ms"] - floor
+
+    lines = ["| system (planner) | step ms | overlap / this | overhead ms | overlap's / this |",
+             "|---|---:|---:|---:|---:|"]
+    mine = [r for r in ok if r["system"] == "overlap"]
+    best = min(mine, key=lambda r: r["step_ms"]) if mine else None
     for r in runs:
         if "error" in r:
-            lines.append(f"| {label(r)} | failed: {r['error']} | |")
+            lines.append(f"| {label(r)} | failed: {r['error']} | | | |")
             continue
-        rel = f"{min(mine) / r['step_ms']:.2f}" if mine and r["system"] != "overlap" else "-"
-        lines.append(f"| {label(r)} | {r['step_ms']:.2f} | {rel} |")
+        other = best is not None and r["system"] != "overlap" and not r["system"].startswith("local")
+        rel = f"{best['step_ms'] / r['step_ms']:.2f}" if other else "-"
+        over = overhead(r)
+        over_text = "-" if over is None else f"{over:.2f}"
+        over_rel = "-"
+        if other and over is not None and overhead(best) is not None and over > 0:
+            over_rel = f"{overhead(best) / over:.2f}"
+        lines.append(f"| {label(r)} | {r['step_ms']:.2f} | {rel} | {over_text} | {over_rel} |")
     return "\n".join(lines)
 
 

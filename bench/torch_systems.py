@@ -73,8 +73,19 @@ class TorchDDP:
         self.dist.destroy_process_group()
 
 
+class LocalOnly(TorchDDP):
+    """No communication: each rank trains its own model and the process group only gathers the
+    timings. Its step is the compute floor under which no system can go on this machine, so
+    `system step - local step` (same torch) is that system's coordination overhead."""
+
+    name = "local"
+
+    def wrap(self, model, optimizer, **_):
+        return model, optimizer
+
+
 def make_system(name, master_addr="127.0.0.1", master_port=29500, update_at_forward="auto"):
-    """'horovod', 'overlap' or 'ddp'. update_at_forward (overlap: auto, on or off) is
+    """'horovod', 'overlap', 'ddp' or 'local'. update_at_forward (overlap: auto, on or off) is
     DistributedOptimizer's option of that name (auto: the planner's default)."""
     if name == "horovod":
         return HorovodAPI("horovod.torch")
@@ -84,4 +95,6 @@ def make_system(name, master_addr="127.0.0.1", master_port=29500, update_at_forw
         return HorovodAPI("overlap.torch", options)
     if name == "ddp":
         return TorchDDP(master_addr, master_port)
-    raise ValueError(f"unknown system '{name}' (horovod, overlap, ddp)")
+    if name == "local":
+        return LocalOnly(master_addr, master_port)
+    raise ValueError(f"unknown system '{name}' (horovod, overlap, ddp, local)")

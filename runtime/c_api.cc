@@ -1,6 +1,7 @@
 // The C ABI of runtime/c_api.h: converts between C structs and the C++ API of overlap.h.
 #include "runtime/c_api.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "collectives/buffer_ops.h"
 #include "runtime/overlap.h"
 
@@ -277,6 +279,31 @@ int overlap_handle_wait(const overlap_handle* handle, double timeout_s) {
   if (handle == nullptr) return InvalidArgument("wait on a null handle");
   if (timeout_s < 0) return Fail(handle->handle.Wait());
   return Fail(handle->handle.Wait(absl::Seconds(timeout_s)));
+}
+
+int overlap_handles_wait(overlap_handle* const* handles, int32_t n, double timeout_s,
+                         int32_t* has_update, int32_t* first_not_ok) {
+  if (n < 0 || (n > 0 && handles == nullptr)) {
+    return InvalidArgument(absl::StrCat("wait on ", n, " handles", n < 0 ? "" : " at null"));
+  }
+  const absl::Time deadline =
+      timeout_s < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Seconds(timeout_s);
+  for (int32_t i = 0; i < n; ++i) {
+    if (first_not_ok != nullptr) *first_not_ok = i;
+    const overlap_handle* handle = handles[i];
+    if (handle == nullptr) return InvalidArgument(absl::StrCat("wait on null handle ", i));
+    absl::Status s = timeout_s < 0 ? handle->handle.Wait()
+                                   : handle->handle.Wait(std::max(absl::ZeroDuration(),
+                                                                  deadline - absl::Now()));
+    // A wait that ran out as the operation finished: its own status, not the wait's.
+    if (absl::IsDeadlineExceeded(s) && handle->handle.Poll()) {
+      s = handle->handle.Wait(absl::ZeroDuration());
+    }
+    if (!s.ok()) return Fail(s);
+    if (has_update != nullptr) has_update[i] = handle->handle.has_update() ? 1 : 0;
+  }
+  if (first_not_ok != nullptr) *first_not_ok = -1;
+  return 0;
 }
 
 int overlap_handle_output(const overlap_handle* handle, const void** data, int32_t* dtype,

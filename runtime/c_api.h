@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 // The ABI version; bumped when a signature below changes. Python checks it at load time.
-#define OVERLAP_C_API_VERSION 3
+#define OVERLAP_C_API_VERSION 4
 int overlap_c_api_version(void);
 
 typedef struct overlap_handle overlap_handle;
@@ -123,6 +123,14 @@ int overlap_handle_has_update(const overlap_handle* handle);
 // Waits up to `timeout_s` (< 0: until it finishes; that ends, see overlap.h). Returns the
 // operation's status; DEADLINE_EXCEEDED (4) if it is still running.
 int overlap_handle_wait(const overlap_handle* handle, double timeout_s);
+// Waits for `n` handles in order, all within `timeout_s` (< 0: no limit). Returns 0 when every
+// one succeeded, with has_update[i] (when not null) as overlap_handle_has_update gives it; else
+// the first failure's status, or DEADLINE_EXCEEDED (4) for the first one still running (an
+// operation that failed with DEADLINE_EXCEEDED itself polls as finished), and its index in
+// *first_not_ok (when not null). One call for the handles of a step's gradients: a
+// foreign-function call per handle costs more than the wait itself.
+int overlap_handles_wait(overlap_handle* const* handles, int32_t n, double timeout_s,
+                         int32_t* has_update, int32_t* first_not_ok);
 // The runtime-owned result of allgather, reducescatter and alltoall after success: data, dtype,
 // rank and up to `max_ndim` dims. The data lives until the handle is freed, on the operation's
 // device: a CUDA operation's result is device memory (read it with overlap_handle_copy_output).

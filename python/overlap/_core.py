@@ -24,7 +24,7 @@ C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT = range(5)
 # absl::StatusCode values the binding tells apart.
 _OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _FAILED_PRECONDITION = 0, 3, 4, 5, 9
 
-_C_API_VERSION = 3
+_C_API_VERSION = 4
 _MAX_NDIM = 32
 
 
@@ -119,6 +119,9 @@ def _declare(lib):
         "overlap_handle_copy_output": ([h, ctypes.c_void_p, ctypes.c_int64], ctypes.c_int),
         "overlap_handle_received_splits": ([h, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32],
                                            ctypes.c_int32),
+        "overlap_handles_wait": ([ctypes.POINTER(ctypes.c_void_p), ctypes.c_int32,
+                                  ctypes.c_double, ctypes.POINTER(ctypes.c_int32),
+                                  ctypes.POINTER(ctypes.c_int32)], ctypes.c_int),
         "overlap_handle_free": ([h], None),
         "overlap_stats_json": ([], ctypes.c_char_p),
         "overlap_save_compression_state": ([ctypes.POINTER(ctypes.c_void_p),
@@ -134,6 +137,8 @@ def _declare(lib):
 def lib():
     """The loaded core library (loaded on first use)."""
     global _lib
+    if _lib is not None:  # every call into the core asks: no lock once loaded
+        return _lib
     with _lib_lock:
         if _lib is None:
             path = library_path()
@@ -366,6 +371,25 @@ class Handle:
         if self._ptr and _lib is not None:
             _lib.overlap_handle_free(self._ptr)
             self._ptr = None
+
+
+def wait_all(handles):
+    """Handle.wait() for every handle, in order, in one call into the core; returns each one's
+    has_update(). Raises HorovodInternalError for the first that failed. Waits in one-second
+    slices so that Ctrl-C reaches Python, as Handle.wait()."""
+    n = len(handles)
+    if n == 0:
+        return []
+    c = lib()
+    ptrs = (ctypes.c_void_p * n)(*[h._ptr.value for h in handles])
+    updates = (ctypes.c_int32 * n)()
+    first = ctypes.c_int32(-1)
+    while True:
+        rc = c.overlap_handles_wait(ptrs, n, 1.0, updates, ctypes.byref(first))
+        if rc == _DEADLINE_EXCEEDED and not c.overlap_handle_poll(ptrs[first.value]):
+            continue  # still running (an operation's own deadline polls as finished)
+        check(rc)
+        return [bool(u) for u in updates]
 
 
 def _out_handle():

@@ -15,6 +15,7 @@ namespace overlap {
 namespace {
 
 constexpr int kInvalidArgument = static_cast<int>(absl::StatusCode::kInvalidArgument);
+constexpr int32_t kSum = static_cast<int32_t>(ReduceOp::kSum);
 
 std::string Me() { return absl::StrCat("rank ", Rank(), ": "); }
 
@@ -79,6 +80,56 @@ TEST_CASE("a runtime-owned result is checked against the caller's buffer", "[c_a
   CHECK(std::string(overlap_last_error()) ==
         Me() + "'c.gathered': output has 1 dimensions, room for 0");
   overlap_handle_free(h);
+}
+
+TEST_CASE("handles are waited on in one call: every result, the first failure, or a timeout",
+          "[c_api]") {
+  const std::vector<int64_t> shape = {4};
+  const std::vector<int64_t> odd_shape = {4 + Rank()};
+  std::vector<float> a(4, 1.0f), b(4 + Rank(), 2.0f), c(4, 3.0f);
+  overlap_tensor ta = Describe(a, shape), tb = Describe(b, odd_shape), tc = Describe(c, shape);
+  overlap_handle* h[3] = {nullptr, nullptr, nullptr};
+  REQUIRE(overlap_allreduce("c.all.a", &ta, &ta, kSum, 1.0, 1.0, "none", &h[0]) == 0);
+  REQUIRE(overlap_allreduce("c.all.b", &tb, &tb, kSum, 1.0, 1.0, "none", &h[1]) == 0);
+  REQUIRE(overlap_allreduce("c.all.c", &tc, &tc, kSum, 1.0, 1.0, "none", &h[2]) == 0);
+  int32_t updates[3] = {-1, -1, -1}, first = -2;
+  // The ranks disagree on c.all.b's shape: its error, on every rank, and its index.
+  const int rc = overlap_handles_wait(h, 3, 30.0, updates, &first);
+  CHECK(rc != 0);
+  CHECK(rc != 4);
+  CHECK(first == 1);
+  CHECK(updates[0] == 1);
+  CHECK_THAT(std::string(overlap_last_error()), Catch::Contains("c.all.b"));
+  CHECK(overlap_handles_wait(h, 1, 30.0, updates, &first) == 0);
+  CHECK(first == -1);
+  CHECK(a[0] == static_cast<float>(Size()));
+  for (overlap_handle* handle : h) overlap_handle_free(handle);
+
+  // Rank 1 submits c.all.late only after rank 0's wait has run out.
+  std::vector<float> late(4, 1.0f), sync(1, 1.0f);
+  const std::vector<int64_t> one = {1};
+  overlap_tensor tl = Describe(late, shape), ts = Describe(sync, one);
+  overlap_handle* pending[1] = {nullptr};
+  if (Rank() == 0) {
+    REQUIRE(overlap_allreduce("c.all.late", &tl, &tl, kSum, 1.0, 1.0, "none", &pending[0]) == 0);
+    CHECK(overlap_handles_wait(pending, 1, 0.2, updates, &first) == 4);
+    CHECK(first == 0);
+    CHECK(overlap_handle_poll(pending[0]) == 0);
+  }
+  overlap_handle* synced = nullptr;
+  REQUIRE(overlap_allreduce("c.all.sync", &ts, &ts, kSum, 1.0, 1.0, "none", &synced) == 0);
+  REQUIRE(overlap_handle_wait(synced, 30.0) == 0);
+  overlap_handle_free(synced);
+  if (Rank() != 0) {
+    REQUIRE(overlap_allreduce("c.all.late", &tl, &tl, kSum, 1.0, 1.0, "none", &pending[0]) == 0);
+  }
+  CHECK(overlap_handles_wait(pending, 1, 30.0, updates, &first) == 0);
+  CHECK(late[0] == static_cast<float>(Size()));
+  overlap_handle_free(pending[0]);
+
+  CHECK(overlap_handles_wait(nullptr, 2, 1.0, nullptr, nullptr) == kInvalidArgument);
+  CHECK(std::string(overlap_last_error()) == Me() + "wait on 2 handles at null");
+  CHECK(overlap_handles_wait(nullptr, 0, 1.0, nullptr, nullptr) == 0);
 }
 
 }  // namespace

@@ -275,13 +275,15 @@ class _DistributedOptimizer:
             self._synchronized = True
             return
         self._launch_missing()
+        # The common case first: in-place reductions, waited on in one call.
+        in_place = [(p, entry[1]) for p, entry in self._reductions() if entry[0] == "in_place"]
+        updates = _core.wait_all([handle for _, handle in in_place])
+        for (p, _), updated in zip(in_place, updates):
+            if not updated:
+                p.grad = None
         for p, entry in self._reductions():
             kind = entry[0]
-            if kind == "in_place":  # the common case, without a resolver
-                handle = entry[1]
-                handle.wait()
-                if not handle.has_update():
-                    p.grad = None
+            if kind == "in_place":
                 continue
             if kind == "sparse":
                 p.grad = entry[1]()
