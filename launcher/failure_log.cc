@@ -29,6 +29,22 @@ std::optional<std::string> ParseLostDaemonHost(absl::string_view line) {
   return std::string(host);
 }
 
+namespace {
+
+// The reporting rank of a control-plane line: "rank N" just before `lost`, where the runtime's
+// message starts (spdlog and the program may prefix the line).
+std::optional<int> ReporterBefore(absl::string_view line, size_t lost) {
+  const size_t rank_word = line.rfind("rank ", lost);
+  int reporter = -1;
+  if (rank_word == absl::string_view::npos ||
+      !absl::SimpleAtoi(line.substr(rank_word + 5, lost - rank_word - 5), &reporter)) {
+    return std::nullopt;
+  }
+  return reporter;
+}
+
+}  // namespace
+
 std::optional<UnansweredPeer> ParseUnansweredPeer(absl::string_view line) {
   constexpr absl::string_view kLost = ": lost the control connection to rank ", kHost = " (host ",
                               kSilent = "): no answer for ";
@@ -36,11 +52,8 @@ std::optional<UnansweredPeer> ParseUnansweredPeer(absl::string_view line) {
   if (lost == absl::string_view::npos) {
     return std::nullopt;
   }
-  // The reporter: "rank N" just before kLost (spdlog and the program may prefix the line).
-  const size_t rank_word = line.rfind("rank ", lost);
-  int reporter = -1;
-  if (rank_word == absl::string_view::npos ||
-      !absl::SimpleAtoi(line.substr(rank_word + 5, lost - rank_word - 5), &reporter)) {
+  const std::optional<int> reporter = ReporterBefore(line, lost);
+  if (!reporter) {
     return std::nullopt;
   }
   const size_t host = line.find(kHost, lost + kLost.size());
@@ -55,7 +68,7 @@ std::optional<UnansweredPeer> ParseUnansweredPeer(absl::string_view line) {
   if (name.empty() || name.find_first_of(" ()") != absl::string_view::npos) {
     return std::nullopt;
   }
-  return UnansweredPeer{reporter, std::string(name)};
+  return UnansweredPeer{*reporter, std::string(name)};
 }
 
 std::optional<ExitedPeer> ParseExitedPeer(absl::string_view line) {
@@ -72,13 +85,7 @@ std::optional<ExitedPeer> ParseExitedPeer(absl::string_view line) {
       !absl::SimpleAtoi(line.substr(from, end - from), &seen.peer) || seen.peer < 0) {
     return std::nullopt;
   }
-  // The reporter, "rank N" just before kLost, when the line has one.
-  const size_t rank_word = line.rfind("rank ", lost);
-  if (rank_word == absl::string_view::npos ||
-      !absl::SimpleAtoi(line.substr(rank_word + 5, lost - rank_word - 5), &seen.reporter) ||
-      seen.reporter < 0) {
-    seen.reporter = -1;
-  }
+  seen.reporter = std::max(-1, ReporterBefore(line, lost).value_or(-1));  // -1: not named
   return seen;
 }
 

@@ -83,6 +83,8 @@ class FailureLog {
 
   // "h3 (rank 2)" or "h1 (ranks 0, 1)": the host and the ranks on it; just the host when none.
   std::string HostAndRanks(const std::string& host) const;
+  // Rank `rank`'s host; empty when unknown.
+  std::string HostOf(int rank) const;
 
   // A rank saw rank `peer`'s process end under it (ParseExitedPeer). Among the failures that
   // ended together, a rank its peers saw exit first is the cause: the peers' own exits follow
@@ -121,7 +123,6 @@ class FailureLog {
     std::string host;
     int reporter = -1;  // -1: mpirun
   };
-  std::string HostOf(int rank) const;
   // The end of Summary's first sentence after a lost host: who lost contact and which host is
   // to blame (AddLostHost's rules).
   std::string LostHostSentence() const;

@@ -179,7 +179,7 @@ class JobWatcher {
     if (!log_.AddLostHost(host, reporter, NowMs())) {
       return;
     }
-    const std::string reporter_host = reporter > 0 ? HostOfRank(options_.hosts, reporter) : "";
+    const std::string reporter_host = reporter > 0 ? log_.HostOf(reporter) : "";
     if (!reporter_host.empty() && reporter_host != host) {
       Say(absl::StrCat("overlaprun: rank ", reporter, " on host ", reporter_host,
                        " lost contact with host ", log_.HostAndRanks(host),

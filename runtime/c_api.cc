@@ -282,7 +282,8 @@ int overlap_handle_wait(const overlap_handle* handle, double timeout_s) {
 }
 
 int overlap_handles_wait(overlap_handle* const* handles, int32_t n, double timeout_s,
-                         int32_t* has_update, int32_t* first_not_ok) {
+                         int32_t* has_update, int32_t* first_not_ok, int32_t* running) {
+  if (running != nullptr) *running = 0;
   if (n < 0 || (n > 0 && handles == nullptr)) {
     return InvalidArgument(absl::StrCat("wait on ", n, " handles", n < 0 ? "" : " at null"));
   }
@@ -295,8 +296,12 @@ int overlap_handles_wait(overlap_handle* const* handles, int32_t n, double timeo
     absl::Status s = timeout_s < 0 ? handle->handle.Wait()
                                    : handle->handle.Wait(std::max(absl::ZeroDuration(),
                                                                   deadline - absl::Now()));
-    // A wait that ran out as the operation finished: its own status, not the wait's.
-    if (absl::IsDeadlineExceeded(s) && handle->handle.Poll()) {
+    if (absl::IsDeadlineExceeded(s)) {
+      // The wait's own timeout, unless the operation has ended: then its own status.
+      if (!handle->handle.Poll()) {
+        if (running != nullptr) *running = 1;
+        return Fail(s);
+      }
       s = handle->handle.Wait(absl::ZeroDuration());
     }
     if (!s.ok()) return Fail(s);

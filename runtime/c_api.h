@@ -125,12 +125,13 @@ int overlap_handle_has_update(const overlap_handle* handle);
 int overlap_handle_wait(const overlap_handle* handle, double timeout_s);
 // Waits for `n` handles in order, all within `timeout_s` (< 0: no limit). Returns 0 when every
 // one succeeded, with has_update[i] (when not null) as overlap_handle_has_update gives it; else
-// the first failure's status, or DEADLINE_EXCEEDED (4) for the first one still running (an
-// operation that failed with DEADLINE_EXCEEDED itself polls as finished), and its index in
-// *first_not_ok (when not null). One call for the handles of a step's gradients: a
-// foreign-function call per handle costs more than the wait itself.
+// the status of the first that failed, or DEADLINE_EXCEEDED (4) when the time ran out, with that
+// handle's index in *first_not_ok and in *running (when not null) 1 if the time ran out while it
+// was still running, 0 if it ended with that status (an operation's own DEADLINE_EXCEEDED). One
+// call for the handles of a step's gradients: a foreign-function call per handle costs more than
+// the wait itself.
 int overlap_handles_wait(overlap_handle* const* handles, int32_t n, double timeout_s,
-                         int32_t* has_update, int32_t* first_not_ok);
+                         int32_t* has_update, int32_t* first_not_ok, int32_t* running);
 // The runtime-owned result of allgather, reducescatter and alltoall after success: data, dtype,
 // rank and up to `max_ndim` dims. The data lives until the handle is freed, on the operation's
 // device: a CUDA operation's result is device memory (read it with overlap_handle_copy_output).

@@ -121,6 +121,7 @@ def _declare(lib):
                                            ctypes.c_int32),
         "overlap_handles_wait": ([ctypes.POINTER(ctypes.c_void_p), ctypes.c_int32,
                                   ctypes.c_double, ctypes.POINTER(ctypes.c_int32),
+                                  ctypes.POINTER(ctypes.c_int32),
                                   ctypes.POINTER(ctypes.c_int32)], ctypes.c_int),
         "overlap_handle_free": ([h], None),
         "overlap_stats_json": ([], ctypes.c_char_p),
@@ -383,11 +384,11 @@ def wait_all(handles):
     c = lib()
     ptrs = (ctypes.c_void_p * n)(*[h._ptr.value for h in handles])
     updates = (ctypes.c_int32 * n)()
-    first = ctypes.c_int32(-1)
+    running = ctypes.c_int32(0)
     while True:
-        rc = c.overlap_handles_wait(ptrs, n, 1.0, updates, ctypes.byref(first))
-        if rc == _DEADLINE_EXCEEDED and not c.overlap_handle_poll(ptrs[first.value]):
-            continue  # still running (an operation's own deadline polls as finished)
+        rc = c.overlap_handles_wait(ptrs, n, 1.0, updates, None, ctypes.byref(running))
+        if rc == _DEADLINE_EXCEEDED and running.value:
+            continue  # the slice ran out, not an operation
         check(rc)
         return [bool(u) for u in updates]
 

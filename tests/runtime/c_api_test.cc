@@ -92,15 +92,16 @@ TEST_CASE("handles are waited on in one call: every result, the first failure, o
   REQUIRE(overlap_allreduce("c.all.a", &ta, &ta, kSum, 1.0, 1.0, "none", &h[0]) == 0);
   REQUIRE(overlap_allreduce("c.all.b", &tb, &tb, kSum, 1.0, 1.0, "none", &h[1]) == 0);
   REQUIRE(overlap_allreduce("c.all.c", &tc, &tc, kSum, 1.0, 1.0, "none", &h[2]) == 0);
-  int32_t updates[3] = {-1, -1, -1}, first = -2;
+  int32_t updates[3] = {-1, -1, -1}, first = -2, running = -1;
   // The ranks disagree on c.all.b's shape: its error, on every rank, and its index.
-  const int rc = overlap_handles_wait(h, 3, 30.0, updates, &first);
+  const int rc = overlap_handles_wait(h, 3, 30.0, updates, &first, &running);
   CHECK(rc != 0);
   CHECK(rc != 4);
   CHECK(first == 1);
+  CHECK(running == 0);
   CHECK(updates[0] == 1);
   CHECK_THAT(std::string(overlap_last_error()), Catch::Contains("c.all.b"));
-  CHECK(overlap_handles_wait(h, 1, 30.0, updates, &first) == 0);
+  CHECK(overlap_handles_wait(h, 1, 30.0, updates, &first, &running) == 0);
   CHECK(first == -1);
   CHECK(a[0] == static_cast<float>(Size()));
   for (overlap_handle* handle : h) overlap_handle_free(handle);
@@ -112,8 +113,9 @@ TEST_CASE("handles are waited on in one call: every result, the first failure, o
   overlap_handle* pending[1] = {nullptr};
   if (Rank() == 0) {
     REQUIRE(overlap_allreduce("c.all.late", &tl, &tl, kSum, 1.0, 1.0, "none", &pending[0]) == 0);
-    CHECK(overlap_handles_wait(pending, 1, 0.2, updates, &first) == 4);
+    CHECK(overlap_handles_wait(pending, 1, 0.2, updates, &first, &running) == 4);
     CHECK(first == 0);
+    CHECK(running == 1);
     CHECK(overlap_handle_poll(pending[0]) == 0);
   }
   overlap_handle* synced = nullptr;
@@ -123,13 +125,14 @@ TEST_CASE("handles are waited on in one call: every result, the first failure, o
   if (Rank() != 0) {
     REQUIRE(overlap_allreduce("c.all.late", &tl, &tl, kSum, 1.0, 1.0, "none", &pending[0]) == 0);
   }
-  CHECK(overlap_handles_wait(pending, 1, 30.0, updates, &first) == 0);
+  CHECK(overlap_handles_wait(pending, 1, 30.0, updates, &first, &running) == 0);
+  CHECK(running == 0);
   CHECK(late[0] == static_cast<float>(Size()));
   overlap_handle_free(pending[0]);
 
-  CHECK(overlap_handles_wait(nullptr, 2, 1.0, nullptr, nullptr) == kInvalidArgument);
+  CHECK(overlap_handles_wait(nullptr, 2, 1.0, nullptr, nullptr, nullptr) == kInvalidArgument);
   CHECK(std::string(overlap_last_error()) == Me() + "wait on 2 handles at null");
-  CHECK(overlap_handles_wait(nullptr, 0, 1.0, nullptr, nullptr) == 0);
+  CHECK(overlap_handles_wait(nullptr, 0, 1.0, nullptr, nullptr, nullptr) == 0);
 }
 
 }  // namespace
