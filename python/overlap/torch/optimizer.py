@@ -276,15 +276,15 @@ class _DistributedOptimizer:
             return
         self._launch_missing()
         # The common case first: in-place reductions, waited on in one call.
-        in_place = [(p, entry[1]) for p, entry in self._reductions() if entry[0] == "in_place"]
-        updates = _core.wait_all([handle for _, handle in in_place])
+        in_place, others = [], []
+        for p, entry in self._reductions():
+            (in_place if entry[0] == "in_place" else others).append((p, entry))
+        updates = _core.wait_all([entry[1] for _, entry in in_place])
         for (p, _), updated in zip(in_place, updates):
             if not updated:
                 p.grad = None
-        for p, entry in self._reductions():
+        for p, entry in others:
             kind = entry[0]
-            if kind == "in_place":
-                continue
             if kind == "sparse":
                 p.grad = entry[1]()
                 continue
