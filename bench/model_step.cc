@@ -320,8 +320,10 @@ class EmulatedModel {
   void Submit(int t) {
     std::vector<float>& g = grads_[t];
     const int64_t n = static_cast<int64_t>(g.size());
+    AllreduceOptions gradient;  // a delayed plan may deliver it late
+    gradient.plan_may_delay = true;
     absl::StatusOr<Handle> handle = Allreduce(profile_.tensors[t].name, MakeTensor(g.data(), {n}),
-                                              MakeTensor(outputs_[t].data(), {n}));
+                                              MakeTensor(outputs_[t].data(), {n}), gradient);
     if (!handle.ok()) Die(handle.status().ToString());
     handles_[t] = *handle;
     pending_[t] = true;

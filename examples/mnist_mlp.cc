@@ -266,6 +266,7 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
     // Warm-up epochs ask for no compression explicitly; afterwards --compression, or the
     // runtime's default when it is empty.
     AllreduceOptions allreduce;
+    allreduce.plan_may_delay = true;  // gradients: a delayed plan may deliver them late
     const bool warmup = epoch <= options.warmup_epochs;
     allreduce.compression = warmup ? "none" : options.compression;
     allreduce.delay = warmup ? 0 : options.delay;

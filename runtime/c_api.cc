@@ -108,6 +108,19 @@ int overlap_allreduce_ps(int32_t process_set, const char* name, const overlap_te
   return Return(overlap::Allreduce(Str(name), in, out, options), handle);
 }
 
+int overlap_allreduce_gradient(int32_t process_set, const char* name, const overlap_tensor* input,
+                               const overlap_tensor* output, int32_t op, double prescale,
+                               double postscale, const char* compression,
+                               overlap_handle** handle) {
+  overlap::Tensor in, out;
+  if (int rc = ToTensor("allreduce", Str(name), input, &in)) return rc;
+  if (int rc = ToTensor("allreduce", Str(name), output, &out)) return rc;
+  overlap::AllreduceOptions options = AllreduceOptionsOf(op, prescale, postscale, compression);
+  options.process_set = process_set;
+  options.plan_may_delay = true;
+  return Return(overlap::Allreduce(Str(name), in, out, options), handle);
+}
+
 int overlap_allreduce(const char* name, const overlap_tensor* input, const overlap_tensor* output,
                       int32_t op, double prescale, double postscale, const char* compression,
                       overlap_handle** handle) {

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 // The ABI version; bumped when a signature below changes. Python checks it at load time.
-#define OVERLAP_C_API_VERSION 4
+#define OVERLAP_C_API_VERSION 5
 int overlap_c_api_version(void);
 
 typedef struct overlap_handle overlap_handle;
@@ -69,6 +69,14 @@ int overlap_allreduce_delayed(const char* name, const overlap_tensor* input,
                               const overlap_tensor* output, int32_t op, double prescale,
                               double postscale, const char* compression, int32_t delay,
                               int32_t period, int32_t phase, overlap_handle** handle);
+// An allreduce of a gradient, which a delayed plan may deliver late
+// (AllreduceOptions::plan_may_delay; the distributed optimizers call this). Any other allreduce
+// always completes with its own submission's result; overlap_handle_has_update tells whether a
+// gradient's output holds an update this step.
+int overlap_allreduce_gradient(int32_t process_set, const char* name, const overlap_tensor* input,
+                               const overlap_tensor* output, int32_t op, double prescale,
+                               double postscale, const char* compression,
+                               overlap_handle** handle);
 int overlap_grouped_allreduce(int32_t count, const char* const* names, const overlap_tensor* inputs,
                               const overlap_tensor* outputs, int32_t op, double prescale,
                               double postscale, const char* compression, overlap_handle** handle);

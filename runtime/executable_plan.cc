@@ -153,6 +153,13 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
                                          ") cannot have a delay or an update period (needs "
                                          "float32 or float64 and a sum or an average)"));
       }
+      if (delayed && !request.plan_may_delay) {
+        return BadBucket(b, absl::StrCat("tensor '", s.name,
+                                         "' cannot have a delay or an update period: it was not "
+                                         "submitted as a gradient a plan may delay "
+                                         "(AllreduceOptions::plan_may_delay), so the program "
+                                         "reads its result in the same step"));
+      }
       if (first == nullptr) {
         first = &request;
       } else if (request.tensors[0].dtype != first->tensors[0].dtype ||

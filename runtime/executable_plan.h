@@ -79,8 +79,8 @@ ExecutablePlan ObservedPlan(std::vector<PlanEntry> entries, const std::vector<in
 // same slices; a bucket's slices share one dtype and reduction; channels exist; no bucket asks for
 // compression (not executable yet). A bucket with a delay or an update period must be an
 // allreduce of float32 or float64 tensors with a sum or an average (its off-period steps are kept
-// in a residual), with delay 0..16 and period 1..64. InvalidArgument naming the bucket and the
-// cause.
+// in a residual), with delay 0..16 and period 1..64, and hold only tensors submitted with
+// AllreduceOptions::plan_may_delay. InvalidArgument naming the bucket and the cause.
 absl::StatusOr<ExecutablePlan> ScheduledPlan(
     const sched::Plan& plan, const absl::flat_hash_map<std::string, PlanEntry>& table,
     int num_channels);

@@ -70,6 +70,14 @@ std::string Disagreement(const Request& first, int first_rank, const Request& ot
     return absl::StrCat("update schedule mismatch: ",
                         both(text(first.update_schedule), text(other.update_schedule)));
   }
+  if (first.kind == OpKind::kAllreduce && first.plan_may_delay != other.plan_may_delay) {
+    const auto text = [](bool may) {
+      return std::string(may ? "a gradient a delayed plan may deliver late (plan_may_delay)"
+                             : "a tensor it reads at once (no plan_may_delay)");
+    };
+    return absl::StrCat("plan_may_delay mismatch: ",
+                        both(text(first.plan_may_delay), text(other.plan_may_delay)));
+  }
   if (first.kind == OpKind::kAllreduce && first.compression != other.compression) {
     return absl::StrCat("compression mismatch: ", both(first.compression, other.compression));
   }

@@ -37,7 +37,8 @@ int64_t TensorMeta::NumElements() const {
 bool Request::operator==(const Request& o) const {
   return name == o.name && kind == o.kind && op == o.op && prescale == o.prescale &&
          postscale == o.postscale && root == o.root && tensors == o.tensors && splits == o.splits &&
-         compression == o.compression && device == o.device && update_schedule == o.update_schedule;
+         compression == o.compression && device == o.device && update_schedule == o.update_schedule &&
+         plan_may_delay == o.plan_may_delay;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -109,6 +110,7 @@ void EncodeRequest(const Request& r, ByteWriter* out) {
   out->PutString(r.compression);
   out->PutI32(static_cast<int32_t>(r.device));
   out->PutString(r.update_schedule);
+  out->PutI32(r.plan_may_delay ? 1 : 0);
 }
 
 absl::Status DecodeRequest(ByteReader* in, Request* r) {
@@ -159,6 +161,13 @@ absl::Status DecodeRequest(ByteReader* in, Request* r) {
   }
   r->device = static_cast<DeviceKind>(device);
   if (s.ok()) s = in->GetString(&r->update_schedule);
+  int32_t plan_may_delay = 0;
+  if (s.ok()) s = in->GetI32(&plan_may_delay);
+  if (s.ok() && plan_may_delay != 0 && plan_may_delay != 1) {
+    return absl::DataLossError(
+        absl::StrCat("negotiation message has plan_may_delay ", plan_may_delay));
+  }
+  r->plan_may_delay = plan_may_delay == 1;
   return s;
 }
 

@@ -54,6 +54,9 @@ struct Request {
   // Allreduce with a delayed update or period (runtime/delay_line.h): "delay d, period p, phase
   // f"; empty otherwise. Every rank must agree, or they would reduce different steps together.
   std::string update_schedule;
+  // Allreduce: a gradient a delayed plan may deliver late (AllreduceOptions::plan_may_delay).
+  // Every rank must agree, or one rank's plan would delay what another's program reads at once.
+  bool plan_may_delay = false;
 
   bool operator==(const Request& o) const;
 };

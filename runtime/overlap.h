@@ -125,6 +125,13 @@ struct AllreduceOptions {
   int delay = 0;   // 0..16
   int period = 1;  // 1..64
   int phase = 0;   // 0..period-1
+  // This tensor is a gradient that the program applies as an update, so a delayed plan (DeFT
+  // with staleness or update periods: OVERLAP_STALENESS, OVERLAP_MAX_PERIOD) may deliver it late,
+  // as the delay above does. Off, the default, the handle always carries this submission's own
+  // result, whatever the plan: a metric, SyncBatchNorm's statistics, anything the step reads at
+  // once. The distributed optimizers of overlap.torch and overlap.tensorflow set it for the
+  // gradients they reduce. Every rank must set it alike for a tensor.
+  bool plan_may_delay = false;
   // The process set to reduce over (see AddProcessSet); 0, the global set, is every rank. On
   // another set, averages divide by the set's size, and compression, delay and period are refused.
   int process_set = 0;

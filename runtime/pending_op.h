@@ -44,6 +44,7 @@ inline PendingOp AllreduceOp(const std::string& name, const Tensor& input, const
   op.request.prescale = options.prescale;
   op.request.postscale = options.postscale;
   op.request.compression = options.compression;
+  op.request.plan_may_delay = options.plan_may_delay;
   op.inputs.push_back(input);
   op.outputs.push_back(output);
   return op;

@@ -10,7 +10,9 @@
 namespace overlap {
 namespace {
 
-constexpr char kMagic[] = "overlap-plan-v1";
+// v2: each tensor's agreed request carries plan_may_delay.
+constexpr char kMagic[] = "overlap-plan-v2";
+constexpr char kMagicV1[] = "overlap-plan-v1";
 
 absl::string_view AsBytes(const std::vector<uint8_t>& v) {
   return absl::string_view(reinterpret_cast<const char*>(v.data()), v.size());
@@ -88,7 +90,12 @@ absl::StatusOr<PlanCheckpoint> DecodePlanCheckpoint(absl::string_view bytes) {
   PlanCheckpoint c;
   std::string magic;
   if (!in.GetString(&magic).ok() || magic != kMagic) {
-    return absl::InvalidArgumentError("the plan's part is not a plan checkpoint");
+    return absl::InvalidArgumentError(
+        magic == kMagicV1
+            ? "the plan's part was saved by an earlier version of overlap (overlap-plan-v1), "
+              "whose requests do not say which tensors a plan may delay; resume without it (the "
+              "job re-plans) or save it again with this version"
+            : "the plan's part is not a plan checkpoint");
   }
   int64_t tensors = 0;
   absl::Status s = in.GetString(&c.plan);

@@ -229,6 +229,11 @@ std::vector<PendingOp> PlanDelays::TakeDeliverable() {
     std::deque<Parked>& line = parked_[entry];
     const std::vector<int>& buckets = plan_->buckets_of[entry];
     while (!line.empty()) {
+      // A submission that differs from the plan's agreed operation (a new model's tensor under an
+      // old name, with another shape) diverges when its copy reaches its first bucket, and the
+      // plan is dropped then; until then it stays parked, since results sized for the plan's
+      // tensor must never be written into its buffers.
+      if (!(line.front().op.request == plan_->entries[entry].response->request)) break;
       const int64_t pass = line.front().pass;
       // Every bucket's due result must be in before any is written.
       bool complete = true;

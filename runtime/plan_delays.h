@@ -100,7 +100,8 @@ class PlanDelays {
   void Store(int bucket, int64_t pass, std::shared_ptr<std::vector<uint8_t>> result);
 
   // Parked operations whose results are all in: their outputs written and has_update set, in
-  // submission order per tensor. The caller completes them.
+  // submission order per tensor. The caller completes them. A submission whose request differs
+  // from the plan's agreed one is never delivered: it waits for the plan to drop it (TakeParked).
   std::vector<PendingOp> TakeDeliverable();
 
   // The parked operation of `entry`'s submission `pass`, for negotiation (its copy diverged).

@@ -86,8 +86,9 @@ bool Delayed(const sched::Plan& plan) {
 
 // Test hook: rank 0 gives every allreduce bucket of the plan it makes the schedule
 // OVERLAP_TEST_PLAN_SCHEDULE = "delay,period", phases staggered by bucket, so that delayed plans
-// are tested whatever the planner would choose for the test machine's timings.
-void ScheduleForTest(sched::Plan* plan) {
+// are tested whatever the planner would choose for the test machine's timings. Buckets holding a
+// tensor the step reads at once (TensorInfo::may_delay false) keep no delay, as planners do.
+void ScheduleForTest(const sched::Profile& profile, sched::Plan* plan) {
   const char* spec = std::getenv("OVERLAP_TEST_PLAN_SCHEDULE");
   if (spec == nullptr) return;
   int delay = 0;
@@ -96,6 +97,11 @@ void ScheduleForTest(sched::Plan* plan) {
   int index = 0;
   for (sched::Bucket& b : plan->buckets) {
     if (b.op != sched::Collective::kAllreduce) continue;
+    if (std::any_of(b.slices.begin(), b.slices.end(), [&](const sched::TensorSlice& s) {
+          return !profile.tensors[static_cast<size_t>(s.tensor)].may_delay;
+        })) {
+      continue;
+    }
     b.delay = delay;
     b.lag = 0;
     b.period = period;
@@ -540,7 +546,7 @@ absl::StatusOr<std::vector<PlanScheduler::Candidate>> PlanScheduler::MakeCandida
   }
   std::vector<Candidate> candidates;
   for (sched::Plan& plan : plans) {
-    ScheduleForTest(&plan);
+    ScheduleForTest(profile, &plan);
     // The test schedule delays every plan: trials would replace delayed plans.
     if (Delayed(plan) && !candidates.empty()) break;
     Candidate c;

@@ -170,13 +170,18 @@ void StepProfiler::Close(const OpenStep& previous, const OpenStep& next) {
   step.backward_ms = ComputeMs(previous.backward, previous.update, blocked);
   step.update_ms = ComputeMs(previous.update, next.forward, blocked);
   step.wall_ms = std::max(0.0, absl::ToDoubleMilliseconds(next.backward - previous.backward));
+  const bool gradients_marked =
+      std::any_of(previous.submissions.begin(), previous.submissions.end(),
+                  [](const Submission& s) { return s.may_delay; });
   for (size_t i = 0; i < previous.submissions.size(); ++i) {
     const Submission& s = previous.submissions[i];
+    if (gradients_marked && !s.may_delay) continue;  // read within the step: left negotiated
     const absl::Time called = waits[i].called;
     sched::TensorMeasurement& t = step.tensors.emplace_back();
     t.name = s.name;
     t.bytes = s.bytes;
     t.dtype = s.dtype;
+    t.may_delay = s.may_delay;
     t.ready_ms = ClampedMs(s.submitted - previous.backward, step.backward_ms);
     // Compute time from the forward's start to the first wait: the blocked time of earlier waits
     // in the forward does not count. Never waited: the end of the forward.
@@ -190,7 +195,8 @@ void StepProfiler::Close(const OpenStep& previous, const OpenStep& next) {
   auto same_set = [](const ClosedStep& a, const ClosedStep& b) {
     return std::equal(a.tensors.begin(), a.tensors.end(), b.tensors.begin(), b.tensors.end(),
                       [](const sched::TensorMeasurement& x, const sched::TensorMeasurement& y) {
-                        return x.name == y.name && x.bytes == y.bytes;
+                        return x.name == y.name && x.bytes == y.bytes &&
+                               x.may_delay == y.may_delay;
                       });
   };
   if (!closed_.empty() && !same_set(closed_.back(), step)) closed_.clear();
@@ -199,12 +205,13 @@ void StepProfiler::Close(const OpenStep& previous, const OpenStep& next) {
 }
 
 void StepProfiler::OnSubmit(const std::string& name, int64_t bytes, DataType dtype,
-                            FirstWaitFn first_wait, absl::Time now) {
+                            FirstWaitFn first_wait, absl::Time now, bool may_delay) {
   absl::MutexLock lock(&mu_);
   if (open_.empty()) return;  // before the first forward: part of no step
   OpenStep& current = open_.back();
   if (!current.names.insert(name).second) return;
-  current.submissions.push_back(Submission{name, bytes, dtype, std::move(first_wait), now});
+  current.submissions.push_back(
+      Submission{name, bytes, dtype, std::move(first_wait), now, may_delay});
 }
 
 bool StepProfiler::used() const {

@@ -20,6 +20,13 @@
 // time from the forward's start to its first wait less the blocked time inside the forward before
 // that wait, clamped into [0, forward_ms]. Every window and time is clamped at >= 0.
 //
+// A step that marks its gradients (OnSubmit's may_delay, from AllreduceOptions::plan_may_delay, as
+// the adapters' optimizers do) is measured over those alone: its other allreduces are read within
+// the step (a metric, SyncBatchNorm's statistics, waited on in the forward or backward that
+// submitted them), which a profile of gradients cannot describe, so they stay negotiated instead
+// of being fused into buckets that wait for gradients not yet computed. A step that marks none is
+// measured over every tensor.
+//
 // Step k's measurement closes at the backward marker of step k+1 (when its first uses are known);
 // its forward_ms is step k+1's, the one its first uses are measured in, and its backward_ms and
 // update_ms are its own. MakeProfile() takes, over the last `steps_needed` closed steps in a row
@@ -76,8 +83,10 @@ class StepProfiler {
 
   // A submission of a tensor the runtime may plan, made during the current step. A name
   // submitted twice in one step keeps its first submission. Ignored before the first forward.
+  // `may_delay`: a gradient a delayed plan may deliver late (AllreduceOptions::plan_may_delay);
+  // false for a tensor the step reads at once, which the profile marks so no planner delays it.
   void OnSubmit(const std::string& name, int64_t bytes, DataType dtype, FirstWaitFn first_wait,
-                absl::Time now);
+                absl::Time now, bool may_delay = true);
 
   // True once OnPhase has been called at least once (the program uses the step API).
   bool used() const;
@@ -105,6 +114,7 @@ class StepProfiler {
     DataType dtype = DataType::kFloat32;
     FirstWaitFn first_wait;
     absl::Time submitted;
+    bool may_delay = true;
   };
   // A step whose markers are still arriving, or one waiting for the next step's backward marker
   // to close it. InfinitePast marks a phase not yet seen.

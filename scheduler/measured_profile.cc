@@ -79,6 +79,7 @@ absl::StatusOr<Profile> ProfileFromMeasurements(const IterationMeasurement& m) {
     p.AddLayer(absl::StrCat("layer", l), next_use - use, backward, tensors);
     for (size_t k = 0; k < groups[l].size(); ++k) {
       p.tensors[first + k].dtype = m.tensors[groups[l][k]].dtype;
+      p.tensors[first + k].may_delay = m.tensors[groups[l][k]].may_delay;
     }
   }
   absl::Status status = p.Finalize();

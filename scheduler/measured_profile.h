@@ -24,6 +24,7 @@ struct TensorMeasurement {
   DataType dtype = DataType::kFloat32;
   double ready_ms = 0;      // gradient ready, from the start of backward
   double first_use_ms = 0;  // parameter first read, from the start of forward
+  bool may_delay = true;    // TensorInfo::may_delay
 };
 
 struct IterationMeasurement {

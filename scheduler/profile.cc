@@ -116,6 +116,7 @@ std::string Profile::ToJson() const {
       if (tensors[t].dtype != DataType::kFloat32) {
         tj["dtype"] = DataTypeName(tensors[t].dtype);
       }
+      if (!tensors[t].may_delay) tj["may_delay"] = false;
       l["tensors"].push_back(tj);
     }
     out["layers"].push_back(l);
@@ -175,6 +176,7 @@ absl::StatusOr<Profile> ParseProfileJson(absl::string_view text, absl::string_vi
     }
     std::vector<std::pair<std::string, int64_t>> list;
     std::vector<DataType> dtypes;
+    std::vector<bool> may_delay;
     for (size_t j = 0; j < (*tensors)->size(); ++j) {
       const json& tj = (**tensors)[j];
       const std::string tpath = absl::StrCat(lpath, ".tensors[", j, "]");
@@ -201,13 +203,18 @@ absl::StatusOr<Profile> ParseProfileJson(absl::string_view text, absl::string_vi
           return tr.Error("dtype", s.message());
         }
       }
+      if (tj.contains("may_delay") && !tj["may_delay"].is_boolean()) {
+        return tr.Error("may_delay", "must be true or false");
+      }
       list.emplace_back(*tname, *bytes);
       dtypes.push_back(dtype);
+      may_delay.push_back(!tj.contains("may_delay") || tj["may_delay"].get<bool>());
     }
     const size_t first = profile.tensors.size();
     profile.AddLayer(*name, *fwd, *bwd, list);
     for (size_t j = 0; j < dtypes.size(); ++j) {
       profile.tensors[first + j].dtype = dtypes[j];
+      profile.tensors[first + j].may_delay = may_delay[j];
     }
   }
   absl::Status status = profile.Finalize();

@@ -6,7 +6,8 @@
 // needed when its layer's forward starts. Everything else (ready times, first-use times, totals)
 // is derived by Finalize() so that it cannot disagree with the layer list.
 //
-// JSON format (times in milliseconds, sizes in bytes, "dtype" optional, default "float32"):
+// JSON format (times in milliseconds, sizes in bytes; "dtype" optional, default "float32";
+// "may_delay" optional, default true, see TensorInfo):
 //   {"model": "vgg16", "update_ms": 3.1,
 //    "layers": [{"name": "conv1", "forward_ms": 1.0, "backward_ms": 2.0,
 //                "tensors": [{"name": "conv1.weight", "bytes": 6912, "dtype": "float32"}]}]}
@@ -32,6 +33,10 @@ struct TensorInfo {
   int layer = 0;            // index into Profile::layers
   double ready_ms = 0;      // gradient ready, measured from the start of backward
   double first_use_ms = 0;  // parameter first read, measured from the start of forward
+  // A gradient applied as an update, which a delayed plan may deliver late. False for a tensor
+  // the step reads as soon as it is reduced (a metric, batch-norm statistics): planners give its
+  // buckets no delay and no update period, and never fuse it with tensors that may be delayed.
+  bool may_delay = true;
 
   // Number of elements; bytes must be a multiple of the element size (checked by Finalize).
   int64_t count() const { return bytes / static_cast<int64_t>(DataTypeSize(dtype)); }

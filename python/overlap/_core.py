@@ -24,7 +24,7 @@ C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT = range(5)
 # absl::StatusCode values the binding tells apart.
 _OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _FAILED_PRECONDITION = 0, 3, 4, 5, 9
 
-_C_API_VERSION = 4
+_C_API_VERSION = 5
 _MAX_NDIM = 32
 
 
@@ -70,6 +70,9 @@ def _declare(lib):
         "overlap_stop_timeline": ([], ctypes.c_int),
         "overlap_allreduce": ([ctypes.c_char_p, t, t, ctypes.c_int32, ctypes.c_double,
                                ctypes.c_double, ctypes.c_char_p, hp], ctypes.c_int),
+        "overlap_allreduce_gradient": ([ctypes.c_int32, ctypes.c_char_p, t, t, ctypes.c_int32,
+                                        ctypes.c_double, ctypes.c_double, ctypes.c_char_p, hp],
+                                       ctypes.c_int),
         "overlap_grouped_allreduce": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p), t, t,
                                        ctypes.c_int32, ctypes.c_double, ctypes.c_double,
                                        ctypes.c_char_p, hp], ctypes.c_int),
@@ -292,8 +295,9 @@ class Buffer:
 
 
 class InPlaceSlot:
-    """A host tensor of one shape and dtype reduced in place under one name, step after step
-    (a gradient in DistributedOptimizer). Its name, shape and the C call are prepared once, so a
+    """A gradient on the host, of one shape and dtype, reduced in place under one name step
+    after step by DistributedOptimizer; a delayed plan may deliver it late
+    (overlap_allreduce_gradient). Its name, shape and the C call are prepared once, so a
     submission only sets the address: with one gradient per parameter per step, the Python cost
     per gradient is the optimizer's budget (Horovod pays it in C++)."""
 
@@ -306,7 +310,7 @@ class InPlaceSlot:
         self._struct = _Tensor(None, nbytes, dtype, len(shape), self._shape_array, DEVICE_CPU, 0,
                                None)
         self._ref = ctypes.byref(self._struct)
-        self._call = lib().overlap_allreduce_ps
+        self._call = lib().overlap_allreduce_gradient
 
     def allreduce(self, address, op, prescale, postscale, process_set=0):
         """allreduce() of the tensor at `address` into itself, without compression."""
@@ -408,11 +412,14 @@ def _enc(s):
 
 # `process_set`: the id of the process set to run on (0, the default, is every rank).
 
-def allreduce(name, inp, out, op, prescale, postscale, compression, process_set=0):
+def allreduce(name, inp, out, op, prescale, postscale, compression, process_set=0,
+              gradient=False):
+    """`gradient`: a gradient the optimizer applies, which a delayed plan may deliver late
+    (overlap_allreduce_gradient); any other allreduce carries its own step's result."""
     p = _out_handle()
-    rc = lib().overlap_allreduce_ps(process_set, name.encode(), ctypes.byref(inp.struct),
-                                    ctypes.byref(out.struct), op, prescale, postscale,
-                                    _enc(compression), ctypes.byref(p))
+    call = lib().overlap_allreduce_gradient if gradient else lib().overlap_allreduce_ps
+    rc = call(process_set, name.encode(), ctypes.byref(inp.struct), ctypes.byref(out.struct), op,
+              prescale, postscale, _enc(compression), ctypes.byref(p))
     return _finish(rc, p, name)
 
 

@@ -32,12 +32,27 @@ constexpr double kBudgetSteps[] = {0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 6, 8, 16
 // The items of one candidate: groups of pieces, one bucket each.
 using ItemSet = std::vector<std::vector<Piece>>;
 
+// Cuts every group where TensorInfo::may_delay changes, so that no item mixes tensors a plan may
+// delay with ones the step reads at once: a metric fused into a gradient bucket would otherwise
+// either be delayed with it or hold the whole bucket to no delay.
+ItemSet SplitByMayDelay(const Profile& profile, const ItemSet& set) {
+  ItemSet out;
+  for (const std::vector<Piece>& group : set) {
+    for (size_t i = 0; i < group.size(); ++i) {
+      const bool may_delay = profile.tensors[group[i].tensor].may_delay;
+      if (i == 0 || may_delay != profile.tensors[group[i - 1].tensor].may_delay) out.emplace_back();
+      out.back().push_back(group[i]);
+    }
+  }
+  return out;
+}
+
 ItemSet FixedSizeItems(const Profile& profile, int64_t item_bytes) {
   std::vector<Piece> pieces;
   for (int t : internal::ReadyOrder(profile)) {
     for (const Piece& p : internal::CutTensor(profile, t, item_bytes)) pieces.push_back(p);
   }
-  return internal::FuseConsecutive(pieces, item_bytes);
+  return SplitByMayDelay(profile, internal::FuseConsecutive(pieces, item_bytes));
 }
 
 // MG-WFBP's optimal merge of consecutive gradients, as items.
@@ -53,7 +68,7 @@ ItemSet MergedItems(const Profile& profile, const CostModel& cost) {
     }
     items.push_back(std::move(group));
   }
-  return items;
+  return SplitByMayDelay(profile, items);
 }
 
 KnapsackInstance MakeInstance(const Profile& profile, const CostModel& cost, const ItemSet& set) {
@@ -64,7 +79,10 @@ KnapsackInstance MakeInstance(const Profile& profile, const CostModel& cost, con
   for (const std::vector<Piece>& group : set) {
     KnapsackItem item;
     int64_t bytes = 0;
-    for (const Piece& p : group) bytes += p.bytes;
+    for (const Piece& p : group) {
+      bytes += p.bytes;
+      item.may_delay = item.may_delay && profile.tensors[p.tensor].may_delay;
+    }
     item.release_ms = internal::ReadyMs(profile, group);
     item.deadline_ms = profile.backward_ms + internal::FirstUseMs(profile, group);
     item.share = static_cast<double>(bytes) / static_cast<double>(profile.total_bytes);

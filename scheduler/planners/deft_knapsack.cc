@@ -100,6 +100,10 @@ std::vector<KnapsackChoice> Options(const KnapsackInstance& in, bool all_delays)
 
 }  // namespace
 
+bool Allowed(const KnapsackItem& item, const KnapsackChoice& choice) {
+  return item.may_delay || (choice.window <= 1 && choice.period == 1);
+}
+
 double ItemCost(const KnapsackItem& item, const KnapsackChoice& choice) {
   return item.share * (choice.delay() + (choice.period - 1) / 2.0);
 }
@@ -118,11 +122,13 @@ KnapsackSolution SolveKnapsackBruteForce(const KnapsackInstance& in) {
   KnapsackSolution best = Worst();
   while (true) {
     double cost = 0;
+    bool allowed = true;
     for (size_t i = 0; i < n; ++i) {
       choices[i] = options[digit[i]];
       cost += ItemCost(in.items[i], choices[i]);
+      allowed = allowed && Allowed(in.items[i], choices[i]);
     }
-    if (cost <= in.budget + 1e-12) {
+    if (allowed && cost <= in.budget + 1e-12) {
       const double ms = Evaluate(in, orders, choices, {}).iteration_ms;
       if (Better(ms, cost, best)) best = KnapsackSolution{choices, ms, cost};
     }
@@ -151,7 +157,7 @@ KnapsackSolution SolveKnapsackExact(const KnapsackInstance& in) {
     assigned[i] = true;
     for (const KnapsackChoice& c : options) {
       const double next = cost + ItemCost(in.items[i], c);
-      if (next > in.budget + 1e-12) continue;
+      if (next > in.budget + 1e-12 || !Allowed(in.items[i], c)) continue;
       choices[i] = c;
       const double bound = Evaluate(in, orders, choices, assigned).iteration_ms;
       if (!Better(bound, next, best)) continue;  // no completion can win: terms only grow
@@ -206,7 +212,10 @@ void SolveKnapsackGreedy(const KnapsackInstance& in, int delay,
       // channel time per unit of convergence cost (small items first: the latency term).
       double best_ratio = 0;
       for (size_t i = 0; i < n; ++i) {
-        if (choices[i].channel != channel || level[i] + 1 >= in.periods.size()) continue;
+        if (choices[i].channel != channel || level[i] + 1 >= in.periods.size() ||
+            !in.items[i].may_delay) {
+          continue;
+        }
         const double p = in.periods[level[i]], q = in.periods[level[i] + 1];
         const double w = in.items[i].weight_ms[static_cast<size_t>(channel)];
         const double ratio = w * (1 / p - 1 / q) / (in.items[i].share * (q - p) / 2 + 1e-300);
@@ -223,7 +232,8 @@ void SolveKnapsackGreedy(const KnapsackInstance& in, int delay,
       // that stalls (front layers: ready last in backward, needed first in forward).
       for (int i : orders.by_deadline) {
         const KnapsackChoice& c = choices[static_cast<size_t>(i)];
-        if (c.channel == t.stall_channel && c.window <= 1) {
+        if (c.channel == t.stall_channel && c.window <= 1 &&
+            in.items[static_cast<size_t>(i)].may_delay) {
           pick = static_cast<size_t>(i);
           break;
         }

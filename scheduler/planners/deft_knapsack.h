@@ -36,6 +36,9 @@ struct KnapsackItem {
   double deadline_ms = 0;          // first use in the next forward, from the start of backward
   double share = 0;                // fraction of the gradient bytes
   std::vector<double> weight_ms;   // communication time on each channel
+  // False for an item holding a tensor the step reads at once (TensorInfo::may_delay): it takes
+  // window 0 or 1 and period 1 only.
+  bool may_delay = true;
 };
 
 struct KnapsackInstance {
@@ -60,6 +63,9 @@ struct KnapsackSolution {
   double iteration_ms = 0;
   double cost = 0;  // convergence budget used
 };
+
+// Whether `item` may take `choice` (a delay or a period needs item.may_delay).
+bool Allowed(const KnapsackItem& item, const KnapsackChoice& choice);
 
 // The convergence cost of one item with `choice`.
 double ItemCost(const KnapsackItem& item, const KnapsackChoice& choice);

@@ -10,12 +10,13 @@ namespace overlap {
 namespace {
 
 PlanEntry Entry(const std::string& name, int64_t elements, DataType dtype = DataType::kFloat32,
-                ReduceOp op = ReduceOp::kAverage) {
+                ReduceOp op = ReduceOp::kAverage, bool plan_may_delay = true) {
   auto response = std::make_shared<Response>();
   response->name = name;
   response->request.name = name;
   response->request.kind = OpKind::kAllreduce;
   response->request.op = op;
+  response->request.plan_may_delay = plan_may_delay;
   response->request.tensors.push_back(TensorMeta{dtype, {elements}});
   return PlanEntry{0, std::move(response)};
 }
@@ -35,6 +36,7 @@ absl::flat_hash_map<std::string, PlanEntry> Table() {
   absl::flat_hash_map<std::string, PlanEntry> table;
   table.emplace("w", Entry("w", 100));
   table.emplace("steps", Entry("steps", 10, DataType::kInt32, ReduceOp::kSum));
+  table.emplace("metric", Entry("metric", 4, DataType::kFloat32, ReduceOp::kSum, false));
   return table;
 }
 
@@ -56,6 +58,7 @@ TEST_CASE("a plan's delays and periods reach the executable plan per bucket") {
 TEST_CASE("a synchronous plan is not delayed") {
   sched::Plan plan;
   plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "w", 0, 100));
+  plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "metric", 0, 4));
   absl::StatusOr<ExecutablePlan> out = ScheduledPlan(plan, Table(), 1);
   REQUIRE(out.ok());
   REQUIRE_FALSE(out->delayed());
@@ -75,6 +78,17 @@ TEST_CASE("schedules the runtime cannot run are refused naming the bucket") {
     REQUIRE(ScheduledPlan(plan, Table(), 1).status().message() ==
             "plan bucket 0: tensor 'steps' (int32, sum) cannot have a delay or an update period "
             "(needs float32 or float64 and a sum or an average)");
+  }
+  SECTION("a delay on a tensor that is not a gradient a plan may delay") {
+    plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "metric", 0, 4, 1));
+    REQUIRE(ScheduledPlan(plan, Table(), 1).status().message() ==
+            "plan bucket 0: tensor 'metric' cannot have a delay or an update period: it was not "
+            "submitted as a gradient a plan may delay (AllreduceOptions::plan_may_delay), so the "
+            "program reads its result in the same step");
+  }
+  SECTION("a period on a tensor that is not a gradient a plan may delay") {
+    plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "metric", 0, 4, 0, 2, 0));
+    REQUIRE_FALSE(ScheduledPlan(plan, Table(), 1).ok());
   }
   SECTION("a phase outside the period") {
     plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "w", 0, 100, 1, 2, 2));

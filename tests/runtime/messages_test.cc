@@ -23,6 +23,7 @@ TEST_CASE("requests and responses survive encoding", "[messages]") {
   response.cache_id = 17;
   response.request = MakeRequest("layer.weight", {3, 4});
   response.request.splits = {1, 2};
+  response.request.plan_may_delay = true;
   response.rank_rows = {5, 6, 7};
   ByteWriter out;
   EncodeResponse(response, &out);
@@ -104,6 +105,12 @@ TEST_CASE("matching names the first disagreement", "[matcher]") {
   CHECK(MatchRequests({&a, &a, &b}).error ==
         "allreduce 'w': scale mismatch: rank 0 submitted prescale 0.5 postscale 1, rank 2 "
         "submitted prescale 0.5 postscale 2");
+  b = a;
+  b.plan_may_delay = true;
+  CHECK(MatchRequests({&a, &b}).error ==
+        "allreduce 'w': plan_may_delay mismatch: rank 0 submitted a tensor it reads at once (no "
+        "plan_may_delay), rank 1 submitted a gradient a delayed plan may deliver late "
+        "(plan_may_delay)");
 }
 
 TEST_CASE("allgather matches ragged first dimensions and records them", "[matcher]") {

@@ -51,6 +51,18 @@ TEST_CASE("damaged bytes are refused, whatever is cut") {
   CHECK_FALSE(DecodePlanCheckpoint(bytes + "x").ok());
 }
 
+TEST_CASE("a checkpoint of the first format is refused with what to do") {
+  std::string bytes = EncodePlanCheckpoint(Checkpoint());
+  const size_t at = bytes.find("overlap-plan-v2");
+  REQUIRE(at != std::string::npos);
+  bytes[at + 14] = '1';
+  absl::StatusOr<PlanCheckpoint> c = DecodePlanCheckpoint(bytes);
+  REQUIRE_FALSE(c.ok());
+  CHECK_THAT(std::string(c.status().message()),
+             Catch::Contains("saved by an earlier version of overlap (overlap-plan-v1)") &&
+                 Catch::Contains("resume without it"));
+}
+
 std::string Refusal(const PlanCheckpoint& c, int channels = 1) {
   absl::StatusOr<ExecutablePlan> plan = CheckpointedPlan(c, channels);
   return plan.ok() ? "" : std::string(plan.status().message());

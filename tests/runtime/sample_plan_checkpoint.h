@@ -13,7 +13,7 @@
 
 namespace overlap {
 
-// The agreed operation of an average of `elements` float32 values under `name`.
+// The agreed operation of a gradient: an average of `elements` float32 values under `name`.
 inline Response SampleTensor(const std::string& name, int64_t elements) {
   Response r;
   r.name = name;
@@ -22,6 +22,7 @@ inline Response SampleTensor(const std::string& name, int64_t elements) {
   r.request.kind = OpKind::kAllreduce;
   r.request.op = ReduceOp::kAverage;
   r.request.tensors.push_back(TensorMeta{DataType::kFloat32, {elements}});
+  r.request.plan_may_delay = true;  // a gradient, which deft's plan may delay
   return r;
 }
 

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/overlap.h"
+#include "tests/runtime/gradient_options.h"
 
 namespace overlap {
 namespace {
@@ -61,7 +62,8 @@ std::string Step(std::vector<Layer>& layers, int64_t step) {
     for (size_t i = 0; i < it->grad.size(); ++i) it->grad[i] = Value(Rank(), step, i);
     const int64_t n = static_cast<int64_t>(it->grad.size());
     absl::StatusOr<Handle> h =
-        Allreduce(it->name, MakeTensor(it->grad.data(), {n}), MakeTensor(it->grad.data(), {n}));
+        Allreduce(it->name, MakeTensor(it->grad.data(), {n}), MakeTensor(it->grad.data(), {n}),
+                  testing::GradientOptions());
     REQUIRE(h.ok());
     it->handle = *h;
   }
@@ -161,7 +163,8 @@ TEST_CASE("a fresh process resumed from the checkpoint repeats the saved run bit
   Layer& last = layers.back();
   absl::StatusOr<Handle> early =
       Allreduce(last.name, MakeTensor(last.grad.data(), {static_cast<int64_t>(last.grad.size())}),
-                MakeTensor(last.grad.data(), {static_cast<int64_t>(last.grad.size())}));
+                MakeTensor(last.grad.data(), {static_cast<int64_t>(last.grad.size())}),
+                testing::GradientOptions());
   REQUIRE(early.ok());
   const absl::StatusOr<std::string> midstep = SaveCompressionState();
   CHECK(midstep.status().code() == absl::StatusCode::kFailedPrecondition);
@@ -171,7 +174,8 @@ TEST_CASE("a fresh process resumed from the checkpoint repeats the saved run bit
   for (auto it = layers.rbegin() + 1; it != layers.rend(); ++it) {
     const int64_t n = static_cast<int64_t>(it->grad.size());
     absl::StatusOr<Handle> h =
-        Allreduce(it->name, MakeTensor(it->grad.data(), {n}), MakeTensor(it->grad.data(), {n}));
+        Allreduce(it->name, MakeTensor(it->grad.data(), {n}), MakeTensor(it->grad.data(), {n}),
+                  testing::GradientOptions());
     REQUIRE(h.ok());
     it->handle = *h;
   }

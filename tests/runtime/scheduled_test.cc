@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "runtime/overlap.h"
 #include "tests/runtime/agreed.h"
+#include "tests/runtime/gradient_options.h"
 
 namespace overlap {
 namespace {
@@ -79,7 +80,8 @@ std::string Step(std::vector<Layer>& layers, int step, bool slow = false) {
     for (size_t i = 0; i < it->grad.size(); ++i) it->grad[i] = Value(Rank(), step, i);
     const int64_t n = static_cast<int64_t>(it->grad.size());
     absl::StatusOr<Handle> h =
-        Allreduce(it->name, MakeTensor(it->grad.data(), {n}), MakeTensor(it->grad.data(), {n}));
+        Allreduce(it->name, MakeTensor(it->grad.data(), {n}), MakeTensor(it->grad.data(), {n}),
+                  testing::GradientOptions());
     if (!h.ok()) return std::string(h.status().message());
     it->handle = *h;
     it->pending = true;

@@ -2,6 +2,7 @@
 // Every time is synthetic (milliseconds from the Unix epoch), so every value is exact.
 #include "runtime/step_profiler.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <memory>
 #include <optional>
@@ -22,14 +23,14 @@ struct FakeHandle {
 };
 
 std::shared_ptr<FakeHandle> Submit(StepProfiler* p, const std::string& name, double at_ms,
-                                   int64_t bytes = 64) {
+                                   int64_t bytes = 64, bool may_delay = true) {
   auto handle = std::make_shared<FakeHandle>();
   p->OnSubmit(
       name, bytes, DataType::kFloat32,
       [handle] {
         return StepProfiler::WaitTimes{handle->first_wait, handle->done};
       },
-      At(at_ms));
+      At(at_ms), may_delay);
   return handle;
 }
 
@@ -137,6 +138,37 @@ TEST_CASE("one step: phases, clamped ready and first-use times, layers", "[step_
       CHECK(t.first_use_ms == 10);
     }
   }
+}
+
+// One step of a program with a metric reduced in the forward and batch-norm statistics in the
+// backward, each waited on at once; `marked` says whether its gradient says so (may_delay).
+std::vector<std::string> ProfiledNames(bool marked) {
+  StepProfiler p(1);
+  p.OnPhase(StepPhase::kForward, At(0));
+  auto metric = Submit(&p, "metric", 2, 64, false);
+  metric->first_wait = At(3);
+  p.OnPhase(StepPhase::kBackward, At(10));
+  auto gradient = Submit(&p, "gradient", 15, 64, marked);
+  auto stats = Submit(&p, "stats", 16, 64, false);
+  stats->first_wait = At(17);
+  p.OnPhase(StepPhase::kUpdate, At(30));
+  gradient->first_wait = At(50);
+  p.OnPhase(StepPhase::kForward, At(45));
+  p.OnPhase(StepPhase::kBackward, At(55));
+  absl::StatusOr<sched::Profile> profile = p.MakeProfile("m");
+  REQUIRE(profile.ok());
+  std::vector<std::string> names;
+  for (const sched::TensorInfo& t : profile->tensors) {
+    names.push_back(t.name);
+    CHECK(t.may_delay == (t.name == "gradient" && marked));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST_CASE("a step that marks its gradients is profiled over those alone", "[step_profiler]") {
+  CHECK(ProfiledNames(true) == std::vector<std::string>{"gradient"});
+  CHECK(ProfiledNames(false) == std::vector<std::string>{"gradient", "metric", "stats"});
 }
 
 TEST_CASE("forward time before the first use and backward time after the last gradient",

@@ -46,6 +46,14 @@ KnapsackInstance RandomInstance(std::mt19937& rng, size_t n) {
   return in;
 }
 
+// A random instance in which about one item in three is read within the step (no delay, no
+// period).
+KnapsackInstance RandomInstanceWithFixedItems(std::mt19937& rng, size_t n) {
+  KnapsackInstance in = RandomInstance(rng, n);
+  for (KnapsackItem& item : in.items) item.may_delay = rng() % 3 != 0;
+  return in;
+}
+
 TEST_CASE("the exact knapsack solver matches brute force on random instances", "[deft]") {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 60; ++trial) {
@@ -59,6 +67,32 @@ TEST_CASE("the exact knapsack solver matches brute force on random instances", "
     CHECK(exact.cost == Approx(brute.cost).margin(1e-9));
     CHECK(exact.cost <= in.budget + 1e-9);
     CHECK(internal::KnapsackIterationMs(in, exact.choices) == Approx(exact.iteration_ms));
+  }
+}
+
+TEST_CASE("no solver gives a delay or a period to an item read within the step", "[deft]") {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    KnapsackInstance in = RandomInstanceWithFixedItems(rng, 2 + rng() % 3);
+    in.staleness = 1 + static_cast<int>(rng() % 2);
+    in.budget = 4;  // enough to delay everything, were it allowed
+    INFO("trial " << trial << ", " << in.items.size() << " items, S " << in.staleness);
+    const KnapsackSolution exact = internal::SolveKnapsackExact(in);
+    const KnapsackSolution brute = internal::SolveKnapsackBruteForce(in);
+    REQUIRE(std::isfinite(brute.iteration_ms));
+    CHECK(exact.iteration_ms == Approx(brute.iteration_ms).epsilon(1e-9));
+    std::vector<KnapsackSolution> trajectory;
+    internal::SolveKnapsackGreedy(in, in.staleness, &trajectory);
+    REQUIRE(!trajectory.empty());
+    std::vector<const KnapsackSolution*> solutions = {&exact, &brute};
+    for (const KnapsackSolution& s : trajectory) solutions.push_back(&s);
+    for (const KnapsackSolution* s : solutions) {
+      for (size_t i = 0; i < in.items.size(); ++i) {
+        if (in.items[i].may_delay) continue;
+        CHECK(s->choices[i].window <= 1);
+        CHECK(s->choices[i].period == 1);
+      }
+    }
   }
 }
 
@@ -224,6 +258,39 @@ TEST_CASE("deft's simulator targets at 16 workers, 10 Gbit/s, staleness 1, perio
 
 // The adapters learn per tensor whether a step brought an update: a tensor's slices must all be
 // due in the same steps, with the same delay, or part of it would be applied as zeros.
+TEST_CASE("deft never delays a tensor the step reads at once, nor fuses it with gradients",
+          "[deft]") {
+  // BERT-base at 16 workers is communication-bound: deft delays most of it when allowed. Two
+  // tensors in the middle of the model are marked as read within the step.
+  Profile profile = *LoadBuiltinProfile("bert-base");
+  const std::vector<size_t> fixed = {profile.tensors.size() / 3, profile.tensors.size() / 2};
+  for (size_t t : fixed) profile.tensors[t].may_delay = false;
+  REQUIRE(profile.Finalize().ok());
+  for (int staleness : {1, 2}) {
+    PlannerOptions o;
+    o.staleness = staleness;
+    o.max_period = 4;
+    absl::StatusOr<Plan> plan = MakePlan("deft", profile, Ring(16), o);
+    REQUIRE(plan.ok());
+    int delayed = 0;
+    for (const Bucket& b : plan->buckets) {
+      bool holds_fixed = false, holds_gradient = false;
+      for (const TensorSlice& s : b.slices) {
+        (profile.tensors[static_cast<size_t>(s.tensor)].may_delay ? holds_gradient : holds_fixed) =
+            true;
+      }
+      INFO("staleness " << staleness << ", bucket of " << b.slices.size() << " slices");
+      CHECK(!(holds_fixed && holds_gradient));
+      if (holds_fixed) {
+        CHECK(b.delay == 0);
+        CHECK(b.period == 1);
+      }
+      delayed += b.delay > 0 || b.period > 1 ? 1 : 0;
+    }
+    CHECK(delayed > 0);  // the rest of the model is still delayed
+  }
+}
+
 TEST_CASE("every slice of a tensor has its tensor's delay, period and phase", "[deft]") {
   for (const char* model : {"bert-base", "vgg16", "resnet50"}) {
     for (int staleness : {1, 2}) {

@@ -37,6 +37,25 @@ TEST_CASE("ParseProfileJson derives ready and first-use times") {
   CHECK(again->ToJson() == p->ToJson());
 }
 
+TEST_CASE("A tensor's may_delay is optional, kept by ToJson and checked for type") {
+  const char* json =
+      R"({"model": "m", "update_ms": 0, "layers": [{"name": "l", "forward_ms": 1,
+          "backward_ms": 1, "tensors": [{"name": "g", "bytes": 8},
+                                        {"name": "stats", "bytes": 8, "may_delay": false}]}]})";
+  auto p = ParseProfileJson(json);
+  REQUIRE(p.ok());
+  CHECK(p->tensors[0].may_delay);
+  CHECK_FALSE(p->tensors[1].may_delay);
+  auto again = ParseProfileJson(p->ToJson());
+  REQUIRE(again.ok());
+  CHECK(again->tensors[0].may_delay);
+  CHECK_FALSE(again->tensors[1].may_delay);
+  std::string bad = json;
+  bad.replace(bad.find("false"), 5, "0");
+  CHECK(ParseProfileJson(bad).status().message() ==
+        "<string>: layers[0].tensors[1].may_delay: must be true or false");
+}
+
 TEST_CASE("ParseProfileJson names the field and cause of bad input") {
   struct Case {
     const char* json;

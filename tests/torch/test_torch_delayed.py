@@ -92,3 +92,37 @@ def test_delayed_plan_applies_each_average_one_step_later(hvd):
     stats = hvd.stats()
     assert stats["plans_scheduled"] == 1, stats
     assert stats["delayed_bytes"] > 0, stats
+
+
+def test_a_metric_and_sync_batch_norm_keep_their_own_step_under_a_delayed_plan(hvd):
+    """Only DistributedOptimizer's gradients may come late. An allreduce the step reads at once
+    (a metric in the forward; SyncBatchNorm's statistics, forward and backward) must carry this
+    step's values under the same delayed plan, on every step, before and after adoption."""
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(5, 32), hvd.SyncBatchNorm(32), nn.Tanh(), nn.Linear(32, 3))
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                         named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    for step in range(STEPS):
+        x, y = batch(hvd, step)
+        optimizer.zero_grad()
+        hidden = model[0](x)
+        normalized = model[1](hidden)
+        # Reference: torch's batch norm over the concatenated global batch, this rank's rows.
+        every = hvd.allgather(hidden.detach(), name="check.hidden")
+        mean, var = every.mean(0), every.var(0, unbiased=False)
+        expected = ((hidden.detach() - mean) / torch.sqrt(var + model[1].eps) *
+                    model[1].weight.detach() + model[1].bias.detach())
+        assert_close(normalized.detach(), expected, rtol=1e-4, atol=1e-5)
+        metric = hvd.allreduce(torch.full((16,), float(step + hvd.rank())), op=hvd.Sum,
+                               name="metric")
+        want = float(step * hvd.size() + hvd.size() * (hvd.size() - 1) // 2)
+        assert torch.equal(metric, torch.full((16,), want)), (
+            f"rank {hvd.rank()} step {step}: metric {metric[0].item()}, expected {want} "
+            f"({hvd.stats()})")
+        loss = F.mse_loss(model[3](model[2](normalized)), y)
+        loss.backward()
+        optimizer.step()
+    stats = hvd.stats()
+    assert stats["plan_mean_staleness"] > 0, f"the plan was never delayed: {stats}"
+    assert stats["delayed_bytes"] > 0, stats

@@ -17,6 +17,10 @@ explicit group goes out as its own allreduce, eagerly too (through one internal 
 set of names, so they still run concurrently), since the runtime plans, and so delays,
 single-tensor allreduces only; each result is tagged with its has_update flag, so that the
 optimizer skips a variable in a step that brings it no update.
+
+Every single-tensor gradient allreduce is marked as a gradient (plan_may_delay; runtime/overlap.h):
+only those may be delayed, and the planners plan those alone, leaving the step's other
+allreduces (a metric, SyncBatchNormalization's statistics) negotiated with their own results.
 """
 
 import tensorflow as tf
@@ -147,9 +151,11 @@ class GradientReducer:
             if i in groups:
                 bundles.setdefault(groups[i], []).append((i, g))
             else:
-                out[i] = mpi_ops.allreduce(g, op=self.op, compression=self.compression,
-                                           prescale_factor=pre, postscale_factor=post,
-                                           name=names[i], process_set=self.process_set)
+                # A gradient (plan_may_delay): the planners plan these and leave the step's
+                # other allreduces (metrics, SyncBatchNormalization's statistics) negotiated.
+                out[i] = mpi_ops.allreduce_with_update(
+                    g, names[i], op=self.op, compression=self.compression, prescale_factor=pre,
+                    postscale_factor=post, process_set=self.process_set)[0]
         for number, members in sorted(bundles.items()):
             reduced = mpi_ops.grouped_allreduce(
                 [g for _, g in members], op=self.op, compression=self.compression,

@@ -171,7 +171,9 @@ def _read_output(core_handle, src):
 # Allreduce.
 
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
-                     compression_spec=None, process_set=global_process_set):
+                     compression_spec=None, process_set=global_process_set, gradient=False):
+    """`gradient`: DistributedOptimizer's, which a delayed plan may deliver late
+    (_core.allreduce); every other allreduce gets its own step's result."""
     _core.require_init("allreduce")
     set_id = process_set_id(process_set)
     c_op = _c_op(op)
@@ -185,7 +187,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     in_place = output is tensor
     dst = src if in_place else torch.empty_like(src)
     core_handle = _core.allreduce(name, _buffer(src), _buffer(dst), c_op, pre,
-                                  1.0 if int_scaled else post, compression_spec, set_id)
+                                  1.0 if int_scaled else post, compression_spec, set_id, gradient)
 
     def finish():
         return _deliver(_int_scaled(dst, post) if int_scaled else dst, tensor, in_place)

@@ -233,7 +233,8 @@ class _DistributedOptimizer:
         compressed, ctx = self._compression.compress(grad)
         pre, post = self._factors
         handle = mpi_ops._allreduce_async(compressed, compressed, r.name, self._op, pre, post,
-                                          self._compression.runtime_spec, self._process_set)
+                                          self._compression.runtime_spec, self._process_set,
+                                          gradient=True)
         return ("dense", handle, (compressed, ctx))
 
     def _on_group_member(self, r):

@@ -91,6 +91,7 @@ class AllreduceOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
     reduction_.Read(c, true);
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
+    OP_REQUIRES_OK(c, c->GetAttr("plan_may_delay", &plan_may_delay_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -103,9 +104,11 @@ class AllreduceOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(1, TensorShape({}), &has_update), done);
     CoreTensor in(input), out(*output);
     overlap_handle* handle = nullptr;
-    int rc = overlap_allreduce_ps(process_set_, name_.c_str(), in.desc(), out.desc(), reduction_.op,
-                                  reduction_.prescale, reduction_.postscale,
-                                  reduction_.compression.c_str(), &handle);
+    // A gradient (plan_may_delay) may come from an earlier step under a delayed plan.
+    const auto allreduce = plan_may_delay_ ? overlap_allreduce_gradient : overlap_allreduce_ps;
+    int rc = allreduce(process_set_, name_.c_str(), in.desc(), out.desc(), reduction_.op,
+                       reduction_.prescale, reduction_.postscale, reduction_.compression.c_str(),
+                       &handle);
     // Read once the operation has ended: only then does the core know whether the plan
     // delivered anything to this submission.
     Finish(ctx, std::move(done), rc, handle, [has_update](overlap_handle* h) {
@@ -118,6 +121,7 @@ class AllreduceOp : public AsyncOpKernel {
   std::string name_;
   Reduction reduction_;
   int process_set_ = 0;
+  bool plan_may_delay_ = false;
 };
 
 class GroupedAllreduceOp : public AsyncOpKernel {

@@ -49,6 +49,7 @@ REGISTER_OP("OverlapAllreduce")
     .Attr("postscale: float = 1.0")
     .Attr("compression: string = ''")
     .Attr("process_set_id: int = 0")
+    .Attr("plan_may_delay: bool = false")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(0));
