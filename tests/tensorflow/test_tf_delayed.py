@@ -12,7 +12,8 @@ a variable's gradient at step k is then (runtime/plan_delays.h):
 Every step is checked against this, the phase f of each variable being inferred from its first
 update and held to after. A step without an update must leave the variable and its momentum
 slot as they were; one with an update must move both as SGD with momentum does with exactly that
-gradient. The steps cycle through four ways of training that submit the same tensors:
+gradient. A metric allreduced in every step must carry that step's own sum throughout (only
+gradients are delayed). The steps cycle through four ways of training that submit the same tensors:
 DistributedGradientTape feeding a plain Keras optimizer and the Keras DistributedOptimizer, each
 inside tf.function and eagerly (five entries, so that with p = 2 every way meets steps with and
 without an update).
@@ -136,6 +137,12 @@ def test_gradients_arrive_as_the_delayed_plan_says(hvd):
         before = [v.numpy().astype(np.float64) for v in variables]
         slots = [m.astype(np.float64) for m in momentum_slots(optimizer, variables)]
         flags = ways.run(way, *batch(hvd.rank(), step))
+        # Not a gradient: under the delayed plan too, a metric carries this step's sum.
+        metric = hvd.allreduce(tf.fill([16], float(step + hvd.rank())), op=hvd.Sum,
+                               name="metric").numpy()
+        want = step * hvd.size() + hvd.size() * (hvd.size() - 1) // 2
+        assert np.all(metric == want), (
+            f"rank {hvd.rank()} step {step}: metric {metric[0]}, expected {want}")
         after = [v.numpy().astype(np.float64) for v in variables]
         new_slots = [m.astype(np.float64) for m in momentum_slots(optimizer, variables)]
         moved = [not np.array_equal(a, b) or not np.array_equal(s, t)
