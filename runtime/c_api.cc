@@ -110,8 +110,7 @@ int overlap_allreduce_ps(int32_t process_set, const char* name, const overlap_te
 
 int overlap_allreduce_gradient(int32_t process_set, const char* name, const overlap_tensor* input,
                                const overlap_tensor* output, int32_t op, double prescale,
-                               double postscale, const char* compression,
-                               overlap_handle** handle) {
+                               double postscale, const char* compression, overlap_handle** handle) {
   overlap::Tensor in, out;
   if (int rc = ToTensor("allreduce", Str(name), input, &in)) return rc;
   if (int rc = ToTensor("allreduce", Str(name), output, &out)) return rc;

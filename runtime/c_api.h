@@ -75,8 +75,7 @@ int overlap_allreduce_delayed(const char* name, const overlap_tensor* input,
 // gradient's output holds an update this step.
 int overlap_allreduce_gradient(int32_t process_set, const char* name, const overlap_tensor* input,
                                const overlap_tensor* output, int32_t op, double prescale,
-                               double postscale, const char* compression,
-                               overlap_handle** handle);
+                               double postscale, const char* compression, overlap_handle** handle);
 int overlap_grouped_allreduce(int32_t count, const char* const* names, const overlap_tensor* inputs,
                               const overlap_tensor* outputs, int32_t op, double prescale,
                               double postscale, const char* compression, overlap_handle** handle);

@@ -37,8 +37,8 @@ int64_t TensorMeta::NumElements() const {
 bool Request::operator==(const Request& o) const {
   return name == o.name && kind == o.kind && op == o.op && prescale == o.prescale &&
          postscale == o.postscale && root == o.root && tensors == o.tensors && splits == o.splits &&
-         compression == o.compression && device == o.device && update_schedule == o.update_schedule &&
-         plan_may_delay == o.plan_may_delay;
+         compression == o.compression && device == o.device &&
+         update_schedule == o.update_schedule && plan_may_delay == o.plan_may_delay;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {

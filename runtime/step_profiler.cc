@@ -195,8 +195,7 @@ void StepProfiler::Close(const OpenStep& previous, const OpenStep& next) {
   auto same_set = [](const ClosedStep& a, const ClosedStep& b) {
     return std::equal(a.tensors.begin(), a.tensors.end(), b.tensors.begin(), b.tensors.end(),
                       [](const sched::TensorMeasurement& x, const sched::TensorMeasurement& y) {
-                        return x.name == y.name && x.bytes == y.bytes &&
-                               x.may_delay == y.may_delay;
+                        return x.name == y.name && x.bytes == y.bytes && x.may_delay == y.may_delay;
                       });
   };
   if (!closed_.empty() && !same_set(closed_.back(), step)) closed_.clear();

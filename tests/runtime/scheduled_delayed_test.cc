@@ -82,8 +82,8 @@ std::string ReadAtOnce(const std::string& name, int step) {
   std::vector<float> value(4, static_cast<float>(Rank() + step));
   AllreduceOptions sum;
   sum.op = ReduceOp::kSum;
-  absl::StatusOr<Handle> h = Allreduce(name, MakeTensor(value.data(), {4}),
-                                       MakeTensor(value.data(), {4}), sum);
+  absl::StatusOr<Handle> h =
+      Allreduce(name, MakeTensor(value.data(), {4}), MakeTensor(value.data(), {4}), sum);
   if (!h.ok()) return std::string(h.status().message());
   const absl::Status s = h->Wait(kWait);
   if (!s.ok()) return std::string(s.message());
@@ -220,9 +220,8 @@ TEST_CASE("a plan's tensor submitted again with another shape is reduced, never 
     for (size_t i = 0; i < layer.grad.size(); ++i) layer.grad[i] = Value(Rank(), step, i, false);
     const int64_t n = changed ? 10 : static_cast<int64_t>(layer.grad.size());
     float* data = changed ? small.data() : layer.grad.data();
-    absl::StatusOr<Handle> h =
-        Allreduce(layer.name, MakeTensor(data, {n}), MakeTensor(data, {n}),
-                  testing::GradientOptions());
+    absl::StatusOr<Handle> h = Allreduce(layer.name, MakeTensor(data, {n}), MakeTensor(data, {n}),
+                                         testing::GradientOptions());
     REQUIRE(h.ok());
     handles.push_back(*h);
   }
