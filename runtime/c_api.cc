@@ -74,6 +74,15 @@ overlap::AllreduceOptions AllreduceOptionsOf(int32_t op, double prescale, double
   return options;
 }
 
+// The allreduce entry points differ only in their options.
+int SubmitAllreduce(const char* name, const overlap_tensor* input, const overlap_tensor* output,
+                    const overlap::AllreduceOptions& options, overlap_handle** handle) {
+  overlap::Tensor in, out;
+  if (int rc = ToTensor("allreduce", Str(name), input, &in)) return rc;
+  if (int rc = ToTensor("allreduce", Str(name), output, &out)) return rc;
+  return Return(overlap::Allreduce(Str(name), in, out, options), handle);
+}
+
 }  // namespace
 
 extern "C" {
@@ -100,24 +109,18 @@ int overlap_stop_timeline(void) { return Fail(overlap::StopTimeline()); }
 int overlap_allreduce_ps(int32_t process_set, const char* name, const overlap_tensor* input,
                          const overlap_tensor* output, int32_t op, double prescale,
                          double postscale, const char* compression, overlap_handle** handle) {
-  overlap::Tensor in, out;
-  if (int rc = ToTensor("allreduce", Str(name), input, &in)) return rc;
-  if (int rc = ToTensor("allreduce", Str(name), output, &out)) return rc;
   overlap::AllreduceOptions options = AllreduceOptionsOf(op, prescale, postscale, compression);
   options.process_set = process_set;
-  return Return(overlap::Allreduce(Str(name), in, out, options), handle);
+  return SubmitAllreduce(name, input, output, options, handle);
 }
 
 int overlap_allreduce_gradient(int32_t process_set, const char* name, const overlap_tensor* input,
                                const overlap_tensor* output, int32_t op, double prescale,
                                double postscale, const char* compression, overlap_handle** handle) {
-  overlap::Tensor in, out;
-  if (int rc = ToTensor("allreduce", Str(name), input, &in)) return rc;
-  if (int rc = ToTensor("allreduce", Str(name), output, &out)) return rc;
   overlap::AllreduceOptions options = AllreduceOptionsOf(op, prescale, postscale, compression);
   options.process_set = process_set;
   options.plan_may_delay = true;
-  return Return(overlap::Allreduce(Str(name), in, out, options), handle);
+  return SubmitAllreduce(name, input, output, options, handle);
 }
 
 int overlap_allreduce(const char* name, const overlap_tensor* input, const overlap_tensor* output,
@@ -131,14 +134,11 @@ int overlap_allreduce_delayed(const char* name, const overlap_tensor* input,
                               const overlap_tensor* output, int32_t op, double prescale,
                               double postscale, const char* compression, int32_t delay,
                               int32_t period, int32_t phase, overlap_handle** handle) {
-  overlap::Tensor in, out;
-  if (int rc = ToTensor("allreduce", Str(name), input, &in)) return rc;
-  if (int rc = ToTensor("allreduce", Str(name), output, &out)) return rc;
   overlap::AllreduceOptions options = AllreduceOptionsOf(op, prescale, postscale, compression);
   options.delay = delay;
   options.period = period;
   options.phase = phase;
-  return Return(overlap::Allreduce(Str(name), in, out, options), handle);
+  return SubmitAllreduce(name, input, output, options, handle);
 }
 
 int overlap_grouped_allreduce_ps(int32_t process_set, int32_t count, const char* const* names,
