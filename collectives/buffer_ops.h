@@ -98,6 +98,10 @@ absl::StatusOr<std::unique_ptr<BufferOps>> CreateBufferOps(Device device, void* 
 // CUDA devices this process sees; 0 when built without CUDA, without a driver or without a GPU.
 int CudaDeviceCount();
 
+// Whether overlap was built with CUDA (the toolkit was found at build time), whatever this
+// machine has.
+bool BuiltWithCuda();
+
 // Why CUDA cannot be used here ("overlap was built without CUDA", "no CUDA driver", ...), or ""
 // when it can.
 std::string CudaUnavailableReason();

@@ -277,4 +277,9 @@ absl::StatusOr<std::unique_ptr<Work>> NcclExecutor::Start(int channel_index,
   return std::unique_ptr<Work>(new NcclWork(&ch.comm, event));
 }
 
+int NcclVersion() {
+  int version = 0;
+  return ncclGetVersion(&version) == ncclSuccess ? version : 0;
+}
+
 }  // namespace overlap

@@ -58,6 +58,10 @@ class NcclExecutor : public Executor {
 absl::StatusOr<std::unique_ptr<Executor>> CreateNcclExecutor(MPI_Comm comm, int device,
                                                              int num_channels);
 
+// The version of the NCCL library overlap runs with, as ncclGetVersion gives it (22803 for
+// 2.28.3), whether or not this machine has a GPU; 0 where overlap was built without CUDA.
+int NcclVersion();
+
 }  // namespace overlap
 
 #endif  // OVERLAP_COLLECTIVES_NCCL_EXECUTOR_H_

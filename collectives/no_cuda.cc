@@ -20,6 +20,8 @@ absl::StatusOr<std::unique_ptr<BufferOps>> CreateCudaBufferOps(int index, void*)
 
 int CudaDeviceCount() { return 0; }
 
+bool BuiltWithCuda() { return false; }
+
 std::string CudaUnavailableReason() { return kNoCuda; }
 
 }  // namespace overlap

@@ -41,6 +41,10 @@ const char* overlap_last_error(void);
 
 // CUDA devices the library sees; 0 when built without CUDA, or without a driver or GPU.
 int overlap_cuda_device_count(void);
+// Build queries, usable before init: 1 when the library was built with CUDA (whatever this machine
+// has), else 0; the NCCL version it runs with (22803 for 2.28.3), 0 when built without CUDA.
+int overlap_cuda_built(void);
+int overlap_nccl_version(void);
 
 // Init from the OVERLAP_* environment variables (an adapter sets them in-process for its
 // options before calling this).

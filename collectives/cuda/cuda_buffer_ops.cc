@@ -442,6 +442,8 @@ absl::StatusOr<std::unique_ptr<BufferOps>> CreateCudaBufferOps(int index, void* 
   return std::unique_ptr<BufferOps>(std::move(ops));
 }
 
+bool BuiltWithCuda() { return true; }
+
 int CudaDeviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

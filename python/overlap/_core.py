@@ -119,6 +119,8 @@ def _declare(lib):
                                    ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
                                    ctypes.POINTER(ctypes.c_int64), ctypes.c_int32], ctypes.c_int),
         "overlap_cuda_device_count": ([], ctypes.c_int),
+        "overlap_cuda_built": ([], ctypes.c_int),
+        "overlap_nccl_version": ([], ctypes.c_int),
         "overlap_handle_copy_output": ([h, ctypes.c_void_p, ctypes.c_int64], ctypes.c_int),
         "overlap_handle_received_splits": ([h, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32],
                                            ctypes.c_int32),
@@ -261,6 +263,16 @@ def stop_timeline():
 def cuda_device_count():
     """CUDA devices the core library sees: 0 when it was built without CUDA or has no GPU."""
     return lib().overlap_cuda_device_count()
+
+
+def cuda_built():
+    """Whether the core library was built with CUDA, whatever this machine has."""
+    return lib().overlap_cuda_built() == 1
+
+
+def nccl_version():
+    """The NCCL version the core library runs with (22803 for 2.28.3); 0 without CUDA."""
+    return lib().overlap_nccl_version()
 
 
 def stats():

@@ -411,7 +411,8 @@ def gloo_enabled():
     return False
 
 
-# The runtime's executor is MPI; the NCCL data path is not reachable from it yet.
+# The TensorFlow op library's kernels are CPU ones; overlap.torch answers these two for the core
+# library's CUDA path instead (overlap/torch/mpi_ops.py).
 def nccl_built():
     return False
 
@@ -429,6 +430,10 @@ def cuda_built():
 
 
 def rocm_built():
+    return False
+
+
+def sycl_built():
     return False
 
 

@@ -22,7 +22,7 @@ from overlap.common import (Adasum, Average, HorovodInternalError, HostsUpdatedI
                             Min, Product, ProcessSet, Sum, add_process_set, ccl_built,
                             cuda_built, ddl_built, gloo_built, gloo_enabled,
                             global_process_set, mpi_built, mpi_enabled, mpi_threads_supported,
-                            nccl_built, remove_process_set, rocm_built)
+                            nccl_built, remove_process_set, rocm_built, sycl_built)
 from overlap.tensorflow.compression import Compression
 from overlap.tensorflow.delayed_updates import has_update
 from overlap.tensorflow.functions import (allgather_object, broadcast_, broadcast_global_variables,

@@ -112,6 +112,18 @@ def _stage(tensor, what, compressed=False):
     return tensor.detach().to("cpu", dtype).contiguous()
 
 
+def cuda_built():
+    """Whether the core library was built with CUDA, so that CUDA tensors go through it
+    (docs/gpu.md), whatever this machine has; torch.cuda.is_available() tells that."""
+    return _core.cuda_built()
+
+
+def nccl_built():
+    """As Horovod: the NCCL version code the core library runs CUDA tensors with (22803 for
+    2.28.3), 0 when it was built without CUDA."""
+    return _core.nccl_version()
+
+
 def in_place_slot(name, tensor):
     """An _core.InPlaceSlot for reducing host tensors like `tensor` (contiguous, on the CPU)
     in place under `name`, or None unless it is a floating-point tensor of a core dtype

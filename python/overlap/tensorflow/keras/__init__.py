@@ -19,7 +19,7 @@ from overlap.tensorflow import (Adasum, Average, Compression, HorovodInternalErr
                                 global_process_set, grouped_allreduce, init, is_initialized, join,
                                 local_rank, local_size, mpi_built, mpi_enabled,
                                 mpi_threads_supported, nccl_built, rank, reducescatter,
-                                remove_process_set, rocm_built, shutdown, size, size_op,
+                                remove_process_set, rocm_built, shutdown, size, size_op, sycl_built,
                                 start_timeline, stop_timeline)
 from overlap.tensorflow.keras import callbacks, elastic
 from overlap.tensorflow.keras_optimizer import DistributedOptimizer
