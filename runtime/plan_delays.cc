@@ -170,7 +170,9 @@ PendingOp PlanDelays::Accept(int entry, PendingOp op) {
   copy.inputs.push_back(tensor);
   copy.outputs.push_back(tensor);
   held_bytes_ += static_cast<int64_t>(bytes);
-  parked_[static_cast<size_t>(entry)].push_back(Parked{pass, std::move(op)});
+  const bool matches_plan =
+      op.request == plan_->entries[static_cast<size_t>(entry)].response->request;
+  parked_[static_cast<size_t>(entry)].push_back(Parked{pass, std::move(op), matches_plan});
   return copy;
 }
 
@@ -233,7 +235,7 @@ std::vector<PendingOp> PlanDelays::TakeDeliverable() {
       // old name, with another shape) diverges when its copy reaches its first bucket, and the
       // plan is dropped then; until then it stays parked, since results sized for the plan's
       // tensor must never be written into its buffers.
-      if (!(line.front().op.request == plan_->entries[entry].response->request)) break;
+      if (!line.front().matches_plan) break;
       const int64_t pass = line.front().pass;
       // Every bucket's due result must be in before any is written.
       bool complete = true;

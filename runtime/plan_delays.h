@@ -131,6 +131,8 @@ class PlanDelays {
   struct Parked {
     int64_t pass = 0;
     PendingOp op;
+    // The submission's request is the plan's agreed one; otherwise it is never delivered into.
+    bool matches_plan = true;
   };
 
   DataType DtypeOf(int bucket) const;

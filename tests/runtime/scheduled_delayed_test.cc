@@ -137,6 +137,17 @@ Outcome Step(std::vector<Layer>& layers, int step, int64_t adopted, bool flushin
   return outcome;
 }
 
+// Trains from step 0 until the plan has run `planned` steps on every rank (at most 60 steps);
+// returns the step the plan was adopted at, -1 if never, and leaves `step` at the next one.
+int64_t TrainUntilPlanned(std::vector<Layer>& layers, int& step, int planned) {
+  int64_t adopted = -1;
+  for (step = 0; step < 60 && (adopted < 0 || step < adopted + planned); ++step) {
+    REQUIRE(Step(layers, step, adopted, /*flushing=*/false).error == "");
+    adopted = testing::AgreedMax(Stats().plan_adopted_step);
+  }
+  return adopted;
+}
+
 TEST_CASE("a delayed plan delivers every step's average once, delay steps later") {
   const char* spec = std::getenv("OVERLAP_TEST_PLAN_SCHEDULE");
   REQUIRE(spec != nullptr);
@@ -201,13 +212,8 @@ TEST_CASE("a delayed plan delivers every step's average once, delay steps later"
 TEST_CASE("a plan's tensor submitted again with another shape is reduced, never overrun") {
   // A second model trained in the same process reuses the first one's names with other shapes.
   std::vector<Layer> layers = MakeModel();
-  int64_t adopted = -1;
   int step = 0;
-  for (; step < 60 && (adopted < 0 || step < adopted + 4); ++step) {
-    REQUIRE(Step(layers, step, adopted, /*flushing=*/false).error == "");
-    adopted = testing::AgreedMax(Stats().plan_adopted_step);
-  }
-  REQUIRE(adopted >= 0);
+  REQUIRE(TrainUntilPlanned(layers, step, 4) >= 0);
   // layer1.weight (1000 elements in the plan) comes back with 10, in a buffer whose tail must
   // stay untouched; the others as before.
   REQUIRE(StartForward().ok());
@@ -239,12 +245,8 @@ TEST_CASE("a plan's tensor submitted again with another shape is reduced, never 
 // after OVERLAP_COLLECTIVE_TIMEOUT_S), and theirs with it.
 TEST_CASE("a rank that ran more steps than the others fails Shutdown at once", "[.uneven]") {
   std::vector<Layer> layers = MakeModel();
-  int64_t adopted = -1;
   int step = 0;
-  for (; step < 60 && (adopted < 0 || step < adopted + 3); ++step) {
-    REQUIRE(Step(layers, step, adopted, /*flushing=*/false).error == "");
-    adopted = testing::AgreedMax(Stats().plan_adopted_step);
-  }
+  const int64_t adopted = TrainUntilPlanned(layers, step, 3);
   REQUIRE(adopted >= 0);
   // Gradients only: the extra step's metric would wait for a rank that never submits it.
   if (Rank() == 1) {
