@@ -13,6 +13,8 @@
 #include "absl/time/time.h"
 #include "collectives/buffer_ops.h"
 #include "collectives/nccl_executor.h"
+#include "runtime/compression_stage.h"
+#include "runtime/cuda_compression.h"
 #include "runtime/overlap.h"
 
 struct overlap_handle {
@@ -342,6 +344,11 @@ int overlap_handle_output(const overlap_handle* handle, const void** data, int32
 int overlap_cuda_device_count(void) { return overlap::CudaDeviceCount(); }
 int overlap_cuda_built(void) { return overlap::BuiltWithCuda() ? 1 : 0; }
 int overlap_nccl_version(void) { return overlap::NcclVersion(); }
+int overlap_cuda_compresses(const char* spec) {
+  if (spec == nullptr) return 0;
+  absl::StatusOr<std::string> canonical = overlap::CompressionStage::Canonical(spec);
+  return canonical.ok() && overlap::CudaCompressionSupports(*canonical).ok() ? 1 : 0;
+}
 
 int overlap_handle_copy_output(const overlap_handle* handle, void* dst, int64_t bytes) {
   if (handle == nullptr) return InvalidArgument("output of a null handle");

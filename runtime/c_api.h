@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 // The ABI version; bumped when a signature below changes. Python checks it at load time.
-#define OVERLAP_C_API_VERSION 5
+#define OVERLAP_C_API_VERSION 6
 int overlap_c_api_version(void);
 
 typedef struct overlap_handle overlap_handle;
@@ -45,6 +45,10 @@ int overlap_cuda_device_count(void);
 // has), else 0; the NCCL version it runs with (22803 for 2.28.3), 0 when built without CUDA.
 int overlap_cuda_built(void);
 int overlap_nccl_version(void);
+// 1 when an allreduce of CUDA tensors compressed with `spec` (a compressor configuration, e.g.
+// "topk:ratio=0.01") runs on the GPU, with the CUDA kernels; 0 when the spec is invalid, the
+// compressor has no CUDA kernels, or the library was built without CUDA.
+int overlap_cuda_compresses(const char* spec);
 
 // Init from the OVERLAP_* environment variables (an adapter sets them in-process for its
 // options before calling this).

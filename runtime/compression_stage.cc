@@ -1,5 +1,6 @@
 #include "runtime/compression_stage.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -63,32 +64,35 @@ absl::StatusOr<CompressionStage::PerConfig*> CompressionStage::Get(const std::st
 void CompressionStage::Describe(const compress::Compressor& c, CompressedBucketState* state,
                                 CollectiveArgs* args) const {
   *args = CollectiveArgs();
+  const bool on_device = state->device_payload != nullptr;
+  const size_t bytes = on_device ? state->payload_bytes : state->payload.size();
+  void* payload = on_device ? state->device_payload->data() : state->payload.data();
   if (c.combine() == compress::Combine::kAllreduce) {
     args->kind = CollectiveKind::kAllreduce;
     args->dtype = c.payload_dtype();
     args->op = ReduceOp::kSum;
-    args->count = static_cast<int64_t>(state->payload.size() / DataTypeSize(c.payload_dtype()));
-    args->recv = state->payload.data();
+    args->count = static_cast<int64_t>(bytes / DataTypeSize(c.payload_dtype()));
+    args->recv = payload;
     return;
   }
   // Every rank's payload has the same size, so the gather is never ragged.
-  const int64_t bytes = static_cast<int64_t>(state->payload.size());
-  state->combined.resize(state->payload.size() * static_cast<size_t>(size_));
+  if (!on_device) state->combined.resize(bytes * static_cast<size_t>(size_));
   args->kind = CollectiveKind::kAllgatherv;
   args->dtype = DataType::kUint8;
-  args->send = state->payload.data();
-  args->recv = state->combined.data();
+  args->send = payload;
+  args->recv = on_device ? state->device_combined->data() : state->combined.data();
   for (int r = 0; r < size_; ++r) {
-    args->recv_counts.push_back(bytes);
-    args->recv_displs.push_back(bytes * r);
+    args->recv_counts.push_back(static_cast<int64_t>(bytes));
+    args->recv_displs.push_back(static_cast<int64_t>(bytes) * r);
   }
 }
 
 absl::Status CompressionStage::Begin(std::vector<ReadyOp>& ops, CompressedBucketState* state,
-                                     CollectiveArgs* args) {
+                                     CollectiveArgs* args, BufferOps& buffers) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<PerConfig*> config = Get(state->spec);
   if (!config.ok()) return config.status();
+  if (buffers.device().is_cuda()) return BeginOnDevice(**config, ops, state, args, buffers);
   const compress::Compressor& c = *(*config)->compressor;
   // Sizes first, so the payload buffer is allocated once.
   size_t total = 0;
@@ -103,6 +107,7 @@ absl::Status CompressionStage::Begin(std::vector<ReadyOp>& ops, CompressedBucket
     }
   }
   state->payload.assign(total, 0);
+  state->payload_bytes = total;
   state->sizes.clear();
   PerConfig& per = **config;
   absl::Status s = ForEachTensor(
@@ -129,11 +134,16 @@ absl::Status CompressionStage::Begin(std::vector<ReadyOp>& ops, CompressedBucket
 }
 
 absl::StatusOr<bool> CompressionStage::Next(std::vector<ReadyOp>& ops, CompressedBucketState* state,
-                                            CollectiveArgs* args) {
+                                            CollectiveArgs* args, BufferOps& buffers) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<PerConfig*> config = Get(state->spec);
   if (!config.ok()) return config.status();
   PerConfig& per = **config;
+  if (state->device_payload != nullptr) {
+    absl::Status decoded = DecodeOnDevice(per, ops, state, buffers);
+    if (!decoded.ok()) return decoded;
+    return false;  // the CUDA kernels do single-round compressors only
+  }
   const compress::Compressor& c = *per.compressor;
   const bool gathered = c.combine() == compress::Combine::kAllgather;
   ++state->round;
@@ -189,8 +199,114 @@ absl::StatusOr<bool> CompressionStage::Next(std::vector<ReadyOp>& ops, Compresse
   return false;
 }
 
-std::string CompressionStage::Save() {
+absl::Status CompressionStage::BeginOnDevice(PerConfig& per, std::vector<ReadyOp>& ops,
+                                             CompressedBucketState* state, CollectiveArgs* args,
+                                             BufferOps& buffers) {
+  const compress::Compressor& c = *per.compressor;
+  if (per.cuda == nullptr) {
+    absl::StatusOr<std::unique_ptr<CudaCompressor>> cuda = CudaCompressor::Create(c);
+    if (!cuda.ok()) return cuda.status();
+    per.cuda = std::move(*cuda);
+  }
+  size_t total = 0;
+  for (const ReadyOp& r : ops) {
+    for (const TensorMeta& t : r.response->request.tensors) {
+      absl::StatusOr<size_t> max = c.MaxPayloadBytes(static_cast<size_t>(t.NumElements()));
+      if (!max.ok()) return max.status();
+      state->offsets.push_back(total);
+      state->sizes.push_back(*max);
+      total += (*max + 7) / 8 * 8;  // 8-byte aligned parts, zero padded, as on the host
+    }
+  }
+  // Zeroed, so padding and unsent slots are the same bytes on every rank.
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> payload =
+      buffers.Allocate(std::max<size_t>(total, 8));
+  if (!payload.ok()) return payload.status();
+  state->device_payload = std::move(*payload);
+  state->payload_bytes = total;
+  const CopySlice zero{state->device_payload->data(), nullptr, static_cast<int64_t>(total / 4)};
+  absl::Status s = buffers.Copy({&zero, 1}, DataType::kFloat32, CopyScaling{});
+  if (!s.ok()) return s;
+  if (c.combine() == compress::Combine::kAllgather) {
+    absl::StatusOr<std::unique_ptr<DeviceMemory>> combined =
+        buffers.Allocate(std::max<size_t>(total, 8) * static_cast<size_t>(size_));
+    if (!combined.ok()) return combined.status();
+    state->device_combined = std::move(*combined);
+  }
+  auto* base = static_cast<uint8_t*>(state->device_payload->data());
+  size_t k = 0;
+  for (ReadyOp& r : ops) {
+    const Request& request = r.response->request;
+    for (size_t t = 0; t < request.tensors.size(); ++t, ++k) {
+      const int64_t id = CompressionTensorId(request.name, t);
+      // A joined rank contributes a zero gradient (its residual still drains).
+      const float* grad =
+          r.op.has_value() ? static_cast<const float*>(r.op->inputs[t].data) : nullptr;
+      // The host memory holds a residual only where a snapshot was restored into it.
+      s = per.cuda->Compress(id, static_cast<size_t>(request.tensors[t].NumElements()), grad,
+                             static_cast<float>(request.prescale), per.steps[id],
+                             base + state->offsets[k], per.memory.get(), buffers);
+      if (!s.ok()) return s;
+    }
+  }
+  Describe(c, state, args);
+  return absl::OkStatus();
+}
+
+absl::Status CompressionStage::DecodeOnDevice(PerConfig& per, std::vector<ReadyOp>& ops,
+                                              CompressedBucketState* state, BufferOps& buffers) {
+  const bool gathered = per.compressor->combine() == compress::Combine::kAllgather;
+  const auto* payload = static_cast<const uint8_t*>(gathered ? state->device_combined->data()
+                                                             : state->device_payload->data());
+  std::unique_ptr<DeviceMemory> sink;  // a joined rank decodes into scratch
+  size_t k = 0;
+  for (ReadyOp& r : ops) {
+    const Request& request = r.response->request;
+    for (size_t t = 0; t < request.tensors.size(); ++t, ++k) {
+      const size_t n = static_cast<size_t>(request.tensors[t].NumElements());
+      const int64_t id = CompressionTensorId(request.name, t);
+      float* out = nullptr;
+      if (r.op.has_value()) {
+        out = static_cast<float*>(r.op->outputs[t].data);
+      } else {
+        if (sink == nullptr || sink->size() < n * sizeof(float)) {
+          absl::StatusOr<std::unique_ptr<DeviceMemory>> scratch =
+              buffers.Allocate(std::max<size_t>(n, 1) * sizeof(float));
+          if (!scratch.ok()) return scratch.status();
+          sink = std::move(*scratch);
+        }
+        out = static_cast<float*>(sink->data());
+      }
+      int64_t& step = per.steps[id];
+      const int parts = gathered ? size_ : 1;
+      for (int rank = 0; rank < parts; ++rank) {
+        absl::Status s = per.cuda->Decode(
+            n, payload + state->payload_bytes * static_cast<size_t>(rank) + state->offsets[k], step,
+            /*accumulate=*/rank > 0, out, buffers);
+        if (!s.ok()) return s;
+      }
+      ++step;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CompressionStage::ReleaseDeviceState() {
   absl::MutexLock lock(&mu_);
+  for (auto& [spec, config] : configs_) config.cuda.reset();
+}
+
+absl::StatusOr<std::string> CompressionStage::Save() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [spec, config] : configs_) {
+    if (config.cuda == nullptr) continue;
+    absl::Status s = config.cuda->CopyResidualsTo(*config.memory);
+    if (!s.ok()) {
+      return absl::Status(
+          s.code(), absl::StrCat("rank ", rank_, ": SaveCompressionState: ", "the residuals of '",
+                                 spec, "' on the GPU: ", s.message()));
+    }
+  }
   ByteWriter out;
   out.PutString("overlap-residuals-v1");
   out.PutI64(static_cast<int64_t>(configs_.size()));

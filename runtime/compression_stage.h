@@ -1,6 +1,11 @@
 // Compressed allreduce inside the data plane: error-feedback compression per tensor, payloads
 // combined across ranks by allreduce or allgather, decoded into the outputs.
 //
+// Host tensors are compressed by the compressors of compression/ on the coordinator thread; CUDA
+// tensors by the kernels of compression/cuda on the channel's stream (runtime/cuda_compression.h),
+// with the same payload layouts and their residuals on the device. The BufferOps each call gets
+// says which.
+//
 // A bucket of compressed allreduces (all with one compressor configuration) goes through
 // Begin(), which compresses every tensor into one contiguous payload, then, after each
 // collective, Next(), which either prepares the next round (PowerSGD's second factor) or decodes
@@ -11,7 +16,8 @@
 // how many times that tensor was reduced under that configuration, also alike on every rank.
 //
 // Threading: Begin and Next run on the coordinator thread; Save and Restore may be called from
-// any thread and are serialised with them.
+// any thread and are serialised with them (for CUDA tensors, between steps: Save waits for the
+// device work that last used each residual).
 #ifndef OVERLAP_RUNTIME_COMPRESSION_STAGE_H_
 #define OVERLAP_RUNTIME_COMPRESSION_STAGE_H_
 
@@ -22,8 +28,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "collectives/buffer_ops.h"
 #include "collectives/executor.h"
 #include "compression/compressor.h"
+#include "runtime/cuda_compression.h"
 #include "runtime/negotiator.h"
 
 namespace overlap {
@@ -37,6 +45,10 @@ struct CompressedBucketState {
   std::vector<size_t> offsets;    // per tensor, into payload (and into each rank's gathered part)
   std::vector<size_t> sizes;
   std::vector<float> scaled;  // prescaled input of one tensor
+  // CUDA tensors: payload and combined live here instead, on the device.
+  std::unique_ptr<DeviceMemory> device_payload;
+  std::unique_ptr<DeviceMemory> device_combined;
+  size_t payload_bytes = 0;  // of this rank's payload, host or device
 };
 
 class CompressionStage {
@@ -47,16 +59,24 @@ class CompressionStage {
   // naming the parameter and cause.
   static absl::StatusOr<std::string> Canonical(const std::string& spec);
 
-  // Compresses every tensor of `ops` into state->payload and describes round 0's collective.
-  absl::Status Begin(std::vector<ReadyOp>& ops, CompressedBucketState* state, CollectiveArgs* args);
+  // Compresses every tensor of `ops` into the bucket's payload and describes round 0's
+  // collective. `buffers` are the channel's: the tensors' device and the stream to queue on.
+  absl::Status Begin(std::vector<ReadyOp>& ops, CompressedBucketState* state, CollectiveArgs* args,
+                     BufferOps& buffers);
 
   // Called when the current round's collective finished. Returns true with `args` set when
-  // another round follows; false once the outputs hold the decoded sums.
+  // another round follows; false once the outputs hold the decoded sums (for CUDA tensors, once
+  // the decode is queued on the stream).
   absl::StatusOr<bool> Next(std::vector<ReadyOp>& ops, CompressedBucketState* state,
-                            CollectiveArgs* args);
+                            CollectiveArgs* args, BufferOps& buffers);
 
-  // Every residual (with the compressor configuration it belongs to), for a checkpoint.
-  std::string Save();
+  // Drops the residuals of CUDA tensors, before the streams they were used on go away (the CUDA
+  // plane's shutdown): the next CUDA tensor starts from zero.
+  void ReleaseDeviceState();
+
+  // Every residual (with the compressor configuration it belongs to), for a checkpoint: the
+  // device's are copied to the host first, which can fail.
+  absl::StatusOr<std::string> Save();
   // Replaces the residuals with a snapshot from Save(). InvalidArgument on bytes that are not a
   // snapshot, FailedPrecondition on one made under other compressor configurations.
   absl::Status Restore(const std::string& snapshot);
@@ -65,12 +85,18 @@ class CompressionStage {
   struct PerConfig {
     std::unique_ptr<compress::Compressor> compressor;
     std::unique_ptr<compress::ResidualMemory> memory;
-    std::map<int64_t, int64_t> steps;  // tensor id -> reductions so far
+    std::map<int64_t, int64_t> steps;      // tensor id -> reductions so far
+    std::unique_ptr<CudaCompressor> cuda;  // made on the first CUDA tensor
   };
 
   absl::StatusOr<PerConfig*> Get(const std::string& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Describe(const compress::Compressor& c, CompressedBucketState* state,
                 CollectiveArgs* args) const;
+  absl::Status BeginOnDevice(PerConfig& per, std::vector<ReadyOp>& ops,
+                             CompressedBucketState* state, CollectiveArgs* args,
+                             BufferOps& buffers);
+  absl::Status DecodeOnDevice(PerConfig& per, std::vector<ReadyOp>& ops,
+                              CompressedBucketState* state, BufferOps& buffers);
 
   const int rank_;
   const int size_;

@@ -37,6 +37,8 @@ CudaPlane::CudaPlane(MPI_Comm comm, const Config& config, int rank, int size,
       complete_(std::move(complete)) {}
 
 CudaPlane::~CudaPlane() {
+  // Residuals on the device are freed on the executor's streams: while those still exist.
+  if (compression_ != nullptr) compression_->ReleaseDeviceState();
   plane_.reset();  // its buffers and streams before the executor's
   executor_.reset();
 }

@@ -226,7 +226,8 @@ absl::Status DataPlane::StartAllreduce(Bucket* bucket, CollectiveArgs* args) {
     bucket->compressed = std::make_unique<CompressedBucketState>();
     bucket->compressed->spec = first.compression;
     const absl::Time start = absl::Now();
-    absl::Status s = compression_->Begin(bucket->ops, bucket->compressed.get(), args);
+    absl::Status s =
+        compression_->Begin(bucket->ops, bucket->compressed.get(), args, *OpsOf(*bucket));
     if (timeline_->enabled()) {
       for (const ReadyOp& r : bucket->ops) {
         timeline_->Span(r.response->name, "COMPRESS", start, absl::Now());
@@ -483,7 +484,8 @@ void DataPlane::Complete(Bucket* bucket, const absl::Status& status) {
 absl::StatusOr<bool> DataPlane::ContinueCompressed(Bucket* bucket) {
   CollectiveArgs args;
   const absl::Time start = absl::Now();
-  absl::StatusOr<bool> more = compression_->Next(bucket->ops, bucket->compressed.get(), &args);
+  absl::StatusOr<bool> more =
+      compression_->Next(bucket->ops, bucket->compressed.get(), &args, *OpsOf(*bucket));
   if (!more.ok() || !*more) {
     if (timeline_->enabled()) {
       for (const ReadyOp& r : bucket->ops) {

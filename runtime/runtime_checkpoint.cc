@@ -26,7 +26,9 @@ absl::StatusOr<std::string> Runtime::SaveCompressionState() {
   if (!plan.ok()) return plan.status();
   ByteWriter out;
   out.PutString(kSnapshotV3);
-  out.PutString(compression_->Save());
+  absl::StatusOr<std::string> residuals = compression_->Save();
+  if (!residuals.ok()) return residuals.status();
+  out.PutString(*residuals);
   out.PutString(*delayed);
   out.PutString(*plan);
   return std::move(out.bytes());

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/buffer_ops.h"
+#include "runtime/cuda_compression.h"
 
 namespace overlap {
 namespace {
@@ -75,9 +76,8 @@ absl::Status CheckDevices(const PendingOp& op) {
                                    visible, " CUDA device", visible == 1 ? "" : "s"));
   }
   if (r.kind == OpKind::kAllreduce && r.compression != "none") {
-    return Invalid(r, absl::StrCat("compression '", r.compression,
-                                   "' of CUDA tensors is not available yet; compress host "
-                                   "tensors, or pass compression none for this one"));
+    absl::Status supported = CudaCompressionSupports(r.compression);
+    if (!supported.ok()) return Invalid(r, std::string(supported.message()));
   }
   return absl::OkStatus();
 }

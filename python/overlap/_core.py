@@ -7,6 +7,7 @@ their tensors into buffers and back. The library is the one installed next to th
 
 import atexit
 import ctypes
+import functools
 import json
 import os
 import threading
@@ -24,7 +25,7 @@ C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT = range(5)
 # absl::StatusCode values the binding tells apart.
 _OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _FAILED_PRECONDITION = 0, 3, 4, 5, 9
 
-_C_API_VERSION = 5
+_C_API_VERSION = 6
 _MAX_NDIM = 32
 
 
@@ -121,6 +122,7 @@ def _declare(lib):
         "overlap_cuda_device_count": ([], ctypes.c_int),
         "overlap_cuda_built": ([], ctypes.c_int),
         "overlap_nccl_version": ([], ctypes.c_int),
+        "overlap_cuda_compresses": ([ctypes.c_char_p], ctypes.c_int),
         "overlap_handle_copy_output": ([h, ctypes.c_void_p, ctypes.c_int64], ctypes.c_int),
         "overlap_handle_received_splits": ([h, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32],
                                            ctypes.c_int32),
@@ -273,6 +275,13 @@ def cuda_built():
 def nccl_version():
     """The NCCL version the core library runs with (22803 for 2.28.3); 0 without CUDA."""
     return lib().overlap_nccl_version()
+
+
+@functools.lru_cache(maxsize=64)
+def cuda_compresses(spec):
+    """Whether the core compresses CUDA tensors with `spec` on the GPU (its CUDA kernels: fp16,
+    bf16, covap, topk with method=exact, efsign)."""
+    return lib().overlap_cuda_compresses(spec.encode()) == 1
 
 
 def stats():

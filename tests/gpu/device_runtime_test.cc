@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,8 +68,7 @@ std::vector<T> OutputToHost(const Handle& h) {
   const Tensor& out = h.output();
   CHECK(out.device.is_cuda());
   std::vector<T> host(static_cast<size_t>(out.NumElements()));
-  REQUIRE(cudaMemcpy(host.data(), out.data, out.ByteSize(), cudaMemcpyDeviceToHost) ==
-          cudaSuccess);
+  REQUIRE(cudaMemcpy(host.data(), out.data, out.ByteSize(), cudaMemcpyDeviceToHost) == cudaSuccess);
   return host;
 }
 
@@ -130,7 +130,8 @@ TEST_CASE("CUDA allreduce of every dtype with sum and integer average", "[gpu]")
   const int64_t n = 3001;
   {  // int32 average rounds toward zero, as on the CPU
     std::vector<int32_t> x(n);
-    for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<int32_t>((rank + i) % 7 - 3);
+    for (int64_t i = 0; i < n; ++i)
+      x[static_cast<size_t>(i)] = static_cast<int32_t>((rank + i) % 7 - 3);
     DeviceArray<int32_t> d(x);
     AllreduceOptions options;
     options.op = ReduceOp::kAverage;
@@ -152,7 +153,8 @@ TEST_CASE("CUDA allreduce of every dtype with sum and integer average", "[gpu]")
       std::vector<uint16_t> x(n);
       for (int64_t i = 0; i < n; ++i) {
         const float v = static_cast<float>((rank * 3 + i) % 9);
-        x[static_cast<size_t>(i)] = dtype == DataType::kFloat16 ? FloatToHalf(v) : FloatToBFloat16(v);
+        x[static_cast<size_t>(i)] =
+            dtype == DataType::kFloat16 ? FloatToHalf(v) : FloatToBFloat16(v);
       }
       DeviceArray<uint16_t> d(x);
       AllreduceOptions options;
@@ -258,7 +260,8 @@ TEST_CASE("CUDA allgather, broadcast, reducescatter and alltoall", "[gpu]") {
     REQUIRE(h.ok());
     REQUIRE(h->Wait(kWait).ok());
     std::vector<int32_t> want;
-    for (int r = 0; r < size; ++r) want.insert(want.end(), static_cast<size_t>((r + 1) * cols), 100 * r + rank);
+    for (int r = 0; r < size; ++r)
+      want.insert(want.end(), static_cast<size_t>((r + 1) * cols), 100 * r + rank);
     CHECK(OutputToHost<int32_t>(*h) == want);
   }
 }
@@ -289,8 +292,9 @@ TEST_CASE("CUDA allreduce waits for the producer's stream", "[gpu]") {
           cudaSuccess);
   AllreduceOptions options;
   options.op = ReduceOp::kSum;
-  absl::StatusOr<Handle> h = Allreduce("stream.ordered", OnDevice(d, DataType::kFloat32, {n}, producer),
-                                       OnDevice(d, DataType::kFloat32, {n}, producer), options);
+  absl::StatusOr<Handle> h =
+      Allreduce("stream.ordered", OnDevice(d, DataType::kFloat32, {n}, producer),
+                OnDevice(d, DataType::kFloat32, {n}, producer), options);
   REQUIRE(h.ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CHECK_FALSE(h->Poll());  // it cannot have finished: its input is not written yet
@@ -308,13 +312,162 @@ TEST_CASE("CUDA and CPU tensors mixed in one operation are refused", "[gpu]") {
   if (!testing::GpuOrSkip()) return;
   std::vector<float> host(8, 1.0f);
   DeviceArray<float> d(host);
-  absl::StatusOr<Handle> h = Allreduce("mixed", OnDevice(d, DataType::kFloat32, {8}),
-                                       MakeTensor(host.data(), {8}));
+  absl::StatusOr<Handle> h =
+      Allreduce("mixed", OnDevice(d, DataType::kFloat32, {8}), MakeTensor(host.data(), {8}));
   REQUIRE_FALSE(h.ok());
   CHECK(h.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(h.status().message()),
              Catch::Contains("rank ") && Catch::Contains("'mixed'") &&
                  Catch::Contains("output 0 is on cpu but input 0 is on cuda:"));
+}
+
+// A gradient with a wide range of magnitudes and both signs, the same on every run: tensor t of
+// `step` on `rank`.
+std::vector<float> Gradient(int rank, int step, size_t t, size_t n) {
+  std::vector<float> g(n);
+  uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(1 + rank * 131 + step * 17 + t * 7);
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const float unit = static_cast<float>(x >> 40) / static_cast<float>(1 << 24) - 0.5f;
+    g[i] = unit * std::ldexp(1.0f, static_cast<int>((x >> 8) % 12) - 6);
+  }
+  return g;
+}
+
+uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// Index of the first element of `a` whose bits differ from `b`'s, or with `relative`, that is
+// further from it than relative * max |b|; -1 when there is none.
+int64_t FirstDifference(const std::vector<float>& a, const std::vector<float>& b,
+                        float relative = 0.0f) {
+  if (a.size() != b.size()) return 0;
+  float largest = 0.0f;
+  for (float x : b) largest = std::max(largest, std::fabs(x));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (relative > 0.0f ? std::fabs(a[i] - b[i]) > relative * largest : Bits(a[i]) != Bits(b[i])) {
+      return static_cast<int64_t>(i);
+    }
+  }
+  return -1;
+}
+
+const std::vector<int64_t> kCompressedSizes = {1000, 4099, 70001, 1 << 20};
+
+// One step of every tensor of kCompressedSizes under `spec`, submitted together so that they
+// fuse into one compressed bucket, as CUDA tensors (`on_device`) or host tensors named apart.
+// Returns each tensor's averaged result.
+std::vector<std::vector<float>> CompressedStep(const std::string& spec, const std::string& tag,
+                                               int step, bool on_device) {
+  const int rank = Rank();
+  std::vector<std::vector<float>> host(kCompressedSizes.size());
+  std::vector<std::unique_ptr<DeviceArray<float>>> device;
+  std::vector<Handle> handles;
+  AllreduceOptions options;
+  options.compression = spec;
+  for (size_t t = 0; t < kCompressedSizes.size(); ++t) {
+    const int64_t n = kCompressedSizes[t];
+    host[t] = Gradient(rank, step, t, static_cast<size_t>(n));
+    const std::string name = absl::StrCat(tag, on_device ? ".cuda." : ".host.", t);
+    absl::StatusOr<Handle> h;
+    if (on_device) {
+      device.push_back(std::make_unique<DeviceArray<float>>(host[t]));
+      h = Allreduce(name, OnDevice(*device.back(), DataType::kFloat32, {n}),
+                    OnDevice(*device.back(), DataType::kFloat32, {n}), options);
+    } else {
+      h = Allreduce(name, MakeTensor(host[t].data(), {n}), MakeTensor(host[t].data(), {n}),
+                    options);
+    }
+    REQUIRE(h.ok());
+    handles.push_back(*h);
+  }
+  for (size_t t = 0; t < handles.size(); ++t) {
+    const absl::Status s = handles[t].Wait(kWait);
+    INFO(s.message());
+    REQUIRE(s.ok());
+    if (on_device) host[t] = device[t]->ToHost();
+  }
+  return host;
+}
+
+TEST_CASE("compressed allreduce of CUDA tensors equals the host compressors'",
+          "[gpu][compression]") {
+  if (!testing::GpuOrSkip()) return;
+  // Steps enough for residuals to matter: covap sends each shard once every R steps, top-k and
+  // efsign carry what they did not send, the casts carry their rounding error.
+  const std::vector<std::string> specs = {"fp16",
+                                          "fp16:ef=0",
+                                          "bf16",
+                                          "covap:R=3,shard=100",
+                                          "covap:R=2,alpha0=0.5,ramp_steps=3",
+                                          "topk:ratio=0.01",
+                                          "efsign"};
+  for (size_t c = 0; c < specs.size(); ++c) {
+    const std::string tag = absl::StrCat("compressed.", c);
+    for (int step = 0; step < 4; ++step) {
+      const std::vector<std::vector<float>> want = CompressedStep(specs[c], tag, step, false);
+      const std::vector<std::vector<float>> got = CompressedStep(specs[c], tag, step, true);
+      for (size_t t = 0; t < want.size(); ++t) {
+        // efsign's scale is a sum over the tensor, added in another order on the GPU (its sign
+        // bits are the CPU's): each rank's term within 1e-5 of the largest result; every other
+        // compressor to the bit.
+        const int64_t at = FirstDifference(got[t], want[t], specs[c] == "efsign" ? 2e-5f : 0.0f);
+        INFO(specs[c] << ", step " << step << ", tensor " << t << " of " << want[t].size()
+                      << " elements: first difference at " << at << " (cuda "
+                      << (at >= 0 ? got[t][at] : 0.0f) << ", host "
+                      << (at >= 0 ? want[t][at] : 0.0f) << ")");
+        CHECK(at == -1);
+      }
+    }
+  }
+}
+
+TEST_CASE("a checkpoint of CUDA residuals resumes the same results", "[gpu][compression]") {
+  if (!testing::GpuOrSkip()) return;
+  for (const std::string spec : {"covap:R=3,shard=100", "topk:ratio=0.01"}) {
+    const std::string tag = absl::StrCat("resume.", spec);
+    CompressedStep(spec, tag, 0, true);
+    CompressedStep(spec, tag, 1, true);
+    absl::StatusOr<std::string> snapshot = SaveCompressionState();
+    REQUIRE(snapshot.ok());
+    const std::vector<std::vector<float>> first = CompressedStep(spec, tag, 2, true);
+    const std::vector<std::vector<float>> second = CompressedStep(spec, tag, 3, true);
+    REQUIRE(RestoreCompressionState(*snapshot).ok());
+    const std::vector<std::vector<float>> first_again = CompressedStep(spec, tag, 2, true);
+    const std::vector<std::vector<float>> second_again = CompressedStep(spec, tag, 3, true);
+    for (size_t t = 0; t < first.size(); ++t) {
+      INFO(spec << ", tensor " << t);
+      CHECK(FirstDifference(first_again[t], first[t]) == -1);
+      CHECK(FirstDifference(second_again[t], second[t]) == -1);
+    }
+  }
+}
+
+TEST_CASE("compressors without CUDA kernels are refused for CUDA tensors, naming them",
+          "[gpu][compression]") {
+  if (!testing::GpuOrSkip()) return;
+  std::vector<float> x(64, 1.0f);
+  DeviceArray<float> d(x);
+  for (const std::string spec :
+       {"randomk:ratio=0.1", "powersgd:rank=2", "topk:ratio=0.1,method=sampled"}) {
+    AllreduceOptions options;
+    options.compression = spec;
+    absl::StatusOr<Handle> h =
+        Allreduce("refused.compression", OnDevice(d, DataType::kFloat32, {64}),
+                  OnDevice(d, DataType::kFloat32, {64}), options);
+    absl::Status s = h.ok() ? h->Wait(kWait) : h.status();
+    INFO(spec << ": " << s.message());
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(s.message()), Catch::Contains("rank ") &&
+                                             Catch::Contains("'refused.compression'") &&
+                                             Catch::Contains("of CUDA tensors is not available") &&
+                                             Catch::Contains(spec.substr(0, spec.find(':'))));
+  }
 }
 
 }  // namespace

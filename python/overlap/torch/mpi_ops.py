@@ -80,18 +80,19 @@ def _set_size(process_set):
     return _core.size() if set_id == 0 else _core.process_set_size(set_id)
 
 
-def _native_cuda(tensor, compressed=False):
+def _native_cuda(tensor, compression_spec=None):
     """Whether the runtime takes `tensor` on its GPU as it is (NCCL, or MPI staged through pinned
     memory: OVERLAP_EXECUTOR): a CUDA tensor, a runtime built with CUDA that sees a GPU, and no
-    runtime compression (which runs on host tensors)."""
-    if tensor.device.type != "cuda" or compressed:
+    runtime compression, or one the core runs on the GPU (the others run on host copies)."""
+    if tensor.device.type != "cuda":
         return False
-    if os.environ.get("OVERLAP_COMPRESSION", "none") != "none":
+    spec = compression_spec or os.environ.get("OVERLAP_COMPRESSION", "none") or "none"
+    if spec != "none" and not _core.cuda_compresses(spec):
         return False
     return _core.cuda_device_count() > 0
 
 
-def _stage(tensor, what, compressed=False):
+def _stage(tensor, what, compression_spec=None):
     """A contiguous tensor in a core dtype that the runtime can take: the tensor itself when it
     already is one (host memory, or a CUDA tensor when _native_cuda), else a host copy.
     Refusals name the rank and the operation (`what`, e.g. "allreduce 'fc.weight'")."""
@@ -105,9 +106,9 @@ def _stage(tensor, what, compressed=False):
     if dtype not in _CORE_DTYPES:
         raise ValueError("%s: tensor type %s is not supported" % (what, tensor.dtype))
     if dtype == tensor.dtype and tensor.is_contiguous() and (
-            tensor.device.type == "cpu" or _native_cuda(tensor, compressed)):
+            tensor.device.type == "cpu" or _native_cuda(tensor, compression_spec)):
         return tensor
-    if _native_cuda(tensor, compressed):
+    if _native_cuda(tensor, compression_spec):
         return tensor.detach().to(dtype).contiguous()
     return tensor.detach().to("cpu", dtype).contiguous()
 
@@ -190,7 +191,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     set_id = process_set_id(process_set)
     c_op = _c_op(op)
     name = _auto_name("allreduce", name)
-    src = _stage(tensor, "allreduce '%s'" % name, compressed=bool(compression_spec))
+    src = _stage(tensor, "allreduce '%s'" % name, compression_spec=compression_spec)
     pre, post = float(prescale_factor), float(postscale_factor)
     int_scaled = not src.dtype.is_floating_point and (pre != 1.0 or post != 1.0)
     if int_scaled:  # as Horovod: integer tensors are scaled in float64 and cast back
@@ -279,7 +280,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     c_op = _c_op(op)
     base = _auto_name("grouped_allreduce", name)
     names = ["%s.%d" % (base, i) for i in range(len(tensors))]
-    srcs = [_stage(t, "grouped allreduce '%s'" % n, compressed=bool(compression_spec))
+    srcs = [_stage(t, "grouped allreduce '%s'" % n, compression_spec=compression_spec)
             for t, n in zip(tensors, names)]
     in_place = outputs is tensors
     dsts = srcs if in_place else [torch.empty_like(s) for s in srcs]
