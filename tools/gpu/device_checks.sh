@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Issue 13's GPU checks, in one run on a lent GPU machine (docs/gpu.md has the results):
 #   here:   bazel build //tests/gpu/... //tests/compression:cuda_kernels_test //bench:gpu_kernels \
+#             //bench:gpu_compressed_allreduce \
 #             //runtime:liboverlap.so //launcher:overlaprun && tools/gpu/device_checks.sh --bundle
 #   there:  tools/gpu/device_checks.sh   (the device tool's run, carrying .gpu)
 # Each check is what its Bazel target runs (tests/gpu/BUILD), with OVERLAP_REQUIRE_GPU=1 so that
-# none can pass by skipping; then overlap.torch with CUDA tensors, then the kernel benchmark.
+# none can pass by skipping; then overlap.torch with CUDA tensors, then the benchmarks: the
+# kernels, and compressed allreduce on the GPU against a host copy (1 rank on NCCL, 2 staged).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [ "${1:-}" = --bundle ]; then
   exec tools/gpu/bundle.sh tests/compression/cuda_kernels_test tests/gpu/cuda_buffer_ops_test \
     tests/gpu/nccl_executor_test_bin tests/gpu/device_runtime_test_bin tests/gpu/watchdog_test_bin \
-    bench/gpu_kernels runtime/liboverlap.so launcher/overlaprun
+    bench/gpu_kernels bench/gpu_compressed_allreduce runtime/liboverlap.so launcher/overlaprun
 fi
 b=.gpu/bin
 run="overlaprun --mpi-args '--mca btl self,vader,tcp' -np"
@@ -26,4 +28,6 @@ exec .gpu/run_on_device.sh \
   "OVERLAP_COLLECTIVE_TIMEOUT_S=3 OVERLAP_EXECUTOR=nccl $run 1 -- $b/tests/gpu/watchdog_test_bin" \
   "$run 1 -- $pytest" \
   "$run 2 -- $pytest" \
-  "$b/bench/gpu_kernels"
+  "$b/bench/gpu_kernels" \
+  "$run 1 -- $b/bench/gpu_compressed_allreduce" \
+  "$run 2 -- $b/bench/gpu_compressed_allreduce --tensors=16"
