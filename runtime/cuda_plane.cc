@@ -25,13 +25,14 @@ absl::StatusOr<bool> EveryRankHasCuda(MPI_Comm comm, int rank, int device) {
 }  // namespace
 
 CudaPlane::CudaPlane(MPI_Comm comm, const Config& config, int rank, int size,
-                     int fallback_device, Timeline* timeline, CompressionStage* compression,
-                     DataPlane::CompleteFn complete)
+                     int fallback_device, int hierarchy_host, Timeline* timeline,
+                     CompressionStage* compression, DataPlane::CompleteFn complete)
     : comm_(comm),
       config_(config),
       rank_(rank),
       size_(size),
       fallback_device_(fallback_device),
+      hierarchy_host_(hierarchy_host),
       timeline_(timeline),
       compression_(compression),
       complete_(std::move(complete)) {}
@@ -74,8 +75,10 @@ absl::Status CudaPlane::SetUp(int device) {
     }
   }
   if (executor_ == nullptr) {
-    absl::StatusOr<std::unique_ptr<MpiExecutor>> mpi =
-        MpiExecutor::Create(comm_, config_.num_channels);
+    MpiExecutorOptions options;
+    options.num_channels = config_.num_channels;
+    options.host = hierarchy_host_;
+    absl::StatusOr<std::unique_ptr<MpiExecutor>> mpi = MpiExecutor::Create(comm_, options);
     if (!mpi.ok()) return mpi.status();
     absl::StatusOr<std::unique_ptr<StagingExecutor>> staged =
         StagingExecutor::Create(std::move(*mpi), Device::Cuda(device), rank_);
@@ -90,8 +93,12 @@ absl::Status CudaPlane::SetUp(int device) {
                           compression_, complete_, "cuda ");
   if (!plane.ok()) return plane.status();
   plane_ = std::move(*plane);
-  spdlog::info("overlap: rank {} moves CUDA tensors on cuda:{} with {}", rank_, device,
-               executor_->name());
+  spdlog::info("overlap: rank {} moves CUDA tensors on cuda:{} with {}{}", rank_, device,
+               executor_->name(), hierarchy_host_ >= 0 ? ", hierarchical allreduce" : "");
+  if (hierarchy_host_ >= 0 && std::string(executor_->name()) == "nccl" && rank_ == 0) {
+    spdlog::info("overlap: CUDA tensors on NCCL reduce flat under the hierarchical allreduce: "
+                 "NCCL's rings and trees already keep each host's traffic on its own links");
+  }
   return absl::OkStatus();
 }
 

@@ -29,9 +29,13 @@ class CudaPlane {
   // `comm` is the runtime's communicator (MPI_COMM_WORLD's duplicate, or a process set's), which
   // the setup duplicates and must outlive the plane; `rank` and `size` are this rank's place in it.
   // `fallback_device` is the GPU a rank uses when its first CUDA operation is a joined rank's
-  // zeros (it has no tensor to take the device from).
+  // zeros (it has no tensor to take the device from). `hierarchy_host` is this rank's host for a
+  // hierarchical allreduce (MpiExecutorOptions::host), or -1 for flat: the MPI path staged
+  // through host memory follows it; NCCL stays flat, since its own rings and trees already keep
+  // each host's share of the traffic on the host's links.
   CudaPlane(MPI_Comm comm, const Config& config, int rank, int size, int fallback_device,
-            Timeline* timeline, CompressionStage* compression, DataPlane::CompleteFn complete);
+            int hierarchy_host, Timeline* timeline, CompressionStage* compression,
+            DataPlane::CompleteFn complete);
   ~CudaPlane();
 
   // Queues agreed CUDA operations, setting the plane up on the first call.
@@ -53,6 +57,7 @@ class CudaPlane {
   const int rank_;
   const int size_;
   const int fallback_device_;
+  const int hierarchy_host_;
   Timeline* const timeline_;
   CompressionStage* const compression_;
   const DataPlane::CompleteFn complete_;

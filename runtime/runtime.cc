@@ -229,7 +229,7 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
   cuda_plane_ = std::make_unique<CudaPlane>(
       comm_, config, rank_, size_, std::max(0, local_rank_) % std::max(1, CudaDeviceCount()),
-      &timeline_, compression_.get(),
+      executor_options.host, &timeline_, compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
   // Planned collectives and their checks get communicators of their own: ranks start them
   // without negotiation, so they must not share a sequence with negotiated ones.

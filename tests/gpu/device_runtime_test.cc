@@ -90,6 +90,10 @@ TEST_CASE("the executor for CUDA tensors is the one expected", "[gpu][probe]") {
   const char* expected = std::getenv("OVERLAP_TEST_EXPECT_EXECUTOR");
   INFO("executor " << Stats().cuda_executor);
   if (expected != nullptr) CHECK(Stats().cuda_executor == expected);
+  // The staged MPI path follows the hierarchical allreduce (pretend hosts: mpi_catch_main.cc).
+  if (const char* hosts = std::getenv("OVERLAP_TEST_EXPECT_HIERARCHY_HOSTS")) {
+    CHECK(Stats().hierarchy_hosts == std::atoi(hosts));
+  }
 }
 
 TEST_CASE("CUDA allreduce averages fused, unfused and large tensors", "[gpu]") {

@@ -24,6 +24,7 @@ exec .gpu/run_on_device.sh \
   "OVERLAP_TEST_EXPECT_EXECUTOR=nccl $run 1 -- $b/tests/gpu/device_runtime_test_bin" \
   "OVERLAP_DIRECT_THRESHOLD=1048576 OVERLAP_TEST_EXPECT_EXECUTOR=mpi+host-staging $run 2 -- $b/tests/gpu/device_runtime_test_bin" \
   "OVERLAP_DIRECT_THRESHOLD=1048576 OVERLAP_TEST_EXPECT_EXECUTOR=mpi+host-staging $run 4 -- $b/tests/gpu/device_runtime_test_bin" \
+  "OVERLAP_DIRECT_THRESHOLD=1048576 OVERLAP_HIERARCHICAL_ALLREDUCE=1 OVERLAP_TEST_RANKS_PER_HOST=2 OVERLAP_TEST_EXPECT_HIERARCHY_HOSTS=2 OVERLAP_TEST_EXPECT_EXECUTOR=mpi+host-staging $run 4 -- $b/tests/gpu/device_runtime_test_bin" \
   "OVERLAP_EXECUTOR=nccl OVERLAP_TEST_EXPECT_ERROR='NCCL cannot run two ranks on one GPU' $run 2 -- $b/tests/gpu/device_runtime_test_bin '[probe]'" \
   "OVERLAP_COLLECTIVE_TIMEOUT_S=3 OVERLAP_EXECUTOR=nccl $run 1 -- $b/tests/gpu/watchdog_test_bin" \
   "$run 1 -- $pytest" \
