@@ -167,10 +167,11 @@ int Main(int argc, char** argv) {
     Bench bench(options);
     const double mib = static_cast<double>(options.elements) * 4 * options.tensors / (1 << 20);
     if (Rank() == 0) {
-      std::printf("compressed allreduce of %d x %lld float32 (%.0f MiB), %d ranks, median of %d "
-                  "steps\n%-22s %12s %12s %10s\n",
-                  options.tensors, static_cast<long long>(options.elements), mib, Size(),
-                  options.steps, "compressor", "device_ms", "host_ms", "host/dev");
+      std::printf(
+          "compressed allreduce of %d x %lld float32 (%.0f MiB), %d ranks, median of %d "
+          "steps\n%-22s %12s %12s %10s\n",
+          options.tensors, static_cast<long long>(options.elements), mib, Size(), options.steps,
+          "compressor", "device_ms", "host_ms", "host/dev");
     }
     for (const std::string spec :
          {"none", "fp16", "bf16", "covap:R=4", "topk:ratio=0.01", "efsign"}) {
@@ -190,8 +191,8 @@ int Main(int argc, char** argv) {
             "{\"bench\":\"gpu_compressed_allreduce\",\"compressor\":\"%s\",\"ranks\":%d,"
             "\"tensors\":%d,\"elements\":%lld,\"device_ms\":%.3f,\"host_ms\":%.3f,"
             "\"host_over_device\":%.2f,\"executor\":\"%s\"}\n",
-            spec.c_str(), Size(), options.tensors, static_cast<long long>(options.elements), d,
-            h, h / d, Stats().cuda_executor.c_str());
+            spec.c_str(), Size(), options.tensors, static_cast<long long>(options.elements), d, h,
+            h / d, Stats().cuda_executor.c_str());
       }
     }
   }

@@ -92,7 +92,6 @@ absl::Status CompressionStage::Begin(std::vector<ReadyOp>& ops, CompressedBucket
   absl::MutexLock lock(&mu_);
   absl::StatusOr<PerConfig*> config = Get(state->spec);
   if (!config.ok()) return config.status();
-  if (buffers.device().is_cuda()) return BeginOnDevice(**config, ops, state, args, buffers);
   const compress::Compressor& c = *(*config)->compressor;
   // Sizes first, so the payload buffer is allocated once.
   size_t total = 0;
@@ -105,6 +104,9 @@ absl::Status CompressionStage::Begin(std::vector<ReadyOp>& ops, CompressedBucket
       // is zero on every rank, so it sums and gathers harmlessly).
       total += (*max + 7) / 8 * 8;
     }
+  }
+  if (buffers.device().is_cuda()) {
+    return BeginOnDevice(**config, ops, total, state, args, buffers);
   }
   state->payload.assign(total, 0);
   state->payload_bytes = total;
@@ -200,23 +202,13 @@ absl::StatusOr<bool> CompressionStage::Next(std::vector<ReadyOp>& ops, Compresse
 }
 
 absl::Status CompressionStage::BeginOnDevice(PerConfig& per, std::vector<ReadyOp>& ops,
-                                             CompressedBucketState* state, CollectiveArgs* args,
-                                             BufferOps& buffers) {
+                                             size_t total, CompressedBucketState* state,
+                                             CollectiveArgs* args, BufferOps& buffers) {
   const compress::Compressor& c = *per.compressor;
   if (per.cuda == nullptr) {
     absl::StatusOr<std::unique_ptr<CudaCompressor>> cuda = CudaCompressor::Create(c);
     if (!cuda.ok()) return cuda.status();
     per.cuda = std::move(*cuda);
-  }
-  size_t total = 0;
-  for (const ReadyOp& r : ops) {
-    for (const TensorMeta& t : r.response->request.tensors) {
-      absl::StatusOr<size_t> max = c.MaxPayloadBytes(static_cast<size_t>(t.NumElements()));
-      if (!max.ok()) return max.status();
-      state->offsets.push_back(total);
-      state->sizes.push_back(*max);
-      total += (*max + 7) / 8 * 8;  // 8-byte aligned parts, zero padded, as on the host
-    }
   }
   // Zeroed, so padding and unsent slots are the same bytes on every rank.
   absl::StatusOr<std::unique_ptr<DeviceMemory>> payload =

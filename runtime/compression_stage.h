@@ -92,7 +92,8 @@ class CompressionStage {
   absl::StatusOr<PerConfig*> Get(const std::string& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Describe(const compress::Compressor& c, CompressedBucketState* state,
                 CollectiveArgs* args) const;
-  absl::Status BeginOnDevice(PerConfig& per, std::vector<ReadyOp>& ops,
+  // Begin for CUDA tensors, once state->offsets lays out a payload of `total` bytes.
+  absl::Status BeginOnDevice(PerConfig& per, std::vector<ReadyOp>& ops, size_t total,
                              CompressedBucketState* state, CollectiveArgs* args,
                              BufferOps& buffers);
   absl::Status DecodeOnDevice(PerConfig& per, std::vector<ReadyOp>& ops,

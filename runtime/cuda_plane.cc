@@ -24,9 +24,9 @@ absl::StatusOr<bool> EveryRankHasCuda(MPI_Comm comm, int rank, int device) {
 
 }  // namespace
 
-CudaPlane::CudaPlane(MPI_Comm comm, const Config& config, int rank, int size,
-                     int fallback_device, int hierarchy_host, Timeline* timeline,
-                     CompressionStage* compression, DataPlane::CompleteFn complete)
+CudaPlane::CudaPlane(MPI_Comm comm, const Config& config, int rank, int size, int fallback_device,
+                     int hierarchy_host, Timeline* timeline, CompressionStage* compression,
+                     DataPlane::CompleteFn complete)
     : comm_(comm),
       config_(config),
       rank_(rank),
@@ -96,8 +96,9 @@ absl::Status CudaPlane::SetUp(int device) {
   spdlog::info("overlap: rank {} moves CUDA tensors on cuda:{} with {}{}", rank_, device,
                executor_->name(), hierarchy_host_ >= 0 ? ", hierarchical allreduce" : "");
   if (hierarchy_host_ >= 0 && std::string(executor_->name()) == "nccl" && rank_ == 0) {
-    spdlog::info("overlap: CUDA tensors on NCCL reduce flat under the hierarchical allreduce: "
-                 "NCCL's rings and trees already keep each host's traffic on its own links");
+    spdlog::info(
+        "overlap: CUDA tensors on NCCL reduce flat under the hierarchical allreduce: "
+        "NCCL's rings and trees already keep each host's traffic on its own links");
   }
   return absl::OkStatus();
 }
