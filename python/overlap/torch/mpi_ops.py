@@ -2,9 +2,9 @@
 
 Every operation turns its tensors into core buffers (overlap._core), submits them to the runtime
 and returns an integer handle; synchronize() waits and returns the result. Tensors the core
-cannot take directly (CUDA tensors until the GPU data path, int16, bool, non-contiguous ones) are
-staged through a host copy in a dtype it has, and the result is converted back, so the Python API
-does not change when the core learns them.
+cannot take directly (int16, bool, non-contiguous ones, CUDA tensors under a compressor without
+CUDA kernels or where the core sees no GPU) are staged through a host copy in a dtype it has, and
+the result is converted back, so the Python API does not change when the core learns them.
 """
 
 import itertools
