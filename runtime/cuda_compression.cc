@@ -88,6 +88,7 @@ class Kernels : public CudaCompressor {
       grad = static_cast<const float*>(input->data());
     }
     // Without error feedback the cast reads the gradient alone: a residual of zeros, each step.
+    // (grad + 0 turns -0.0 into +0.0, where the host's plain cast keeps the sign: equal numbers.)
     std::unique_ptr<DeviceMemory> zeros;
     float* residual = nullptr;
     if ((name_ == "fp16" || name_ == "bf16") && !error_feedback_) {

@@ -4,7 +4,8 @@
 // One CudaCompressor serves one compressor configuration, as CompressionStage's host path does,
 // and writes the same payload layouts, so what crosses the wire is what the CPU compressors
 // write: fp16 and bf16 (with or without error feedback), covap and efsign bit for bit, top-k the
-// same set of (index, value) pairs. Supported: fp16, bf16, covap, topk (method=exact) and efsign;
+// same set of (index, value) pairs. Two exceptions: efsign's scale is summed in another order
+// (within 1e-5), and fp16/bf16 without error feedback send a -0.0 element as +0.0. Supported: fp16, bf16, covap, topk (method=exact) and efsign;
 // randomk and powersgd run on host tensors only (CudaCompressionSupports says so, naming them).
 //
 // Ordering: a residual is read and written on the stream of the channel that runs the tensor's
