@@ -6,7 +6,8 @@
 #   there:  tools/gpu/device_checks.sh   (the device tool's run, carrying .gpu)
 # Each check is what its Bazel target runs (tests/gpu/BUILD), with OVERLAP_REQUIRE_GPU=1 so that
 # none can pass by skipping; then overlap.torch with CUDA tensors, then the benchmarks: the
-# kernels, and compressed allreduce on the GPU against a host copy (1 rank on NCCL, 2 staged).
+# kernels, compressed allreduce on the GPU against a host copy (1 rank on NCCL, 2 staged), and
+# ResNet-50 through overlap.torch against torch alone (needs torchvision).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [ "${1:-}" = --bundle ]; then
@@ -31,4 +32,5 @@ exec .gpu/run_on_device.sh \
   "$run 2 -- $pytest" \
   "$b/bench/gpu_kernels" \
   "$run 1 -- $b/bench/gpu_compressed_allreduce" \
-  "$run 2 -- $b/bench/gpu_compressed_allreduce --tensors=16"
+  "$run 2 -- $b/bench/gpu_compressed_allreduce --tensors=16" \
+  "$run 1 -- python3 bench/torch_gpu_synthetic.py --compression none,fp16_ef,topk"
