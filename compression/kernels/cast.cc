@@ -40,6 +40,14 @@ inline uint16_t EfBFloat16One(float g, float& r) {
   return h;
 }
 
+inline uint16_t HalfSumOne(uint16_t a, uint16_t b) {
+  return overlap::FloatToHalf(overlap::HalfToFloat(a) + overlap::HalfToFloat(b));
+}
+
+inline uint16_t BFloat16SumOne(uint16_t a, uint16_t b) {
+  return overlap::FloatToBFloat16(overlap::BFloat16ToFloat(a) + overlap::BFloat16ToFloat(b));
+}
+
 // ---- AVX2 building blocks ----
 
 #define OVERLAP_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -249,7 +257,35 @@ OVERLAP_AVX2 void EfBFloat16Avx2(const float* g, float* r, uint16_t* out, size_t
   for (; i < n; ++i) out[i] = EfBFloat16One(g[i], r[i]);
 }
 
+OVERLAP_AVX2 void HalfSumAvx2(const uint16_t* in, uint16_t* inout, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    Store8(inout + i,
+           ToHalf8(_mm256_add_ps(FromHalf8(Load8(in + i)), FromHalf8(Load8(inout + i)))));
+  }
+  for (; i < n; ++i) inout[i] = HalfSumOne(in[i], inout[i]);
+}
+
+OVERLAP_AVX2 void BFloat16SumAvx2(const uint16_t* in, uint16_t* inout, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 sum = _mm256_add_ps(FromBFloat16(Load8(in + i)), FromBFloat16(Load8(inout + i)));
+    Store8(inout + i, Narrow(ToBFloat16Wide(sum)));
+  }
+  for (; i < n; ++i) inout[i] = BFloat16SumOne(in[i], inout[i]);
+}
+
 }  // namespace
+
+void HalfSum(absl::Span<const uint16_t> in, absl::Span<uint16_t> inout, Isa isa) {
+  if (isa == Isa::kAvx2) return HalfSumAvx2(in.data(), inout.data(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) inout[i] = HalfSumOne(in[i], inout[i]);
+}
+
+void BFloat16Sum(absl::Span<const uint16_t> in, absl::Span<uint16_t> inout, Isa isa) {
+  if (isa == Isa::kAvx2) return BFloat16SumAvx2(in.data(), inout.data(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) inout[i] = BFloat16SumOne(in[i], inout[i]);
+}
 
 void FloatToHalf(absl::Span<const float> in, absl::Span<uint16_t> out, Isa isa) {
   if (isa == Isa::kAvx2) return FloatToHalfAvx2(in.data(), out.data(), in.size());

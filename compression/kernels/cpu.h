@@ -48,6 +48,12 @@ void ErrorFeedbackToBFloat16(absl::Span<const float> grad, absl::Span<float> res
 void HalfToFloatAdd(absl::Span<const uint16_t> in, absl::Span<float> out, Isa isa);
 void BFloat16ToFloatAdd(absl::Span<const uint16_t> in, absl::Span<float> out, Isa isa);
 
+// inout = fp16(float(in) + float(inout)), and the same in bf16: how MPI sums fp16 and bf16
+// payloads (collectives/mpi_executor.cc). Both paths give half.h's bits, except that when both
+// operands are NaN either one's sign may survive.
+void HalfSum(absl::Span<const uint16_t> in, absl::Span<uint16_t> inout, Isa isa);
+void BFloat16Sum(absl::Span<const uint16_t> in, absl::Span<uint16_t> inout, Isa isa);
+
 // ---- element-wise (elementwise.cc) ----
 // acc += in
 void Add(absl::Span<const float> in, absl::Span<float> acc, Isa isa);

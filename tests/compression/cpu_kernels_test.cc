@@ -76,6 +76,51 @@ TEST_CASE("fp16->float and bf16->float match half.h for all 65536 inputs", "[ker
   }
 }
 
+TEST_CASE("fp16 and bf16 sums match half.h on both paths", "[kernels]") {
+  // Every 16-bit pattern as `in`, paired four ways with others as `inout`: zeros, subnormals,
+  // infinities and NaNs meet each other and every finite value. Offset by one element, so the
+  // vector loop starts unaligned and the scalar tail runs.
+  std::vector<Isa> paths = {Isa::kScalar};
+  if (HaveAvx2()) paths.push_back(Isa::kAvx2);
+  const auto nan_half = [](uint16_t h) { return (h & 0x7fffu) > 0x7c00u; };
+  const auto nan_bf16 = [](uint16_t h) { return (h & 0x7fffu) > 0x7f80u; };
+  for (uint32_t multiplier : {1u, 40503u, 7919u, 65521u}) {
+    std::vector<uint16_t> in(65537), other(65537);
+    for (uint32_t i = 0; i < 65536; ++i) {
+      in[i + 1] = static_cast<uint16_t>(i);
+      other[i + 1] = static_cast<uint16_t>(i * multiplier + 12345u);
+    }
+    for (Isa isa : paths) {
+      for (bool bf16 : {false, true}) {
+        std::vector<uint16_t> inout = other;
+        const absl::Span<const uint16_t> a = absl::MakeConstSpan(in).subspan(1);
+        const absl::Span<uint16_t> b = absl::MakeSpan(inout).subspan(1);
+        if (bf16) {
+          BFloat16Sum(a, b, isa);
+        } else {
+          HalfSum(a, b, isa);
+        }
+        size_t wrong = 0;
+        for (size_t i = 1; i < in.size(); ++i) {
+          const uint16_t x = in[i], y = other[i];
+          const bool both_nan = bf16 ? nan_bf16(x) && nan_bf16(y) : nan_half(x) && nan_half(y);
+          const uint16_t want =
+              bf16 ? overlap::FloatToBFloat16(overlap::BFloat16ToFloat(x) +
+                                              overlap::BFloat16ToFloat(y))
+                   : overlap::FloatToHalf(overlap::HalfToFloat(x) + overlap::HalfToFloat(y));
+          const bool ok =
+              both_nan ? (bf16 ? nan_bf16(inout[i]) : nan_half(inout[i])) : inout[i] == want;
+          if (!ok && wrong++ == 0) {
+            UNSCOPED_INFO((bf16 ? "bf16 " : "fp16 ") << IsaName(isa) << ": " << x << " + " << y
+                                                     << " gave " << inout[i] << ", want " << want);
+          }
+        }
+        CHECK(wrong == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("error-feedback casts: paths agree bit for bit and sent + residual is exact",
           "[kernels]") {
   std::vector<float> grad = SweepInputs();
