@@ -9,6 +9,10 @@
 // both rounds for PowerSGD). Batches (~20 ms) of memcpy and of the compressor alternate and each
 // side keeps its fastest batch, so the ratio holds up on a loaded machine. With --json every row
 // is one JSON object on its own line.
+//
+// Rows "mpi-sum:fp16" and "mpi-sum:bf16" (with ":scalar" for the scalar loop) time the other end
+// of a compressed allreduce: MPI's sum of one rank's fp16/bf16 payload into another's
+// (collectives/mpi_executor.cc), gbps again per byte of the float32 gradient.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +27,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "collectives/half.h"
 #include "compression/compressor.h"
 #include "compression/kernels/cpu.h"
 
@@ -184,6 +189,37 @@ int Main(int argc, char** argv) {
       }
       rows.push_back(
           {spec, n * sizeof(float), n * sizeof(float) / timer.best() / 1e9, 0, run.wire_ratio()});
+    }
+    for (const bool bf16 : {false, true}) {
+      // Payloads that add and then take away, so the sums stay finite however many calls run.
+      std::vector<uint16_t> plus(n), minus(n), acc(n);
+      std::mt19937 gen(7);
+      std::normal_distribution<float> normal(0.0f, 1e-2f);
+      for (size_t i = 0; i < n; ++i) {
+        const float v = normal(gen);
+        plus[i] = bf16 ? FloatToBFloat16(v) : FloatToHalf(v);
+        minus[i] = bf16 ? FloatToBFloat16(-v) : FloatToHalf(-v);
+        acc[i] = bf16 ? FloatToBFloat16(1.0f) : FloatToHalf(1.0f);
+      }
+      std::vector<kernels::Isa> paths = {kernels::Isa::kScalar};
+      if (kernels::BestIsa() != kernels::Isa::kScalar) paths.push_back(kernels::BestIsa());
+      for (const kernels::Isa isa : paths) {
+        Timer timer([&](int64_t step) {
+          const absl::Span<const uint16_t> in = step % 2 == 0 ? plus : minus;
+          if (bf16) {
+            kernels::BFloat16Sum(in, absl::MakeSpan(acc), isa);
+          } else {
+            kernels::HalfSum(in, absl::MakeSpan(acc), isa);
+          }
+        });
+        for (int r = 0; r < kRounds; ++r) {
+          memcpy_timer.Batch();
+          timer.Batch();
+        }
+        const std::string name = std::string("mpi-sum:") + (bf16 ? "bf16" : "fp16") +
+                                 (isa == kernels::Isa::kScalar ? ":scalar" : "");
+        rows.push_back({name, n * sizeof(float), n * sizeof(float) / timer.best() / 1e9, 0, 0.5});
+      }
     }
     // memcpy's best over every round at this size: the baseline for all its rows.
     for (Row& row : rows) {
