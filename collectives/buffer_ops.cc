@@ -132,6 +132,11 @@ absl::Status ValidateCopy(Device device, absl::Span<const CopySlice> slices, Dat
   return absl::OkStatus();
 }
 
+absl::Status WriteZeros(BufferOps& ops, void* dst, int64_t count, DataType dtype) {
+  const CopySlice slice{dst, nullptr, count};
+  return ops.Copy({&slice, 1}, dtype, CopyScaling{});
+}
+
 std::unique_ptr<BufferOps> CreateCpuBufferOps() { return std::make_unique<CpuBufferOps>(); }
 
 absl::StatusOr<std::unique_ptr<BufferOps>> CreateBufferOps(Device device, void* stream) {

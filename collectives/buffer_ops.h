@@ -87,6 +87,9 @@ class BufferOps {
   virtual absl::StatusOr<std::unique_ptr<Work>> Fence() = 0;
 };
 
+// Queues `count` zeros of `dtype` at `dst` on ops: a Copy of one slice without a source.
+absl::Status WriteZeros(BufferOps& ops, void* dst, int64_t count, DataType dtype);
+
 // Operations on host memory, done on the calling thread.
 std::unique_ptr<BufferOps> CreateCpuBufferOps();
 

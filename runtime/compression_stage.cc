@@ -216,8 +216,8 @@ absl::Status CompressionStage::BeginOnDevice(PerConfig& per, std::vector<ReadyOp
   if (!payload.ok()) return payload.status();
   state->device_payload = std::move(*payload);
   state->payload_bytes = total;
-  const CopySlice zero{state->device_payload->data(), nullptr, static_cast<int64_t>(total / 4)};
-  absl::Status s = buffers.Copy({&zero, 1}, DataType::kFloat32, CopyScaling{});
+  absl::Status s = WriteZeros(buffers, state->device_payload->data(),
+                              static_cast<int64_t>(total / 4), DataType::kFloat32);
   if (!s.ok()) return s;
   if (c.combine() == compress::Combine::kAllgather) {
     absl::StatusOr<std::unique_ptr<DeviceMemory>> combined =
@@ -295,8 +295,8 @@ absl::StatusOr<std::string> CompressionStage::Save() {
     absl::Status s = config.cuda->CopyResidualsTo(*config.memory);
     if (!s.ok()) {
       return absl::Status(
-          s.code(), absl::StrCat("rank ", rank_, ": SaveCompressionState: ", "the residuals of '",
-                                 spec, "' on the GPU: ", s.message()));
+          s.code(), absl::StrCat("rank ", rank_, ": SaveCompressionState: the residuals of '", spec,
+                                 "' on the GPU: ", s.message()));
     }
   }
   ByteWriter out;

@@ -95,8 +95,7 @@ class Kernels : public CudaCompressor {
       absl::StatusOr<std::unique_ptr<DeviceMemory>> scratch = ops.Allocate(n * sizeof(float));
       if (!scratch.ok()) return scratch.status();
       zeros = std::move(*scratch);
-      const CopySlice slice{zeros->data(), nullptr, static_cast<int64_t>(n)};
-      absl::Status s = ops.Copy({&slice, 1}, DataType::kFloat32, CopyScaling{});
+      absl::Status s = WriteZeros(ops, zeros->data(), static_cast<int64_t>(n), DataType::kFloat32);
       if (!s.ok()) return s;
       residual = static_cast<float*>(zeros->data());
     } else {
@@ -145,8 +144,7 @@ class Kernels : public CudaCompressor {
                                          ShardOf(n), interval_, step, accumulate, stream);
     }
     if (!accumulate) {
-      const CopySlice slice{out, nullptr, static_cast<int64_t>(n)};
-      absl::Status s = ops.Copy({&slice, 1}, DataType::kFloat32, CopyScaling{});
+      absl::Status s = WriteZeros(ops, out, static_cast<int64_t>(n), DataType::kFloat32);
       if (!s.ok()) return s;
     }
     if (name_ == "topk") {
@@ -197,8 +195,7 @@ class Kernels : public CudaCompressor {
     if (saved != nullptr && saved->size() == n) {
       s = ops.CopyFromHost((*memory)->data(), saved->residual().data(), n * sizeof(float));
     } else {
-      const CopySlice slice{(*memory)->data(), nullptr, static_cast<int64_t>(n)};
-      s = ops.Copy({&slice, 1}, DataType::kFloat32, CopyScaling{});
+      s = WriteZeros(ops, (*memory)->data(), static_cast<int64_t>(n), DataType::kFloat32);
     }
     if (!s.ok()) return s;
     Kept& kept = residuals_[id];
