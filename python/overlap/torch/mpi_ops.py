@@ -105,10 +105,11 @@ def _stage(tensor, what, compression_spec=None):
     dtype = _STAGED_AS.get(tensor.dtype, tensor.dtype)
     if dtype not in _CORE_DTYPES:
         raise ValueError("%s: tensor type %s is not supported" % (what, tensor.dtype))
+    native_cuda = _native_cuda(tensor, compression_spec)
     if dtype == tensor.dtype and tensor.is_contiguous() and (
-            tensor.device.type == "cpu" or _native_cuda(tensor, compression_spec)):
+            tensor.device.type == "cpu" or native_cuda):
         return tensor
-    if _native_cuda(tensor, compression_spec):
+    if native_cuda:
         return tensor.detach().to(dtype).contiguous()
     return tensor.detach().to("cpu", dtype).contiguous()
 
