@@ -178,25 +178,28 @@ class Kernels : public CudaCompressor {
   absl::StatusOr<float*> Residual(int64_t id, size_t n, const compress::ResidualMemory* restored,
                                   BufferOps& ops) {
     auto it = residuals_.find(id);
+    // A residual restored from a snapshot counts as made for its own size, as one kept here does.
+    const compress::ResidualState* saved =
+        it != residuals_.end() || restored == nullptr ? nullptr : restored->Find(id);
+    const size_t made_for = it != residuals_.end() ? it->second.n
+                            : saved != nullptr     ? saved->size()
+                                                   : n;
+    if (made_for != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("compressor '", compressor_.config().ToString(), "': tensor ", id, " has ",
+                       n, " elements, but its residual was made for ", made_for,
+                       " (a tensor name reused with another shape under compression)"));
+    }
     if (it != residuals_.end()) {
-      if (it->second.n != n) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("compressor '", compressor_.config().ToString(), "': tensor ", id, " has ",
-                         n, " elements, but its residual was made for ", it->second.n,
-                         " (a tensor name reused with another shape under compression)"));
-      }
       it->second.stream = static_cast<cudaStream_t>(ops.stream());
       return static_cast<float*>(it->second.memory->data());
     }
     absl::StatusOr<std::unique_ptr<DeviceMemory>> memory = ops.Allocate(n * sizeof(float));
     if (!memory.ok()) return memory.status();
-    const compress::ResidualState* saved = restored == nullptr ? nullptr : restored->Find(id);
-    absl::Status s;
-    if (saved != nullptr && saved->size() == n) {
-      s = ops.CopyFromHost((*memory)->data(), saved->residual().data(), n * sizeof(float));
-    } else {
-      s = WriteZeros(ops, (*memory)->data(), static_cast<int64_t>(n), DataType::kFloat32);
-    }
+    absl::Status s =
+        saved != nullptr
+            ? ops.CopyFromHost((*memory)->data(), saved->residual().data(), n * sizeof(float))
+            : WriteZeros(ops, (*memory)->data(), static_cast<int64_t>(n), DataType::kFloat32);
     if (!s.ok()) return s;
     Kept& kept = residuals_[id];
     kept.memory = std::move(*memory);

@@ -51,7 +51,8 @@ class CudaCompressor {
   // writes the payload for `step` at `payload` (device memory of at least the compressor's
   // MaxPayloadBytes(n)), on ops' stream. The residual is created zeroed on first use, or from
   // `restored` when that holds the tensor (a snapshot taken by CompressionStage::Restore);
-  // InvalidArgument when the tensor comes back with another size.
+  // InvalidArgument when the tensor comes back with another size than its residual, kept or
+  // restored (as the host path).
   virtual absl::Status Compress(int64_t id, size_t n, const float* grad, float prescale,
                                 int64_t step, uint8_t* payload,
                                 const compress::ResidualMemory* restored, BufferOps& ops) = 0;
