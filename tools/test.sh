@@ -27,8 +27,10 @@ stage_done bazel-test
 # A short pass of every libFuzzer target (tools/fuzz.sh, docs/reliability.md);
 # OVERLAP_FUZZ_SECONDS=0 skips it.
 fuzz_s=${OVERLAP_FUZZ_SECONDS:-10}
+fuzz="skipped (OVERLAP_FUZZ_SECONDS=0)"
 if [ "$fuzz_s" != 0 ]; then
-  tools/fuzz.sh -t "$fuzz_s" || { echo "overlap fuzz: a target found a problem (above)"; rc=1; }
+  fuzz="passed"
+  tools/fuzz.sh -t "$fuzz_s" || { fuzz="FAILED to build or found a problem (above)"; rc=1; }
   stage_done fuzz
 fi
 # The unit tests and the 2-rank runtime suites again under ASan+UBSan, and the 2-rank suites and
@@ -59,6 +61,6 @@ if [ "${OVERLAP_CLANG_TIDY:-1}" != 0 ]; then
 fi
 tools/cuda_status.sh || true
 echo "overlap tests: ${passed} passed, ${failed} failed${failed_names:+ ($failed_names)};" \
-  "sanitizers: ${sanitizers:-no summary (above)}; clang-tidy: ${tidy:-no summary (above)};" \
+  "fuzz: ${fuzz}; sanitizers: ${sanitizers:-no summary (above)}; clang-tidy: ${tidy:-no summary (above)};" \
   "wall:${times}"
 exit "$rc"
