@@ -148,6 +148,17 @@ absl::Status Shutdown() {
   return down.ok() ? sets_down : down;
 }
 
+void Abort(absl::string_view reason) {
+  std::shared_ptr<Runtime> runtime = Current();
+  if (runtime == nullptr) return;
+  const absl::Status status = absl::AbortedError(
+      absl::StrCat("rank ", runtime->rank(), ": ", reason,
+                   "; this rank left the job without waiting for the others"));
+  std::shared_ptr<ProcessSets> sets = CurrentSets();
+  if (sets != nullptr) sets->AbortAll(status);
+  runtime->Abort(status);
+}
+
 bool IsInitialized() { return Current() != nullptr; }
 
 int Rank() {

@@ -96,6 +96,10 @@ const char* overlap_last_error(void) { return last_error.c_str(); }
 
 int overlap_init(void) { return Fail(overlap::Init()); }
 int overlap_shutdown(void) { return Fail(overlap::Shutdown()); }
+int overlap_abort(const char* reason) {
+  overlap::Abort(reason != nullptr ? reason : "aborted");
+  return Fail(absl::OkStatus());
+}
 int overlap_is_initialized(void) { return overlap::IsInitialized() ? 1 : 0; }
 int overlap_rank(void) { return overlap::Rank(); }
 int overlap_size(void) { return overlap::Size(); }

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 // The ABI version; bumped when a signature below changes. Python checks it at load time.
-#define OVERLAP_C_API_VERSION 6
+#define OVERLAP_C_API_VERSION 7
 int overlap_c_api_version(void);
 
 typedef struct overlap_handle overlap_handle;
@@ -54,6 +54,8 @@ int overlap_cuda_compresses(const char* spec);
 // options before calling this).
 int overlap_init(void);
 int overlap_shutdown(void);
+// overlap::Abort(reason): for a process about to exit after an error (C API 7).
+int overlap_abort(const char* reason);
 int overlap_is_initialized(void);
 int overlap_rank(void);
 int overlap_size(void);

@@ -278,6 +278,16 @@ constexpr Var kVars[] = {
     Def("OVERLAP_TF_OPS_LIBRARY", Kind::kPath, Reader::kPython)
         .Describe("overlap.tensorflow's op library to load instead of finding or compiling one")
         .Build(),
+    Def("OVERLAP_LAUNCHER", Kind::kPath, Reader::kPython)
+        .Describe("the overlaprun that overlap.run starts, instead of the package's own or the "
+                  "one on PATH (overlap/runner.py)")
+        .Build(),
+    Def("OVERLAP_RUN_DRIVER", Kind::kString, Reader::kPython)
+        .Describe("set by overlap.run for its ranks: the driver's addresses and port")
+        .Build(),
+    Def("OVERLAP_RUN_KEY", Kind::kString, Reader::kPython)
+        .Describe("set by overlap.run for its ranks: the key that signs their messages")
+        .Build(),
     Def("OVERLAP_TF_OPS_CACHE", Kind::kPath, Reader::kPython)
         .Default("$XDG_CACHE_HOME/overlap/tf_ops")
         .Describe("where overlap.tensorflow compiles its op library")

@@ -179,6 +179,14 @@ absl::Status Init(const Config& config);
 // call it. Safe to call twice (the second call is a no-op).
 absl::Status Shutdown();
 
+// Not collective: ends this rank's part in the job at once, for a program about to exit after an
+// error (an uncaught exception), where Shutdown would wait up to OVERLAP_COLLECTIVE_TIMEOUT_S for
+// ranks that are waiting on this one. This rank's pending and later operations fail with
+// `reason`; the other ranks' waits fail within seconds, naming this rank (its control connection
+// closed). MPI is not finalised: the process must exit, non-zero. Shutdown afterwards returns at
+// once with the reason. A no-op before Init.
+void Abort(absl::string_view reason);
+
 bool IsInitialized();
 
 // The calling process's position; -1 before Init and after Shutdown.

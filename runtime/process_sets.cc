@@ -188,6 +188,17 @@ absl::Status ProcessSets::Remove(int id) {
   return AgreeOnOutcome(stopped, call);
 }
 
+void ProcessSets::AbortAll(const absl::Status& reason) {
+  std::vector<std::shared_ptr<Runtime>> runtimes;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, entry] : sets_) {
+      if (entry.runtime != nullptr) runtimes.push_back(entry.runtime);
+    }
+  }
+  for (const std::shared_ptr<Runtime>& runtime : runtimes) runtime->Abort(reason);
+}
+
 absl::Status ProcessSets::ShutdownAll() {
   absl::MutexLock admin(&admin_mu_);
   std::map<int, Entry> sets;

@@ -53,6 +53,10 @@ class ProcessSets {
   // the global runtime shuts down. Returns the first error.
   absl::Status ShutdownAll();
 
+  // Not collective: aborts every set's runtime on this rank (Runtime::Abort), keeping the
+  // registry; a ShutdownAll afterwards returns at once.
+  void AbortAll(const absl::Status& reason);
+
   // The runtime of set `id` on this rank, for submitting `what` (e.g. "allreduce 'w'").
   // InvalidArgument naming this rank, `what` and the cause: an id never registered, a removed
   // set, or a set this rank is not a member of (with the set's ranks).

@@ -811,6 +811,15 @@ absl::Duration Runtime::IdleTimeout() const {
 
 void Runtime::Loop() {
   while (true) {
+    absl::Status abort_reason;
+    {
+      absl::MutexLock lock(&mu_);
+      abort_reason = abort_reason_;
+    }
+    if (!abort_reason.ok()) {
+      Fatal(abort_reason);
+      return;
+    }
     const bool dirty = TakeIncoming();
     absl::Status s = TriggerRounds(dirty);
     if (s.ok() && rounds_owed_ > 0) {
@@ -857,7 +866,9 @@ void Runtime::Loop() {
       // the flag and writes the eventfd (the mutex orders the two).
       coordinator_sleeping_.store(true);
       absl::MutexLock lock(&mu_);
-      if (!incoming_.empty() || shutdown_requested_) timeout = absl::ZeroDuration();
+      if (!incoming_.empty() || shutdown_requested_ || !abort_reason_.ok()) {
+        timeout = absl::ZeroDuration();
+      }
     }
     if (s.ok()) s = ReadControl(timeout, /*local=*/true);
     coordinator_sleeping_.store(false);
@@ -878,6 +889,19 @@ void Runtime::Loop() {
                        name, "'")));
   }
   pending_.clear();
+}
+
+void Runtime::Abort(const absl::Status& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    abort_reason_ = reason;
+  }
+  Wake();
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+  if (fatal_.ok()) fatal_ = reason;  // the coordinator had already stopped
 }
 
 absl::Status Runtime::Shutdown() {

@@ -68,6 +68,13 @@ class Runtime {
   // the error that stopped the runtime, if one did.
   absl::Status Shutdown();
 
+  // Not collective: stops this rank's part at once, for a process about to exit after an error
+  // (Shutdown would wait up to collective_timeout_s for ranks that may never call it). Pending and
+  // later operations fail with `reason`; closing the control connections tells the peers, whose
+  // waits fail within seconds naming this rank. Communicators and MPI are left to process exit.
+  // Shutdown afterwards returns `reason` at once.
+  void Abort(const absl::Status& reason);
+
   // This rank's place in the runtime's communicator: the global rank for the global runtime,
   // the position in the set for a process set's.
   int rank() const { return rank_; }
@@ -228,6 +235,7 @@ class Runtime {
   absl::flat_hash_set<std::string> in_flight_ ABSL_GUARDED_BY(mu_);
   bool joined_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status abort_reason_ ABSL_GUARDED_BY(mu_);  // set by Abort, for the coordinator
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> plan_save_wanted_{false};

@@ -16,7 +16,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Python side: torch, numpy, pytest and wheel for overlap.torch and its tests, tensorflow-cpu for
+# Python side: torch, numpy, pytest and wheel for overlap.torch and its tests (cloudpickle for
+# overlap.run's tests of lambdas), tensorflow-cpu for
 # overlap.tensorflow (the newest release; the adapter supports 2.16 and later) and mpi4py, into the
 # python3 on PATH (or OVERLAP_PYTHON). Debian's own python3 refuses pip without
 # --break-system-packages. Already installed packages are found by a quick metadata lookup, not by
@@ -25,9 +26,9 @@ PY=${OVERLAP_PYTHON:-python3}
 pip_install() {
   "$PY" -m pip install -q "$@" 2>/dev/null || "$PY" -m pip install -q --break-system-packages "$@"
 }
-if ! "$PY" -c "import torch, numpy, pytest, wheel" 2>/dev/null; then
-  echo "overlap setup: installing torch, numpy, pytest and wheel for $PY (pip)" >&2
-  pip_install torch numpy pytest wheel
+if ! "$PY" -c "import torch, numpy, pytest, wheel, cloudpickle" 2>/dev/null; then
+  echo "overlap setup: installing torch, numpy, pytest, wheel and cloudpickle for $PY (pip)" >&2
+  pip_install torch numpy pytest wheel cloudpickle
 fi
 has_tensorflow='
 import importlib.metadata as m

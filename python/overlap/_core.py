@@ -10,6 +10,7 @@ import ctypes
 import functools
 import json
 import os
+import sys
 import threading
 
 from overlap.common import HorovodInternalError
@@ -25,7 +26,7 @@ C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT = range(5)
 # absl::StatusCode values the binding tells apart.
 _OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _FAILED_PRECONDITION = 0, 3, 4, 5, 9
 
-_C_API_VERSION = 6
+_C_API_VERSION = 7
 _MAX_NDIM = 32
 
 
@@ -59,6 +60,7 @@ def _declare(lib):
         "overlap_last_error": ([], ctypes.c_char_p),
         "overlap_init": ([], ctypes.c_int),
         "overlap_shutdown": ([], ctypes.c_int),
+        "overlap_abort": ([ctypes.c_char_p], ctypes.c_int),
         "overlap_is_initialized": ([], ctypes.c_int),
         "overlap_rank": ([], ctypes.c_int),
         "overlap_size": ([], ctypes.c_int),
@@ -202,7 +204,8 @@ def init():
         raise ValueError(last_error()) if rc == _INVALID_ARGUMENT else HorovodInternalError(
             last_error())
     if not _atexit_registered:
-        atexit.register(shutdown)
+        atexit.register(_shutdown_at_exit)
+        _install_excepthook()
         _atexit_registered = True
 
 
@@ -210,6 +213,41 @@ def shutdown():
     if _lib is None:
         return
     check(lib().overlap_shutdown())
+
+
+def abort(reason):
+    """Ends this rank's part in the job at once, without waiting for the other ranks (whose
+    waits then fail within seconds, naming this rank): for a process about to exit after an
+    error. Shutdown would wait for ranks that may be waiting on this one. A no-op before init."""
+    global _aborted
+    if _lib is None or not _lib.overlap_is_initialized():
+        return
+    _aborted = True
+    lib().overlap_abort(str(reason).encode("utf-8", "replace"))
+
+
+_aborted = False
+
+
+def _shutdown_at_exit():
+    if _aborted:
+        return  # the reason was logged; the process is exiting non-zero
+    shutdown()
+
+
+def _install_excepthook():
+    """An uncaught exception ends the process: abort instead of the collective shutdown at exit,
+    which would wait for ranks blocked on this one until OVERLAP_COLLECTIVE_TIMEOUT_S (Horovod
+    fails the other ranks at once too). Interactive sessions go on after an uncaught exception,
+    so there the runtime stays up."""
+    previous = sys.excepthook
+
+    def abort_on_uncaught(exc_type, exc, tb):
+        previous(exc_type, exc, tb)
+        if not (hasattr(sys, "ps1") or sys.flags.interactive):
+            abort("the program stopped on an uncaught %s: %s" % (exc_type.__name__, exc))
+
+    sys.excepthook = abort_on_uncaught
 
 
 def is_initialized():

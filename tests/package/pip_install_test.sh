@@ -38,6 +38,21 @@ unset OVERLAP_LIBRARY PYTHONPATH
 timeout -k 10 120 "$work/venv/bin/overlaprun" -np 2 --mpi-args "--mca btl self,vader,tcp" \
   -- "$work/venv/bin/python" "$work/check.py"
 
+# overlap.run from a plain process, with the launcher the package installed (no OVERLAP_LAUNCHER).
+cat >"$work/check_run.py" <<'PY'
+import overlap
+
+def world():
+    import overlap.torch as hvd
+    hvd.init()
+    return hvd.rank(), hvd.size()
+
+if __name__ == "__main__":
+    assert overlap.run(world, np=2) == [(0, 2), (1, 2)]
+    print("overlap.run works with the installed overlaprun")
+PY
+(unset OVERLAP_LAUNCHER; PATH=/usr/bin:/bin timeout -k 10 120 "$work/venv/bin/python" "$work/check_run.py")
+
 if "$work/venv/bin/python" -c "import tensorflow" 2>/dev/null; then
   cat >"$work/check_tf.py" <<'PY'
 import os, sys

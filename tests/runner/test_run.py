@@ -1,0 +1,227 @@
+"""overlap.run (Horovod's horovod.run) from a plain Python process: it starts overlaprun, and the
+ranks' return values, failures and refusals come back here. The ranks reduce real tensors with
+overlap.torch. run_test.sh sets OVERLAP_LAUNCHER, OVERLAP_LIBRARY and PYTHONPATH."""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import overlap
+from overlap import runner
+
+
+def reduce_ranks(scale, offset=0):
+    import torch
+    import overlap.torch as hvd
+    hvd.init()
+    x = torch.full((4,), float(hvd.rank() + 1) * scale)
+    total = hvd.allreduce(x, op=hvd.Sum, name="x")
+    gathered = hvd.allgather_object({"rank": hvd.rank()})
+    return {"rank": hvd.rank(), "size": hvd.size(), "sum": total.tolist(), "offset": offset,
+            "gathered": gathered}
+
+
+def fail_on_rank_one():
+    import overlap.torch as hvd
+    hvd.init()
+    if hvd.rank() == 1:
+        raise ValueError("rank one refuses this batch")
+    hvd.barrier()  # rank 0 waits for a rank that is gone: overlaprun must stop it
+    return hvd.rank()
+
+
+def unpicklable_result():
+    return (x for x in range(3))  # a generator pickles with neither pickle nor cloudpickle
+
+
+def expected_sum(scale, n):
+    return [scale * n * (n + 1) / 2] * 4
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_each_rank_returns_its_own_value_in_rank_order(np):
+    results = overlap.run(reduce_ranks, args=(2.0,), kwargs={"offset": 7}, np=np)
+    assert [r["rank"] for r in results] == list(range(np))
+    for r in results:
+        assert r["size"] == np
+        assert r["sum"] == expected_sum(2.0, np)
+        assert r["offset"] == 7
+        assert r["gathered"] == [{"rank": i} for i in range(np)]
+
+
+def test_num_proc_is_the_same_as_np_and_they_must_agree():
+    assert [r["rank"] for r in overlap.run(reduce_ranks, args=(1.0,), num_proc=2)] == [0, 1]
+    with pytest.raises(ValueError, match="num_proc=2 and np=3 disagree"):
+        overlap.run(reduce_ranks, num_proc=2, np=3)
+
+
+def test_a_rank_that_raises_fails_the_run_with_its_traceback_within_seconds():
+    start = time.monotonic()
+    with pytest.raises(overlap.RunError) as info:
+        overlap.run(fail_on_rank_one, np=2)
+    message = str(info.value)
+    assert "rank 1 raised" in message
+    assert "ValueError: rank one refuses this batch" in message
+    assert "fail_on_rank_one" in message  # the rank's traceback
+    assert time.monotonic() - start < 60
+
+
+def test_a_return_value_that_cannot_be_pickled_names_the_rank():
+    # Every rank fails the same way; whichever reports first is named.
+    with pytest.raises(overlap.RunError,
+                       match=r"rank [01] raised:\nthe return value of unpicklable_result \(a "
+                             r"generator\) cannot be pickled to go back to the driver: "
+                             r"TypeError: cannot pickle 'generator' object"):
+        overlap.run(unpicklable_result, np=2)
+
+
+def test_a_lambda_travels_with_cloudpickle():
+    if runner._cloudpickle is None:
+        pytest.skip("cloudpickle is not installed (tools/setup.sh installs it)")
+    base = 5
+    assert overlap.run(lambda k: k + base, args=(1,), np=2) == [6, 6]
+
+
+def test_without_cloudpickle_a_lambda_is_refused_before_anything_starts(monkeypatch):
+    monkeypatch.setattr(runner, "_cloudpickle", None)
+    monkeypatch.setenv("OVERLAP_LAUNCHER", "/nonexistent/overlaprun")  # must not be reached
+    with pytest.raises(ValueError, match="pip install cloudpickle"):
+        overlap.run(lambda: 1, np=2)
+
+
+def test_without_cloudpickle_a_function_of_the_main_script_runs(tmp_path):
+    # The script's own function pickles by reference to __main__: each rank runs the script
+    # again as __mp_main__ to find it, as multiprocessing's spawn does.
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import overlap
+        from overlap import runner
+        runner._cloudpickle = None
+
+        SCALE = 3.0
+
+        def train(offset):
+            import torch
+            import overlap.torch as hvd
+            hvd.init()
+            t = hvd.allreduce(torch.tensor([SCALE * (hvd.rank() + 1)]), op=hvd.Sum, name="t")
+            return float(t) + offset
+
+        if __name__ == "__main__":
+            print("RESULTS", overlap.run(train, args=(0.5,), np=2))
+        """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "RESULTS [9.5, 9.5]" in out.stdout
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"hosts": "localhost:2", "hostfile": "/tmp/h"}, "hosts or hostfile, not both"),
+    ({"use_gloo": True}, "MPI only"),
+    ({"use_gloo": True, "use_mpi": True}, "cannot both be True"),
+    ({"min_np": 1}, "elastic arguments min_num_proc"),
+    ({"max_num_proc": 4, "reset_limit": 1}, "max_num_proc, reset_limit"),
+    ({"np": 0}, "positive integer"),
+])
+def test_bad_arguments_are_refused_before_anything_starts(monkeypatch, kwargs, message):
+    monkeypatch.setenv("OVERLAP_LAUNCHER", "/nonexistent/overlaprun")
+    args = {"np": 2}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        overlap.run(reduce_ranks, **args)
+
+
+def test_a_missing_launcher_is_named(monkeypatch):
+    monkeypatch.setenv("OVERLAP_LAUNCHER", "/nonexistent/overlaprun")
+    with pytest.raises(overlap.RunError,
+                       match="OVERLAP_LAUNCHER=/nonexistent/overlaprun is not an executable"):
+        overlap.run(reduce_ranks, args=(1.0,), np=2)
+
+
+def test_the_driver_answers_only_messages_signed_with_the_job_key():
+    key = os.urandom(32)
+    driver = runner._Driver(key, ("pickle", b"call", {}, [], "/", []), bind_all=False)
+    try:
+        with socket.create_connection(("127.0.0.1", driver.port), timeout=5) as s:
+            runner.send_frame(s, os.urandom(32), ("fetch", 0))  # another key
+            s.settimeout(5)
+            assert s.recv(1) == b""  # closed without an answer
+        with socket.create_connection(("127.0.0.1", driver.port), timeout=5) as s:
+            runner.send_frame(s, key, ("fetch", 0))
+            s.settimeout(5)
+            assert runner.recv_frame(s, key) == ("pickle", b"call", {}, [], "/", [])
+    finally:
+        driver.close()
+    assert len(driver.problems) == 1
+    assert "signature does not match" in driver.problems[0]
+
+
+def test_an_uncaught_exception_on_one_rank_stops_the_job_within_seconds(tmp_path):
+    # Not overlap.run: a script under overlaprun. Rank 1 dies of an uncaught exception while
+    # rank 0 waits for it in a barrier. The exit-time shutdown is collective and would wait for
+    # rank 0 until OVERLAP_COLLECTIVE_TIMEOUT_S; the exception aborts rank 1's runtime instead, so
+    # rank 0's wait fails naming rank 1, and the job ends in seconds.
+    script = tmp_path / "dies.py"
+    script.write_text(textwrap.dedent("""
+        import overlap.torch as hvd
+        hvd.init()
+        if hvd.rank() == 1:
+            raise ValueError("rank one cannot go on")
+        hvd.barrier()
+        """))
+    start = time.monotonic()
+    out = subprocess.run([os.environ["OVERLAP_LAUNCHER"], "-np", "2", sys.executable,
+                          str(script)], capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - start
+    text = out.stdout + out.stderr
+    assert out.returncode != 0, text
+    assert "ValueError: rank one cannot go on" in text
+    assert ("rank 1: the program stopped on an uncaught ValueError: rank one cannot go on; this "
+            "rank left the job without waiting for the others") in text
+    assert "rank 1 on host" in text  # overlaprun names the rank that failed first
+    assert elapsed < 60, text
+
+
+def test_the_horovod_alias_runs_a_horovod_script_unchanged(tmp_path):
+    # A script as written for Horovod: `import horovod`, `horovod.torch` and `horovod.run`, with
+    # the alias package (python -m overlap.horovod_alias DIR) first on PYTHONPATH.
+    alias = subprocess.run([sys.executable, "-m", "overlap.horovod_alias", str(tmp_path / "a")],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert alias == str(tmp_path / "a")
+    script = tmp_path / "horovod_script.py"
+    script.write_text(textwrap.dedent("""
+        import horovod
+        import horovod.torch as hvd
+        import horovod.torch.elastic
+        import overlap.torch
+        import overlap.torch.elastic
+        import torch
+
+        assert hvd is overlap.torch and horovod.torch.elastic is overlap.torch.elastic
+        assert overlap.torch.__spec__.name == "overlap.torch"  # the module keeps its own spec
+        try:
+            import horovod.spark
+        except ModuleNotFoundError as e:
+            assert "overlap's Horovod alias has no overlap.spark" in str(e), e
+        else:
+            raise AssertionError("horovod.spark imported")
+
+        def train(n):
+            hvd.init()
+            return float(hvd.allreduce(torch.tensor([float(n + hvd.rank())]), name="v"))
+
+        if __name__ == "__main__":
+            print("RESULTS", horovod.run(train, args=(10,), np=2))
+        """))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = alias + os.pathsep + env["PYTHONPATH"]
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "RESULTS [10.5, 10.5]" in out.stdout  # the average of 10 and 11
