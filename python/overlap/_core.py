@@ -254,6 +254,11 @@ def is_initialized():
     return _lib is not None and bool(_lib.overlap_is_initialized())
 
 
+def rank_prefix():
+    """"rank R: " for messages, or "" before init."""
+    return "rank %d: " % lib().overlap_rank() if is_initialized() else ""
+
+
 def require_init(what):
     if not is_initialized():
         raise ValueError("overlap has not been initialized; call hvd.init() before %s" % what)

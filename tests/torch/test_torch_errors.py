@@ -190,7 +190,14 @@ def test_local_refusal_messages(hvd):
     assert raised(ValueError, lambda: hvd.allreduce(torch.ones(4), op=hvd.Adasum)) == (
         me + "overlap does not implement Adasum; use op=hvd.Average or hvd.Sum")
     assert raised(ValueError, lambda: hvd.synchronize(987654)) == (
-        "synchronize: unknown handle 987654 (already synchronized?)")
+        me + "synchronize: unknown handle 987654 (already synchronized?)")
+    assert raised(ValueError, lambda: hvd.poll(987654)) == (
+        me + "poll: unknown handle 987654 (already synchronized?)")
+    assert raised(ValueError, lambda: hvd.broadcast_parameters(42, 0)) == (
+        me + "broadcast_parameters: invalid params of type: <class 'int'>")
+    lbfgs = torch.optim.LBFGS(torch.nn.Linear(2, 2).parameters())
+    assert raised(ValueError, lambda: hvd.broadcast_optimizer_state(lbfgs, 0)) == (
+        me + "broadcast_optimizer_state: cannot broadcast torch.optim.LBFGS state")
     model = torch.nn.Linear(2, 2)
     assert raised(ValueError, lambda: hvd.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters(),
@@ -206,7 +213,9 @@ def test_local_refusal_messages(hvd):
     assert raised(ValueError, lambda: hvd.DistributedOptimizer(
         plain, named_parameters=model.named_parameters(), backward_passes_per_step=0))
     assert type(plain) is torch.optim.SGD
-    hvd.DistributedOptimizer(plain, named_parameters=model.named_parameters())
+    wrapped = hvd.DistributedOptimizer(plain, named_parameters=model.named_parameters())
+    assert raised(ValueError, lambda: hvd.DistributedOptimizer(wrapped)) == (
+        me + "DistributedOptimizer: the optimizer is already a DistributedOptimizer")
     assert raised(ValueError, lambda: hvd.allgather(torch.tensor(1.0), name="catalogue.ag")) == (
         me + "allgather 'catalogue.ag': needs at least one dimension (got a scalar)")
     check_still_working(hvd, "catalogue.local")

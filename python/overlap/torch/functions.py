@@ -23,7 +23,8 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
             if not isinstance(item, tuple) or len(item) != 2:
                 raise ValueError("broadcast_parameters needs a state_dict or (name, tensor) pairs")
     else:
-        raise ValueError("invalid params of type: %s" % type(params))
+        raise ValueError("%sbroadcast_parameters: invalid params of type: %s"
+                         % (_core.rank_prefix(), type(params)))
     handles = []
     for name, p in items:
         if p is None:
@@ -41,7 +42,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     other ranks have not created yet (Adam before its first step) arrives too. An optimizer that
     has not stepped yet first creates its state, as in Horovod (_create_state)."""
     if isinstance(optimizer, torch.optim.LBFGS):
-        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+        raise ValueError("%sbroadcast_optimizer_state: cannot broadcast torch.optim.LBFGS state"
+                         % _core.rank_prefix())
     _create_state(optimizer)
     state = optimizer.state_dict() if _core.rank() == root_rank else None
     state = broadcast_object(state, root_rank, "broadcast_optimizer_state", process_set)

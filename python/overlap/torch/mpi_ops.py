@@ -658,7 +658,8 @@ def poll(handle):
     with _ops_lock:
         op = _ops.get(handle)
     if op is None:
-        raise ValueError("poll: unknown handle %r (already synchronized?)" % (handle,))
+        raise ValueError("%spoll: unknown handle %r (already synchronized?)"
+                         % (_core.rank_prefix(), handle))
     return all(h.poll() for h in op.handles)
 
 
@@ -680,7 +681,8 @@ def _synchronize(handle):
     with _ops_lock:
         op = _ops.get(handle)
     if op is None:
-        raise ValueError("synchronize: unknown handle %r (already synchronized?)" % (handle,))
+        raise ValueError("%ssynchronize: unknown handle %r (already synchronized?)"
+                         % (_core.rank_prefix(), handle))
     # The entry holds the only references to the tensors the runtime reads and writes until the
     # operation ends: it goes once the wait has an outcome. An interrupted wait (Ctrl-C, a
     # signal handler's exception, a test timeout) leaves it in place, so that the memory stays

@@ -472,7 +472,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("overlap has not been initialized; call hvd.init() before "
                          "DistributedOptimizer")
     if isinstance(optimizer, _DistributedOptimizer):
-        raise ValueError("the optimizer is already a DistributedOptimizer")
+        raise ValueError(_here("the optimizer is already a DistributedOptimizer"))
     if num_groups and groups is None:
         groups = num_groups
     base = optimizer.__class__
