@@ -162,7 +162,7 @@ absl::StatusOr<Handle> DelayLine::Submit(const std::string& name, const Tensor& 
     due = line.in_flight.front();
     line.in_flight.pop_front();
   }
-  auto handle = std::make_shared<internal::HandleState>(name, options.on_done);
+  auto handle = std::make_shared<internal::HandleState>(name, rank_, options.on_done);
   if (due == nullptr) {
     std::memset(output.data, 0, bytes);
     handle->set_has_update(false);

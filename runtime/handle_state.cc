@@ -50,7 +50,8 @@ absl::Status HandleState::Wait(absl::Duration timeout) const {
   auto is_done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return done_; };
   if (!mu_.AwaitWithTimeout(absl::Condition(&is_done), timeout)) {
     return absl::DeadlineExceededError(
-        absl::StrCat("'", name_, "' has not completed after ", absl::FormatDuration(timeout)));
+        absl::StrCat("rank ", rank_, ": '", name_, "' has not completed after ",
+                     absl::FormatDuration(timeout)));
   }
   return status_;
 }

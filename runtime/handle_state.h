@@ -34,8 +34,9 @@ class WaitClock {
 
 class HandleState {
  public:
-  HandleState(std::string name, DoneCallback on_done)
-      : name_(std::move(name)), on_done_(std::move(on_done)) {}
+  // `rank` prefixes the timeout message of Wait.
+  HandleState(std::string name, int rank, DoneCallback on_done)
+      : name_(std::move(name)), rank_(rank), on_done_(std::move(on_done)) {}
 
   const std::string& name() const { return name_; }
 
@@ -63,6 +64,7 @@ class HandleState {
 
  private:
   const std::string name_;
+  const int rank_;
   DoneCallback on_done_;
   mutable absl::Mutex mu_;
   bool completing_ ABSL_GUARDED_BY(mu_) = false;

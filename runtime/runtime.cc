@@ -386,7 +386,7 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
   }
   if (!op.inputs.empty()) op.request.device = op.inputs[0].device.kind;
   const std::string& name = op.request.name;
-  auto state = std::make_shared<internal::HandleState>(name, std::move(on_done));
+  auto state = std::make_shared<internal::HandleState>(name, rank_, std::move(on_done));
   // Scheduled plans cover float32 gradients being summed or averaged, one tensor each.
   if (scheduler_ != nullptr && op.request.kind == OpKind::kAllreduce &&
       op.request.device == DeviceKind::kCpu && op.request.update_schedule.empty() &&

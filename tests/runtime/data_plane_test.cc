@@ -85,7 +85,7 @@ ReadyOp Allreduce(const std::string& name, std::vector<T>* data, ReduceOp op = R
   options.compression = "none";
   options.postscale = postscale;
   PendingOp pending = AllreduceOp(name, t, t, options);
-  pending.handle = std::make_shared<internal::HandleState>(name, nullptr);
+  pending.handle = std::make_shared<internal::HandleState>(name, 0, nullptr);
   auto response = std::make_shared<Response>();
   response->name = name;
   response->request = pending.request;
@@ -220,7 +220,7 @@ TEST_CASE("broadcast and allgather run alone, with results on every rank") {
       op.request.tensors.push_back(TensorMeta{DataType::kInt64, {2}});
       op.inputs.push_back(MakeTensor(bcast[i].data(), {2}));
       op.outputs.push_back(op.inputs[0]);
-      op.handle = std::make_shared<internal::HandleState>("bcast", nullptr);
+      op.handle = std::make_shared<internal::HandleState>("bcast", 0, nullptr);
       auto response = std::make_shared<Response>();
       response->name = "bcast";
       response->request = op.request;
@@ -232,7 +232,7 @@ TEST_CASE("broadcast and allgather run alone, with results on every rank") {
       op.request.name = "gather";
       op.request.tensors.push_back(TensorMeta{DataType::kInt64, {static_cast<int64_t>(i + 1)}});
       op.inputs.push_back(MakeTensor(gather[i].data(), {static_cast<int64_t>(i + 1)}));
-      op.handle = std::make_shared<internal::HandleState>("gather", nullptr);
+      op.handle = std::make_shared<internal::HandleState>("gather", 0, nullptr);
       gather_handles.push_back(op.handle);
       auto response = std::make_shared<Response>();
       response->name = "gather";

@@ -13,7 +13,7 @@ TEST_CASE("A handle's wait clock outlives the handle") {
   const absl::Time before = absl::Now();
   std::shared_ptr<const WaitClock> clock;
   {
-    auto state = std::make_shared<HandleState>("grad.w", nullptr);
+    auto state = std::make_shared<HandleState>("grad.w", 0, nullptr);
     clock = state->clock();
     CHECK(clock->first_wait() == absl::InfiniteFuture());
     CHECK(clock->done_at() == absl::InfiniteFuture());
@@ -34,7 +34,7 @@ TEST_CASE("A handle's wait clock outlives the handle") {
 }
 
 TEST_CASE("A wait after completion blocks for nothing") {
-  auto state = std::make_shared<HandleState>("grad.b", nullptr);
+  auto state = std::make_shared<HandleState>("grad.b", 0, nullptr);
   state->Complete(absl::OkStatus());
   REQUIRE(state->Wait(absl::Seconds(1)).ok());
   CHECK(state->clock()->first_wait() >= state->clock()->done_at());
