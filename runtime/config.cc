@@ -133,13 +133,17 @@ absl::StatusOr<Config> Config::FromEnvironment() {
     }
     if (!s.ok()) return s;
   }
-  // A misspelt variable would otherwise be silently ignored.
+  // A misspelt variable would otherwise be silently ignored. MPI may not be initialised yet: the
+  // rank comes from the launcher's environment (Open MPI's, else PMIx's).
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (rank == nullptr) rank = std::getenv("PMIX_RANK");
+  const std::string who = rank != nullptr ? absl::StrCat("rank ", rank, ": ") : "";
   for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
     absl::string_view entry(*env);
     if (!absl::StartsWith(entry, "OVERLAP_")) continue;
     absl::string_view name = entry.substr(0, entry.find('='));
     if (env::Find(name) == nullptr) {
-      spdlog::warn("overlap: ignoring unknown environment variable {}", std::string(name));
+      spdlog::warn("overlap: {}ignoring unknown environment variable {}", who, std::string(name));
     }
   }
   absl::Status valid = config.Validate();
