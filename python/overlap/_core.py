@@ -241,10 +241,11 @@ def _install_excepthook():
     fails the other ranks at once too). Interactive sessions go on after an uncaught exception,
     so there the runtime stays up."""
     previous = sys.excepthook
+    owner = os.getpid()  # a forked child (a DataLoader worker) has no runtime of its own
 
     def abort_on_uncaught(exc_type, exc, tb):
         previous(exc_type, exc, tb)
-        if not (hasattr(sys, "ps1") or sys.flags.interactive):
+        if os.getpid() == owner and not (hasattr(sys, "ps1") or sys.flags.interactive):
             abort("the program stopped on an uncaught %s: %s" % (exc_type.__name__, exc))
 
     sys.excepthook = abort_on_uncaught
