@@ -78,6 +78,14 @@ def test_allreduce_bool_and_int16(hvd, run):
     out = run(lambda x: hvd.allreduce(x, op=hvd.Sum, name="ar.int16"),
               tf.constant([1, 2], tf.int16))
     assert_equal(out, tf.constant([1, 2], tf.int16) * hvd.size(), "int16")
+    # uint16 (Horovod carries it) travels as int32 too, in allreduce and allgather.
+    out = run(lambda x: hvd.allreduce(x, op=hvd.Sum, name="ar.uint16"),
+              tf.constant([1, 60000], tf.uint16))
+    assert out.dtype == tf.uint16
+    assert_equal(out, tf.constant([hvd.size(), (60000 * hvd.size()) % 65536], tf.uint16),
+                 "uint16 (wraps as Horovod's)")
+    out = run(lambda x: hvd.allgather(x, name="ag.uint16"), tf.fill([1], tf.cast(r, tf.uint16)))
+    assert_equal(out, tf.cast(tf.range(hvd.size()), tf.uint16), "uint16 allgather")
 
 
 def test_allreduce_compression(hvd, run):
@@ -239,6 +247,30 @@ def test_unnamed_ops_repeat_in_function(hvd):
     for _ in range(2):
         assert_equal(hvd.allreduce(tf.ones([2]), op=hvd.Sum), tf.fill([2], float(hvd.size())),
                      "unnamed eager")
+
+
+def test_unnamed_ops_in_a_tf1_graph_session(hvd):
+    """A TF1-style tf.Graph run by a session (Horovod's tests run every case in graph mode too):
+    a plain Graph has no name, which auto-naming used to read (AttributeError); and Horovod's
+    `horovod.tensorflow.util._executing_eagerly` answers for it."""
+    from overlap.tensorflow.util import _executing_eagerly
+    graph = tf.Graph()
+    with graph.as_default():
+        assert not _executing_eagerly()
+        summed = hvd.allreduce(tf.ones([3]) * float(hvd.rank() + 1), op=hvd.Sum)
+        gathered = hvd.allgather(tf.fill([1], hvd.rank()))
+        with tf.compat.v1.Session(graph=graph) as session:
+            for _ in range(2):  # the same ops run again under the same names
+                total, ranks = session.run([summed, gathered])
+                n = hvd.size()
+                np.testing.assert_array_equal(total, np.full([3], n * (n + 1) / 2))
+                np.testing.assert_array_equal(ranks, np.arange(n))
+        # The object helpers run their collectives through a session there, as Horovod's.
+        assert hvd.allgather_object({"r": hvd.rank()}) == [{"r": i} for i in range(hvd.size())]
+        with tf.compat.v1.Session(graph=graph) as session:
+            assert hvd.broadcast_object("from %d" % hvd.rank(), 1 % hvd.size(),
+                                        session=session) == "from %d" % (1 % hvd.size())
+    assert _executing_eagerly()
 
 
 def test_join_barrier_objects(hvd):

@@ -51,9 +51,22 @@ def _to_bytes(obj):
                                      dtype=np.uint8))
 
 
+def _values(tensors, session):
+    """The tensors' values as numpy arrays: eagerly, or in a TensorFlow 1 graph through
+    `session`, else the default session, else a session of its own (as Horovod's object
+    helpers run theirs)."""
+    if tf.executing_eagerly():
+        return [t.numpy() for t in tensors]
+    session = session or tf.compat.v1.get_default_session()
+    if session is not None:
+        return session.run(tensors)
+    with tf.compat.v1.Session() as own:
+        return own.run(tensors)
+
+
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
-    """root_rank's picklable `obj`, on every rank of `process_set` (eagerly; root_rank is a
-    global rank)."""
+    """root_rank's picklable `obj`, on every rank of `process_set` (root_rank is a global
+    rank). Eagerly, or in a TensorFlow 1 graph through `session` (see _values)."""
     process_set_id(process_set)  # refuses an unregistered set by name
     name = name or type(obj).__name__
     if _core.rank() == root_rank:
@@ -63,11 +76,13 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
         payload, length = None, tf.zeros([1], tf.int64)
     length = mpi_ops.broadcast(length, root_rank, name="broadcast_object.%s.size" % name,
                                process_set=process_set)
+    (length,) = _values([length], session)
     if payload is None:
         payload = tf.zeros([int(length[0])], tf.uint8)
     payload = mpi_ops.broadcast(payload, root_rank, name="broadcast_object.%s.bytes" % name,
                                 process_set=process_set)
-    return obj if _core.rank() == root_rank else pickle.loads(payload.numpy().tobytes())
+    (data,) = _values([payload], session)
+    return obj if _core.rank() == root_rank else pickle.loads(data.tobytes())
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
@@ -82,17 +97,18 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
-    """Every rank's picklable `obj`, as a list in rank order (of `process_set`'s members;
-    eagerly)."""
+    """Every rank's picklable `obj`, as a list in rank order (of `process_set`'s members).
+    Eagerly, or in a TensorFlow 1 graph through `session` (see _values)."""
     process_set_id(process_set)  # refuses an unregistered set by name
     name = name or type(obj).__name__
     payload = _to_bytes(obj)
     sizes = mpi_ops.allgather(tf.constant([int(payload.shape[0])], tf.int64),
                               name="allgather_object.%s.sizes" % name, process_set=process_set)
     gathered = mpi_ops.allgather(payload, name="allgather_object.%s.bytes" % name,
-                                 process_set=process_set).numpy()
+                                 process_set=process_set)
+    sizes, gathered = _values([sizes, gathered], session)
     objects, offset = [], 0
-    for n in sizes.numpy().tolist():
+    for n in sizes.tolist():
         objects.append(pickle.loads(gathered[offset:offset + n].tobytes()))
         offset += n
     return objects

@@ -14,7 +14,7 @@ with tf.errors.InvalidArgumentError. Averages, gradients and ranks count the set
 Names: a collective is matched across ranks by name. Unnamed calls are numbered per kind in call
 order when eager ("allreduce.noname.3", as overlap.torch) and take the graph's unique op name
 when traced, so every step of a tf.function submits the same names (which the runtime's plans
-need). Dtypes the core lacks (bool, int16) travel as uint8 and int32.
+need). Dtypes the core lacks (bool, int16, uint16) travel as uint8 and int32.
 """
 
 import itertools
@@ -44,7 +44,7 @@ auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = frozenset(
 
 _CORE_DTYPES = {tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
                 tf.float64}
-_STAGED_AS = {tf.bool: tf.uint8, tf.int16: tf.int32}
+_STAGED_AS = {tf.bool: tf.uint8, tf.int16: tf.int32, tf.uint16: tf.int32}
 
 _counters = {}
 _counters_lock = threading.Lock()
@@ -58,7 +58,8 @@ def _auto_name(kind, name):
             counter = _counters.setdefault(kind, itertools.count())
             return "%s.noname.%d" % (kind, next(counter))
     graph = tf_ops.get_default_graph()
-    return "%s.%s/%s" % (kind, graph.name, graph.unique_name(kind))
+    # A tf.function's FuncGraph has a name; a TF1-style tf.Graph (sessions) has none.
+    return "%s.%s/%s" % (kind, getattr(graph, "name", "graph"), graph.unique_name(kind))
 
 
 def _here(what):

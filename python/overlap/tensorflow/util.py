@@ -104,3 +104,8 @@ def refs_to_vars(refs):
     if isinstance(refs, tuple):
         return [refs_to_vars(r) for r in refs]
     return refs.deref()
+
+
+def _executing_eagerly():
+    """Horovod's name for tf.executing_eagerly() (its tests and some scripts import it)."""
+    return tf.executing_eagerly()
