@@ -114,6 +114,13 @@ absl::Duration PeerTimeout(const Config& config) {
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(absl::StatusOr<Config> config) {
   std::unique_ptr<Runtime> rt(new Runtime());
+  // Any MPI call but these two after MPI_Finalize aborts the process with no error to report.
+  int finalized = 0;
+  if (MPI_Finalized(&finalized) == MPI_SUCCESS && finalized) {
+    return absl::FailedPreconditionError(
+        "Init: MPI was finalised earlier in this process (by Shutdown, or by an Init that failed "
+        "after starting MPI) and MPI cannot start twice in one process; run a new process");
+  }
   int initialized = 0;
   absl::Status mpi = MpiCheck(MPI_Initialized(&initialized), "Init: MPI_Initialized");
   int provided = MPI_THREAD_SINGLE;

@@ -225,3 +225,34 @@ def test_the_horovod_alias_runs_a_horovod_script_unchanged(tmp_path):
                          timeout=120, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "RESULTS [10.5, 10.5]" in out.stdout  # the average of 10 and 11
+
+
+def test_init_again_after_a_failed_init_is_an_error_not_an_abort(tmp_path):
+    # A failed Init that started MPI finalises it, and MPI cannot start twice in a process: the
+    # second init must say so (Horovod's test files call hvd.init() in every test). Before, Open
+    # MPI aborted the process inside MPI_Query_thread, and pytest's captured output was lost.
+    script = tmp_path / "reinit.py"
+    script.write_text(textwrap.dedent("""
+        import os
+        import overlap.torch as hvd
+        os.environ["OVERLAP_STALL_TIMEOUT_S"] = "5"  # below the warning's 60 s: refused
+        try:
+            hvd.init()
+        except ValueError as e:
+            print("FIRST", e)
+        del os.environ["OVERLAP_STALL_TIMEOUT_S"]
+        try:
+            hvd.init()
+        except Exception as e:
+            print("SECOND", type(e).__name__, e)
+        """))
+    out = subprocess.run([os.environ["OVERLAP_LAUNCHER"], "-np", "2", sys.executable,
+                          str(script)], capture_output=True, text=True, timeout=120)
+    text = out.stdout + out.stderr
+    assert out.stdout.count("FIRST rank ") == 2, text
+    assert "OVERLAP_STALL_TIMEOUT_S=5 is below OVERLAP_STALL_WARNING_S=60" in out.stdout, text
+    assert out.stdout.count(
+        "SECOND HorovodInternalError Init: MPI was finalised earlier in this process (by "
+        "Shutdown, or by an Init that failed after starting MPI) and MPI cannot start twice in "
+        "one process; run a new process") == 2, text
+    assert "MPI_FINALIZE was invoked" not in text
