@@ -273,6 +273,25 @@ def test_unnamed_ops_in_a_tf1_graph_session(hvd):
     assert _executing_eagerly()
 
 
+def test_tf1_graph_broadcasts_global_variables_and_differentiates_broadcast(hvd):
+    """In a TensorFlow 1 graph: broadcast_global_variables is an op that assigns the root's
+    values (eagerly it raises, test_tf_errors), and the broadcast gradient's allreduce runs on
+    every rank although only the root uses it (a graph prunes an op nothing needs, and the root
+    waited for the other ranks until the stall timeout)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        v = tf.Variable(tf.fill([2], float(hvd.rank() + 5)))
+        sync = hvd.broadcast_global_variables(0)
+        x = tf.ones([3]) * float(hvd.rank() + 1)
+        grad = tf.gradients(hvd.broadcast(x, 0, name="graph.bcast"), x, tf.ones([3]) * 2.0)[0]
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(sync)
+            np.testing.assert_array_equal(session.run(v), [5.0, 5.0])
+            expected = 2.0 if hvd.rank() == 0 else 0.0  # the average on the root, as Horovod 0.28
+            np.testing.assert_array_equal(session.run(grad), [expected] * 3)
+
+
 def test_join_barrier_objects(hvd):
     last = hvd.join()
     assert 0 <= int(last) < hvd.size()

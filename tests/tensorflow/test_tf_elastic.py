@@ -48,6 +48,19 @@ def test_tensorflow_state_syncs_variables_and_attributes_from_rank_0(hvd):
         hvd.elastic.TensorFlowState(variables, session=object())
 
 
+def test_a_restore_right_after_sync_gives_rank_0s_values(hvd):
+    # Horovod's test_tensorflow.py test_elastic_state: sync() makes rank 0's values every rank's
+    # commit, so restore() must not bring back a rank's own values from before the sync.
+    variables = [tf.Variable(tf.fill([2, 2], 1.0 if hvd.rank() == 0 else 2.0))]
+    state = hvd.elastic.TensorFlowState(variables, batch=20 + hvd.rank())
+    state.sync()
+    variables[0].assign(tf.fill([2, 2], 7.0))
+    state.batch = 21
+    state.restore()
+    assert np.array_equal(variables[0].numpy(), np.ones((2, 2), np.float32))
+    assert state.batch == 20
+
+
 def test_keras_state_syncs_the_model_and_optimizer_from_rank_0(khvd):
     hvd = khvd
     model = _model(seed=hvd.rank())
@@ -62,6 +75,10 @@ def test_keras_state_syncs_the_model_and_optimizer_from_rank_0(khvd):
         return state.batch, state.epoch
 
     assert train(state) == (0, 0)
+    synced = [v.numpy() for v in model.variables]
+    model.variables[0].assign(model.variables[0] + 100.0)
+    state.restore()  # back to the synced values, not this rank's own from before the sync
+    assert all(np.array_equal(v.numpy(), s) for v, s in zip(model.variables, synced))
     assert _same_on_every_rank(hvd, [v.numpy() for v in model.variables], "keras.model")
     assert _same_on_every_rank(hvd, [v.numpy() for v in optimizer.variables], "keras.opt")
     rank0 = hvd.broadcast_object([v.numpy() for v in model.variables], name="keras.rank0")

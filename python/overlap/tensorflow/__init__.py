@@ -34,9 +34,10 @@ from overlap.tensorflow.keras_optimizer import DistributedOptimizer
 from overlap.tensorflow.mpi_ops import (allgather, allreduce, alltoall, barrier, broadcast,
                                         grouped_allgather, grouped_allreduce,
                                         grouped_reducescatter, join, reducescatter)
-from overlap.tensorflow.util import (check_num_rank_power_of_2, gpu_available, local_rank_op,
-                                     local_size_op, process_set_included_op, rank_op,
-                                     refs_to_vars, size_op, split_list, vars_to_refs)
+from overlap.tensorflow.util import (_executing_eagerly, check_num_rank_power_of_2,  # noqa: F401
+                                     gpu_available, local_rank_op, local_size_op,
+                                     process_set_included_op, rank_op, refs_to_vars, size_op,
+                                     split_list, vars_to_refs)
 
 
 def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=None,

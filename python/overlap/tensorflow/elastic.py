@@ -55,8 +55,11 @@ class TensorFlowState(ObjectState):
         super().restore()
 
     def sync(self):
+        # Rank 0's values become every rank's last commit too, as in Horovod: a restore() right
+        # after sync() must not bring back this rank's own values from before it.
         if self._state_variables:
             broadcast_variables(self._state_variables, root_rank=0)
+        self._saved_values = _values(self._state_variables)
         super().sync()
 
 
@@ -97,4 +100,6 @@ class TensorFlowKerasState(ObjectState):
     def sync(self):
         broadcast_variables(list(self.model.variables) + self._optimizer_variables(),
                             root_rank=0)
+        self._saved_model = _values(self.model.variables)  # as TensorFlowState.sync
+        self._saved_optimizer = _values(self._optimizer_variables())
         super().sync()

@@ -13,42 +13,57 @@ from overlap.tensorflow.gradients import variable_name
 
 
 def _broadcast_assign(variables, root_rank, prefix, process_set):
-    """Assigns root_rank's value to each variable; returns the assigned values in order."""
+    """Assigns root_rank's value to each variable; returns (the assigned values in order, the
+    assignments, which a TensorFlow 1 graph must run)."""
     process_set_id(process_set)  # refuses an unregistered set by name
-    values = []
+    values, assignments = [], []
     for i, v in enumerate(variables):
         value = v.value if hasattr(v, "path") else v  # a Keras 3 variable's tf.Variable value
         received = mpi_ops.broadcast(value, root_rank, name="%s.%s" % (prefix, variable_name(v, i)),
                                      process_set=process_set)
-        v.assign(received)
+        assignments.append(v.assign(received))
         values.append(received)
-    return values
+    return values, assignments
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
     """Assigns root_rank's values to `variables` (tf.Variable or Keras 3 variables) on every
     rank of `process_set` (root_rank is a global rank, as in Horovod). Works eagerly and in a
     tf.function (where the assignments run with the function, as every stateful op does).
-    Returns None."""
-    _broadcast_assign(list(variables), root_rank, "broadcast_variables", process_set)
+    Returns None, or in a TensorFlow 1 graph the op that does it (session.run it), as
+    Horovod's."""
+    _, assignments = _broadcast_assign(list(variables), root_rank, "broadcast_variables",
+                                       process_set)
+    return tf.group(*assignments) if _tf1_graph() else None
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Horovod's in-place broadcast: assigns root_rank's values to `variables` and returns those
     values, in order. `name` prefixes the collectives' names (matched across ranks)."""
-    return _broadcast_assign(list(variables), root_rank, name or "broadcast_", process_set)
+    return _broadcast_assign(list(variables), root_rank, name or "broadcast_", process_set)[0]
 
 
 def broadcast_global_variables(root_rank):
-    """TensorFlow 1's global-variable broadcast: there are no global variables in TensorFlow 2."""
-    raise RuntimeError("broadcast_global_variables needs TensorFlow 1's global variables; with "
-                       "TensorFlow 2 use hvd.broadcast_variables(model.variables, root_rank) or, "
-                       "in Keras, hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank)")
+    """TensorFlow 1's global-variable broadcast: in a graph (tf.compat.v1), the op that assigns
+    root_rank's values to every global variable. Eager TensorFlow 2 has no global variables:
+    there it raises RuntimeError, as Horovod's does."""
+    if not _tf1_graph():
+        raise RuntimeError("broadcast_global_variables needs TensorFlow 1's global variables "
+                           "(a tf.compat.v1 graph); with TensorFlow 2 use "
+                           "hvd.broadcast_variables(model.variables, root_rank) or, in Keras, "
+                           "hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank)")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
 
 
 def _to_bytes(obj):
     return tf.constant(np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),
                                      dtype=np.uint8))
+
+
+def _tf1_graph():
+    """True inside a TensorFlow 1 graph (tf.compat.v1, sessions); False eagerly and inside a
+    tf.function, whose stateful ops run with the function."""
+    return not tf.compat.v1.executing_eagerly_outside_functions()
 
 
 def _values(tensors, session):
@@ -57,6 +72,10 @@ def _values(tensors, session):
     helpers run theirs)."""
     if tf.executing_eagerly():
         return [t.numpy() for t in tensors]
+    if not _tf1_graph():
+        raise ValueError("rank %d: the object helpers run eagerly or in a TensorFlow 1 graph, "
+                         "not inside a tf.function (their result is a Python object)"
+                         % _core.rank())
     session = session or tf.compat.v1.get_default_session()
     if session is not None:
         return session.run(tensors)

@@ -323,7 +323,12 @@ def _broadcast_grad(op, grad):
     reduced = _lib.overlap_allreduce(grad, tensor_name=op.get_attr("tensor_name").decode() +
                                      ".grad", reduce_op=_core.C_AVERAGE,
                                      process_set_id=op.get_attr("process_set_id"))[0]
-    return reduced if _core.rank() == op.get_attr("root_rank") else tf.zeros_like(reduced)
+    if _core.rank() == op.get_attr("root_rank"):
+        return reduced
+    # Zeros that still run the allreduce: a TensorFlow 1 graph would prune an op nothing uses,
+    # and the root would wait for this rank forever.
+    with tf.control_dependencies([reduced]):
+        return tf.zeros_like(grad)
 
 
 def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
