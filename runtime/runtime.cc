@@ -818,12 +818,12 @@ absl::Duration Runtime::IdleTimeout() const {
 
 void Runtime::Loop() {
   while (true) {
-    absl::Status abort_reason;
-    {
-      absl::MutexLock lock(&mu_);
-      abort_reason = abort_reason_;
-    }
-    if (!abort_reason.ok()) {
+    if (abort_requested_.load(std::memory_order_acquire)) {
+      absl::Status abort_reason;
+      {
+        absl::MutexLock lock(&mu_);
+        abort_reason = abort_reason_;
+      }
       Fatal(abort_reason);
       return;
     }
@@ -873,7 +873,7 @@ void Runtime::Loop() {
       // the flag and writes the eventfd (the mutex orders the two).
       coordinator_sleeping_.store(true);
       absl::MutexLock lock(&mu_);
-      if (!incoming_.empty() || shutdown_requested_ || !abort_reason_.ok()) {
+      if (!incoming_.empty() || shutdown_requested_ || abort_requested_.load()) {
         timeout = absl::ZeroDuration();
       }
     }
@@ -903,6 +903,7 @@ void Runtime::Abort(const absl::Status& reason) {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
     abort_reason_ = reason;
+    abort_requested_.store(true, std::memory_order_release);
   }
   Wake();
   if (thread_.joinable()) thread_.join();

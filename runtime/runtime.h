@@ -236,6 +236,8 @@ class Runtime {
   bool joined_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status abort_reason_ ABSL_GUARDED_BY(mu_);  // set by Abort, for the coordinator
+  // Set with abort_reason_, so that the coordinator's loop tests it without taking mu_.
+  std::atomic<bool> abort_requested_{false};
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> plan_save_wanted_{false};

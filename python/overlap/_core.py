@@ -220,7 +220,7 @@ def abort(reason):
     waits then fail within seconds, naming this rank): for a process about to exit after an
     error. Shutdown would wait for ranks that may be waiting on this one. A no-op before init."""
     global _aborted
-    if _lib is None or not _lib.overlap_is_initialized():
+    if not is_initialized():
         return
     _aborted = True
     lib().overlap_abort(str(reason).encode("utf-8", "replace"))
@@ -253,11 +253,6 @@ def _install_excepthook():
 
 def is_initialized():
     return _lib is not None and bool(_lib.overlap_is_initialized())
-
-
-def rank_prefix():
-    """"rank R: " for messages, or "" before init."""
-    return "rank %d: " % lib().overlap_rank() if is_initialized() else ""
 
 
 def require_init(what):

@@ -7,6 +7,7 @@ import pickle
 import socket
 import sys
 import time
+import traceback
 
 from overlap import runner
 
@@ -19,7 +20,7 @@ def _rank():
                      "it is started by overlap.run through overlaprun")
 
 
-def _exchange(addresses, port, key, message, deadline):
+def _exchange(rank, addresses, port, key, message, deadline):
     """Sends one message to the driver and returns its answer, trying each of its addresses
     until one answers or the deadline passes."""
     errors = {}
@@ -34,7 +35,7 @@ def _exchange(addresses, port, key, message, deadline):
                 errors[address] = e
         if time.monotonic() > deadline:
             raise SystemExit("overlap._run_task: rank %d cannot reach the overlap.run driver at "
-                             "port %d: %s" % (_rank(), port, "; ".join(
+                             "port %d: %s" % (rank, port, "; ".join(
                                  "%s: %s" % (a, e) for a, e in errors.items())))
         time.sleep(0.5)
 
@@ -74,7 +75,7 @@ def main():
     addresses, port = where.split(","), int(port)
     deadline = time.monotonic() + runner._IO_TIMEOUT_S
     serializer, payload, main_module, sys_path, cwd, argv = _exchange(
-        addresses, port, key, ("fetch", rank), deadline)
+        rank, addresses, port, key, ("fetch", rank), deadline)
     try:
         _prepare(main_module, sys_path, cwd, argv)
         if serializer == "cloudpickle":
@@ -83,10 +84,10 @@ def main():
         value = func(*args, **kwargs)
         ok = True
     except BaseException:  # noqa: BLE001 - every failure goes back to the driver
-        ok, data = False, runner.format_exception()
+        ok, data = False, traceback.format_exc()
     if ok:
         ok, data = _pickled(value, func)
-    _exchange(addresses, port, key, ("result", rank, ok, data), time.monotonic() + 30)
+    _exchange(rank, addresses, port, key, ("result", rank, ok, data), time.monotonic() + 30)
     if not ok:
         sys.stderr.write("overlap.run: rank %d raised:\n%s" % (rank, data))
         sys.stderr.flush()

@@ -168,7 +168,7 @@ class ProcessSet:
                                     for r in ranks):
                 raise ValueError(
                     "%sProcessSet needs a list of global ranks (ints) or an mpi4py communicator "
-                    "(mpi4py.MPI.Comm), got %s" % (_rank_prefix(), _describe(ranks_or_comm)))
+                    "(mpi4py.MPI.Comm), got %s" % (rank_prefix(), _describe(ranks_or_comm)))
             self.ranks = ranks
 
     def _invalidate(self):
@@ -228,7 +228,7 @@ def _describe(obj):
     return text
 
 
-def _rank_prefix():
+def rank_prefix():
     """'rank R: ' for a message: the runtime's rank, or before init the launcher's (Open MPI's
     environment); '' when neither is known."""
     from overlap import _core

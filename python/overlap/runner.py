@@ -30,7 +30,6 @@ import struct
 import subprocess
 import sys
 import threading
-import traceback
 
 try:
     import cloudpickle as _cloudpickle
@@ -355,7 +354,3 @@ def _loads(data, rank):
         raise RunError("overlap.run: rank %d's return value cannot be unpickled here: %s"
                        % (rank, e))
 
-
-def format_exception():
-    """The current exception as text, for the driver."""
-    return "".join(traceback.format_exception(*sys.exc_info()))

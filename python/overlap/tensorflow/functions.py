@@ -66,7 +66,7 @@ def _tf1_graph():
     return not tf.compat.v1.executing_eagerly_outside_functions()
 
 
-def _values(tensors, session):
+def _evaluate(tensors, session):
     """The tensors' values as numpy arrays: eagerly, or in a TensorFlow 1 graph through
     `session`, else the default session, else a session of its own (as Horovod's object
     helpers run theirs)."""
@@ -85,7 +85,7 @@ def _values(tensors, session):
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
     """root_rank's picklable `obj`, on every rank of `process_set` (root_rank is a global
-    rank). Eagerly, or in a TensorFlow 1 graph through `session` (see _values)."""
+    rank). Eagerly, or in a TensorFlow 1 graph through `session` (see _evaluate)."""
     process_set_id(process_set)  # refuses an unregistered set by name
     name = name or type(obj).__name__
     if _core.rank() == root_rank:
@@ -95,12 +95,12 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
         payload, length = None, tf.zeros([1], tf.int64)
     length = mpi_ops.broadcast(length, root_rank, name="broadcast_object.%s.size" % name,
                                process_set=process_set)
-    (length,) = _values([length], session)
+    (length,) = _evaluate([length], session)
     if payload is None:
         payload = tf.zeros([int(length[0])], tf.uint8)
     payload = mpi_ops.broadcast(payload, root_rank, name="broadcast_object.%s.bytes" % name,
                                 process_set=process_set)
-    (data,) = _values([payload], session)
+    (data,) = _evaluate([payload], session)
     return obj if _core.rank() == root_rank else pickle.loads(data.tobytes())
 
 
@@ -117,7 +117,7 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """Every rank's picklable `obj`, as a list in rank order (of `process_set`'s members).
-    Eagerly, or in a TensorFlow 1 graph through `session` (see _values)."""
+    Eagerly, or in a TensorFlow 1 graph through `session` (see _evaluate)."""
     process_set_id(process_set)  # refuses an unregistered set by name
     name = name or type(obj).__name__
     payload = _to_bytes(obj)
@@ -125,7 +125,7 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
                               name="allgather_object.%s.sizes" % name, process_set=process_set)
     gathered = mpi_ops.allgather(payload, name="allgather_object.%s.bytes" % name,
                                  process_set=process_set)
-    sizes, gathered = _values([sizes, gathered], session)
+    sizes, gathered = _evaluate([sizes, gathered], session)
     objects, offset = [], 0
     for n in sizes.tolist():
         objects.append(pickle.loads(gathered[offset:offset + n].tobytes()))

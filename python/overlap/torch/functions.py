@@ -7,7 +7,7 @@ import pickle
 import torch
 
 from overlap import _core
-from overlap.common import global_process_set, process_set_id
+from overlap.common import global_process_set, process_set_id, rank_prefix
 from overlap.torch import mpi_ops
 
 
@@ -24,7 +24,7 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
                 raise ValueError("broadcast_parameters needs a state_dict or (name, tensor) pairs")
     else:
         raise ValueError("%sbroadcast_parameters: invalid params of type: %s"
-                         % (_core.rank_prefix(), type(params)))
+                         % (rank_prefix(), type(params)))
     handles = []
     for name, p in items:
         if p is None:
@@ -43,7 +43,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     has not stepped yet first creates its state, as in Horovod (_create_state)."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("%sbroadcast_optimizer_state: cannot broadcast torch.optim.LBFGS state"
-                         % _core.rank_prefix())
+                         % rank_prefix())
     _create_state(optimizer)
     state = optimizer.state_dict() if _core.rank() == root_rank else None
     state = broadcast_object(state, root_rank, "broadcast_optimizer_state", process_set)

@@ -16,7 +16,8 @@ import torch
 
 from overlap import _core
 from overlap.common import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,
-                            _OP_NAMES, core_reduce_op, global_process_set, process_set_id)
+                            _OP_NAMES, core_reduce_op, global_process_set, process_set_id,
+                            rank_prefix)
 from overlap.torch.compression import Compression
 
 _CORE_DTYPES = {
@@ -659,7 +660,7 @@ def poll(handle):
         op = _ops.get(handle)
     if op is None:
         raise ValueError("%spoll: unknown handle %r (already synchronized?)"
-                         % (_core.rank_prefix(), handle))
+                         % (rank_prefix(), handle))
     return all(h.poll() for h in op.handles)
 
 
@@ -682,7 +683,7 @@ def _synchronize(handle):
         op = _ops.get(handle)
     if op is None:
         raise ValueError("%ssynchronize: unknown handle %r (already synchronized?)"
-                         % (_core.rank_prefix(), handle))
+                         % (rank_prefix(), handle))
     # The entry holds the only references to the tensors the runtime reads and writes until the
     # operation ends: it goes once the wait has an outcome. An interrupted wait (Ctrl-C, a
     # signal handler's exception, a test timeout) leaves it in place, so that the memory stays
