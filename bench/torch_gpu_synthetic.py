@@ -5,6 +5,9 @@ process (this rank's GPU alone: the ceiling).
     overlaprun -np N python bench/torch_gpu_synthetic.py [--model resnet50] [--batch-size 64]
         [--steps 20] [--warmup 10] [--compression none,fp16_ef,topk]
 
+With OVERLAP_PLAN_AFTER_STEPS=0 every gradient is negotiated every step; by default the runtime
+freezes the repeating step into a plan after 3 steps (docs/gpu.md compares the two).
+
 Each phase builds the model afresh, takes --warmup steps, then times --steps steps between two
 torch.cuda.synchronize() calls. Phases: `local` (plain SGD), then overlap.torch's
 DistributedOptimizer under each --compression (CUDA gradients reduced on the GPU: NCCL with a GPU
@@ -113,13 +116,16 @@ def main(argv):
             local = total
         if hvd.rank() == 0:
             gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+            stats = hvd._core.stats()
             print("%-10s %9.1f img/s on %d ranks (%.3f of local)%s"
                   % (label, total, hvd.size(), total / local,
-                     "  executor %s" % hvd._core.stats()["cuda_executor"]
-                     if compression is not None and device.type == "cuda" else ""))
+                     "  executor %s, %d tensors on the frozen plan"
+                     % (stats["cuda_executor"] or "-", stats["planned_tensors"])
+                     if compression is not None else ""))
             print(json.dumps({"bench": "torch_gpu_synthetic", "model": args.model,
                               "batch_size": args.batch_size, "ranks": hvd.size(), "phase": label,
                               "img_per_s": round(total, 1), "of_local": round(total / local, 3),
+                              "planned_tensors": stats["planned_tensors"],
                               "device": gpu}), flush=True)
     hvd.shutdown()
     return 0

@@ -2,6 +2,8 @@
 
 #include <mpi.h>
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "collectives/buffer_ops.h"
 #include "collectives/mpi_executor.h"
@@ -24,14 +26,15 @@ absl::StatusOr<bool> EveryRankHasCuda(MPI_Comm comm, int rank, int device) {
 
 }  // namespace
 
-CudaPlane::CudaPlane(MPI_Comm comm, const Config& config, int rank, int size, int fallback_device,
+CudaPlane::CudaPlane(MPI_Comm comm, const Config& config, int rank, int size,
+                     std::function<int()> default_device,
                      int hierarchy_host, Timeline* timeline, CompressionStage* compression,
                      DataPlane::CompleteFn complete)
     : comm_(comm),
       config_(config),
       rank_(rank),
       size_(size),
-      fallback_device_(fallback_device),
+      default_device_(std::move(default_device)),
       hierarchy_host_(hierarchy_host),
       timeline_(timeline),
       compression_(compression),
@@ -103,18 +106,28 @@ absl::Status CudaPlane::SetUp(int device) {
   return absl::OkStatus();
 }
 
+absl::Status CudaPlane::SetUpOnce() { return SetUpOnce(default_device_()); }
+
+absl::Status CudaPlane::SetUpOnce(int device) {
+  if (!set_up_) {
+    set_up_ = true;
+    setup_error_ = SetUp(device);
+  }
+  return setup_error_;
+}
+
 void CudaPlane::Submit(std::vector<ReadyOp> ready) {
   if (ready.empty()) return;
   if (!set_up_) {
-    set_up_ = true;
-    int device = fallback_device_;
+    int device = -1;
     for (const ReadyOp& r : ready) {
       if (r.op.has_value() && !r.op->inputs.empty()) {
         device = r.op->inputs[0].device.index;
         break;
       }
     }
-    setup_error_ = SetUp(device);
+    // Its error fails the operations below.
+    (void)(device >= 0 ? SetUpOnce(device) : SetUpOnce());
   }
   if (plane_ == nullptr) {
     for (ReadyOp& r : ready) {

@@ -12,6 +12,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,17 +29,23 @@ class CudaPlane {
  public:
   // `comm` is the runtime's communicator (MPI_COMM_WORLD's duplicate, or a process set's), which
   // the setup duplicates and must outlive the plane; `rank` and `size` are this rank's place in it.
-  // `fallback_device` is the GPU a rank uses when its first CUDA operation is a joined rank's
-  // zeros (it has no tensor to take the device from). `hierarchy_host` is this rank's host for a
+  // `default_device` names the GPU a rank sets up on when it has no tensor to take the device
+  // from (its first CUDA operation is a joined rank's zeros, or SetUpOnce). `hierarchy_host` is this rank's host for a
   // hierarchical allreduce (MpiExecutorOptions::host), or -1 for flat: the MPI path staged
   // through host memory follows it; NCCL stays flat, since its own rings and trees already keep
   // each host's share of the traffic on the host's links.
-  CudaPlane(MPI_Comm comm, const Config& config, int rank, int size, int fallback_device,
+  CudaPlane(MPI_Comm comm, const Config& config, int rank, int size,
+            std::function<int()> default_device,
             int hierarchy_host, Timeline* timeline, CompressionStage* compression,
             DataPlane::CompleteFn complete);
   ~CudaPlane();
 
-  // Queues agreed CUDA operations, setting the plane up on the first call.
+  // Sets the plane up on `default_device` now, unless it is already: a collective call, made by
+  // every rank at the same agreed point (the planned executor's freeze). Returns the outcome of
+  // the first setup, which every later Submit reports too.
+  absl::Status SetUpOnce();
+  // Queues agreed CUDA operations, setting the plane up on the first call (on the device of the
+  // first tensor, or `default_device` for a joined rank's zeros) unless SetUpOnce did.
   void Submit(std::vector<ReadyOp> ready);
   absl::Status Progress();
   bool idle() const;
@@ -51,12 +58,13 @@ class CudaPlane {
 
  private:
   absl::Status SetUp(int device);
+  absl::Status SetUpOnce(int device);
 
   const MPI_Comm comm_;
   const Config config_;
   const int rank_;
   const int size_;
-  const int fallback_device_;
+  const std::function<int()> default_device_;
   const int hierarchy_host_;
   Timeline* const timeline_;
   CompressionStage* const compression_;

@@ -30,7 +30,8 @@ Config PlaneConfig(Config config) {
 PlannedMode::PlannedMode(std::unique_ptr<Executor> executor,
                          std::unique_ptr<ControlCollectives> checks, const Config& config,
                          std::vector<std::string> hosts, Timeline* timeline,
-                         CompressionStage* compression, DataPlane::CompleteFn complete)
+                         CompressionStage* compression, DataPlane::CompleteFn complete,
+                         const CudaPlaneFactory& make_cuda_plane)
     : config_(config),
       rank_(checks->rank()),
       size_(checks->size()),
@@ -43,7 +44,12 @@ PlannedMode::PlannedMode(std::unique_ptr<Executor> executor,
           executor_.get(), PlaneConfig(config), rank_, size_, timeline, compression,
           [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); },
           "planned "),
-      poke_([this] { executor_->Poke(); }) {}
+      poke_([this] { executor_->Poke(); }) {
+  if (make_cuda_plane != nullptr) {
+    cuda_plane_ = make_cuda_plane(
+        PlaneConfig(config), [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); });
+  }
+}
 
 void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>& already_agreed,
                          absl::Duration step_time) {
@@ -57,6 +63,12 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
     const int32_t id = plan_->entries[static_cast<size_t>(i)].cache_id;
     if (id >= 0) planned_ids_.insert(id);
   }
+  const bool holds_cuda =
+      std::any_of(plan_->entries.begin(), plan_->entries.end(), [](const PlanEntry& e) {
+        return e.response->request.device == DeviceKind::kCuda;
+      });
+  // A setup error fails the plan's CUDA tensors when their buckets start, on every rank.
+  if (holds_cuda && cuda_plane_ != nullptr) (void)cuda_plane_->SetUpOnce();
   skip_.clear();
   for (int32_t id : already_agreed) {
     if (planned_ids_.contains(id)) skip_.insert(id);
@@ -334,8 +346,26 @@ absl::Status PlannedMode::LaunchNext() {
   }
   l.request = *std::move(started);
   if (bucket.kind == BucketKind::kWhole) {
-    plane_.Submit(std::move(ready));
-    return plane_.Progress();
+    std::vector<ReadyOp> host, cuda;
+    for (ReadyOp& r : ready) {
+      (r.response->request.device == DeviceKind::kCuda ? cuda : host).push_back(std::move(r));
+    }
+    plane_.Submit(std::move(host));
+    if (!cuda.empty()) {
+      if (cuda_plane_ != nullptr) {
+        cuda_plane_->Submit(std::move(cuda));
+      } else {
+        for (ReadyOp& r : cuda) {
+          if (!r.op.has_value()) continue;
+          OnDataDone(*r.op, absl::UnavailableError(absl::StrCat(
+                                "rank ", rank_, ": planned allreduce '", r.response->name,
+                                "': this planned executor has no CUDA plane")));
+        }
+      }
+    }
+    absl::Status s = plane_.Progress();
+    if (s.ok() && cuda_plane_ != nullptr) s = cuda_plane_->Progress();
+    return s;
   }
   LaunchSliced(&l);
   // Packed now, while the channel may still be busy with earlier buckets, so that the
@@ -698,6 +728,7 @@ void PlannedMode::Finish(Launch* launch, std::vector<PendingOp>* renegotiate) {
 absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
   if (!stalled_.ok()) return stalled_;
   absl::Status s = plane_.Progress();
+  if (s.ok() && cuda_plane_ != nullptr) s = cuda_plane_->Progress();
   if (s.ok()) s = ProgressSlices();
   if (!s.ok()) return s;
   const absl::Time now = absl::Now();
@@ -901,8 +932,17 @@ std::string PlannedMode::DescribeDrain() const {
                       "; partly started: ", listed(active), "; in line: ", listed(queued));
 }
 
+std::string PlannedMode::cuda_executor_name() const {
+  return cuda_plane_ == nullptr ? "" : cuda_plane_->executor_name();
+}
+
+void PlannedMode::AbortCuda() {
+  if (cuda_plane_ != nullptr) cuda_plane_->Abort();
+}
+
 std::vector<PendingOp> PlannedMode::FailAll(const absl::Status& status) {
   plane_.FailAll(status);
+  if (cuda_plane_ != nullptr) cuda_plane_->FailAll(status);
   for (Launch& l : launches_) {
     for (auto& [op, s] : l.done) complete_(op, status);
     for (PendingOp& op : l.diverged_here) complete_(op, status);

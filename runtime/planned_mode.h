@@ -5,7 +5,8 @@
 // bucket k-1's check has completed - no negotiation round, no message to rank 0. Every rank starts
 // the same buckets in the same order on communicators only the plan uses, so the collectives
 // match. Whole-tensor buckets (observed plans) go to a data plane that fuses them as negotiated
-// mode does; sliced buckets (scheduled plans) are packed here when they start and run one at a
+// mode does: host tensors to one on the host, CUDA tensors to one on the GPU with an executor of
+// its own (runtime/cuda_plane.h: NCCL, or MPI staged through host memory); sliced buckets (scheduled plans) are packed here when they start and run one at a
 // time per channel in plan order, so channels run concurrently. A bucket's check goes out just
 // before its data, so it completes in about one round trip even on links its data saturates;
 // bucket k+1 then starts (and packs) while bucket k's collective still runs, and its collective
@@ -60,6 +61,7 @@
 #include "collectives/executor.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/control_collectives.h"
+#include "runtime/cuda_plane.h"
 #include "runtime/data_plane.h"
 #include "runtime/executable_plan.h"
 #include "runtime/messages.h"
@@ -74,16 +76,25 @@ class PlannedMode {
   static constexpr int64_t kFirstUnitBytes = int64_t{1} << 20;
   static constexpr int64_t kUnitBytes = int64_t{25} << 20;
 
+  // Makes the plane for a plan's CUDA tensors (its own communicators, set up when a plan holding
+  // CUDA tensors is frozen), given its configuration and the function its operations complete
+  // through.
+  using CudaPlaneFactory =
+      std::function<std::unique_ptr<CudaPlane>(const Config&, DataPlane::CompleteFn)>;
+
   // `executor` and `checks` carry planned collectives and their checks only. `complete` receives
   // every operation that finishes, with its outcome.
-  // `hosts[r]` names rank r's host in messages.
+  // `hosts[r]` names rank r's host in messages. Without `make_cuda_plane`, a plan's CUDA tensors
+  // fail with Unavailable.
   PlannedMode(std::unique_ptr<Executor> executor, std::unique_ptr<ControlCollectives> checks,
               const Config& config, std::vector<std::string> hosts, Timeline* timeline,
-              CompressionStage* compression, DataPlane::CompleteFn complete);
+              CompressionStage* compression, DataPlane::CompleteFn complete,
+              const CudaPlaneFactory& make_cuda_plane = nullptr);
 
   bool frozen() const { return frozen_; }
 
-  // Adopts `plan` (one step, in launch order). `already_agreed` holds cache ids that negotiation
+  // Adopts `plan` (one step, in launch order). A plan holding CUDA tensors sets up the CUDA
+  // plane here, collectively: every rank freezes at the same agreed round. `already_agreed` holds cache ids that negotiation
   // has already agreed for the step in progress: the first pass skips them (whole-tensor buckets
   // only). `step_time`: how long a step took while learning (sets the patience before asking to
   // unfreeze).
@@ -139,7 +150,9 @@ class PlannedMode {
   void OnReport(const std::vector<uint64_t>& counts);
 
   // Nothing started and unfinished.
-  bool idle() const { return launches_.empty() && plane_.idle(); }
+  bool idle() const {
+    return launches_.empty() && plane_.idle() && (cuda_plane_ == nullptr || cuda_plane_->idle());
+  }
   // Nothing started, unfinished or waiting to start.
   bool quiescent() const {
     return idle() && waiting_.empty() && active_.empty() &&
@@ -175,6 +188,12 @@ class PlannedMode {
 
   // Fails every held operation; hands back the submitted, unstarted ones.
   std::vector<PendingOp> FailAll(const absl::Status& status);
+  // After a fatal error, once every handle has failed: abandons the CUDA plane's collectives in
+  // flight (NCCL: ncclCommAbort).
+  void AbortCuda();
+
+  // "nccl" or "mpi+host-staging" once a plan with CUDA tensors has set the CUDA plane up, else "".
+  std::string cuda_executor_name() const;
 
  private:
   enum class JoinState { kNone, kJoined, kAllJoined };
@@ -284,6 +303,9 @@ class PlannedMode {
   std::unique_ptr<Executor> executor_;
   const std::unique_ptr<ControlCollectives> checks_;
   DataPlane plane_;
+  // Whole-tensor buckets' CUDA tensors: a plane of their own, set up at the first freeze of a
+  // plan that holds some; null without a factory.
+  std::unique_ptr<CudaPlane> cuda_plane_;
   // Called between the pieces of long host copies, so that the collectives in flight advance.
   const std::function<void()> poke_;
 

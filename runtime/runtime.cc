@@ -234,9 +234,14 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   data_plane_ = std::make_unique<DataPlane>(
       executor_.get(), config, rank_, size_, &timeline_, compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
+  // The GPU of this rank's CUDA tensors, or, before it has submitted one, one by local rank.
+  auto cuda_device = [this] {
+    const int claimed = cuda_device_.load();
+    return claimed >= 0 ? claimed : std::max(0, local_rank_) % std::max(1, CudaDeviceCount());
+  };
   cuda_plane_ = std::make_unique<CudaPlane>(
-      comm_, config, rank_, size_, std::max(0, local_rank_) % std::max(1, CudaDeviceCount()),
-      executor_options.host, &timeline_, compression_.get(),
+      comm_, config, rank_, size_, cuda_device, executor_options.host, &timeline_,
+      compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
   // Planned collectives and their checks get communicators of their own: ranks start them
   // without negotiation, so they must not share a sequence with negotiated ones.
@@ -250,7 +255,12 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
       std::make_unique<MpiControlCollectives>(*check_comm, rank_, size_,
                                               MpiControlCollectives::Ownership::kOwned),
       config, hosts_, &timeline_, compression_.get(),
-      [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
+      [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); },
+      [this, cuda_device, host = executor_options.host](const Config& plane_config,
+                                                         DataPlane::CompleteFn complete) {
+        return std::make_unique<CudaPlane>(comm_, plane_config, rank_, size_, cuda_device, host,
+                                           &timeline_, compression_.get(), std::move(complete));
+      });
   detector_ = std::make_unique<CycleDetector>(config.plan_after_steps);
   profiler_ = std::make_unique<StepProfiler>(config.profile_steps);
   if (config.planner != "observed") {
@@ -496,8 +506,9 @@ void Runtime::Fatal(const absl::Status& status) {
   // After the handles complete: ncclCommAbort stops kernels waiting on a dead peer at once, but
   // frees device memory, which waits for every other stream of the device; the program must
   // learn of the failure even when one of those is what is stuck.
-  cuda_plane_->Abort();
   for (PendingOp& op : planned_->FailAll(status)) CompleteOp(op, status);
+  cuda_plane_->Abort();
+  planned_->AbortCuda();
   control_.reset();  // closing our sockets tells the peers at once
 }
 
@@ -546,10 +557,9 @@ bool Runtime::RunRounds() {
     std::optional<LearnedStep> learned;
     for (ReadyOp& r : round->ready) {
       const Response& response = *r.response;
-      // CUDA tensors stay negotiated: the planned path moves host memory only.
       // Delayed reductions rotate names by design and stay negotiated.
       if (response.request.kind == OpKind::kAllreduce && response.cache_id >= 0 &&
-          response.request.device == DeviceKind::kCpu && response.request.update_schedule.empty()) {
+          response.request.update_schedule.empty()) {
         std::optional<LearnedStep> step =
             detector_->Observe(response.cache_id, round->agreed_launches);
         if (step.has_value()) learned = std::move(step);

@@ -1,7 +1,7 @@
 // CUDA tensors through the runtime: every collective with values checked, fused and unfused
-// allreduces, a producer stream the runtime must wait on, and the executor OVERLAP_EXECUTOR and
-// the ranks-per-GPU select (NCCL on one rank per GPU; MPI staged through host memory when ranks
-// share the GPU). Skips where no GPU is visible; fails there when OVERLAP_REQUIRE_GPU=1.
+// allreduces, a producer stream the runtime must wait on, a repeating step on the frozen plan,
+// and the executor OVERLAP_EXECUTOR and the ranks-per-GPU select (NCCL on one rank per GPU; MPI
+// staged through host memory when ranks share the GPU). Skips where no GPU is visible; fails there when OVERLAP_REQUIRE_GPU=1.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -450,6 +450,69 @@ TEST_CASE("a checkpoint of CUDA residuals resumes the same results", "[gpu][comp
       CHECK(FirstDifference(second_again[t], second[t]) == -1);
     }
   }
+}
+
+// One step of the planned test: three CUDA tensors and one host tensor, averaged, each checked
+// against the average of Gradient over the ranks. `first_size` replaces tensor 0's element count.
+void PlannedStep(int step, int64_t first_size) {
+  const int rank = Rank(), size = Size();
+  const std::vector<int64_t> sizes = {first_size, 4099, 65536, 777};
+  std::vector<std::vector<float>> host(sizes.size());
+  std::vector<std::unique_ptr<DeviceArray<float>>> device;
+  std::vector<Handle> handles;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    host[t] = Gradient(rank, step, t, static_cast<size_t>(sizes[t]));
+    const std::string name = absl::StrCat("planned.", t);
+    absl::StatusOr<Handle> h;
+    if (t + 1 < sizes.size()) {
+      device.push_back(std::make_unique<DeviceArray<float>>(host[t]));
+      h = Allreduce(name, OnDevice(*device.back(), DataType::kFloat32, {sizes[t]}),
+                    OnDevice(*device.back(), DataType::kFloat32, {sizes[t]}));
+    } else {
+      h = Allreduce(name, MakeTensor(host[t].data(), {sizes[t]}),
+                    MakeTensor(host[t].data(), {sizes[t]}));
+    }
+    REQUIRE(h.ok());
+    handles.push_back(*h);
+  }
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    const absl::Status s = handles[t].Wait(kWait);
+    INFO("step " << step << ", tensor " << t << ": " << s.message());
+    REQUIRE(s.ok());
+    const std::vector<float> got = t < device.size() ? device[t]->ToHost() : host[t];
+    std::vector<double> want(got.size(), 0.0);
+    for (int r = 0; r < size; ++r) {
+      const std::vector<float> g = Gradient(r, step, t, got.size());
+      for (size_t i = 0; i < got.size(); ++i) want[i] += g[i];
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::fabs(got[i] - want[i] / size) > 1e-5 * std::max(1e-3, std::fabs(want[i]))) ++bad;
+    }
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("a repeating step of CUDA tensors runs on the frozen plan, without negotiation",
+          "[gpu][planned]") {
+  if (!testing::GpuOrSkip()) return;
+  const int64_t dropped = Stats().plans_dropped;
+  // OVERLAP_PLAN_AFTER_STEPS (3) steps to learn, then planned ones.
+  for (int step = 0; step < 6; ++step) PlannedStep(step, 1000);
+  const RuntimeStats before = Stats();
+  for (int step = 6; step < 12; ++step) PlannedStep(step, 1000);
+  const RuntimeStats after = Stats();
+  INFO("planned tensors " << after.planned_tensors << ", launches " << before.planned_launches
+                          << " -> " << after.planned_launches << ", negotiated "
+                          << before.negotiated_operations << " -> "
+                          << after.negotiated_operations);
+  CHECK(after.planned_tensors == 4);  // the three CUDA tensors as well as the host one
+  CHECK(after.planned_launches > before.planned_launches);
+  CHECK(after.negotiated_operations == before.negotiated_operations);
+  // A CUDA tensor that comes back with another size leaves the plan on every rank, and is reduced
+  // by negotiation from its own input.
+  PlannedStep(12, 999);
+  CHECK(Stats().plans_dropped > dropped);
 }
 
 TEST_CASE("compressors without CUDA kernels are refused for CUDA tensors, naming them",
