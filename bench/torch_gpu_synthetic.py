@@ -3,13 +3,14 @@ Horovod's synthetic benchmark, against the same model trained with no communicat
 process (this rank's GPU alone: the ceiling).
 
     overlaprun -np N python bench/torch_gpu_synthetic.py [--model resnet50] [--batch-size 64]
-        [--steps 20] [--warmup 10] [--compression none,fp16_ef,topk]
+        [--steps 20] [--warmup 10] [--compression none,fp16_ef,topk] [--ddp]
 
 With OVERLAP_PLAN_AFTER_STEPS=0 every gradient is negotiated every step; by default the runtime
 freezes the repeating step into a plan after 3 steps (docs/gpu.md compares the two).
 
 Each phase builds the model afresh, takes --warmup steps, then times --steps steps between two
-torch.cuda.synchronize() calls. Phases: `local` (plain SGD), then overlap.torch's
+torch.cuda.synchronize() calls. Phases: `local` (plain SGD), with --ddp torch's
+DistributedDataParallel (default buckets), then overlap.torch's
 DistributedOptimizer under each --compression (CUDA gradients reduced on the GPU: NCCL with a GPU
 per rank, MPI staged through host memory where ranks share one). Prints per phase the images/s
 of this job (all ranks) and its ratio to `local` times the ranks, as text and as one JSON line;
@@ -47,6 +48,9 @@ def parse_args(argv):
     p.add_argument("--compression", default="none",
                    help="comma-separated: " + ",".join(COMPRESSORS))
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--ddp", action="store_true",
+                   help="also train with torch's DistributedDataParallel (NCCL, or gloo where "
+                   "ranks share a GPU) after `local`")
     args = p.parse_args(argv)
     for name in args.compression.split(","):
         if name not in COMPRESSORS:
@@ -60,11 +64,38 @@ def new_model(args, device):
     return getattr(torchvision.models, args.model)(num_classes=1000).to(device)
 
 
+def init_ddp(device):
+    """torch.distributed over this job's ranks, for DDP: NCCL where every rank has a GPU of its
+    own, else gloo (NCCL refuses two ranks on one GPU). Rank 0 picks the port."""
+    import os
+    import socket
+    import torch.distributed as dist
+    if dist.is_initialized():
+        return
+    if hvd.rank() == 0:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        host = "127.0.0.1" if hvd.size() == hvd.local_size() else socket.gethostname()
+    else:
+        port = host = None
+    host, port = hvd.broadcast_object((host, port), root_rank=0, name="synthetic.ddp.address")
+    os.environ.setdefault("MASTER_ADDR", host)
+    os.environ.setdefault("MASTER_PORT", str(port))
+    own_gpu = device.type == "cuda" and hvd.local_size() <= torch.cuda.device_count()
+    dist.init_process_group("nccl" if own_gpu else "gloo", rank=hvd.rank(), world_size=hvd.size())
+
+
 def run_phase(args, device, data, target, compression):
-    """Images/s of this rank over --steps timed steps; compression None means no communication."""
+    """Images/s of this rank over --steps timed steps. compression: None for no communication,
+    "ddp" for torch's DistributedDataParallel, else an overlap.torch compressor."""
     model = new_model(args, device)
+    if compression == "ddp":
+        init_ddp(device)
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    if compression is not None:
+    if compression not in (None, "ddp"):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                              compression=COMPRESSORS[compression]())
@@ -84,7 +115,7 @@ def run_phase(args, device, data, target, compression):
         step()
     sync()
     rate = args.batch_size * args.steps / (time.perf_counter() - start)
-    if compression is not None:  # every rank applied the same averaged gradients
+    if compression not in (None, "ddp"):  # every rank applied the same averaged gradients
         first = next(model.parameters()).detach()
         gathered = hvd.allgather(first.unsqueeze(0).float(), name="synthetic.check.%s" % compression)
         if not torch.allclose(gathered[0], gathered[-1], rtol=1e-4, atol=1e-6):
@@ -106,7 +137,8 @@ def main(argv):
         device = torch.device("cpu")
     data = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
     target = torch.randint(0, 1000, (args.batch_size,), device=device)
-    phases = [("local", None)] + [(c, c) for c in args.compression.split(",")]
+    phases = [("local", None)] + ([("ddp", "ddp")] if args.ddp else []) + [
+        (c, c) for c in args.compression.split(",")]
     local = None
     for label, compression in phases:
         rate = run_phase(args, device, data, target, compression)
@@ -121,12 +153,14 @@ def main(argv):
                   % (label, total, hvd.size(), total / local,
                      "  executor %s, %d tensors on the frozen plan"
                      % (stats["cuda_executor"] or "-", stats["planned_tensors"])
-                     if compression is not None else ""))
+                     if compression not in (None, "ddp") else ""))
             print(json.dumps({"bench": "torch_gpu_synthetic", "model": args.model,
                               "batch_size": args.batch_size, "ranks": hvd.size(), "phase": label,
                               "img_per_s": round(total, 1), "of_local": round(total / local, 3),
                               "planned_tensors": stats["planned_tensors"],
                               "device": gpu}), flush=True)
+    if args.ddp:
+        torch.distributed.destroy_process_group()
     hvd.shutdown()
     return 0
 

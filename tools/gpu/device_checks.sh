@@ -7,8 +7,8 @@
 # Each check is what its Bazel target runs (tests/gpu/BUILD), with OVERLAP_REQUIRE_GPU=1 so that
 # none can pass by skipping; then overlap.torch with CUDA tensors, then the benchmarks: the
 # kernels, compressed allreduce on the GPU against a host copy (1 rank on NCCL, 2 staged), and
-# ResNet-50 through overlap.torch against torch alone (needs torchvision), on the frozen plan and
-# negotiating every step (OVERLAP_PLAN_AFTER_STEPS=0), one after the other on the same machine.
+# ResNet-50 through overlap.torch against torch alone and torch's DDP (needs torchvision), on the
+# frozen plan and negotiating every step (OVERLAP_PLAN_AFTER_STEPS=0), on the same machine.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [ "${1:-}" = --bundle ]; then
@@ -34,7 +34,8 @@ exec .gpu/run_on_device.sh \
   "$b/bench/gpu_kernels" \
   "$run 1 -- $b/bench/gpu_compressed_allreduce" \
   "$run 2 -- $b/bench/gpu_compressed_allreduce --tensors=16" \
-  "$run 1 -- python3 bench/torch_gpu_synthetic.py --compression none,fp16_ef,topk" \
+  "$run 1 -- python3 bench/torch_gpu_synthetic.py --ddp --compression none,fp16_ef,topk" \
   "OVERLAP_PLAN_AFTER_STEPS=0 $run 1 -- python3 bench/torch_gpu_synthetic.py --compression none,fp16_ef" \
-  "$run 2 -- python3 bench/torch_gpu_synthetic.py --compression none" \
+  "$run 1 -- python3 bench/torch_gpu_synthetic.py --ddp --batch-size 128 --compression none" \
+  "$run 2 -- python3 bench/torch_gpu_synthetic.py --ddp --compression none" \
   "OVERLAP_PLAN_AFTER_STEPS=0 $run 2 -- python3 bench/torch_gpu_synthetic.py --compression none"
