@@ -80,6 +80,11 @@ class Executor {
   // moves the data.
   virtual void Poke() {}
 
+  // Whether collectives in flight advance only while the host calls into the executor (MPI's
+  // non-blocking collectives), so that the coordinator must keep calling Test. False where the
+  // device moves the data on its own (NCCL): then Test is only asked whether it finished.
+  virtual bool needs_host_progress() const { return true; }
+
   // Called once when the job cannot continue (a collective failed or timed out): abandons the
   // collectives in flight so that nothing waits on a dead peer (NCCL: ncclCommAbort). Work
   // started before fails or never completes; no Start may follow.

@@ -142,6 +142,7 @@ bool DataPlane::idle() const {
 }
 
 void DataPlane::Submit(std::vector<ReadyOp> ready) {
+  next_poll_ = absl::InfinitePast();  // new buckets start at the next Progress
   const absl::Time now = absl::Now();
   Bucket open;
   int64_t open_bytes = 0;
@@ -501,6 +502,12 @@ absl::StatusOr<bool> DataPlane::ContinueCompressed(Bucket* bucket) {
 }
 
 absl::Status DataPlane::Progress() {
+  if (!executor_->needs_host_progress() && config_.cuda_poll_us > 0) {
+    // Nothing advances by asking: ask the device at most once per interval.
+    const absl::Time now = absl::Now();
+    if (now < next_poll_) return absl::OkStatus();
+    next_poll_ = now + absl::Microseconds(config_.cuda_poll_us);
+  }
   const absl::Duration limit = absl::Seconds(config_.collective_timeout_s);
   for (Channel& channel : channels_) {
     while (!channel.buckets.empty()) {

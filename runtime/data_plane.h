@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "collectives/buffer_ops.h"
 #include "collectives/executor.h"
 #include "runtime/compression_stage.h"
@@ -53,6 +54,8 @@ class DataPlane {
   void Submit(std::vector<ReadyOp> ready);
 
   // Starts queued buckets on free channels and finishes the ones that completed. Never blocks.
+  // Over an executor that needs no host progress (NCCL), it looks at most once per
+  // OVERLAP_CUDA_POLL_US, except right after a Submit.
   // Returns an error (and stops) when a collective fails or runs past collective_timeout_s:
   // the job cannot continue after that.
   absl::Status Progress();
@@ -124,6 +127,7 @@ class DataPlane {
   const std::string track_prefix_;
   std::vector<Channel> channels_;
   int next_channel_ = 0;
+  absl::Time next_poll_ = absl::InfinitePast();
   std::deque<Timing> timings_;
 };
 

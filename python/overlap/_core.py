@@ -355,29 +355,35 @@ class Buffer:
 
 
 class InPlaceSlot:
-    """A gradient on the host, of one shape and dtype, reduced in place under one name step
-    after step by DistributedOptimizer; a delayed plan may deliver it late
-    (overlap_allreduce_gradient). Its name, shape and the C call are prepared once, so a
-    submission only sets the address: with one gradient per parameter per step, the Python cost
-    per gradient is the optimizer's budget (Horovod pays it in C++)."""
+    """A gradient of one shape, dtype and device, reduced in place under one name step after
+    step by DistributedOptimizer; a delayed plan may deliver it late
+    (overlap_allreduce_gradient). Its name, shape, device, compressor and the C call are
+    prepared once, so a submission only sets the address (and, for a CUDA tensor, the stream it
+    was written on): with one gradient per parameter per step, the Python cost per gradient is
+    the optimizer's budget (Horovod and DDP pay it in C++), and on a GPU that cost delays the
+    launch of the backward's kernels."""
 
-    __slots__ = ("name", "_c_name", "_shape_array", "_struct", "_ref", "_call")
+    __slots__ = ("name", "_c_name", "_shape_array", "_struct", "_ref", "_call", "_compression")
 
-    def __init__(self, name, dtype, shape, nbytes):
+    def __init__(self, name, dtype, shape, nbytes, compression=None, device_kind=DEVICE_CPU,
+                 device_index=0):
         self.name = name
         self._c_name = name.encode()
         self._shape_array = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-        self._struct = _Tensor(None, nbytes, dtype, len(shape), self._shape_array, DEVICE_CPU, 0,
-                               None)
+        self._struct = _Tensor(None, nbytes, dtype, len(shape), self._shape_array, device_kind,
+                               device_index, None)
         self._ref = ctypes.byref(self._struct)
         self._call = lib().overlap_allreduce_gradient
+        self._compression = _enc(compression)
 
-    def allreduce(self, address, op, prescale, postscale, process_set=0):
-        """allreduce() of the tensor at `address` into itself, without compression."""
+    def allreduce(self, address, op, prescale, postscale, process_set=0, stream=None):
+        """allreduce() of the tensor at `address` into itself; `stream`: the CUDA stream that
+        wrote it (None: the legacy default stream, or a host tensor)."""
         self._struct.data = address
+        self._struct.stream = stream
         p = ctypes.c_void_p()
         rc = self._call(process_set, self._c_name, self._ref, self._ref, op, prescale, postscale,
-                        None, ctypes.byref(p))
+                        self._compression, ctypes.byref(p))
         if rc != _OK:
             check_submit(rc)
         return Handle(p, self.name)

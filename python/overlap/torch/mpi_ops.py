@@ -127,15 +127,36 @@ def nccl_built():
     return _core.nccl_version()
 
 
-def in_place_slot(name, tensor):
-    """An _core.InPlaceSlot for reducing host tensors like `tensor` (contiguous, on the CPU)
-    in place under `name`, or None unless it is a floating-point tensor of a core dtype
-    (integers are pre- and post-scaled in float64 by _allreduce_async, as by Horovod)."""
+def in_place_slot(name, tensor, compression_spec=None):
+    """An _core.InPlaceSlot for reducing tensors like `tensor` (contiguous; its dtype, shape and
+    device) in place under `name`, with the runtime compressor `compression_spec`, or None
+    unless it is a floating-point tensor of a core dtype (integers are pre- and post-scaled in
+    float64 by _allreduce_async, as by Horovod) that the runtime takes where it lies: host
+    memory, or a CUDA tensor when _native_cuda."""
     dtype = _CORE_DTYPES.get(tensor.dtype)
     if dtype is None or not tensor.dtype.is_floating_point:
         return None
-    return _core.InPlaceSlot(name, dtype, list(tensor.shape),
-                             tensor.numel() * tensor.element_size())
+    nbytes = tensor.numel() * tensor.element_size()
+    if tensor.device.type == "cpu":
+        return _core.InPlaceSlot(name, dtype, list(tensor.shape), nbytes, compression_spec)
+    if _native_cuda(tensor, compression_spec):
+        return _core.InPlaceSlot(name, dtype, list(tensor.shape), nbytes, compression_spec,
+                                 _core.DEVICE_CUDA, tensor.device.index)
+    return None
+
+
+def current_stream(device_index):
+    """The raw cudaStream_t torch queues work on for `device_index` now (the stream a tensor
+    just written on it was written on)."""
+    return _raw_stream(device_index)
+
+
+def _raw_stream_fallback(device_index):
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
+# torch's own accessor, without building a Stream object per call; the public one otherwise.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _raw_stream_fallback
 
 
 def _int_scaled(tensor, factor):
@@ -145,7 +166,7 @@ def _int_scaled(tensor, factor):
 def _buffer(tensor):
     if tensor.device.type == "cuda":
         # The runtime waits on the stream the tensor was written on instead of the whole device.
-        stream = torch.cuda.current_stream(tensor.device).cuda_stream
+        stream = current_stream(tensor.device.index)
         return _core.Buffer(tensor.data_ptr(), tensor.numel() * tensor.element_size(),
                             _CORE_DTYPES[tensor.dtype], list(tensor.shape), tensor,
                             _core.DEVICE_CUDA, tensor.device.index, stream)

@@ -17,7 +17,8 @@ import weakref
 import torch
 
 from overlap import _core
-from overlap.common import Adasum, Average, global_process_set, process_set_id
+from overlap.common import (Adasum, Average, RuntimeCompressor, global_process_set,
+                            process_set_id)
 from overlap.torch import layerwise, mpi_ops, step_markers
 from overlap.torch.compression import Compression
 
@@ -100,9 +101,11 @@ class _DistributedOptimizer:
             if r.group is not None:
                 self._group_members.setdefault(r.group, []).append(r)
 
-        # The common case, an uncompressed dense host gradient, goes straight to the core: its
-        # name and shape are encoded once per parameter (mpi_ops.in_place_slot).
-        self._in_place_ok = compression is Compression.none
+        # The common case, a dense gradient that the framework-side compressor leaves as it is
+        # (none, or a runtime compressor), goes straight to the core: its name, shape, device
+        # and compressor are encoded once per parameter (mpi_ops.in_place_slot).
+        self._in_place_ok = (compression is Compression.none or
+                             isinstance(compression, RuntimeCompressor))
         self._c_op = mpi_ops._c_op(op)
         self._set_id = process_set_id(process_set)
         self._factors = ((1.0 / self._predivide, self._predivide) if op == Average else
@@ -222,14 +225,17 @@ class _DistributedOptimizer:
         if grad is None:
             return ("sparse", mpi_ops.sparse_allreduce_async(p.grad, r.name, self._op,
                                                              self._process_set), None)
-        if self._in_place_ok and grad.device.type == "cpu" and grad.is_contiguous():
-            key = (grad.dtype, grad.shape)
+        if self._in_place_ok and grad.is_contiguous():
+            key = (grad.dtype, grad.shape, grad.device)
             if r.slot_key != key:
-                r.slot_key, r.slot = key, mpi_ops.in_place_slot(r.name, grad)
+                r.slot_key, r.slot = key, mpi_ops.in_place_slot(
+                    r.name, grad, self._compression.runtime_spec)
             if r.slot is not None:
                 pre, post = self._factors
+                stream = (mpi_ops.current_stream(grad.device.index)
+                          if grad.device.type == "cuda" else None)
                 return ("in_place", r.slot.allreduce(grad.data_ptr(), self._c_op, pre, post,
-                                                     self._set_id), grad)
+                                                     self._set_id, stream), grad)
         compressed, ctx = self._compression.compress(grad)
         pre, post = self._factors
         handle = mpi_ops._allreduce_async(compressed, compressed, r.name, self._op, pre, post,
