@@ -80,10 +80,11 @@ class Executor {
   // moves the data.
   virtual void Poke() {}
 
-  // Whether collectives in flight advance only while the host calls into the executor (MPI's
-  // non-blocking collectives), so that the coordinator must keep calling Test. False where the
-  // device moves the data on its own (NCCL): then Test is only asked whether it finished.
-  virtual bool needs_host_progress() const { return true; }
+  // Whether Start queues the collective on channel_stream(channel) behind the work queued there
+  // before, and the device runs it with no further host calls (NCCL): then a channel may take
+  // the next collective, and the copies around it, before the last one finished. False where
+  // the host drives a collective to its end (MPI, and MPI staged through host memory).
+  virtual bool stream_ordered() const { return false; }
 
   // Called once when the job cannot continue (a collective failed or timed out): abandons the
   // collectives in flight so that nothing waits on a dead peer (NCCL: ncclCommAbort). Work

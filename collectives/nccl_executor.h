@@ -38,7 +38,7 @@ class NcclExecutor : public Executor {
   ~NcclExecutor() override;
 
   const char* name() const override { return "nccl"; }
-  bool needs_host_progress() const override { return false; }
+  bool stream_ordered() const override { return true; }
   int num_channels() const override { return static_cast<int>(channels_.size()); }
   absl::StatusOr<std::unique_ptr<Work>> Start(int channel, const CollectiveArgs& args) override;
   void* channel_stream(int channel) const override;

@@ -47,7 +47,6 @@ const Field kFields[] = {
     {"OVERLAP_COMPRESSION", &Config::compression},
     {"OVERLAP_EXECUTOR", &Config::executor},
     {"OVERLAP_CYCLE_TIME_MS", &Config::cycle_time_ms},
-    {"OVERLAP_CUDA_POLL_US", &Config::cuda_poll_us},
     {"OVERLAP_PLAN_AFTER_STEPS", &Config::plan_after_steps},
     {"OVERLAP_PROFILE_STEPS", &Config::profile_steps},
     {"OVERLAP_STALENESS", &Config::staleness},

@@ -59,12 +59,6 @@ struct Config {
   // OVERLAP_CYCLE_TIME_MS, 0..1000; 0 starts a round at once.
   double cycle_time_ms = 0.5;
 
-  // How often the coordinator asks whether CUDA collectives on an executor that needs no host
-  // progress (NCCL) have finished. Each question is a driver call (an event query, NCCL's
-  // error check) that contends with the program's own kernel launches, and the coordinator
-  // spins while work is in flight. OVERLAP_CUDA_POLL_US, 0..100000; 0 asks on every turn.
-  double cuda_poll_us = 50;
-
   // Planned execution (DDP's frozen buckets): once the same set of allreduces has been agreed in
   // this many consecutive steps, every rank freezes that step as a plan and launches its buckets
   // in plan order without negotiation, checking consistency alongside each collective.

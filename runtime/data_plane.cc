@@ -68,9 +68,8 @@ DataPlane::DataPlane(Executor* executor, const Config& config, int rank, int siz
                 timeline, compression, std::move(complete), std::move(track_prefix)) {}
 
 absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::OnDevice(
-    Device device, Executor* executor, const Config& config, int rank, int size,
-    Timeline* timeline, CompressionStage* compression, CompleteFn complete,
-    std::string track_prefix) {
+    Device device, Executor* executor, const Config& config, int rank, int size, Timeline* timeline,
+    CompressionStage* compression, CompleteFn complete, std::string track_prefix) {
   std::vector<std::unique_ptr<BufferOps>> ops;
   for (int c = 0; c < executor->num_channels(); ++c) {
     absl::StatusOr<std::unique_ptr<BufferOps>> channel_ops =
@@ -142,7 +141,6 @@ bool DataPlane::idle() const {
 }
 
 void DataPlane::Submit(std::vector<ReadyOp> ready) {
-  next_poll_ = absl::InfinitePast();  // new buckets start at the next Progress
   const absl::Time now = absl::Now();
   Bucket open;
   int64_t open_bytes = 0;
@@ -255,9 +253,9 @@ absl::Status DataPlane::StartAllreduce(Bucket* bucket, CollectiveArgs* args) {
   // Fused (or a joined rank's zeros): pack every tensor into the channel's fusion buffer, in one
   // batched copy (one kernel launch on a device).
   bucket->fused = true;
-  absl::StatusOr<void*> buffer = Reserve(
-      ops, &channels_[static_cast<size_t>(bucket->channel)].fusion_buffer,
-      static_cast<size_t>(total) * elem);
+  absl::StatusOr<void*> buffer =
+      Reserve(ops, &channels_[static_cast<size_t>(bucket->channel)].fusion_buffer,
+              static_cast<size_t>(total) * elem);
   if (!buffer.ok()) return buffer.status();
   const absl::Time copy_start = absl::Now();
   std::vector<CopySlice> slices;
@@ -410,10 +408,9 @@ absl::Status DataPlane::FinishAllreduce(Bucket* bucket) {
   const size_t elem = DataTypeSize(dtype);
   const absl::Time copy_start = absl::Now();
   const uint8_t* cursor =
-      bucket->fused
-          ? static_cast<const uint8_t*>(
-                channels_[static_cast<size_t>(bucket->channel)].fusion_buffer->data())
-          : nullptr;
+      bucket->fused ? static_cast<const uint8_t*>(
+                          channels_[static_cast<size_t>(bucket->channel)].fusion_buffer->data())
+                    : nullptr;
   std::vector<CopySlice> slices;
   for (ReadyOp& r : bucket->ops) {
     const Request& request = r.response->request;
@@ -438,25 +435,30 @@ absl::Status DataPlane::FinishAllreduce(Bucket* bucket) {
   return s;
 }
 
-absl::Status DataPlane::Finish(Bucket* bucket) {
-  const absl::Time done = absl::Now();
+void DataPlane::RecordFinished(const Bucket& bucket, absl::Time done) {
   if (timeline_->enabled()) {
-    timeline_->Span(absl::StrCat(track_prefix_, "channel ", bucket->channel),
-                    OpKindName(bucket->kind), bucket->started, done);
-    for (const ReadyOp& r : bucket->ops) {
-      timeline_->Span(r.response->name, "COLLECTIVE", bucket->started, done);
+    timeline_->Span(absl::StrCat(track_prefix_, "channel ", bucket.channel),
+                    OpKindName(bucket.kind), bucket.started, done);
+    for (const ReadyOp& r : bucket.ops) {
+      timeline_->Span(r.response->name, "COLLECTIVE", bucket.started, done);
     }
   }
-  if (bucket->kind == OpKind::kAllreduce) {
-    if (bucket->compressed == nullptr) {
-      int64_t bytes = 0;
-      for (const ReadyOp& r : bucket->ops) {
-        bytes += Elements(r.response->request) *
-                 static_cast<int64_t>(DataTypeSize(r.response->request.tensors[0].dtype));
-      }
-      timings_.push_back(Timing{bytes, absl::ToDoubleSeconds(done - bucket->started)});
-      if (timings_.size() > kMaxTimings) timings_.pop_front();
+  // A pipelined bucket's span includes the wait behind the buckets queued before it: no timing.
+  if (bucket.kind == OpKind::kAllreduce && bucket.compressed == nullptr && !bucket.pipelined) {
+    int64_t bytes = 0;
+    for (const ReadyOp& r : bucket.ops) {
+      bytes += Elements(r.response->request) *
+               static_cast<int64_t>(DataTypeSize(r.response->request.tensors[0].dtype));
     }
+    timings_.push_back(Timing{bytes, absl::ToDoubleSeconds(done - bucket.started)});
+    if (timings_.size() > kMaxTimings) timings_.pop_front();
+  }
+}
+
+absl::Status DataPlane::Finish(Bucket* bucket) {
+  // A pipelined bucket is recorded when its fence has passed: now it has only been queued.
+  if (!bucket->pipelined) RecordFinished(*bucket, absl::Now());
+  if (bucket->kind == OpKind::kAllreduce) {
     absl::Status s = FinishAllreduce(bucket);
     if (!s.ok()) return s;
   } else if (bucket->kind == OpKind::kReduceScatter) {
@@ -501,78 +503,138 @@ absl::StatusOr<bool> DataPlane::ContinueCompressed(Bucket* bucket) {
   return true;
 }
 
-absl::Status DataPlane::Progress() {
-  if (!executor_->needs_host_progress() && config_.cuda_poll_us > 0) {
-    // Nothing advances by asking: ask the device at most once per interval.
-    const absl::Time now = absl::Now();
-    if (now < next_poll_) return absl::OkStatus();
-    next_poll_ = now + absl::Microseconds(config_.cuda_poll_us);
+bool DataPlane::Pipelined(const Bucket& bucket) const {
+  if (!executor_->stream_ordered()) return false;
+  return bucket.kind != OpKind::kAllreduce ||
+         bucket.ops.front().response->request.compression == "none";
+}
+
+absl::Status DataPlane::StartPipelined(Bucket* bucket) {
+  bucket->pipelined = true;
+  absl::Status s = Start(bucket);
+  // The copy-out and the fence go behind the collective on the channel's stream at once.
+  if (s.ok()) s = Finish(bucket);
+  return s;
+}
+
+void DataPlane::StartFailed(Bucket* bucket, const absl::Status& s) {
+  // Every rank derives the same arguments, so every rank fails the same way here.
+  Complete(bucket, absl::Status(s.code(), absl::StrCat("rank ", rank_, ": ", Describe(*bucket),
+                                                       ": ", s.message())));
+}
+
+void DataPlane::QueueAhead(Channel& channel) {
+  int in_flight = 0;
+  for (size_t i = 0; i < channel.buckets.size(); ++i) {
+    Bucket& bucket = channel.buckets[i];
+    if (bucket.work != nullptr) {
+      if (!bucket.pipelined) return;  // the host drives it: nothing may pass it
+      ++in_flight;
+      continue;
+    }
+    // A bucket the host drives starts once it is at the front.
+    if (!Pipelined(bucket) || in_flight >= kMaxPipelined) return;
+    absl::Status s = StartPipelined(&bucket);
+    if (!s.ok()) {
+      StartFailed(&bucket, s);
+      channel.buckets.erase(channel.buckets.begin() + static_cast<std::ptrdiff_t>(i));
+      --i;
+      continue;
+    }
+    ++in_flight;
   }
+}
+
+absl::Status DataPlane::Progress() {
   const absl::Duration limit = absl::Seconds(config_.collective_timeout_s);
   for (Channel& channel : channels_) {
-    while (!channel.buckets.empty()) {
-      Bucket& bucket = channel.buckets.front();
-      if (bucket.finishing != nullptr) {
-        absl::StatusOr<bool> copied = bucket.finishing->Test();
-        if (!copied.ok()) {
-          return absl::Status(copied.status().code(),
-                              absl::StrCat("rank ", rank_, ": ", Describe(bucket),
-                                           ": copying the result failed: ",
-                                           copied.status().message()));
-        }
-        if (!*copied) break;
-        Complete(&bucket, absl::OkStatus());
-        channel.buckets.pop_front();
-        continue;
-      }
-      if (bucket.work == nullptr) {
-        absl::Status s = Start(&bucket);
-        if (!s.ok()) {
-          // Every rank derives the same arguments, so every rank fails the same way here.
-          Complete(&bucket,
-                   absl::Status(s.code(), absl::StrCat("rank ", rank_, ": ", Describe(bucket), ": ",
-                                                       s.message())));
-          channel.buckets.pop_front();
-          continue;
-        }
-      }
+    absl::Status s = ProgressFront(channel, limit);
+    if (!s.ok()) return s;
+    if (executor_->stream_ordered()) QueueAhead(channel);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DataPlane::ProgressFront(Channel& channel, absl::Duration limit) {
+  while (!channel.buckets.empty()) {
+    Bucket& bucket = channel.buckets.front();
+    // A pipelined bucket that waited behind others on its channel is timed from when it
+    // reached the front.
+    auto overdue = [&] {
+      return absl::Now() - std::max(bucket.started, channel.front_since) > limit;
+    };
+    if (bucket.finishing != nullptr && bucket.pipelined) {
+      // Queued in one go: the collective's errors and deadline are looked at here.
       absl::StatusOr<bool> done = bucket.work->Test();
       if (!done.ok()) {
         return absl::Status(done.status().code(),
                             absl::StrCat("rank ", rank_, ": ", Describe(bucket), " on channel ",
                                          bucket.channel, " failed: ", done.status().message()));
       }
-      if (!*done) {
-        if (absl::Now() - bucket.started > limit) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              "rank ", rank_, ": ", Describe(bucket), " on channel ", bucket.channel,
-              " did not complete within ", absl::ToInt64Seconds(limit),
-              " s (OVERLAP_COLLECTIVE_TIMEOUT_S): a peer process is stuck or dead, or the "
-              "network is down"));
-        }
-        break;
+      if (!*done && overdue()) return Overdue(bucket, limit);
+    }
+    if (bucket.finishing != nullptr) {
+      absl::StatusOr<bool> copied = bucket.finishing->Test();
+      if (!copied.ok()) {
+        return absl::Status(
+            copied.status().code(),
+            absl::StrCat("rank ", rank_, ": ", Describe(bucket),
+                         ": copying the result failed: ", copied.status().message()));
       }
-      if (bucket.compressed != nullptr) {
-        absl::StatusOr<bool> more = ContinueCompressed(&bucket);
-        if (!more.ok()) {
-          Complete(&bucket, absl::Status(more.status().code(),
-                                         absl::StrCat("rank ", rank_, ": ", Describe(bucket), ": ",
-                                                      more.status().message())));
-          channel.buckets.pop_front();
-          continue;
-        }
-        if (*more) break;  // the next round is in flight
-      }
-      absl::Status finished = Finish(&bucket);
-      if (!finished.ok()) {
-        Complete(&bucket, absl::Status(finished.code(), absl::StrCat("rank ", rank_, ": ",
-                                                                     Describe(bucket), ": ",
-                                                                     finished.message())));
+      if (!*copied) break;
+      if (bucket.pipelined) RecordFinished(bucket, absl::Now());
+      Complete(&bucket, absl::OkStatus());
+      channel.buckets.pop_front();
+      channel.front_since = absl::Now();
+      continue;
+    }
+    if (bucket.work == nullptr) {
+      absl::Status s = Pipelined(bucket) ? StartPipelined(&bucket) : Start(&bucket);
+      if (!s.ok()) {
+        StartFailed(&bucket, s);
         channel.buckets.pop_front();
+        continue;
       }
+      if (bucket.pipelined) continue;  // its fence, above
+    }
+    absl::StatusOr<bool> done = bucket.work->Test();
+    if (!done.ok()) {
+      return absl::Status(done.status().code(),
+                          absl::StrCat("rank ", rank_, ": ", Describe(bucket), " on channel ",
+                                       bucket.channel, " failed: ", done.status().message()));
+    }
+    if (!*done) {
+      if (overdue()) return Overdue(bucket, limit);
+      break;
+    }
+    if (bucket.compressed != nullptr) {
+      absl::StatusOr<bool> more = ContinueCompressed(&bucket);
+      if (!more.ok()) {
+        Complete(&bucket, absl::Status(more.status().code(),
+                                       absl::StrCat("rank ", rank_, ": ", Describe(bucket), ": ",
+                                                    more.status().message())));
+        channel.buckets.pop_front();
+        continue;
+      }
+      if (*more) break;  // the next round is in flight
+    }
+    absl::Status finished = Finish(&bucket);
+    if (!finished.ok()) {
+      Complete(&bucket,
+               absl::Status(finished.code(), absl::StrCat("rank ", rank_, ": ", Describe(bucket),
+                                                          ": ", finished.message())));
+      channel.buckets.pop_front();
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status DataPlane::Overdue(const Bucket& bucket, absl::Duration limit) const {
+  return absl::DeadlineExceededError(
+      absl::StrCat("rank ", rank_, ": ", Describe(bucket), " on channel ", bucket.channel,
+                   " did not complete within ", absl::ToInt64Seconds(limit),
+                   " s (OVERLAP_COLLECTIVE_TIMEOUT_S): a peer process is stuck or dead, or the "
+                   "network is down"));
 }
 
 void DataPlane::FailAll(const absl::Status& status) {

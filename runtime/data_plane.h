@@ -3,8 +3,10 @@
 // Consecutive allreduces with the same dtype, op and scaling are fused into buckets of at most
 // fusion_threshold_bytes (a grouped allreduce always stays whole); every other operation is a
 // bucket of its own. Buckets go to channels round-robin, so the k-th bucket of every rank lands
-// on the same channel and each channel sees the same sequence on every rank. A channel runs one
-// bucket at a time through its own fusion buffer.
+// on the same channel and each channel sees the same sequence on every rank. A channel runs its
+// buckets in order through its own fusion buffer: one at a time where the host drives the
+// collective (MPI), several queued back to back on the channel's stream where the executor is
+// stream-ordered (NCCL), so that none waits for the host to see the previous one finish.
 //
 // The plane is device-neutral: it moves bytes through BufferOps (collectives/buffer_ops.h), one
 // instance per channel queued on the executor's channel stream, so the same code serves host
@@ -23,7 +25,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/time/time.h"
 #include "collectives/buffer_ops.h"
 #include "collectives/executor.h"
 #include "runtime/compression_stage.h"
@@ -45,17 +46,17 @@ class DataPlane {
 
   // A plane for tensors on `device`, over an executor whose buffers live there. Unavailable when
   // the device cannot be used.
-  static absl::StatusOr<std::unique_ptr<DataPlane>> OnDevice(
-      Device device, Executor* executor, const Config& config, int rank, int size,
-      Timeline* timeline, CompressionStage* compression, CompleteFn complete,
-      std::string track_prefix);
+  static absl::StatusOr<std::unique_ptr<DataPlane>> OnDevice(Device device, Executor* executor,
+                                                             const Config& config, int rank,
+                                                             int size, Timeline* timeline,
+                                                             CompressionStage* compression,
+                                                             CompleteFn complete,
+                                                             std::string track_prefix);
 
   // Queues operations in the order every rank agreed on.
   void Submit(std::vector<ReadyOp> ready);
 
   // Starts queued buckets on free channels and finishes the ones that completed. Never blocks.
-  // Over an executor that needs no host progress (NCCL), it looks at most once per
-  // OVERLAP_CUDA_POLL_US, except right after a Submit.
   // Returns an error (and stops) when a collective fails or runs past collective_timeout_s:
   // the job cannot continue after that.
   absl::Status Progress();
@@ -85,18 +86,40 @@ class DataPlane {
     std::unique_ptr<Work> finishing;        // the fence after the copy-out; set by Finish
     std::unique_ptr<DeviceMemory> scratch;  // prescaled input outside the fusion buffer
     std::unique_ptr<CompressedBucketState> compressed;  // compressed allreduces only
+    // Started with its copy-out and fence queued behind the collective at once (Pipelined).
+    bool pipelined = false;
     absl::Time queued, started;
   };
   struct Channel {
-    std::deque<Bucket> buckets;  // front() is running when its work is set
+    // In order. The front is running when its work is set; where it is pipelined, up to
+    // kMaxPipelined buckets from the front on may be running.
+    std::deque<Bucket> buckets;
+    absl::Time front_since;  // when the last bucket left the front
     std::unique_ptr<BufferOps> ops;
     std::unique_ptr<DeviceMemory> fusion_buffer;
   };
 
-  DataPlane(Device device, std::vector<std::unique_ptr<BufferOps>> channel_ops,
-            Executor* executor, const Config& config, int rank, int size, Timeline* timeline,
+  DataPlane(Device device, std::vector<std::unique_ptr<BufferOps>> channel_ops, Executor* executor,
+            const Config& config, int rank, int size, Timeline* timeline,
             CompressionStage* compression, CompleteFn complete, std::string track_prefix);
 
+  // Over a stream-ordered executor (NCCL), buckets other than compressed allreduces (whose later
+  // rounds the host starts) are pipelined: started with copy-in, collective, copy-out and fence
+  // queued on the channel's stream in one go, up to kMaxPipelined in flight, so that a
+  // bucket never waits for the host to see the one before it finish. The limit keeps each
+  // channel's slice-table staging (16 slots, up to 3 copies a bucket) from running out, which
+  // would make the coordinator wait on the device.
+  static constexpr int kMaxPipelined = 4;
+  bool Pipelined(const Bucket& bucket) const;
+  absl::Status StartPipelined(Bucket* bucket);
+  // Completes a bucket that failed to start, naming the rank.
+  void StartFailed(Bucket* bucket, const absl::Status& s);
+  // Starts the pipelined buckets behind the front of `channel`.
+  void QueueAhead(Channel& channel);
+  // Completes and starts buckets at the front of `channel`.
+  absl::Status ProgressFront(Channel& channel, absl::Duration limit);
+  // DEADLINE_EXCEEDED for `bucket`, naming the rank, the tensors and the timeout.
+  absl::Status Overdue(const Bucket& bucket, absl::Duration limit) const;
   absl::Status Start(Bucket* bucket);
   // After a compressed bucket's collective: true when it started another round.
   absl::StatusOr<bool> ContinueCompressed(Bucket* bucket);
@@ -112,6 +135,8 @@ class DataPlane {
                                        int64_t rows);
   // Queues the copy-out and the fence that completes the bucket.
   absl::Status Finish(Bucket* bucket);
+  // The bucket's collective in the timeline, and its timing for the link-cost fit.
+  void RecordFinished(const Bucket& bucket, absl::Time done);
   absl::Status FinishAllreduce(Bucket* bucket);
   void Complete(Bucket* bucket, const absl::Status& status);
   std::string Describe(const Bucket& bucket) const;
@@ -127,7 +152,6 @@ class DataPlane {
   const std::string track_prefix_;
   std::vector<Channel> channels_;
   int next_channel_ = 0;
-  absl::Time next_poll_ = absl::InfinitePast();
   std::deque<Timing> timings_;
 };
 

@@ -189,12 +189,6 @@ constexpr Var kVars[] = {
                 "start a negotiation round at most MS ms after the first rank has new work "
                 "(0..1000), so tensors submitted close together fuse")
         .Build(),
-    Def("OVERLAP_CUDA_POLL_US", Kind::kDouble)
-        .Range(0, 100000, "microseconds")
-        .Default("50")
-        .Describe("how often the coordinator asks whether NCCL collectives finished (each query "
-                  "contends with the program's kernel launches); 0 asks on every turn")
-        .Build(),
     Def("OVERLAP_PLAN_AFTER_STEPS", Kind::kInt)
         .Range(0, 1000, "an integer")
         .Default("3")

@@ -22,6 +22,7 @@ namespace {
 // Staging areas for slice tables: one is reused once the GPU has read it, so a new one is made
 // only while every other upload is still queued. Past this many the oldest is waited for.
 constexpr size_t kMaxStagingSlots = 16;
+constexpr size_t kReservedStagingSlots = 15;
 constexpr size_t kMinStagingBytes = 64 << 10;
 
 absl::Status CudaStatus(cudaError_t err, Device device, absl::string_view what) {
@@ -180,11 +181,15 @@ class CudaBufferOps : public BufferOps {
     cudaEventDestroy(wait_event_);
   }
 
-  // One staging slot and the device table, made before any work is queued: allocating pinned
-  // memory may wait for the device, which a first Copy queued behind another stream should not.
+  // Staging slots and the device table, made before any work is queued: allocating pinned
+  // memory may wait for the device, which a Copy queued behind other work should not. Enough
+  // slots for the data plane's pipelined buckets (runtime/data_plane.h: up to 4 buckets in flight
+  // of up to 3 copies each) with room to spare.
   absl::Status Reserve() {
-    if (absl::StatusOr<StagingSlot*> slot = AcquireStaging(kMinStagingBytes); !slot.ok()) {
-      return slot.status();
+    while (staging_.size() < kReservedStagingSlots) {
+      StagingSlot slot;
+      if (absl::Status s = NewStaging(kMinStagingBytes, &slot); !s.ok()) return s;
+      staging_.push_back(slot);
     }
     return ReserveTable(kMinStagingBytes);
   }
