@@ -27,9 +27,8 @@ absl::StatusOr<bool> EveryRankHasCuda(MPI_Comm comm, int rank, int device) {
 }  // namespace
 
 CudaPlane::CudaPlane(MPI_Comm comm, const Config& config, int rank, int size,
-                     std::function<int()> default_device,
-                     int hierarchy_host, Timeline* timeline, CompressionStage* compression,
-                     DataPlane::CompleteFn complete)
+                     std::function<int()> default_device, int hierarchy_host, Timeline* timeline,
+                     CompressionStage* compression, DataPlane::CompleteFn complete)
     : comm_(comm),
       config_(config),
       rank_(rank),

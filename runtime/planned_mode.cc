@@ -47,7 +47,8 @@ PlannedMode::PlannedMode(std::unique_ptr<Executor> executor,
       poke_([this] { executor_->Poke(); }) {
   if (make_cuda_plane != nullptr) {
     cuda_plane_ = make_cuda_plane(
-        PlaneConfig(config), [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); });
+        PlaneConfig(config),
+        [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); });
   }
 }
 
@@ -63,10 +64,9 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
     const int32_t id = plan_->entries[static_cast<size_t>(i)].cache_id;
     if (id >= 0) planned_ids_.insert(id);
   }
-  const bool holds_cuda =
-      std::any_of(plan_->entries.begin(), plan_->entries.end(), [](const PlanEntry& e) {
-        return e.response->request.device == DeviceKind::kCuda;
-      });
+  const bool holds_cuda = std::any_of(
+      plan_->entries.begin(), plan_->entries.end(),
+      [](const PlanEntry& e) { return e.response->request.device == DeviceKind::kCuda; });
   // A setup error fails the plan's CUDA tensors when their buckets start, on every rank.
   if (holds_cuda && cuda_plane_ != nullptr) (void)cuda_plane_->SetUpOnce();
   skip_.clear();
@@ -930,10 +930,6 @@ std::string PlannedMode::DescribeDrain() const {
   return absl::StrCat("pass ", pass_, ", next bucket ", next_bucket_, " of ", plan_->buckets.size(),
                       "; started: ", listed(started), "; submitted, not started: ", listed(waiting),
                       "; partly started: ", listed(active), "; in line: ", listed(queued));
-}
-
-std::string PlannedMode::cuda_executor_name() const {
-  return cuda_plane_ == nullptr ? "" : cuda_plane_->executor_name();
 }
 
 void PlannedMode::AbortCuda() {

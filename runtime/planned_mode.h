@@ -6,11 +6,12 @@
 // the same buckets in the same order on communicators only the plan uses, so the collectives
 // match. Whole-tensor buckets (observed plans) go to a data plane that fuses them as negotiated
 // mode does: host tensors to one on the host, CUDA tensors to one on the GPU with an executor of
-// its own (runtime/cuda_plane.h: NCCL, or MPI staged through host memory); sliced buckets (scheduled plans) are packed here when they start and run one at a
-// time per channel in plan order, so channels run concurrently. A bucket's check goes out just
-// before its data, so it completes in about one round trip even on links its data saturates;
-// bucket k+1 then starts (and packs) while bucket k's collective still runs, and its collective
-// follows the moment the channel is free.
+// its own (runtime/cuda_plane.h: NCCL, or MPI staged through host memory); sliced buckets
+// (scheduled plans) are packed here when they start and run one at a time per channel in plan
+// order, so channels run concurrently. A bucket's check goes out just before its data, so it
+// completes in about one round trip even on links its data saturates; bucket k+1 then starts (and
+// packs) while bucket k's collective still runs, and its collective follows the moment the channel
+// is free.
 //
 // Consistency check: with each bucket's collective, a small bitwise-OR allreduce on control
 // collectives of its own (runtime/control_collectives.h) tells every rank which of the bucket's
@@ -94,10 +95,10 @@ class PlannedMode {
   bool frozen() const { return frozen_; }
 
   // Adopts `plan` (one step, in launch order). A plan holding CUDA tensors sets up the CUDA
-  // plane here, collectively: every rank freezes at the same agreed round. `already_agreed` holds cache ids that negotiation
-  // has already agreed for the step in progress: the first pass skips them (whole-tensor buckets
-  // only). `step_time`: how long a step took while learning (sets the patience before asking to
-  // unfreeze).
+  // plane here, collectively: every rank freezes at the same agreed round. `already_agreed` holds
+  // cache ids that negotiation has already agreed for the step in progress: the first pass skips
+  // them (whole-tensor buckets only). `step_time`: how long a step took while learning (sets the
+  // patience before asking to unfreeze).
   void Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>& already_agreed,
               absl::Duration step_time);
 
@@ -191,9 +192,6 @@ class PlannedMode {
   // After a fatal error, once every handle has failed: abandons the CUDA plane's collectives in
   // flight (NCCL: ncclCommAbort).
   void AbortCuda();
-
-  // "nccl" or "mpi+host-staging" once a plan with CUDA tensors has set the CUDA plane up, else "".
-  std::string cuda_executor_name() const;
 
  private:
   enum class JoinState { kNone, kJoined, kAllJoined };

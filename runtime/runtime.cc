@@ -257,7 +257,7 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
       config, hosts_, &timeline_, compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); },
       [this, cuda_device, host = executor_options.host](const Config& plane_config,
-                                                         DataPlane::CompleteFn complete) {
+                                                        DataPlane::CompleteFn complete) {
         return std::make_unique<CudaPlane>(comm_, plane_config, rank_, size_, cuda_device, host,
                                            &timeline_, compression_.get(), std::move(complete));
       });

@@ -1,7 +1,8 @@
 // CUDA tensors through the runtime: every collective with values checked, fused and unfused
 // allreduces, a producer stream the runtime must wait on, a repeating step on the frozen plan,
 // and the executor OVERLAP_EXECUTOR and the ranks-per-GPU select (NCCL on one rank per GPU; MPI
-// staged through host memory when ranks share the GPU). Skips where no GPU is visible; fails there when OVERLAP_REQUIRE_GPU=1.
+// staged through host memory when ranks share the GPU). Skips where no GPU is visible; fails there
+// when OVERLAP_REQUIRE_GPU=1.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -558,8 +559,7 @@ TEST_CASE("a repeating step of CUDA tensors runs on the frozen plan, without neg
   const RuntimeStats after = Stats();
   INFO("planned tensors " << after.planned_tensors << ", launches " << before.planned_launches
                           << " -> " << after.planned_launches << ", negotiated "
-                          << before.negotiated_operations << " -> "
-                          << after.negotiated_operations);
+                          << before.negotiated_operations << " -> " << after.negotiated_operations);
   CHECK(after.planned_tensors == 4);  // the three CUDA tensors as well as the host one
   CHECK(after.planned_launches > before.planned_launches);
   CHECK(after.negotiated_operations == before.negotiated_operations);
