@@ -571,7 +571,11 @@ absl::Status DataPlane::ProgressFront(Channel& channel, absl::Duration limit) {
                             absl::StrCat("rank ", rank_, ": ", Describe(bucket), " on channel ",
                                          bucket.channel, " failed: ", done.status().message()));
       }
-      if (!*done && overdue()) return Overdue(bucket, limit);
+      if (!*done) {
+        // On a stream its fence cannot pass first; the check keeps that true of any executor.
+        if (overdue()) return Overdue(bucket, limit);
+        break;
+      }
     }
     if (bucket.finishing != nullptr) {
       absl::StatusOr<bool> copied = bucket.finishing->Test();

@@ -1,6 +1,7 @@
 #include "tests/fakes/fake_executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <set>
@@ -41,6 +42,7 @@ struct FakeWorld::State {
   };
 
   absl::Mutex mu;
+  std::atomic<bool> stream_ordered{false};
   const int size;
   const int num_channels;
   std::vector<std::map<int64_t, std::shared_ptr<Slot>>> slots ABSL_GUARDED_BY(mu);
@@ -335,6 +337,7 @@ class FakeExecutor : public Executor {
 
   const char* name() const override { return "fake"; }
   int num_channels() const override { return state_->num_channels; }
+  bool stream_ordered() const override { return state_->stream_ordered.load(); }
 
   absl::StatusOr<std::unique_ptr<Work>> Start(int channel, const CollectiveArgs& args) override {
     if (absl::Status s = Validate(args, channel, state_->size, state_->num_channels); !s.ok()) {
@@ -426,6 +429,10 @@ FakeWorld::~FakeWorld() = default;
 
 int FakeWorld::size() const { return state_->size; }
 int FakeWorld::num_channels() const { return state_->num_channels; }
+
+void FakeWorld::SetStreamOrdered(bool stream_ordered) {
+  state_->stream_ordered.store(stream_ordered);
+}
 
 std::unique_ptr<Executor> FakeWorld::CreateExecutor(int rank) {
   return std::make_unique<FakeExecutor>(state_, rank);

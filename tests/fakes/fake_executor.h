@@ -64,6 +64,12 @@ class FakeWorld {
   // would share its channel sequences.
   std::unique_ptr<Executor> CreateExecutor(int rank);
 
+  // Executors that say they are Executor::stream_ordered() (as NCCL's), so that the data plane
+  // pipelines its buckets. The fake has no stream: host copies queued after a collective run at
+  // once, before it completes. Meaningful on one rank, where a collective completes at its Start,
+  // and for bookkeeping (how many buckets start, in which order, what a held one does).
+  void SetStreamOrdered(bool stream_ordered);
+
   // The `index`-th collective (from 0) on `channel` fails with `status`: on every rank, or, with
   // `rank`, on that rank only while the others complete normally. Must be set before the
   // collective completes.

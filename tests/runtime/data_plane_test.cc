@@ -1,6 +1,7 @@
 // The data plane (runtime/data_plane.h) on N simulated ranks in one process, through the fake
 // executor (tests/fakes/fake_executor.h): fusion, channels, averaging, the other kinds, a failed
-// collective and the collective timeout, without mpirun. Every rank gets the same agreed
+// collective and the collective timeout, pipelined buckets over a stream-ordered executor, without
+// mpirun. Every rank gets the same agreed
 // operations, as negotiation would hand them over, and one thread runs every rank's Progress in
 // turn, as each rank's coordinator thread would.
 #include "runtime/data_plane.h"
@@ -318,6 +319,69 @@ TEST_CASE("a collective that never completes fails with DeadlineExceeded naming 
     REQUIRE(rank.done.count("stuck.grad") == 1);
     CHECK(rank.done.at("stuck.grad") == rank.error);
   }
+}
+
+TEST_CASE("over a stream-ordered executor buckets are queued back to back, with values kept") {
+  // One rank: the fake completes each collective at its Start. The dtype changes every second
+  // tensor, which closes a fused bucket: 8 buckets of two through one fusion buffer, with
+  // scaling on both sides.
+  Config config;
+  Job job(1, config);
+  job.world().SetStreamOrdered(true);
+  std::vector<std::vector<float>> f32(8);
+  std::vector<std::vector<double>> f64(8);
+  std::vector<ReadyOp> ready;
+  for (int t = 0; t < 16; ++t) {
+    const std::string name = "queued." + std::to_string(t);
+    const size_t index = static_cast<size_t>(t / 4 * 2 + t % 2);
+    const size_t n = 10 + static_cast<size_t>(t);
+    if ((t / 2) % 2 == 0) {
+      f32[index] = Filled(n, static_cast<float>(t));
+      ready.push_back(Allreduce(name, &f32[index], ReduceOp::kSum, 2.0));
+    } else {
+      f64[index] = std::vector<double>(n, t);
+      ready.push_back(Allreduce(name, &f64[index], ReduceOp::kSum, 2.0));
+    }
+  }
+  job.rank(0).plane->Submit(std::move(ready));
+  job.Run();
+  REQUIRE(job.rank(0).error.ok());
+  CHECK(job.world().started(0).size() == 8);
+  for (int t = 0; t < 16; ++t) {
+    const std::string name = "queued." + std::to_string(t);
+    REQUIRE(job.rank(0).done.count(name) == 1);
+    CHECK(job.rank(0).done.at(name).ok());
+    const size_t index = static_cast<size_t>(t / 4 * 2 + t % 2);
+    if ((t / 2) % 2 == 0) {
+      CHECK(f32[index] == Filled(f32[index].size(), 2.0f * t));
+    } else {
+      CHECK(f64[index] == std::vector<double>(f64[index].size(), 2.0 * t));
+    }
+  }
+}
+
+TEST_CASE(
+    "behind a stuck stream-ordered collective, at most four buckets start and none completes") {
+  Config config;
+  config.collective_timeout_s = 0.2;
+  config.direct_threshold_bytes = 1;  // every tensor a bucket of its own
+  Job job(1, config);
+  job.world().SetStreamOrdered(true);
+  job.world().HoldCollective(0, 0);
+  std::vector<std::vector<float>> x(8, Filled(4, 1));
+  std::vector<ReadyOp> ready;
+  for (int t = 0; t < 8; ++t) ready.push_back(Allreduce("held." + std::to_string(t), &x[t]));
+  job.rank(0).plane->Submit(std::move(ready));
+  for (int i = 0; i < 5; ++i) REQUIRE(job.rank(0).plane->Progress().ok());
+  // The held one and three queued behind it; nothing completes before the front.
+  CHECK(job.world().started(0).size() == 4);
+  CHECK(job.rank(0).done.empty());
+  job.Run();
+  const Rank& rank = job.rank(0);
+  CHECK(rank.error.code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK_THAT(std::string(rank.error.message()),
+             Catch::StartsWith("rank 0: allreduce of 'held.0' on channel 0 did not complete"));
+  CHECK(rank.done.size() == 8);  // every operation failed with the error (Runtime::Fatal's part)
 }
 
 TEST_CASE("ranks that build different buckets are caught by the fake, not left hanging") {
