@@ -232,27 +232,33 @@ def test_init_again_after_a_failed_init_is_an_error_not_an_abort(tmp_path):
     # second init must say so (Horovod's test files call hvd.init() in every test). Before, Open
     # MPI aborted the process inside MPI_Query_thread, and pytest's captured output was lost.
     script = tmp_path / "reinit.py"
+    # Each rank writes to a file of its own: two ranks' prints share one stdout and may interleave.
     script.write_text(textwrap.dedent("""
         import os
+        import sys
         import overlap.torch as hvd
-        os.environ["OVERLAP_STALL_TIMEOUT_S"] = "5"  # below the warning's 60 s: refused
-        try:
-            hvd.init()
-        except ValueError as e:
-            print("FIRST", e)
-        del os.environ["OVERLAP_STALL_TIMEOUT_S"]
-        try:
-            hvd.init()
-        except Exception as e:
-            print("SECOND", type(e).__name__, e)
+        rank = os.environ["OMPI_COMM_WORLD_RANK"]
+        with open(os.path.join(sys.argv[1], "rank%s.txt" % rank), "w") as log:
+            os.environ["OVERLAP_STALL_TIMEOUT_S"] = "5"  # below the warning's 60 s: refused
+            try:
+                hvd.init()
+            except ValueError as e:
+                print("FIRST", e, file=log)
+            del os.environ["OVERLAP_STALL_TIMEOUT_S"]
+            try:
+                hvd.init()
+            except Exception as e:
+                print("SECOND", type(e).__name__, e, file=log)
         """))
     out = subprocess.run([os.environ["OVERLAP_LAUNCHER"], "-np", "2", sys.executable,
-                          str(script)], capture_output=True, text=True, timeout=120)
+                          str(script), str(tmp_path)], capture_output=True, text=True,
+                         timeout=120)
     text = out.stdout + out.stderr
-    assert out.stdout.count("FIRST rank ") == 2, text
-    assert "OVERLAP_STALL_TIMEOUT_S=5 is below OVERLAP_STALL_WARNING_S=60" in out.stdout, text
-    assert out.stdout.count(
-        "SECOND HorovodInternalError Init: MPI was finalised earlier in this process (by "
-        "Shutdown, or by an Init that failed after starting MPI) and MPI cannot start twice in "
-        "one process; run a new process") == 2, text
     assert "MPI_FINALIZE was invoked" not in text
+    for rank in (0, 1):
+        log = (tmp_path / ("rank%d.txt" % rank)).read_text()
+        assert log.startswith("FIRST rank "), log + text
+        assert "OVERLAP_STALL_TIMEOUT_S=5 is below OVERLAP_STALL_WARNING_S=60" in log, log + text
+        assert ("SECOND HorovodInternalError Init: MPI was finalised earlier in this process (by "
+                "Shutdown, or by an Init that failed after starting MPI) and MPI cannot start "
+                "twice in one process; run a new process") in log, log + text
