@@ -185,6 +185,11 @@ class Runtime {
   int local_size_ = 1;
   std::vector<std::string> hosts_;
   MPI_Comm control_comm_ = MPI_COMM_NULL;
+  // Before the planes, which hold pointers to both: members are destroyed in reverse order, and a
+  // runtime stopped by a fatal error is torn down here rather than in Shutdown (a CUDA plane
+  // frees its device residuals through the compression stage when it goes).
+  Timeline timeline_;
+  std::unique_ptr<CompressionStage> compression_;
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Negotiator> negotiator_;
@@ -199,8 +204,6 @@ class Runtime {
   std::unique_ptr<PlanScheduler> scheduler_;  // null for OVERLAP_PLANNER=observed
   bool scheduled_in_force_ = false;           // the frozen plan came from the scheduler
   bool warned_no_markers_ = false;
-  Timeline timeline_;
-  std::unique_ptr<CompressionStage> compression_;
   std::unique_ptr<DelayLine> delay_line_;
   int wake_fd_ = -1;
   std::atomic<bool> coordinator_sleeping_{false};  // in poll() on wake_fd_, or about to be
