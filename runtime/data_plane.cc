@@ -558,40 +558,6 @@ absl::Status DataPlane::Progress() {
 absl::Status DataPlane::ProgressFront(Channel& channel, absl::Duration limit) {
   while (!channel.buckets.empty()) {
     Bucket& bucket = channel.buckets.front();
-    // A pipelined bucket that waited behind others on its channel is timed from when it
-    // reached the front.
-    auto overdue = [&] {
-      return absl::Now() - std::max(bucket.started, channel.front_since) > limit;
-    };
-    if (bucket.finishing != nullptr && bucket.pipelined) {
-      // Queued in one go: the collective's errors and deadline are looked at here.
-      absl::StatusOr<bool> done = bucket.work->Test();
-      if (!done.ok()) {
-        return absl::Status(done.status().code(),
-                            absl::StrCat("rank ", rank_, ": ", Describe(bucket), " on channel ",
-                                         bucket.channel, " failed: ", done.status().message()));
-      }
-      if (!*done) {
-        // On a stream its fence cannot pass first; the check keeps that true of any executor.
-        if (overdue()) return Overdue(bucket, limit);
-        break;
-      }
-    }
-    if (bucket.finishing != nullptr) {
-      absl::StatusOr<bool> copied = bucket.finishing->Test();
-      if (!copied.ok()) {
-        return absl::Status(
-            copied.status().code(),
-            absl::StrCat("rank ", rank_, ": ", Describe(bucket),
-                         ": copying the result failed: ", copied.status().message()));
-      }
-      if (!*copied) break;
-      if (bucket.pipelined) RecordFinished(bucket, absl::Now());
-      Complete(&bucket, absl::OkStatus());
-      channel.buckets.pop_front();
-      channel.front_since = absl::Now();
-      continue;
-    }
     if (bucket.work == nullptr) {
       absl::Status s = Pipelined(bucket) ? StartPipelined(&bucket) : Start(&bucket);
       if (!s.ok()) {
@@ -599,46 +565,64 @@ absl::Status DataPlane::ProgressFront(Channel& channel, absl::Duration limit) {
         channel.buckets.pop_front();
         continue;
       }
-      if (bucket.pipelined) continue;  // its fence, above
     }
-    absl::StatusOr<bool> done = bucket.work->Test();
-    if (!done.ok()) {
-      return absl::Status(done.status().code(),
-                          absl::StrCat("rank ", rank_, ": ", Describe(bucket), " on channel ",
-                                       bucket.channel, " failed: ", done.status().message()));
+    // The collective, until it is done: a host-driven bucket's copy-out waits for it, and a
+    // pipelined bucket (copy-out and fence queued with it) is not complete before it either, which
+    // a stream guarantees and this check keeps true of any executor.
+    if (bucket.finishing == nullptr || bucket.pipelined) {
+      absl::StatusOr<bool> done = bucket.work->Test();
+      if (!done.ok()) {
+        return absl::Status(done.status().code(),
+                            absl::StrCat("rank ", rank_, ": ", Describe(bucket), " on channel ",
+                                         bucket.channel, " failed: ", done.status().message()));
+      }
+      // A pipelined bucket that waited behind others on its channel is timed from when it
+      // reached the front.
+      if (!*done) {
+        if (absl::Now() - std::max(bucket.started, channel.front_since) > limit) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "rank ", rank_, ": ", Describe(bucket), " on channel ", bucket.channel,
+              " did not complete within ", absl::ToInt64Seconds(limit),
+              " s (OVERLAP_COLLECTIVE_TIMEOUT_S): a peer process is stuck or dead, or the "
+              "network is down"));
+        }
+        break;
+      }
     }
-    if (!*done) {
-      if (overdue()) return Overdue(bucket, limit);
-      break;
-    }
-    if (bucket.compressed != nullptr) {
-      absl::StatusOr<bool> more = ContinueCompressed(&bucket);
-      if (!more.ok()) {
-        Complete(&bucket, absl::Status(more.status().code(),
-                                       absl::StrCat("rank ", rank_, ": ", Describe(bucket), ": ",
-                                                    more.status().message())));
+    if (bucket.finishing == nullptr) {
+      if (bucket.compressed != nullptr) {
+        absl::StatusOr<bool> more = ContinueCompressed(&bucket);
+        if (!more.ok()) {
+          Complete(&bucket, absl::Status(more.status().code(),
+                                         absl::StrCat("rank ", rank_, ": ", Describe(bucket), ": ",
+                                                      more.status().message())));
+          channel.buckets.pop_front();
+          continue;
+        }
+        if (*more) break;  // the next round is in flight
+      }
+      absl::Status finished = Finish(&bucket);
+      if (!finished.ok()) {
+        Complete(&bucket,
+                 absl::Status(finished.code(), absl::StrCat("rank ", rank_, ": ", Describe(bucket),
+                                                            ": ", finished.message())));
         channel.buckets.pop_front();
         continue;
       }
-      if (*more) break;  // the next round is in flight
     }
-    absl::Status finished = Finish(&bucket);
-    if (!finished.ok()) {
-      Complete(&bucket,
-               absl::Status(finished.code(), absl::StrCat("rank ", rank_, ": ", Describe(bucket),
-                                                          ": ", finished.message())));
-      channel.buckets.pop_front();
+    absl::StatusOr<bool> copied = bucket.finishing->Test();
+    if (!copied.ok()) {
+      return absl::Status(copied.status().code(),
+                          absl::StrCat("rank ", rank_, ": ", Describe(bucket),
+                                       ": copying the result failed: ", copied.status().message()));
     }
+    if (!*copied) break;
+    if (bucket.pipelined) RecordFinished(bucket, absl::Now());
+    Complete(&bucket, absl::OkStatus());
+    channel.buckets.pop_front();
+    channel.front_since = absl::Now();
   }
   return absl::OkStatus();
-}
-
-absl::Status DataPlane::Overdue(const Bucket& bucket, absl::Duration limit) const {
-  return absl::DeadlineExceededError(
-      absl::StrCat("rank ", rank_, ": ", Describe(bucket), " on channel ", bucket.channel,
-                   " did not complete within ", absl::ToInt64Seconds(limit),
-                   " s (OVERLAP_COLLECTIVE_TIMEOUT_S): a peer process is stuck or dead, or the "
-                   "network is down"));
 }
 
 void DataPlane::FailAll(const absl::Status& status) {

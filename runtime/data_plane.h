@@ -118,8 +118,6 @@ class DataPlane {
   void QueueAhead(Channel& channel);
   // Completes and starts buckets at the front of `channel`.
   absl::Status ProgressFront(Channel& channel, absl::Duration limit);
-  // DEADLINE_EXCEEDED for `bucket`, naming the rank, the tensors and the timeout.
-  absl::Status Overdue(const Bucket& bucket, absl::Duration limit) const;
   absl::Status Start(Bucket* bucket);
   // After a compressed bucket's collective: true when it started another round.
   absl::StatusOr<bool> ContinueCompressed(Bucket* bucket);

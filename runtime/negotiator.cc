@@ -488,4 +488,13 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
   return result;
 }
 
+ReadyByDevice SplitByDevice(std::vector<ReadyOp> ready) {
+  ReadyByDevice split;
+  for (ReadyOp& r : ready) {
+    (r.response->request.device == DeviceKind::kCuda ? split.cuda : split.host)
+        .push_back(std::move(r));
+  }
+  return split;
+}
+
 }  // namespace overlap

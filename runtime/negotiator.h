@@ -40,6 +40,13 @@ struct ReadyOp {
   std::optional<PendingOp> op;
 };
 
+// Agreed operations on host tensors and on CUDA tensors, each in the agreed order: the two go to
+// different data planes.
+struct ReadyByDevice {
+  std::vector<ReadyOp> host, cuda;
+};
+ReadyByDevice SplitByDevice(std::vector<ReadyOp> ready);
+
 // What planned execution (runtime/planned_mode.h) adds to a round.
 struct PlanVote {
   uint64_t launches = 0;        // planned collectives this rank has started so far

@@ -346,10 +346,7 @@ absl::Status PlannedMode::LaunchNext() {
   }
   l.request = *std::move(started);
   if (bucket.kind == BucketKind::kWhole) {
-    std::vector<ReadyOp> host, cuda;
-    for (ReadyOp& r : ready) {
-      (r.response->request.device == DeviceKind::kCuda ? cuda : host).push_back(std::move(r));
-    }
+    auto [host, cuda] = SplitByDevice(std::move(ready));
     plane_.Submit(std::move(host));
     if (!cuda.empty()) {
       if (cuda_plane_ != nullptr) {

@@ -570,10 +570,7 @@ bool Runtime::RunRounds() {
       }
     }
     detector_->EndRound();
-    std::vector<ReadyOp> host, cuda;
-    for (ReadyOp& r : round->ready) {
-      (r.response->request.device == DeviceKind::kCuda ? cuda : host).push_back(std::move(r));
-    }
+    auto [host, cuda] = SplitByDevice(std::move(round->ready));
     data_plane_->Submit(std::move(host));
     if (!cuda.empty()) {
       cuda_plane_->Submit(std::move(cuda));
