@@ -143,6 +143,9 @@ absl::Status Shutdown() {
   }
   if (runtime == nullptr) return absl::OkStatus();
   // The sets' runtimes first: they may wait on members still finishing the global set's work.
+  // But the global runtime announces now that this rank will submit nothing more: a rank waiting
+  // on it there fails at once instead of keeping it waiting in a set's shutdown.
+  runtime->RequestShutdown();
   absl::Status sets_down = sets != nullptr ? sets->ShutdownAll() : absl::OkStatus();
   absl::Status down = runtime->Shutdown();
   return down.ok() ? sets_down : down;

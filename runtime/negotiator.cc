@@ -15,11 +15,15 @@ namespace {
 // the question the round needs: "true on every rank".
 constexpr uint64_t kNoUncached = 1;     // cleared by a rank with requests the cache lacks
 constexpr uint64_t kShutdown = 2;       // set by a rank that is shutting down
-constexpr uint64_t kNoStallGather = 4;  // cleared by rank 0 to collect per-rank ready lists
+// Cleared by rank 0 to collect per-rank ready lists, and by a rank that is shutting down: rank 0
+// must learn which ranks those are.
+constexpr uint64_t kNoStallGather = 4;
 constexpr uint64_t kNoBroadcast = 8;    // cleared by rank 0 when it has responses to send
 constexpr uint64_t kNoUnfreeze = 16;    // cleared by a rank that asks to drop the frozen plan
 constexpr uint64_t kNoPlanReport = 32;  // cleared by a rank that wants every rank's launch count
 constexpr uint64_t kNoShutdown = 64;    // cleared by a rank that is shutting down
+
+constexpr uint64_t kNothingMoreBit = uint64_t{1} << 63;  // in a reported launch count
 
 std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), " s"); }
 
@@ -34,6 +38,7 @@ Negotiator::Negotiator(std::unique_ptr<ControlCollectives> control, const Config
       rank_(control_->rank()),
       size_(control_->size()) {
   joined_.assign(static_cast<size_t>(size_), false);
+  shut_down_.assign(static_cast<size_t>(size_), false);
 }
 
 absl::Status Negotiator::Run(
@@ -79,7 +84,8 @@ std::vector<uint64_t> Negotiator::ReadyBits(const PendingTable& pending, bool jo
 }
 
 std::string Negotiator::EncodeGather(PendingTable* pending, bool include_ready,
-                                     const std::vector<uint64_t>& bits) const {
+                                     const std::vector<uint64_t>& bits,
+                                     bool shutting_down) const {
   ByteWriter out;
   std::vector<PendingOp*> unsent;
   for (auto& [name, op] : *pending) {
@@ -97,6 +103,7 @@ std::string Negotiator::EncodeGather(PendingTable* pending, bool include_ready,
     }
   }
   out.PutI64s(ready);
+  out.PutI64(shutting_down ? 1 : 0);
   return std::move(out.bytes());
 }
 
@@ -130,10 +137,16 @@ absl::Status Negotiator::AbsorbGather(const std::string& bytes, int from,
   std::vector<int64_t> ready;
   s = in.GetI64s(&ready);
   if (!s.ok()) return s;
+  // Every id, not only known stalls: a stall first seen in this round needs its ranks too, to
+  // tell whether a shut-down rank lacks it. InspectStalls drops the ids ready everywhere.
   for (int64_t id : ready) {
-    auto it = cached_stalls_.find(static_cast<int32_t>(id));
-    if (it != cached_stalls_.end()) it->second.ready_ranks.push_back(from);
+    cached_stalls_.try_emplace(static_cast<int32_t>(id), CachedStall{now, false, {}})
+        .first->second.ready_ranks.push_back(from);
   }
+  int64_t shutting_down = 0;
+  s = in.GetI64(&shutting_down);
+  if (!s.ok()) return s;
+  if (shutting_down != 0) shut_down_[static_cast<size_t>(from)] = true;
   return absl::OkStatus();
 }
 
@@ -197,10 +210,21 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
     response.name = request.name;
     response.request = request;
     response.cache_id = cache_id;
+    const std::vector<int> gone = ShutDownAmong(missing, request.kind);
     response.error =
-        absl::StrCat("stalled: ", text, ", past OVERLAP_STALL_TIMEOUT_S=", config_.stall_timeout_s);
+        gone.empty()
+            ? absl::StrCat("stalled: ", text, ", past OVERLAP_STALL_TIMEOUT_S=",
+                           config_.stall_timeout_s)
+            : absl::StrCat("cannot complete: ", text, "; ranks ", RankList(gone, hosts_),
+                           " have called Shutdown (the program ended, returned or exited, "
+                           "sys.exit included) and will submit nothing more");
     spdlog::error("overlap: rank 0: {}", response.error);
     responses->push_back(std::move(response));
+  };
+  // An operation a shut-down rank lacks can never complete: fail it now (Horovod fails every
+  // pending operation once a rank shuts down), not after stall_timeout_s.
+  auto hopeless = [&](const Request& request, const std::vector<int>& have) {
+    return gathered && may_fail && !ShutDownAmong(OtherRanks(have), request.kind).empty();
   };
 
   // Cached operations: ready somewhere (any) but not everywhere (all).
@@ -216,7 +240,7 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
     CachedStall& stall = it->second;
     const absl::Duration age = now - stall.first_seen;
     const Request& request = cache_[static_cast<size_t>(it->first)].response->request;
-    if (gathered && may_fail && age >= timeout) {
+    if ((gathered && may_fail && age >= timeout) || hopeless(request, stall.ready_ranks)) {
       report(request, stall.ready_ranks, age, /*fail=*/true, it->first);
       cached_stalls_.erase(it++);
       continue;
@@ -233,7 +257,10 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
   // renamed tensor get theirs.
   auto reported_now = [&](const TableEntry& entry) {
     const absl::Duration age = now - entry.first_seen;
-    return (may_fail && age >= timeout) || (age >= warning && !entry.warned);
+    const Request* request = nullptr;
+    const std::vector<int> have = SubmittedBy(entry, &request);
+    return (may_fail && age >= timeout) || (age >= warning && !entry.warned) ||
+           hopeless(*request, have);
   };
   absl::flat_hash_map<std::string, std::string> hints;
   for (const auto& [name, entry] : table_) {
@@ -244,7 +271,7 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
     const absl::Duration age = now - entry.first_seen;
     const Request* request = nullptr;
     const std::vector<int> have = SubmittedBy(entry, &request);
-    if (may_fail && age >= timeout) {
+    if ((may_fail && age >= timeout) || hopeless(*request, have)) {
       report(*request, have, age, /*fail=*/true, -1, hints[it->first]);
       table_.erase(it++);
       continue;
@@ -266,6 +293,16 @@ std::vector<int> Negotiator::SubmittedBy(const TableEntry& entry, const Request*
     }
   }
   return ranks;
+}
+
+std::vector<int> Negotiator::ShutDownAmong(const std::vector<int>& missing, OpKind kind) const {
+  std::vector<int> gone;
+  for (int r : missing) {
+    // A joined rank stands in with zeros for allreduces; it need not submit them.
+    const bool stands_in = kind != OpKind::kJoin && joined_[static_cast<size_t>(r)];
+    if (shut_down_[static_cast<size_t>(r)] && !stands_in) gone.push_back(r);
+  }
+  return gone;
 }
 
 std::vector<int> Negotiator::OtherRanks(const std::vector<int>& ranks) const {
@@ -406,7 +443,7 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
            (vote.wants_report ? 0 : kNoPlanReport);
   vec[1 + 2 * words] = vote.launches;
   vec[2 + 2 * words] = ~vote.launches;
-  if (rank_ == 0 && StallGatherDue()) vec[0] &= ~kNoStallGather;
+  if ((rank_ == 0 && StallGatherDue()) || shutting_down) vec[0] &= ~kNoStallGather;
   if (rank_ == 0 && NextStallCheck() <= absl::Now()) vec[0] &= ~kNoBroadcast;
   for (size_t w = 0; w < words; ++w) {
     vec[1 + w] = bits[w];
@@ -426,9 +463,15 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
   result.unfreeze_wanted = (flags & kNoUnfreeze) == 0;
   if (vec[1 + 2 * words] == ~vec[2 + 2 * words]) result.agreed_launches = vec[1 + 2 * words];
   if ((flags & kNoPlanReport) == 0) {
-    s = Run([&] { return control_->StartAllgather(vote.launches, &result.launch_counts); },
+    // A count cannot reach 2^63: its top bit carries starts_nothing_more.
+    const uint64_t mine = vote.launches | (vote.starts_nothing_more ? kNothingMoreBit : 0);
+    s = Run([&] { return control_->StartAllgather(mine, &result.launch_counts); },
             "allgather of the planned launch counts");
     if (!s.ok()) return s;
+    for (uint64_t& count : result.launch_counts) {
+      result.starts_nothing_more.push_back((count & kNothingMoreBit) != 0);
+      count &= ~kNothingMoreBit;
+    }
   }
   const bool stall_gather = (flags & kNoStallGather) == 0;
   const bool gather = (flags & kNoUncached) == 0 || stall_gather;
@@ -440,7 +483,7 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
     }
     std::vector<std::string> gathered;
     s = Run(
-        [&] { return control_->StartGather(EncodeGather(pending, stall_gather, bits), &gathered); },
+        [&] { return control_->StartGather(EncodeGather(pending, stall_gather, bits, shutting_down), &gathered); },
         "gather of the requests");
     if (!s.ok()) return s;
     for (size_t r = 0; r < gathered.size(); ++r) {

@@ -10,7 +10,9 @@
 //
 // Rank 0 is also the stall inspector: it warns, naming the ranks that have and have not submitted,
 // when an operation is ready on some ranks but not others for stall_warning_s, and fails it after
-// stall_timeout_s.
+// stall_timeout_s. A rank that has called Shutdown will submit nothing more, so an operation it
+// lacks fails at once, naming it (a rank whose program ended early, by sys.exit say, while the
+// others wait on it: as under Horovod, they fail instead of waiting out the timeouts).
 //
 // Threading: the coordinator thread only.
 #ifndef OVERLAP_RUNTIME_NEGOTIATOR_H_
@@ -52,6 +54,9 @@ struct PlanVote {
   uint64_t launches = 0;        // planned collectives this rank has started so far
   bool wants_unfreeze = false;  // this rank is blocked on the plan and asks to drop it
   bool wants_report = false;    // a planned unit waits on peers: gather every rank's count
+  // This rank has shut down and will start no planned collective again (nothing runs, and the
+  // next unit lacks tensors it will never get): reported with the count.
+  bool starts_nothing_more = false;
   // Cache ids the plan runs: a joined rank must not announce them here.
   const absl::flat_hash_set<int32_t>* planned_ids = nullptr;
 };
@@ -68,6 +73,7 @@ struct RoundResult {
   std::optional<uint64_t> agreed_launches;
   bool unfreeze_wanted = false;         // some rank asked to drop the plan
   std::vector<uint64_t> launch_counts;  // by rank, when some rank asked for a report
+  std::vector<bool> starts_nothing_more;  // by rank, with launch_counts
 };
 
 class Negotiator {
@@ -121,7 +127,7 @@ class Negotiator {
   std::vector<uint64_t> ReadyBits(const PendingTable& pending, bool joined,
                                   const absl::flat_hash_set<int32_t>* planned_ids) const;
   std::string EncodeGather(PendingTable* pending, bool include_ready,
-                           const std::vector<uint64_t>& bits) const;
+                           const std::vector<uint64_t>& bits, bool shutting_down) const;
   // Rank 0.
   absl::Status AbsorbGather(const std::string& bytes, int from, std::vector<int32_t>* evictions);
   void MatchTable(std::vector<Response>* responses);
@@ -137,6 +143,8 @@ class Negotiator {
   // `ranks`.
   std::vector<int> SubmittedBy(const TableEntry& entry, const Request** request) const;
   std::vector<int> OtherRanks(const std::vector<int>& ranks) const;
+  // The ranks in `missing` that have shut down and would have to submit an operation of `kind`.
+  std::vector<int> ShutDownAmong(const std::vector<int>& missing, OpKind kind) const;
   bool StallGatherDue() const;
   void ApplyResponses(std::vector<int32_t> evictions, std::vector<Response> responses,
                       const std::vector<uint64_t>& all_ready, PendingTable* pending, bool joined,
@@ -154,6 +162,7 @@ class Negotiator {
   std::vector<std::string> table_order_;
   absl::flat_hash_map<std::string, TableEntry> table_;
   std::vector<bool> joined_;
+  std::vector<bool> shut_down_;  // ranks whose gathers said they are shutting down
   absl::flat_hash_map<int32_t, CachedStall> cached_stalls_;
 };
 

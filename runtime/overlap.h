@@ -176,7 +176,10 @@ absl::Status Init(const Config& config);
 
 // Finishes pending operations, stops the coordinator thread and releases MPI resources: the
 // process sets' runtimes first (in id order), then the global one. Collective: every rank must
-// call it. Safe to call twice (the second call is a no-op).
+// call it. Safe to call twice (the second call is a no-op). From the call on this rank submits
+// nothing more, so an operation the other ranks wait on and this rank never submitted fails on
+// them at once (within a negotiation round), naming this rank, as under Horovod: a rank whose
+// program ends early does not keep the others waiting out the timeouts.
 absl::Status Shutdown();
 
 // Not collective: ends this rank's part in the job at once, for a program about to exit after an

@@ -815,12 +815,22 @@ bool PlannedMode::TakeReportWish() {
   return false;
 }
 
-void PlannedMode::OnReport(const std::vector<uint64_t>& counts) {
+void PlannedMode::ProbeWithin(absl::Duration within) {
+  const absl::Time soon = absl::Now() + within;
+  for (Launch& l : launches_) {
+    if (!l.checked) l.next_probe = std::min(l.next_probe, soon);
+  }
+}
+
+void PlannedMode::OnReport(const std::vector<uint64_t>& counts,
+                           const std::vector<bool>& starts_nothing_more) {
   for (Launch& l : launches_) {
     if (l.checked) continue;
-    std::vector<int> have, missing;
+    std::vector<int> have, missing, gone;
     for (int r = 0; r < size_; ++r) {
-      (counts[static_cast<size_t>(r)] >= l.number ? have : missing).push_back(r);
+      const bool started = counts[static_cast<size_t>(r)] >= l.number;
+      (started ? have : missing).push_back(r);
+      if (!started && starts_nothing_more[static_cast<size_t>(r)]) gone.push_back(r);
     }
     if (missing.empty()) return;  // every rank started it: only slow
     const absl::Duration age = absl::Now() - l.started;
@@ -833,6 +843,14 @@ void PlannedMode::OnReport(const std::vector<uint64_t>& counts) {
         absl::StrCat("allreduce '", l.responses.front()->name, "'", others, ": submitted by ranks ",
                      RankList(have, hosts_), " but not by ranks ", RankList(missing, hosts_),
                      " for ", absl::ToInt64Seconds(age), " s");
+    if (!gone.empty()) {
+      // Started here, so it cannot be withdrawn, and those ranks will never start it.
+      stalled_ = absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank_, ": cannot complete: planned ", text, "; ranks ", RankList(gone, hosts_),
+          " have called Shutdown (the program ended, returned or exited, sys.exit included) "
+          "and will start nothing more"));
+      return;
+    }
     if (age >= absl::Seconds(config_.stall_timeout_s)) {
       // A started collective cannot be withdrawn: the job cannot go on.
       stalled_ = absl::DeadlineExceededError(

@@ -147,8 +147,16 @@ class PlannedMode {
   // started it (at the stall warning, at the stall timeout, and every so often in between so that
   // an unreachable peer ends the round with OVERLAP_COLLECTIVE_TIMEOUT_S). True once per probe.
   bool TakeReportWish();
-  // Every rank's launch count, from that round: warns or fails naming the ranks.
-  void OnReport(const std::vector<uint64_t>& counts);
+  // Every rank's launch count, from that round: warns or fails naming the ranks. A started unit
+  // that a rank which starts nothing more (`starts_nothing_more`, by rank: it has shut down)
+  // lacks fails at once.
+  void OnReport(const std::vector<uint64_t>& counts, const std::vector<bool>& starts_nothing_more);
+  // Another rank has shut down: ask soon, and again every `within` while a started unit waits,
+  // which ranks have started it (a rank that shut down may still be finishing its last units).
+  void ProbeWithin(absl::Duration within);
+  // With no more submissions, this rank would start no planned collective again: nothing is
+  // started and unfinished, and the next unit cannot start.
+  bool StartsNothingMore() const { return idle() && !CanLaunch(); }
 
   // Nothing started and unfinished.
   bool idle() const {

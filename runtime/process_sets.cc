@@ -208,7 +208,11 @@ absl::Status ProcessSets::ShutdownAll() {
     for (const auto& [id, unused] : sets) removed_.insert(id);
   }
   // Each set's shutdown is collective over its members; every rank goes in id order, so no two
-  // members wait for each other in different sets.
+  // members wait for each other in different sets. Every set hears first that this rank is
+  // leaving, so members waiting on it elsewhere fail instead of waiting for it here.
+  for (auto& [id, entry] : sets) {
+    if (entry.runtime != nullptr) entry.runtime->RequestShutdown();
+  }
   absl::Status first = absl::OkStatus();
   for (auto& [id, entry] : sets) {
     if (entry.runtime == nullptr) continue;

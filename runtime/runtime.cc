@@ -21,6 +21,9 @@ namespace overlap {
 namespace {
 
 constexpr absl::Duration kSpinAfterActivity = absl::Microseconds(300);
+// How often a started planned unit asks which ranks have started it while another rank shuts
+// down.
+constexpr absl::Duration kShutdownProbe = absl::Milliseconds(50);
 // A Shutdown that drains a delayed plan for longer than this says what it is waiting for.
 constexpr absl::Duration kDrainWarning = absl::Seconds(5);
 
@@ -517,11 +520,7 @@ bool Runtime::RunRounds() {
   while (rounds_owed_ > 0) {
     --rounds_owed_;
     const bool joined = pending_.contains("__join");
-    bool shutting_down;
-    {
-      absl::MutexLock lock(&mu_);
-      shutting_down = shutdown_requested_;
-    }
+    bool shutting_down = loop_.shutdown_announced;
     // A delayed plan's last buckets run after the program stopped waiting: finish them first.
     if (shutting_down && !planned_->delayed_drained()) {
       shutting_down = false;
@@ -534,6 +533,7 @@ bool Runtime::RunRounds() {
     vote.wants_unfreeze = planned_->wants_unfreeze();
     vote.planned_ids = &planned_->planned_ids();
     vote.wants_report = loop_.plan_report;
+    vote.starts_nothing_more = shutting_down && planned_->StartsNothingMore();
     loop_.plan_report = false;
     absl::StatusOr<RoundResult> round =
         negotiator_->RunRound(&pending_, joined, shutting_down, vote);
@@ -581,7 +581,12 @@ bool Runtime::RunRounds() {
     if (round->resend) loop_.resend = true;
     if (round->evicted) detector_->Reset();
     UpdatePlan(*round, learned);
-    if (!round->launch_counts.empty()) planned_->OnReport(round->launch_counts);
+    if (!round->launch_counts.empty()) {
+      planned_->OnReport(round->launch_counts, round->starts_nothing_more);
+    }
+    // A rank that shut down may still finish its last units; ask until it has or says it never
+    // will (its vote's starts_nothing_more), instead of waiting for the stall warning's probe.
+    if (round->any_shutting_down) planned_->ProbeWithin(kShutdownProbe);
     if (round->all_shutting_down && !stopping_ && !round->agreed_launches.has_value() &&
         !planned_->idle()) {
       Fatal(absl::FailedPreconditionError(absl::StrCat(
@@ -761,6 +766,12 @@ bool Runtime::TakeIncoming() {
       for (Marker& m : markers_) m.before -= take;
     }
     shutting_down = shutdown_requested_;
+    // Announced only once nothing submitted before Shutdown is left behind in incoming_: the
+    // others fail what this rank has not submitted by then.
+    if (shutting_down && incoming_.empty() && !loop_.shutdown_announced) {
+      loop_.shutdown_announced = true;
+      dirty = true;  // the flag must reach the others in a round
+    }
   }
   planned_->SetJoined(pending_.contains("__join"));
   if (loop_.resend) {
@@ -771,7 +782,6 @@ bool Runtime::TakeIncoming() {
     spdlog::debug("overlap: rank {}: Shutdown called; the plan: {}", rank_,
                   planned_->DescribeDrain());
     loop_.shutdown_deadline = absl::Now() + absl::Seconds(config_.collective_timeout_s);
-    dirty = true;  // the shutdown flag must reach the others in a round
   }
   return dirty;
 }
@@ -919,13 +929,21 @@ void Runtime::Abort(const absl::Status& reason) {
   if (fatal_.ok()) fatal_ = reason;  // the coordinator had already stopped
 }
 
+void Runtime::RequestShutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    shutdown_requested_ = true;
+  }
+  Wake();
+}
+
 absl::Status Runtime::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
     if (stopped_) return Scoped(fatal_);
-    shutdown_requested_ = true;
   }
-  Wake();
+  RequestShutdown();
   if (thread_.joinable()) thread_.join();
   absl::Status fatal;
   {

@@ -67,6 +67,11 @@ class Runtime {
   // releases its communicators (and, for the global runtime that initialised MPI, MPI). Returns
   // the error that stopped the runtime, if one did.
   absl::Status Shutdown();
+  // The first half of Shutdown, which returns at once: from here submissions fail, and the other
+  // ranks learn that this one will submit nothing more (what they wait on that it lacks fails).
+  // The process sets' runtimes and the global one all announce it before any waits in Shutdown,
+  // so a rank leaving early frees ranks waiting on it in any of them.
+  void RequestShutdown();
 
   // Not collective: stops this rank's part at once, for a process about to exit after an error
   // (Shutdown would wait up to collective_timeout_s for ranks that may never call it). Pending and
@@ -223,6 +228,10 @@ class Runtime {
     absl::Time shutdown_held_warn = absl::InfiniteFuture();  // when a long drain is reported
     absl::Time round_wanted = absl::InfiniteFuture();        // rank 0: first ask since a round
     absl::Time shutdown_deadline = absl::InfiniteFuture();   // set once Shutdown was called
+    // Shutdown was called and every operation submitted before it has reached pending_: from
+    // here this rank's rounds carry the shutdown flag, which tells the others it will submit
+    // nothing more.
+    bool shutdown_announced = false;
     absl::Time last_activity = absl::InfinitePast();
   } loop_;
 

@@ -188,6 +188,52 @@ def test_an_uncaught_exception_on_one_rank_stops_the_job_within_seconds(tmp_path
     assert elapsed < 60, text
 
 
+@pytest.mark.parametrize("wait", ["barrier", "allreduce_with_a_process_set", "planned_allreduce"])
+def test_a_rank_that_calls_sys_exit_stops_the_job_within_seconds(tmp_path, wait):
+    # sys.exit is no exception to hook: rank 1's exit-time Shutdown runs, collective. It tells
+    # the others that rank 1 will submit nothing more, so ranks 0 and 2 fail naming rank 1
+    # (as under Horovod) instead of both waiting out OVERLAP_COLLECTIVE_TIMEOUT_S. With a
+    # process set {0, 1} registered, rank 1 shuts the set down first, which must not keep it
+    # waiting there for rank 0, itself stuck in the global allreduce. On the frozen plan rank 0
+    # starts its collective unnegotiated: it learns from rank 1's launch count that it never will.
+    script = tmp_path / "exits.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import torch
+        import overlap.torch as hvd
+        hvd.init()
+        wait = sys.argv[1]
+        pair = hvd.add_process_set([0, 1]) if wait == "allreduce_with_a_process_set" else None
+        if wait == "planned_allreduce":  # a repeated step: the frozen plan runs it, unnegotiated
+            for _ in range(30):
+                hvd.allreduce(torch.ones(4), name="step")
+        if hvd.rank() == 1:
+            sys.exit(3)
+        try:
+            if wait == "barrier":
+                hvd.barrier()
+            else:
+                hvd.allreduce(torch.ones(4), name="step" if wait == "planned_allreduce" else "x")
+        except hvd.HorovodInternalError as e:
+            # A file of its own: the ranks' prints and logs interleave on overlaprun's output.
+            with open(f"{sys.argv[2]}/rank{hvd.rank()}.txt", "w") as f:
+                f.write(str(e))
+            raise
+        """))
+    start = time.monotonic()
+    out = subprocess.run([os.environ["OVERLAP_LAUNCHER"], "-np", "3", sys.executable,
+                          str(script), wait, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120)
+    elapsed = time.monotonic() - start
+    text = out.stdout + out.stderr
+    assert out.returncode != 0, text
+    # Rank 2 fails the same way, or loses rank 0 once rank 0 left: either way it ended.
+    failure = (tmp_path / "rank0.txt").read_text()
+    assert "but not by ranks [1 (" in failure, text
+    assert "ranks [1 (" in failure and "have called Shutdown" in failure, text
+    assert elapsed < 60, text
+
+
 def test_the_horovod_alias_runs_a_horovod_script_unchanged(tmp_path):
     # A script as written for Horovod: `import horovod`, `horovod.torch` and `horovod.run`, with
     # the alias package (python -m overlap.horovod_alias DIR) first on PYTHONPATH.

@@ -287,6 +287,88 @@ TEST_CASE("a cached operation that one rank stops submitting is failed on the ot
   }
 }
 
+// Stall limits far away: whatever fails here fails because a rank shut down.
+Config PatientConfig() {
+  Config config = FastConfig();
+  config.stall_warning_s = 60;
+  config.stall_timeout_s = 120;
+  return config;
+}
+
+TEST_CASE("an operation a shut-down rank never submitted fails at once on the others, naming it",
+          "[negotiator][stall][shutdown]") {
+  Negotiation job(3, PatientConfig());
+  job.SubmitEverywhere("cached");
+  REQUIRE(job.Round()[0].ok());
+  // Rank 1 has shut down (its program exited); ranks 0 and 2 wait on a cached operation and on
+  // one never agreed before.
+  for (int r : {0, 2}) {
+    job.Submit(r, "cached");
+    job.Submit(r, "new");
+  }
+  std::vector<Turn> turns(3);
+  turns[1].shutting_down = true;
+  const absl::Time start = absl::Now();
+  auto results = job.Round(turns);
+  CHECK(absl::Now() - start < absl::Seconds(1));
+  for (int r : {0, 2}) {
+    REQUIRE(results[r].ok());
+    REQUIRE(results[r]->failed.size() == 2);
+    for (const auto& [op, error] : results[r]->failed) {
+      CHECK(absl::StrContains(error, absl::StrCat("cannot complete: allreduce '", op.request.name,
+                                                  "': submitted by ranks [0 (h1), 2 (h3)] but "
+                                                  "not by ranks [1 (h2)]")));
+      CHECK(absl::StrContains(error, "ranks [1 (h2)] have called Shutdown"));
+      CHECK(absl::StrContains(error, "sys.exit"));
+    }
+    CHECK(job.pending(r).empty());
+  }
+  REQUIRE(results[1].ok());
+  CHECK(results[1]->failed.empty());
+  CHECK(results[1]->any_shutting_down);
+}
+
+TEST_CASE("a rank that is only late is waited for while another rank shuts down",
+          "[negotiator][stall][shutdown]") {
+  Negotiation job(3, PatientConfig());
+  // Ranks 0 and 1 submitted "x" and rank 1 shut down; rank 2 has not submitted it yet.
+  job.Submit(0, "x");
+  job.Submit(1, "x");
+  std::vector<Turn> turns(3);
+  turns[1].shutting_down = true;
+  for (int i = 0; i < 3; ++i) {
+    auto results = job.Round(turns);
+    for (int r = 0; r < 3; ++r) {
+      REQUIRE(results[r].ok());
+      CHECK(results[r]->failed.empty());
+      CHECK(results[r]->ready.empty());
+    }
+  }
+  job.Submit(2, "x");
+  auto results = job.Round(turns);
+  for (int r = 0; r < 3; ++r) {
+    REQUIRE(results[r].ok());
+    CHECK(ReadyNames(*results[r]) == std::vector<std::string>{"x"});
+  }
+}
+
+TEST_CASE("a shut-down rank that has joined still stands in for allreduces",
+          "[negotiator][stall][shutdown][join]") {
+  Negotiation job(2, PatientConfig());
+  job.SubmitEverywhere("p");
+  REQUIRE(job.Round()[0].ok());
+  job.Submit(0, "p");
+  std::vector<Turn> turns(2);
+  turns[1].joined = true;
+  turns[1].shutting_down = true;
+  auto results = job.Round(turns);
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(results[r].ok());
+    CHECK(results[r]->failed.empty());
+    CHECK(ReadyNames(*results[r]) == std::vector<std::string>{"p"});
+  }
+}
+
 TEST_CASE("a joined rank stands ready with zeros for every cached allreduce",
           "[negotiator][join]") {
   Negotiation job(3, FastConfig());

@@ -320,5 +320,36 @@ TEST_CASE("a planned bucket one rank never starts ends in an error on the others
   CHECK(job.rank(2).done.empty());
 }
 
+TEST_CASE("a started unit a shut-down rank never starts fails at the next report, naming it",
+          "[planned][stall][shutdown]") {
+  PlannedJob job(3, {{"s", 4}});
+  job.Freeze(job.Plan({Sliced(BucketKind::kAllreduce, {{0, 0, 4}})}));
+  job.Submit(0, "s");
+  job.Submit(1, "s");  // rank 2 has shut down without submitting it
+  CHECK_FALSE(job.Run(absl::Milliseconds(200)));  // ranks 0 and 1 wait on it
+  CHECK(job.rank(2).planned->StartsNothingMore());
+  for (int r : {0, 1}) CHECK_FALSE(job.rank(r).planned->StartsNothingMore());
+  const std::vector<uint64_t> counts = {job.rank(0).planned->launches(),
+                                        job.rank(1).planned->launches(),
+                                        job.rank(2).planned->launches()};
+  CHECK(counts == std::vector<uint64_t>{1, 1, 0});
+  // Rank 2 still finishing its last units: only slow.
+  for (int r : {0, 1}) job.rank(r).planned->OnReport(counts, {false, false, false});
+  CHECK_FALSE(job.Run(absl::Milliseconds(100)));
+  for (int r : {0, 1}) CHECK(job.rank(r).error.ok());
+  // Rank 2 says it starts nothing more.
+  for (int r : {0, 1}) job.rank(r).planned->OnReport(counts, {false, false, true});
+  job.Run(absl::Seconds(5));
+  for (int r : {0, 1}) {
+    INFO(job.rank(r).error.ToString());
+    CHECK(job.rank(r).error.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(absl::StrContains(job.rank(r).error.message(),
+                            absl::StrCat("rank ", r, ": cannot complete: planned allreduce 's': "
+                                         "submitted by ranks [0 (h1), 1 (h2)] but not by ranks "
+                                         "[2 (h3)]")));
+    CHECK(absl::StrContains(job.rank(r).error.message(), "ranks [2 (h3)] have called Shutdown"));
+  }
+}
+
 }  // namespace
 }  // namespace overlap
