@@ -151,13 +151,15 @@ def main(argv):
             stats = hvd._core.stats()
             print("%-10s %9.1f img/s on %d ranks (%.3f of local)%s"
                   % (label, total, hvd.size(), total / local,
-                     "  executor %s, %d tensors on the frozen plan"
-                     % (stats["cuda_executor"] or "-", stats["planned_tensors"])
+                     "  executor %s, %d tensors in %d units on the frozen plan"
+                     % (stats["cuda_executor"] or "-", stats["planned_tensors"],
+                        stats.get("planned_units", -1))
                      if compression not in (None, "ddp") else ""))
             print(json.dumps({"bench": "torch_gpu_synthetic", "model": args.model,
                               "batch_size": args.batch_size, "ranks": hvd.size(), "phase": label,
                               "img_per_s": round(total, 1), "of_local": round(total / local, 3),
                               "planned_tensors": stats["planned_tensors"],
+                              "planned_units": stats.get("planned_units", -1),
                               "device": gpu}), flush=True)
     if args.ddp:
         torch.distributed.destroy_process_group()

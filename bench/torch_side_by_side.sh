@@ -5,6 +5,7 @@
 #   bench/torch_side_by_side.sh [--quick] [--models vgg16,resnet50,bert-base] [--systems LIST]
 #       [--planners LIST] [--rate 1gbit] [--steps N] [--warmup N] [--target-step-ms MS]
 #       [--parts emulated,synthetic,tiny] [--out FILE] [--no-build] [--quiet-wait SECONDS]
+#       [--library FILE]
 #
 # Systems (--systems, default all of them):
 #   horovod        horovod.torch 0.28.1 on torch 2.0.1 over MPI, as installed
@@ -31,6 +32,8 @@
 # docs/torch_side_by_side.md's tables and docs/img/torch_side_by_side.png
 # (bench/torch_side_by_side_report.py). The cluster is taken down on exit, whatever happens.
 # Each run waits (at most --quiet-wait, default 600 s) until the shared CPU is at most 25% busy.
+# --library FILE: overlap.torch loads FILE instead of the freshly built liboverlap.so (to compare
+# two builds of the core against the same baselines).
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,6 +44,7 @@ note() { echo "torch_side_by_side.sh: $*" >&2; }
 
 quick=0 models="" systems="horovod,horovod+yield,horovod-ring+yield,ddp,ddp-tuned,overlap" planners="" rate=1gbit
 steps="" warmup="" target="" parts="emulated,synthetic,tiny" out="" build=1 quiet_wait=600 max_busy=0.25
+library=""
 while (($#)); do
   case $1 in
     --quick) quick=1; shift ;;
@@ -54,8 +58,9 @@ while (($#)); do
     --parts) parts=${2:-}; shift 2 || die "--parts needs a list" ;;
     --out) out=${2:-}; shift 2 || die "--out needs a file" ;;
     --no-build) build=0; shift ;;
+    --library) library=${2:-}; shift 2 || die "--library needs a file" ;;
     --quiet-wait) quiet_wait=${2:-}; shift 2 || die "--quiet-wait needs seconds" ;;
-    -h | --help) sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
@@ -114,7 +119,7 @@ if has "$systems" overlap; then
   if [ -f "$ROOT/python/overlap/torch/__init__.py" ] && [ -f "$BAZEL_BIN/runtime/liboverlap.so" ]; then
     cp -r "$ROOT/python" "$BIN/python"
     find "$BIN/python" -name __pycache__ -prune -exec rm -rf {} +
-    cp "$BAZEL_BIN/runtime/liboverlap.so" "$BIN/"
+    cp "${library:-$BAZEL_BIN/runtime/liboverlap.so}" "$BIN/liboverlap.so"
     if ! check=$(PYTHONPATH=$BIN/python OVERLAP_LIBRARY=$BIN/liboverlap.so "$NEW_PY" -c \
       'import overlap.torch as hvd; hvd.DistributedOptimizer' 2>&1); then
       overlap_missing=$(echo "$check" | tail -1)

@@ -6,22 +6,25 @@ namespace overlap {
 
 void CycleDetector::Reset() {
   current_.clear();
-  current_rounds_.clear();
+  current_observed_.clear();
   recent_.clear();
   current_set_.clear();
   current_start_.reset();
 }
 
-std::optional<LearnedStep> CycleDetector::Observe(int32_t id,
+std::optional<LearnedStep> CycleDetector::Observe(int32_t id, std::optional<uint64_t> observed,
                                                   std::optional<uint64_t> agreed_launches) {
   if (steps_needed_ <= 0) return std::nullopt;
+  const uint64_t stamp = observed.has_value()         ? *observed
+                         : current_observed_.empty() ? 0
+                                                     : current_observed_.back();
   if (!current_set_.contains(id)) {
     if (current_.empty()) {
       current_start_ = agreed_launches;
       current_started_at_ = absl::Now();
     }
     current_.push_back(id);
-    current_rounds_.push_back(round_);
+    current_observed_.push_back(stamp);
     current_set_.insert(id);
     return std::nullopt;
   }
@@ -38,7 +41,7 @@ std::optional<LearnedStep> CycleDetector::Observe(int32_t id,
       });
       if (!always) continue;
       step.ids.push_back(current_[i]);
-      step.rounds.push_back(current_rounds_[i]);
+      step.observed.push_back(current_observed_[i]);
     }
     if (!step.ids.empty()) {
       const std::optional<uint64_t>& first = recent_.front().start;
@@ -49,7 +52,7 @@ std::optional<LearnedStep> CycleDetector::Observe(int32_t id,
     }
   }
   current_.assign(1, id);
-  current_rounds_.assign(1, round_);
+  current_observed_.assign(1, stamp);
   current_set_.clear();
   current_set_.insert(id);
   current_start_ = agreed_launches;

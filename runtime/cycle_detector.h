@@ -24,10 +24,10 @@ namespace overlap {
 
 struct LearnedStep {
   std::vector<int32_t> ids;  // in the order of the last step
-  // Per id, the negotiation round that agreed it in the last step. Ids agreed in different rounds
-  // must not wait for each other in a plan: the program may wait for one before submitting the
-  // next.
-  std::vector<int64_t> rounds;
+  // Per id, this rank's PendingOp::observed for it in the last step: ids with different counts
+  // must not wait for each other in a plan, since the program looked at an outcome between
+  // submitting them and may have needed it to go on.
+  std::vector<uint64_t> observed;
   // The agreed planned-launch count was the same at the start of the first of the repeated steps
   // and now: no planned collective ran meanwhile, so a plan in force is not in use.
   bool launches_unchanged = false;
@@ -38,14 +38,13 @@ class CycleDetector {
  public:
   explicit CycleDetector(int steps_needed) : steps_needed_(steps_needed) {}
 
-  // Feeds one agreed cached allreduce id. `agreed_launches` is the planned-launch count when every
-  // rank reported the same one in the round that agreed `id`, nullopt otherwise. Returns the
-  // learned step each time a step closes once `steps_needed` steps have been seen (nullopt while
-  // no id is common to all of them).
-  std::optional<LearnedStep> Observe(int32_t id, std::optional<uint64_t> agreed_launches);
-
-  // Marks the end of one round's ids.
-  void EndRound() { ++round_; }
+  // Feeds one agreed cached allreduce id. `observed` is this rank's PendingOp::observed for it
+  // (nullopt on a joined rank, which submitted nothing: then that of the id before).
+  // `agreed_launches` is the planned-launch count when every rank reported the same one in the
+  // round that agreed `id`, nullopt otherwise. Returns the learned step each time a step closes
+  // once `steps_needed` steps have been seen (nullopt while no id is common to all of them).
+  std::optional<LearnedStep> Observe(int32_t id, std::optional<uint64_t> observed,
+                                     std::optional<uint64_t> agreed_launches);
 
   // Ids agreed since the last step started (the step in progress).
   const std::vector<int32_t>& current() const { return current_; }
@@ -56,8 +55,7 @@ class CycleDetector {
  private:
   const int steps_needed_;
   std::vector<int32_t> current_;
-  std::vector<int64_t> current_rounds_;
-  int64_t round_ = 0;
+  std::vector<uint64_t> current_observed_;
   absl::flat_hash_set<int32_t> current_set_;
   // The last steps_needed_ closed steps, oldest first, with the launch count at their start.
   struct ClosedStep {

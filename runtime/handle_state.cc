@@ -12,7 +12,10 @@ void HandleState::Complete(absl::Status status) {
     completing_ = true;
   }
   // The callback runs before waiters wake, so a returned Wait implies the callback has run.
-  if (on_done_) on_done_(status);
+  if (on_done_) {
+    if (observations_ != nullptr) observations_->fetch_add(1);  // before it can submit more
+    on_done_(status);
+  }
   absl::MutexLock lock(&mu_);
   status_ = std::move(status);
   done_ = true;
@@ -22,6 +25,11 @@ void HandleState::Complete(absl::Status status) {
 bool HandleState::done() const {
   absl::MutexLock lock(&mu_);
   return done_;
+}
+
+bool HandleState::Poll() const {
+  if (observations_ != nullptr) observations_->fetch_add(1);
+  return done();
 }
 
 void WaitClock::MarkWaited(absl::Time now) {
@@ -45,6 +53,7 @@ absl::Time WaitClock::done_at() const {
 }
 
 absl::Status HandleState::Wait(absl::Duration timeout) const {
+  if (observations_ != nullptr) observations_->fetch_add(1);
   clock_->MarkWaited(absl::Now());
   absl::MutexLock lock(&mu_);
   auto is_done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return done_; };
@@ -64,7 +73,7 @@ const std::vector<int64_t> kNoSplits;
 const std::string kNoName;
 }  // namespace
 
-bool Handle::Poll() const { return state_ != nullptr && state_->done(); }
+bool Handle::Poll() const { return state_ != nullptr && state_->Poll(); }
 
 absl::Status Handle::Wait(absl::Duration timeout) const {
   if (state_ == nullptr) return absl::FailedPreconditionError("Wait on an empty handle");

@@ -3,6 +3,7 @@
 #ifndef OVERLAP_RUNTIME_HANDLE_STATE_H_
 #define OVERLAP_RUNTIME_HANDLE_STATE_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,11 +33,22 @@ class WaitClock {
   absl::Time done_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 
+// How many times the program has looked at an operation's outcome: a Wait or a Poll, or a done
+// callback run. A frozen plan never makes tensors submitted on either side of such a look wait for
+// each other (runtime/launch_units.h): the program may have needed the first one's result before
+// it submitted the second. Shared by a runtime and its handles, which may outlive it.
+using Observations = std::atomic<uint64_t>;
+
 class HandleState {
  public:
-  // `rank` prefixes the timeout message of Wait.
-  HandleState(std::string name, int rank, DoneCallback on_done)
-      : name_(std::move(name)), rank_(rank), on_done_(std::move(on_done)) {}
+  // `rank` prefixes the timeout message of Wait. `observations`, if given, counts the program's
+  // Wait and Poll calls and the run of `on_done`.
+  HandleState(std::string name, int rank, DoneCallback on_done,
+              std::shared_ptr<Observations> observations = nullptr)
+      : name_(std::move(name)),
+        rank_(rank),
+        on_done_(std::move(on_done)),
+        observations_(std::move(observations)) {}
 
   const std::string& name() const { return name_; }
 
@@ -45,7 +57,9 @@ class HandleState {
   void Complete(absl::Status status);
 
   bool done() const;
-  // Records the first call's time (first_wait) before blocking.
+  // The program's Poll: done(), counted as an observation.
+  bool Poll() const;
+  // Records the first call's time (first_wait) before blocking; counted as an observation.
   absl::Status Wait(absl::Duration timeout) const;
   // When Wait was first called (the step profiler's first use) and when Complete recorded the
   // outcome (with the first, how long the first Wait blocked); it outlives this state.
@@ -66,6 +80,7 @@ class HandleState {
   const std::string name_;
   const int rank_;
   DoneCallback on_done_;
+  const std::shared_ptr<Observations> observations_;
   mutable absl::Mutex mu_;
   bool completing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;

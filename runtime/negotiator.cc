@@ -531,6 +531,12 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
   return result;
 }
 
+absl::Status Negotiator::OrAcrossRanks(std::vector<uint64_t>* bits) {
+  if (bits->empty()) return absl::OkStatus();
+  return Run([&] { return control_->StartBitwise(BitOp::kOr, absl::MakeSpan(*bits)); },
+             "OR-allreduce of the plan's wait marks");
+}
+
 ReadyByDevice SplitByDevice(std::vector<ReadyOp> ready) {
   ReadyByDevice split;
   for (ReadyOp& r : ready) {

@@ -91,6 +91,10 @@ class Negotiator {
   absl::StatusOr<RoundResult> RunRound(PendingTable* pending, bool joined, bool shutting_down,
                                        const PlanVote& vote = PlanVote());
 
+  // Collective like a round: every rank calls it at the same point of the agreed sequence (when
+  // a plan freezes). ORs `bits` over the ranks in place; errors as RunRound's.
+  absl::Status OrAcrossRanks(std::vector<uint64_t>* bits);
+
   // The agreed operation and this rank's own request behind cache id `id`; null when not valid.
   std::shared_ptr<const Response> CachedResponse(int32_t id) const;
   const Request* CachedLocalRequest(int32_t id) const;

@@ -20,6 +20,9 @@ struct PendingOp {
   std::vector<Tensor> outputs;
   std::shared_ptr<internal::HandleState> handle;
   absl::Time enqueued;
+  // The program's observations (internal::Observations) when it submitted this: two operations
+  // with different counts may depend on each other, and never share a launch unit.
+  uint64_t observed = 0;
   int cache_id = -1;  // >= 0: announced by setting this bit every round
   bool sent = false;  // the full request already went to rank 0
   // A delayed plan's runtime-owned copy of the program's submission number `plan_pass` of this

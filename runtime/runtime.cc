@@ -14,6 +14,7 @@
 #include "runtime/agreement.h"
 #include "runtime/host_layout.h"
 #include "runtime/mpi_control_collectives.h"
+#include "runtime/rank_bits.h"
 #include "runtime/validation.h"
 #include "spdlog/spdlog.h"
 
@@ -345,6 +346,7 @@ RuntimeStats Runtime::stats() const {
   stats.plans_frozen = counters_.frozen.load();
   stats.plans_dropped = counters_.dropped.load();
   stats.planned_tensors = counters_.tensors.load();
+  stats.planned_units = counters_.units.load();
   stats.steps = counters_.steps.load();
   {
     absl::MutexLock lock(&mu_);
@@ -406,7 +408,8 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
   }
   if (!op.inputs.empty()) op.request.device = op.inputs[0].device.kind;
   const std::string& name = op.request.name;
-  auto state = std::make_shared<internal::HandleState>(name, rank_, std::move(on_done));
+  auto state =
+      std::make_shared<internal::HandleState>(name, rank_, std::move(on_done), observations_);
   // Scheduled plans cover float32 gradients being summed or averaged, one tensor each.
   if (scheduler_ != nullptr && op.request.kind == OpKind::kAllreduce &&
       op.request.device == DeviceKind::kCpu && op.request.update_schedule.empty() &&
@@ -446,6 +449,7 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
     in_flight_.insert(name);
     op.handle = state;
     op.enqueued = absl::Now();
+    op.observed = observations_->load();
     incoming_.push_back(std::move(op));
   }
   // A coordinator that is spinning looks at incoming_ anyway; only a sleeping one needs waking.
@@ -560,8 +564,10 @@ bool Runtime::RunRounds() {
       // Delayed reductions rotate names by design and stay negotiated.
       if (response.request.kind == OpKind::kAllreduce && response.cache_id >= 0 &&
           response.request.update_schedule.empty()) {
-        std::optional<LearnedStep> step =
-            detector_->Observe(response.cache_id, round->agreed_launches);
+        std::optional<LearnedStep> step = detector_->Observe(
+            response.cache_id,
+            r.op.has_value() ? std::optional<uint64_t>(r.op->observed) : std::nullopt,
+            round->agreed_launches);
         if (step.has_value()) learned = std::move(step);
       } else if (response.request.kind == OpKind::kJoin) {
         detector_->Reset();
@@ -569,7 +575,6 @@ bool Runtime::RunRounds() {
         if (r.op.has_value()) r.op = planned_->JoinAgreed(std::move(*r.op));
       }
     }
-    detector_->EndRound();
     auto [host, cuda] = SplitByDevice(std::move(round->ready));
     data_plane_->Submit(std::move(host));
     if (!cuda.empty()) {
@@ -580,7 +585,11 @@ bool Runtime::RunRounds() {
     // Evicted requests go out whole in the next round, which this rank must ask for itself.
     if (round->resend) loop_.resend = true;
     if (round->evicted) detector_->Reset();
-    UpdatePlan(*round, learned);
+    absl::Status planned = UpdatePlan(*round, learned);
+    if (!planned.ok()) {
+      Fatal(planned);
+      return false;
+    }
     if (!round->launch_counts.empty()) {
       planned_->OnReport(round->launch_counts, round->starts_nothing_more);
     }
@@ -629,6 +638,7 @@ void Runtime::DropPlan(const char* why, bool relearn) {
   if (relearn) detector_->Reset();
   counters_.dropped.fetch_add(1, std::memory_order_relaxed);
   counters_.tensors.store(0, std::memory_order_relaxed);
+  counters_.units.store(0, std::memory_order_relaxed);
   if (scheduled_in_force_) {
     scheduled_in_force_ = false;
     scheduler_->OnPlanDropped(counters_.steps.load());
@@ -669,6 +679,7 @@ void Runtime::AdoptScheduled(ExecutablePlan plan, absl::Duration step_time,
   detector_->Reset();
   counters_.frozen.fetch_add(1, std::memory_order_relaxed);
   counters_.tensors.store(static_cast<int64_t>(plan.entries.size()), std::memory_order_relaxed);
+  counters_.units.store(static_cast<int64_t>(plan.buckets.size()), std::memory_order_relaxed);
   if (resume != nullptr) {
     planned_->Resume(std::move(plan), std::move(*resume), step_time);
   } else {
@@ -678,13 +689,14 @@ void Runtime::AdoptScheduled(ExecutablePlan plan, absl::Duration step_time,
   scheduled_in_force_ = true;
 }
 
-void Runtime::UpdatePlan(const RoundResult& round, const std::optional<LearnedStep>& learned) {
+absl::Status Runtime::UpdatePlan(const RoundResult& round,
+                                 const std::optional<LearnedStep>& learned) {
   // Changes need every rank to have started the same planned collectives (agreed_launches):
   // then none is left waiting for a rank that stops following the plan.
   if (planned_->frozen() && round.unfreeze_wanted && round.agreed_launches.has_value()) {
     DropPlan("a rank waited on it longer than its patience");
   }
-  if (!learned.has_value()) return;
+  if (!learned.has_value()) return absl::OkStatus();
   if (scheduler_ != nullptr && !warned_no_markers_ && !profiler_->used()) {
     warned_no_markers_ = true;
     if (rank_ == 0) {
@@ -695,27 +707,43 @@ void Runtime::UpdatePlan(const RoundResult& round, const std::optional<LearnedSt
           config_.planner);
     }
   }
-  if (scheduled_in_force_) return;  // the scheduler's plan stays until it is dropped
+  if (scheduled_in_force_) return absl::OkStatus();  // the scheduler's plan stays until dropped
   if (planned_->frozen() && !(round.agreed_launches.has_value() && learned->launches_unchanged)) {
-    return;  // the plan in force is in use
+    return absl::OkStatus();  // the plan in force is in use
   }
   std::vector<PlanEntry> entries;
   for (int32_t id : learned->ids) {
     std::shared_ptr<const Response> response = negotiator_->CachedResponse(id);
-    if (response == nullptr) return;
+    if (response == nullptr) return absl::OkStatus();
     entries.push_back(PlanEntry{id, std::move(response)});
   }
   // The new plan's first pass skips what negotiation already agreed of the step in progress.
   const absl::flat_hash_set<int32_t> agreed(detector_->current().begin(),
                                             detector_->current().end());
+  // Launch units may join tensors of different negotiation rounds (DDP-sized units), but never
+  // across a point where the program, on any rank, looked at an outcome: every rank freezes at
+  // this same agreed round, so all take part in the OR of the marks.
+  std::vector<uint64_t> waits(Words(entries.size()), 0);
+  for (size_t k = 1; k < entries.size(); ++k) {
+    if (learned->observed[k] != learned->observed[k - 1]) SetBit(&waits, k);
+  }
+  absl::Status agreed_waits = negotiator_->OrAcrossRanks(&waits);
+  if (!agreed_waits.ok()) return agreed_waits;
+  std::vector<int64_t> segments(entries.size(), 0);
+  for (size_t k = 1; k < entries.size(); ++k) {
+    segments[k] = segments[k - 1] + (TestBit(waits, k) ? 1 : 0);
+  }
   if (planned_->frozen()) {
     DropPlan("another step repeats while the plan goes unused", /*relearn=*/false);
   }
   counters_.frozen.fetch_add(1, std::memory_order_relaxed);
   counters_.tensors.store(static_cast<int64_t>(entries.size()), std::memory_order_relaxed);
-  planned_->Freeze(ObservedPlan(std::move(entries), learned->rounds, PlannedMode::kFirstUnitBytes,
-                                PlannedMode::kUnitBytes),
-                   agreed, learned->step_time);
+  ExecutablePlan plan = ObservedPlan(std::move(entries), segments, PlannedMode::kFirstUnitBytes,
+                                     PlannedMode::kUnitBytes);
+  counters_.units.store(static_cast<int64_t>(plan.buckets.size()), std::memory_order_relaxed);
+  spdlog::debug("overlap: rank {}: observed plan: {} tensors, {} launch units", rank_,
+                plan.entries.size(), plan.buckets.size());
+  planned_->Freeze(std::move(plan), agreed, learned->step_time);
   negotiator_->ForgetStalls(planned_->planned_ids());
   // This step's submissions that negotiation has not agreed yet continue under the plan.
   for (auto it = pending_.begin(); it != pending_.end();) {
@@ -729,6 +757,7 @@ void Runtime::UpdatePlan(const RoundResult& round, const std::optional<LearnedSt
       ++it;
     }
   }
+  return absl::OkStatus();
 }
 
 bool Runtime::TakeIncoming() {

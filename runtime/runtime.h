@@ -32,6 +32,7 @@
 #include "runtime/cycle_detector.h"
 #include "runtime/data_plane.h"
 #include "runtime/delay_line.h"
+#include "runtime/handle_state.h"
 #include "runtime/negotiator.h"
 #include "runtime/overlap.h"
 #include "runtime/pending_op.h"
@@ -133,8 +134,9 @@ class Runtime {
   absl::Duration Cycle() const { return absl::Milliseconds(config_.cycle_time_ms); }
   bool RunRounds();
   // Planned execution: learns steps from an agreed round and freezes, replaces or drops the plan
-  // as the round allows; moves operations between the plan and negotiation.
-  void UpdatePlan(const RoundResult& round, const std::optional<LearnedStep>& learned);
+  // as the round allows; moves operations between the plan and negotiation. Freezing is
+  // collective (every rank freezes at the same agreed round); an error there is fatal.
+  absl::Status UpdatePlan(const RoundResult& round, const std::optional<LearnedStep>& learned);
   // `relearn`: forget the steps seen so far (not when a new plan replaces the old one).
   void DropPlan(const char* why, bool relearn = true);
   // Hands operations back to negotiation as fresh submissions (no cache bit, full request sent),
@@ -205,6 +207,10 @@ class Runtime {
   std::atomic<int> cuda_device_{-1};
   std::unique_ptr<PlannedMode> planned_;
   std::unique_ptr<CycleDetector> detector_;
+  // The program's looks at outcomes (Wait, Poll, done callbacks), counted by its handles; each
+  // submission is stamped with the count (PendingOp::observed).
+  const std::shared_ptr<internal::Observations> observations_ =
+      std::make_shared<internal::Observations>(0);
   std::unique_ptr<StepProfiler> profiler_;
   std::unique_ptr<PlanScheduler> scheduler_;  // null for OVERLAP_PLANNER=observed
   bool scheduled_in_force_ = false;           // the frozen plan came from the scheduler
@@ -262,7 +268,7 @@ class Runtime {
   // Written by the coordinator thread, read by stats().
   struct Counters {
     std::atomic<int64_t> rounds{0}, negotiated{0}, launches{0}, frozen{0}, dropped{0}, tensors{0},
-        steps{0};
+        units{0}, steps{0};
   } counters_;
 };
 

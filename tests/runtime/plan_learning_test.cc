@@ -12,7 +12,7 @@ std::optional<LearnedStep> Feed(CycleDetector* d, const std::vector<int32_t>& id
                                 std::optional<uint64_t> launches = 0) {
   std::optional<LearnedStep> last;
   for (int32_t id : ids) {
-    std::optional<LearnedStep> step = d->Observe(id, launches);
+    std::optional<LearnedStep> step = d->Observe(id, 0, launches);
     if (step.has_value()) last = step;
   }
   return last;
@@ -26,7 +26,7 @@ TEST_CASE("a step is learned after the configured number of identical steps", "[
   REQUIRE(step.has_value());
   CHECK(step->ids == std::vector<int32_t>{4, 2, 9});
   CHECK(step->launches_unchanged);
-  CHECK(step->rounds.size() == 3);
+  CHECK(step->observed.size() == 3);
   // The step in progress is the one just begun.
   CHECK(d.current() == std::vector<int32_t>{4});
 }
@@ -104,13 +104,31 @@ TEST_CASE("launch units: a small first unit, then units up to the cap, big tenso
   CHECK(MakeLaunchUnits({Entry(1000)}, {0}, 8, 12) == std::vector<std::vector<int>>{{0}});
 }
 
-TEST_CASE("launch units never join tensors that negotiation agreed in different rounds",
-          "[units]") {
-  // A program that waits for each tensor before submitting the next shows one tensor per round;
-  // a unit holding two of them would wait forever for the second.
+TEST_CASE("launch units never span two segments", "[units]") {
+  // A program that waits for each tensor before submitting the next puts each in a segment of
+  // its own; a unit holding two of them would wait forever for the second.
   std::vector<PlanEntry> entries = {Entry(1), Entry(1), Entry(1), Entry(1)};
   CHECK(MakeLaunchUnits(entries, {5, 6, 6, 9}, 800, 1200) ==
         std::vector<std::vector<int>>{{0}, {1, 2}, {3}});
+}
+
+TEST_CASE("the learned step carries each id's observation count, a joined rank's the one before",
+          "[detector]") {
+  CycleDetector d(2);
+  std::optional<LearnedStep> learned;
+  for (int step = 0; step < 3; ++step) {
+    const uint64_t base = 10 * static_cast<uint64_t>(step);
+    // Ids 1 and 2 are submitted before a wait, 3 after it; 4 was agreed while this rank had
+    // joined (it submitted nothing).
+    for (auto [id, observed] : std::vector<std::pair<int32_t, std::optional<uint64_t>>>{
+             {1, base}, {2, base}, {3, base + 1}, {4, std::nullopt}}) {
+      std::optional<LearnedStep> s = d.Observe(id, observed, 0);
+      if (s.has_value()) learned = s;
+    }
+  }
+  REQUIRE(learned.has_value());
+  CHECK(learned->ids == std::vector<int32_t>{1, 2, 3, 4});
+  CHECK(learned->observed == std::vector<uint64_t>{10, 10, 11, 11});  // the last closed step
 }
 
 }  // namespace

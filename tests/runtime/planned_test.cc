@@ -253,5 +253,74 @@ TEST_CASE("negotiated operations between planned steps keep working", "[plan]") 
   CHECK(Stats().planned_tensors == 2);
 }
 
+// Submits `grads` in backward order, sleeping `gap` before each after the first (a slow
+// backward: each lands in a negotiation round of its own); on `waiting_rank`, waits for the
+// first tensor's handle before submitting the second (a program that needs it to go on). Then
+// waits for everything and checks the sums.
+std::string RunSpreadStep(std::vector<Grad>& grads, int step, absl::Duration gap,
+                          int waiting_rank = -1) {
+  std::vector<Handle> handles;
+  for (auto it = grads.rbegin(); it != grads.rend(); ++it) {
+    if (it != grads.rbegin()) absl::SleepFor(gap);
+    if (handles.size() == 1 && Rank() == waiting_rank) {
+      absl::Status s = handles[0].Wait(kWait);
+      if (!s.ok()) return std::string(s.message());
+    }
+    for (size_t i = 0; i < it->data.size(); ++i) it->data[i] = Value(Rank(), step, i);
+    const int64_t n = static_cast<int64_t>(it->data.size());
+    absl::StatusOr<Handle> h = Allreduce(it->name, MakeTensor(it->data.data(), {n}),
+                                         MakeTensor(it->data.data(), {n}), {ReduceOp::kSum});
+    if (!h.ok()) return std::string(h.status().message());
+    handles.push_back(*h);
+  }
+  for (Handle& h : handles) {
+    absl::Status s = h.Wait(kWait);
+    if (!s.ok()) return std::string(s.message());
+  }
+  for (const Grad& g : grads) {
+    for (size_t i : {size_t{0}, g.data.size() - 1}) {
+      if (g.data[i] != Expected(step, i, Size())) {
+        return absl::StrCat(g.name, "[", i, "] = ", g.data[i], " at step ", step);
+      }
+    }
+  }
+  return "";
+}
+
+TEST_CASE("tensors submitted far apart with no wait between them share one launch unit",
+          "[plan][units]") {
+  // DDP-sized units: negotiation agrees these five in five rounds, but the program looked at no
+  // outcome between them, so the plan waits for all five and sends them as one unit.
+  std::vector<Grad> grads = MakeGrads("p.spread", {100, 200, 300, 400, 500});
+  int64_t negotiated_when_planned = -1;
+  for (int step = 0; step < kSteps; ++step) {
+    INFO("step " << step);
+    REQUIRE(RunSpreadStep(grads, step, absl::Milliseconds(5)) == "");
+    if (step == kQuietFrom - 1) negotiated_when_planned = Stats().negotiated_operations;
+  }
+  CHECK(Stats().planned_tensors == 5);
+  CHECK(Stats().planned_units == 1);
+  CHECK(Stats().negotiated_operations == negotiated_when_planned);
+}
+
+TEST_CASE("a wait between two tensors on one rank only splits their units on every rank",
+          "[plan][units]") {
+  // Rank 0 waits for its first tensor before submitting the second; the others do not. A unit
+  // holding both would wait for rank 0's second tensor, which waits for the unit: every rank
+  // must cut the plan there (the marks are ORed across ranks when the plan freezes).
+  std::vector<Grad> grads = MakeGrads("p.waits", {100, 200, 300});
+  const auto start = std::chrono::steady_clock::now();
+  int64_t negotiated_when_planned = -1;
+  for (int step = 0; step < kSteps; ++step) {
+    INFO("step " << step);
+    REQUIRE(RunSpreadStep(grads, step, absl::Milliseconds(1), /*waiting_rank=*/0) == "");
+    if (step == kQuietFrom - 1) negotiated_when_planned = Stats().negotiated_operations;
+  }
+  CHECK(Seconds(start) < 10.0);  // no unit waited out the plan's patience
+  CHECK(Stats().planned_tensors == 3);
+  CHECK(Stats().planned_units == 2);  // {p.waits.2}, {p.waits.1, p.waits.0}
+  CHECK(Stats().negotiated_operations == negotiated_when_planned);
+}
+
 }  // namespace
 }  // namespace overlap
