@@ -239,7 +239,8 @@ def main(argv):
         # Which plan the measured steps ran under: the planner may have refused or dropped it.
         s = stats()
         result["runtime"] = {k: s.get(k) for k in ("planner", "plan_adopted_step", "plans_frozen", "plans_dropped",
-                                                   "plans_refused", "plan_buckets", "predicted_step_ms",
+                                                   "plans_refused", "plan_buckets", "planned_tensors",
+                                                   "planned_units", "predicted_step_ms",
                                                    "plan_update_cycle", "plan_trials")}
     if error:
         print(f"torch_bench.py: rank {system.rank}: {error}", file=sys.stderr, flush=True)

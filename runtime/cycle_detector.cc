@@ -7,6 +7,7 @@ namespace overlap {
 void CycleDetector::Reset() {
   current_.clear();
   current_observed_.clear();
+  current_rounds_.clear();
   recent_.clear();
   current_set_.clear();
   current_start_.reset();
@@ -25,6 +26,7 @@ std::optional<LearnedStep> CycleDetector::Observe(int32_t id, std::optional<uint
     }
     current_.push_back(id);
     current_observed_.push_back(stamp);
+    current_rounds_.push_back(round_);
     current_set_.insert(id);
     return std::nullopt;
   }
@@ -42,6 +44,7 @@ std::optional<LearnedStep> CycleDetector::Observe(int32_t id, std::optional<uint
       if (!always) continue;
       step.ids.push_back(current_[i]);
       step.observed.push_back(current_observed_[i]);
+      step.rounds.push_back(current_rounds_[i]);
     }
     if (!step.ids.empty()) {
       const std::optional<uint64_t>& first = recent_.front().start;
@@ -53,6 +56,7 @@ std::optional<LearnedStep> CycleDetector::Observe(int32_t id, std::optional<uint
   }
   current_.assign(1, id);
   current_observed_.assign(1, stamp);
+  current_rounds_.assign(1, round_);
   current_set_.clear();
   current_set_.insert(id);
   current_start_ = agreed_launches;

@@ -28,6 +28,9 @@ struct LearnedStep {
   // must not wait for each other in a plan, since the program looked at an outcome between
   // submitting them and may have needed it to go on.
   std::vector<uint64_t> observed;
+  // Per id, the negotiation round that agreed it in the last step: ids agreed together were
+  // ready together, a natural unit.
+  std::vector<int64_t> rounds;
   // The agreed planned-launch count was the same at the start of the first of the repeated steps
   // and now: no planned collective ran meanwhile, so a plan in force is not in use.
   bool launches_unchanged = false;
@@ -46,6 +49,9 @@ class CycleDetector {
   std::optional<LearnedStep> Observe(int32_t id, std::optional<uint64_t> observed,
                                      std::optional<uint64_t> agreed_launches);
 
+  // Marks the end of one round's ids.
+  void EndRound() { ++round_; }
+
   // Ids agreed since the last step started (the step in progress).
   const std::vector<int32_t>& current() const { return current_; }
 
@@ -56,6 +62,8 @@ class CycleDetector {
   const int steps_needed_;
   std::vector<int32_t> current_;
   std::vector<uint64_t> current_observed_;
+  std::vector<int64_t> current_rounds_;
+  int64_t round_ = 0;
   absl::flat_hash_set<int32_t> current_set_;
   // The last steps_needed_ closed steps, oldest first, with the launch count at their start.
   struct ClosedStep {

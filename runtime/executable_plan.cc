@@ -57,11 +57,11 @@ void ExecutablePlan::Index() {
   }
 }
 
-ExecutablePlan ObservedPlan(std::vector<PlanEntry> entries, const std::vector<int64_t>& groups,
-                            int64_t first_bytes, int64_t unit_bytes) {
+ExecutablePlan ObservedPlan(std::vector<PlanEntry> entries,
+                            const std::vector<std::vector<int>>& units) {
   ExecutablePlan plan;
   plan.source = "observed";
-  for (const std::vector<int>& unit : MakeLaunchUnits(entries, groups, first_bytes, unit_bytes)) {
+  for (const std::vector<int>& unit : units) {
     ExecBucket bucket;
     for (int e : unit) bucket.slices.push_back(ExecSlice{e, 0, 0});
     plan.buckets.push_back(std::move(bucket));

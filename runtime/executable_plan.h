@@ -66,10 +66,10 @@ struct ExecutablePlan {
   bool delayed() const;
 };
 
-// The observed plan: `entries` (one step, in order) grouped into launch units (launch_units.h),
-// each a kWhole bucket.
-ExecutablePlan ObservedPlan(std::vector<PlanEntry> entries, const std::vector<int64_t>& groups,
-                            int64_t first_bytes, int64_t unit_bytes);
+// The observed plan: `entries` (one step, in order) in `units` (MakeLaunchUnits, launch_units.h:
+// indices into `entries`), each a kWhole bucket.
+ExecutablePlan ObservedPlan(std::vector<PlanEntry> entries,
+                            const std::vector<std::vector<int>>& units);
 
 // A scheduler plan made for tensors this rank knows as `table` (name -> agreed operation).
 // Checks everything a rank must trust before running a plan that came over the wire: every slice

@@ -76,6 +76,8 @@ class PlannedMode {
   // DDP's bucket sizes: a small first unit starts communication early in backward.
   static constexpr int64_t kFirstUnitBytes = int64_t{1} << 20;
   static constexpr int64_t kUnitBytes = int64_t{25} << 20;
+  // A unit ends with its negotiation round once it holds this much (launch_units.h).
+  static constexpr int64_t kMinUnitBytes = int64_t{1} << 20;
 
   // Makes the plane for a plan's CUDA tensors (its own communicators, set up when a plan holding
   // CUDA tensors is frozen), given its configuration and the function its operations complete

@@ -13,6 +13,7 @@
 #include "collectives/mpi_wait.h"
 #include "runtime/agreement.h"
 #include "runtime/host_layout.h"
+#include "runtime/launch_units.h"
 #include "runtime/mpi_control_collectives.h"
 #include "runtime/rank_bits.h"
 #include "runtime/validation.h"
@@ -575,6 +576,7 @@ bool Runtime::RunRounds() {
         if (r.op.has_value()) r.op = planned_->JoinAgreed(std::move(*r.op));
       }
     }
+    detector_->EndRound();
     auto [host, cuda] = SplitByDevice(std::move(round->ready));
     data_plane_->Submit(std::move(host));
     if (!cuda.empty()) {
@@ -720,9 +722,9 @@ absl::Status Runtime::UpdatePlan(const RoundResult& round,
   // The new plan's first pass skips what negotiation already agreed of the step in progress.
   const absl::flat_hash_set<int32_t> agreed(detector_->current().begin(),
                                             detector_->current().end());
-  // Launch units may join tensors of different negotiation rounds (DDP-sized units), but never
-  // across a point where the program, on any rank, looked at an outcome: every rank freezes at
-  // this same agreed round, so all take part in the OR of the marks.
+  // Launch units may join tensors of different negotiation rounds, but never across a point
+  // where the program, on any rank, looked at an outcome: every rank freezes at this same agreed
+  // round, so all take part in the OR of the marks.
   std::vector<uint64_t> waits(Words(entries.size()), 0);
   for (size_t k = 1; k < entries.size(); ++k) {
     if (learned->observed[k] != learned->observed[k - 1]) SetBit(&waits, k);
@@ -738,8 +740,10 @@ absl::Status Runtime::UpdatePlan(const RoundResult& round,
   }
   counters_.frozen.fetch_add(1, std::memory_order_relaxed);
   counters_.tensors.store(static_cast<int64_t>(entries.size()), std::memory_order_relaxed);
-  ExecutablePlan plan = ObservedPlan(std::move(entries), segments, PlannedMode::kFirstUnitBytes,
-                                     PlannedMode::kUnitBytes);
+  const std::vector<std::vector<int>> units =
+      MakeLaunchUnits(entries, segments, learned->rounds, PlannedMode::kMinUnitBytes,
+                      PlannedMode::kFirstUnitBytes, PlannedMode::kUnitBytes);
+  ExecutablePlan plan = ObservedPlan(std::move(entries), units);
   counters_.units.store(static_cast<int64_t>(plan.buckets.size()), std::memory_order_relaxed);
   spdlog::debug("overlap: rank {}: observed plan: {} tensors, {} launch units", rank_,
                 plan.entries.size(), plan.buckets.size());

@@ -97,18 +97,31 @@ TEST_CASE("launch units: a small first unit, then units up to the cap, big tenso
   // Bytes: 400, 400, 400, 4000, 400, 400.
   std::vector<PlanEntry> entries = {Entry(100),  Entry(100), Entry(100),
                                     Entry(1000), Entry(100), Entry(100)};
-  const std::vector<int64_t> one_round(6, 0);
-  const std::vector<std::vector<int>> units = MakeLaunchUnits(entries, one_round, 800, 1200);
+  const std::vector<int64_t> one(6, 0);
+  const std::vector<std::vector<int>> units = MakeLaunchUnits(entries, one, one, 0, 800, 1200);
   CHECK(units == std::vector<std::vector<int>>{{0, 1}, {2}, {3}, {4, 5}});
-  CHECK(MakeLaunchUnits({}, {}, 800, 1200).empty());
-  CHECK(MakeLaunchUnits({Entry(1000)}, {0}, 8, 12) == std::vector<std::vector<int>>{{0}});
+  CHECK(MakeLaunchUnits({}, {}, {}, 0, 800, 1200).empty());
+  CHECK(MakeLaunchUnits({Entry(1000)}, {0}, {0}, 0, 8, 12) == std::vector<std::vector<int>>{{0}});
+}
+
+TEST_CASE("launch units end with their round once they hold the minimum", "[units]") {
+  // Bytes 400 each; rounds 0, 1, 1, 2, 3, 3; one segment. Minimum 800: {0, 1, 2} (400 after
+  // round 0 is below it; 1200 after round 1 is not), then {3, 4, 5}.
+  std::vector<PlanEntry> entries(6, Entry(100));
+  const std::vector<int64_t> segment(6, 0);
+  CHECK(MakeLaunchUnits(entries, segment, {0, 1, 1, 2, 3, 3}, 800, 1 << 20, 1 << 20) ==
+        std::vector<std::vector<int>>{{0, 1, 2}, {3, 4, 5}});
+  // Minimum 0: a unit per round, as negotiation agreed them.
+  CHECK(MakeLaunchUnits(entries, segment, {0, 1, 1, 2, 3, 3}, 0, 1 << 20, 1 << 20) ==
+        std::vector<std::vector<int>>{{0}, {1, 2}, {3}, {4, 5}});
 }
 
 TEST_CASE("launch units never span two segments", "[units]") {
   // A program that waits for each tensor before submitting the next puts each in a segment of
   // its own; a unit holding two of them would wait forever for the second.
+  // Whatever the minimum and the rounds.
   std::vector<PlanEntry> entries = {Entry(1), Entry(1), Entry(1), Entry(1)};
-  CHECK(MakeLaunchUnits(entries, {5, 6, 6, 9}, 800, 1200) ==
+  CHECK(MakeLaunchUnits(entries, {5, 6, 6, 9}, {0, 0, 0, 0}, 800, 1200, 1200) ==
         std::vector<std::vector<int>>{{0}, {1, 2}, {3}});
 }
 
@@ -129,6 +142,7 @@ TEST_CASE("the learned step carries each id's observation count, a joined rank's
   REQUIRE(learned.has_value());
   CHECK(learned->ids == std::vector<int32_t>{1, 2, 3, 4});
   CHECK(learned->observed == std::vector<uint64_t>{10, 10, 11, 11});  // the last closed step
+  CHECK(learned->rounds.size() == 4);
 }
 
 }  // namespace
