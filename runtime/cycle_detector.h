@@ -25,7 +25,7 @@ namespace overlap {
 struct LearnedStep {
   std::vector<int32_t> ids;  // in the order of the last step
   // Per id, this rank's PendingOp::observed for it in the last step: ids with different counts
-  // must not wait for each other in a plan, since the program looked at an outcome between
+  // must not wait for each other in a plan, since the program saw an operation finish between
   // submitting them and may have needed it to go on.
   std::vector<uint64_t> observed;
   // Per id, the negotiation round that agreed it in the last step: ids agreed together were

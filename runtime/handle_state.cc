@@ -28,8 +28,9 @@ bool HandleState::done() const {
 }
 
 bool HandleState::Poll() const {
-  if (observations_ != nullptr) observations_->fetch_add(1);
-  return done();
+  const bool finished = done();
+  if (finished && observations_ != nullptr) observations_->fetch_add(1);
+  return finished;
 }
 
 void WaitClock::MarkWaited(absl::Time now) {
@@ -53,7 +54,6 @@ absl::Time WaitClock::done_at() const {
 }
 
 absl::Status HandleState::Wait(absl::Duration timeout) const {
-  if (observations_ != nullptr) observations_->fetch_add(1);
   clock_->MarkWaited(absl::Now());
   absl::MutexLock lock(&mu_);
   auto is_done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return done_; };
@@ -62,6 +62,7 @@ absl::Status HandleState::Wait(absl::Duration timeout) const {
         absl::StrCat("rank ", rank_, ": '", name_, "' has not completed after ",
                      absl::FormatDuration(timeout)));
   }
+  if (observations_ != nullptr) observations_->fetch_add(1);
   return status_;
 }
 

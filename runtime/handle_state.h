@@ -33,16 +33,19 @@ class WaitClock {
   absl::Time done_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 
-// How many times the program has looked at an operation's outcome: a Wait or a Poll, or a done
-// callback run. A frozen plan never makes tensors submitted on either side of such a look wait for
-// each other (runtime/launch_units.h): the program may have needed the first one's result before
-// it submitted the second. Shared by a runtime and its handles, which may outlive it.
+// How many times the program has seen an operation finish: a Wait that returned its outcome, a
+// Poll that returned true, a done callback run. A frozen plan never makes tensors submitted on
+// either side of such a moment wait for each other (runtime/launch_units.h): the program may have
+// needed the first one's result before it submitted the second. A Wait still blocked, or a Poll
+// of false, tells the program nothing, so they do not count: overlap.tensorflow waits on every
+// handle at once, from a thread of its own. Shared by a runtime and its handles, which may
+// outlive it.
 using Observations = std::atomic<uint64_t>;
 
 class HandleState {
  public:
   // `rank` prefixes the timeout message of Wait. `observations`, if given, counts the program's
-  // Wait and Poll calls and the run of `on_done`.
+  // sights of this operation's end: a Wait that returns it, a Poll of true, the run of `on_done`.
   HandleState(std::string name, int rank, DoneCallback on_done,
               std::shared_ptr<Observations> observations = nullptr)
       : name_(std::move(name)),
@@ -57,9 +60,10 @@ class HandleState {
   void Complete(absl::Status status);
 
   bool done() const;
-  // The program's Poll: done(), counted as an observation.
+  // The program's Poll: done(), counted as an observation when true.
   bool Poll() const;
-  // Records the first call's time (first_wait) before blocking; counted as an observation.
+  // Records the first call's time (first_wait) before blocking; counted as an observation when it
+  // returns the outcome (not on timeout).
   absl::Status Wait(absl::Duration timeout) const;
   // When Wait was first called (the step profiler's first use) and when Complete recorded the
   // outcome (with the first, how long the first Wait blocked); it outlives this state.

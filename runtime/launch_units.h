@@ -23,10 +23,11 @@ struct PlanEntry {
 // its tensors by dtype, op and size.
 //
 // `segments[i]` is entry i's segment: the runtime starts a new one wherever some rank's program
-// looked at an outcome (a Wait, a Poll, a done callback) between submitting entry i - 1 and entry
-// i (PendingOp::observed). A unit never spans two segments: the program may have needed the
-// first tensor's result before it submitted the second (a GAN's discriminator step waits for its
-// gradients before the generator's exist), and a unit holding both would wait for ever.
+// saw an operation finish (a Wait returned, a Poll of true, a done callback ran) between
+// submitting entry i - 1 and entry i (PendingOp::observed). A unit never spans two segments: the
+// program may have needed the first tensor's result before it submitted the second (a GAN's
+// discriminator step waits for its gradients before the generator's exist), and a unit holding
+// both would wait for ever.
 //
 // `rounds[i]` is the negotiation round that agreed entry i: entries of one round were ready
 // together. A unit also ends where the round changes, once it holds `min_bytes`: a unit that

@@ -318,9 +318,9 @@ struct RuntimeStats {
   int64_t plans_frozen = 0;      // plans adopted (see OVERLAP_PLAN_AFTER_STEPS)
   int64_t plans_dropped = 0;     // plans given up (divergence, a changed step, a blocked rank)
   int64_t planned_tensors = 0;   // tensors in the plan in force; 0 while negotiating everything
-  // Its launch units (buckets). An observed plan's are runs of tensors that no look of the
-  // program at an outcome separates, ending with a negotiation round once they hold 1 MiB, and
-  // at most DDP's sizes (1 MiB first, then 25 MiB).
+  // Its launch units (buckets). An observed plan's are runs of tensors between which the program
+  // saw no operation finish (a Wait returned, a Poll of true, a done callback), ending with a
+  // negotiation round once they hold 1 MiB, and at most DDP's sizes (1 MiB first, then 25 MiB).
   int64_t planned_units = 0;
   int64_t steps = 0;             // forwards marked with StartForward
   // The scheduled plan in force, if any (OVERLAP_PLANNER other than observed): the planner that

@@ -723,7 +723,7 @@ absl::Status Runtime::UpdatePlan(const RoundResult& round,
   const absl::flat_hash_set<int32_t> agreed(detector_->current().begin(),
                                             detector_->current().end());
   // Launch units may join tensors of different negotiation rounds, but never across a point
-  // where the program, on any rank, looked at an outcome: every rank freezes at this same agreed
+  // where the program, on any rank, saw an operation finish: every rank freezes at this same agreed
   // round, so all take part in the OR of the marks.
   std::vector<uint64_t> waits(Words(entries.size()), 0);
   for (size_t k = 1; k < entries.size(); ++k) {

@@ -207,8 +207,9 @@ class Runtime {
   std::atomic<int> cuda_device_{-1};
   std::unique_ptr<PlannedMode> planned_;
   std::unique_ptr<CycleDetector> detector_;
-  // The program's looks at outcomes (Wait, Poll, done callbacks), counted by its handles; each
-  // submission is stamped with the count (PendingOp::observed).
+  // The program's sights of operations finishing (a Wait returned, a Poll of true, a done
+  // callback), counted by its handles; each submission is stamped with the count
+  // (PendingOp::observed).
   const std::shared_ptr<internal::Observations> observations_ =
       std::make_shared<internal::Observations>(0);
   std::unique_ptr<StepProfiler> profiler_;

@@ -459,3 +459,41 @@ def test_partial_distributed_gradient_tape(hvd, mode):
         local = any(w is v for v in outer.trainable_weights)
         expected = everyone[r][i] / n if local else sum(e[i] for e in everyone) / n
         close(got[i], expected, "gradient of %s" % w.path)
+
+
+def test_a_traced_step_freezes_into_launch_units_of_several_tensors(hvd):
+    """overlap.tensorflow waits on every handle at once, from a thread of its own; only a wait
+    that returns counts as the program seeing a result, so the frozen plan still joins a step's
+    gradients into launch units (runtime/launch_units.h) instead of one unit per tensor."""
+    if os.environ.get("TEST_OVERLAP_INIT"):  # a scheduled plan's buckets are its planner's
+        pytest.skip("runs with TEST_OVERLAP_INIT=" + os.environ["TEST_OVERLAP_INIT"])
+    # Seeded initializers: every rank starts from the same weights. Explicit names: Keras numbers
+    # unnamed layers per process, and earlier tests built different models on different ranks.
+    layers = [tf.keras.layers.Dense(16, activation="relu", name="units_dense%d" % i,
+                                    kernel_initializer=tf.keras.initializers.GlorotUniform(seed=i))
+              for i in range(8)]
+    last = tf.keras.layers.Dense(1, name="units_out",
+                                 kernel_initializer=tf.keras.initializers.GlorotUniform(seed=8))
+    model = tf.keras.Sequential(layers + [last], name="units_model")
+    model.build((None, 4))
+    before = [v.numpy() for v in model.trainable_variables]
+
+    @tf.function
+    def step(x, y):
+        with hvd.DistributedGradientTape(tf.GradientTape()) as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        for v, g in zip(model.trainable_variables, tape.gradient(loss, model.trainable_variables)):
+            v.assign_sub(0.01 * g)
+        return loss
+
+    for _ in range(30):
+        step(*data(hvd.rank()))
+    stats = hvd.stats()
+    assert stats["planned_tensors"] == 18, stats
+    assert 1 <= stats["planned_units"] <= 4, stats
+    # Every rank applied the same averaged gradients.
+    for v, b in zip(model.trainable_variables, before):
+        mine = v.numpy()
+        assert not np.array_equal(mine, b)
+        everyone = hvd.allgather(tf.reshape(v, [1, -1])).numpy()
+        assert np.array_equal(everyone, np.repeat(everyone[:1], hvd.size(), axis=0)), v.name
