@@ -896,7 +896,13 @@ void Runtime::Loop() {
     if (s.ok() && scheduler_ != nullptr) s = ProgressSchedule();
     if (s.ok() && plan_save_wanted_.load(std::memory_order_acquire)) AnswerPlanSave();
     counters_.launches.store(static_cast<int64_t>(planned_->launches()), std::memory_order_relaxed);
-    if (planned_->must_unfreeze()) DropPlan("a tensor was submitted differently from the plan");
+    // Each rank sees the check fail at its own moment, so the detector is not reset here: a freeze
+    // (collective: the OR of the wait marks, the CUDA plane's set-up) must come at the same agreed
+    // round on every rank. The diverged tensor's renegotiation evicts it in an agreed round, and
+    // that resets every rank's detector alike.
+    if (planned_->must_unfreeze()) {
+      DropPlan("a tensor was submitted differently from the plan", /*relearn=*/false);
+    }
     if (planned_->TakeUnfreezeWish()) loop_.resend = true;  // asks for a round to drop the plan
     if (planned_->TakeReportWish()) loop_.plan_report = loop_.resend = true;
     if (loop_.shutdown_held && planned_->delayed_drained()) {
