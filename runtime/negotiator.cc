@@ -215,9 +215,8 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
         gone.empty()
             ? absl::StrCat("stalled: ", text, ", past OVERLAP_STALL_TIMEOUT_S=",
                            config_.stall_timeout_s)
-            : absl::StrCat("cannot complete: ", text, "; ranks ", RankList(gone, hosts_),
-                           " have called Shutdown (the program ended, returned or exited, "
-                           "sys.exit included) and will submit nothing more");
+            : absl::StrCat("cannot complete: ", text, "; ", ShutDownRanks(gone, hosts_),
+                           " and will submit nothing more");
     spdlog::error("overlap: rank 0: {}", response.error);
     responses->push_back(std::move(response));
   };
@@ -483,7 +482,10 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
     }
     std::vector<std::string> gathered;
     s = Run(
-        [&] { return control_->StartGather(EncodeGather(pending, stall_gather, bits, shutting_down), &gathered); },
+        [&] {
+          return control_->StartGather(EncodeGather(pending, stall_gather, bits, shutting_down),
+                                       &gathered);
+        },
         "gather of the requests");
     if (!s.ok()) return s;
     for (size_t r = 0; r < gathered.size(); ++r) {

@@ -846,9 +846,8 @@ void PlannedMode::OnReport(const std::vector<uint64_t>& counts,
     if (!gone.empty()) {
       // Started here, so it cannot be withdrawn, and those ranks will never start it.
       stalled_ = absl::FailedPreconditionError(absl::StrCat(
-          "rank ", rank_, ": cannot complete: planned ", text, "; ranks ", RankList(gone, hosts_),
-          " have called Shutdown (the program ended, returned or exited, sys.exit included) "
-          "and will start nothing more"));
+          "rank ", rank_, ": cannot complete: planned ", text, "; ", ShutDownRanks(gone, hosts_),
+          " and will start nothing more"));
       return;
     }
     if (age >= absl::Seconds(config_.stall_timeout_s)) {

@@ -25,6 +25,15 @@ inline std::string RankList(const std::vector<int>& ranks, const std::vector<std
   return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
 }
 
+// Why an operation cannot complete once `ranks` have shut down: "ranks [1 (h)] have called
+// Shutdown (...)", for the negotiator's and the planned executor's errors alike.
+inline std::string ShutDownRanks(const std::vector<int>& ranks,
+                                 const std::vector<std::string>& hosts) {
+  return absl::StrCat("ranks ", RankList(ranks, hosts),
+                      " have called Shutdown (the program ended, returned or exited, sys.exit "
+                      "included)");
+}
+
 }  // namespace overlap
 
 #endif  // OVERLAP_RUNTIME_RANK_BITS_H_

@@ -51,9 +51,18 @@ std::vector<Grad> MakeGrads(const std::string& prefix, const std::vector<int64_t
 }
 
 // One step: fills, submits in reverse (backward) order, waits, returns the first error.
-std::string RunStep(std::vector<Grad>& grads, int step, int contributors = -1) {
+// `gap`: a sleep before each submission after the first (a slow backward: each lands in a
+// negotiation round of its own). On `waiting_rank`, the first tensor's handle is waited for before
+// the second is submitted (a program that needs its result to go on).
+std::string RunStep(std::vector<Grad>& grads, int step, int contributors = -1,
+                    absl::Duration gap = absl::ZeroDuration(), int waiting_rank = -1) {
   std::vector<Handle> handles;
   for (auto it = grads.rbegin(); it != grads.rend(); ++it) {
+    if (it != grads.rbegin()) absl::SleepFor(gap);
+    if (handles.size() == 1 && Rank() == waiting_rank) {
+      absl::Status s = handles[0].Wait(kWait);
+      if (!s.ok()) return std::string(s.message());
+    }
     for (size_t i = 0; i < it->data.size(); ++i) it->data[i] = Value(Rank(), step, i);
     const int64_t n = static_cast<int64_t>(it->data.size());
     absl::StatusOr<Handle> h = Allreduce(it->name, MakeTensor(it->data.data(), {n}),
@@ -253,40 +262,6 @@ TEST_CASE("negotiated operations between planned steps keep working", "[plan]") 
   CHECK(Stats().planned_tensors == 2);
 }
 
-// Submits `grads` in backward order, sleeping `gap` before each after the first (a slow
-// backward: each lands in a negotiation round of its own); on `waiting_rank`, waits for the
-// first tensor's handle before submitting the second (a program that needs it to go on). Then
-// waits for everything and checks the sums.
-std::string RunSpreadStep(std::vector<Grad>& grads, int step, absl::Duration gap,
-                          int waiting_rank = -1) {
-  std::vector<Handle> handles;
-  for (auto it = grads.rbegin(); it != grads.rend(); ++it) {
-    if (it != grads.rbegin()) absl::SleepFor(gap);
-    if (handles.size() == 1 && Rank() == waiting_rank) {
-      absl::Status s = handles[0].Wait(kWait);
-      if (!s.ok()) return std::string(s.message());
-    }
-    for (size_t i = 0; i < it->data.size(); ++i) it->data[i] = Value(Rank(), step, i);
-    const int64_t n = static_cast<int64_t>(it->data.size());
-    absl::StatusOr<Handle> h = Allreduce(it->name, MakeTensor(it->data.data(), {n}),
-                                         MakeTensor(it->data.data(), {n}), {ReduceOp::kSum});
-    if (!h.ok()) return std::string(h.status().message());
-    handles.push_back(*h);
-  }
-  for (Handle& h : handles) {
-    absl::Status s = h.Wait(kWait);
-    if (!s.ok()) return std::string(s.message());
-  }
-  for (const Grad& g : grads) {
-    for (size_t i : {size_t{0}, g.data.size() - 1}) {
-      if (g.data[i] != Expected(step, i, Size())) {
-        return absl::StrCat(g.name, "[", i, "] = ", g.data[i], " at step ", step);
-      }
-    }
-  }
-  return "";
-}
-
 TEST_CASE("tensors submitted far apart with no wait between them share one launch unit",
           "[plan][units]") {
   // DDP-sized units: negotiation agrees these five in five rounds, but the program looked at no
@@ -295,7 +270,7 @@ TEST_CASE("tensors submitted far apart with no wait between them share one launc
   int64_t negotiated_when_planned = -1;
   for (int step = 0; step < kSteps; ++step) {
     INFO("step " << step);
-    REQUIRE(RunSpreadStep(grads, step, absl::Milliseconds(5)) == "");
+    REQUIRE(RunStep(grads, step, -1, absl::Milliseconds(5)) == "");
     if (step == kQuietFrom - 1) negotiated_when_planned = Stats().negotiated_operations;
   }
   CHECK(Stats().planned_tensors == 5);
@@ -313,7 +288,7 @@ TEST_CASE("a wait between two tensors on one rank only splits their units on eve
   int64_t negotiated_when_planned = -1;
   for (int step = 0; step < kSteps; ++step) {
     INFO("step " << step);
-    REQUIRE(RunSpreadStep(grads, step, absl::Milliseconds(1), /*waiting_rank=*/0) == "");
+    REQUIRE(RunStep(grads, step, -1, absl::Milliseconds(1), /*waiting_rank=*/0) == "");
     if (step == kQuietFrom - 1) negotiated_when_planned = Stats().negotiated_operations;
   }
   CHECK(Seconds(start) < 10.0);  // no unit waited out the plan's patience
