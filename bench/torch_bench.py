@@ -248,7 +248,7 @@ def main(argv):
         result["error"] = "gradients were not averaged correctly on some rank (see its stderr)"
     if system.rank == 0:
         print(json.dumps(result), flush=True)
-    system.shutdown()
+    system.shutdown(1 if errors else 0)
     return 1 if errors else 0
 
 

@@ -5,7 +5,7 @@
 #   bench/torch_side_by_side.sh [--quick] [--models vgg16,resnet50,bert-base] [--systems LIST]
 #       [--planners LIST] [--rate 1gbit] [--steps N] [--warmup N] [--target-step-ms MS]
 #       [--parts emulated,synthetic,tiny] [--out FILE] [--no-build] [--quiet-wait SECONDS]
-#       [--library FILE]
+#       [--library FILE] [--tiny-rounds N]
 #
 # Systems (--systems, default all of them):
 #   horovod        horovod.torch 0.28.1 on torch 2.0.1 over MPI, as installed
@@ -34,6 +34,9 @@
 # Each run waits (at most --quiet-wait, default 600 s) until the shared CPU is at most 25% busy.
 # --library FILE: overlap.torch loads FILE instead of the freshly built liboverlap.so (to compare
 # two builds of the core against the same baselines).
+# --tiny-rounds N: the tiny part N times over (default 1), every system and both floors in each
+# round, each line tagged with its round: Horovod's tiny step swings twofold between runs here, so
+# overheads are compared round by round and by their medians.
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -44,7 +47,7 @@ note() { echo "torch_side_by_side.sh: $*" >&2; }
 
 quick=0 models="" systems="horovod,horovod+yield,horovod-ring+yield,ddp,ddp-tuned,overlap" planners="" rate=1gbit
 steps="" warmup="" target="" parts="emulated,synthetic,tiny" out="" build=1 quiet_wait=600 max_busy=0.25
-library=""
+library="" tiny_rounds=1
 while (($#)); do
   case $1 in
     --quick) quick=1; shift ;;
@@ -59,6 +62,7 @@ while (($#)); do
     --out) out=${2:-}; shift 2 || die "--out needs a file" ;;
     --no-build) build=0; shift ;;
     --library) library=${2:-}; shift 2 || die "--library needs a file" ;;
+    --tiny-rounds) tiny_rounds=${2:-}; shift 2 || die "--tiny-rounds needs a number" ;;
     --quiet-wait) quiet_wait=${2:-}; shift 2 || die "--quiet-wait needs seconds" ;;
     -h | --help) sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
@@ -139,7 +143,7 @@ MASTER=10.77.0.1  # h1, where mpirun's by-slot mapping puts rank 0: DDP's rendez
 
 mkdir -p "$(dirname "$out")"
 : >"$out"
-failed=0 port=29500
+failed=0 port=29500 round=""
 
 # The machine is shared (other people build and test on it) and has two cores, so a run that
 # starts while something else computes is slower for reasons that are not the system's. Before
@@ -220,8 +224,8 @@ run() {
   local line
   line=$(grep -m1 '^{' "$log.out" || true)
   if ((rc == 0)) && [ -n "$line" ]; then
-    "$NEW_PY" -c 'import json, sys; d = json.loads(sys.argv[1]); d["cpu_busy_before"] = float(sys.argv[2]); print(json.dumps(d))' \
-      "$line" "$busy" | tee -a "$out"
+    "$NEW_PY" -c 'import json, sys; d = json.loads(sys.argv[1]); d["cpu_busy_before"] = float(sys.argv[2]); d.update({"round": int(sys.argv[3])} if sys.argv[3] else {}); print(json.dumps(d))' \
+      "$line" "$busy" "$round" | tee -a "$out"
   else
     local reason
     # A Python traceback's last line, this benchmark's own message, or overlaprun's summary.
@@ -287,18 +291,23 @@ if has "$parts" synthetic; then
   fi
 fi
 if has "$parts" tiny; then
-  while read -r label planner; do
-    [ "$planner" != - ] || planner=""
-    [ -z "$planner" ] || [ "$planner" = observed ] || continue
-    [ "$label" != ddp-tuned ] || continue  # one bucket holds all 50 tensors either way
-    run "$label" "$planner" 600 -- --mode tiny --warmup-steps "$tiny_warmup" --steps "$tiny_steps"
-  done < <(variants)
-  # The same steps without any communication, on each torch: the compute floor that each
-  # system's coordination overhead is measured above (the report subtracts it).
-  run local "" 600 -- --mode tiny --warmup-steps "$tiny_warmup" --steps "$tiny_steps"
-  if [ -n "$HVD_PY" ]; then
-    run local-torch2.0 "" 600 -- --mode tiny --warmup-steps "$tiny_warmup" --steps "$tiny_steps"
-  fi
+  # A tiny run takes about 20 s; 180 s is a hang.
+  for ((k = 1; k <= tiny_rounds; k++)); do
+    ((tiny_rounds == 1)) || round=$k
+    while read -r label planner; do
+      [ "$planner" != - ] || planner=""
+      [ -z "$planner" ] || [ "$planner" = observed ] || continue
+      [ "$label" != ddp-tuned ] || continue  # one bucket holds all 50 tensors either way
+      run "$label" "$planner" 180 -- --mode tiny --warmup-steps "$tiny_warmup" --steps "$tiny_steps"
+    done < <(variants)
+    # The same steps without any communication, on each torch: the compute floor that each
+    # system's coordination overhead is measured above (the report subtracts it).
+    run local "" 180 -- --mode tiny --warmup-steps "$tiny_warmup" --steps "$tiny_steps"
+    if [ -n "$HVD_PY" ]; then
+      run local-torch2.0 "" 180 -- --mode tiny --warmup-steps "$tiny_warmup" --steps "$tiny_steps"
+    fi
+  done
+  round=""
 fi
 
 note "wrote $out; logs in $LOG"

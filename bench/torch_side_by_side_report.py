@@ -15,6 +15,7 @@ skipped.
 import argparse
 import json
 import os
+import statistics
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,6 +102,49 @@ def tiny_table(runs):
     return "\n".join(lines)
 
 
+def tiny_rounds_table(runs):
+    """--tiny-rounds: per round, each system's step and overhead above its own torch's floor of
+    that round, overlap's overhead over each other system's, and the medians over rounds."""
+    ok = [r for r in runs if "error" not in r]
+    rounds = sorted({r["round"] for r in ok})
+    others = sorted({r["system"] for r in ok} - {"overlap", "local", "local-torch2.0"})
+
+    def step(k, system):
+        found = [r["step_ms"] for r in ok if r["round"] == k and r["system"] == system]
+        return found[0] if found else None
+
+    def overhead(k, system):
+        floor = step(k, "local-torch2.0" if (system.startswith("horovod") or
+                                             system.endswith("torch2.0")) else "local")
+        mine = step(k, system)
+        return None if floor is None or mine is None else mine - floor
+
+    head = ["round", "overlap ms"] + [f"{o} ms" for o in others] + ["local ms", "local-torch2.0 ms",
+                                                                   "overlap overhead"]
+    head += [f"{o} overhead" for o in others] + [f"overlap's / {o}'s" for o in others]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    columns = []
+
+    def text(v):
+        return "-" if v is None else f"{v:.2f}"
+
+    for k in rounds:
+        row = [step(k, "overlap")] + [step(k, o) for o in others]
+        row += [step(k, "local"), step(k, "local-torch2.0"), overhead(k, "overlap")]
+        row += [overhead(k, o) for o in others]
+        mine = overhead(k, "overlap")
+        row += [None if mine is None or not overhead(k, o) or overhead(k, o) <= 0 else
+                mine / overhead(k, o) for o in others]
+        columns.append(row)
+        lines.append(f"| {k} | " + " | ".join(text(v) for v in row) + " |")
+    medians = []
+    for i in range(len(columns[0]) if columns else 0):
+        values = [c[i] for c in columns if c[i] is not None]
+        medians.append(statistics.median(values) if values else None)
+    lines.append("| median | " + " | ".join(text(v) for v in medians) + " |")
+    return "\n".join(lines)
+
+
 def tables(runs):
     parts = []
     emulated = [r for r in runs if r.get("mode", "emulated") == "emulated" and r.get("model") not in ("small-resnet", "tiny50")]
@@ -110,7 +154,10 @@ def tables(runs):
         parts.append("### Emulated models (compute slept, 4 hosts)\n\n" + emulated_table(emulated))
     if synthetic:
         parts.append("### Real CPU compute: small ResNet, 4 ranks\n\n" + synthetic_table(synthetic))
-    if tiny:
+    if tiny and any("round" in r for r in tiny):
+        parts.append("### Coordination overhead: 50 tiny tensors per step, by round\n\n" +
+                     tiny_rounds_table([r for r in tiny if "round" in r]))
+    elif tiny:
         parts.append("### Coordination overhead: 50 tiny tensors per step\n\n" + tiny_table(tiny))
     return "\n\n".join(parts)
 

@@ -8,6 +8,7 @@ overlap.torch is meant to be a drop-in (`import overlap.torch as hvd`); only the
 
 import importlib
 import os
+import sys
 
 import torch
 
@@ -36,7 +37,7 @@ class HorovodAPI:
         t = torch.tensor(values, dtype=torch.float64)
         return self.hvd.allreduce(t, op=self.hvd.Max, name="bench.max_over_ranks").tolist()
 
-    def shutdown(self):
+    def shutdown(self, exit_code=0):
         self.hvd.shutdown()
 
 
@@ -69,8 +70,16 @@ class TorchDDP:
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
         return t.tolist()
 
-    def shutdown(self):
-        self.dist.destroy_process_group()
+    def shutdown(self, exit_code=0):
+        # The process ends here, once every rank is done with the group, without tearing the
+        # group down: on 2026-11-27 torch 2.0's TCPStore server thread spun on a closed client
+        # connection while destroy_process_group waited for it, for ever, and the newest torch
+        # aborted a rank at exit ("terminate called without an active exception"), each after
+        # the results were printed. Neither is part of what is measured.
+        self.dist.barrier()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
 
 
 class LocalOnly(TorchDDP):

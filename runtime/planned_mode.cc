@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "collectives/scaling.h"
 #include "runtime/rank_bits.h"
 #include "spdlog/spdlog.h"
@@ -24,6 +25,35 @@ Config PlaneConfig(Config config) {
   config.collective_timeout_s += config.stall_timeout_s;
   return config;
 }
+
+// A check starts with a fingerprint of its unit and the fingerprint's complement. The OR over the
+// ranks returns them unchanged where every rank started the same unit; any difference sets some
+// bit in both. The diverged and joined bits follow.
+constexpr size_t kFingerprintWords = 2;
+constexpr size_t kFingerprintBits = kFingerprintWords * 64;
+
+// FNV-1a over the bucket's number, kind and its started slices (tensor name, offset, count): the
+// same on every rank, as absl::Hash (seeded per process) is not.
+class Fingerprint {
+ public:
+  void Add(absl::string_view bytes) {
+    for (char c : bytes) {
+      hash_ ^= static_cast<uint8_t>(c);
+      hash_ *= 0x100000001b3ULL;
+    }
+    Add(int64_t{-1});  // ends the string: ("ab", "c") differs from ("a", "bc")
+  }
+  void Add(int64_t value) {
+    for (int i = 0; i < 8; ++i) {
+      hash_ ^= static_cast<uint8_t>(static_cast<uint64_t>(value) >> (8 * i));
+      hash_ *= 0x100000001b3ULL;
+    }
+  }
+  uint64_t value() const { return hash_; }
+
+ private:
+  uint64_t hash_ = 0xcbf29ce484222325ULL;
+};
 
 }  // namespace
 
@@ -276,7 +306,18 @@ absl::Status PlannedMode::LaunchNext() {
     launch.responses.push_back(plan_->entries[static_cast<size_t>(entry)].response);
   }
   const size_t n = launch.members.size();
-  launch.check.assign(Words(n) + Words(static_cast<size_t>(size_)), 0);
+  launch.check.assign(kFingerprintWords + Words(n) + Words(static_cast<size_t>(size_)), 0);
+  Fingerprint fingerprint;
+  fingerprint.Add(int64_t{next_bucket_});
+  fingerprint.Add(static_cast<int64_t>(bucket.kind));
+  for (const ExecSlice& slice : bucket.slices) {
+    if (skip_.contains(plan_->entries[static_cast<size_t>(slice.entry)].cache_id)) continue;
+    fingerprint.Add(plan_->entries[static_cast<size_t>(slice.entry)].response->name);
+    fingerprint.Add(slice.offset);
+    fingerprint.Add(slice.count);
+  }
+  launch.check[0] = fingerprint.value();
+  launch.check[1] = ~fingerprint.value();
   std::vector<ReadyOp> ready;
   for (size_t i = 0; i < n; ++i) {
     const int entry = launch.members[i];
@@ -296,7 +337,7 @@ absl::Status PlannedMode::LaunchNext() {
       auto a = active_.find(entry);
       if (a != active_.end()) {
         ++a->second.launched;
-        if (a->second.diverged_here) SetBit(&launch.check, i);
+        if (a->second.diverged_here) SetBit(&launch.check, kFingerprintBits + i);
       }
       continue;
     }
@@ -312,13 +353,13 @@ absl::Status PlannedMode::LaunchNext() {
       launch.expected.insert(e.response->name);
       ready.push_back(ReadyOp{e.response, std::move(op)});
     } else {
-      SetBit(&launch.check, i);
+      SetBit(&launch.check, kFingerprintBits + i);
       launch.diverged_here.push_back(std::move(op));
       ready.push_back(ReadyOp{e.response, std::nullopt});
     }
   }
   if (join_ == JoinState::kJoined) {
-    SetBit(&launch.check, Words(n) * 64 + static_cast<size_t>(rank_));
+    SetBit(&launch.check, kFingerprintBits + Words(n) * 64 + static_cast<size_t>(rank_));
   }
   Advance();
   ++launch_count_;
@@ -586,10 +627,20 @@ void PlannedMode::OnChecked(Launch* launch) {
   launch->checked = true;
   launch->checked_at = absl::Now();
   const size_t n = launch->responses.size();
+  if ((launch->check[0] & launch->check[1]) != 0) {
+    // Its collective combined different tensors on different ranks: whatever it delivers is
+    // wrong, so nothing of it is delivered and the job stops.
+    stalled_ = absl::InternalError(absl::StrCat(
+        "rank ", rank_, ": the frozen plan's unit ", launch->number, " (plan bucket ",
+        launch->bucket, ": ", UnitNames(launch->responses),
+        ") is not the same unit on every rank, so its results would be wrong; the job stops. "
+        "This is a bug in overlap: please report it with the logs of OVERLAP_LOG_LEVEL=debug"));
+    return;
+  }
   launch->diverged.assign(n, false);
   bool any = false;
   for (size_t i = 0; i < n; ++i) {
-    if (TestBit(launch->check, i)) {
+    if (TestBit(launch->check, kFingerprintBits + i)) {
       launch->diverged[i] = true;
       any = true;
     }
@@ -606,7 +657,7 @@ void PlannedMode::OnChecked(Launch* launch) {
     must_unfreeze_ = true;
   }
   size_t joined = 0;
-  const size_t base = Words(n) * 64;
+  const size_t base = kFingerprintBits + Words(n) * 64;
   for (int r = 0; r < size_; ++r) {
     if (TestBit(launch->check, base + static_cast<size_t>(r))) ++joined;
   }
@@ -751,6 +802,7 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
     }
     if (*done) {
       OnChecked(&l);
+      if (!stalled_.ok()) return stalled_;
       continue;
     }
     // OnReport names the ranks at the stall timeout; without a round this is the fallback.

@@ -21,7 +21,9 @@
 // negotiation on every rank - which agrees on the new request if every rank changed it alike, and
 // otherwise fails it with the usual mismatch error naming each rank's request - and the plan is
 // dropped. Since no rank starts bucket k+1 before bucket k's check is in, every rank drops the plan
-// at the same bucket. A tensor whose slices were only partly sent goes back to negotiation with its
+// at the same bucket. The check also carries a fingerprint of the unit (its bucket and slices): a
+// unit that is not the same on every rank (a bug, since every rank freezes the same plan) would
+// have combined different tensors, so it fails the job on every rank and delivers nothing. A tensor whose slices were only partly sent goes back to negotiation with its
 // input untouched: sliced results reach the user's buffer only once all of a tensor's slices are
 // in.
 //

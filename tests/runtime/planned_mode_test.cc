@@ -261,6 +261,33 @@ TEST_CASE("a tensor one rank submits differently goes back to negotiation on eve
   CHECK(job.rank(0).data["b"][1] == float((1 + 3) * 2));
 }
 
+TEST_CASE("units that differ between ranks fail on every rank instead of mixing tensors",
+          "[planned][errors]") {
+  // Rank 0's plan pairs x with the first unit, rank 1's y: the same sizes, so the collectives
+  // match and would sum x on one rank with y on the other. The check's fingerprint catches it.
+  PlannedJob job(2, {{"x", 4}, {"y", 4}, {"z", 4}});
+  ExecBucket x, y, z;
+  x.slices = {{0, 0, 4}};
+  y.slices = {{1, 0, 4}};
+  z.slices = {{2, 0, 4}};
+  job.rank(0).planned->Freeze(job.Plan({x, y, z}), {}, absl::Milliseconds(10));
+  job.rank(1).planned->Freeze(job.Plan({y, x, z}), {}, absl::Milliseconds(10));
+  for (const char* name : {"x", "y", "z"}) job.SubmitEverywhere(name);
+  job.Run();
+  const std::vector<std::string> first = {"'x'", "'y'"};
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << job.rank(r).error.ToString());
+    CHECK(job.rank(r).error.code() == absl::StatusCode::kInternal);
+    CHECK(job.rank(r).error.message() ==
+          "rank " + std::to_string(r) + ": the frozen plan's unit 1 (plan bucket 0: " +
+              first[static_cast<size_t>(r)] +
+              ") is not the same unit on every rank, so its results would be wrong; the job "
+              "stops. This is a bug in overlap: please report it with the logs of "
+              "OVERLAP_LOG_LEVEL=debug");
+    CHECK(job.rank(r).done.empty());  // nothing delivered
+  }
+}
+
 TEST_CASE("a failed check fails planned execution on every rank naming the tensors",
           "[planned][errors]") {
   PlannedJob job(2, {{"g", 4}});
