@@ -68,6 +68,7 @@ while (($#)); do
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
+[[ $tiny_rounds =~ ^[1-9][0-9]*$ ]] || die "--tiny-rounds needs a positive number, got '$tiny_rounds'"
 [ "$(id -u)" -eq 0 ] || die "needs root (it brings up the namespace cluster: network namespaces, veth, tc); run it as root or with sudo"
 
 # Every system gets the same warm-up: overlap's scheduled planners adopt their plan after about

@@ -68,6 +68,13 @@ def synthetic_table(runs):
     return "\n".join(lines)
 
 
+def floor_system(system):
+    """The no-communication run on the same torch as `system`: local-torch2.0 for Horovod and
+    anything labelled torch2.0 (Horovod's 2.0.1), local otherwise."""
+    old_torch = system.startswith("horovod") or system.endswith("torch2.0")
+    return "local-torch2.0" if old_torch else "local"
+
+
 def tiny_table(runs):
     """Step times, overlap's best against each system, and each system's coordination overhead:
     its step minus the step with no communication on the same torch (local runs on the newest
@@ -75,12 +82,8 @@ def tiny_table(runs):
     ok = [r for r in runs if "error" not in r]
     floors = {r["system"]: r["step_ms"] for r in ok if r["system"] in ("local", "local-torch2.0")}
 
-    def floor_of(r):
-        old_torch = r["system"].startswith("horovod") or r["system"].endswith("torch2.0")
-        return floors.get("local-torch2.0" if old_torch else "local")
-
     def overhead(r):
-        floor = floor_of(r)
+        floor = floors.get(floor_system(r["system"]))
         return None if floor is None or r["system"].startswith("local") else r["step_ms"] - floor
 
     lines = ["| system (planner) | step ms | overlap / this | overhead ms | overlap's / this |",
@@ -114,32 +117,29 @@ def tiny_rounds_table(runs):
         return found[0] if found else None
 
     def overhead(k, system):
-        floor = step(k, "local-torch2.0" if (system.startswith("horovod") or
-                                             system.endswith("torch2.0")) else "local")
-        mine = step(k, system)
+        floor, mine = step(k, floor_system(system)), step(k, system)
         return None if floor is None or mine is None else mine - floor
 
     head = ["round", "overlap ms"] + [f"{o} ms" for o in others] + ["local ms", "local-torch2.0 ms",
                                                                    "overlap overhead"]
     head += [f"{o} overhead" for o in others] + [f"overlap's / {o}'s" for o in others]
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
-    columns = []
+    rows = []
 
     def text(v):
         return "-" if v is None else f"{v:.2f}"
 
     for k in rounds:
-        row = [step(k, "overlap")] + [step(k, o) for o in others]
-        row += [step(k, "local"), step(k, "local-torch2.0"), overhead(k, "overlap")]
-        row += [overhead(k, o) for o in others]
         mine = overhead(k, "overlap")
-        row += [None if mine is None or not overhead(k, o) or overhead(k, o) <= 0 else
-                mine / overhead(k, o) for o in others]
-        columns.append(row)
+        theirs = [overhead(k, o) for o in others]
+        row = [step(k, "overlap")] + [step(k, o) for o in others]
+        row += [step(k, "local"), step(k, "local-torch2.0"), mine] + theirs
+        row += [None if mine is None or t is None or t <= 0 else mine / t for t in theirs]
+        rows.append(row)
         lines.append(f"| {k} | " + " | ".join(text(v) for v in row) + " |")
     medians = []
-    for i in range(len(columns[0]) if columns else 0):
-        values = [c[i] for c in columns if c[i] is not None]
+    for i in range(len(rows[0]) if rows else 0):
+        values = [row[i] for row in rows if row[i] is not None]
         medians.append(statistics.median(values) if values else None)
     lines.append("| median | " + " | ".join(text(v) for v in medians) + " |")
     return "\n".join(lines)

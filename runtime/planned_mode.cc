@@ -37,21 +37,19 @@ constexpr size_t kFingerprintBits = kFingerprintWords * 64;
 class Fingerprint {
  public:
   void Add(absl::string_view bytes) {
-    for (char c : bytes) {
-      hash_ ^= static_cast<uint8_t>(c);
-      hash_ *= 0x100000001b3ULL;
-    }
+    for (char c : bytes) Mix(static_cast<uint8_t>(c));
     Add(int64_t{-1});  // ends the string: ("ab", "c") differs from ("a", "bc")
   }
   void Add(int64_t value) {
-    for (int i = 0; i < 8; ++i) {
-      hash_ ^= static_cast<uint8_t>(static_cast<uint64_t>(value) >> (8 * i));
-      hash_ *= 0x100000001b3ULL;
-    }
+    for (int i = 0; i < 8; ++i) Mix(static_cast<uint8_t>(static_cast<uint64_t>(value) >> (8 * i)));
   }
   uint64_t value() const { return hash_; }
 
  private:
+  void Mix(uint8_t byte) {
+    hash_ ^= byte;
+    hash_ *= 0x100000001b3ULL;
+  }
   uint64_t hash_ = 0xcbf29ce484222325ULL;
 };
 
@@ -296,26 +294,24 @@ absl::Status PlannedMode::LaunchNext() {
   launch.pass = pass_;
   launch.plan = plan_;
   launch.started = absl::Now();
-  for (const ExecSlice& slice : bucket.slices) {
-    const int entry = slice.entry;
-    if (skip_.contains(plan_->entries[static_cast<size_t>(entry)].cache_id)) continue;
-    if (std::find(launch.members.begin(), launch.members.end(), entry) != launch.members.end()) {
-      continue;
-    }
-    launch.members.push_back(entry);
-    launch.responses.push_back(plan_->entries[static_cast<size_t>(entry)].response);
-  }
-  const size_t n = launch.members.size();
-  launch.check.assign(kFingerprintWords + Words(n) + Words(static_cast<size_t>(size_)), 0);
   Fingerprint fingerprint;
   fingerprint.Add(int64_t{next_bucket_});
   fingerprint.Add(static_cast<int64_t>(bucket.kind));
   for (const ExecSlice& slice : bucket.slices) {
-    if (skip_.contains(plan_->entries[static_cast<size_t>(slice.entry)].cache_id)) continue;
-    fingerprint.Add(plan_->entries[static_cast<size_t>(slice.entry)].response->name);
+    const int entry = slice.entry;
+    const PlanEntry& e = plan_->entries[static_cast<size_t>(entry)];
+    if (skip_.contains(e.cache_id)) continue;
+    fingerprint.Add(e.response->name);
     fingerprint.Add(slice.offset);
     fingerprint.Add(slice.count);
+    if (std::find(launch.members.begin(), launch.members.end(), entry) != launch.members.end()) {
+      continue;
+    }
+    launch.members.push_back(entry);
+    launch.responses.push_back(e.response);
   }
+  const size_t n = launch.members.size();
+  launch.check.assign(kFingerprintWords + Words(n) + Words(static_cast<size_t>(size_)), 0);
   launch.check[0] = fingerprint.value();
   launch.check[1] = ~fingerprint.value();
   std::vector<ReadyOp> ready;

@@ -23,9 +23,9 @@
 // dropped. Since no rank starts bucket k+1 before bucket k's check is in, every rank drops the plan
 // at the same bucket. The check also carries a fingerprint of the unit (its bucket and slices): a
 // unit that is not the same on every rank (a bug, since every rank freezes the same plan) would
-// have combined different tensors, so it fails the job on every rank and delivers nothing. A tensor whose slices were only partly sent goes back to negotiation with its
-// input untouched: sliced results reach the user's buffer only once all of a tensor's slices are
-// in.
+// have combined different tensors, so it fails the job on every rank and delivers nothing. A
+// tensor whose slices were only partly sent goes back to negotiation with its input untouched:
+// sliced results reach the user's buffer only once all of a tensor's slices are in.
 //
 // Delayed plans (a scheduled plan with delays or update periods; runtime/plan_delays.h): the
 // program's submissions are parked and runtime-owned copies run through the buckets, one pass per
