@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every overlap test on this machine: Catch2 unit tests, multi-rank tests under mpirun,
 # launcher and failure tests, the network-namespace cluster tests (those need root; without
-# it they report a skip), a short pass of each fuzz target, the unit and 2-rank tests under
+# it they fail, saying so), a short pass of each fuzz target, the unit and 2-rank tests under
 # the sanitizers, and clang-tidy. Without a CUDA toolkit the GPU tests are absent and one line
 # says so (OVERLAP_CUDA_HOME, see README). Installs missing Debian packages first (tools/setup.sh).
 # Extra arguments go to `bazel test`, e.g. tools/test.sh --test_tag_filters=-mpi
@@ -59,8 +59,12 @@ if [ "${OVERLAP_CLANG_TIDY:-1}" != 0 ]; then
   rm -f "$tidy_log"
   stage_done clang-tidy
 fi
+# Claims in docs/ that drift with the code (tools/check_docs.py): the module dependency table
+# against the includes, and the last GPU run against the GPU data path's last change.
+docs_check="passed"
+python3 tools/check_docs.py || { docs_check="FAILED (above)"; rc=1; }
 tools/cuda_status.sh || true
 echo "overlap tests: ${passed} passed, ${failed} failed${failed_names:+ ($failed_names)};" \
-  "fuzz: ${fuzz}; sanitizers: ${sanitizers:-no summary (above)}; clang-tidy: ${tidy:-no summary (above)};" \
+  "fuzz: ${fuzz}; docs: ${docs_check}; sanitizers: ${sanitizers:-no summary (above)}; clang-tidy: ${tidy:-no summary (above)};" \
   "wall:${times}"
 exit "$rc"
