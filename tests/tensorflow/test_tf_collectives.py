@@ -338,6 +338,37 @@ def test_in_place_broadcast(hvd, run, mode):
         assert_equal(got, expected, "returned value %d" % i)
 
 
+@pytest.mark.parametrize("resource", [True, False], ids=["resource", "ref"])
+def test_tf1_graph_in_place_broadcast_assigns_when_its_value_runs(hvd, resource):
+    """In a TensorFlow 1 graph, running broadcast_'s returned values assigns the variables too,
+    as Horovod's in-place op does (Horovod's test_horovod_broadcast_inplace_cpu runs
+    session.run(value), then session.run(variable)). Before 2026-11-29 the value ran the
+    broadcast but not the assignment: the variable kept this rank's value on the non-root ranks
+    only, a program's next step differed between ranks, and their collectives stopped matching
+    (each then waited out the stall timeout: the 'hang' in Horovod's suite)."""
+    n, r = hvd.size(), hvd.rank()
+    root = n - 1
+    graph = tf.Graph()
+    with graph.as_default():
+        variables = []
+        for i, dtype in enumerate([tf.float32, tf.int32, tf.bool]):
+            initial = ints((3, 2), 50 + i, r)
+            initial = tf.constant(initial % 2 != 0 if dtype == tf.bool else initial, dtype)
+            variables.append(tf.compat.v1.Variable(initial, use_resource=resource))
+        returned = hvd.broadcast_(variables, root, name="tf1.bcast_inplace.%s" % resource)
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for repeat in range(2):  # a second run broadcasts again, in step on every rank
+                values = session.run(returned)
+                for i, (v, value) in enumerate(zip(variables, values)):
+                    expected = ints((3, 2), 50 + i, root)
+                    if v.dtype.base_dtype == tf.bool:
+                        expected = expected % 2 != 0
+                    np.testing.assert_array_equal(value, expected, "returned %d" % i)
+                    np.testing.assert_array_equal(session.run(v), expected,
+                                                  "variable %d after run %d" % (i, repeat))
+
+
 def test_broadcast_object_fn(hvd):
     root = hvd.size() - 1
     broadcast = hvd.broadcast_object_fn(root_rank=root, name="objfn")

@@ -9,6 +9,7 @@ Every test is under the conftest watchdog: a hang ends the rank with a traceback
 """
 
 import re
+import time
 
 import keras
 import pytest
@@ -86,6 +87,26 @@ def test_broadcast_root_mismatch(hvd, mode):
     name = "mismatch.broadcast.root." + mode
     expect_error_on_every_rank(hvd, mode, name, lambda x: hvd.broadcast(x, root, name=name),
                                tf.ones([3]))
+
+
+def test_tf1_graph_broadcast_root_mismatch_fails_every_rank_within_seconds(hvd):
+    """Ranks that name different roots for one broadcast in a TensorFlow 1 graph: every rank's
+    session.run raises FailedPreconditionError naming the roots within seconds, not the stall
+    timeout (Horovod's test_horovod_broadcast_rank_error in graph mode), and the ranks go on."""
+    root = 1 if odd(hvd) else 0
+    name = "mismatch.broadcast.root.tf1"
+    graph = tf.Graph()
+    with graph.as_default():
+        out = hvd.broadcast(tf.ones([3]), root, name=name)
+        with tf.compat.v1.Session(graph=graph) as session:
+            start = time.monotonic()
+            with pytest.raises(tf.errors.FailedPreconditionError) as info:
+                session.run(out)
+            elapsed = time.monotonic() - start
+    message = str(info.value.message)
+    assert name in message and "root rank mismatch" in message, message
+    assert elapsed < 10, "the mismatch took %.1f s to fail on rank %d" % (elapsed, hvd.rank())
+    check_still_working(hvd, name)
 
 
 def test_gradient_tape_mismatch(hvd, mode):

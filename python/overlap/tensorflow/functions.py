@@ -14,14 +14,25 @@ from overlap.tensorflow.gradients import variable_name
 
 def _broadcast_assign(variables, root_rank, prefix, process_set):
     """Assigns root_rank's value to each variable; returns (the assigned values in order, the
-    assignments, which a TensorFlow 1 graph must run)."""
+    assignments, which a TensorFlow 1 graph must run).
+
+    In a TensorFlow 1 graph each value carries its assignment as a control dependency, so that
+    running it also assigns the variable, as Horovod's in-place op does: a value that did not
+    would leave the variable unassigned after session.run(value), and a program (or test) that
+    then reads the variable sees its own value on non-root ranks and the root's on the root. Its
+    ranks then take different paths, and their collectives stop matching."""
     process_set_id(process_set)  # refuses an unregistered set by name
+    in_graph = _tf1_graph()
     values, assignments = [], []
     for i, v in enumerate(variables):
         value = v.value if hasattr(v, "path") else v  # a Keras 3 variable's tf.Variable value
         received = mpi_ops.broadcast(value, root_rank, name="%s.%s" % (prefix, variable_name(v, i)),
                                      process_set=process_set)
-        assignments.append(v.assign(received))
+        assignment = v.assign(received)
+        assignments.append(assignment)
+        if in_graph:
+            with tf.control_dependencies([assignment]):
+                received = tf.identity(received)
         values.append(received)
     return values, assignments
 
