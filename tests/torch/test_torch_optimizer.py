@@ -107,6 +107,23 @@ def test_distributed_optimizer_without_named_parameters(hvd):
     train(hvd, sgd, wrap=lambda model, optimizer: hvd.DistributedOptimizer(optimizer))
 
 
+def test_parameter_names_as_horovod(hvd):
+    """_parameter_names, which Horovod's tests and some scripts read: a dict from each parameter
+    to its name, the model's names when named_parameters is given, unique, and the same on every
+    rank either way."""
+    model = make_model()
+    groups = [{"params": model[0].parameters()}, {"params": model[2].parameters()}]
+    named = hvd.DistributedOptimizer(torch.optim.SGD(groups, lr=0.1),
+                                     named_parameters=model.named_parameters())
+    assert named._parameter_names == {p: n for n, p in model.named_parameters()}
+    unnamed = hvd.DistributedOptimizer(torch.optim.SGD(make_model().parameters(), lr=0.1))
+    names = unnamed._parameter_names
+    assert len(names) == 4 and len(set(names.values())) == 4, names
+    assert all(isinstance(p, torch.nn.Parameter) for p in names)
+    every_rank = hvd.allgather_object(sorted(names.values()), name="parameter_names")
+    assert every_rank == [sorted(names.values())] * hvd.size()
+
+
 def test_distributed_optimizer_fp16_compression(hvd):
     train(hvd, sgd, compression=hvd.Compression.fp16, rtol=1e-2, atol=1e-3)
 

@@ -90,7 +90,10 @@ class _DistributedOptimizer:
         self.backward_passes_per_step = backward_passes_per_step
 
         params = [p for group in self.param_groups for p in group["params"]]
-        names = self._parameter_names(named_parameters, params)
+        names = self._runtime_names(named_parameters, params)
+        # Horovod's attribute, which scripts and its tests read: parameter -> its name, the same
+        # on every rank (the runtime's tensor name without its "allreduce." prefix).
+        self._parameter_names = {p: n[len("allreduce."):] for p, n in names.items()}
         self._requires_update = [p for p in params if p.requires_grad]
         group_of = self._parameter_groups(groups, params)
         self._params = [_Param(p, names[p], group_of.get(p), backward_passes_per_step)
@@ -131,7 +134,8 @@ class _DistributedOptimizer:
     # -- setup ------------------------------------------------------------------------------
 
     @staticmethod
-    def _parameter_names(named_parameters, params):
+    def _runtime_names(named_parameters, params):
+        """param -> the name its gradient's allreduce goes by (matched across ranks)."""
         if named_parameters is None:
             # Not "allreduce.noname.N": unnamed hvd.allreduce calls are numbered that way, and a
             # gradient must never share a name with one of them.
