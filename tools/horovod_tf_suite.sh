@@ -8,6 +8,9 @@
 #   tools/horovod_tf_suite.sh HOROVOD_CHECKOUT [-np N] [--file test_tensorflow.py] [--each]
 #                             [pytest arguments...]
 #
+# Random order: add `--random-order-seed=N` (pytest-random-order, installed here with the
+# other test dependencies), as docs/tensorflow.md and docs/torch.md ran it.
+#
 # --each runs every test in a job of its own and prints one line per test: a test that fails on
 # one rank only (an assertion about an older Horovod's semantics) leaves the ranks' collectives
 # out of step, which in one job stalls every later test. The stall settings are short there
@@ -42,7 +45,7 @@ python3 -c "import overlap.tensorflow.keras" 2>/dev/null || {
     "'pip install --no-build-isolation .' first (or set PYTHONPATH and OVERLAP_LIBRARY)" >&2
   exit 2
 }
-python3 -m pip install -q pytest pytest-timeout parameterized packaging mock cloudpickle
+python3 -m pip install -q pytest pytest-timeout pytest-random-order parameterized packaging mock cloudpickle
 
 work=$(mktemp -d)
 OUT=${OUT:-$work/out}

@@ -5,6 +5,9 @@
 #
 #   tools/horovod_torch_suite.sh HOROVOD_CHECKOUT [-np N] [pytest arguments...]
 #
+# Random order: add `--random-order-seed=N` (pytest-random-order, installed here with the
+# other test dependencies), as docs/tensorflow.md and docs/torch.md ran it.
+#
 # `import horovod.torch` resolves to overlap.torch itself (a one-line module alias in a temporary
 # directory; nothing of overlap is changed). The only edit to the test is Python 3.11's: the
 # removed inspect.getargspec becomes getfullargspec. Each rank writes its pytest output to
@@ -19,7 +22,7 @@ for f in test/parallel/test_torch.py test/utils/common.py; do
 done
 python3 -c "import overlap.torch" 2>/dev/null ||
   { echo "horovod_torch_suite: overlap.torch is not importable; run 'pip install .' first" >&2; exit 2; }
-python3 -m pip install -q pytest pytest-timeout mock
+python3 -m pip install -q pytest pytest-timeout pytest-random-order mock
 
 work=$(mktemp -d)
 OUT=${OUT:-$work/out}
