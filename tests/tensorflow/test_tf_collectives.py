@@ -138,6 +138,57 @@ def test_reducescatter(hvd, run):
     assert_equal(out, total[offset:offset + counts[r]], "reducescatter")
 
 
+@pytest.mark.parametrize("dtype", [tf.int32, tf.int64, tf.float32], ids=lambda d: d.name)
+def test_scaled_integer_reducescatter_and_grouped_allreduce(hvd, run, dtype):
+    """Integer tensors with a prescale or postscale factor are scaled in float64 around the
+    reduction and cast back toward zero, as Horovod (its test_horovod_reducescatter_cpu_prescale
+    and postscale); float tensors are scaled by the core. Were refused with ValueError."""
+    n, r = hvd.size(), hvd.rank()
+    rows, factor = 2 * n, 0.37
+    x = rank_input((rows, 3), dtype, 60, r)
+    scaled = lambda t: tf.cast(tf.cast(t, tf.float64) * factor, dtype)  # noqa: E731
+    out = run(lambda t: hvd.reducescatter(t, op=hvd.Sum, prescale_factor=factor,
+                                          name="rs.prescale." + dtype.name), x)
+    total = tf.add_n([scaled(rank_input((rows, 3), dtype, 60, k)) for k in range(n)])
+    assert_equal(out, total[2 * r:2 * r + 2], "reducescatter prescale")
+    outs = run(lambda a, b: hvd.grouped_allreduce([a, b], op=hvd.Sum, postscale_factor=factor,
+                                                  name="grouped.postscale." + dtype.name),
+               x, x[:1])
+    summed = tf.add_n([rank_input((rows, 3), dtype, 60, k) for k in range(n)])
+    assert_equal(outs[0], scaled(summed), "grouped allreduce postscale, member 0")
+    assert_equal(outs[1], scaled(summed[:1]), "grouped allreduce postscale, member 1")
+
+
+def test_indexed_slices_in_grouped_allreduce(hvd, run):
+    """IndexedSlices members of a grouped allreduce are allgathered (values and indices), the
+    dense members reduced as one group, results in the caller's order (Horovod's
+    test_horovod_grouped_allreduce_mixed_indexed_slices_cpu); reductions and scalings that have
+    no meaning for IndexedSlices raise NotImplementedError, as Horovod, before anything runs."""
+    n, r = hvd.size(), hvd.rank()
+    values = rank_input((2, 3), tf.float32, 70, r)
+
+    def grouped(v, d):
+        slices = tf.IndexedSlices(v, tf.constant([r, r + 1]), dense_shape=tf.constant([n + 1, 3]))
+        return hvd.grouped_allreduce([slices, d], op=hvd.Sum, name="grouped.mixed")
+
+    sliced, dense = run(grouped, values, values)
+    assert isinstance(sliced, tf.IndexedSlices)
+    assert_equal(sliced.values, tf.concat([rank_input((2, 3), tf.float32, 70, k)
+                                           for k in range(n)], 0), "gathered values")
+    assert sliced.indices.numpy().tolist() == [i for k in range(n) for i in (k, k + 1)]
+    assert_equal(dense, tf.add_n([rank_input((2, 3), tf.float32, 70, k) for k in range(n)]),
+                 "dense member")
+    slices = tf.IndexedSlices(values, tf.constant([r, r + 1]))
+    for op in [hvd.Min, hvd.Max, hvd.Product, hvd.Adasum]:
+        with pytest.raises(NotImplementedError, match="IndexedSlices"):
+            hvd.allreduce(slices, op=op, name="sparse.op")
+        with pytest.raises(NotImplementedError, match="IndexedSlices"):
+            hvd.grouped_allreduce([slices, values], op=op, name="sparse.grouped.op")
+    with pytest.raises(NotImplementedError, match="prescale"):
+        hvd.allreduce(slices, op=hvd.Sum, prescale_factor=0.5, name="sparse.prescale")
+    hvd.barrier()  # nothing was submitted by the refused calls: the ranks are still in step
+
+
 def alltoall_splits(sender, n):
     return [(sender + 2 * receiver) % 3 for receiver in range(n)]
 

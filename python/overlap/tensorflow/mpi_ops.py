@@ -24,7 +24,8 @@ import tensorflow as tf
 from tensorflow.python.framework import auto_control_deps, ops as tf_ops
 
 from overlap import _core
-from overlap.common import Average, Sum, core_reduce_op, global_process_set, process_set_id
+from overlap.common import (_OP_NAMES, Average, Sum, core_reduce_op, global_process_set,
+                            process_set_id)
 from overlap.tensorflow import op_library
 from overlap.tensorflow.compression import Compression
 
@@ -135,26 +136,35 @@ def _allreduce(tensor, name, c_op, prescale, postscale, compression_spec, set_id
                                "(delay, period, phase) run on the global process set 0 only"
                                % (name, set_id)))
     tensor, original = _stage(tensor, "allreduce '%s'" % name)
-    integer = not tensor.dtype.is_floating
-    if integer and (prescale != 1.0 or postscale != 1.0):
-        scaled = tf.cast(tf.cast(tensor, tf.float64) * prescale, tensor.dtype)
-        out, has_update = _lib.overlap_allreduce(scaled, tensor_name=name, reduce_op=c_op,
-                                                 compression=compression_spec or "",
-                                                 process_set_id=set_id, plan_may_delay=gradient)
-        out = tf.cast(tf.cast(out, tf.float64) * postscale, tensor.dtype)
-    else:
-        out, has_update = _lib.overlap_allreduce(tensor, tensor_name=name, reduce_op=c_op,
-                                                 prescale=prescale, postscale=postscale,
-                                                 compression=compression_spec or "",
-                                                 process_set_id=set_id, plan_may_delay=gradient)
-    return _unstage(out, original), has_update
+    tensor, prescale, postscale, rescale = _scaled_in_float64(tensor, prescale, postscale)
+    out, has_update = _lib.overlap_allreduce(tensor, tensor_name=name, reduce_op=c_op,
+                                             prescale=prescale, postscale=postscale,
+                                             compression=compression_spec or "",
+                                             process_set_id=set_id, plan_may_delay=gradient)
+    return _unstage(rescale(out), original), has_update
 
 
-def _sparse_allreduce(slices, name, op, process_set):
-    """IndexedSlices (an embedding's gradient): values and indices allgathered, as Horovod."""
+def _scaled_in_float64(tensor, prescale, postscale):
+    """Horovod scales integer tensors in float64 math around the reduction (the result cast back
+    toward zero); the core scales floating-point ones itself. Returns (the tensor to reduce, the
+    factors for the core, a function that applies the post-scale to the result)."""
+    prescale, postscale = float(prescale), float(postscale)
+    if tensor.dtype.is_floating or (prescale == 1.0 and postscale == 1.0):
+        return tensor, prescale, postscale, lambda out: out
+    dtype = tensor.dtype
+    scaled = tf.cast(tf.cast(tensor, tf.float64) * prescale, dtype)
+    return scaled, 1.0, 1.0, lambda out: tf.cast(tf.cast(out, tf.float64) * postscale, dtype)
+
+
+def _sparse_allreduce(slices, name, op, process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """IndexedSlices (an embedding's gradient): values and indices allgathered, as Horovod,
+    which raises NotImplementedError for the reductions and scalings that have no meaning there."""
     if op not in (Average, Sum):
-        raise ValueError(_here("allreduce '%s': IndexedSlices reduce with Average or Sum only"
-                               % name))
+        raise NotImplementedError(_here("allreduce '%s': IndexedSlices reduce with Average or Sum "
+                                        "only, got hvd.%s" % (name, _OP_NAMES.get(op, op))))
+    if float(prescale_factor) != 1.0 or float(postscale_factor) != 1.0:
+        raise NotImplementedError(_here("allreduce '%s': IndexedSlices take no prescale or "
+                                        "postscale factor" % name))
     values = allgather(slices.values, name=name + ".values", process_set=process_set)
     indices = allgather(slices.indices, name=name + ".indices", process_set=process_set)
     if op == Average:
@@ -172,7 +182,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     op = _op_of(op, average)
     name, set_id = _prepare("allreduce", name, process_set)
     if isinstance(tensor, tf.IndexedSlices):
-        return _sparse_allreduce(tensor, name, op, process_set)
+        return _sparse_allreduce(tensor, name, op, process_set, prescale_factor, postscale_factor)
     return _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor,
                             set_id)[0]
 
@@ -207,8 +217,22 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     per dtype); differentiable. Returns a list."""
     op = _op_of(op, average)
     base, set_id = _prepare("grouped_allreduce", name, process_set)
-    c_op = core_reduce_op(op)
     tensors = list(tensors)
+    sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
+    if sparse:
+        # IndexedSlices members are allgathered one by one, as Horovod; the dense rest stays one
+        # grouped op. Checked before anything is submitted, so no rank submits half a group.
+        results = [None] * len(tensors)
+        for i in sparse:
+            results[i] = _sparse_allreduce(tensors[i], "%s.%d" % (base, i), op, process_set,
+                                           prescale_factor, postscale_factor)
+        dense = [i for i in range(len(tensors)) if results[i] is None]
+        reduced = grouped_allreduce([tensors[i] for i in dense], compression=compression, op=op,
+                                    name=base + ".dense", process_set=process_set) if dense else []
+        for i, out in zip(dense, reduced):
+            results[i] = out
+        return results
+    c_op = core_reduce_op(op)
     if not tensors:
         return []
     # The runtime names a grouped allreduce by its members' names.
@@ -222,9 +246,6 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     for i, t in enumerate(tensors):
         compressed, ctx = compression.compress(tf.convert_to_tensor(t))
         s, original = _stage(compressed, "grouped allreduce '%s.%d'" % (base, i))
-        if not s.dtype.is_floating and (prescale_factor != 1.0 or postscale_factor != 1.0):
-            raise ValueError(_here("grouped allreduce '%s': prescale and postscale factors need "
-                                   "floating-point tensors" % base))
         staged.append(s)
         originals.append(original)
         contexts.append(ctx)
@@ -234,12 +255,14 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         by_dtype.setdefault(t.dtype, []).append(i)
     outs = [None] * len(staged)
     for members in by_dtype.values():
+        scaled = [_scaled_in_float64(staged[i], prescale_factor, postscale_factor)
+                  for i in members]
         reduced = _lib.overlap_grouped_allreduce(
-            [staged[i] for i in members], tensor_names=["%s.%d" % (base, i) for i in members],
-            reduce_op=c_op, prescale=float(prescale_factor), postscale=float(postscale_factor),
+            [t for t, _, _, _ in scaled], tensor_names=["%s.%d" % (base, i) for i in members],
+            reduce_op=c_op, prescale=scaled[0][1], postscale=scaled[0][2],
             compression=compression.runtime_spec or "", process_set_id=set_id)
-        for i, out in zip(members, reduced):
-            outs[i] = out
+        for i, out, (_, _, _, rescale) in zip(members, reduced, scaled):
+            outs[i] = rescale(out)
     return [compression.decompress(_unstage(o, orig), ctx)
             for o, orig, ctx in zip(outs, originals, contexts)]
 
@@ -342,13 +365,11 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     staged, original = _stage(compressed, "reducescatter '%s'" % name)
     if staged.shape.rank == 0:
         raise ValueError(_here("reducescatter '%s': needs at least one dimension" % name))
-    if not staged.dtype.is_floating and (prescale_factor != 1.0 or postscale_factor != 1.0):
-        raise ValueError(_here("reducescatter '%s': prescale and postscale factors need "
-                               "floating-point tensors" % name))
-    out = _lib.overlap_reducescatter(staged, tensor_name=name, reduce_op=c_op,
-                                     prescale=float(prescale_factor),
-                                     postscale=float(postscale_factor), process_set_id=set_id)
-    return compression.decompress(_unstage(out, original), ctx)
+    staged, prescale, postscale, rescale = _scaled_in_float64(staged, prescale_factor,
+                                                              postscale_factor)
+    out = _lib.overlap_reducescatter(staged, tensor_name=name, reduce_op=c_op, prescale=prescale,
+                                     postscale=postscale, process_set_id=set_id)
+    return compression.decompress(_unstage(rescale(out), original), ctx)
 
 
 @tf.RegisterGradient("OverlapReducescatter")
