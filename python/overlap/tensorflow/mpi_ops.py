@@ -401,14 +401,17 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
              process_set=global_process_set):
     """Sends splits[r] rows of `tensor` to rank r (equal parts when splits is None) and returns
-    (the rows every rank sent here in rank order, the received splits), as horovod.tensorflow;
-    differentiable in the tensor."""
+    the rows every rank sent here in rank order, with the received splits when `splits` was
+    given - (rows, received splits) - as horovod.tensorflow since 0.22; differentiable in the
+    tensor."""
     name, set_id = _prepare("alltoall", name, process_set)
     tensor, original = _stage(tensor, "alltoall '%s'" % name)
-    splits = tf.zeros([0], tf.int32) if splits is None else tf.cast(splits, tf.int32)
+    given = splits is not None
+    splits = tf.cast(splits, tf.int32) if given else tf.zeros([0], tf.int32)
     received, received_splits = _lib.overlap_alltoall(tensor, tf.reshape(splits, [-1]),
                                                       tensor_name=name, process_set_id=set_id)
-    return _unstage(received, original), received_splits
+    received = _unstage(received, original)
+    return (received, received_splits) if given else received
 
 
 @tf.RegisterGradient("OverlapAlltoall")
