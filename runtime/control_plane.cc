@@ -97,8 +97,12 @@ absl::StatusOr<std::vector<std::string>> GatherAtRoot(MPI_Comm comm, int rank, i
   if (!s.ok()) return s;
   std::string all;
   if (rank == 0) {
-    for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
-    all.resize(static_cast<size_t>(offsets[size - 1] + lengths[size - 1]));
+    size_t total = 0;
+    for (size_t r = 0; r < lengths.size(); ++r) {
+      offsets[r] = static_cast<int>(total);
+      total += static_cast<size_t>(lengths[r]);
+    }
+    all.resize(total);
   }
   s = MpiCheck(MPI_Gatherv(mine.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(),
                            MPI_CHAR, 0, comm),

@@ -85,7 +85,7 @@ bool Run(const std::string& dir) {
   if (!handle.ok()) return Fail(rank, std::string(handle.status().message()));
   const absl::Status waited = handle->Wait(absl::Seconds(60));
   if (!waited.ok()) return Fail(rank, std::string(waited.message()));
-  const float ranks = static_cast<float>(size * (size + 1) / 2);
+  const float ranks = static_cast<float>(size) * static_cast<float>(size + 1) / 2;
   for (size_t i = 0; i < x.size(); ++i) {
     if (x[i] != ranks * static_cast<float>(i)) {
       return Fail(rank, absl::StrCat("element ", i, " is ", x[i], ", not ", ranks * i));

@@ -181,7 +181,7 @@ TEST_CASE("strangers at rank 0's control port before the ranks are refused, and 
                                             MakeTensor(x.data(), {1000}), {ReduceOp::kSum});
   REQUIRE(handle.ok());
   REQUIRE(handle->Wait(absl::Seconds(60)).ok());
-  const float ranks_sum = static_cast<float>(size * (size + 1) / 2);
+  const float ranks_sum = static_cast<float>(size) * static_cast<float>(size + 1) / 2;
   for (size_t i = 0; i < x.size(); ++i) {
     INFO(i);
     REQUIRE(x[i] == ranks_sum * static_cast<float>(i));
