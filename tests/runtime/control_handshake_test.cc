@@ -43,13 +43,18 @@ int Listener(int* port) {
   return fd;
 }
 
+// A connection to 127.0.0.1:port, or -1. No Catch assertions here or in anything a test's own
+// threads call: Catch's assertion macros are not thread-safe; the threads report back instead.
 int Dial(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(port));
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    close(fd);
+    return -1;
+  }
   return fd;
 }
 
@@ -112,13 +117,14 @@ TEST_CASE("ranks with the job's secret are admitted, each on its own connection"
   const int listener = Listener(&port);
   std::vector<absl::Status> answered(3);
   std::vector<int> client(3, -1);
+  std::vector<int> tagged(3, 0);  // not vector<bool>: its bits share words across threads
   std::vector<std::thread> ranks;
   for (int r = 2; r >= 1; --r) {  // out of order: the rank in the answer decides the slot
     ranks.emplace_back([&, r] {
       client[r] = Dial(port);
       answered[r] = AnswerChallenge(client[r], secret, r, absl::Seconds(10));
       const char tag = static_cast<char>('0' + r);
-      CHECK(write(client[r], &tag, 1) == 1);
+      tagged[r] = write(client[r], &tag, 1) == 1 ? 1 : 0;
     });
   }
   HandshakeServer server(secret, 3, absl::Seconds(5));
@@ -128,6 +134,7 @@ TEST_CASE("ranks with the job's secret are admitted, each on its own connection"
   CHECK(admitted[0] == -1);
   for (int r = 1; r <= 2; ++r) {
     CHECK(answered[r].ok());
+    CHECK(tagged[r] == 1);
     REQUIRE(admitted[r] >= 0);
     char tag = 0;
     REQUIRE(ReadN(admitted[r], &tag, 1));
@@ -144,16 +151,19 @@ TEST_CASE("a silent stranger connected first holds up no rank and is refused on 
   int port = 0;
   const int listener = Listener(&port);
   const int stranger = Dial(port);
+  REQUIRE(stranger >= 0);
+  absl::Status rank1_answered;
   std::thread rank1([&] {
     absl::SleepFor(absl::Milliseconds(200));  // after the stranger, for sure
     const int fd = Dial(port);
-    CHECK(AnswerChallenge(fd, secret, 1, absl::Seconds(10)).ok());
+    rank1_answered = AnswerChallenge(fd, secret, 1, absl::Seconds(10));
     close(fd);
   });
   HandshakeServer server(secret, 2, absl::Seconds(30));
   const absl::Time start = absl::Now();
   std::vector<int> admitted = server.AcceptRanks({listener}, start + absl::Seconds(60));
   rank1.join();
+  CHECK(rank1_answered.ok());
   CHECK(absl::Now() - start < absl::Seconds(10));  // not the stranger's 30 s
   REQUIRE(admitted.size() == 2);
   CHECK(admitted[1] >= 0);
@@ -200,7 +210,9 @@ TEST_CASE("strangers are refused, each once with its reason, and take no slot") 
   const int relayed = Dial(port);
   int pair[2];
   REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
-  std::thread rank2([&] { CHECK(AnswerChallenge(pair[1], secret, 2, absl::Seconds(10)).ok()); });
+  absl::Status rank2_answered;
+  std::thread rank2(
+      [&] { rank2_answered = AnswerChallenge(pair[1], secret, 2, absl::Seconds(10)); });
   const std::array<uint8_t, 36> challenge = Challenge(relayed);
   REQUIRE(write(pair[0], challenge.data(), challenge.size()) == 36);
   std::array<uint8_t, 36> recorded{};
@@ -211,6 +223,7 @@ TEST_CASE("strangers are refused, each once with its reason, and take no slot") 
   CHECK(admission == 'A');
   REQUIRE(write(pair[0], &admission, 1) == 1);
   rank2.join();
+  CHECK(rank2_answered.ok());
   // ...and replays it on a connection of its own.
   const int replay = Dial(port);
   Challenge(replay);
