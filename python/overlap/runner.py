@@ -85,6 +85,22 @@ def answer_challenge(sock, key):
     return nonce
 
 
+def challenge(sock, key):
+    """The listening side of the handshake: sends a fresh nonce and checks the answer within the
+    socket's timeout. Returns the nonce; raises ConnectionError saying why the peer is refused.
+    Any socket overlap listens on in Python uses this pair (answer_challenge on the other end)."""
+    nonce = os.urandom(32)
+    try:
+        sock.sendall(_MAGIC + nonce)
+        proof = _recv_exact(sock, 32)
+    except OSError as e:
+        raise ConnectionError("no answer to the challenge within %gs (%s)"
+                              % (sock.gettimeout(), str(e) or type(e).__name__))
+    if not hmac.compare_digest(proof, _mac(key, _HANDSHAKE_CONTEXT, nonce)):
+        raise ConnectionError("a wrong answer to the challenge (not this job's key, or a replay)")
+    return nonce
+
+
 def send_frame(sock, key, nonce, direction, obj):
     payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     digest = _mac(key, direction, nonce, payload)
@@ -262,17 +278,10 @@ class _Driver:
             with conn:
                 conn.setblocking(True)
                 conn.settimeout(_HANDSHAKE_TIMEOUT_S)
-                nonce = os.urandom(32)
                 try:
-                    conn.sendall(_MAGIC + nonce)
-                    proof = _recv_exact(conn, 32)
-                except (OSError, ConnectionError) as e:
-                    self._refuse(peer, "no answer to the challenge within %gs (%s)"
-                                 % (_HANDSHAKE_TIMEOUT_S, str(e) or type(e).__name__))
-                    return
-                if not hmac.compare_digest(proof, _mac(self._key, _HANDSHAKE_CONTEXT, nonce)):
-                    self._refuse(peer, "a wrong answer to the challenge (not this job's key, "
-                                       "or a replay)")
+                    nonce = challenge(conn, self._key)
+                except ConnectionError as e:
+                    self._refuse(peer, str(e))
                     return
                 conn.settimeout(_IO_TIMEOUT_S)
                 try:
