@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -14,13 +13,21 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "collectives/mpi_wait.h"
+#include "runtime/control_addresses.h"
+#include "runtime/control_handshake.h"
+#include "spdlog/spdlog.h"
 
 namespace overlap {
 namespace {
+
+// How long one connection may take to answer rank 0's challenge. A rank answers at once; a
+// stranger that stays silent is dropped after this, and the other handshakes go on meanwhile.
+constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
 
 absl::Status Errno(const std::string& what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
@@ -48,24 +55,6 @@ void Tune(int fd, absl::Duration peer_timeout) {
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &probe_s, sizeof(probe_s));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
-}
-
-// Non-loopback IPv4 addresses first: they are what other hosts can reach.
-std::vector<std::string> LocalAddresses() {
-  std::vector<std::string> external, loopback;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) == 0) {
-    for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
-      if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
-      char text[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, text,
-                sizeof(text));
-      (absl::string_view(text).substr(0, 4) == "127." ? loopback : external).push_back(text);
-    }
-    freeifaddrs(list);
-  }
-  external.insert(external.end(), loopback.begin(), loopback.end());
-  return external;
 }
 
 // Connects with a deadline; returns -1 on failure.
@@ -97,18 +86,55 @@ int ConnectTo(const std::string& address, int port, absl::Duration timeout,
   return fd;
 }
 
-bool ReadExactly(int fd, void* out, size_t size, absl::Duration timeout) {
-  auto* p = static_cast<char*>(out);
-  const absl::Time deadline = absl::Now() + timeout;
-  while (size > 0) {
-    pollfd pfd{fd, POLLIN, 0};
-    if (poll(&pfd, 1, PollMillis(deadline - absl::Now())) != 1) return false;
-    const ssize_t n = read(fd, p, size);
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<size_t>(n);
+// Gathers one string from every rank at rank 0 (entry r from rank r); other ranks get {}.
+absl::StatusOr<std::vector<std::string>> GatherAtRoot(MPI_Comm comm, int rank, int size,
+                                                      const std::string& mine) {
+  const std::string what = absl::StrCat("rank ", rank, ": MPI_Gather of the control addresses");
+  int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(static_cast<size_t>(size)), offsets(static_cast<size_t>(size));
+  absl::Status s =
+      MpiCheck(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm), what);
+  if (!s.ok()) return s;
+  std::string all;
+  if (rank == 0) {
+    size_t total = 0;
+    for (size_t r = 0; r < lengths.size(); ++r) {
+      offsets[r] = static_cast<int>(total);
+      total += static_cast<size_t>(lengths[r]);
+    }
+    all.resize(total);
   }
-  return true;
+  s = MpiCheck(MPI_Gatherv(mine.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(),
+                           MPI_CHAR, 0, comm),
+               what);
+  if (!s.ok()) return s;
+  std::vector<std::string> out;
+  for (int r = 0; rank == 0 && r < size; ++r) out.push_back(all.substr(offsets[r], lengths[r]));
+  return out;
+}
+
+// Rank 0: a listening socket on each of `addresses` (an ephemeral port each), appended to
+// `listeners`; returns "address:port,..." for those that opened, "" when none did.
+std::string Listen(const std::vector<Interface>& addresses, int backlog,
+                   std::vector<int>& listeners) {
+  std::vector<std::string> contact;
+  for (const Interface& address : addresses) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(address.address);
+    socklen_t len = sizeof(sa);
+    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 &&
+        listen(fd, backlog) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0) {
+      listeners.push_back(fd);
+      contact.push_back(absl::StrCat(address.Text(), ":", ntohs(sa.sin_port)));
+    } else {
+      spdlog::warn("overlap: rank 0 cannot listen for control connections on {}: {}",
+                   address.Text(), std::strerror(errno));
+      if (fd >= 0) close(fd);
+    }
+  }
+  return absl::StrJoin(contact, ",");
 }
 
 }  // namespace
@@ -133,10 +159,9 @@ absl::Status ControlPlane::LostPeer(int peer, int error) const {
       absl::StrCat("rank ", rank_, ": lost the control connection to ", Peer(peer), ": ", why));
 }
 
-absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Connect(MPI_Comm comm,
-                                                                    std::vector<std::string> hosts,
-                                                                    absl::Duration timeout,
-                                                                    absl::Duration peer_timeout) {
+absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Connect(
+    MPI_Comm comm, std::vector<std::string> hosts, absl::Duration timeout,
+    absl::Duration peer_timeout, const std::function<void(const std::string&)>& on_listen) {
   int rank = 0, size = 1;
   absl::Status s = MpiCheck(MPI_Comm_rank(comm, &rank), "control plane: MPI_Comm_rank");
   if (s.ok()) s = MpiCheck(MPI_Comm_size(comm, &size), "control plane: MPI_Comm_size");
@@ -144,21 +169,45 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Connect(MPI_Comm com
   std::unique_ptr<ControlPlane> plane(new ControlPlane(rank, std::move(hosts), peer_timeout));
   const absl::Time deadline = absl::Now() + timeout;
 
-  // Rank 0 publishes "addr,addr,...:port"; a listen failure publishes "" so nobody waits.
-  int listener = -1;
-  std::string contact;
+  // Every rank's interfaces, so that rank 0 listens only where its ranks reach it.
+  const std::vector<Interface> own = LocalInterfaces();
+  absl::StatusOr<std::vector<std::string>> interfaces =
+      GatherAtRoot(comm, rank, size, EncodeInterfaces(own));
+  if (!interfaces.ok()) return interfaces.status();
+
+  // The job's secret travels over MPI, which only the job's ranks take part in, before the
+  // control socket opens. A zero secret with an empty contact below: rank 0 could not draw one.
+  JobSecret secret{};
   if (rank == 0) {
-    listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_ANY);
-    socklen_t len = sizeof(sa);
-    if (listener >= 0 && bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 &&
-        listen(listener, size) == 0 &&
-        getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len) == 0) {
-      contact = absl::StrCat(absl::StrJoin(LocalAddresses(), ","), ":", ntohs(sa.sin_port));
+    absl::StatusOr<std::array<uint8_t, 32>> drawn = RandomBytes32();
+    if (drawn.ok()) {
+      secret = *drawn;
+    } else {
+      spdlog::error("overlap: rank 0: no secret for the control plane: {}",
+                    std::string(drawn.status().message()));
     }
   }
+  s = MpiCheck(MPI_Bcast(secret.data(), static_cast<int>(secret.size()), MPI_BYTE, 0, comm),
+               absl::StrCat("rank ", rank, ": MPI_Bcast of the control plane's secret"));
+  if (!s.ok()) return s;
+
+  // Rank 0 publishes "addr:port,addr:port,..."; a listen failure publishes "" so nobody waits.
+  std::vector<int> listeners;
+  std::string contact;
+  if (rank == 0 && secret != JobSecret{}) {
+    std::vector<std::vector<Interface>> remote;
+    for (int r = 1; r < size; ++r) {
+      const std::string& theirs = (*interfaces)[static_cast<size_t>(r)];
+      if (plane->hosts_[static_cast<size_t>(r)] != plane->hosts_[0] || theirs != (*interfaces)[0]) {
+        remote.push_back(DecodeInterfaces(theirs));
+      }
+    }
+    contact = Listen(ChooseListenAddresses(own, remote), size + 16, listeners);
+    if (on_listen && !contact.empty()) on_listen(contact);
+  }
+  const auto close_listeners = [&listeners] {
+    for (int fd : listeners) close(fd);
+  };
   int contact_size = static_cast<int>(contact.size());
   s = MpiCheck(MPI_Bcast(&contact_size, 1, MPI_INT, 0, comm),
                absl::StrCat("rank ", rank, ": MPI_Bcast of rank 0's control address length"));
@@ -168,61 +217,60 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Connect(MPI_Comm com
                  absl::StrCat("rank ", rank, ": MPI_Bcast of rank 0's control address"));
   }
   if (!s.ok()) {
-    if (listener >= 0) close(listener);
+    close_listeners();
     return s;
   }
   if (contact.empty()) {
-    if (listener >= 0) close(listener);
+    close_listeners();
     return absl::UnavailableError(
         absl::StrCat("rank ", rank, ": rank 0 could not open its control socket"));
   }
 
   if (rank != 0) {
-    const size_t colon = contact.rfind(':');
-    const int port = std::stoi(contact.substr(colon + 1));
     int fd = -1;
-    const std::vector<std::string> addresses = absl::StrSplit(contact.substr(0, colon), ',');
+    std::string refused;  // the last handshake failure, for the error
+    const std::vector<std::string> endpoints = absl::StrSplit(contact, ',');
     while (fd < 0 && absl::Now() < deadline) {
-      for (const std::string& address : addresses) {
-        fd = ConnectTo(address, port, absl::Seconds(2), peer_timeout);
-        if (fd >= 0) break;
+      for (const std::string& endpoint : endpoints) {
+        const size_t colon = endpoint.rfind(':');
+        int port = 0;
+        if (colon == std::string::npos || !absl::SimpleAtoi(endpoint.substr(colon + 1), &port)) {
+          continue;
+        }
+        fd = ConnectTo(endpoint.substr(0, colon), port, absl::Seconds(2), peer_timeout);
+        if (fd < 0) continue;
+        // Another address of the same number (a container bridge on this host, say) may answer
+        // something else: only rank 0's admission ends the search.
+        const absl::Status admitted = AnswerChallenge(fd, secret, rank, absl::Seconds(10));
+        if (admitted.ok()) break;
+        refused = absl::StrCat(" (", endpoint, ": ", admitted.message(), ")");
+        close(fd);
+        fd = -1;
       }
       if (fd < 0) absl::SleepFor(absl::Milliseconds(100));
     }
     if (fd < 0) {
       return absl::UnavailableError(absl::StrCat("rank ", rank, ": could not connect to ",
                                                  plane->Peer(0), " at ", contact, " within ",
-                                                 absl::FormatDuration(timeout)));
+                                                 absl::FormatDuration(timeout), refused));
     }
-    const int32_t me = rank;
-    if (write(fd, &me, sizeof(me)) != sizeof(me)) return Errno("control plane handshake");
     plane->fds_.push_back(fd);
     return plane;
   }
 
-  plane->fds_.assign(static_cast<size_t>(size), -1);
-  int connected = 0;
-  while (connected < size - 1) {
-    pollfd p{listener, POLLIN, 0};
-    if (poll(&p, 1, PollMillis(deadline - absl::Now())) != 1) break;
-    const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    int32_t peer = -1;
-    if (!ReadExactly(fd, &peer, sizeof(peer), absl::Seconds(5)) || peer <= 0 || peer >= size ||
-        plane->fds_[static_cast<size_t>(peer)] >= 0) {
-      close(fd);  // not one of ours
-      continue;
+  HandshakeServer server(secret, size, kHandshakeTimeout);
+  plane->fds_ = server.AcceptRanks(listeners, deadline);
+  close_listeners();
+  std::vector<std::string> missing;
+  for (int r = 1; r < size; ++r) {
+    const int fd = plane->fds_[static_cast<size_t>(r)];
+    if (fd >= 0) {
+      Tune(fd, peer_timeout);
+    } else {
+      missing.push_back(plane->Peer(r));
     }
-    Tune(fd, peer_timeout);
-    plane->fds_[static_cast<size_t>(peer)] = fd;
-    ++connected;
   }
-  close(listener);
-  if (connected < size - 1) {
-    std::vector<std::string> missing;
-    for (int r = 1; r < size; ++r) {
-      if (plane->fds_[static_cast<size_t>(r)] < 0) missing.push_back(plane->Peer(r));
-    }
+  if (!missing.empty()) {
     return absl::UnavailableError(absl::StrCat("rank 0: ", absl::StrJoin(missing, ", "),
                                                " did not connect its control socket within ",
                                                absl::FormatDuration(timeout)));

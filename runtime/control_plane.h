@@ -1,4 +1,5 @@
-// A star of TCP connections between rank 0 and every other rank.
+// A star of TCP connections between rank 0 and every other rank, which only the job's own ranks
+// can join (see Connect).
 //
 // MPI cannot wait on anything but its own requests, so a coordinator that must sleep until either
 // local work arrives or a peer starts a negotiation round cannot block in MPI. This plane carries
@@ -15,6 +16,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,15 +34,24 @@ struct ControlEvents {
 
 class ControlPlane {
  public:
-  // Collective over `comm`: rank 0 listens on an ephemeral port of every IPv4 interface and
-  // broadcasts its addresses; the others connect. `hosts[r]` names rank r's host in messages.
+  // Collective over `comm`: rank 0 draws the job's secret and broadcasts it over `comm`, listens
+  // on an ephemeral port of each address its ranks reach it by (control_addresses.h: loopback
+  // when every rank shares its host) and broadcasts them; the others connect and prove they are
+  // ranks of this job (control_handshake.h). A connection that cannot prove it is refused, logged
+  // with its address, and holds no rank's slot. `hosts[r]` names rank r's host in messages.
   // Unavailable, naming the ranks that did not connect, after `timeout`. A connection whose peer
   // does not answer for `peer_timeout` (at least 1 s) fails as "lost the control connection to
-  // rank R (host H): no answer for ...: the host or its network is down".
-  static absl::StatusOr<std::unique_ptr<ControlPlane>> Connect(MPI_Comm comm,
-                                                               std::vector<std::string> hosts,
-                                                               absl::Duration timeout,
-                                                               absl::Duration peer_timeout);
+  // rank R (host H): no answer for ...: the host or its network is down". `on_listen`, for tests,
+  // runs on rank 0 with the published "address:port,..." as soon as the sockets listen, before
+  // any other rank learns them.
+  //
+  // Why the secret goes over MPI and not through overlaprun's environment: MPI's traffic stays
+  // among the job's ranks, so one mechanism serves overlaprun and plain mpirun alike, and the
+  // secret never sits in an environment other processes of the user can read.
+  static absl::StatusOr<std::unique_ptr<ControlPlane>> Connect(
+      MPI_Comm comm, std::vector<std::string> hosts, absl::Duration timeout,
+      absl::Duration peer_timeout,
+      const std::function<void(const std::string&)>& on_listen = nullptr);
   ~ControlPlane();
 
   // Worker: asks rank 0 to start a round.

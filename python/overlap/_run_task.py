@@ -20,23 +20,23 @@ def _rank():
                      "it is started by overlap.run through overlaprun")
 
 
-def _exchange(rank, addresses, port, key, message, deadline):
+def _exchange(rank, endpoints, key, message, deadline):
     """Sends one message to the driver and returns its answer, trying each of its addresses
     until one answers or the deadline passes."""
     errors = {}
     while True:
-        for address in addresses:
+        for address, port in endpoints:
             try:
                 with socket.create_connection((address, port), timeout=2.0) as sock:
                     sock.settimeout(runner._IO_TIMEOUT_S)
-                    runner.send_frame(sock, key, message)
-                    return runner.recv_frame(sock, key)
+                    nonce = runner.answer_challenge(sock, key)
+                    runner.send_frame(sock, key, nonce, runner.TO_DRIVER, message)
+                    return runner.recv_frame(sock, key, nonce, runner.TO_RANK)
             except OSError as e:
-                errors[address] = e
+                errors["%s:%d" % (address, port)] = e
         if time.monotonic() > deadline:
-            raise SystemExit("overlap._run_task: rank %d cannot reach the overlap.run driver at "
-                             "port %d: %s" % (rank, port, "; ".join(
-                                 "%s: %s" % (a, e) for a, e in errors.items())))
+            raise SystemExit("overlap._run_task: rank %d cannot reach the overlap.run driver: %s"
+                             % (rank, "; ".join("%s: %s" % (a, e) for a, e in errors.items())))
         time.sleep(0.5)
 
 
@@ -70,12 +70,14 @@ def _pickled(value, func):
 
 def main():
     rank = _rank()
-    where, _, port = os.environ[runner.DRIVER_ENV].rpartition(":")
+    endpoints = []
+    for endpoint in os.environ[runner.DRIVER_ENV].split(","):
+        address, _, port = endpoint.rpartition(":")
+        endpoints.append((address, int(port)))
     key = bytes.fromhex(os.environ[runner.KEY_ENV])
-    addresses, port = where.split(","), int(port)
     deadline = time.monotonic() + runner._IO_TIMEOUT_S
     serializer, payload, main_module, sys_path, cwd, argv = _exchange(
-        rank, addresses, port, key, ("fetch", rank), deadline)
+        rank, endpoints, key, ("fetch", rank), deadline)
     try:
         _prepare(main_module, sys_path, cwd, argv)
         if serializer == "cloudpickle":
@@ -87,7 +89,7 @@ def main():
         ok, data = False, traceback.format_exc()
     if ok:
         ok, data = _pickled(value, func)
-    _exchange(rank, addresses, port, key, ("result", rank, ok, data), time.monotonic() + 30)
+    _exchange(rank, endpoints, key, ("result", rank, ok, data), time.monotonic() + 30)
     if not ok:
         sys.stderr.write("overlap.run: rank %d raised:\n%s" % (rank, data))
         sys.stderr.flush()

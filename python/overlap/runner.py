@@ -6,9 +6,17 @@ and returns what each rank's call returned, as a list indexed by rank.
 
 How it works, as in Horovod: this process (the driver) listens on a TCP port and starts
 `overlaprun -np N ... python -m overlap._run_task`. Each rank connects back, fetches the function
-and its arguments, calls it, and sends back its return value or its traceback. Every message is
-signed with a key made for this run (HMAC-SHA256) and nothing is unpickled before its signature
-checks, so only the job's own processes can talk to the driver.
+and its arguments, calls it, and sends back its return value or its traceback.
+
+Only the job's own processes can talk to the driver, as with the runtime's control plane
+(runtime/control_handshake.h): the driver makes a random key for the run, which reaches the ranks
+through overlaprun's environment, and listens only on the addresses the job's hosts reach it by
+(loopback for a job on this machine). On each connection it sends a fresh nonce; the rank must
+answer HMAC-SHA256(key, context || nonce) within _HANDSHAKE_TIMEOUT_S, or it is refused, logged
+once with its address, and read no further. Every message after that is signed over the nonce
+too, so a recorded conversation replayed on another connection is refused, and nothing is
+unpickled before its signature checks. Each connection is served on a thread of its own: a
+stranger that says nothing holds up no rank.
 
 The function travels with cloudpickle when it is installed (lambdas, closures, notebooks), else
 with pickle: a function of the main script is then found by running that script again in each
@@ -24,6 +32,7 @@ import hashlib
 import hmac
 import os
 import pickle
+import selectors
 import shlex
 import socket
 import struct
@@ -43,18 +52,58 @@ DRIVER_ENV = "OVERLAP_RUN_DRIVER"
 KEY_ENV = "OVERLAP_RUN_KEY"
 # How long a rank may take to reach the driver, and one read or write may take.
 _IO_TIMEOUT_S = 60.0
+# How long a connection may take to answer the driver's challenge (a rank answers at once).
+_HANDSHAKE_TIMEOUT_S = 10.0
+# Connections served at once; more are refused until one ends.
+_MAX_CONNECTIONS = 64
 _MAX_FRAME = 1 << 31
+_MAGIC = b"OVLD"
+# Bound into every MAC, so that no MAC of one kind is a valid MAC of another.
+_HANDSHAKE_CONTEXT = b"overlap.run handshake v1"
+TO_DRIVER = b"overlap.run rank to driver v1"
+TO_RANK = b"overlap.run driver to rank v1"
 
 
 class RunError(RuntimeError):
     """The job of overlap.run failed: a rank raised, died or could not reach the driver."""
 
 
-# -- framing: length, HMAC-SHA256 of the payload, payload -----------------------------------------
+# -- the handshake and framing: length, HMAC-SHA256 of (direction, nonce, payload), payload ----
 
-def send_frame(sock, key, obj):
+def _mac(key, *parts):
+    return hmac.new(key, b"".join(parts), hashlib.sha256).digest()
+
+
+def answer_challenge(sock, key):
+    """The rank's side of the handshake: reads the driver's nonce, proves it knows the key, and
+    returns the nonce, which every message on this connection is signed over."""
+    challenge = _recv_exact(sock, len(_MAGIC) + 32)
+    if challenge[:len(_MAGIC)] != _MAGIC:
+        raise ConnectionError("the peer is not an overlap.run driver")
+    nonce = challenge[len(_MAGIC):]
+    sock.sendall(_mac(key, _HANDSHAKE_CONTEXT, nonce))
+    return nonce
+
+
+def challenge(sock, key):
+    """The listening side of the handshake: sends a fresh nonce and checks the answer within the
+    socket's timeout. Returns the nonce; raises ConnectionError saying why the peer is refused.
+    Any socket overlap listens on in Python uses this pair (answer_challenge on the other end)."""
+    nonce = os.urandom(32)
+    try:
+        sock.sendall(_MAGIC + nonce)
+        proof = _recv_exact(sock, 32)
+    except OSError as e:
+        raise ConnectionError("no answer to the challenge within %gs (%s)"
+                              % (sock.gettimeout(), str(e) or type(e).__name__))
+    if not hmac.compare_digest(proof, _mac(key, _HANDSHAKE_CONTEXT, nonce)):
+        raise ConnectionError("a wrong answer to the challenge (not this job's key, or a replay)")
+    return nonce
+
+
+def send_frame(sock, key, nonce, direction, obj):
     payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    digest = hmac.new(key, payload, hashlib.sha256).digest()
+    digest = _mac(key, direction, nonce, payload)
     sock.sendall(struct.pack("!Q", len(payload)) + digest + payload)
 
 
@@ -69,13 +118,13 @@ def _recv_exact(sock, n):
     return b"".join(chunks)
 
 
-def recv_frame(sock, key):
+def recv_frame(sock, key, nonce, direction):
     (length,) = struct.unpack("!Q", _recv_exact(sock, 8))
     if length > _MAX_FRAME:
         raise ConnectionError("a message of %d bytes: not from this job" % length)
     digest = _recv_exact(sock, 32)
     payload = _recv_exact(sock, length)
-    if not hmac.compare_digest(digest, hmac.new(key, payload, hashlib.sha256).digest()):
+    if not hmac.compare_digest(digest, _mac(key, direction, nonce, payload)):
         raise ConnectionError("a message whose signature does not match this job's key")
     return pickle.loads(payload)
 
@@ -167,32 +216,38 @@ def _host_names(hosts, hostfile):
 
 
 def _driver_addresses(hosts, hostfile):
-    """Where ranks may reach the driver, best first: the addresses that route to the job's hosts,
-    then every other address of this machine."""
+    """Where the driver listens and ranks reach it: loopback for a job on this machine; else the
+    addresses this machine sends from to reach the job's hosts, or, when none routes, every
+    non-loopback address it has."""
     if not hosts and not hostfile:
         return ["127.0.0.1"]
-    preferred = [a for a in (_route_to(h) for h in _host_names(hosts, hostfile)) if a]
     ordered = []
-    for a in preferred + _local_addresses():
-        if a not in ordered:
+    for a in (_route_to(h) for h in _host_names(hosts, hostfile)):
+        if a and a not in ordered:
             ordered.append(a)
-    return ordered or ["127.0.0.1"]
+    return ordered or [a for a in _local_addresses() if not a.startswith("127.")] or \
+        ["127.0.0.1"]
 
 
 class _Driver:
     """The listening side: hands the call to each rank and collects what each returns."""
 
-    def __init__(self, key, call, bind_all):
+    def __init__(self, key, call, addresses):
         self._key = key
         self._call = call
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("0.0.0.0" if bind_all else "127.0.0.1", 0))
-        self._sock.listen(128)
-        self._sock.settimeout(0.2)
-        self.port = self._sock.getsockname()[1]
+        self._selector = selectors.DefaultSelector()
+        self.endpoints = []  # "address:port" for each address it listens on
+        for address in addresses:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((address, 0))
+            sock.listen(128)
+            sock.setblocking(False)
+            self._selector.register(sock, selectors.EVENT_READ)
+            self.endpoints.append("%s:%d" % (address, sock.getsockname()[1]))
         self.results = {}  # rank -> (ok, pickled value or traceback text)
         self.problems = []  # connections that were not this job's or broke off
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="overlap-run-driver",
                                         daemon=True)
@@ -200,32 +255,59 @@ class _Driver:
 
     def _serve(self):
         while not self._stop.is_set():
-            try:
-                conn, peer = self._sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
+            for ready, _ in self._selector.select(timeout=0.2):
+                try:
+                    conn, peer = ready.fileobj.accept()
+                except OSError:
+                    continue
+                if not self._slots.acquire(blocking=False):
+                    self._refuse(peer, "too many connections at once")
+                    conn.close()
+                    continue
+                threading.Thread(target=self._handle, args=(conn, peer), daemon=True,
+                                 name="overlap-run-connection").start()
+
+    def _refuse(self, peer, why):
+        problem = "%s:%d: %s" % (peer[0], peer[1], why)
+        with self._lock:
+            self.problems.append(problem)
+        sys.stderr.write("overlap.run: refused a connection from %s\n" % problem)
+
+    def _handle(self, conn, peer):
+        try:
             with conn:
+                conn.setblocking(True)
+                conn.settimeout(_HANDSHAKE_TIMEOUT_S)
+                try:
+                    nonce = challenge(conn, self._key)
+                except ConnectionError as e:
+                    self._refuse(peer, str(e))
+                    return
                 conn.settimeout(_IO_TIMEOUT_S)
                 try:
-                    self._answer(conn)
+                    self._answer(conn, nonce)
                 except Exception as e:  # noqa: BLE001 - one bad peer must not stop the driver
-                    self.problems.append("%s:%d: %s" % (peer[0], peer[1], e))
+                    with self._lock:
+                        self.problems.append("%s:%d: %s" % (peer[0], peer[1], e))
+        finally:
+            self._slots.release()
 
-    def _answer(self, conn):
-        message = recv_frame(conn, self._key)
+    def _answer(self, conn, nonce):
+        message = recv_frame(conn, self._key, nonce, TO_DRIVER)
         if message[0] == "fetch":
-            send_frame(conn, self._key, self._call)
+            send_frame(conn, self._key, nonce, TO_RANK, self._call)
         elif message[0] == "result":
             _, rank, ok, data = message
-            self.results[rank] = (ok, data)
-            send_frame(conn, self._key, ("ack",))
+            with self._lock:
+                self.results[rank] = (ok, data)
+            send_frame(conn, self._key, nonce, TO_RANK, ("ack",))
 
     def close(self):
         self._stop.set()
         self._thread.join(timeout=5)
-        self._sock.close()
+        for key in list(self._selector.get_map().values()):
+            key.fileobj.close()
+        self._selector.close()
 
 
 def _launch_command(num_proc, hosts, hostfile, start_timeout, rsh_agent, network_interface,
@@ -321,11 +403,10 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
     call = (serializer, payload, _main_module() if serializer == "pickle" else {},
             list(sys.path), os.getcwd(), list(sys.argv))
     key = os.urandom(32)
-    driver = _Driver(key, call, bind_all=bool(hosts or hostfile))
+    driver = _Driver(key, call, _driver_addresses(hosts, hostfile))
     try:
         env = dict(os.environ)
-        addresses = _driver_addresses(hosts, hostfile)
-        env[DRIVER_ENV] = "%s:%d" % (",".join(addresses), driver.port)
+        env[DRIVER_ENV] = ",".join(driver.endpoints)
         env[KEY_ENV] = key.hex()
         # The ranks import overlap from where this process did.
         package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

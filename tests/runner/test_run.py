@@ -2,8 +2,12 @@
 ranks' return values, failures and refusals come back here. The ranks reduce real tensors with
 overlap.torch. run_test.sh sets OVERLAP_LAUNCHER, OVERLAP_LIBRARY and PYTHONPATH."""
 
+import hashlib
+import hmac
 import os
+import pickle
 import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -144,22 +148,78 @@ def test_a_missing_launcher_is_named(monkeypatch):
         overlap.run(reduce_ranks, args=(1.0,), np=2)
 
 
-def test_the_driver_answers_only_messages_signed_with_the_job_key():
-    key = os.urandom(32)
-    driver = runner._Driver(key, ("pickle", b"call", {}, [], "/", []), bind_all=False)
+def _closed_on_us(sock):
+    """Whether the driver closed the connection (a reset when our unread bytes were left)."""
     try:
-        with socket.create_connection(("127.0.0.1", driver.port), timeout=5) as s:
-            runner.send_frame(s, os.urandom(32), ("fetch", 0))  # another key
-            s.settimeout(5)
-            assert s.recv(1) == b""  # closed without an answer
-        with socket.create_connection(("127.0.0.1", driver.port), timeout=5) as s:
-            runner.send_frame(s, key, ("fetch", 0))
-            s.settimeout(5)
-            assert runner.recv_frame(s, key) == ("pickle", b"call", {}, [], "/", [])
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def _dial(driver):
+    address, _, port = driver.endpoints[0].rpartition(":")
+    sock = socket.create_connection((address, int(port)), timeout=5)
+    return sock, "%s:%d" % sock.getsockname()
+
+
+def test_the_driver_answers_only_ranks_that_prove_the_job_key(monkeypatch, capsys):
+    monkeypatch.setattr(runner, "_HANDSHAKE_TIMEOUT_S", 1.0)
+    key = os.urandom(32)
+    call = ("pickle", b"call", {}, [], "/", [])
+    driver = runner._Driver(key, call, runner._driver_addresses(None, None))
+    strangers = []
+    try:
+        assert len(driver.endpoints) == 1 and driver.endpoints[0].startswith("127.0.0.1:")
+        # A stranger that says nothing, first: it holds up no rank.
+        silent, name = _dial(driver)
+        strangers.append(name)
+        # Another job's key.
+        s, name = _dial(driver)
+        with s:
+            runner.answer_challenge(s, os.urandom(32))
+            assert _closed_on_us(s)  # no answer
+        strangers.append(name)
+        # A message signed with the key, as before the handshake: no answer to the challenge.
+        s, name = _dial(driver)
+        with s:
+            payload = pickle.dumps(("fetch", 0))
+            s.sendall(struct.pack("!Q", len(payload)) +
+                      hmac.new(key, payload, hashlib.sha256).digest() + payload)
+            assert s.recv(1 << 16)[:4] == b"OVLD"  # the challenge, then the close
+            assert _closed_on_us(s)
+        strangers.append(name)
+        # A rank of the job, with its conversation recorded...
+        s, _ = _dial(driver)
+        with s:
+            challenge = runner._recv_exact(s, 36)
+            nonce = challenge[4:]
+            proof = runner._mac(key, runner._HANDSHAKE_CONTEXT, nonce)
+            payload = pickle.dumps(("fetch", 0))
+            frame = (struct.pack("!Q", len(payload)) +
+                     runner._mac(key, runner.TO_DRIVER, nonce, payload) + payload)
+            s.sendall(proof + frame)
+            assert runner.recv_frame(s, key, nonce, runner.TO_RANK) == call
+        # ...replayed on a connection of its own: another nonce, refused.
+        s, name = _dial(driver)
+        with s:
+            s.sendall(proof + frame)
+            assert runner._recv_exact(s, 36)[:4] == b"OVLD"
+            assert _closed_on_us(s)
+        strangers.append(name)
+        # The silent one is dropped after the handshake timeout.
+        silent.settimeout(5)
+        assert runner._recv_exact(silent, 36)[:4] == b"OVLD"
+        assert _closed_on_us(silent)
+        silent.close()
     finally:
         driver.close()
-    assert len(driver.problems) == 1
-    assert "signature does not match" in driver.problems[0]
+    assert len(driver.problems) == 4
+    err = capsys.readouterr().err
+    for name in strangers:
+        assert sum(name + ":" in p for p in driver.problems) == 1, (name, driver.problems)
+        assert err.count("refused a connection from %s:" % name) == 1, (name, err)
+    assert "wrong answer to the challenge" in "".join(driver.problems)
+    assert "no answer to the challenge within 1s" in "".join(driver.problems)
 
 
 def test_an_uncaught_exception_on_one_rank_stops_the_job_within_seconds(tmp_path):
