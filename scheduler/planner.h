@@ -110,11 +110,10 @@ absl::StatusOr<Plan> PlanDear(const Profile&, const CostModel&, const PlannerOpt
 // convergence budget on whichever term binds: update periods (powers of two up to max_period,
 // with staggered phases and error feedback) on the busiest channel, or delays for the items
 // with the earliest deadlines. Every solution the solvers pass through for each smaller
-// staleness, shorter list of periods and budget step is simulated, along with the synchronous
-// planners' plans (MG-WFBP, US-Byte, DeAR, and ByteScheduler up to 512 MB of gradients), and
-// the fastest is returned. The candidate set only grows with staleness, max_period and budget,
-// so deft is monotone in each, and never slower than those synchronous plans. Reports the
-// budget used.
+// staleness, shorter list of periods and budget step is simulated, along with every synchronous
+// planner's plan (WFBP, fusion, MG-WFBP, ByteScheduler, US-Byte, DeAR), and the fastest is
+// returned. The candidate set only grows with staleness, max_period and budget, so deft is
+// monotone in each, and never slower than any synchronous planner. Reports the budget used.
 absl::StatusOr<Plan> PlanDeft(const Profile&, const CostModel&, const PlannerOptions&);
 
 // auto: every other planner, simulated; returns the plan with the smallest iteration time (ties

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
+#include <queue>
+#include <tuple>
 
 #include "scheduler/simulator.h"
 
@@ -127,49 +130,51 @@ std::vector<size_t> PriorityOrder(const Profile& profile, const CostModel& cost,
   for (size_t i = 0; i < n; ++i) {
     ready[i] = BucketReadyMs(profile, buckets[i]);
   }
-  std::vector<bool> taken(n, false);
+  // Event-driven, O(n log n): deft seeds itself with this scheduler's plans on models of
+  // thousands of partitions. Buckets are released in ready order into a heap keyed by
+  // (priority, ready, index); the channel runs its queue in order, so queued transfers finish in
+  // the order they were queued and the bytes in flight are a running sum.
+  std::vector<size_t> by_ready(n);
+  for (size_t i = 0; i < n; ++i) {
+    by_ready[i] = i;
+  }
+  std::stable_sort(by_ready.begin(), by_ready.end(),
+                   [&](size_t a, size_t b) { return ready[a] < ready[b]; });
+  auto later = [&](size_t a, size_t b) {  // heap order: the smallest key on top
+    return std::tie(priority[a], ready[a], a) > std::tie(priority[b], ready[b], b);
+  };
+  std::priority_queue<size_t, std::vector<size_t>, decltype(later)> eligible(later);
+  std::deque<std::pair<size_t, double>> queued;  // (index, end time), in end order
   std::vector<size_t> order;
-  // Queue on the channel: (index, end time). Bytes in the queue = not yet finished.
-  std::vector<std::pair<size_t, double>> queued;
+  order.reserve(n);
+  size_t released = 0;
+  int64_t in_flight = 0;
   double now = 0, channel_free = 0;
   while (order.size() < n) {
-    // Drop finished transfers.
-    queued.erase(std::remove_if(queued.begin(), queued.end(),
-                                [&](const auto& q) { return q.second <= now; }),
-                 queued.end());
-    int64_t in_flight = 0;
-    for (const auto& q : queued) {
-      in_flight += buckets[q.first].bytes;
+    while (!queued.empty() && queued.front().second <= now) {
+      in_flight -= buckets[queued.front().first].bytes;
+      queued.pop_front();
     }
-    size_t best = n;
-    if (in_flight < credit_bytes || queued.empty()) {
-      for (size_t i = 0; i < n; ++i) {
-        if (taken[i] || ready[i] > now) {
-          continue;
-        }
-        if (best == n || priority[i] < priority[best] ||
-            (priority[i] == priority[best] && ready[i] < ready[best])) {
-          best = i;
-        }
-      }
+    while (released < n && ready[by_ready[released]] <= now) {
+      eligible.push(by_ready[released++]);
     }
-    if (best < n) {
-      taken[best] = true;
+    if (!eligible.empty() && (in_flight < credit_bytes || queued.empty())) {
+      const size_t best = eligible.top();
+      eligible.pop();
       order.push_back(best);
       const double start = std::max(channel_free, now);
       channel_free = start + cost.Ms(0, buckets[best].op, static_cast<double>(buckets[best].bytes));
       queued.emplace_back(best, channel_free);
+      in_flight += buckets[best].bytes;
       continue;
     }
     // Nothing to queue now: advance to the next finish or the next release.
     double next = std::numeric_limits<double>::infinity();
-    for (const auto& q : queued) {
-      next = std::min(next, q.second);
+    if (!queued.empty()) {
+      next = queued.front().second;
     }
-    for (size_t i = 0; i < n; ++i) {
-      if (!taken[i] && ready[i] > now) {
-        next = std::min(next, ready[i]);
-      }
+    if (released < n) {
+      next = std::min(next, ready[by_ready[released]]);
     }
     if (!std::isfinite(next)) {
       break;  // cannot happen: some bucket is untaken and unreleased

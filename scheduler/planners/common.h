@@ -52,7 +52,8 @@ double SimulatedMs(const Profile& profile, const Plan& plan, const CostModel& co
 // The order in which a priority scheduler with credit sends `buckets` in one iteration: a bucket
 // becomes eligible at its ready time; whenever less than `credit_bytes` are queued on the
 // channel, the eligible bucket with the smallest priority value is queued next. Returns indices
-// into `buckets`. Every bucket is costed on channel 0 of `cost`.
+// into `buckets`; ties in priority go to the earlier ready time, then the lower index. Every
+// bucket is costed on channel 0 of `cost`. O(n log n) in the buckets.
 std::vector<size_t> PriorityOrder(const Profile& profile, const CostModel& cost,
                                   const std::vector<Bucket>& buckets,
                                   const std::vector<double>& priority, int64_t credit_bytes);

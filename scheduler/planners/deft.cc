@@ -314,12 +314,12 @@ absl::StatusOr<Plan> PlanDeft(const Profile& profile, const CostModel& cost,
     }
   }
   // The synchronous planners' plans are deft plans with no delay and period 1, so deft is never
-  // worse than them (DeAR's reduce-scatter/all-gather split is outside the knapsack's items).
-  // ByteScheduler's credit-based order is tuned over a grid whose priority scheduling is
-  // quadratic in the partitions; it is a seed only up to 512 MB of gradients (about 1000 of its
-  // smallest partitions), which keeps deft's planning of BERT-large under 100 ms.
-  std::vector<PlannerFn> seeds = {PlanMgwfbp, PlanUsByte, PlanDear};
-  if (profile.total_bytes <= (int64_t{512} << 20)) seeds.push_back(PlanByteScheduler);
+  // worse than any of them. The knapsack's items cannot express all of them: DeAR's
+  // reduce-scatter/all-gather split, nor ByteScheduler's priority order over unfused partitions,
+  // which beat every item set here on some models of 0.7 to 1.2 GB (docs/scheduler.md). So every
+  // one of the six is a seed, at every model size.
+  const PlannerFn seeds[] = {PlanWfbp,          PlanFusion, PlanMgwfbp,
+                             PlanByteScheduler, PlanUsByte, PlanDear};
   for (PlannerFn seed : seeds) {
     absl::StatusOr<Plan> plan = seed(profile, cost, options);
     if (!plan.ok()) continue;
