@@ -126,7 +126,9 @@ absl::StatusOr<PlanDelays::State> PlanDelays::Save() const {
   state.residuals = residuals_;
   for (size_t b = 0; b < results_.size(); ++b) {
     for (const auto& [pass, result] : results_[b]) {
-      state.results.push_back(State::Held{static_cast<int>(b), pass, *result.buffer});
+      const uint8_t* values = static_cast<const uint8_t*>(result.buffer->data());
+      state.results.push_back(State::Held{
+          static_cast<int>(b), pass, std::vector<uint8_t>(values, values + result.buffer->size())});
     }
   }
   return state;
@@ -139,7 +141,10 @@ void PlanDelays::Restore(State state) {
     held_bytes_ += static_cast<int64_t>(residual.size());
   }
   for (State::Held& held : state.results) {
-    Store(held.bucket, held.pass, std::make_shared<std::vector<uint8_t>>(std::move(held.values)));
+    // Out of host memory ends the process here, as the std::vector it came in would have.
+    std::shared_ptr<DeviceMemory> values = *CreateCpuBufferOps()->Allocate(held.values.size());
+    if (!held.values.empty()) std::memcpy(values->data(), held.values.data(), held.values.size());
+    Store(held.bucket, held.pass, std::move(values));
   }
 }
 
@@ -219,7 +224,7 @@ void PlanDelays::DrainResidual(int bucket, uint8_t* packed) {
   std::fill(residual.begin(), residual.end(), 0);
 }
 
-void PlanDelays::Store(int bucket, int64_t pass, std::shared_ptr<std::vector<uint8_t>> result) {
+void PlanDelays::Store(int bucket, int64_t pass, std::shared_ptr<DeviceMemory> result) {
   held_bytes_ += static_cast<int64_t>(result->size());
   results_[static_cast<size_t>(bucket)][pass] =
       Result{std::move(result), members_[static_cast<size_t>(bucket)]};
@@ -271,7 +276,7 @@ std::vector<PendingOp> PlanDelays::TakeDeliverable() {
           if (s.entry != static_cast<int>(entry)) continue;
           InPieces(
               out + static_cast<size_t>(s.offset) * elem,
-              result.buffer->data() +
+              static_cast<const uint8_t*>(result.buffer->data()) +
                   static_cast<size_t>(slice_offsets_[static_cast<size_t>(b)][i]) * elem,
               s.count, elem,
               [&](uint8_t* to, const uint8_t* from, int64_t n) {

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "collectives/buffer_ops.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/executable_plan.h"
 #include "runtime/pending_op.h"
@@ -97,7 +98,7 @@ class PlanDelays {
   void DrainResidual(int bucket, uint8_t* packed);
 
   // The reduced, packed values of bucket `bucket` in pass `pass` (the collective's raw result).
-  void Store(int bucket, int64_t pass, std::shared_ptr<std::vector<uint8_t>> result);
+  void Store(int bucket, int64_t pass, std::shared_ptr<DeviceMemory> result);
 
   // Parked operations whose results are all in: their outputs written and has_update set, in
   // submission order per tensor. The caller completes them. A submission whose request differs
@@ -125,7 +126,7 @@ class PlanDelays {
 
  private:
   struct Result {
-    std::shared_ptr<std::vector<uint8_t>> buffer;
+    std::shared_ptr<DeviceMemory> buffer;  // host memory (delayed buckets run host tensors)
     std::vector<int> waiting;  // the bucket's entries that have not taken it yet
   };
   struct Parked {

@@ -1,5 +1,6 @@
 // The options a training loop's gradients are reduced with in the scheduled-plan tests: a delayed
-// plan may deliver them late (AllreduceOptions::plan_may_delay), as the adapters' optimizers ask.
+// plan may deliver them late (AllreduceOptions::plan_may_delay), as the adapters' optimizers ask;
+// and the device their gradients live on.
 #ifndef OVERLAP_TESTS_RUNTIME_GRADIENT_OPTIONS_H_
 #define OVERLAP_TESTS_RUNTIME_GRADIENT_OPTIONS_H_
 
@@ -11,6 +12,20 @@ inline AllreduceOptions GradientOptions() {
   AllreduceOptions options;
   options.plan_may_delay = true;
   return options;
+}
+
+// Where the suites' gradients live: the CPU, or the proxy device in their `_device_proxy` variants
+// (tests/runtime/device_proxy_install.cc sets it before main).
+inline Device& GradientDevice() {
+  static Device device;
+  return device;
+}
+
+// `n` floats at `data`, on GradientDevice() (the proxy device's memory is host memory).
+inline Tensor GradientTensor(float* data, int64_t n) {
+  Tensor tensor = MakeTensor(data, {n});
+  tensor.device = GradientDevice();
+  return tensor;
 }
 
 }  // namespace overlap::testing

@@ -80,8 +80,8 @@ std::string Step(std::vector<Layer>& layers, int step, bool slow = false) {
     for (size_t i = 0; i < it->grad.size(); ++i) it->grad[i] = Value(Rank(), step, i);
     const int64_t n = static_cast<int64_t>(it->grad.size());
     absl::StatusOr<Handle> h =
-        Allreduce(it->name, MakeTensor(it->grad.data(), {n}), MakeTensor(it->grad.data(), {n}),
-                  testing::GradientOptions());
+        Allreduce(it->name, testing::GradientTensor(it->grad.data(), n),
+                  testing::GradientTensor(it->grad.data(), n), testing::GradientOptions());
     if (!h.ok()) return std::string(h.status().message());
     it->handle = *h;
     it->pending = true;
@@ -224,6 +224,16 @@ TEST_CASE("a scheduled plan is adopted by every rank and keeps every sum exact")
     if (layer.pending) REQUIRE(Check(layer, step - 1) == "");
   }
   REQUIRE(Stats().planned_launches - launches_before >= 4 * stats.plan_buckets);
+  if (testing::GradientDevice().is_cuda()) {
+    // The device path ran: the CUDA plane on the proxy's executor, buckets packed on the device.
+    REQUIRE(Stats().cuda_executor == "proxy+mpi");
+    REQUIRE(Stats().plan_buffer_bytes == 0);
+    // Planners that slice pack into buffers (one whole tensor alone is reduced in place).
+    const std::string name = planner;
+    if (name == "bytescheduler" || name == "usbyte" || name == "dear") {
+      REQUIRE(Stats().plan_device_buffer_bytes > 0);
+    }
+  }
   REQUIRE(Stats().plans_dropped == stats.plans_dropped);
   REQUIRE(Stats().planner == stats.planner);
 }

@@ -1,0 +1,18 @@
+// Linked into the scheduled suites' `_device_proxy` binaries: before main (and so before Init),
+// makes the proxy device (tests/fakes/proxy_device.h) the runtime's device backend and puts the
+// suites' gradients on it, so that the same test bodies run the device code path.
+#include "runtime/device_backend.h"
+#include "tests/fakes/proxy_device.h"
+#include "tests/runtime/gradient_options.h"
+
+namespace overlap::testing {
+namespace {
+
+[[maybe_unused]] const bool installed = [] {
+  InstallDeviceBackendForTesting(fake::CreateProxyDeviceBackend());
+  GradientDevice() = Device::Cuda(0);
+  return true;
+}();
+
+}  // namespace
+}  // namespace overlap::testing
