@@ -10,10 +10,10 @@
 // (scheduled plans) go to a bucket runner (runtime/bucket_runner.h), the host's over this
 // executor or the GPU's over the CUDA plane's executor (a plan's bucket holds tensors of one
 // device: ScheduledPlan splits mixed ones), packed when they start and run one at a time per
-// channel in plan order, so channels run concurrently. A bucket's check goes out just before its data, so it
-// completes in about one round trip even on links its data saturates; bucket k+1 then starts (and
-// packs) while bucket k's collective still runs, and its collective follows the moment the channel
-// is free.
+// channel in plan order, so channels run concurrently. A bucket's check goes out just before its
+// data, so it completes in about one round trip even on links its data saturates; bucket k+1 then
+// starts (and packs) while bucket k's collective still runs, and its collective follows the moment
+// the channel is free.
 //
 // Consistency check: with each bucket's collective, a small bitwise-OR allreduce on control
 // collectives of its own (runtime/control_collectives.h) tells every rank which of the bucket's

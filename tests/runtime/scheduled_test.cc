@@ -79,9 +79,9 @@ std::string Step(std::vector<Layer>& layers, int step, bool slow = false) {
     std::this_thread::sleep_for(std::chrono::microseconds(slow ? 60600 : 600));
     for (size_t i = 0; i < it->grad.size(); ++i) it->grad[i] = Value(Rank(), step, i);
     const int64_t n = static_cast<int64_t>(it->grad.size());
-    absl::StatusOr<Handle> h =
-        Allreduce(it->name, testing::GradientTensor(it->name, it->grad.data(), n),
-                  testing::GradientTensor(it->name, it->grad.data(), n), testing::GradientOptions());
+    absl::StatusOr<Handle> h = Allreduce(
+        it->name, testing::GradientTensor(it->name, it->grad.data(), n),
+        testing::GradientTensor(it->name, it->grad.data(), n), testing::GradientOptions());
     if (!h.ok()) return std::string(h.status().message());
     it->handle = *h;
     it->pending = true;
