@@ -9,15 +9,13 @@
 #include "runtime/device_backend.h"
 
 namespace overlap {
-namespace {
-
-// The scale that turns a collective's raw result into what `op` asked for (FinishReduced's, as a
-// batched copy's scaling).
 CopyScaling FinishScaling(DataType dtype, ReduceOp op, double postscale, int size) {
   const bool average = op == ReduceOp::kAverage;
   if (!IsFloatingPoint(dtype)) return CopyScaling{1.0, average ? size : 1};
   return CopyScaling{postscale * (average ? 1.0 / size : 1.0), 1};
 }
+
+namespace {
 
 uint8_t* Bytes(const std::shared_ptr<DeviceMemory>& memory) {
   return static_cast<uint8_t*>(memory->data());
@@ -247,7 +245,10 @@ absl::Status BucketRunner::Prepare(BucketJob* job, const BucketInput* input) {
         absl::Status s = CopyOn(ops, std::move(slices), job->dtype, CopyScaling{factor, 1});
         if (!s.ok()) return fail(s);
       }
-      if (input->drain) input->drain(Bytes(job->buffer));
+      if (input->drain) {
+        absl::Status s = input->drain(Bytes(job->buffer), ops);
+        if (!s.ok()) return fail(s);
+      }
       args.recv = job->buffer->data();
     }
     if (job->kind == BucketKind::kAllreduce) {

@@ -10,7 +10,7 @@
 //     at once, prescaled, into a buffer kept for that bucket across passes (an allreduce of one
 //     whole tensor alone runs in the user's buffer instead); an all-gather waits until its
 //     reduce-scatter's chunk is in. A delayed plan's residual is added to the packed buffer
-//     through BucketInput::drain (host buffers only: delayed buckets run host tensors).
+//     through BucketInput::drain.
 //  2. Progress(): per channel, in the order of Start, the next bucket's collective starts once
 //     the channel's previous one finished; a reduce-scatter's chunk is kept for its all-gather.
 //  3. Pieces(): once done, where the reduced values of each slice are (buffer, offset).
@@ -55,6 +55,10 @@
 
 namespace overlap {
 
+// The scale that turns a collective's raw result into what `op` asked for (postscale, and an
+// average's division), as a batched copy's: collectives/scaling.h's FinishReduced, bit for bit.
+CopyScaling FinishScaling(DataType dtype, ReduceOp op, double postscale, int size);
+
 // "'a', 'b', 'c' and 2 more", for messages about a bucket or a unit.
 std::string UnitNames(const std::vector<std::shared_ptr<const Response>>& responses);
 
@@ -67,8 +71,9 @@ struct BucketInput {
   // An allreduce of one whole tensor alone, not prescaled, outside a delayed plan: reduced in the
   // user's buffer (no pack, no copy out).
   bool in_place = false;
-  // Delayed plans (host only): adds the bucket's residual into its packed values.
-  std::function<void(uint8_t* packed)> drain;
+  // Delayed plans: adds the bucket's residual into its packed values, queueing on `ops` (the
+  // packing's buffer ops) where they are a device's.
+  std::function<absl::Status(uint8_t* packed, BufferOps& ops)> drain;
 };
 
 // One sliced bucket of one pass, from Start until the caller drops it. The caller reads done and

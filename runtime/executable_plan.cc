@@ -167,11 +167,6 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
         return BadBucket(
             b, absl::StrCat("tensor '", s.name, "' is not a single-tensor uncompressed allreduce"));
       }
-      if (delayed && request.device != DeviceKind::kCpu) {
-        return BadBucket(b, absl::StrCat("tensor '", s.name,
-                                         "' is a CUDA tensor: a delay or an update period runs "
-                                         "host tensors only (the delay line keeps host copies)"));
-      }
       const int64_t elements = request.tensors[0].NumElements();
       if (s.offset < 0 || s.count <= 0 || s.offset > elements - s.count) {
         // Not offset + count: on bytes from the wire or a file that sum may overflow.

@@ -79,8 +79,8 @@ ExecutablePlan ObservedPlan(std::vector<PlanEntry> entries,
 // allgather of the same slices; a bucket's slices share one dtype and reduction; channels exist; no
 // bucket asks for compression (not executable yet). A bucket with a delay or an update period must
 // be an allreduce of float32 or float64 tensors with a sum or an average (its off-period steps are
-// kept in a residual), with delay 0..16 and period 1..64, and hold only host tensors submitted
-// with AllreduceOptions::plan_may_delay. A bucket holding both host and CUDA tensors becomes two
+// kept in a residual), with delay 0..16 and period 1..64, and hold only tensors submitted with
+// AllreduceOptions::plan_may_delay. A bucket holding both host and CUDA tensors becomes two
 // buckets, one per device, in that order (a reduce-scatter and its all-gather alike), since a
 // bucket runs on one device's buffers and executor. InvalidArgument naming the bucket and the
 // cause.

@@ -310,6 +310,9 @@ struct RuntimeStats {
   // Memory held for delayed updates and update periods: residuals plus reduced results not yet
   // delivered (runtime/delay_line.h bounds it per tensor).
   int64_t delayed_bytes = 0;
+  // The part of delayed_bytes on the GPU: a scheduled plan's CUDA tensors' copies, residuals and
+  // results (runtime/plan_delays.h).
+  int64_t delayed_device_bytes = 0;
   // Host buffers the plan in force keeps for reuse across steps: its packed buckets and, under a
   // delayed plan, its copies of the submissions (runtime/buffer_pool.h). About one gradient's
   // worth for a sliced plan.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "collectives/scaling.h"
+#include "runtime/device_backend.h"
 #include "runtime/rank_bits.h"
 #include "spdlog/spdlog.h"
 
@@ -103,6 +104,12 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
     (void)cuda_plane_->SetUpOnce();
     MakeDeviceRunner();
   }
+  if (holds_cuda && plan_->delayed() && delay_ops_ == nullptr && device_runner_ != nullptr) {
+    // The delay line's CUDA copies, residuals and deliveries: a stream of their own.
+    absl::StatusOr<std::unique_ptr<BufferOps>> ops =
+        Devices().CreateBufferOps(cuda_plane_->device(), nullptr);
+    if (ops.ok()) delay_ops_ = *std::move(ops);
+  }
   skip_.clear();
   for (int32_t id : already_agreed) {
     if (planned_ids_.contains(id)) skip_.insert(id);
@@ -111,7 +118,9 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
   pass_ = 0;
   backlog_.clear();
   delays_.reset();
-  if (plan_->delayed()) delays_ = std::make_unique<PlanDelays>(plan_, size_, poke_);
+  if (plan_->delayed()) {
+    delays_ = std::make_unique<PlanDelays>(plan_, size_, poke_, delay_ops_.get());
+  }
   host_runner_->Reset();  // its buffers were sized for the old plan's buckets
   if (device_runner_ != nullptr) device_runner_->Reset();
   UpdateHeldBytes();
@@ -148,7 +157,7 @@ absl::StatusOr<std::optional<PlanDelays::State>> PlannedMode::SaveState() const 
     return std::optional<PlanDelays::State>(std::move(state));
   }
   // Copies still in line, or results in that Progress has not delivered yet: all will be soon.
-  if (!delayed_drained() || delays_->parked() > 0) return std::nullopt;
+  if (!delayed_drained() || delays_->parked() > 0 || !delivering_.empty()) return std::nullopt;
   absl::StatusOr<PlanDelays::State> state = delays_->Save();
   if (!state.ok()) return state.status();
   return std::optional<PlanDelays::State>(*std::move(state));
@@ -157,7 +166,16 @@ absl::StatusOr<std::optional<PlanDelays::State>> PlannedMode::SaveState() const 
 void PlannedMode::Resume(ExecutablePlan plan, PlanDelays::State state, absl::Duration step_time) {
   Freeze(std::move(plan), {}, step_time);
   pass_ = state.passes;
-  if (delays_ != nullptr) delays_->Restore(std::move(state));
+  if (delays_ != nullptr) {
+    absl::Status restored = delays_->Restore(std::move(state));
+    if (!restored.ok()) {
+      // A checkpoint that cannot be put back would not repeat the saved run: the job stops.
+      stalled_ =
+          absl::Status(restored.code(),
+                       absl::StrCat("rank ", rank_,
+                                    ": restoring the delayed plan's state: ", restored.message()));
+    }
+  }
   UpdateHeldBytes();
 }
 
@@ -208,7 +226,14 @@ void PlannedMode::Add(PendingOp op) {
     waiting_.emplace(entry, std::move(op));
     return;
   }
-  backlog_[entry].push_back(delays_->Accept(entry, std::move(op)));
+  absl::StatusOr<PendingOp> copy = delays_->Accept(entry, op);
+  if (!copy.ok()) {
+    complete_(op, absl::Status(copy.status().code(),
+                               absl::StrCat("rank ", rank_, ": planned allreduce '",
+                                            op.request.name, "': ", copy.status().message())));
+    return;
+  }
+  backlog_[entry].push_back(*std::move(copy));
   Feed(entry);
   deliver_due_ = true;  // results of earlier passes may be due now; completed in Progress
 }
@@ -224,12 +249,56 @@ void PlannedMode::Feed(int entry) {
 void PlannedMode::Deliver() {
   deliver_due_ = false;
   if (delays_ == nullptr) return;
-  for (PendingOp& op : delays_->TakeDeliverable()) complete_(op, absl::OkStatus());
+  Delivering device;
+  for (PendingOp& op : delays_->TakeDeliverable()) {
+    if (op.request.device == DeviceKind::kCuda) {
+      device.ops.push_back(std::move(op));
+    } else {
+      complete_(op, absl::OkStatus());
+    }
+  }
+  absl::Status queued = delays_->TakeDeviceError();
+  if (!device.ops.empty() && queued.ok()) {
+    // CUDA results were copied out on the delay line's stream: complete once that is done.
+    device.reads = delays_->TakeReads();
+    absl::StatusOr<std::unique_ptr<Work>> fence = delay_ops_->Fence();
+    if (fence.ok()) {
+      device.fence = *std::move(fence);
+      delivering_.push_back(std::move(device));
+    } else {
+      queued = fence.status();
+    }
+  }
+  if (!queued.ok()) {
+    stalled_ = absl::Status(
+        queued.code(),
+        absl::StrCat("rank ", rank_, ": delivering delayed CUDA results: ", queued.message()));
+    for (PendingOp& op : device.ops) complete_(op, stalled_);
+  }
   UpdateHeldBytes();
+}
+
+absl::Status PlannedMode::ProgressDelivering() {
+  while (!delivering_.empty()) {
+    absl::StatusOr<bool> done = delivering_.front().fence->Test();
+    if (done.ok() && !*done) return absl::OkStatus();
+    Delivering d = std::move(delivering_.front());
+    delivering_.pop_front();
+    const absl::Status status =
+        done.ok() ? absl::OkStatus()
+                  : absl::Status(done.status().code(),
+                                 absl::StrCat("rank ", rank_, ": delivering delayed CUDA results: ",
+                                              done.status().message()));
+    for (PendingOp& op : d.ops) complete_(op, status);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
 }
 
 void PlannedMode::UpdateHeldBytes() {
   delayed_bytes_.store(delays_ != nullptr ? delays_->held_bytes() : 0, std::memory_order_relaxed);
+  delayed_device_bytes_.store(delays_ != nullptr ? delays_->held_device_bytes() : 0,
+                              std::memory_order_relaxed);
   device_buffer_bytes_.store(device_runner_ != nullptr ? device_runner_->held_bytes() : 0,
                              std::memory_order_relaxed);
   buffer_bytes_.store(
@@ -444,7 +513,13 @@ absl::Status PlannedMode::LaunchSliced(Launch* launch) {
       auto a = active_.find(s.entry);
       inputs.push_back(a != active_.end() && !a->second.diverged_here ? &a->second.op : nullptr);
     }
-    delays_->Fold(launch->bucket, inputs);
+    absl::Status folded = delays_->Fold(launch->bucket, inputs);
+    if (!folded.ok()) {
+      return absl::Status(
+          folded.code(),
+          absl::StrCat("rank ", rank_, ": folding plan bucket ", launch->bucket, " (",
+                       UnitNames(launch->responses), ") into its residual: ", folded.message()));
+    }
     job->skipped = true;
     job->done = true;
     return absl::OkStatus();
@@ -466,8 +541,8 @@ absl::Status PlannedMode::LaunchSliced(Launch* launch) {
                    op->request.prescale == 1.0 && only.offset == 0 &&
                    only.count == op->request.tensors[0].NumElements();
   if (current_delayed) {
-    input.drain = [this, b = launch->bucket](uint8_t* packed) {
-      delays_->DrainResidual(b, packed);
+    input.drain = [this, b = launch->bucket](uint8_t* packed, BufferOps& ops) {
+      return delays_->DrainResidual(b, packed, ops);
     };
   }
   BucketRunner* runner = RunnerFor(plan, launch->bucket);
@@ -632,6 +707,7 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
   if (s.ok() && cuda_plane_ != nullptr) s = cuda_plane_->Progress();
   if (s.ok()) s = host_runner_->Progress();
   if (s.ok() && device_runner_ != nullptr) s = device_runner_->Progress();
+  if (s.ok()) s = ProgressDelivering();
   if (!s.ok()) return s;
   const absl::Time now = absl::Now();
   for (Launch& l : launches_) {
@@ -846,6 +922,10 @@ std::vector<PendingOp> PlannedMode::FailAll(const absl::Status& status) {
   launches_.clear();
   host_runner_->FailAll(status);
   if (device_runner_ != nullptr) device_runner_->FailAll(status);
+  for (Delivering& d : delivering_) {
+    for (PendingOp& op : d.ops) complete_(op, status);
+  }
+  delivering_.clear();
   for (auto& [entry, active] : active_) {
     if (active.op.plan_pass < 0) complete_(active.op, status);
   }

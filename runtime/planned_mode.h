@@ -165,9 +165,9 @@ class PlannedMode {
   // started and unfinished, and the next unit cannot start.
   bool StartsNothingMore() const { return idle() && !CanLaunch(); }
 
-  // Nothing started and unfinished.
+  // Nothing started and unfinished (delayed CUDA results being copied out included).
   bool idle() const {
-    return launches_.empty() && plane_.idle() && host_runner_->idle() &&
+    return launches_.empty() && delivering_.empty() && plane_.idle() && host_runner_->idle() &&
            (device_runner_ == nullptr || device_runner_->idle()) &&
            (cuda_plane_ == nullptr || cuda_plane_->idle());
   }
@@ -183,8 +183,11 @@ class PlannedMode {
     return delays_ == nullptr ||
            (launches_.empty() && waiting_.empty() && active_.empty() && BacklogEmpty());
   }
-  // Bytes a delayed plan holds (PlanDelays::held_bytes); any thread.
+  // Bytes a delayed plan holds (PlanDelays::held_bytes), and their share on the GPU; any thread.
   int64_t delayed_bytes() const { return delayed_bytes_.load(std::memory_order_relaxed); }
+  int64_t delayed_device_bytes() const {
+    return delayed_device_bytes_.load(std::memory_order_relaxed);
+  }
   // Bytes of the host buffers kept for reuse by the plan in force (its packed buckets and, under a
   // delayed plan, its copies of the submissions); any thread.
   int64_t buffer_bytes() const { return buffer_bytes_.load(std::memory_order_relaxed); }
@@ -281,6 +284,8 @@ class PlannedMode {
   // Delayed plans: completes the parked operations whose results are in.
   void Deliver();
   void UpdateHeldBytes();
+  // Completes the delayed CUDA deliveries whose copies are done.
+  absl::Status ProgressDelivering();
 
   const Config config_;
   const int rank_;
@@ -299,6 +304,16 @@ class PlannedMode {
   std::unique_ptr<BucketRunner> host_runner_;
   std::unique_ptr<BucketRunner> device_runner_;
   absl::Status device_runner_error_;
+  // A delayed plan's CUDA state and deliveries (PlanDelays), on a stream of their own; made at
+  // the first freeze of a delayed plan holding CUDA tensors. Outlives every PlanDelays.
+  std::unique_ptr<BufferOps> delay_ops_;
+  // Delayed CUDA results copied out, completed once their fence passes.
+  struct Delivering {
+    std::vector<PendingOp> ops;
+    std::vector<std::shared_ptr<DeviceMemory>> reads;  // the results they read, held till then
+    std::unique_ptr<Work> fence;
+  };
+  std::deque<Delivering> delivering_;
   // Called between the pieces of long host copies, so that the collectives in flight advance.
   const std::function<void()> poke_;
 
@@ -312,6 +327,7 @@ class PlannedMode {
   std::unique_ptr<PlanDelays> delays_;  // delayed plans only
   absl::flat_hash_map<int, std::deque<PendingOp>> backlog_;  // delayed plans: copies in line
   std::atomic<int64_t> delayed_bytes_{0};
+  std::atomic<int64_t> delayed_device_bytes_{0};
   bool deliver_due_ = false;  // results or submissions arrived: Progress delivers
   absl::flat_hash_map<int, PendingOp> waiting_;      // by entry: submitted, no bucket started
   absl::flat_hash_map<int, ActiveEntry> active_;     // by entry: some bucket started

@@ -345,6 +345,7 @@ RuntimeStats Runtime::stats() const {
                         (planned_ != nullptr ? planned_->delayed_bytes() : 0);
   stats.plan_buffer_bytes = planned_ != nullptr ? planned_->buffer_bytes() : 0;
   stats.plan_device_buffer_bytes = planned_ != nullptr ? planned_->device_buffer_bytes() : 0;
+  stats.delayed_device_bytes = planned_ != nullptr ? planned_->delayed_device_bytes() : 0;
   stats.planned_launches = counters_.launches.load();
   stats.plans_frozen = counters_.frozen.load();
   stats.plans_dropped = counters_.dropped.load();
@@ -414,7 +415,7 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
   auto state =
       std::make_shared<internal::HandleState>(name, rank_, std::move(on_done), observations_);
   // Scheduled plans cover float32 gradients being summed or averaged, one tensor each, on the
-  // host or the GPU (the bucket runner serves both); only host tensors may be delayed.
+  // host or the GPU (the bucket runner and the delay line serve both).
   if (scheduler_ != nullptr && op.request.kind == OpKind::kAllreduce &&
       op.request.update_schedule.empty() && op.request.tensors.size() == 1 &&
       op.request.compression == "none" && op.request.tensors[0].dtype == DataType::kFloat32 &&
@@ -425,7 +426,7 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
         [clock = state->clock()] {
           return StepProfiler::WaitTimes{clock->first_wait(), clock->done_at()};
         },
-        absl::Now(), op.request.plan_may_delay && op.request.device == DeviceKind::kCpu);
+        absl::Now(), op.request.plan_may_delay);
   }
   {
     absl::MutexLock lock(&mu_);

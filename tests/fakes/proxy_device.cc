@@ -135,6 +135,17 @@ class ProxyBufferOps : public BufferOps {
     return absl::OkStatus();
   }
 
+  absl::Status Accumulate(void* dst, const void* src, int64_t count, DataType dtype,
+                          double factor) override {
+    BufferOps* cpu = cpu_.get();
+    stream_->Enqueue([cpu, dst, src, count, dtype, factor]() -> absl::StatusOr<bool> {
+      absl::Status s = cpu->Accumulate(dst, src, count, dtype, factor);
+      if (!s.ok()) return absl::Status(s.code(), absl::StrCat("proxy cuda:0: ", s.message()));
+      return true;
+    });
+    return absl::OkStatus();
+  }
+
   absl::Status CopyToHost(void* host, const void* device_src, size_t bytes) override {
     stream_->Enqueue([host, device_src, bytes]() -> absl::StatusOr<bool> {
       std::memcpy(host, device_src, bytes);

@@ -133,14 +133,14 @@ TEST_CASE("a bucket holding host and CUDA tensors runs as one bucket per device"
   REQUIRE(out->buckets[3].reduce_scatter == 1);
   for (const ExecBucket& b : out->buckets) REQUIRE(b.slices.size() == 1);
 
-  SECTION("a delay on a CUDA tensor is refused, naming it") {
+  SECTION("a delay and a period on a CUDA tensor are kept (its delay line is on the device)") {
     sched::Plan delayed;
-    delayed.buckets.push_back(Bucket(sched::Collective::kAllreduce, "g", 0, 50, 1, 1, 0));
+    delayed.buckets.push_back(Bucket(sched::Collective::kAllreduce, "g", 0, 50, 1, 2, 1));
     delayed.buckets.push_back(Bucket(sched::Collective::kAllreduce, "w", 0, 100));
-    const absl::Status refused = ScheduledPlan(delayed, table, 1).status();
-    REQUIRE(refused.code() == absl::StatusCode::kInvalidArgument);
-    REQUIRE(std::string(refused.message()).find("tensor 'g' is a CUDA tensor") !=
-            std::string::npos);
+    absl::StatusOr<ExecutablePlan> kept = ScheduledPlan(delayed, table, 1);
+    REQUIRE(kept.ok());
+    REQUIRE(kept->buckets[0].delay == 1);
+    REQUIRE(kept->buckets[0].period == 2);
   }
 }
 
