@@ -64,6 +64,13 @@ class CpuBufferOps : public BufferOps {
     return absl::OkStatus();
   }
 
+  absl::Status Accumulate(void* dst, const void* src, int64_t count, DataType dtype,
+                          double factor) override {
+    if (absl::Status s = ValidateAccumulate(device(), dst, src, count, dtype); !s.ok()) return s;
+    ScaledAdd(dst, src, count, dtype, factor);
+    return absl::OkStatus();
+  }
+
   absl::Status CopyToHost(void* host, const void* device_src, size_t bytes) override {
     if (bytes > 0) std::memcpy(host, device_src, bytes);
     return absl::OkStatus();
@@ -94,6 +101,24 @@ bool Aligned(const void* p, size_t alignment) {
 }
 
 }  // namespace
+
+absl::Status ValidateAccumulate(Device device, const void* dst, const void* src, int64_t count,
+                                DataType dtype) {
+  if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) {
+    return absl::InvalidArgumentError(absl::StrCat(device.ToString(), ": accumulate of ",
+                                                   DataTypeName(dtype),
+                                                   " (only float32 and float64 accumulate)"));
+  }
+  if (count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(device.ToString(), ": accumulate of a negative count (", count, ")"));
+  }
+  if (count > 0 && (dst == nullptr || src == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(device.ToString(), ": accumulate with a null pointer"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateCopy(Device device, absl::Span<const CopySlice> slices, DataType dtype,
                           CopyScaling scaling) {

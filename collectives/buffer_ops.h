@@ -74,6 +74,13 @@ class BufferOps {
   virtual absl::Status Copy(absl::Span<const CopySlice> slices, DataType dtype,
                             CopyScaling scaling) = 0;
 
+  // dst[i] += src[i] * factor for `count` float32 or float64 elements, in that dtype's arithmetic
+  // with no fused multiply-add (the bits of collectives/scaling.h's ScaledAdd): error feedback's
+  // residuals on the tensor's device. dst and src must not overlap. InvalidArgument for another
+  // dtype, a negative count or a null pointer.
+  virtual absl::Status Accumulate(void* dst, const void* src, int64_t count, DataType dtype,
+                                  double factor) = 0;
+
   // Byte copies between host memory and device(); `host` should be pinned (AllocateHost) for the
   // copy to run asynchronously. On the CPU these are memcpy.
   virtual absl::Status CopyToHost(void* host, const void* device_src, size_t bytes) = 0;

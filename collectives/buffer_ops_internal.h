@@ -17,6 +17,10 @@ namespace overlap {
 absl::Status ValidateCopy(Device device, absl::Span<const CopySlice> slices, DataType dtype,
                           CopyScaling scaling);
 
+// The checks every BufferOps::Accumulate makes (see buffer_ops.h), naming `device`.
+absl::Status ValidateAccumulate(Device device, const void* dst, const void* src, int64_t count,
+                                DataType dtype);
+
 // CreateBufferOps for a CUDA device: CudaBufferOps, or Unavailable where built without CUDA.
 absl::StatusOr<std::unique_ptr<BufferOps>> CreateCudaBufferOps(int index, void* stream);
 

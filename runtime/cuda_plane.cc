@@ -5,11 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/buffer_ops.h"
-#include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
-#include "collectives/nccl_executor.h"
-#include "collectives/staging_executor.h"
+#include "runtime/device_backend.h"
 #include "spdlog/spdlog.h"
 
 namespace overlap {
@@ -17,7 +14,7 @@ namespace {
 
 // Whether every rank can run CUDA at all; decided together so that all ranks take one path.
 absl::StatusOr<bool> EveryRankHasCuda(MPI_Comm comm, int rank, int device) {
-  int mine = device >= 0 && device < CudaDeviceCount() ? 1 : 0, all = 0;
+  int mine = device >= 0 && device < Devices().DeviceCount() ? 1 : 0, all = 0;
   absl::Status s = MpiCheck(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm),
                             absl::StrCat("rank ", rank, ": MPI_Allreduce of the CUDA check"));
   if (!s.ok()) return s;
@@ -47,48 +44,22 @@ CudaPlane::~CudaPlane() {
 }
 
 absl::Status CudaPlane::SetUp(int device) {
+  device_ = Device::Cuda(device);
   absl::StatusOr<bool> every_rank_has_cuda = EveryRankHasCuda(comm_, rank_, device);
   if (!every_rank_has_cuda.ok()) return every_rank_has_cuda.status();
   if (!*every_rank_has_cuda) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", rank_, ": CUDA tensors need a usable GPU on every rank; here cuda:", device,
-        " is not usable (", CudaDeviceCount(), " visible",
-        CudaUnavailableReason().empty() ? "" : ": " + CudaUnavailableReason(), ")"));
+        " is not usable (", Devices().DeviceCount(), " visible",
+        Devices().UnavailableReason().empty() ? "" : ": " + Devices().UnavailableReason(), ")"));
   }
   std::string nccl_refusal;
-  if (config_.executor != "mpi") {
-    MPI_Comm comm;
-    absl::Status s = MpiCheck(MPI_Comm_dup(comm_, &comm),
-                              absl::StrCat("rank ", rank_, ": MPI_Comm_dup for NCCL's setup"));
-    if (!s.ok()) return s;
-    absl::StatusOr<std::unique_ptr<Executor>> nccl =
-        CreateNcclExecutor(comm, device, config_.num_channels);
-    // NCCL keeps no reference to it once its communicators exist.
-    s = MpiCheck(MPI_Comm_free(&comm),
-                 absl::StrCat("rank ", rank_, ": MPI_Comm_free after NCCL's setup"));
-    if (!s.ok()) return s;
-    if (nccl.ok()) {
-      executor_ = std::move(*nccl);
-    } else if (config_.executor == "nccl") {
-      return absl::Status(nccl.status().code(),
-                          absl::StrCat("OVERLAP_EXECUTOR=nccl: ", nccl.status().message()));
-    } else {
-      nccl_refusal = std::string(nccl.status().message());
-    }
-  }
-  if (executor_ == nullptr) {
-    MpiExecutorOptions options;
-    options.num_channels = config_.num_channels;
-    options.host = hierarchy_host_;
-    absl::StatusOr<std::unique_ptr<MpiExecutor>> mpi = MpiExecutor::Create(comm_, options);
-    if (!mpi.ok()) return mpi.status();
-    absl::StatusOr<std::unique_ptr<StagingExecutor>> staged =
-        StagingExecutor::Create(std::move(*mpi), Device::Cuda(device), rank_);
-    if (!staged.ok()) return staged.status();
-    executor_ = std::move(*staged);
-    if (!nccl_refusal.empty() && rank_ == 0) {
-      spdlog::warn("overlap: CUDA tensors go through MPI with host staging: {}", nccl_refusal);
-    }
+  absl::StatusOr<std::unique_ptr<Executor>> executor =
+      Devices().CreateExecutor(comm_, rank_, device, config_, hierarchy_host_, &nccl_refusal);
+  if (!executor.ok()) return executor.status();
+  executor_ = *std::move(executor);
+  if (!nccl_refusal.empty() && rank_ == 0) {
+    spdlog::warn("overlap: CUDA tensors go through MPI with host staging: {}", nccl_refusal);
   }
   absl::StatusOr<std::unique_ptr<DataPlane>> plane =
       DataPlane::OnDevice(Device::Cuda(device), executor_.get(), config_, rank_, size_, timeline_,
@@ -150,6 +121,8 @@ void CudaPlane::FailAll(const absl::Status& status) {
 void CudaPlane::Abort() {
   if (executor_ != nullptr) executor_->Abort();
 }
+
+Device CudaPlane::device() const { return device_; }
 
 std::string CudaPlane::executor_name() const {
   return executor_ == nullptr ? "" : executor_->name();

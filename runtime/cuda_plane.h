@@ -52,6 +52,11 @@ class CudaPlane {
   // After a fatal error: abandons collectives in flight (NCCL: ncclCommAbort).
   void Abort();
 
+  // The executor and device of the plane, once set up without error (null before): the bucket
+  // runner of a plan's CUDA tensors runs on them too.
+  Executor* executor() const { return plane_ != nullptr ? executor_.get() : nullptr; }
+  Device device() const;
+
   // "nccl", "mpi+host-staging", or "" before setup.
   std::string executor_name() const;
 
@@ -68,6 +73,7 @@ class CudaPlane {
   Timeline* const timeline_;
   CompressionStage* const compression_;
   const DataPlane::CompleteFn complete_;
+  Device device_;
   bool set_up_ = false;
   absl::Status setup_error_;
   std::unique_ptr<Executor> executor_;

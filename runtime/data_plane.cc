@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/scaling.h"
+#include "runtime/device_backend.h"
 
 namespace overlap {
 namespace {
@@ -73,7 +74,7 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::OnDevice(
   std::vector<std::unique_ptr<BufferOps>> ops;
   for (int c = 0; c < executor->num_channels(); ++c) {
     absl::StatusOr<std::unique_ptr<BufferOps>> channel_ops =
-        CreateBufferOps(device, executor->channel_stream(c));
+        Devices().CreateBufferOps(device, executor->channel_stream(c));
     if (!channel_ops.ok()) return channel_ops.status();
     ops.push_back(std::move(*channel_ops));
   }

@@ -26,6 +26,34 @@ bool SameSlices(const std::vector<ExecSlice>& a, const std::vector<ExecSlice>& b
   return true;
 }
 
+// A bucket whose slices are on both the host and the GPU, split into one bucket per device (host
+// slices first, then the CUDA ones, each keeping the plan's slice order; a process runs one GPU):
+// a bucket runner packs for one device. A reduce-scatter and its all-gather hold the same slices,
+// so they split alike.
+std::vector<ExecBucket> SplitByDevice(ExecBucket bucket, const std::vector<PlanEntry>& entries) {
+  auto kind_of = [&](const ExecSlice& s) {
+    return entries[static_cast<size_t>(s.entry)].response->request.device;
+  };
+  std::vector<DeviceKind> kinds;
+  for (const ExecSlice& s : bucket.slices) {
+    if (std::find(kinds.begin(), kinds.end(), kind_of(s)) == kinds.end()) {
+      kinds.push_back(kind_of(s));
+    }
+  }
+  if (kinds.size() <= 1) return {std::move(bucket)};
+  std::sort(kinds.begin(), kinds.end());
+  std::vector<ExecBucket> parts;
+  for (DeviceKind kind : kinds) {
+    ExecBucket part = bucket;
+    part.slices.clear();
+    for (const ExecSlice& s : bucket.slices) {
+      if (kind_of(s) == kind) part.slices.push_back(s);
+    }
+    parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
 }  // namespace
 
 const char* BucketKindName(BucketKind kind) {
@@ -139,10 +167,6 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
         return BadBucket(
             b, absl::StrCat("tensor '", s.name, "' is not a single-tensor uncompressed allreduce"));
       }
-      if (request.device != DeviceKind::kCpu) {
-        return BadBucket(b, absl::StrCat("tensor '", s.name,
-                                         "' is a CUDA tensor: scheduled plans run host tensors"));
-      }
       const int64_t elements = request.tensors[0].NumElements();
       if (s.offset < 0 || s.count <= 0 || s.offset > elements - s.count) {
         // Not offset + count: on bytes from the wire or a file that sum may overflow.
@@ -184,20 +208,22 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
                                                                  : c.gathered;
       ranges.emplace_back(s.offset, s.offset + s.count);
     }
-    if (bucket.kind == BucketKind::kAllgather) {
-      for (int r = static_cast<int>(out.buckets.size()) - 1; r >= 0; --r) {
-        const ExecBucket& earlier = out.buckets[static_cast<size_t>(r)];
-        if (earlier.kind == BucketKind::kReduceScatter &&
-            SameSlices(earlier.slices, bucket.slices)) {
-          bucket.reduce_scatter = r;
-          break;
+    for (ExecBucket& part : SplitByDevice(std::move(bucket), out.entries)) {
+      if (part.kind == BucketKind::kAllgather) {
+        for (int r = static_cast<int>(out.buckets.size()) - 1; r >= 0; --r) {
+          const ExecBucket& earlier = out.buckets[static_cast<size_t>(r)];
+          if (earlier.kind == BucketKind::kReduceScatter &&
+              SameSlices(earlier.slices, part.slices)) {
+            part.reduce_scatter = r;
+            break;
+          }
+        }
+        if (part.reduce_scatter < 0) {
+          return BadBucket(b, "allgather without an earlier reduce-scatter of the same slices");
         }
       }
-      if (bucket.reduce_scatter < 0) {
-        return BadBucket(b, "allgather without an earlier reduce-scatter of the same slices");
-      }
+      out.buckets.push_back(std::move(part));
     }
-    out.buckets.push_back(std::move(bucket));
   }
   // Every element exactly once: by an allreduce, or by a reduce-scatter plus an allgather.
   for (size_t e = 0; e < out.entries.size(); ++e) {

@@ -74,13 +74,16 @@ ExecutablePlan ObservedPlan(std::vector<PlanEntry> entries,
 // A scheduler plan made for tensors this rank knows as `table` (name -> agreed operation).
 // Checks everything a rank must trust before running a plan that came over the wire: every slice
 // names a tensor in `table` whose agreed operation is a single-tensor, uncompressed allreduce of
-// the profiled dtype with the same element count, on the host; slices are in range; every element
+// the profiled dtype with the same element count; slices are in range; every element
 // is covered exactly once by an allreduce, or once by a reduce-scatter and once by a later
 // allgather of the same slices; a bucket's slices share one dtype and reduction; channels exist; no
 // bucket asks for compression (not executable yet). A bucket with a delay or an update period must
 // be an allreduce of float32 or float64 tensors with a sum or an average (its off-period steps are
 // kept in a residual), with delay 0..16 and period 1..64, and hold only tensors submitted with
-// AllreduceOptions::plan_may_delay. InvalidArgument naming the bucket and the cause.
+// AllreduceOptions::plan_may_delay. A bucket holding both host and CUDA tensors becomes two
+// buckets, one per device, in that order (a reduce-scatter and its all-gather alike), since a
+// bucket runs on one device's buffers and executor. InvalidArgument naming the bucket and the
+// cause.
 absl::StatusOr<ExecutablePlan> ScheduledPlan(
     const sched::Plan& plan, const absl::flat_hash_map<std::string, PlanEntry>& table,
     int num_channels);

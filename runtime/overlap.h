@@ -310,10 +310,15 @@ struct RuntimeStats {
   // Memory held for delayed updates and update periods: residuals plus reduced results not yet
   // delivered (runtime/delay_line.h bounds it per tensor).
   int64_t delayed_bytes = 0;
+  // The part of delayed_bytes on the GPU: a scheduled plan's CUDA tensors' copies, residuals and
+  // results (runtime/plan_delays.h).
+  int64_t delayed_device_bytes = 0;
   // Host buffers the plan in force keeps for reuse across steps: its packed buckets and, under a
   // delayed plan, its copies of the submissions (runtime/buffer_pool.h). About one gradient's
   // worth for a sliced plan.
   int64_t plan_buffer_bytes = 0;
+  // The same on the GPU: the packed buckets of the plan's CUDA tensors (runtime/bucket_runner.h).
+  int64_t plan_device_buffer_bytes = 0;
   int64_t planned_launches = 0;  // units the frozen plan started without negotiation
   int64_t plans_frozen = 0;      // plans adopted (see OVERLAP_PLAN_AFTER_STEPS)
   int64_t plans_dropped = 0;     // plans given up (divergence, a changed step, a blocked rank)

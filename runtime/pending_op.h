@@ -14,6 +14,8 @@
 
 namespace overlap {
 
+class DeviceMemory;  // collectives/buffer_ops.h
+
 struct PendingOp {
   Request request;
   std::vector<Tensor> inputs;
@@ -30,6 +32,7 @@ struct PendingOp {
   // handle (null); `owned` is the memory its tensors point into.
   int64_t plan_pass = -1;
   std::shared_ptr<std::vector<uint8_t>> owned;
+  std::shared_ptr<DeviceMemory> owned_on_device;  // the same for a CUDA tensor's copy
 };
 
 // This rank's un-negotiated operations by name (names are unique while in flight).

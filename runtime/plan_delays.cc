@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/scaling.h"
+#include "runtime/bucket_runner.h"
 
 namespace overlap {
 
@@ -20,8 +21,12 @@ static size_t MaxCopies(const ExecutablePlan& plan) {
 }
 
 PlanDelays::PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size,
-                       std::function<void()> poke)
-    : plan_(std::move(plan)), size_(size), poke_(std::move(poke)), copies_(MaxCopies(*plan_)) {
+                       std::function<void()> poke, BufferOps* device)
+    : plan_(std::move(plan)),
+      size_(size),
+      poke_(std::move(poke)),
+      copies_(MaxCopies(*plan_)),
+      device_(device) {
   const size_t entries = plan_->entries.size();
   const size_t buckets = plan_->buckets.size();
   submitted_.assign(entries, 0);
@@ -30,6 +35,8 @@ PlanDelays::PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size,
   members_.resize(buckets);
   residuals_.resize(buckets);
   results_.resize(buckets);
+  device_residuals_.resize(buckets);
+  device_copies_.resize(entries);
   for (size_t b = 0; b < buckets; ++b) {
     int64_t offset = 0;
     for (const ExecSlice& s : plan_->buckets[b].slices) {
@@ -52,6 +59,66 @@ static DataType BucketDtype(const ExecutablePlan& plan, int bucket) {
 }
 
 DataType PlanDelays::DtypeOf(int bucket) const { return BucketDtype(*plan_, bucket); }
+
+bool PlanDelays::EntryOnDevice(int entry) const {
+  return plan_->entries[static_cast<size_t>(entry)].response->request.device == DeviceKind::kCuda;
+}
+
+absl::Status PlanDelays::NoDevice() const {
+  return absl::FailedPreconditionError(
+      "the delayed plan holds CUDA tensors but has no device buffer operations (the plan's CUDA "
+      "plane could not be set up)");
+}
+
+bool PlanDelays::BucketOnDevice(int bucket) const {
+  // ScheduledPlan gives every bucket tensors of one device.
+  return EntryOnDevice(plan_->buckets[static_cast<size_t>(bucket)].slices.front().entry);
+}
+
+void PlanDelays::Hold(int64_t bytes, bool on_device) {
+  held_bytes_ += bytes;
+  if (on_device) held_device_bytes_ += bytes;
+}
+
+absl::Status PlanDelays::DeviceToHost(const DeviceMemory& from, std::vector<uint8_t>* to) const {
+  if (device_ == nullptr) return NoDevice();
+  to->resize(from.size());
+  absl::Status s = device_->CopyToHost(to->data(), from.data(), from.size());
+  if (!s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<Work>> fence = device_->Fence();
+  if (!fence.ok()) return fence.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  for (;;) {
+    absl::StatusOr<bool> done = (*fence)->Test();
+    if (!done.ok()) return done.status();
+    if (*done) return absl::OkStatus();
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(device_->device().ToString(),
+                       ": copying the delayed plan's state to the host took over 60 s"));
+    }
+    absl::SleepFor(absl::Microseconds(50));
+  }
+}
+
+std::shared_ptr<DeviceMemory> PlanDelays::HostToDevice(const std::vector<uint8_t>& values) {
+  if (device_ == nullptr) {
+    device_error_ = NoDevice();
+    return nullptr;
+  }
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> memory = device_->Allocate(values.size());
+  if (!memory.ok()) {
+    device_error_ = memory.status();
+    return nullptr;
+  }
+  std::shared_ptr<DeviceMemory> out(std::move(*memory));
+  absl::Status s = device_->CopyFromHost(out->data(), values.data(), values.size());
+  // Waited for below, so that `values` may go: read back (a round trip) into a scratch copy.
+  std::vector<uint8_t> check;
+  if (s.ok()) s = DeviceToHost(*out, &check);
+  if (!s.ok()) device_error_ = s;
+  return out;
+}
 
 int64_t PlanDelays::PackedBytes(const ExecutablePlan& plan, int bucket) {
   int64_t count = 0;
@@ -124,23 +191,54 @@ absl::StatusOr<PlanDelays::State> PlanDelays::Save() const {
   State state;
   state.passes = submitted_.empty() ? 0 : submitted_.front();
   state.residuals = residuals_;
+  for (size_t b = 0; b < device_residuals_.size(); ++b) {
+    if (device_residuals_[b] == nullptr) continue;
+    absl::Status s = DeviceToHost(*device_residuals_[b], &state.residuals[b]);
+    if (!s.ok()) return s;
+  }
   for (size_t b = 0; b < results_.size(); ++b) {
     for (const auto& [pass, result] : results_[b]) {
-      state.results.push_back(State::Held{static_cast<int>(b), pass, *result.buffer});
+      State::Held held{static_cast<int>(b), pass, {}};
+      if (BucketOnDevice(static_cast<int>(b))) {
+        absl::Status s = DeviceToHost(*result.buffer, &held.values);
+        if (!s.ok()) return s;
+      } else {
+        const uint8_t* values = static_cast<const uint8_t*>(result.buffer->data());
+        held.values.assign(values, values + result.buffer->size());
+      }
+      state.results.push_back(std::move(held));
     }
   }
   return state;
 }
 
-void PlanDelays::Restore(State state) {
+absl::Status PlanDelays::Restore(State state) {
   std::fill(submitted_.begin(), submitted_.end(), state.passes);
   residuals_ = std::move(state.residuals);
-  for (const std::vector<uint8_t>& residual : residuals_) {
+  for (size_t b = 0; b < residuals_.size(); ++b) {
+    std::vector<uint8_t>& residual = residuals_[b];
+    if (!residual.empty() && BucketOnDevice(static_cast<int>(b))) {
+      device_residuals_[b] = HostToDevice(residual);
+      if (!device_error_.ok()) return TakeDeviceError();
+      Hold(static_cast<int64_t>(residual.size()), true);
+      std::vector<uint8_t>().swap(residual);
+      continue;
+    }
     held_bytes_ += static_cast<int64_t>(residual.size());
   }
   for (State::Held& held : state.results) {
-    Store(held.bucket, held.pass, std::make_shared<std::vector<uint8_t>>(std::move(held.values)));
+    if (BucketOnDevice(held.bucket)) {
+      std::shared_ptr<DeviceMemory> values = HostToDevice(held.values);
+      if (!device_error_.ok()) return TakeDeviceError();
+      Store(held.bucket, held.pass, std::move(values));
+      continue;
+    }
+    // Out of host memory ends the process here, as the std::vector it came in would have.
+    std::shared_ptr<DeviceMemory> values = *CreateCpuBufferOps()->Allocate(held.values.size());
+    if (!held.values.empty()) std::memcpy(values->data(), held.values.data(), held.values.size());
+    Store(held.bucket, held.pass, std::move(values));
   }
+  return absl::OkStatus();
 }
 
 bool PlanDelays::Due(int bucket, int64_t pass) const {
@@ -148,28 +246,53 @@ bool PlanDelays::Due(int bucket, int64_t pass) const {
   return pass % b.period == b.phase;
 }
 
-PendingOp PlanDelays::Accept(int entry, PendingOp op) {
-  const int64_t pass = submitted_[static_cast<size_t>(entry)]++;
+absl::StatusOr<PendingOp> PlanDelays::Accept(int entry, PendingOp& op) {
   PendingOp copy;
   copy.request = op.request;
   copy.enqueued = op.enqueued;
-  copy.plan_pass = pass;
   const Tensor& input = op.inputs[0];
   const size_t bytes = static_cast<size_t>(input.ByteSize());
-  const auto* data = static_cast<const uint8_t*>(input.data);
-  copy.owned = copies_.Take(entry, bytes);
-  InPieces(
-      copy.owned->data(), data, static_cast<int64_t>(bytes), 1,
-      [](uint8_t* to, const uint8_t* from, int64_t n) {
-        std::memcpy(to, from, static_cast<size_t>(n));
-      },
-      poke_);
   Tensor tensor = input;
-  tensor.data = copy.owned->data();
+  if (EntryOnDevice(entry)) {
+    if (device_ == nullptr) return NoDevice();
+    // On the device, queued on device_'s stream after the producer's; the copy's tensor names
+    // that stream, so that whoever reads it waits for the copy.
+    std::shared_ptr<DeviceMemory> memory;
+    for (const std::shared_ptr<DeviceMemory>& kept : device_copies_[static_cast<size_t>(entry)]) {
+      if (kept.use_count() == 1 && kept->size() == bytes) memory = kept;
+    }
+    if (memory == nullptr) {
+      absl::StatusOr<std::unique_ptr<DeviceMemory>> made = device_->Allocate(bytes);
+      if (!made.ok()) return made.status();
+      memory = std::shared_ptr<DeviceMemory>(std::move(*made));
+      if (device_copies_[static_cast<size_t>(entry)].size() < MaxCopies(*plan_)) {
+        device_copies_[static_cast<size_t>(entry)].push_back(memory);
+      }
+    }
+    absl::Status s = device_->WaitForStream(input.stream);
+    const CopySlice slice{memory->data(), input.data, input.NumElements()};
+    if (s.ok()) s = device_->Copy({&slice, 1}, input.dtype, CopyScaling{});
+    if (!s.ok()) return s;
+    tensor.data = memory->data();
+    tensor.stream = device_->stream();
+    copy.owned_on_device = std::move(memory);
+  } else {
+    const auto* data = static_cast<const uint8_t*>(input.data);
+    copy.owned = copies_.Take(entry, bytes);
+    InPieces(
+        copy.owned->data(), data, static_cast<int64_t>(bytes), 1,
+        [](uint8_t* to, const uint8_t* from, int64_t n) {
+          std::memcpy(to, from, static_cast<size_t>(n));
+        },
+        poke_);
+    tensor.data = copy.owned->data();
+  }
+  const int64_t pass = submitted_[static_cast<size_t>(entry)]++;
+  copy.plan_pass = pass;
   tensor.capacity_bytes = static_cast<int64_t>(bytes);
   copy.inputs.push_back(tensor);
   copy.outputs.push_back(tensor);
-  held_bytes_ += static_cast<int64_t>(bytes);
+  Hold(static_cast<int64_t>(bytes), EntryOnDevice(entry));
   const bool matches_plan =
       op.request == plan_->entries[static_cast<size_t>(entry)].response->request;
   parked_[static_cast<size_t>(entry)].push_back(Parked{pass, std::move(op), matches_plan});
@@ -178,12 +301,45 @@ PendingOp PlanDelays::Accept(int entry, PendingOp op) {
 
 void PlanDelays::Retire(const PendingOp& copy) {
   if (copy.owned != nullptr) held_bytes_ -= static_cast<int64_t>(copy.owned->size());
+  if (copy.owned_on_device != nullptr) {
+    Hold(-static_cast<int64_t>(copy.owned_on_device->size()), true);
+  }
 }
 
-void PlanDelays::Fold(int bucket, const std::vector<const PendingOp*>& inputs) {
+absl::Status PlanDelays::Fold(int bucket, const std::vector<const PendingOp*>& inputs) {
   const ExecBucket& b = plan_->buckets[static_cast<size_t>(bucket)];
   const DataType dtype = DtypeOf(bucket);
   const size_t elem = DataTypeSize(dtype);
+  if (BucketOnDevice(bucket)) {
+    if (device_ == nullptr) return NoDevice();
+    std::shared_ptr<DeviceMemory>& residual = device_residuals_[static_cast<size_t>(bucket)];
+    if (residual == nullptr) {
+      int64_t total = 0;
+      for (const ExecSlice& s : b.slices) total += s.count;
+      absl::StatusOr<std::unique_ptr<DeviceMemory>> made =
+          device_->Allocate(static_cast<size_t>(total) * elem);
+      if (!made.ok()) return made.status();
+      residual = std::shared_ptr<DeviceMemory>(std::move(*made));
+      absl::Status s = WriteZeros(*device_, residual->data(), total, dtype);
+      if (!s.ok()) return s;
+      Hold(static_cast<int64_t>(residual->size()), true);
+    }
+    for (size_t i = 0; i < b.slices.size(); ++i) {
+      const PendingOp* op = inputs[i];
+      if (op == nullptr) continue;
+      const ExecSlice& s = b.slices[i];
+      absl::Status done = device_->WaitForStream(op->inputs[0].stream);
+      if (done.ok()) {
+        done = device_->Accumulate(
+            static_cast<uint8_t*>(residual->data()) +
+                static_cast<size_t>(slice_offsets_[static_cast<size_t>(bucket)][i]) * elem,
+            static_cast<const uint8_t*>(op->inputs[0].data) + static_cast<size_t>(s.offset) * elem,
+            s.count, dtype, op->request.prescale);
+      }
+      if (!done.ok()) return done;
+    }
+    return absl::OkStatus();
+  }
   std::vector<uint8_t>& residual = residuals_[static_cast<size_t>(bucket)];
   if (residual.empty()) {
     int64_t total = 0;
@@ -205,22 +361,36 @@ void PlanDelays::Fold(int bucket, const std::vector<const PendingOp*>& inputs) {
         },
         poke_);
   }
+  return absl::OkStatus();
 }
 
-void PlanDelays::DrainResidual(int bucket, uint8_t* packed) {
-  std::vector<uint8_t>& residual = residuals_[static_cast<size_t>(bucket)];
-  if (residual.empty()) return;
+absl::Status PlanDelays::DrainResidual(int bucket, uint8_t* packed, BufferOps& ops) {
   const DataType dtype = DtypeOf(bucket);
   const size_t elem = DataTypeSize(dtype);
+  if (BucketOnDevice(bucket)) {
+    const std::shared_ptr<DeviceMemory>& residual = device_residuals_[static_cast<size_t>(bucket)];
+    if (residual == nullptr) return absl::OkStatus();
+    if (device_ == nullptr) return NoDevice();
+    const int64_t count = static_cast<int64_t>(residual->size() / elem);
+    // After the folds queued on device_, and before the next ones.
+    absl::Status s = ops.WaitForStream(device_->stream());
+    if (s.ok()) s = ops.Accumulate(packed, residual->data(), count, dtype, 1.0);
+    if (s.ok()) s = WriteZeros(ops, residual->data(), count, dtype);
+    if (s.ok()) s = device_->WaitForStream(ops.stream());
+    return s;
+  }
+  std::vector<uint8_t>& residual = residuals_[static_cast<size_t>(bucket)];
+  if (residual.empty()) return absl::OkStatus();
   InPieces(
       packed, residual.data(), static_cast<int64_t>(residual.size() / elem), elem,
       [&](uint8_t* to, const uint8_t* from, int64_t n) { ScaledAdd(to, from, n, dtype, 1.0); },
       poke_);
   std::fill(residual.begin(), residual.end(), 0);
+  return absl::OkStatus();
 }
 
-void PlanDelays::Store(int bucket, int64_t pass, std::shared_ptr<std::vector<uint8_t>> result) {
-  held_bytes_ += static_cast<int64_t>(result->size());
+void PlanDelays::Store(int bucket, int64_t pass, std::shared_ptr<DeviceMemory> result) {
+  Hold(static_cast<int64_t>(result->size()), BucketOnDevice(bucket));
   results_[static_cast<size_t>(bucket)][pass] =
       Result{std::move(result), members_[static_cast<size_t>(bucket)]};
 }
@@ -258,7 +428,17 @@ std::vector<PendingOp> PlanDelays::TakeDeliverable() {
         const int64_t from = pass - plan_->buckets[static_cast<size_t>(b)].delay;
         return from >= 0 && Due(b, from);
       });
-      if (!all_due) std::memset(out, 0, static_cast<size_t>(op.outputs[0].ByteSize()));
+      const bool on_device = EntryOnDevice(static_cast<int>(entry)) && device_ != nullptr;
+      auto queued = [&](const absl::Status& s) {
+        if (!s.ok() && device_error_.ok()) device_error_ = s;
+      };
+      if (!all_due) {
+        if (on_device) {
+          queued(WriteZeros(*device_, out, op.outputs[0].NumElements(), dtype));
+        } else {
+          std::memset(out, 0, static_cast<size_t>(op.outputs[0].ByteSize()));
+        }
+      }
       bool any = false;
       for (int b : buckets) {
         const ExecBucket& bucket = plan_->buckets[static_cast<size_t>(b)];
@@ -269,9 +449,19 @@ std::vector<PendingOp> PlanDelays::TakeDeliverable() {
         for (size_t i = 0; i < bucket.slices.size(); ++i) {
           const ExecSlice& s = bucket.slices[i];
           if (s.entry != static_cast<int>(entry)) continue;
+          if (on_device) {
+            const CopySlice slice{
+                out + static_cast<size_t>(s.offset) * elem,
+                static_cast<const uint8_t*>(result.buffer->data()) +
+                    static_cast<size_t>(slice_offsets_[static_cast<size_t>(b)][i]) * elem,
+                s.count};
+            queued(device_->Copy({&slice, 1}, dtype,
+                                 FinishScaling(dtype, request.op, request.postscale, size_)));
+            continue;
+          }
           InPieces(
               out + static_cast<size_t>(s.offset) * elem,
-              result.buffer->data() +
+              static_cast<const uint8_t*>(result.buffer->data()) +
                   static_cast<size_t>(slice_offsets_[static_cast<size_t>(b)][i]) * elem,
               s.count, elem,
               [&](uint8_t* to, const uint8_t* from, int64_t n) {
@@ -282,8 +472,9 @@ std::vector<PendingOp> PlanDelays::TakeDeliverable() {
         any = true;
         result.waiting.erase(
             std::find(result.waiting.begin(), result.waiting.end(), static_cast<int>(entry)));
+        if (on_device) reads_.push_back(result.buffer);  // held until the copies are fenced
         if (result.waiting.empty()) {
-          held_bytes_ -= static_cast<int64_t>(result.buffer->size());
+          Hold(-static_cast<int64_t>(result.buffer->size()), on_device);
           results_[static_cast<size_t>(b)].erase(found);
         }
       }
@@ -312,8 +503,10 @@ std::vector<PendingOp> PlanDelays::TakeAllParked() {
     line.clear();
   }
   for (auto& residual : residuals_) std::vector<uint8_t>().swap(residual);
+  for (auto& residual : device_residuals_) residual.reset();
   for (auto& results : results_) results.clear();
   held_bytes_ = 0;
+  held_device_bytes_ = 0;
   return all;
 }
 
@@ -330,8 +523,10 @@ std::vector<std::string> PlanDelays::Describe() const {
     for (const auto& [pass, result] : results_[b]) {
       for (int e : result.waiting) ++results[static_cast<size_t>(e)];
     }
-    const bool held = std::any_of(residuals_[b].begin(), residuals_[b].end(),
-                                  [](uint8_t byte) { return byte != 0; });
+    // A device residual is not read back to look: once allocated it counts as held.
+    const bool held =
+        device_residuals_[b] != nullptr || std::any_of(residuals_[b].begin(), residuals_[b].end(),
+                                                       [](uint8_t byte) { return byte != 0; });
     if (!held) continue;
     for (int e : members_[b]) residual[static_cast<size_t>(e)] = true;
   }

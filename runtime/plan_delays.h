@@ -37,6 +37,13 @@
 // number of passes, the residuals and the results not yet delivered (State). Restored into a
 // fresh PlanDelays of the same plan, the plan goes on exactly as it would have.
 //
+// Devices: a plan's CUDA tensors keep their copies, residuals and held results on the GPU,
+// allocated and moved through the BufferOps given at construction (queued on its stream; the
+// copies' tensors name that stream, so the bucket runner waits for it before packing). Their
+// deliveries are queued there too: the caller completes them once a Fence() of those ops has
+// passed, holding TakeReads()' buffers until then. held_bytes() counts both; held_device_bytes()
+// the GPU's share. Host tensors' work runs at once on the calling thread, as before.
+//
 // Threading: the coordinator thread only.
 #ifndef OVERLAP_RUNTIME_PLAN_DELAYS_H_
 #define OVERLAP_RUNTIME_PLAN_DELAYS_H_
@@ -52,6 +59,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "collectives/buffer_ops.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/executable_plan.h"
 #include "runtime/pending_op.h"
@@ -77,32 +85,43 @@ class PlanDelays {
   // delivered, twice the same result.
   static absl::Status Check(const ExecutablePlan& plan, const State& state);
 
-  // `poke` runs between the pieces of long copies (Executor::Poke); it may be empty.
-  PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size, std::function<void()> poke);
+  // `poke` runs between the pieces of long copies (Executor::Poke); it may be empty. `device`
+  // moves the plan's CUDA tensors' state (not owned; null when the plan holds none).
+  PlanDelays(std::shared_ptr<const ExecutablePlan> plan, int size, std::function<void()> poke,
+             BufferOps* device = nullptr);
 
   // Bucket `bucket` communicates in pass `pass`.
   bool Due(int bucket, int64_t pass) const;
 
   // Takes the program's submission of `entry` and parks it; returns the runtime-owned copy that
   // runs through the plan (PendingOp::plan_pass = its pass).
-  PendingOp Accept(int entry, PendingOp op);
+  // On a device: an error (the copy could not be made) leaves `op` with the caller, untouched.
+  absl::StatusOr<PendingOp> Accept(int entry, PendingOp& op);
 
   // The copy from Accept has run through all its buckets (or is dropped): its memory is free.
   void Retire(const PendingOp& copy);
 
   // Adds bucket `bucket`'s slices of the copies `inputs` (one per slice, null: nothing from this
   // rank, e.g. joined) to its residual, each times its prescale factor.
-  void Fold(int bucket, const std::vector<const PendingOp*>& inputs);
-  // Adds (and clears) the residual into the packed buffer of a communicating pass.
-  void DrainResidual(int bucket, uint8_t* packed);
+  // An error only from a CUDA bucket's device ops.
+  absl::Status Fold(int bucket, const std::vector<const PendingOp*>& inputs);
+  // Adds (and clears) the residual into the packed buffer of a communicating pass; for a CUDA
+  // bucket, queued on `ops` (the packing's), ordered after this object's queued work and before
+  // its later work.
+  absl::Status DrainResidual(int bucket, uint8_t* packed, BufferOps& ops);
 
   // The reduced, packed values of bucket `bucket` in pass `pass` (the collective's raw result).
-  void Store(int bucket, int64_t pass, std::shared_ptr<std::vector<uint8_t>> result);
+  void Store(int bucket, int64_t pass, std::shared_ptr<DeviceMemory> result);
 
   // Parked operations whose results are all in: their outputs written and has_update set, in
   // submission order per tensor. The caller completes them. A submission whose request differs
   // from the plan's agreed one is never delivered: it waits for the plan to drop it (TakeParked).
+  // A device op that could not be queued leaves its error in TakeDeviceError().
   std::vector<PendingOp> TakeDeliverable();
+  absl::Status TakeDeviceError() { return std::exchange(device_error_, absl::OkStatus()); }
+  // The CUDA results the deliveries queued since the last call read: to be held until a Fence()
+  // of the device ops queued after them has passed.
+  std::vector<std::shared_ptr<DeviceMemory>> TakeReads() { return std::move(reads_); }
 
   // The parked operation of `entry`'s submission `pass`, for negotiation (its copy diverged).
   std::optional<PendingOp> TakeParked(int entry, int64_t pass);
@@ -113,11 +132,13 @@ class PlanDelays {
   // step (or still waiting for a result) when the plan is not between steps.
   absl::StatusOr<State> Save() const;
   // Continues from `state` (Check()ed); only on a PlanDelays that has not run yet.
-  void Restore(State state);
+  // An error only from moving a CUDA bucket's state to the device.
+  absl::Status Restore(State state);
 
   // Tensors with undelivered results or a non-zero residual: "'a' (2 results, a residual)".
   std::vector<std::string> Describe() const;
   int64_t held_bytes() const { return held_bytes_; }
+  int64_t held_device_bytes() const { return held_device_bytes_; }
   // Bytes of the copies' buffers kept for reuse (BufferPool), in use or free.
   int64_t pooled_bytes() const { return copies_.held_bytes(); }
   // Operations parked and not yet delivered.
@@ -125,7 +146,7 @@ class PlanDelays {
 
  private:
   struct Result {
-    std::shared_ptr<std::vector<uint8_t>> buffer;
+    std::shared_ptr<DeviceMemory> buffer;  // host memory (delayed buckets run host tensors)
     std::vector<int> waiting;  // the bucket's entries that have not taken it yet
   };
   struct Parked {
@@ -136,6 +157,16 @@ class PlanDelays {
   };
 
   DataType DtypeOf(int bucket) const;
+  bool EntryOnDevice(int entry) const;
+  // The error of a CUDA tensor's state without device ops.
+  absl::Status NoDevice() const;
+  bool BucketOnDevice(int bucket) const;
+  // Adds `bytes` (negative: frees) to held_bytes_, and to held_device_bytes_ when on the device.
+  void Hold(int64_t bytes, bool on_device);
+  // Copies device bytes to the host and waits for them (with a deadline).
+  absl::Status DeviceToHost(const DeviceMemory& from, std::vector<uint8_t>* to) const;
+  // Device memory holding `values` (waited for, so `values` may go).
+  std::shared_ptr<DeviceMemory> HostToDevice(const std::vector<uint8_t>& values);
   // Bytes of bucket `bucket`'s packed slices.
   static int64_t PackedBytes(const ExecutablePlan& plan, int bucket);
 
@@ -149,7 +180,13 @@ class PlanDelays {
   std::vector<std::vector<uint8_t>> residuals_;      // by bucket, allocated on first fold
   std::vector<std::map<int64_t, Result>> results_;   // by bucket, by pass
   int64_t held_bytes_ = 0;
+  int64_t held_device_bytes_ = 0;
   BufferPool copies_;  // by entry: Accept's copies, reused step after step
+  BufferOps* const device_;
+  std::vector<std::shared_ptr<DeviceMemory>> device_residuals_;  // by bucket, CUDA buckets
+  std::vector<std::vector<std::shared_ptr<DeviceMemory>>> device_copies_;  // by entry, reused
+  std::vector<std::shared_ptr<DeviceMemory>> reads_;                       // see TakeReads
+  absl::Status device_error_;
 };
 
 }  // namespace overlap

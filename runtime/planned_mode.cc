@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "collectives/scaling.h"
+#include "runtime/device_backend.h"
 #include "runtime/rank_bits.h"
 #include "spdlog/spdlog.h"
 
@@ -72,6 +73,9 @@ PlannedMode::PlannedMode(std::unique_ptr<Executor> executor,
           executor_.get(), PlaneConfig(config), rank_, size_, timeline, compression,
           [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); },
           "planned "),
+      host_runner_(*BucketRunner::Create(
+          executor_.get(), Device::Cpu(), rank_, size_, timeline,
+          absl::Seconds(config.collective_timeout_s + config.stall_timeout_s))),
       poke_([this] { executor_->Poke(); }) {
   if (make_cuda_plane != nullptr) {
     cuda_plane_ = make_cuda_plane(
@@ -96,7 +100,16 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
       plan_->entries.begin(), plan_->entries.end(),
       [](const PlanEntry& e) { return e.response->request.device == DeviceKind::kCuda; });
   // A setup error fails the plan's CUDA tensors when their buckets start, on every rank.
-  if (holds_cuda && cuda_plane_ != nullptr) (void)cuda_plane_->SetUpOnce();
+  if (holds_cuda && cuda_plane_ != nullptr) {
+    (void)cuda_plane_->SetUpOnce();
+    MakeDeviceRunner();
+  }
+  if (holds_cuda && plan_->delayed() && delay_ops_ == nullptr && device_runner_ != nullptr) {
+    // The delay line's CUDA copies, residuals and deliveries: a stream of their own.
+    absl::StatusOr<std::unique_ptr<BufferOps>> ops =
+        Devices().CreateBufferOps(cuda_plane_->device(), nullptr);
+    if (ops.ok()) delay_ops_ = *std::move(ops);
+  }
   skip_.clear();
   for (int32_t id : already_agreed) {
     if (planned_ids_.contains(id)) skip_.insert(id);
@@ -105,11 +118,12 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
   pass_ = 0;
   backlog_.clear();
   delays_.reset();
-  if (plan_->delayed()) delays_ = std::make_unique<PlanDelays>(plan_, size_, poke_);
-  chunks_.clear();
-  buffers_.Clear();  // sized for the old plan's buckets
+  if (plan_->delayed()) {
+    delays_ = std::make_unique<PlanDelays>(plan_, size_, poke_, delay_ops_.get());
+  }
+  host_runner_->Reset();  // its buffers were sized for the old plan's buckets
+  if (device_runner_ != nullptr) device_runner_->Reset();
   UpdateHeldBytes();
-  channel_jobs_.assign(static_cast<size_t>(executor_->num_channels()), {});
   frozen_ = true;
   must_unfreeze_ = false;
   patience_ = std::max(absl::Seconds(1), 4 * step_time);
@@ -143,7 +157,7 @@ absl::StatusOr<std::optional<PlanDelays::State>> PlannedMode::SaveState() const 
     return std::optional<PlanDelays::State>(std::move(state));
   }
   // Copies still in line, or results in that Progress has not delivered yet: all will be soon.
-  if (!delayed_drained() || delays_->parked() > 0) return std::nullopt;
+  if (!delayed_drained() || delays_->parked() > 0 || !delivering_.empty()) return std::nullopt;
   absl::StatusOr<PlanDelays::State> state = delays_->Save();
   if (!state.ok()) return state.status();
   return std::optional<PlanDelays::State>(*std::move(state));
@@ -152,7 +166,16 @@ absl::StatusOr<std::optional<PlanDelays::State>> PlannedMode::SaveState() const 
 void PlannedMode::Resume(ExecutablePlan plan, PlanDelays::State state, absl::Duration step_time) {
   Freeze(std::move(plan), {}, step_time);
   pass_ = state.passes;
-  if (delays_ != nullptr) delays_->Restore(std::move(state));
+  if (delays_ != nullptr) {
+    absl::Status restored = delays_->Restore(std::move(state));
+    if (!restored.ok()) {
+      // A checkpoint that cannot be put back would not repeat the saved run: the job stops.
+      stalled_ =
+          absl::Status(restored.code(),
+                       absl::StrCat("rank ", rank_,
+                                    ": restoring the delayed plan's state: ", restored.message()));
+    }
+  }
   UpdateHeldBytes();
 }
 
@@ -203,7 +226,14 @@ void PlannedMode::Add(PendingOp op) {
     waiting_.emplace(entry, std::move(op));
     return;
   }
-  backlog_[entry].push_back(delays_->Accept(entry, std::move(op)));
+  absl::StatusOr<PendingOp> copy = delays_->Accept(entry, op);
+  if (!copy.ok()) {
+    complete_(op, absl::Status(copy.status().code(),
+                               absl::StrCat("rank ", rank_, ": planned allreduce '",
+                                            op.request.name, "': ", copy.status().message())));
+    return;
+  }
+  backlog_[entry].push_back(*std::move(copy));
   Feed(entry);
   deliver_due_ = true;  // results of earlier passes may be due now; completed in Progress
 }
@@ -219,14 +249,61 @@ void PlannedMode::Feed(int entry) {
 void PlannedMode::Deliver() {
   deliver_due_ = false;
   if (delays_ == nullptr) return;
-  for (PendingOp& op : delays_->TakeDeliverable()) complete_(op, absl::OkStatus());
+  Delivering device;
+  for (PendingOp& op : delays_->TakeDeliverable()) {
+    if (op.request.device == DeviceKind::kCuda) {
+      device.ops.push_back(std::move(op));
+    } else {
+      complete_(op, absl::OkStatus());
+    }
+  }
+  absl::Status queued = delays_->TakeDeviceError();
+  if (!device.ops.empty() && queued.ok()) {
+    // CUDA results were copied out on the delay line's stream: complete once that is done.
+    device.reads = delays_->TakeReads();
+    absl::StatusOr<std::unique_ptr<Work>> fence = delay_ops_->Fence();
+    if (fence.ok()) {
+      device.fence = *std::move(fence);
+      delivering_.push_back(std::move(device));
+    } else {
+      queued = fence.status();
+    }
+  }
+  if (!queued.ok()) {
+    stalled_ = absl::Status(
+        queued.code(),
+        absl::StrCat("rank ", rank_, ": delivering delayed CUDA results: ", queued.message()));
+    for (PendingOp& op : device.ops) complete_(op, stalled_);
+  }
   UpdateHeldBytes();
+}
+
+absl::Status PlannedMode::ProgressDelivering() {
+  while (!delivering_.empty()) {
+    absl::StatusOr<bool> done = delivering_.front().fence->Test();
+    if (done.ok() && !*done) return absl::OkStatus();
+    Delivering d = std::move(delivering_.front());
+    delivering_.pop_front();
+    const absl::Status status =
+        done.ok() ? absl::OkStatus()
+                  : absl::Status(done.status().code(),
+                                 absl::StrCat("rank ", rank_, ": delivering delayed CUDA results: ",
+                                              done.status().message()));
+    for (PendingOp& op : d.ops) complete_(op, status);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
 }
 
 void PlannedMode::UpdateHeldBytes() {
   delayed_bytes_.store(delays_ != nullptr ? delays_->held_bytes() : 0, std::memory_order_relaxed);
-  buffer_bytes_.store(buffers_.held_bytes() + (delays_ != nullptr ? delays_->pooled_bytes() : 0),
-                      std::memory_order_relaxed);
+  delayed_device_bytes_.store(delays_ != nullptr ? delays_->held_device_bytes() : 0,
+                              std::memory_order_relaxed);
+  device_buffer_bytes_.store(device_runner_ != nullptr ? device_runner_->held_bytes() : 0,
+                             std::memory_order_relaxed);
+  buffer_bytes_.store(
+      host_runner_->held_bytes() + (delays_ != nullptr ? delays_->pooled_bytes() : 0),
+      std::memory_order_relaxed);
 }
 
 void PlannedMode::SetJoined(bool joined) {
@@ -401,222 +478,87 @@ absl::Status PlannedMode::LaunchNext() {
     if (s.ok() && cuda_plane_ != nullptr) s = cuda_plane_->Progress();
     return s;
   }
-  LaunchSliced(&l);
-  // Packed now, while the channel may still be busy with earlier buckets, so that the
-  // collective starts the moment the channel is free.
-  absl::Status packed = PrepareLaunched(&l);
-  if (!packed.ok()) return packed;
-  return ProgressSlices();
+  return LaunchSliced(&l);
 }
 
-void PlannedMode::LaunchSliced(Launch* launch) {
-  const ExecBucket& bucket = launch->plan->buckets[static_cast<size_t>(launch->bucket)];
-  auto job = std::make_unique<SliceJob>();
-  job->plan = launch->plan.get();
-  job->bucket = launch->bucket;
-  job->kind = bucket.kind;
-  job->channel = bucket.channel;
-  const Request& first =
-      launch->plan->entries[static_cast<size_t>(bucket.slices.front().entry)].response->request;
-  job->dtype = first.tensors[0].dtype;
-  job->op = CollectiveOp(first.op);
-  if (delays_ != nullptr && launch->plan == plan_ && !delays_->Due(launch->bucket, launch->pass)) {
+void PlannedMode::MakeDeviceRunner() {
+  if (device_runner_ != nullptr || cuda_plane_->executor() == nullptr) return;
+  absl::StatusOr<std::unique_ptr<BucketRunner>> runner =
+      BucketRunner::Create(cuda_plane_->executor(), cuda_plane_->device(), rank_, size_, timeline_,
+                           absl::Seconds(config_.collective_timeout_s + config_.stall_timeout_s));
+  if (runner.ok()) {
+    device_runner_ = *std::move(runner);
+  } else {
+    device_runner_error_ = runner.status();
+  }
+}
+
+BucketRunner* PlannedMode::RunnerFor(const ExecutablePlan& plan, int bucket) {
+  const ExecSlice& first = plan.buckets[static_cast<size_t>(bucket)].slices.front();
+  const bool cuda =
+      plan.entries[static_cast<size_t>(first.entry)].response->request.device == DeviceKind::kCuda;
+  return cuda ? device_runner_.get() : host_runner_.get();
+}
+
+absl::Status PlannedMode::LaunchSliced(Launch* launch) {
+  const ExecutablePlan& plan = *launch->plan;
+  const ExecBucket& bucket = plan.buckets[static_cast<size_t>(launch->bucket)];
+  launch->job = BucketRunner::NewJob(&plan, launch->bucket);
+  BucketJob* job = launch->job.get();
+  const bool current_delayed = delays_ != nullptr && launch->plan == plan_;
+  if (current_delayed && !delays_->Due(launch->bucket, launch->pass)) {
     // Off its period: this pass's slices wait in the residual; the check still runs.
     std::vector<const PendingOp*> inputs;
     for (const ExecSlice& s : bucket.slices) {
       auto a = active_.find(s.entry);
       inputs.push_back(a != active_.end() && !a->second.diverged_here ? &a->second.op : nullptr);
     }
-    delays_->Fold(launch->bucket, inputs);
+    absl::Status folded = delays_->Fold(launch->bucket, inputs);
+    if (!folded.ok()) {
+      return absl::Status(
+          folded.code(),
+          absl::StrCat("rank ", rank_, ": folding plan bucket ", launch->bucket, " (",
+                       UnitNames(launch->responses), ") into its residual: ", folded.message()));
+    }
     job->skipped = true;
     job->done = true;
-    launch->job = std::move(job);
-    return;
-  }
-  channel_jobs_[static_cast<size_t>(job->channel)].push_back(job.get());
-  launch->job = std::move(job);
-}
-
-absl::Status PlannedMode::PrepareLaunched(Launch* launch) {
-  SliceJob* job = launch->job.get();
-  // An all-gather needs its reduce-scatter's result; it is prepared when its channel takes it.
-  if (job->skipped || job->prepared || job->kind == BucketKind::kAllgather) {
     return absl::OkStatus();
   }
-  return PrepareJob(job);
-}
-
-absl::Status PlannedMode::StartJob(SliceJob* job) {
-  if (!job->prepared) {
-    absl::Status s = PrepareJob(job);
-    if (!s.ok()) return s;
-  }
-  job->started = absl::Now();
-  absl::StatusOr<std::unique_ptr<Work>> work = executor_->Start(job->channel, job->args);
-  if (!work.ok()) {
-    return absl::Status(work.status().code(), absl::StrCat("rank ", rank_, ": ", DescribeJob(*job),
-                                                           ": ", work.status().message()));
-  }
-  job->work = std::move(*work);
-  return absl::OkStatus();
-}
-
-absl::Status PlannedMode::PrepareJob(SliceJob* job) {
-  job->prepared = true;
-  const ExecutablePlan& plan = *job->plan;
-  const ExecBucket& bucket = plan.buckets[static_cast<size_t>(job->bucket)];
-  const size_t elem = DataTypeSize(job->dtype);
-  int64_t total = 0;
-  for (const ExecSlice& s : bucket.slices) total += s.count;
-  CollectiveArgs args;
-  args.dtype = job->dtype;
-  args.op = job->op;
-  args.count = total;
-  std::vector<int64_t> counts(static_cast<size_t>(size_));
-  for (int r = 0; r < size_; ++r) {
-    counts[static_cast<size_t>(r)] = total / size_ + (r < total % size_ ? 1 : 0);
-  }
-  if (job->kind == BucketKind::kAllgather) {
-    auto chunk = chunks_.find(bucket.reduce_scatter);
-    if (chunk == chunks_.end()) {
-      return absl::InternalError(absl::StrCat("plan bucket ", job->bucket,
-                                              ": allgather before its reduce-scatter finished"));
-    }
-    job->chunk = std::move(chunk->second);
-    chunks_.erase(chunk);
-    job->buffer =
-        buffers_.Take(BufferSlot(job->bucket, kPacked), static_cast<size_t>(total) * elem);
-    args.kind = CollectiveKind::kAllgatherv;
-    args.recv_counts = counts;
-    args.recv_displs.assign(counts.size(), 0);
-    for (size_t r = 1; r < counts.size(); ++r) {
-      args.recv_displs[r] = args.recv_displs[r - 1] + counts[r - 1];
-    }
-    args.send = job->chunk->data();
-    args.recv = job->buffer->data();
-  } else {
-    // One whole tensor alone, not prescaled: reduced in the user's buffer, as the data plane does
-    // for large tensors (nothing else of it can be pending, so no partial result is exposed).
-    const ExecSlice& only = bucket.slices.front();
-    auto a = active_.find(only.entry);
-    // Not under a delayed plan: its results are kept per pass, apart from the tensors.
-    const bool whole_tensor =
-        delays_ == nullptr && bucket.slices.size() == 1 && job->kind == BucketKind::kAllreduce &&
-        plan.buckets_of[static_cast<size_t>(only.entry)].size() == 1 && a != active_.end() &&
-        !a->second.diverged_here && a->second.op.request.prescale == 1.0 && only.offset == 0 &&
-        only.count == a->second.op.request.tensors[0].NumElements();
-    if (whole_tensor) {
-      job->in_place = true;
-      const Tensor& in = a->second.op.inputs[0];
-      const Tensor& out = a->second.op.outputs[0];
-      if (in.data != out.data) args.send = in.data;
-      args.recv = out.data;
-    } else {
-      job->buffer =
-          buffers_.Take(BufferSlot(job->bucket, kPacked), static_cast<size_t>(total) * elem);
-      uint8_t* cursor = job->buffer->data();
-      for (const ExecSlice& s : bucket.slices) {
-        auto e = active_.find(s.entry);
-        const size_t bytes = static_cast<size_t>(s.count) * elem;
-        if (e != active_.end() && !e->second.diverged_here) {
-          const PendingOp& op = e->second.op;
-          const uint8_t* in = static_cast<const uint8_t*>(op.inputs[0].data);
-          InPieces(
-              cursor, in + static_cast<size_t>(s.offset) * elem, s.count, elem,
-              [&](uint8_t* to, const uint8_t* from, int64_t n) {
-                ScaledCopy(to, from, n, job->dtype, op.request.prescale);
-              },
-              poke_);
-        } else {
-          std::memset(cursor, 0, bytes);  // joined, or submitted differently here
-        }
-        cursor += bytes;
-      }
-      if (delays_ != nullptr && job->plan == plan_.get()) {
-        delays_->DrainResidual(job->bucket, job->buffer->data());
-      }
-      args.recv = job->buffer->data();
-    }
-    if (job->kind == BucketKind::kAllreduce) {
-      args.kind = CollectiveKind::kAllreduce;
-    } else {
-      args.kind = CollectiveKind::kReduceScatter;
-      args.recv_counts = counts;
-      job->chunk = buffers_.Take(BufferSlot(job->bucket, kChunk),
-                                 static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * elem);
-      args.send = job->buffer->data();
-      args.recv = job->chunk->data();
-    }
-  }
-  job->args = std::move(args);
-  UpdateHeldBytes();
-  return absl::OkStatus();
-}
-
-void PlannedMode::FinishJob(SliceJob* job) {
-  job->done = true;
-  job->work.reset();
-  const absl::Time end = absl::Now();
-  if (timeline_->enabled()) {
-    timeline_->Span(absl::StrCat("planned channel ", job->channel), BucketKindName(job->kind),
-                    job->started, end);
-  }
-  if (job->kind == BucketKind::kReduceScatter) {
-    chunks_[job->bucket] = job->chunk;
-    job->chunk.reset();
-    return;
-  }
-  if (delays_ != nullptr && job->plan == plan_.get()) return;  // FinishDelayed keeps the buffer
-  const ExecBucket& bucket = job->plan->buckets[static_cast<size_t>(job->bucket)];
-  int64_t offset = 0;
+  BucketInput input;
   for (const ExecSlice& s : bucket.slices) {
     auto a = active_.find(s.entry);
-    if (a != active_.end()) {
-      a->second.pieces.push_back(
-          ActiveEntry::Piece{job->in_place ? nullptr : job->buffer, offset, s.offset, s.count});
-    }
-    offset += s.count;
+    input.sources.push_back(BucketInput::Source{
+        a != active_.end() && !a->second.diverged_here ? &a->second.op : nullptr});
   }
-  job->buffer.reset();
-}
-
-absl::Status PlannedMode::ProgressSlices() {
-  // PlaneConfig's timeout, without copying the whole Config on every progress call.
-  const absl::Duration limit =
-      absl::Seconds(config_.collective_timeout_s + config_.stall_timeout_s);
-  for (std::deque<SliceJob*>& jobs : channel_jobs_) {
-    while (!jobs.empty()) {
-      SliceJob* job = jobs.front();
-      if (job->work == nullptr) {
-        if (job->kind == BucketKind::kAllgather &&
-            !chunks_.contains(
-                job->plan->buckets[static_cast<size_t>(job->bucket)].reduce_scatter)) {
-          break;  // its reduce-scatter runs on another channel
-        }
-        absl::Status s = StartJob(job);
-        if (!s.ok()) return s;
-      }
-      absl::StatusOr<bool> done = job->work->Test();
-      if (!done.ok()) {
-        return absl::Status(done.status().code(),
-                            absl::StrCat("rank ", rank_, ": ", DescribeJob(*job), " on channel ",
-                                         job->channel, " failed: ", done.status().message()));
-      }
-      if (!*done) {
-        if (absl::Now() - job->started > limit) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              "rank ", rank_, ": ", DescribeJob(*job), " on channel ", job->channel,
-              " did not complete within ", absl::ToInt64Seconds(limit),
-              " s (OVERLAP_COLLECTIVE_TIMEOUT_S): a peer process is stuck or dead, or the "
-              "network is down"));
-        }
-        break;
-      }
-      FinishJob(job);
-      jobs.pop_front();
-    }
+  // One whole tensor alone, not prescaled: reduced in the user's buffer, as the data plane does
+  // for large tensors (nothing else of it can be pending, so no partial result is exposed). Not
+  // under a delayed plan: its results are kept per pass, apart from the tensors.
+  const ExecSlice& only = bucket.slices.front();
+  const PendingOp* op = input.sources.front().op;
+  input.in_place = delays_ == nullptr && bucket.slices.size() == 1 &&
+                   job->kind == BucketKind::kAllreduce &&
+                   plan.buckets_of[static_cast<size_t>(only.entry)].size() == 1 && op != nullptr &&
+                   op->request.prescale == 1.0 && only.offset == 0 &&
+                   only.count == op->request.tensors[0].NumElements();
+  if (current_delayed) {
+    input.drain = [this, b = launch->bucket](uint8_t* packed, BufferOps& ops) {
+      return delays_->DrainResidual(b, packed, ops);
+    };
   }
-  return absl::OkStatus();
+  BucketRunner* runner = RunnerFor(plan, launch->bucket);
+  if (runner == nullptr) {
+    // Every rank set the CUDA plane up at the same freeze, and it failed on every rank alike.
+    absl::Status cause = device_runner_error_;
+    if (cause.ok() && cuda_plane_ != nullptr) cause = cuda_plane_->SetUpOnce();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank_, ": the plan's CUDA tensors (", UnitNames(launch->responses),
+        ") cannot run: ",
+        cuda_plane_ == nullptr ? absl::string_view("this planned executor has no CUDA plane")
+                               : cause.message()));
+  }
+  absl::Status started = runner->Start(job, input);
+  UpdateHeldBytes();
+  return started;
 }
 
 void PlannedMode::OnChecked(Launch* launch) {
@@ -713,6 +655,15 @@ void PlannedMode::FinishSliced(Launch* launch, std::vector<PendingOp>* renegotia
     return;
   }
   const ExecutablePlan& plan = *launch->plan;
+  BucketRunner* runner = RunnerFor(plan, launch->bucket);
+  // Where this bucket's reduced values are, for the tensors still here.
+  const std::vector<ExecSlice>& slices = plan.buckets[static_cast<size_t>(launch->bucket)].slices;
+  std::vector<ReducedPiece> pieces = runner->Pieces(*launch->job);
+  for (size_t i = 0; i < slices.size() && !launch->job->skipped; ++i) {
+    auto a = active_.find(slices[i].entry);
+    if (a != active_.end()) a->second.pieces.push_back(std::move(pieces[i]));
+  }
+  launch->job.reset();  // the pieces hold its buffer
   for (size_t i = 0; i < launch->members.size(); ++i) {
     const int entry = launch->members[i];
     if (plan.buckets_of[static_cast<size_t>(entry)].back() != launch->bucket) continue;
@@ -727,26 +678,7 @@ void PlannedMode::FinishSliced(Launch* launch, std::vector<PendingOp>* renegotia
       continue;
     }
     // Every slice is in: copy the averaged values out.
-    const Request& request = op.request;
-    const DataType dtype = request.tensors[0].dtype;
-    const size_t elem = DataTypeSize(dtype);
-    uint8_t* out = static_cast<uint8_t*>(op.outputs[0].data);
-    const absl::Time copy_start = absl::Now();
-    for (const ActiveEntry::Piece& piece : active.pieces) {
-      uint8_t* dst = out + static_cast<size_t>(piece.offset) * elem;
-      const uint8_t* src =
-          piece.buffer == nullptr
-              ? dst
-              : piece.buffer->data() + static_cast<size_t>(piece.buffer_offset) * elem;
-      InPieces(
-          dst, src, piece.count, elem,
-          [&](uint8_t* to, const uint8_t* from, int64_t n) {
-            FinishReduced(to, from, n, dtype, request.op, request.postscale, size_);
-          },
-          poke_);
-    }
-    if (timeline_->enabled()) timeline_->Span(request.name, "COPY_OUT", copy_start, absl::Now());
-    complete_(op, absl::OkStatus());
+    runner->Deliver(std::move(op), std::move(active.pieces), complete_);
   }
 }
 
@@ -773,7 +705,9 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
   if (!stalled_.ok()) return stalled_;
   absl::Status s = plane_.Progress();
   if (s.ok() && cuda_plane_ != nullptr) s = cuda_plane_->Progress();
-  if (s.ok()) s = ProgressSlices();
+  if (s.ok()) s = host_runner_->Progress();
+  if (s.ok() && device_runner_ != nullptr) s = device_runner_->Progress();
+  if (s.ok()) s = ProgressDelivering();
   if (!s.ok()) return s;
   const absl::Time now = absl::Now();
   for (Launch& l : launches_) {
@@ -938,26 +872,6 @@ absl::Time PlannedMode::NextDeadline() const {
   return std::min(next, probe);
 }
 
-std::string PlannedMode::UnitNames(
-    const std::vector<std::shared_ptr<const Response>>& responses) const {
-  std::vector<std::string> names;
-  for (size_t i = 0; i < responses.size() && i < 3; ++i) {
-    names.push_back(absl::StrCat("'", responses[i]->name, "'"));
-  }
-  std::string text = absl::StrJoin(names, ", ");
-  if (responses.size() > 3) absl::StrAppend(&text, " and ", responses.size() - 3, " more");
-  return text;
-}
-
-std::string PlannedMode::DescribeJob(const SliceJob& job) const {
-  std::vector<std::shared_ptr<const Response>> responses;
-  for (const ExecSlice& s : job.plan->buckets[static_cast<size_t>(job.bucket)].slices) {
-    responses.push_back(job.plan->entries[static_cast<size_t>(s.entry)].response);
-  }
-  return absl::StrCat("planned ", BucketKindName(job.kind), " of ", UnitNames(responses),
-                      " (plan bucket ", job.bucket, ")");
-}
-
 std::string PlannedMode::DescribeStarted() const {
   std::vector<std::string> parts;
   for (const Launch& l : launches_) parts.push_back(UnitNames(l.responses));
@@ -1006,8 +920,12 @@ std::vector<PendingOp> PlannedMode::FailAll(const absl::Status& status) {
     for (PendingOp& op : l.diverged_here) complete_(op, status);
   }
   launches_.clear();
-  for (auto& channel : channel_jobs_) channel.clear();
-  chunks_.clear();
+  host_runner_->FailAll(status);
+  if (device_runner_ != nullptr) device_runner_->FailAll(status);
+  for (Delivering& d : delivering_) {
+    for (PendingOp& op : d.ops) complete_(op, status);
+  }
+  delivering_.clear();
   for (auto& [entry, active] : active_) {
     if (active.op.plan_pass < 0) complete_(active.op, status);
   }

@@ -7,11 +7,13 @@
 // match. Whole-tensor buckets (observed plans) go to a data plane that fuses them as negotiated
 // mode does: host tensors to one on the host, CUDA tensors to one on the GPU with an executor of
 // its own (runtime/cuda_plane.h: NCCL, or MPI staged through host memory); sliced buckets
-// (scheduled plans) are packed here when they start and run one at a time per channel in plan
-// order, so channels run concurrently. A bucket's check goes out just before its data, so it
-// completes in about one round trip even on links its data saturates; bucket k+1 then starts (and
-// packs) while bucket k's collective still runs, and its collective follows the moment the channel
-// is free.
+// (scheduled plans) go to a bucket runner (runtime/bucket_runner.h), the host's over this
+// executor or the GPU's over the CUDA plane's executor (a plan's bucket holds tensors of one
+// device: ScheduledPlan splits mixed ones), packed when they start and run one at a time per
+// channel in plan order, so channels run concurrently. A bucket's check goes out just before its
+// data, so it completes in about one round trip even on links its data saturates; bucket k+1 then
+// starts (and packs) while bucket k's collective still runs, and its collective follows the moment
+// the channel is free.
 //
 // Consistency check: with each bucket's collective, a small bitwise-OR allreduce on control
 // collectives of its own (runtime/control_collectives.h) tells every rank which of the bucket's
@@ -36,9 +38,10 @@
 // dropped, the parked submissions go back to negotiation (each reduced synchronously from its own
 // untouched input) and what was held is discarded with a warning naming each tensor.
 //
-// Buffers: a sliced bucket packs into (and an all-gather gathers into) a buffer kept for that
-// bucket across passes (runtime/buffer_pool.h), so a step pays the copy but not a fresh
-// allocation's zero-fill and page faults; the plan in force keeps about one gradient's worth.
+// Buffers: a sliced bucket packs into (and an all-gather gathers into) a buffer on its tensors'
+// device kept for that bucket across passes (the bucket runner's pool), so a step pays the copy
+// but not a fresh allocation's zero-fill and page faults; the plan in force keeps about one
+// gradient's worth (buffer_bytes on the host, device_buffer_bytes on the GPU).
 //
 // Join: a joined rank starts each next bucket with zeros (and whatever it submitted before
 // joining). When a bucket's check shows every rank joined, that bucket was all zeros, nobody
@@ -62,7 +65,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "collectives/executor.h"
-#include "runtime/buffer_pool.h"
+#include "runtime/bucket_runner.h"
 #include "runtime/control_collectives.h"
 #include "runtime/cuda_plane.h"
 #include "runtime/data_plane.h"
@@ -162,9 +165,11 @@ class PlannedMode {
   // started and unfinished, and the next unit cannot start.
   bool StartsNothingMore() const { return idle() && !CanLaunch(); }
 
-  // Nothing started and unfinished.
+  // Nothing started and unfinished (delayed CUDA results being copied out included).
   bool idle() const {
-    return launches_.empty() && plane_.idle() && (cuda_plane_ == nullptr || cuda_plane_->idle());
+    return launches_.empty() && delivering_.empty() && plane_.idle() && host_runner_->idle() &&
+           (device_runner_ == nullptr || device_runner_->idle()) &&
+           (cuda_plane_ == nullptr || cuda_plane_->idle());
   }
   // Nothing started, unfinished or waiting to start.
   bool quiescent() const {
@@ -178,11 +183,19 @@ class PlannedMode {
     return delays_ == nullptr ||
            (launches_.empty() && waiting_.empty() && active_.empty() && BacklogEmpty());
   }
-  // Bytes a delayed plan holds (PlanDelays::held_bytes); any thread.
+  // Bytes a delayed plan holds (PlanDelays::held_bytes), and their share on the GPU; any thread.
   int64_t delayed_bytes() const { return delayed_bytes_.load(std::memory_order_relaxed); }
+  int64_t delayed_device_bytes() const {
+    return delayed_device_bytes_.load(std::memory_order_relaxed);
+  }
   // Bytes of the host buffers kept for reuse by the plan in force (its packed buckets and, under a
   // delayed plan, its copies of the submissions); any thread.
   int64_t buffer_bytes() const { return buffer_bytes_.load(std::memory_order_relaxed); }
+  // Bytes of the device buffers kept for reuse by the plan in force (its CUDA tensors' packed
+  // buckets); any thread.
+  int64_t device_buffer_bytes() const {
+    return device_buffer_bytes_.load(std::memory_order_relaxed);
+  }
 
   uint64_t launches() const { return launch_count_; }
   // The whole-tensor buckets' collective timings (DataPlane::timings).
@@ -207,36 +220,13 @@ class PlannedMode {
 
  private:
   enum class JoinState { kNone, kJoined, kAllJoined };
-  // A sliced bucket's collective: packed when its channel is free, then run.
-  struct SliceJob {
-    const ExecutablePlan* plan = nullptr;  // kept alive by the launch that owns the job
-    int bucket = 0;
-    BucketKind kind = BucketKind::kAllreduce;
-    int channel = 0;
-    DataType dtype = DataType::kFloat32;
-    ReduceOp op = ReduceOp::kSum;
-    std::shared_ptr<std::vector<uint8_t>> buffer;  // packed slices, then their reduced values
-    std::shared_ptr<std::vector<uint8_t>> chunk;   // reduce-scatter: this rank's part
-    bool in_place = false;                         // one whole tensor reduced in the user's buffer
-    CollectiveArgs args;                           // once prepared
-    bool prepared = false;  // packed (or, all-gathers, given their chunk): ready to start
-    std::unique_ptr<Work> work;
-    bool skipped = false;  // delayed plans: off its period, folded into the residual
-    bool done = false;
-    absl::Time started;
-  };
   // A submitted tensor whose first bucket of this pass has started.
   struct ActiveEntry {
     PendingOp op;
     bool diverged_here = false;  // submitted differently here: sent as zeros
     size_t launched = 0;         // its buckets started so far
     // Reduced values waiting to be copied out once every slice is in.
-    struct Piece {
-      std::shared_ptr<std::vector<uint8_t>> buffer;  // null: reduced in the user's buffer
-      int64_t buffer_offset = 0;                     // elements
-      int64_t offset = 0, count = 0;
-    };
-    std::vector<Piece> pieces;
+    std::vector<ReducedPiece> pieces;
   };
   struct Launch {
     int bucket = 0;
@@ -251,7 +241,7 @@ class PlannedMode {
     absl::flat_hash_set<std::string> expected;
     std::vector<std::pair<PendingOp, absl::Status>> done;
     std::vector<PendingOp> diverged_here;  // submitted differently here: sent as zeros
-    std::unique_ptr<SliceJob> job;         // sliced buckets
+    std::unique_ptr<BucketJob> job;        // sliced buckets
     uint64_t number = 0;                   // this launch's place in the sequence, from 1
     int64_t pass = 0;                      // the plan's pass (one per step) it belongs to
     absl::Time started;
@@ -275,34 +265,27 @@ class PlannedMode {
   // The bucket about to start is the first of `entry`'s buckets in the plan.
   bool FirstBucketOf(int entry) const;
   absl::Status LaunchNext();
-  void LaunchSliced(Launch* launch);
-  absl::Status ProgressSlices();
-  // Packs the bucket's slices (or, all-gathers, takes their reduce-scatter's chunk) and sets
-  // job->args.
-  absl::Status PrepareJob(SliceJob* job);
-  // A launched sliced bucket is packed at once unless it must wait (all-gathers).
-  absl::Status PrepareLaunched(Launch* launch);
-  // Prepares `job` if it is not yet and starts its collective.
-  absl::Status StartJob(SliceJob* job);
-  void FinishJob(SliceJob* job);
+  // Hands a sliced bucket to its device's runner (or, off its period, folds it).
+  absl::Status LaunchSliced(Launch* launch);
+  // The runner of the tensors of plan bucket `bucket` (its tensors share a device), or null where
+  // the CUDA runner could not be made (device_runner_error_ says why).
+  BucketRunner* RunnerFor(const ExecutablePlan& plan, int bucket);
+  // Makes the CUDA tensors' runner once the CUDA plane is set up.
+  void MakeDeviceRunner();
   void FinishSliced(Launch* launch, std::vector<PendingOp>* renegotiate);
   // A delayed plan's bucket is done: keeps its result for the pass, retires finished copies.
   void FinishDelayed(Launch* launch, std::vector<PendingOp>* renegotiate);
   void OnChecked(Launch* launch);
   void Finish(Launch* launch, std::vector<PendingOp>* renegotiate);
   void OnDataDone(PendingOp& op, const absl::Status& status);
-  std::string UnitNames(const std::vector<std::shared_ptr<const Response>>& responses) const;
-  // "planned reduce-scatter of 'a', 'b' and 3 more (plan bucket 7)", for errors.
-  std::string DescribeJob(const SliceJob& job) const;
   void Advance();
   // Delayed plans: moves `entry`'s next copy into the plan once its previous one is through.
   void Feed(int entry);
   // Delayed plans: completes the parked operations whose results are in.
   void Deliver();
   void UpdateHeldBytes();
-  // buffers_ slots: a bucket's packed slices (or gathered values), and a reduce-scatter's chunk.
-  enum BufferRole { kPacked = 0, kChunk = 1 };
-  static int64_t BufferSlot(int bucket, BufferRole role) { return int64_t{bucket} * 2 + role; }
+  // Completes the delayed CUDA deliveries whose copies are done.
+  absl::Status ProgressDelivering();
 
   const Config config_;
   const int rank_;
@@ -316,6 +299,21 @@ class PlannedMode {
   // Whole-tensor buckets' CUDA tensors: a plane of their own, set up at the first freeze of a
   // plan that holds some; null without a factory.
   std::unique_ptr<CudaPlane> cuda_plane_;
+  // Sliced buckets of host tensors, and of CUDA tensors (over the CUDA plane's executor, made at
+  // the first freeze of a plan that slices some; null until then or when the plane failed).
+  std::unique_ptr<BucketRunner> host_runner_;
+  std::unique_ptr<BucketRunner> device_runner_;
+  absl::Status device_runner_error_;
+  // A delayed plan's CUDA state and deliveries (PlanDelays), on a stream of their own; made at
+  // the first freeze of a delayed plan holding CUDA tensors. Outlives every PlanDelays.
+  std::unique_ptr<BufferOps> delay_ops_;
+  // Delayed CUDA results copied out, completed once their fence passes.
+  struct Delivering {
+    std::vector<PendingOp> ops;
+    std::vector<std::shared_ptr<DeviceMemory>> reads;  // the results they read, held till then
+    std::unique_ptr<Work> fence;
+  };
+  std::deque<Delivering> delivering_;
   // Called between the pieces of long host copies, so that the collectives in flight advance.
   const std::function<void()> poke_;
 
@@ -329,13 +327,12 @@ class PlannedMode {
   std::unique_ptr<PlanDelays> delays_;  // delayed plans only
   absl::flat_hash_map<int, std::deque<PendingOp>> backlog_;  // delayed plans: copies in line
   std::atomic<int64_t> delayed_bytes_{0};
+  std::atomic<int64_t> delayed_device_bytes_{0};
   bool deliver_due_ = false;  // results or submissions arrived: Progress delivers
   absl::flat_hash_map<int, PendingOp> waiting_;      // by entry: submitted, no bucket started
   absl::flat_hash_map<int, ActiveEntry> active_;     // by entry: some bucket started
-  std::vector<std::deque<SliceJob*>> channel_jobs_;  // sliced jobs by channel, in plan order
-  absl::flat_hash_map<int, std::shared_ptr<std::vector<uint8_t>>> chunks_;  // by RS bucket
-  BufferPool buffers_;  // reused by every pass of the plan in force
   std::atomic<int64_t> buffer_bytes_{0};
+  std::atomic<int64_t> device_buffer_bytes_{0};
   std::deque<Launch> launches_;
   uint64_t launch_count_ = 0;
   bool must_unfreeze_ = false;

@@ -12,6 +12,7 @@
 #include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
 #include "runtime/agreement.h"
+#include "runtime/device_backend.h"
 #include "runtime/host_layout.h"
 #include "runtime/launch_units.h"
 #include "runtime/mpi_control_collectives.h"
@@ -242,7 +243,7 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   // The GPU of this rank's CUDA tensors, or, before it has submitted one, one by local rank.
   auto cuda_device = [this] {
     const int claimed = cuda_device_.load();
-    return claimed >= 0 ? claimed : std::max(0, local_rank_) % std::max(1, CudaDeviceCount());
+    return claimed >= 0 ? claimed : std::max(0, local_rank_) % std::max(1, Devices().DeviceCount());
   };
   cuda_plane_ = std::make_unique<CudaPlane>(
       comm_, config, rank_, size_, cuda_device, executor_options.host, &timeline_,
@@ -343,6 +344,8 @@ RuntimeStats Runtime::stats() const {
   stats.delayed_bytes = (delay_line_ != nullptr ? delay_line_->held_bytes() : 0) +
                         (planned_ != nullptr ? planned_->delayed_bytes() : 0);
   stats.plan_buffer_bytes = planned_ != nullptr ? planned_->buffer_bytes() : 0;
+  stats.plan_device_buffer_bytes = planned_ != nullptr ? planned_->device_buffer_bytes() : 0;
+  stats.delayed_device_bytes = planned_ != nullptr ? planned_->delayed_device_bytes() : 0;
   stats.planned_launches = counters_.launches.load();
   stats.plans_frozen = counters_.frozen.load();
   stats.plans_dropped = counters_.dropped.load();
@@ -411,11 +414,11 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
   const std::string& name = op.request.name;
   auto state =
       std::make_shared<internal::HandleState>(name, rank_, std::move(on_done), observations_);
-  // Scheduled plans cover float32 gradients being summed or averaged, one tensor each.
+  // Scheduled plans cover float32 gradients being summed or averaged, one tensor each, on the
+  // host or the GPU (the bucket runner and the delay line serve both).
   if (scheduler_ != nullptr && op.request.kind == OpKind::kAllreduce &&
-      op.request.device == DeviceKind::kCpu && op.request.update_schedule.empty() &&
-      op.request.tensors.size() == 1 && op.request.compression == "none" &&
-      op.request.tensors[0].dtype == DataType::kFloat32 &&
+      op.request.update_schedule.empty() && op.request.tensors.size() == 1 &&
+      op.request.compression == "none" && op.request.tensors[0].dtype == DataType::kFloat32 &&
       (op.request.op == ReduceOp::kSum || op.request.op == ReduceOp::kAverage)) {
     // The clock, not the handle: the program may free its handle as soon as it has waited.
     profiler_->OnSubmit(

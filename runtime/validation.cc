@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/buffer_ops.h"
 #include "runtime/cuda_compression.h"
+#include "runtime/device_backend.h"
 
 namespace overlap {
 namespace {
@@ -66,10 +67,10 @@ absl::Status CheckDevices(const PendingOp& op) {
     }
   }
   if (!device.is_cuda()) return absl::OkStatus();
-  const int visible = CudaDeviceCount();
+  const int visible = Devices().DeviceCount();
   if (visible == 0) {
-    return Invalid(r, absl::StrCat("tensor on ", device.ToString(), ", but ",
-                                   CudaUnavailableReason()));
+    return Invalid(
+        r, absl::StrCat("tensor on ", device.ToString(), ", but ", Devices().UnavailableReason()));
   }
   if (device.index < 0 || device.index >= visible) {
     return Invalid(r, absl::StrCat("tensor on ", device.ToString(), ", but this process sees ",

@@ -268,5 +268,43 @@ cudaError_t BatchedCopy(const CopySliceRow* rows, int64_t num_rows, int64_t num_
   return cudaErrorInvalidValue;
 }
 
+namespace {
+
+__global__ void AccumulateFloat(float* dst, const float* src, int64_t count, float factor,
+                                bool scaled) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = __fadd_rn(dst[i], scaled ? __fmul_rn(src[i], factor) : src[i]);
+  }
+}
+
+__global__ void AccumulateDouble(double* dst, const double* src, int64_t count, double factor,
+                                 bool scaled) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = __dadd_rn(dst[i], scaled ? __dmul_rn(src[i], factor) : src[i]);
+  }
+}
+
+}  // namespace
+
+cudaError_t Accumulate(void* dst, const void* src, int64_t count, bool is_double, double factor,
+                       cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (count < 0) return cudaErrorInvalidValue;
+  const int64_t wanted = (count + kThreads - 1) / kThreads;
+  const unsigned blocks = static_cast<unsigned>(wanted < 65535 ? wanted : 65535);
+  const bool scaled = factor != 1.0;
+  if (is_double) {
+    AccumulateDouble<<<blocks, kThreads, 0, stream>>>(
+        static_cast<double*>(dst), static_cast<const double*>(src), count, factor, scaled);
+  } else {
+    AccumulateFloat<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(dst),
+                                                     static_cast<const float*>(src), count,
+                                                     static_cast<float>(factor), scaled);
+  }
+  return cudaGetLastError();
+}
+
 }  // namespace cuda_raw
 }  // namespace overlap

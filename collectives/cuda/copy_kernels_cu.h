@@ -47,6 +47,12 @@ enum class CopyElement : int {
 cudaError_t BatchedCopy(const CopySliceRow* rows, int64_t num_rows, int64_t num_chunks,
                         CopyElement element, double factor, int64_t divisor, cudaStream_t stream);
 
+// Launches dst[i] += src[i] * factor over `count` elements of float (is_double false, with
+// float(factor)) or double on `stream`, rounding each multiply and add on its own as the CPU does
+// (no fused multiply-add); factor == 1 adds src unscaled. Returns the launch error, if any.
+cudaError_t Accumulate(void* dst, const void* src, int64_t count, bool is_double, double factor,
+                       cudaStream_t stream);
+
 }  // namespace cuda_raw
 }  // namespace overlap
 

@@ -269,6 +269,17 @@ class CudaBufferOps : public BufferOps {
         absl::StrCat("batched copy kernel (", rows, " slices of ", DataTypeName(dtype), ")"));
   }
 
+  absl::Status Accumulate(void* dst, const void* src, int64_t count, DataType dtype,
+                          double factor) override {
+    if (absl::Status s = ValidateAccumulate(device_, dst, src, count, dtype); !s.ok()) return s;
+    if (count == 0) return absl::OkStatus();
+    DeviceGuard guard(device_.index);
+    if (absl::Status s = CheckGuard(guard); !s.ok()) return s;
+    return CudaStatus(
+        cuda_raw::Accumulate(dst, src, count, dtype == DataType::kFloat64, factor, stream_->get()),
+        device_, absl::StrCat("accumulate kernel (", count, " elements)"));
+  }
+
   absl::Status CopyToHost(void* host, const void* device_src, size_t bytes) override {
     return HostCopy(host, device_src, bytes, cudaMemcpyDeviceToHost, "copy to host");
   }

@@ -198,6 +198,23 @@ TEST_CASE("CPU batched copy refuses what it cannot do, naming the slice", "[buff
   CHECK(ops->Copy({{nullptr, nullptr, 0}}, DataType::kFloat32, {}).ok());
 }
 
+TEST_CASE("CPU accumulate adds scaled values as ScaledAdd does, and refuses other dtypes",
+          "[buffer_ops]") {
+  std::unique_ptr<BufferOps> ops = CreateCpuBufferOps();
+  std::vector<float> dst = {1.0f, 2.0f, -3.0f}, src = {0.5f, 0.25f, 4.0f};
+  REQUIRE(ops->Accumulate(dst.data(), src.data(), 3, DataType::kFloat32, 2.0).ok());
+  CHECK(dst == std::vector<float>{2.0f, 2.5f, 5.0f});
+  std::vector<double> d = {1.0}, s = {0.1};
+  REQUIRE(ops->Accumulate(d.data(), s.data(), 1, DataType::kFloat64, 1.0).ok());
+  CHECK(d[0] == 1.0 + 0.1);
+  std::vector<int32_t> i = {1};
+  const absl::Status refused = ops->Accumulate(i.data(), i.data(), 1, DataType::kInt32, 1.0);
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(refused.message()).find("int32") != std::string::npos);
+  CHECK(ops->Accumulate(nullptr, s.data(), 1, DataType::kFloat64, 1.0).code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("CPU allocation, host transfers and fences", "[buffer_ops]") {
   std::unique_ptr<BufferOps> ops = CreateCpuBufferOps();
   CHECK(ops->device() == Device::Cpu());

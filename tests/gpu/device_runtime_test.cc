@@ -1,9 +1,10 @@
 // CUDA tensors through the runtime: every collective with values checked, fused and unfused
 // allreduces, a producer stream the runtime must wait on, a repeating step on the frozen plan,
 // and the executor OVERLAP_EXECUTOR and the ranks-per-GPU select (NCCL on one rank per GPU; MPI
-// staged through host memory when ranks share the GPU). Skips where no GPU is visible; fails there
-// when OVERLAP_REQUIRE_GPU=1.
+// staged through host memory when ranks share the GPU), and every planner's scheduled plan over
+// CUDA gradients. Skips where no GPU is visible; fails there when OVERLAP_REQUIRE_GPU=1.
 #include <cuda_runtime.h>
+#include <mpi.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -588,6 +589,81 @@ TEST_CASE("compressors without CUDA kernels are refused for CUDA tensors, naming
                                              Catch::Contains("'refused.compression'") &&
                                              Catch::Contains("of CUDA tensors is not available") &&
                                              Catch::Contains(spec.substr(0, spec.find(':'))));
+  }
+}
+
+// OVERLAP_PLANNER's scheduled plan over CUDA gradients (tests/gpu/BUILD runs this case alone,
+// once per planner): rank r contributes r + step + (i % 5) at element i, so every average is exact
+// in float, before, during and after the plan is adopted, whatever the planner slices, fuses or
+// splits into reduce-scatter and all-gather.
+TEST_CASE("every planner's scheduled plan keeps CUDA gradients exact", "[gpu][.scheduled]") {
+  if (!testing::GpuOrSkip()) return;
+  const char* planner = std::getenv("OVERLAP_PLANNER");
+  REQUIRE(planner != nullptr);
+  const std::vector<int64_t> sizes = {3, 1000, 250000, 17, 400000, 64, 4096, 131072, 5};
+  std::vector<std::unique_ptr<DeviceArray<float>>> grads;
+  for (int64_t n : sizes) {
+    grads.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(n, 0.0f)));
+  }
+  std::vector<Handle> handles(sizes.size());
+  std::vector<bool> pending(sizes.size(), false);
+  auto check = [&](size_t l, int step) {
+    REQUIRE(handles[l].Wait(kWait).ok());
+    pending[l] = false;
+    const std::vector<float> got = grads[l]->ToHost();
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float want = static_cast<float>((Size() - 1) / 2.0 + step + static_cast<int>(i % 5));
+      if (got[i] != want) ++bad;
+    }
+    INFO("layer " << l << " at step " << step);
+    CHECK(bad == 0);
+  };
+  auto agreed_max = [](int64_t local) {
+    int64_t all = local;
+    MPI_Allreduce(&local, &all, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    return all;
+  };
+  int64_t adopted = -1;
+  int step = 0;
+  for (; step < 120 && (adopted < 0 || step < adopted + 8); ++step) {
+    REQUIRE(StartForward().ok());
+    for (size_t l = 0; l < sizes.size(); ++l) {
+      if (pending[l]) check(l, step - 1);
+    }
+    REQUIRE(StartBackward().ok());
+    for (size_t l = sizes.size(); l-- > 0;) {
+      std::vector<float> values(static_cast<size_t>(sizes[l]));
+      for (size_t i = 0; i < values.size(); ++i) {
+        values[i] = static_cast<float>(Rank() + step + static_cast<int>(i % 5));
+      }
+      REQUIRE(cudaMemcpy(grads[l]->get(), values.data(), values.size() * sizeof(float),
+                         cudaMemcpyHostToDevice) == cudaSuccess);
+      AllreduceOptions options;
+      options.plan_may_delay = true;
+      const std::string name = absl::StrCat("sched.layer", l);
+      absl::StatusOr<Handle> h =
+          Allreduce(name, OnDevice(*grads[l], DataType::kFloat32, {sizes[l]}),
+                    OnDevice(*grads[l], DataType::kFloat32, {sizes[l]}), options);
+      REQUIRE(h.ok());
+      handles[l] = *h;
+      pending[l] = true;
+    }
+    REQUIRE(StartUpdate().ok());
+    adopted = agreed_max(Stats().plan_adopted_step);
+  }
+  for (size_t l = 0; l < sizes.size(); ++l) {
+    if (pending[l]) check(l, step - 1);
+  }
+  const RuntimeStats stats = Stats();
+  INFO("planner " << stats.planner << ", adopted at " << stats.plan_adopted_step << ", "
+                  << stats.plan_buckets << " buckets, device buffers "
+                  << stats.plan_device_buffer_bytes);
+  REQUIRE(adopted >= 0);
+  CHECK(stats.plans_refused == 0);
+  CHECK(std::string(stats.planner).find(planner) != std::string::npos);
+  if (const char* expected = std::getenv("OVERLAP_TEST_EXPECT_EXECUTOR")) {
+    CHECK(stats.cuda_executor == expected);
   }
 }
 

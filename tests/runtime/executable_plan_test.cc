@@ -104,5 +104,45 @@ TEST_CASE("schedules the runtime cannot run are refused naming the bucket") {
   }
 }
 
+TEST_CASE("a bucket holding host and CUDA tensors runs as one bucket per device") {
+  absl::flat_hash_map<std::string, PlanEntry> table = Table();
+  PlanEntry gpu = Entry("g", 50);
+  std::const_pointer_cast<Response>(gpu.response)->request.device = DeviceKind::kCuda;
+  table.emplace("g", gpu);
+  sched::Plan plan;
+  // DeAR's halves over a bucket of both: the CUDA slice first in the plan.
+  for (sched::Collective op : {sched::Collective::kReduceScatter, sched::Collective::kAllgather}) {
+    sched::Bucket b = Bucket(op, "g", 0, 50);
+    b.slices.push_back(sched::TensorSlice{0, "w", 0, 100});
+    plan.buckets.push_back(b);
+  }
+  absl::StatusOr<ExecutablePlan> out = ScheduledPlan(plan, table, 1);
+  REQUIRE(out.ok());
+  REQUIRE(out->buckets.size() == 4);
+  auto device_of = [&](const ExecBucket& b) {
+    return out->entries[static_cast<size_t>(b.slices.front().entry)].response->request.device;
+  };
+  // Host part first, then the CUDA part; each all-gather pairs with its own device's half.
+  REQUIRE(out->buckets[0].kind == BucketKind::kReduceScatter);
+  REQUIRE(device_of(out->buckets[0]) == DeviceKind::kCpu);
+  REQUIRE(device_of(out->buckets[1]) == DeviceKind::kCuda);
+  REQUIRE(out->buckets[2].kind == BucketKind::kAllgather);
+  REQUIRE(device_of(out->buckets[2]) == DeviceKind::kCpu);
+  REQUIRE(out->buckets[2].reduce_scatter == 0);
+  REQUIRE(device_of(out->buckets[3]) == DeviceKind::kCuda);
+  REQUIRE(out->buckets[3].reduce_scatter == 1);
+  for (const ExecBucket& b : out->buckets) REQUIRE(b.slices.size() == 1);
+
+  SECTION("a delay and a period on a CUDA tensor are kept (its delay line is on the device)") {
+    sched::Plan delayed;
+    delayed.buckets.push_back(Bucket(sched::Collective::kAllreduce, "g", 0, 50, 1, 2, 1));
+    delayed.buckets.push_back(Bucket(sched::Collective::kAllreduce, "w", 0, 100));
+    absl::StatusOr<ExecutablePlan> kept = ScheduledPlan(delayed, table, 1);
+    REQUIRE(kept.ok());
+    REQUIRE(kept->buckets[0].delay == 1);
+    REQUIRE(kept->buckets[0].period == 2);
+  }
+}
+
 }  // namespace
 }  // namespace overlap

@@ -114,9 +114,9 @@ Outcome Step(std::vector<Layer>& layers, int step, int64_t adopted, bool flushin
     std::this_thread::sleep_for(std::chrono::microseconds(600));
     for (size_t i = 0; i < it->grad.size(); ++i) it->grad[i] = Value(Rank(), step, i, flushing);
     const int64_t n = static_cast<int64_t>(it->grad.size());
-    absl::StatusOr<Handle> h =
-        Allreduce(it->name, MakeTensor(it->grad.data(), {n}), MakeTensor(it->grad.data(), {n}),
-                  testing::GradientOptions());
+    absl::StatusOr<Handle> h = Allreduce(
+        it->name, testing::GradientTensor(it->name, it->grad.data(), n),
+        testing::GradientTensor(it->name, it->grad.data(), n), testing::GradientOptions());
     if (!h.ok()) return Outcome{std::string(h.status().message()), 0};
     it->handle = *h;
     it->pending = true;
@@ -184,6 +184,13 @@ TEST_CASE("a delayed plan delivers every step's average once, delay steps later"
   REQUIRE(during.plans_scheduled == 1);
   REQUIRE(during.plans_dropped == dropped);
   if (delay > 0 || period > 1) REQUIRE(during.delayed_bytes > 0);
+  if (testing::GradientDevice().is_cuda()) {
+    // The delay line held the gradients' copies, residuals and results on the (proxy) device.
+    REQUIRE(during.cuda_executor == "proxy+mpi");
+    if (delay > 0 || period > 1) REQUIRE(during.delayed_device_bytes == during.delayed_bytes);
+  } else {
+    REQUIRE(during.delayed_device_bytes == 0);
+  }
   // Every bucket has the same period: the plan's pattern repeats after it.
   REQUIRE(during.plan_update_cycle == period);
   // Flush: zeros until every residual has been sent and every result delivered.
@@ -226,8 +233,9 @@ TEST_CASE("a plan's tensor submitted again with another shape is reduced, never 
     for (size_t i = 0; i < layer.grad.size(); ++i) layer.grad[i] = Value(Rank(), step, i, false);
     const int64_t n = changed ? 10 : static_cast<int64_t>(layer.grad.size());
     float* data = changed ? small.data() : layer.grad.data();
-    absl::StatusOr<Handle> h = Allreduce(layer.name, MakeTensor(data, {n}), MakeTensor(data, {n}),
-                                         testing::GradientOptions());
+    absl::StatusOr<Handle> h =
+        Allreduce(layer.name, testing::GradientTensor(layer.name, data, n),
+                  testing::GradientTensor(layer.name, data, n), testing::GradientOptions());
     REQUIRE(h.ok());
     handles.push_back(*h);
   }

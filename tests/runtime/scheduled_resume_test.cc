@@ -61,9 +61,9 @@ std::string Step(std::vector<Layer>& layers, int64_t step) {
     std::this_thread::sleep_for(std::chrono::microseconds(600));
     for (size_t i = 0; i < it->grad.size(); ++i) it->grad[i] = Value(Rank(), step, i);
     const int64_t n = static_cast<int64_t>(it->grad.size());
-    absl::StatusOr<Handle> h =
-        Allreduce(it->name, MakeTensor(it->grad.data(), {n}), MakeTensor(it->grad.data(), {n}),
-                  testing::GradientOptions());
+    absl::StatusOr<Handle> h = Allreduce(
+        it->name, testing::GradientTensor(it->name, it->grad.data(), n),
+        testing::GradientTensor(it->name, it->grad.data(), n), testing::GradientOptions());
     REQUIRE(h.ok());
     it->handle = *h;
   }
@@ -161,10 +161,11 @@ TEST_CASE("a fresh process resumed from the checkpoint repeats the saved run bit
   REQUIRE(StartForward().ok());
   REQUIRE(StartBackward().ok());
   Layer& last = layers.back();
-  absl::StatusOr<Handle> early =
-      Allreduce(last.name, MakeTensor(last.grad.data(), {static_cast<int64_t>(last.grad.size())}),
-                MakeTensor(last.grad.data(), {static_cast<int64_t>(last.grad.size())}),
-                testing::GradientOptions());
+  absl::StatusOr<Handle> early = Allreduce(
+      last.name,
+      testing::GradientTensor(last.name, last.grad.data(), static_cast<int64_t>(last.grad.size())),
+      testing::GradientTensor(last.name, last.grad.data(), static_cast<int64_t>(last.grad.size())),
+      testing::GradientOptions());
   REQUIRE(early.ok());
   const absl::StatusOr<std::string> midstep = SaveCompressionState();
   CHECK(midstep.status().code() == absl::StatusCode::kFailedPrecondition);
@@ -173,9 +174,9 @@ TEST_CASE("a fresh process resumed from the checkpoint repeats the saved run bit
                  Catch::Contains("in the middle of a step"));
   for (auto it = layers.rbegin() + 1; it != layers.rend(); ++it) {
     const int64_t n = static_cast<int64_t>(it->grad.size());
-    absl::StatusOr<Handle> h =
-        Allreduce(it->name, MakeTensor(it->grad.data(), {n}), MakeTensor(it->grad.data(), {n}),
-                  testing::GradientOptions());
+    absl::StatusOr<Handle> h = Allreduce(
+        it->name, testing::GradientTensor(it->name, it->grad.data(), n),
+        testing::GradientTensor(it->name, it->grad.data(), n), testing::GradientOptions());
     REQUIRE(h.ok());
     it->handle = *h;
   }

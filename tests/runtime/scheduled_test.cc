@@ -79,9 +79,9 @@ std::string Step(std::vector<Layer>& layers, int step, bool slow = false) {
     std::this_thread::sleep_for(std::chrono::microseconds(slow ? 60600 : 600));
     for (size_t i = 0; i < it->grad.size(); ++i) it->grad[i] = Value(Rank(), step, i);
     const int64_t n = static_cast<int64_t>(it->grad.size());
-    absl::StatusOr<Handle> h =
-        Allreduce(it->name, MakeTensor(it->grad.data(), {n}), MakeTensor(it->grad.data(), {n}),
-                  testing::GradientOptions());
+    absl::StatusOr<Handle> h = Allreduce(
+        it->name, testing::GradientTensor(it->name, it->grad.data(), n),
+        testing::GradientTensor(it->name, it->grad.data(), n), testing::GradientOptions());
     if (!h.ok()) return std::string(h.status().message());
     it->handle = *h;
     it->pending = true;
@@ -224,6 +224,21 @@ TEST_CASE("a scheduled plan is adopted by every rank and keeps every sum exact")
     if (layer.pending) REQUIRE(Check(layer, step - 1) == "");
   }
   REQUIRE(Stats().planned_launches - launches_before >= 4 * stats.plan_buckets);
+  if (testing::GradientDevice().is_cuda()) {
+    // The device path ran: the CUDA plane on the proxy's executor, buckets packed on the device.
+    REQUIRE(Stats().cuda_executor == "proxy+mpi");
+    // Planners that slice pack into buffers (one whole tensor alone is reduced in place): on the
+    // device only, or, with host and device gradients mixed, on either (the sliced ones may all
+    // be on one side).
+    const std::string name = planner;
+    const bool packs = name == "bytescheduler" || name == "usbyte" || name == "dear";
+    if (testing::GradientDevicesMixed()) {
+      if (packs) REQUIRE(Stats().plan_device_buffer_bytes + Stats().plan_buffer_bytes > 0);
+    } else {
+      REQUIRE(Stats().plan_buffer_bytes == 0);
+      if (packs) REQUIRE(Stats().plan_device_buffer_bytes > 0);
+    }
+  }
   REQUIRE(Stats().plans_dropped == stats.plans_dropped);
   REQUIRE(Stats().planner == stats.planner);
 }

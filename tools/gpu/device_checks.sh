@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13's GPU checks, in one run on a lent GPU machine (docs/gpu.md has the results):
+# Issues 13's and 37's GPU checks, in one run on a lent GPU machine (docs/gpu.md has the results):
 #   here:   bazel build //tests/gpu/... //tests/compression:cuda_kernels_test //bench:gpu_kernels \
 #             //bench:gpu_compressed_allreduce \
 #             //runtime:liboverlap.so //launcher:overlaprun && tools/gpu/device_checks.sh --bundle
@@ -19,6 +19,13 @@ fi
 b=.gpu/bin
 run="overlaprun --mpi-args '--mca btl self,vader,tcp' -np"
 pytest="python3 -m pytest -q -x -p no:cacheprovider -p overlap_pytest tests/torch/test_torch_cuda.py"
+# Every planner's scheduled plan over CUDA gradients (issue 37): NCCL on one rank, MPI staged
+# through host memory on two and four ranks sharing the GPU; values exact, as on the host.
+scheduled=()
+for planner in wfbp fusion mgwfbp bytescheduler usbyte dear deft auto; do
+  env="OVERLAP_PLANNER=$planner OVERLAP_PROFILE_STEPS=3"
+  scheduled+=("$env OVERLAP_TEST_EXPECT_EXECUTOR=nccl $run 1 -- $b/tests/gpu/device_runtime_test_bin '[scheduled]' && $env OVERLAP_TEST_EXPECT_EXECUTOR=mpi+host-staging $run 2 -- $b/tests/gpu/device_runtime_test_bin '[scheduled]' && $env OVERLAP_TEST_EXPECT_EXECUTOR=mpi+host-staging $run 4 -- $b/tests/gpu/device_runtime_test_bin '[scheduled]'")
+done
 exec .gpu/run_on_device.sh \
   "$b/tests/compression/cuda_kernels_test" \
   "$b/tests/gpu/cuda_buffer_ops_test" \
@@ -27,6 +34,7 @@ exec .gpu/run_on_device.sh \
   "OVERLAP_DIRECT_THRESHOLD=1048576 OVERLAP_TEST_EXPECT_EXECUTOR=mpi+host-staging $run 2 -- $b/tests/gpu/device_runtime_test_bin" \
   "OVERLAP_DIRECT_THRESHOLD=1048576 OVERLAP_TEST_EXPECT_EXECUTOR=mpi+host-staging $run 4 -- $b/tests/gpu/device_runtime_test_bin" \
   "OVERLAP_DIRECT_THRESHOLD=1048576 OVERLAP_HIERARCHICAL_ALLREDUCE=1 OVERLAP_TEST_RANKS_PER_HOST=2 OVERLAP_TEST_EXPECT_HIERARCHY_HOSTS=2 OVERLAP_TEST_EXPECT_EXECUTOR=mpi+host-staging $run 4 -- $b/tests/gpu/device_runtime_test_bin" \
+  "${scheduled[@]}" \
   "OVERLAP_EXECUTOR=nccl OVERLAP_TEST_EXPECT_ERROR='NCCL cannot run two ranks on one GPU' $run 2 -- $b/tests/gpu/device_runtime_test_bin '[probe]'" \
   "OVERLAP_COLLECTIVE_TIMEOUT_S=3 OVERLAP_EXECUTOR=nccl $run 1 -- $b/tests/gpu/watchdog_test_bin" \
   "$run 1 -- $pytest" \
