@@ -71,7 +71,7 @@ def gpu_findings():
                                "compression/cuda")
     if changed is None:  # not a git checkout (a source archive): nothing to compare
         return []
-    if changed > max(runs) and "not yet run on a GPU" not in text:
+    if changed > max(runs) and "not yet run on a gpu" not in text.lower():
         return ["docs/gpu.md: the GPU data path changed on %s, after the last H200 run (%s), and "
                 "the page does not say what has not yet run on a GPU" % (changed, max(runs))]
     return []
