@@ -106,8 +106,8 @@ absl::StatusOr<std::unique_ptr<AdasumAllreduce>> AdasumAllreduce::Start(
     w->segment_starts_.push_back(w->segment_starts_.back() + n);
   }
   if (w->segment_starts_.back() != count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Adasum: the segments add up to ", w->segment_starts_.back(), ", not ", count));
+    return absl::InvalidArgumentError(absl::StrCat("Adasum: the segments add up to ",
+                                                   w->segment_starts_.back(), ", not ", count));
   }
   w->comm_ = comm;
   w->tag_ = tag;
@@ -151,13 +151,13 @@ AdasumAllreduce::~AdasumAllreduce() {
 
 absl::Status AdasumAllreduce::Exchange(int partner, void* into, int64_t recv_count,
                                        const void* from, int64_t send_count, MPI_Datatype type) {
-  absl::Status s = MpiCheck(MPI_Irecv(into, static_cast<int>(recv_count), type, partner, tag_,
-                                      comm_, &requests_[0]),
-                            absl::StrCat("rank ", rank_, ": Adasum: MPI_Irecv from ", partner));
+  absl::Status s = MpiCheck(
+      MPI_Irecv(into, static_cast<int>(recv_count), type, partner, tag_, comm_, &requests_[0]),
+      absl::StrCat("rank ", rank_, ": Adasum: MPI_Irecv from ", partner));
   if (!s.ok()) return s;
-  return MpiCheck(MPI_Isend(from, static_cast<int>(send_count), type, partner, tag_, comm_,
-                            &requests_[1]),
-                  absl::StrCat("rank ", rank_, ": Adasum: MPI_Isend to ", partner));
+  return MpiCheck(
+      MPI_Isend(from, static_cast<int>(send_count), type, partner, tag_, comm_, &requests_[1]),
+      absl::StrCat("rank ", rank_, ": Adasum: MPI_Isend to ", partner));
 }
 
 absl::Status AdasumAllreduce::Post(const Step& step) {
@@ -180,8 +180,8 @@ absl::Status AdasumAllreduce::Post(const Step& step) {
                       static_cast<int64_t>(scalars_.size()), MPI_DOUBLE);
     case Step::kGather: {
       const Range parent = parents_[static_cast<size_t>(step.level)];
-      const Range other = current_.lo == parent.lo ? Range{current_.hi, parent.hi}
-                                                   : Range{parent.lo, current_.lo};
+      const Range other =
+          current_.lo == parent.lo ? Range{current_.hi, parent.hi} : Range{parent.lo, current_.lo};
       return Exchange(rank_ ^ (1 << step.level), At(other.lo), other.count(), At(current_.lo),
                       current_.count(), type);
     }

@@ -78,8 +78,9 @@ absl::Status ValidateDataType(DataType dtype) {
 
 absl::Status ValidateReduceOp(ReduceOp op) {
   if (std::string(ReduceOpName(op)) != "unknown") return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", static_cast<int32_t>(op),
-                                                 " (expected sum, average, min, max, product or adasum)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown reduce op ", static_cast<int32_t>(op),
+                   " (expected sum, average, min, max, product or adasum)"));
 }
 
 absl::Status AdasumSupports(int ranks, DataType dtype) {

@@ -338,7 +338,7 @@ MpiExecutor::~MpiExecutor() {
 }
 
 absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAdasum(int channel,
-                                                                const CollectiveArgs& a) {
+                                                               const CollectiveArgs& a) {
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(a.count, 0)) * DataTypeSize(a.dtype);
   if (a.send != nullptr && a.send != a.recv && bytes > 0) std::memcpy(a.recv, a.send, bytes);
   absl::StatusOr<std::unique_ptr<AdasumAllreduce>> adasum =

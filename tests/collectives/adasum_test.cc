@@ -179,8 +179,8 @@ bool SameOnEveryRank(const Buffer& b) {
   return lo == hi;
 }
 
-void CheckAgainstReference(int64_t n, std::vector<int64_t> segments, DataType dtype,
-                           uint64_t seed, Inputs input = Random) {
+void CheckAgainstReference(int64_t n, std::vector<int64_t> segments, DataType dtype, uint64_t seed,
+                           Inputs input = Random) {
   if (segments.empty()) segments.push_back(n);
   const Buffer got = Reduce(input, seed, n, segments, dtype);
   const std::vector<double> want = Reference(input, seed, n, segments, dtype);
@@ -297,7 +297,8 @@ TEST_CASE("adasum: through the MPI executor, in and out of place") {
   }
   const std::vector<double> want = Reference(Random, 77, n, {10, 30}, DataType::kFloat64);
   for (int64_t i = 0; i < n; ++i) REQUIRE(std::fabs(out.Get(i) - want[i]) <= 1e-12);
-  for (int64_t i = 0; i < n; ++i) REQUIRE(in.Get(i) == Round(DataType::kFloat64, Random(77, Rank(), i)));
+  for (int64_t i = 0; i < n; ++i)
+    REQUIRE(in.Get(i) == Round(DataType::kFloat64, Random(77, Rank(), i)));
 }
 
 TEST_CASE("adasum: refuses non-power-of-two rank counts and integer dtypes, on every rank") {
