@@ -591,6 +591,9 @@ def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
     set_id = process_set_id(process_set)
     c_op = _c_op(op)
     name = _auto_name("reducescatter", name)
+    if op == Adasum:  # NotImplementedError, a RuntimeError, as Horovod's tests expect
+        raise NotImplementedError("rank %d: reducescatter '%s': Adasum is an allreduce only"
+                                  % (_core.rank(), name))
     src = _stage(tensor, "reducescatter '%s'" % name)
     if src.dim() == 0:
         raise ValueError("rank %d: reducescatter '%s': needs at least one dimension" %
