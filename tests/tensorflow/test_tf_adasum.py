@@ -179,9 +179,3 @@ def test_refusals(hvd):
     assert np.array_equal(hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="adasum.after").numpy(),
                           np.full([2], float(n)))
 
-
-def test_horovods_private_executing_eagerly(hvd):
-    """Horovod's Adasum test imports horovod.tensorflow.util._executing_eagerly."""
-    from overlap.tensorflow.util import _executing_eagerly
-    assert _executing_eagerly() is True
-    assert tf.function(lambda: tf.constant(_executing_eagerly()))().numpy() == False  # noqa: E712

@@ -85,12 +85,6 @@ def check_num_rank_power_of_2(num_rank):
     return num_rank > 0 and num_rank & (num_rank - 1) == 0
 
 
-def _executing_eagerly():
-    """Whether TensorFlow runs eagerly here; Horovod's private helper, which its own tests (the
-    Adasum suite) import from horovod.tensorflow.util."""
-    return tf.executing_eagerly()
-
-
 def split_list(items, n):
     """`items` in n consecutive chunks whose lengths differ by at most one, longer ones first."""
     per, extra = divmod(len(items), n)
