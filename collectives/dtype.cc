@@ -58,6 +58,8 @@ const char* ReduceOpName(ReduceOp op) {
       return "max";
     case ReduceOp::kProduct:
       return "product";
+    case ReduceOp::kAdasum:
+      return "adasum";
   }
   return "unknown";
 }
@@ -76,8 +78,23 @@ absl::Status ValidateDataType(DataType dtype) {
 
 absl::Status ValidateReduceOp(ReduceOp op) {
   if (std::string(ReduceOpName(op)) != "unknown") return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", static_cast<int32_t>(op),
-                                                 " (expected sum, average, min, max or product)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown reduce op ", static_cast<int32_t>(op),
+                   " (expected sum, average, min, max, product or adasum)"));
+}
+
+absl::Status AdasumSupports(int ranks, DataType dtype) {
+  if (ranks < 1 || (ranks & (ranks - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Adasum needs a power-of-two number of ranks, and this job has ", ranks));
+  }
+  if (!IsFloatingPoint(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Adasum is defined for floating-point tensors (float16, bfloat16, float32, "
+                     "float64), not ",
+                     DataTypeName(dtype)));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParseDataType(absl::string_view name, DataType* out) {

@@ -30,6 +30,8 @@ enum class ReduceOp : int32_t {
   kMin = 2,
   kMax = 3,
   kProduct = 4,
+  // Adaptive summation (collectives/adasum.h): floating-point tensors, power-of-two rank counts.
+  kAdasum = 5,
 };
 
 // Bytes per element; 0 for a value outside the enum (see ValidateDataType).
@@ -45,6 +47,11 @@ bool IsFloatingPoint(DataType dtype);
 // example an integer cast from a framework's enum).
 absl::Status ValidateDataType(DataType dtype);
 absl::Status ValidateReduceOp(ReduceOp op);
+
+// OK when an Adasum allreduce (collectives/adasum.h) can run over `ranks` ranks on `dtype`;
+// InvalidArgument naming the cause otherwise: a rank count that is not a power of two (named),
+// or a dtype that is not floating point.
+absl::Status AdasumSupports(int ranks, DataType dtype);
 
 // Parses "float32", "fp32", "f32", ... Returns InvalidArgument for anything else.
 absl::Status ParseDataType(absl::string_view name, DataType* out);

@@ -35,7 +35,7 @@ const char* CollectiveKindName(CollectiveKind kind);
 struct CollectiveArgs {
   CollectiveKind kind = CollectiveKind::kAllreduce;
   DataType dtype = DataType::kFloat32;
-  // kSum, kMin, kMax or kProduct; the runtime turns kAverage into a sum and a scale.
+  // kSum, kMin, kMax, kProduct or kAdasum; the runtime turns kAverage into a sum and a scale.
   ReduceOp op = ReduceOp::kSum;
   // nullptr means in place: `recv` holds this rank's input (allreduce, broadcast).
   const void* send = nullptr;
@@ -46,6 +46,9 @@ struct CollectiveArgs {
   // Allgatherv: recv_counts/recv_displs per rank; send count is recv_counts[rank].
   // Reduce-scatter: recv_counts per rank. Alltoallv: all four per rank.
   std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
+  // Adasum allreduce: the element counts of the tensors packed one after another in the buffer,
+  // each combined with its own coefficients; empty means one tensor of `count` elements.
+  std::vector<int64_t> segments;
 };
 
 // A started collective.

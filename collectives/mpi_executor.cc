@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/adasum.h"
 #include "collectives/half.h"
 #include "collectives/ring_allgather.h"
 #include "collectives/ring_reduce_scatter.h"
@@ -336,6 +337,17 @@ MpiExecutor::~MpiExecutor() {
   }
 }
 
+absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAdasum(int channel,
+                                                               const CollectiveArgs& a) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(a.count, 0)) * DataTypeSize(a.dtype);
+  if (a.send != nullptr && a.send != a.recv && bytes > 0) std::memcpy(a.recv, a.send, bytes);
+  absl::StatusOr<std::unique_ptr<AdasumAllreduce>> adasum =
+      AdasumAllreduce::Start(comms_[static_cast<size_t>(channel)], NextRingTag(channel), a.recv,
+                             a.count, a.dtype, a.segments);
+  if (!adasum.ok()) return adasum.status();
+  return std::unique_ptr<Work>(std::move(*adasum));
+}
+
 void MpiExecutor::Poke() {
   // A probe that matches nothing still runs Open MPI's progress engine (every BTL, every libnbc
   // schedule); it receives nothing, so the rings' own messages are left for their Tests.
@@ -355,6 +367,7 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
   int rc = MPI_SUCCESS;
   switch (a.kind) {
     case CollectiveKind::kAllreduce: {
+      if (a.op == ReduceOp::kAdasum) return StartAdasum(channel, a);
       absl::StatusOr<MPI_Op> op = MpiReduceOp(a.dtype, a.op);
       if (!op.ok()) return op.status();
       if (a.count < 0) {

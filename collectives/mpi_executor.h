@@ -11,6 +11,9 @@
 // hierarchically: within each host, across hosts, within each host again
 // (collectives/hierarchical_allreduce.h), on two communicators of each channel's own.
 //
+// Adasum allreduces run flat, hierarchy or not, as collectives/adasum.h's halving over
+// point-to-point messages, one tensor's coefficients per CollectiveArgs::segments entry.
+//
 // fp16 and bf16 reductions use user-defined MPI operations that accumulate each pairwise step in
 // fp32 and round to nearest even (collectives/half.h), so every rank gets bit-identical results.
 #ifndef OVERLAP_COLLECTIVES_MPI_EXECUTOR_H_
@@ -70,6 +73,9 @@ class MpiExecutor : public Executor {
  private:
   explicit MpiExecutor(std::vector<MPI_Comm> comms)
       : comms_(std::move(comms)), ring_tags_(comms_.size(), 0) {}
+
+  // An Adasum allreduce (collectives/adasum.h) on `channel`, in place in a.recv.
+  absl::StatusOr<std::unique_ptr<Work>> StartAdasum(int channel, const CollectiveArgs& a);
 
   // Splits every channel's communicator into its host and cross-host communicators.
   absl::Status SplitByHost(int host);

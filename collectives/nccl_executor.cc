@@ -66,6 +66,10 @@ absl::StatusOr<ncclRedOp_t> NcclOp(ReduceOp op) {
       return ncclMax;
     case ReduceOp::kProduct:
       return ncclProd;
+    case ReduceOp::kAdasum:
+      return absl::InvalidArgumentError(
+          "Adasum has no NCCL operation: for CUDA tensors set OVERLAP_EXECUTOR=mpi, which runs it "
+          "on host copies (staged through pinned memory)");
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("reduce op ", ReduceOpName(op), " has no NCCL operation"));

@@ -69,7 +69,8 @@ int overlap_start_update(void);
 int overlap_start_timeline(const char* path);
 int overlap_stop_timeline(void);
 
-// Operations. `op` is an overlap::ReduceOp value; `compression` may be NULL or "".
+// Operations. `op` is an overlap::ReduceOp value (0 sum, 1 average, 2 min, 3 max, 4 product,
+// 5 adasum); `compression` may be NULL or "".
 int overlap_allreduce(const char* name, const overlap_tensor* input, const overlap_tensor* output,
                       int32_t op, double prescale, double postscale, const char* compression,
                       overlap_handle** handle);

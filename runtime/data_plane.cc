@@ -221,6 +221,13 @@ absl::Status DataPlane::StartAllreduce(Bucket* bucket, CollectiveArgs* args) {
   args->dtype = dtype;
   args->op = CollectiveOp(first.op);
   args->count = total;
+  if (first.op == ReduceOp::kAdasum) {  // each tensor of the bucket has its own coefficients
+    for (const ReadyOp& r : bucket->ops) {
+      for (const TensorMeta& t : r.response->request.tensors) {
+        args->segments.push_back(t.NumElements());
+      }
+    }
+  }
 
   if (first.compression != "none") {
     bucket->compressed = std::make_unique<CompressedBucketState>();
@@ -445,7 +452,9 @@ void DataPlane::RecordFinished(const Bucket& bucket, absl::Time done) {
     }
   }
   // A pipelined bucket's span includes the wait behind the buckets queued before it: no timing.
-  if (bucket.kind == OpKind::kAllreduce && bucket.compressed == nullptr && !bucket.pipelined) {
+  // Adasum runs another algorithm than the sums the link cost describes: no timing either.
+  if (bucket.kind == OpKind::kAllreduce && bucket.compressed == nullptr && !bucket.pipelined &&
+      bucket.ops.front().response->request.op != ReduceOp::kAdasum) {
     int64_t bytes = 0;
     for (const ReadyOp& r : bucket.ops) {
       bytes += Elements(r.response->request) *

@@ -107,6 +107,10 @@ using DoneCallback = std::function<void(const absl::Status&)>;
 // fields it sets and leaves the rest at their defaults without a -Wmissing-field-initializers
 // warning in the caller's build.
 struct AllreduceOptions {
+  // kAdasum: the adaptive summation of collectives/adasum.h, per tensor (also within a grouped
+  // allreduce), for floating-point tensors on a power-of-two number of ranks (InvalidArgument
+  // otherwise, at submission). It stays negotiated (or in an observed plan): scheduled plans take
+  // sums and averages only. CUDA tensors need OVERLAP_EXECUTOR=mpi (staged through host memory).
   ReduceOp op = ReduceOp::kAverage;
   // Gradient compressor with error feedback, e.g. "fp16", "topk:ratio=0.01", "covap:R=4",
   // "powersgd:rank=4" (docs/compression.md); empty means OVERLAP_COMPRESSION, whose default is

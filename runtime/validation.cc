@@ -115,8 +115,13 @@ absl::Status ValidateOp(const PendingOp& op, int size) {
           return Invalid(r, "a grouped allreduce needs one dtype for all tensors");
         }
       }
+      if (r.op == ReduceOp::kAdasum) {
+        absl::Status adasum = AdasumSupports(size, op.inputs[0].dtype);
+        if (!adasum.ok()) return Invalid(r, std::string(adasum.message()));
+      }
       return CheckReduction(r, op.inputs[0].dtype);
     case OpKind::kReduceScatter: {
+      if (r.op == ReduceOp::kAdasum) return Invalid(r, "Adasum is an allreduce only");
       absl::Status s = CheckReduction(r, op.inputs[0].dtype);
       if (s.ok() && op.inputs[0].shape.empty()) {
         s = Invalid(r, "needs at least one dimension to scatter");

@@ -3,7 +3,10 @@
 # test suite"). Horovod's tests are not part of this repository: pass a checkout of
 # github.com/horovod/horovod (any version; test/parallel/test_torch.py and test/utils/common.py).
 #
-#   tools/horovod_torch_suite.sh HOROVOD_CHECKOUT [-np N] [pytest arguments...]
+#   tools/horovod_torch_suite.sh HOROVOD_CHECKOUT [-np N] [--file F] [pytest arguments...]
+#
+# --file names another file of test/parallel (default test_torch.py), e.g.
+# test_adasum_pytorch.py.
 #
 # Random order: add `--random-order-seed=N` (pytest-random-order, installed here with the
 # other test dependencies), as docs/tensorflow.md and docs/torch.md ran it.
@@ -15,9 +18,15 @@
 set -euo pipefail
 checkout=${1:?usage: tools/horovod_torch_suite.sh HOROVOD_CHECKOUT [-np N] [pytest arguments...]}
 shift
-np=2
-if [[ ${1:-} == -np ]]; then np=$2; shift 2; fi
-for f in test/parallel/test_torch.py test/utils/common.py; do
+np=2 file=test_torch.py
+while (($#)); do
+  case $1 in
+    -np) np=$2; shift 2 ;;
+    --file) file=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+for f in "test/parallel/$file" test/utils/common.py; do
   [[ -f $checkout/$f ]] || { echo "horovod_torch_suite: $checkout/$f not found" >&2; exit 2; }
 done
 python3 -c "import overlap.torch" 2>/dev/null ||
@@ -43,12 +52,12 @@ def in_thread(target, args=(), name=None, daemon=True, silent=False):
     return thread
 PY
 cp "$checkout/test/utils/common.py" "$work/test/"
-sed 's/inspect\.getargspec(/inspect.getfullargspec(/g' "$checkout/test/parallel/test_torch.py" \
-  >"$work/test/test_torch.py"
+sed 's/inspect\.getargspec(/inspect.getfullargspec(/g' "$checkout/test/parallel/$file" \
+  >"$work/test/$file"
 cat >"$work/rank.sh" <<SH
 #!/usr/bin/env bash
 cd "$work/test"
-exec python3 -m pytest -v -rA -p no:cacheprovider --timeout 120 "\$@" test_torch.py \
+exec python3 -m pytest -v -rA -p no:cacheprovider --timeout 120 "\$@" $file \
   >"$OUT/rank\${OMPI_COMM_WORLD_RANK:-0}.log" 2>&1
 SH
 chmod +x "$work/rank.sh"

@@ -21,7 +21,7 @@ DTYPE_SIZES = {UINT8: 1, INT8: 1, INT32: 4, INT64: 8, FLOAT16: 2, BFLOAT16: 2, F
                FLOAT64: 8}
 
 # overlap::ReduceOp (collectives/dtype.h).
-C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT = range(5)
+C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT, C_ADASUM = range(6)
 
 # absl::StatusCode values the binding tells apart.
 _OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _FAILED_PRECONDITION = 0, 3, 4, 5, 9

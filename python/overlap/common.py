@@ -33,18 +33,15 @@ _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: 
 
 def core_reduce_op(op):
     """The runtime's reduction code (overlap::ReduceOp) for one of Horovod's op values; Average
-    when op is None. Adasum and unknown values raise ValueError naming the rank."""
+    when op is None. Unknown values raise ValueError naming the rank."""
     from overlap import _core
     if op is None:
         op = Average
-    if op == Adasum:
-        raise ValueError("rank %d: overlap does not implement Adasum; use op=hvd.Average or "
-                         "hvd.Sum" % _core.rank())
     codes = {Average: _core.C_AVERAGE, Sum: _core.C_SUM, Min: _core.C_MIN, Max: _core.C_MAX,
-             Product: _core.C_PRODUCT}
+             Product: _core.C_PRODUCT, Adasum: _core.C_ADASUM}
     if op not in codes:
-        raise ValueError("rank %d: unknown reduction op %r (use hvd.Average, Sum, Min, Max or "
-                         "Product)" % (_core.rank(), op))
+        raise ValueError("rank %d: unknown reduction op %r (use hvd.Average, Sum, Min, Max, "
+                         "Product or Adasum)" % (_core.rank(), op))
     return codes[op]
 
 

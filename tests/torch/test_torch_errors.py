@@ -5,7 +5,8 @@
   every rank that submitted them: HorovodInternalError (a RuntimeError) from synchronize, or
   ValueError, naming the tensor. After the error the ranks go on working.
 - A second operation under a name still in flight raises ValueError.
-- Adasum is refused with an error that names it.
+- Adasum of integer tensors, and a reduce-scatter with Adasum, are refused with an error that
+  names it.
 Every test is under the conftest watchdog: a hang ends the rank with a traceback.
 """
 
@@ -187,8 +188,10 @@ def test_local_refusal_messages(hvd):
                                                     name="catalogue.root")) == (
         me + "broadcast 'catalogue.root': root rank %d is outside [0, %d)"
         % (hvd.size() + 5, hvd.size()))
-    assert raised(ValueError, lambda: hvd.allreduce(torch.ones(4), op=hvd.Adasum)) == (
-        me + "overlap does not implement Adasum; use op=hvd.Average or hvd.Sum")
+    assert raised(ValueError, lambda: hvd.allreduce(torch.ones(4, dtype=torch.int32),
+                                                    op=hvd.Adasum, name="catalogue.adasum")) == (
+        me + "allreduce 'catalogue.adasum': Adasum is defined for floating-point tensors "
+        "(float16, bfloat16, float32, float64), not int32")
     assert raised(ValueError, lambda: hvd.synchronize(987654)) == (
         me + "synchronize: unknown handle 987654 (already synchronized?)")
     assert raised(ValueError, lambda: hvd.poll(987654)) == (
@@ -256,12 +259,13 @@ def test_duplicate_name_in_flight(hvd, kind):
 # ---- Adasum ---------------------------------------------------------------------------------
 
 
-def test_adasum_is_refused_clearly(hvd):
+def test_adasum_of_integers_is_refused_clearly(hvd):
+    ints = torch.ones(4, dtype=torch.int64)
     for what, call in [
-        ("allreduce", lambda: hvd.allreduce(torch.ones(4), op=hvd.Adasum, name="adasum.1")),
+        ("allreduce", lambda: hvd.allreduce(ints, op=hvd.Adasum, name="adasum.1")),
         ("allreduce_async", lambda: hvd.synchronize(
-            hvd.allreduce_async(torch.ones(4), op=hvd.Adasum, name="adasum.2"))),
-        ("grouped_allreduce", lambda: hvd.grouped_allreduce([torch.ones(4)], op=hvd.Adasum)),
+            hvd.allreduce_async(ints, op=hvd.Adasum, name="adasum.2"))),
+        ("grouped_allreduce", lambda: hvd.grouped_allreduce([ints], op=hvd.Adasum)),
     ]:
         with pytest.raises((NotImplementedError, ValueError, RuntimeError)) as info:
             call()

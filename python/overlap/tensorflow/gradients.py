@@ -26,7 +26,7 @@ allreduces (a metric, SyncBatchNormalization's statistics) negotiated with their
 import tensorflow as tf
 
 from overlap import _core
-from overlap.common import _OP_NAMES, Average, Sum, core_reduce_op, process_set_id
+from overlap.common import _OP_NAMES, Adasum, Average, Sum, core_reduce_op, process_set_id
 from overlap.tensorflow import delayed_updates, mpi_ops, step_markers
 
 # Eager reductions under delayed updates: one tf.function per (reducer settings, names).
@@ -45,11 +45,15 @@ class GradientReducer:
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("rank %d: gradient_predivide_factor not supported with op != Average"
                              % _core.rank())
-        core_reduce_op(op)  # refuses Adasum and unknown ops now, not at the first step
+        core_reduce_op(op)  # refuses unknown ops now, not at the first step
         process_set_id(process_set)  # refuses an unregistered set by name
-        if op not in (Average, Sum):
-            raise ValueError("rank %d: gradients reduce with hvd.Average or hvd.Sum, got hvd.%s"
-                             % (_core.rank(), _OP_NAMES[op]))
+        if op not in (Average, Sum, Adasum):
+            raise ValueError("rank %d: gradients reduce with hvd.Average, hvd.Sum or hvd.Adasum, "
+                             "got hvd.%s" % (_core.rank(), _OP_NAMES[op]))
+        ranks = process_set.size() if process_set is not None else _core.size()
+        if op == Adasum and ranks & (ranks - 1):
+            raise ValueError("rank %d: Adasum needs a power-of-two number of ranks, and this job "
+                             "has %d" % (_core.rank(), ranks))
         self.prefix = prefix
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense

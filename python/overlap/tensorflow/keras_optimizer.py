@@ -12,8 +12,10 @@ the backward at the first gradient backward produces (the last layer's), the upd
 gradients are in.
 """
 
+import tensorflow as tf
+
 from overlap import _core
-from overlap.common import Average, global_process_set
+from overlap.common import Adasum, Average, global_process_set
 from overlap.tensorflow import step_markers
 from overlap.tensorflow.compression import Compression
 from overlap.tensorflow.gradients import GradientReducer
@@ -26,12 +28,34 @@ class _DistributedOptimizer:
         grads = list(grads)
         variables = list(trainable_variables if trainable_variables is not None
                          else self._trainable_variables)
+        if grads and self._overlap_reducer.op == Adasum:
+            return self._apply_adasum(grads, variables, trainable_variables)
         if grads:
             step_markers.forward()
             # Keras lists variables in layer order, so backward produces the last one's first.
             first = next((g for g in reversed(grads) if g is not None), None)
             grads = self._overlap_reducer.reduce(grads, variables, backward_after=[first])
         return super().apply(grads, trainable_variables)
+
+    def _apply_adasum(self, grads, variables, trainable_variables):
+        """op=Adasum, as Horovod's Adasum optimizer: this rank's optimizer steps on its own
+        gradients; the change it made to each shared variable (the delta) is Adasum-reduced over
+        the ranks, and every rank sets the variable to its value before the step plus the
+        reduced delta. Local variables (register_local_var) keep their local step."""
+        step_markers.forward()
+        reducer = self._overlap_reducer
+        shared = [i for i, (g, v) in enumerate(zip(grads, variables))
+                  if g is not None and not reducer.is_local(v)]
+        starts = [tf.identity(tf.convert_to_tensor(variables[i])) for i in shared]
+        with tf.control_dependencies(starts):
+            result = super().apply(grads, trainable_variables)
+        if not shared or not reducer.included:
+            return result
+        deltas = [tf.convert_to_tensor(variables[i]) - s for i, s in zip(shared, starts)]
+        reduced = reducer.reduce(deltas, [variables[i] for i in shared])
+        for i, start, delta in zip(shared, starts, reduced):
+            variables[i].assign(start + tf.cast(delta, start.dtype))
+        return result
 
     def register_local_var(self, var):
         """Keeps `var`'s gradient on this rank, unreduced (divided by the set's size when
@@ -55,7 +79,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
     As horovod.tensorflow.keras.DistributedOptimizer: compression (Compression.fp16, or an
     overlap error-feedback compressor such as Compression.topk(0.01)), sparse_as_dense, op
-    Average or Sum, gradient_predivide_factor, groups (num_groups is the deprecated int
+    Average, Sum or Adasum (each rank steps on its own gradients and the variables' deltas are
+    Adasum-reduced, the semantics of Horovod's Adasum optimizer), gradient_predivide_factor, groups (num_groups is the deprecated int
     spelling). backward_passes_per_step > 1 uses Keras 3's own gradient accumulation
     (gradient_accumulation_steps): gradients are reduced every pass and Keras applies their
     average every backward_passes_per_step passes, the result of Horovod's local aggregation

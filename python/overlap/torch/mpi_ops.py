@@ -115,6 +115,14 @@ def _stage(tensor, what, compression_spec=None):
     return tensor.detach().to("cpu", dtype).contiguous()
 
 
+def _adasum_on_host(op, src):
+    """`src`, or for Adasum a host copy of a CUDA tensor: NCCL has no Adasum, so it runs on the
+    host (as Horovod's without NCCL) and the result is copied back to the device."""
+    if op == Adasum and src.device.type == "cuda":
+        return src.detach().to("cpu").contiguous()
+    return src
+
+
 def cuda_built():
     """Whether the core library was built with CUDA, so that CUDA tensors go through it
     (docs/gpu.md), whatever this machine has; torch.cuda.is_available() tells that."""
@@ -214,7 +222,8 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     set_id = process_set_id(process_set)
     c_op = _c_op(op)
     name = _auto_name("allreduce", name)
-    src = _stage(tensor, "allreduce '%s'" % name, compression_spec=compression_spec)
+    src = _adasum_on_host(op, _stage(tensor, "allreduce '%s'" % name,
+                                     compression_spec=compression_spec))
     pre, post = float(prescale_factor), float(postscale_factor)
     int_scaled = not src.dtype.is_floating_point and (pre != 1.0 or post != 1.0)
     if int_scaled:  # as Horovod: integer tensors are scaled in float64 and cast back
@@ -303,7 +312,8 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     c_op = _c_op(op)
     base = _auto_name("grouped_allreduce", name)
     names = ["%s.%d" % (base, i) for i in range(len(tensors))]
-    srcs = [_stage(t, "grouped allreduce '%s'" % n, compression_spec=compression_spec)
+    srcs = [_adasum_on_host(op, _stage(t, "grouped allreduce '%s'" % n,
+                                       compression_spec=compression_spec))
             for t, n in zip(tensors, names)]
     in_place = outputs is tensors
     dsts = srcs if in_place else [torch.empty_like(s) for s in srcs]
@@ -581,6 +591,9 @@ def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
     set_id = process_set_id(process_set)
     c_op = _c_op(op)
     name = _auto_name("reducescatter", name)
+    if op == Adasum:  # NotImplementedError, a RuntimeError, as Horovod's tests expect
+        raise NotImplementedError("rank %d: reducescatter '%s': Adasum is an allreduce only"
+                                  % (_core.rank(), name))
     src = _stage(tensor, "reducescatter '%s'" % name)
     if src.dim() == 0:
         raise ValueError("rank %d: reducescatter '%s': needs at least one dimension" %

@@ -17,9 +17,9 @@ import weakref
 import torch
 
 from overlap import _core
-from overlap.common import (Adasum, Average, RuntimeCompressor, global_process_set,
+from overlap.common import (Adasum, Average, RuntimeCompressor, Sum, global_process_set,
                             process_set_id)
-from overlap.torch import layerwise, mpi_ops, step_markers
+from overlap.torch import adasum_optimizer, layerwise, mpi_ops, step_markers
 from overlap.torch.compression import Compression
 
 
@@ -70,9 +70,6 @@ class _DistributedOptimizer:
     def _overlap_setup(self, named_parameters, compression, backward_passes_per_step, op,
                        gradient_predivide_factor, groups, sparse_as_dense, process_set,
                        update_at_forward):
-        if op == Adasum:
-            raise ValueError("rank %d: overlap does not implement Adasum; use op=hvd.Average or "
-                             "hvd.Sum" % _core.rank())
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError(_here("gradient_predivide_factor not supported with op != Average"))
         if backward_passes_per_step < 1:
@@ -463,7 +460,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     As horovod.torch.DistributedOptimizer: named_parameters (model.named_parameters()) names the
     gradients; compression (Compression.fp16, or an overlap error-feedback compressor such as
     Compression.topk(0.01)); backward_passes_per_step accumulates that many backward passes
-    locally before reducing; op Average or Sum; gradient_predivide_factor splits the averaging
+    locally before reducing; op Average, Sum or Adasum (each rank steps on its own gradient and
+    the parameter deltas are Adasum-reduced, as Horovod: overlap/torch/adasum_optimizer.py);
+    gradient_predivide_factor splits the averaging
     between before and after the sum; groups (an int, or lists of parameters) reduces parameters
     together; sparse_as_dense reduces sparse gradients as dense ones. num_groups is Horovod's
     deprecated spelling of an int groups. process_set (registered) averages over its members
@@ -485,6 +484,15 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError(_here("the optimizer is already a DistributedOptimizer"))
     if num_groups and groups is None:
         groups = num_groups
+    if op == Adasum and _core.size() == 1:
+        op = Sum  # Adasum of one rank's gradient is that gradient, as Horovod's plain optimizer
+    if op == Adasum:
+        if gradient_predivide_factor != 1.0:
+            raise ValueError(_here("gradient_predivide_factor not supported with op != Average"))
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        names = _DistributedOptimizer._runtime_names(named_parameters, params)
+        return adasum_optimizer.wrap(optimizer, names, compression, backward_passes_per_step,
+                                     process_set)
     base = optimizer.__class__
     cls = type(base.__name__, (_DistributedOptimizer, base), {})
     optimizer.__class__ = cls
