@@ -1,18 +1,21 @@
 """The staleness correction of overlap.tensorflow (overlap/tensorflow/staleness.py), checked value
 by value against a reference computed here.
 
-Two suites run this file (tests/tensorflow/BUILD):
-- staleness: OVERLAP_TEST_PLAN_SCHEDULE=1,1, every gradient bucket delay 1 once the plan is
-  adopted (at step A, found from the has_update flags: the one step that brings nothing). Several
-  runs train in lock-step, each with its own variables, optimizer, way (DistributedGradientTape
-  with a plain Keras optimizer, or the Keras DistributedOptimizer; eagerly or in tf.function) and
-  correction mode. Each is replayed by hand in float64 with Keras's update rules: "off" is the
-  uncorrected delayed optimizer; "on" lowers momentum / beta1 to max(0, 1 - (1 - m)(1 + 1)) for
-  the delayed updates; "predict" (the default) also runs the forward of step k >= A + 2 at
-  W_k + (the update of step k - 1).
-- staleness_sync: OVERLAP_TEST_PLAN_SCHEDULE=0,1, a synchronous scheduled plan with delayed
-  updates configured (so the gradients carry their tags): the default correction must give bit
-  for bit what "off" gives.
+The suites that run this file (tests/tensorflow/BUILD) each train from one process, because the
+runtime adopts one plan per process and a step is one reduction (one tape, or one Keras
+DistributedOptimizer): TEST_STALENESS="way:correction" picks the way and the correction.
+- tape:<c> (with OVERLAP_TEST_PLAN_SCHEDULE=1,1, every gradient bucket delay 1 once the plan is
+  adopted at step A, found from the has_update flags: the one step that brings nothing): one
+  DistributedGradientTape(staleness_correction=c) over three models' variables, applied by a
+  plain Keras SGD (momentum), Adam and AdamW each; keras:<c>: one model with the Keras
+  DistributedOptimizer(SGD with momentum). Steps alternate between tf.function and eager. Each
+  model is replayed by hand in float64 with Keras's update rules: "off" is the uncorrected
+  delayed optimizer; "auto" and "predict" lower momentum / beta1 to max(0, 1 - (1 - m)(1 + 1))
+  for the delayed updates and run the forward of step k >= A + 2 at W_k + (the update of step
+  k - 1).
+- sync (OVERLAP_TEST_PLAN_SCHEDULE=0,1: a synchronous scheduled plan, delayed updates
+  configured, so the gradients carry their tags): the default correction must leave every value
+  bit for bit as a plain Keras optimizer fed the same gradients (untagged) leaves its twin.
 """
 
 import os
@@ -59,57 +62,75 @@ def make_optimizer(kind):
                                   weight_decay=DECAY)
 
 
-class Run:
-    """One run: kind, way ("tape" or "keras"), tf.function or eager, correction mode."""
+def way_and_correction():
+    way, correction = os.environ.get("TEST_STALENESS", "tape:auto").split(":")
+    return way, correction
 
-    def __init__(self, hvd, index, kind, way, function, correction):
-        self.hvd, self.kind, self.way, self.correction = hvd, kind, way, correction
-        self.variables = make_variables(index)
-        hvd.broadcast_variables(self.variables, root_rank=0)
-        optimizer = make_optimizer(kind)
+
+class Runs:
+    """The models of one suite, trained in one step each time (one reduction)."""
+
+    def __init__(self, hvd, way, correction, kinds):
+        self.hvd, self.way, self.correction, self.kinds = hvd, way, correction, kinds
+        self.variables = [make_variables(i) for i in range(len(kinds))]
+        for variables in self.variables:
+            hvd.broadcast_variables(variables, root_rank=0)
+        self.optimizers = [make_optimizer(kind) for kind in kinds]
         if way == "keras":
-            optimizer = hvd.DistributedOptimizer(optimizer, staleness_correction=correction)
-        optimizer.build(self.variables)
-        self.optimizer = optimizer
-        self.step = tf.function(self._step) if function else self._step
+            assert len(kinds) == 1
+            self.optimizers[0] = hvd.DistributedOptimizer(self.optimizers[0],
+                                                          staleness_correction=correction)
+        for optimizer, variables in zip(self.optimizers, self.variables):
+            optimizer.build(variables)
+        self.function = tf.function(self._step)
 
     def _step(self, x, y):
-        if self.way == "tape":
-            with self.hvd.DistributedGradientTape(tf.GradientTape(),
-                                                  staleness_correction=self.correction) as tape:
-                loss = loss_of(self.variables, x, y)
-            grads = tape.gradient(loss, self.variables)
-            flags = [self.hvd.has_update(g) for g in grads]
-            self.optimizer.apply_gradients(zip(grads, self.variables))
-            return flags
-        with tf.GradientTape() as tape:
-            loss = loss_of(self.variables, x, y)
-        self.optimizer.apply(tape.gradient(loss, self.variables), self.variables)
-        return [tf.constant(True)]
+        flat = [v for variables in self.variables for v in variables]
+        if self.way == "keras":
+            with tf.GradientTape() as tape:
+                loss = loss_of(self.variables[0], x, y)
+            self.optimizers[0].apply(tape.gradient(loss, flat), flat)
+            return [tf.constant(True)]
+        with self.hvd.DistributedGradientTape(tf.GradientTape(),
+                                              staleness_correction=self.correction) as tape:
+            loss = tf.add_n([loss_of(variables, x, y) for variables in self.variables])
+        grads = tape.gradient(loss, flat)
+        flags = [self.hvd.has_update(g) for g in grads]
+        n = len(SHAPES)
+        for i, optimizer in enumerate(self.optimizers):
+            optimizer.apply_gradients(zip(grads[i * n:(i + 1) * n], self.variables[i]))
+        return flags
+
+    def step(self, step, x, y):
+        run = self.function if step % 2 == 0 else self._step
+        return [bool(f) for f in run(x, y)]
 
     def values(self):
-        return [v.numpy().astype(np.float64) for v in self.variables]
+        return [[v.numpy().astype(np.float64) for v in variables] for variables in self.variables]
 
 
-def train(hvd, specs, steps):
-    """Per run, the variables at each step's forward (and true values at the end), and the
-    first run's has_update flags per step (it must be a tape run)."""
-    runs = [Run(hvd, i, *spec) for i, spec in enumerate(specs)]
-    at_forward = [[] for _ in runs]
+def train(hvd, way, correction, kinds, steps):
+    """The variables of each model at each step's forward, their true values at the end, whether
+    each step brought an update (tape only) and each optimizer's correction bytes."""
+    runs = Runs(hvd, way, correction, kinds)
+    at_forward = [[] for _ in kinds]
     updated = []
     for step in range(steps):
         x, y = (tf.constant(a) for a in batch(hvd.rank(), step))
-        for r, run in enumerate(runs):
-            at_forward[r].append(run.values())
-            flags = run.step(x, y)
-            if r == 0:
-                updated.append(any(bool(f) for f in flags))
-    for run in runs:
-        if hasattr(run.optimizer, "restore_staleness_shift"):
-            run.optimizer.restore_staleness_shift()
-    final = [run.values() for run in runs]
-    sizes = [getattr(run.optimizer, "staleness_correction_bytes", lambda: 0)() for run in runs]
-    return at_forward, final, updated, sizes
+        for r, values in enumerate(runs.values()):
+            at_forward[r].append(values)
+        flags = runs.step(step, x, y)
+        updated.append(any(flags))
+        if way == "keras" and step > 0:
+            # The Keras wrapper keeps its flags to itself: a step that brought nothing left the
+            # variables where they were (no update, and no shift yet at the plan's first step).
+            updated[-1] = not all(np.array_equal(a, b) for a, b in
+                                  zip(at_forward[0][-1], runs.values()[0]))
+    for optimizer in runs.optimizers:
+        if hasattr(optimizer, "restore_staleness_shift"):
+            optimizer.restore_staleness_shift()
+    sizes = [getattr(o, "staleness_correction_bytes", lambda: 0)() for o in runs.optimizers]
+    return at_forward, runs.values(), updated, sizes
 
 
 def average_gradient(hvd, values, step):
@@ -172,28 +193,19 @@ def close(actual, expected, what):
         np.testing.assert_allclose(a, e, rtol=2e-4, atol=2e-5, err_msg=f"{what}, variable {i}")
 
 
-RUNS = [
-    ("sgd", "tape", True, "auto"),
-    ("sgd", "tape", False, "off"),
-    ("sgd", "keras", False, "auto"),
-    ("sgd", "tape", False, "on"),
-    ("adam", "tape", True, "auto"),
-    ("adam", "keras", True, "off"),
-    ("adamw", "keras", True, "predict"),
-]
-
-
-@pytest.mark.skipif(not DELAYED, reason="needs the forced delayed plan (suite staleness)")
+@pytest.mark.skipif(not DELAYED, reason="needs the forced delayed plan")
 def test_correction_matches_a_reference_by_hand_under_delay_1(hvd):
-    at_forward, final, updated, sizes = train(hvd, RUNS, STEPS)
+    way, correction = way_and_correction()
+    kinds = ["sgd"] if way == "keras" else ["sgd", "adam", "adamw"]
+    at_forward, final, updated, sizes = train(hvd, way, correction, kinds, STEPS)
     none = [k for k, u in enumerate(updated) if not u]
     assert len(none) == 1, f"expected one step without updates (the plan's first): {updated}"
     adopted = none[0]
     assert STEPS - adopted >= 12, f"the plan came too late (step {adopted}) to test much"
     start = at_forward[0][0]
     elements = sum(int(np.prod(s)) for s in SHAPES)
-    for r, (kind, way, function, correction) in enumerate(RUNS):
-        what = f"rank {hvd.rank()} run {r} ({kind}, {way}, function={function}, {correction})"
+    for r, kind in enumerate(kinds):
+        what = f"rank {hvd.rank()} {kind} ({way}, {correction}; plan from step {adopted})"
         ref = Reference(kind, correction, start)
         pending = None
         for k in range(STEPS):
@@ -208,21 +220,38 @@ def test_correction_matches_a_reference_by_hand_under_delay_1(hvd):
         close(final[r], ref.w, f"{what}: true variables at the end")
         expected = 2 * 4 * elements if correction in ("auto", "predict") else 0
         assert sizes[r] == expected, (what, sizes[r], expected)
-    assert not np.allclose(final[0][0], final[1][0], atol=1e-3), "predict and off agree"
+    stats = hvd.stats()
+    assert stats["plans_scheduled"] == 1 and stats["plan_mean_staleness"] > 0, stats
 
 
-@pytest.mark.skipif(DELAYED, reason="needs a synchronous plan (suite staleness_sync)")
+@pytest.mark.skipif(DELAYED, reason="needs a synchronous plan")
 def test_correction_changes_nothing_under_a_synchronous_plan(hvd):
-    specs = [(kind, way, function, correction)
-             for kind, way, function in [("sgd", "tape", True), ("adam", "keras", False),
-                                         ("adamw", "tape", False)]
-             for correction in ("auto", "off")]
-    at_forward, final, _, _ = train(hvd, specs, 24)
-    for r in range(0, len(specs), 2):
-        for k, (a, b) in enumerate(zip(at_forward[r], at_forward[r + 1])):
-            for x, y in zip(a, b):
-                assert np.array_equal(x, y), f"{specs[r]} and {specs[r + 1]} differ at step {k}"
-        for x, y in zip(final[r], final[r + 1]):
-            assert np.array_equal(x, y), f"{specs[r]} and {specs[r + 1]} differ at the end"
+    kinds = ["sgd", "adam", "adamw"]
+    variables = [make_variables(i) for i in range(len(kinds))]
+    for v in variables:
+        hvd.broadcast_variables(v, root_rank=0)
+    twins = [[tf.Variable(v) for v in vs] for vs in variables]
+    optimizers = [make_optimizer(k) for k in kinds]
+    plain = [make_optimizer(k) for k in kinds]
+    flat = [v for vs in variables for v in vs]
+    n = len(SHAPES)
+
+    def step(x, y):
+        with hvd.DistributedGradientTape(tf.GradientTape()) as tape:
+            loss = tf.add_n([loss_of(vs, x, y) for vs in variables])
+        grads = tape.gradient(loss, flat)
+        for i in range(len(kinds)):
+            mine = grads[i * n:(i + 1) * n]
+            optimizers[i].apply_gradients(zip(mine, variables[i]))
+            # The same values without their tags: the Keras optimizer's own step.
+            plain[i].apply_gradients(zip([tf.identity(g) for g in mine], twins[i]))
+
+    function = tf.function(step)
+    for k in range(24):
+        x, y = (tf.constant(a) for a in batch(hvd.rank(), k))
+        (function if k % 2 == 0 else step)(x, y)
+        for i in range(len(kinds)):
+            for a, b in zip(variables[i], twins[i]):
+                assert np.array_equal(a.numpy(), b.numpy()), f"{kinds[i]} differs at step {k}"
     stats = hvd.stats()
     assert stats["plans_scheduled"] >= 1 and stats["plan_mean_staleness"] == 0, stats
