@@ -1,12 +1,16 @@
 """DistributedOptimizer's staleness correction (overlap/torch/staleness.py, docs/scheduler.md).
 
-Two suites run this file (tests/torch/BUILD):
-- staleness: OVERLAP_TEST_PLAN_SCHEDULE=1,1 gives every gradient bucket delay 1 once the plan is
-  adopted. Several models train in lock-step, each with its own optimizer and correction mode;
-  the test then replays every run by hand (float64 maths, the average over ranks of gradients
-  it computes itself) and checks each step's parameters: "off" is the uncorrected delayed
-  optimizer; "predict" (the default) runs the forward at W + (last update) and uses momentum /
-  beta1 lowered to max(0, 1 - (1 - m)(1 + s)) for staleness s = 1; "on" only lowers them.
+Suites (tests/torch/BUILD):
+- staleness (OVERLAP_TEST_PLAN_SCHEDULE=1,1: every gradient bucket delay 1 once the plan is
+  adopted) and staleness_periods (1,2: delay 1, update period 2, phases staggered by bucket):
+  several models train in lock-step, each with its own optimizer, correction mode and update
+  path (at forward or in step()). The test then replays every parameter tensor by hand (float64,
+  the average over ranks of gradients it computes itself, the runtime's delayed and folded
+  delivery) and checks it at every forward and after every step: "off" is the uncorrected
+  delayed optimizer; "on" lowers momentum / beta1 to max(0, 1 - (1 - m)(1 + s)) for the
+  staleness s = delay + (period - 1) / 2; "predict" (and the default "auto") also runs each
+  forward at W + U x (last update), U the updates still to come before that gradient is
+  applied, and applies SGD's period sums as p momentum steps.
 - staleness_sync: a synchronous scheduled plan; the default correction must leave every value
   bit for bit as "off" does.
 """
@@ -69,8 +73,8 @@ RUNS = [
 
 def train(hvd, runs, steps):
     """Trains one model per run in lock-step. Returns per run: the parameters each forward ran
-    at, the parameters after each step (float64), whether each step brought an update (from the
-    first run, which must not defer), and each run's correction bytes at the end."""
+    at, the parameters after each step (float64), per step whether each parameter had an update
+    (from the first run, which must not defer), and each run's correction bytes at the end."""
     models, optimizers = [], []
     for index, (kind, correction, deferred) in enumerate(runs):
         model = make_model()
@@ -95,7 +99,7 @@ def train(hvd, runs, steps):
             else:
                 optimizer.synchronize()
                 if r == 0:
-                    updated.append(any(p.grad is not None for p in model.parameters()))
+                    updated.append([p.grad is not None for p in model.parameters()])
                 with optimizer.skip_synchronize():
                     optimizer.step()
             after[r].append([p.detach().double().clone() for p in model.parameters()])
@@ -122,36 +126,67 @@ def lowered(m, staleness):
     return max(0.0, 1.0 - (1.0 - m) * (1.0 + staleness))
 
 
-class Reference:
-    """One run replayed by hand under delay 1 from step `adopted` on (no update at that step)."""
+def updates_before_applied(n, d, p, f):
+    """Updates a tensor (d, p, f) takes between the forward of pass n and the update that
+    applies pass n's gradient (examples/weight_prediction.cc, by enumeration)."""
+    c = next(j for j in range(n, n + p) if j % p == f)
+    return sum(1 for j in range(n, c + d) if j >= d and (j - d) % p == f)
 
-    def __init__(self, kind, correction, start):
+
+def period_steps(m, p):
+    """p torch SGD momentum steps of G / p each, from velocity v: (x change / -lr, new v) as
+    functions of (v, G), by running them."""
+    def run(v, g):
+        x = torch.zeros_like(g)
+        for _ in range(p):
+            v = m * v + g / p
+            x = x - v
+        return -x, v
+    return run
+
+
+class Reference:
+    """One parameter tensor of one run replayed by hand: plain until the plan's first pass (step
+    A); then schedule (d, p, f): in pass n it receives, when (n - d) % p == f, the sum of the
+    average gradients of passes n - d - p + 1 .. n - d (its bucket's fold), else nothing."""
+
+    def __init__(self, kind, correction, start, schedule):
         self.kind = kind
         self.predict = correction in ("auto", "predict")
         self.lower = correction != "off"
-        self.w = [t.clone() for t in start]
-        self.state = [{} for _ in start]
+        self.d, self.p = schedule
+        self.f = None  # found from its first update under the plan
+        self.w = start.clone()
+        self.state = {}
         self.last = None
 
-    def forward_point(self, shifted):
-        if shifted and self.predict and self.last is not None:
-            # One update (the next step's) comes before this gradient is applied.
-            return [w + d for w, d in zip(self.w, self.last)]
-        return [w.clone() for w in self.w]
+    def forward_point(self, n):
+        """Where the forward of pass n (None: before the plan) runs."""
+        if n is None or not (self.predict and self.last is not None):
+            return self.w.clone()
+        return self.w + updates_before_applied(n, self.d, self.p, self.f) * self.last
 
-    def update(self, grads, delayed):
-        before = [w.clone() for w in self.w]
-        b1 = BETAS[0]
-        m = MOMENTUM
-        if delayed and self.lower:
-            b1, m = lowered(b1, 1.0), lowered(m, 1.0)
-        for i, g in enumerate(grads):
-            w, state = self.w[i], self.state[i]
-            if self.kind == "sgd":
-                buf = state.get("buf")
+    def delivered(self, history, adopted, n):
+        if n < self.d or (n - self.d) % self.p != self.f:
+            return None
+        sent = n - self.d
+        return sum(history[adopted + j] for j in range(max(0, sent - self.p + 1), sent + 1))
+
+    def update(self, g, delayed):
+        before = self.w.clone()
+        staleness = self.d + (self.p - 1) / 2.0 if delayed and self.lower else 0.0
+        b1, m = lowered(BETAS[0], staleness), lowered(MOMENTUM, staleness)
+        w, state = self.w, self.state
+        if self.kind == "sgd":
+            buf = state.get("buf")
+            if delayed and self.predict and self.p > 1:
+                move, state["buf"] = period_steps(m, self.p)(
+                    torch.zeros_like(g) if buf is None else buf, g)
+                w -= LR["sgd"] * move
+            else:
                 state["buf"] = g.clone() if buf is None else m * buf + g
                 w -= LR["sgd"] * state["buf"]
-                continue
+        else:
             lr = LR[self.kind]
             if self.kind == "adamw":
                 w *= 1 - lr * DECAY
@@ -162,41 +197,57 @@ class Reference:
             denom = (state["v"].sqrt() / (1 - BETAS[1] ** t) ** 0.5) + EPS
             w -= lr / (1 - b1 ** t) * state["m"] / denom
         if delayed and self.predict:
-            self.last = [w - b for w, b in zip(self.w, before)]
+            self.last = w - before
 
 
 def close(actual, expected, what, rtol=2e-4, atol=2e-5):
-    for a, e in zip(actual, expected):
-        if not torch.allclose(a, e, rtol=rtol, atol=atol):
-            raise AssertionError(f"{what}: max difference {(a - e).abs().max().item():.3g}")
+    if not torch.allclose(actual, expected, rtol=rtol, atol=atol):
+        raise AssertionError(f"{what}: max difference {(actual - expected).abs().max().item():.3g}")
 
 
-@pytest.mark.skipif(not DELAYED, reason="needs the forced delayed plan (suite staleness)")
-def test_correction_matches_a_reference_by_hand_under_delay_1(hvd):
+@pytest.mark.skipif(not DELAYED, reason="needs a forced delayed plan (suites staleness*)")
+def test_correction_matches_a_reference_by_hand_under_the_forced_plan(hvd):
+    schedule = tuple(int(v) for v in os.environ["OVERLAP_TEST_PLAN_SCHEDULE"].split(","))
     at_forward, after, updated, correction_bytes = train(hvd, RUNS, STEPS)
-    none = [k for k, u in enumerate(updated) if not u]
-    assert len(none) == 1, f"expected one step without updates (the plan's first): {updated}"
-    adopted = none[0]
+    none = [k for k, u in enumerate(updated) if not any(u)]
+    assert none, f"the plan was never adopted: {updated}"
+    adopted = none[0]  # pass 0 of a plan with delay >= 1 brings nothing to anyone
     assert STEPS - adopted >= 15, f"the plan came too late (step {adopted}) to test much"
     start = at_forward[0][0]
+    tensors = len(start)
     for r, (kind, correction, deferred) in enumerate(RUNS):
         what = f"rank {hvd.rank()} run {r} ({kind}, {correction}, update_at_forward={deferred})"
-        ref = Reference(kind, correction, start)
-        pending = None
+        refs = [Reference(kind, correction, start[i], schedule) for i in range(tensors)]
+        # Which tensors each step updated: a step without an update leaves a tensor exactly as
+        # it was (its phase, staggered by bucket, differs between runs).
+        moved = [[True] * tensors] + [
+            [not torch.equal(after[r][k][i], after[r][k - 1][i]) for i in range(tensors)]
+            for k in range(1, STEPS)]
+        assert moved[adopted] == updated[adopted] == [False] * tensors, what
+        history = {}
         for k in range(STEPS):
-            # The forward is moved ahead once a delayed update was taken (k >= adopted + 2).
-            point = ref.forward_point(shifted=k >= adopted + 2)
-            close(at_forward[r][k], point, f"{what} step {k}: parameters at forward")
-            grads = average_gradient(hvd, point, k)
-            if k < adopted:
-                ref.update(grads, delayed=False)
-            elif k > adopted:
-                ref.update(pending, delayed=True)
-            pending = grads
-            close(after[r][k], ref.w, f"{what} step {k}: parameters after the step")
-        predicting = correction in ("auto", "predict")
+            n = k - adopted if k >= adopted else None
+            points = [ref.forward_point(n) for ref in refs]
+            for i in range(tensors):
+                close(at_forward[r][k][i], points[i],
+                      f"{what} step {k} (pass {n}): tensor {i} at forward")
+            grads = average_gradient(hvd, points, k)
+            history[k] = grads
+            for i, ref in enumerate(refs):
+                if n is None:
+                    ref.update(grads[i], delayed=False)
+                    continue
+                if ref.f is None and moved[k][i]:
+                    ref.f = (n - ref.d) % ref.p
+                g = ref.delivered({j: h[i] for j, h in history.items()}, adopted, n) \
+                    if ref.f is not None else None
+                assert (g is not None) == moved[k][i], (
+                    f"{what} step {k}: tensor {i} moved {moved[k][i]} against the schedule")
+                if g is not None:
+                    ref.update(g, delayed=True)
+                close(after[r][k][i], ref.w, f"{what} step {k} (pass {n}): tensor {i} after")
         params = sum(t.numel() for t in start)
-        if predicting:
+        if correction in ("auto", "predict"):
             assert correction_bytes[r] == 2 * 4 * params, (what, correction_bytes[r])
         else:
             assert correction_bytes[r] == 0, (what, correction_bytes[r])

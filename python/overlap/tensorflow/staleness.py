@@ -54,25 +54,24 @@ class Correction:
         delayed = False
         for name, shape in zip(names, shapes):
             slices = self._view.slices(name)
-            key = (self._view.step - next_pass, name, next_pass, tuple(shape))
             if slices is None:
-                aheads.append(np.zeros(shape, np.float32))
-                stale.append(np.float32(0))
-                continue
-            delayed = True
-            ahead = self._cache.get(key)
-            if ahead is None:
+                counts, key = (), ("synchronous", tuple(shape))
+            else:
+                delayed = True
+                counts = tuple(staleness.updates_before_applied(next_pass, d, p, f)
+                               if next_pass >= 0 else 0 for _, _, d, p, f in slices)
+                key = (id(slices), tuple(shape), counts)
+            cached = self._cache.get(key)
+            if cached is None:
                 flat = np.zeros(int(np.prod(shape)), np.float32)
-                for offset, count, delay, period, phase in slices:
-                    if next_pass >= 0:
-                        flat[offset:offset + count] = staleness.updates_before_applied(
-                            next_pass, delay, period, phase)
-                ahead = flat.reshape(shape)
+                for (offset, count, _, _, _), ahead in zip(slices or [], counts):
+                    flat[offset:offset + count] = ahead
                 if len(self._cache) > 4096:
                     self._cache.clear()
-                self._cache[key] = ahead
-            aheads.append(ahead)
-            stale.append(np.float32(staleness.mean_staleness(slices)))
+                # The slices are kept with their array so that their id is not reused.
+                cached = self._cache[key] = (flat.reshape(shape), slices)
+            aheads.append(cached[0])
+            stale.append(np.float32(0 if slices is None else staleness.mean_staleness(slices)))
         return [_BOOL(delayed)] + aheads + stale
 
     def factors(self, names, variables, flags):

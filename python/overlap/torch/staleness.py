@@ -138,6 +138,9 @@ class StalenessCorrection:
                 with torch.no_grad():
                     p.copy_(state.saved)
                 state.shifted = False
+            # Every step's forward moves it ahead, with or without an update in between (an
+            # off-period step still has updates to come before its gradient is applied).
+            state.due = state.last is not None
 
     def step(self, base_step, grads, snapshot):
         """Runs the wrapped optimizer's step on `grads` ({param: gradient}) with the group
