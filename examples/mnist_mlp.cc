@@ -221,10 +221,10 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
   // at the predicted parameters and, for SGD, spreads a period's summed gradient over its steps.
   // Synchronous warm-up epochs run the plain optimizer.
   const bool own_schedule = options.delay > 0 || options.period > 1;
-  const StalenessCorrection correction =
-      options.staleness_correction != StalenessCorrection::kAuto ? options.staleness_correction
-      : own_schedule                                             ? StalenessCorrection::kPredict
-                                                                 : StalenessCorrection::kMomentum;
+  StalenessCorrection correction = options.staleness_correction;
+  if (correction == StalenessCorrection::kAuto) {
+    correction = own_schedule ? StalenessCorrection::kPredict : StalenessCorrection::kMomentum;
+  }
   const bool is_sgd = options.optimizer == OptimizerKind::kSgd;
   std::unique_ptr<WeightPrediction<Scalar>> predict;
   if (correction == StalenessCorrection::kPredict) {

@@ -409,8 +409,9 @@ const char* overlap_stats_json(void) {
 
 const char* overlap_plan_schedule_json(void) {
   const overlap::PlanSchedule schedule = overlap::CurrentPlanSchedule();
-  schedule_json = absl::StrFormat("{\"generation\":%d,\"first_step\":%d,\"first_pass\":%d,\"tensors\":{",
-                                  schedule.generation, schedule.first_step, schedule.first_pass);
+  schedule_json =
+      absl::StrFormat("{\"generation\":%d,\"first_step\":%d,\"first_pass\":%d,\"tensors\":{",
+                      schedule.generation, schedule.first_step, schedule.first_pass);
   bool first = true;
   for (const auto& [name, slices] : schedule.tensors) {
     // Gradient names come from the program: escape what JSON needs escaped.

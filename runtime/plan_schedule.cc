@@ -19,9 +19,8 @@ std::map<std::string, std::vector<ScheduledSlice>> DelayedSlices(const Executabl
   for (size_t e = 0; e < plan.entries.size(); ++e) {
     if (!delayed[e] || plan.entries[e].response == nullptr) continue;
     std::vector<ScheduledSlice>& slices = by_entry[e];
-    std::sort(slices.begin(), slices.end(), [](const ScheduledSlice& a, const ScheduledSlice& b) {
-      return a.offset < b.offset;
-    });
+    std::sort(slices.begin(), slices.end(),
+              [](const ScheduledSlice& a, const ScheduledSlice& b) { return a.offset < b.offset; });
     tensors[plan.entries[e].response->name] = std::move(slices);
   }
   return tensors;

@@ -93,8 +93,7 @@ TEST_CASE("the staleness correction is on (auto) by default and can be turned of
   CHECK(Parse({})->staleness_correction == StalenessCorrection::kAuto);
   CHECK(Parse({"--staleness-correction", "off"})->staleness_correction ==
         StalenessCorrection::kOff);
-  CHECK(Parse({"--staleness-correction=auto"})->staleness_correction ==
-        StalenessCorrection::kAuto);
+  CHECK(Parse({"--staleness-correction=auto"})->staleness_correction == StalenessCorrection::kAuto);
   CHECK(Parse({"--staleness-correction", "predict"})->staleness_correction ==
         StalenessCorrection::kPredict);
   CHECK(absl::IsInvalidArgument(Parse({"--staleness-correction", "maybe"}).status()));
