@@ -220,7 +220,11 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
   // already, so both corrections take that much momentum off; kPredict also takes each gradient
   // at the predicted parameters and, for SGD, spreads a period's summed gradient over its steps.
   // Synchronous warm-up epochs run the plain optimizer.
-  const StalenessCorrection correction = options.staleness_correction;
+  const bool own_schedule = options.delay > 0 || options.period > 1;
+  StalenessCorrection correction = options.staleness_correction;
+  if (correction == StalenessCorrection::kAuto) {
+    correction = own_schedule ? StalenessCorrection::kPredict : StalenessCorrection::kMomentum;
+  }
   const bool is_sgd = options.optimizer == OptimizerKind::kSgd;
   std::unique_ptr<WeightPrediction<Scalar>> predict;
   if (correction == StalenessCorrection::kPredict) {
@@ -228,7 +232,6 @@ absl::Status Train(const TrainOptions& options, const Dataset& train, const Data
   }
   // The run's own schedule (--delay, --period), or, without one, the mean staleness of the plan
   // the runtime's planner put in force (OVERLAP_STALENESS > 0: Stats().plan_mean_staleness).
-  const bool own_schedule = options.delay > 0 || options.period > 1;
   double staleness = options.delay + (options.period - 1) / 2.0;
   auto momentum_of_epoch = [&](bool warmup) {
     const double m = !is_sgd ? 0.9 : corrected ? 0.0 : options.momentum;

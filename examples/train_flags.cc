@@ -41,11 +41,14 @@ const char kTrainUsage[] =
     "  --period P          communicate each gradient one step in P, the skipped steps kept\n"
     "                      exactly in a residual (1..64, default 1)\n"
     "  --staleness-correction C\n"
+    "                      auto (default): predict under this run's --delay / --period, on\n"
+    "                      under a delayed plan of the runtime's planner (deft), which leaves\n"
+    "                      synchronous plans exactly as off does;\n"
     "                      off; on (or momentum): lower the momentum (SGD) or beta1 (Adam,\n"
     "                      AdamW) for the mean staleness delay + (period - 1) / 2 of the\n"
     "                      updates; predict: as on, and take each gradient at the parameters\n"
     "                      extrapolated to the step that applies it, and (SGD) apply a\n"
-    "                      period's summed gradient as that many momentum steps (default off)\n";
+    "                      period's summed gradient as that many momentum steps\n";
 
 namespace {
 
@@ -131,14 +134,16 @@ absl::Status SetFlag(absl::string_view name, absl::string_view value, TrainOptio
   } else if (name == "weight-decay") {
     status = ParseFloat(name, value, -1e-30f, 1.0f, &options->weight_decay);
   } else if (name == "staleness-correction") {
-    if (value == "off") {
+    if (value == "auto") {
+      options->staleness_correction = StalenessCorrection::kAuto;
+    } else if (value == "off") {
       options->staleness_correction = StalenessCorrection::kOff;
     } else if (value == "on" || value == "momentum") {
       options->staleness_correction = StalenessCorrection::kMomentum;
     } else if (value == "predict") {
       options->staleness_correction = StalenessCorrection::kPredict;
     } else {
-      status = BadValue(name, value, "off, on (or momentum) or predict");
+      status = BadValue(name, value, "auto, off, on (or momentum) or predict");
     }
   } else if (name == "delay") {
     status = ParseInt(name, value, 0, 16, &n);

@@ -25,6 +25,10 @@ enum class OptimizerKind { kSgd, kAdam, kAdamW };
 
 // What the demo does against stale updates (--delay, --period; docs/scheduler.md, "Accuracy").
 enum class StalenessCorrection {
+  // The default: kPredict where the run's own --delay / --period are in force (after any
+  // warm-up), kMomentum otherwise, which follows the runtime plan's mean staleness and is the
+  // plain optimizer, bit for bit, while that plan is synchronous.
+  kAuto,
   kOff,
   // Momentum (SGD) or beta1 (Adam, AdamW) m becomes max(0, 1 - (1 - m)(1 + s)) for the mean
   // staleness s = delay + (period - 1) / 2, since stale gradients already act as momentum.
@@ -68,7 +72,7 @@ struct TrainOptions {
   int period = 1;
   // Any correction also makes AdamW decay tensors in steps where they get no update, so that the
   // decay, which reads the current parameters, keeps the synchronous rate under periods.
-  StalenessCorrection staleness_correction = StalenessCorrection::kOff;
+  StalenessCorrection staleness_correction = StalenessCorrection::kAuto;
   bool help = false;
 };
 

@@ -217,6 +217,16 @@ RuntimeStats Stats() {
   return r ? r->stats() : RuntimeStats();
 }
 
+PlanSchedule CurrentPlanSchedule() {
+  std::shared_ptr<Runtime> r = Current();
+  return r ? r->plan_schedule() : PlanSchedule();
+}
+
+PlanClock CurrentPlanClock() {
+  std::shared_ptr<Runtime> r = Current();
+  return r ? r->plan_clock() : PlanClock();
+}
+
 absl::StatusOr<Handle> Allreduce(const std::string& name, const Tensor& input, const Tensor& output,
                                  const AllreduceOptions& options) {
   absl::Status set_ok = CheckSetAllreduce(options, name);

@@ -25,6 +25,7 @@ namespace {
 
 thread_local std::string last_error;
 thread_local std::string stats_json;
+thread_local std::string schedule_json;
 thread_local std::string saved_state;
 
 int Fail(const absl::Status& status) {
@@ -404,6 +405,45 @@ const char* overlap_stats_json(void) {
       s.plan_mean_staleness, s.plan_update_cycle, s.fitted_alpha_us, s.fitted_beta_us_per_mb, s.plan_trials,
       s.plan_trials_pending ? "true" : "false", s.cuda_executor, s.hierarchy_hosts);
   return stats_json.c_str();
+}
+
+const char* overlap_plan_schedule_json(void) {
+  const overlap::PlanSchedule schedule = overlap::CurrentPlanSchedule();
+  schedule_json =
+      absl::StrFormat("{\"generation\":%d,\"first_step\":%d,\"first_pass\":%d,\"tensors\":{",
+                      schedule.generation, schedule.first_step, schedule.first_pass);
+  bool first = true;
+  for (const auto& [name, slices] : schedule.tensors) {
+    // Gradient names come from the program: escape what JSON needs escaped.
+    std::string quoted;
+    for (char c : name) {
+      if (c == '"' || c == '\\') {
+        quoted.push_back('\\');
+        quoted.push_back(c);
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        absl::StrAppendFormat(&quoted, "\\u%04x", static_cast<int>(c));
+      } else {
+        quoted.push_back(c);
+      }
+    }
+    absl::StrAppend(&schedule_json, first ? "" : ",", "\"", quoted, "\":[");
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const overlap::ScheduledSlice& s = slices[i];
+      absl::StrAppendFormat(&schedule_json, "%s[%d,%d,%d,%d,%d]", i == 0 ? "" : ",", s.offset,
+                            s.count, s.delay, s.period, s.phase);
+    }
+    absl::StrAppend(&schedule_json, "]");
+    first = false;
+  }
+  absl::StrAppend(&schedule_json, "}}");
+  return schedule_json.c_str();
+}
+
+int overlap_plan_clock(int64_t* generation, int64_t* step) {
+  const overlap::PlanClock clock = overlap::CurrentPlanClock();
+  if (generation != nullptr) *generation = clock.generation;
+  if (step != nullptr) *step = clock.step;
+  return 0;
 }
 
 int overlap_save_compression_state(const char** data, int64_t* size) {

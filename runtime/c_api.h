@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 // The ABI version; bumped when a signature below changes. Python checks it at load time.
-#define OVERLAP_C_API_VERSION 7
+#define OVERLAP_C_API_VERSION 8
 int overlap_c_api_version(void);
 
 typedef struct overlap_handle overlap_handle;
@@ -165,6 +165,13 @@ void overlap_handle_free(overlap_handle* handle);
 
 // Stats() as a JSON object; valid until this thread's next call of it.
 const char* overlap_stats_json(void);
+
+// The delays and periods the plan in force gives each gradient (overlap.h, PlanSchedule; C API 8):
+// {"generation":g,"first_step":s,"first_pass":p,"tensors":{"name":[[offset,count,delay,period,
+// phase],...],...}}; valid until this thread's next call of it.
+const char* overlap_plan_schedule_json(void);
+// PlanSchedule::generation and the forward markers so far (overlap.h, CurrentPlanClock).
+int overlap_plan_clock(int64_t* generation, int64_t* step);
 
 // Compression state for checkpoints. Save: the bytes are valid until this thread's next call.
 int overlap_save_compression_state(const char** data, int64_t* size);

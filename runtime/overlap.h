@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -370,6 +371,38 @@ struct RuntimeStats {
 };
 // Zeros before Init and after Shutdown.
 RuntimeStats Stats();
+
+// The delays and update periods the scheduled plan in force gives each gradient, for a program
+// that corrects its optimizer for stale gradients (weight prediction needs each tensor's own
+// schedule, not only the plan's mean staleness; docs/scheduler.md, "Staleness correction").
+struct ScheduledSlice {
+  int64_t offset = 0;  // elements [offset, offset + count) of the tensor
+  int64_t count = 0;
+  int delay = 0;   // its result reaches the program `delay` submissions later
+  int period = 1;  // it communicates in the passes k with k % period == phase
+  int phase = 0;
+};
+struct PlanSchedule {
+  // Changes whenever a plan is adopted or dropped (0 before the first); a caller re-reads the
+  // rest only when it changed.
+  int64_t generation = 0;
+  // The plan runs a tensor's submission of the step marked by forward marker first_step
+  // (RuntimeStats::steps) as pass first_pass, and each later step's as the next pass.
+  int64_t first_step = 0;
+  int64_t first_pass = 0;
+  // Tensors with a delay or an update period in some slice, by name; empty when the plan in force
+  // is synchronous, or there is none.
+  std::map<std::string, std::vector<ScheduledSlice>> tensors;
+};
+// The schedule of the plan in force on this rank; an empty one before Init and after Shutdown.
+PlanSchedule CurrentPlanSchedule();
+// Cheap enough for every step: PlanSchedule::generation, and the forward markers so far
+// (RuntimeStats::steps); zeros before Init and after Shutdown.
+struct PlanClock {
+  int64_t generation = 0;
+  int64_t step = 0;
+};
+PlanClock CurrentPlanClock();
 
 }  // namespace overlap
 

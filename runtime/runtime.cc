@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -16,6 +17,7 @@
 #include "runtime/host_layout.h"
 #include "runtime/launch_units.h"
 #include "runtime/mpi_control_collectives.h"
+#include "runtime/plan_schedule.h"
 #include "runtime/rank_bits.h"
 #include "runtime/validation.h"
 #include "spdlog/spdlog.h"
@@ -648,6 +650,11 @@ void Runtime::DropPlan(const char* why, bool relearn) {
     scheduled_in_force_ = false;
     scheduler_->OnPlanDropped(counters_.steps.load());
   }
+  absl::MutexLock lock(&schedule_mu_);
+  if (!schedule_.tensors.empty()) {
+    schedule_.tensors.clear();
+    schedule_generation_.store(++schedule_.generation, std::memory_order_release);
+  }
 }
 
 bool Runtime::Quiescent() const {
@@ -685,6 +692,16 @@ void Runtime::AdoptScheduled(ExecutablePlan plan, absl::Duration step_time,
   counters_.frozen.fetch_add(1, std::memory_order_relaxed);
   counters_.tensors.store(static_cast<int64_t>(plan.entries.size()), std::memory_order_relaxed);
   counters_.units.store(static_cast<int64_t>(plan.buckets.size()), std::memory_order_relaxed);
+  // Pass 0 (or a checkpoint's next pass) is the submission after the marker just taken in, or,
+  // for a restore between steps, after the next one.
+  std::map<std::string, std::vector<ScheduledSlice>> delayed = DelayedSlices(plan);
+  {
+    absl::MutexLock lock(&schedule_mu_);
+    schedule_generation_.store(++schedule_.generation, std::memory_order_release);
+    schedule_.first_step = last_marker_step_ + (resume != nullptr ? 1 : 0);
+    schedule_.first_pass = resume != nullptr ? resume->passes : 0;
+    schedule_.tensors = std::move(delayed);
+  }
   if (resume != nullptr) {
     planned_->Resume(std::move(plan), std::move(*resume), step_time);
   } else {
@@ -782,6 +799,7 @@ bool Runtime::TakeIncoming() {
         if (marker.restore != nullptr) {
           AdoptRestored(std::move(*marker.restore));
         } else {
+          last_marker_step_ = marker.step;
           scheduler_->OnStep(marker.step);
         }
         continue;

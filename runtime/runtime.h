@@ -104,6 +104,15 @@ class Runtime {
   }
 
   RuntimeStats stats() const;
+  // The per-tensor schedule of the plan in force (overlap.h, CurrentPlanSchedule).
+  PlanSchedule plan_schedule() const {
+    absl::MutexLock lock(&schedule_mu_);
+    return schedule_;
+  }
+  PlanClock plan_clock() const {
+    return PlanClock{schedule_generation_.load(std::memory_order_acquire),
+                     counters_.steps.load(std::memory_order_relaxed)};
+  }
 
   absl::Status StartTimeline(const std::string& path) { return timeline_.Open(path, rank_); }
   // Timeline: the phase that just ended on the compute track and, at a forward under a scheduled
@@ -215,6 +224,11 @@ class Runtime {
   std::unique_ptr<StepProfiler> profiler_;
   std::unique_ptr<PlanScheduler> scheduler_;  // null for OVERLAP_PLANNER=observed
   bool scheduled_in_force_ = false;           // the frozen plan came from the scheduler
+  int64_t last_marker_step_ = 0;              // the last forward marker taken in (coordinator)
+  // What CurrentPlanSchedule reports; written by the coordinator at adoption and drop.
+  mutable absl::Mutex schedule_mu_;
+  PlanSchedule schedule_ ABSL_GUARDED_BY(schedule_mu_);
+  std::atomic<int64_t> schedule_generation_{0};  // schedule_.generation, read without the lock
   bool warned_no_markers_ = false;
   std::unique_ptr<DelayLine> delay_line_;
   int wake_fd_ = -1;

@@ -26,7 +26,7 @@ IFS='|' read -r -a schedules <<<"${OVERLAP_SCHEDULES:---delay 1|--delay 1 --peri
 seed=${OVERLAP_SEED:-42}
 declare -A opt_flags=([sgd]="--optimizer sgd" [adam]="--optimizer adam --lr 0.001"
                       [adamw]="--optimizer adamw --lr 0.001 --weight-decay 0.01")
-declare -A corr_flags=([off]="" [on]="--staleness-correction on"
+declare -A corr_flags=([off]="--staleness-correction off" [on]="--staleness-correction on"
                        [predict]="--staleness-correction predict"
                        [predict-warmup]="--staleness-correction predict --warmup-epochs 1")
 # "optimizer flags|schedule flags"; the first run of each optimizer is its synchronous baseline.

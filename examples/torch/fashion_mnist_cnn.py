@@ -72,6 +72,10 @@ def main():
     parser.add_argument("--planner", default=None, help="overlap planner (default: observed)")
     parser.add_argument("--compression", default="none",
                         help="none, fp16 (Horovod's cast) or an overlap compressor spec")
+    parser.add_argument("--staleness-correction", default="auto",
+                        choices=["auto", "predict", "on", "off"],
+                        help="what DistributedOptimizer does under a plan that delays gradients "
+                             "(docs/scheduler.md, \"Staleness correction in the adapters\")")
     parser.add_argument("--train-limit", type=int, default=0, help="use the first N images")
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--seed", type=int, default=42)
@@ -96,7 +100,8 @@ def main():
     compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}.get(
         args.compression) or hvd.Compression.runtime(args.compression)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression)
+                                         compression=compression,
+                                         staleness_correction=args.staleness_correction)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
@@ -121,7 +126,11 @@ def main():
                               or "observed", "train_loss": round(loss_avg.item(), 4),
                               "test_accuracy": round(accuracy, 4),
                               "epoch_s": round(time.time() - start, 2),
-                              "plan": hvd.stats()["planner"]}), flush=True)
+                              "plan": hvd.stats()["planner"],
+                              "plan_mean_staleness": hvd.stats()["plan_mean_staleness"],
+                              "staleness_correction": args.staleness_correction,
+                              "correction_bytes": optimizer.staleness_correction_bytes()}),
+                  flush=True)
     hvd.shutdown()
 
 

@@ -26,7 +26,7 @@ C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT, C_ADASUM = range(6)
 # absl::StatusCode values the binding tells apart.
 _OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _FAILED_PRECONDITION = 0, 3, 4, 5, 9
 
-_C_API_VERSION = 7
+_C_API_VERSION = 8
 _MAX_NDIM = 32
 
 
@@ -134,6 +134,9 @@ def _declare(lib):
                                   ctypes.POINTER(ctypes.c_int32)], ctypes.c_int),
         "overlap_handle_free": ([h], None),
         "overlap_stats_json": ([], ctypes.c_char_p),
+        "overlap_plan_schedule_json": ([], ctypes.c_char_p),
+        "overlap_plan_clock": ([ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)],
+                               ctypes.c_int),
         "overlap_save_compression_state": ([ctypes.POINTER(ctypes.c_void_p),
                                             ctypes.POINTER(ctypes.c_int64)], ctypes.c_int),
         "overlap_restore_compression_state": ([ctypes.c_char_p, ctypes.c_int64], ctypes.c_int),
@@ -326,6 +329,23 @@ def cuda_compresses(spec):
 def stats():
     """The runtime's counters and plan (overlap::Stats()) as a dict."""
     return json.loads(lib().overlap_stats_json().decode())
+
+
+def plan_clock():
+    """(generation, step): the generation of plan_schedule(), which changes when a plan is
+    adopted or dropped, and the forward markers so far (Stats().steps). Cheap: once a step."""
+    generation, step = ctypes.c_int64(0), ctypes.c_int64(0)
+    lib().overlap_plan_clock(ctypes.byref(generation), ctypes.byref(step))
+    return generation.value, step.value
+
+
+def plan_schedule():
+    """The delays and update periods of the plan in force, per gradient (overlap::PlanSchedule):
+    {"generation", "first_step", "first_pass", "tensors": {name: [[offset, count, delay, period,
+    phase], ...]}}; a tensor's submission in the step of forward marker first_step runs in pass
+    first_pass, each later step's in the next. Tensors that the plan runs synchronously (or no
+    plan) are absent."""
+    return json.loads(lib().overlap_plan_schedule_json().decode())
 
 
 def save_compression_state():

@@ -89,6 +89,16 @@ TEST_CASE("compression flags: spec, warm-up epochs, momentum correction") {
   CHECK(Parse({"--momentum-correction", "off"})->momentum_correction == MomentumCorrection::kOff);
 }
 
+TEST_CASE("the staleness correction is on (auto) by default and can be turned off") {
+  CHECK(Parse({})->staleness_correction == StalenessCorrection::kAuto);
+  CHECK(Parse({"--staleness-correction", "off"})->staleness_correction ==
+        StalenessCorrection::kOff);
+  CHECK(Parse({"--staleness-correction=auto"})->staleness_correction == StalenessCorrection::kAuto);
+  CHECK(Parse({"--staleness-correction", "predict"})->staleness_correction ==
+        StalenessCorrection::kPredict);
+  CHECK(absl::IsInvalidArgument(Parse({"--staleness-correction", "maybe"}).status()));
+}
+
 TEST_CASE("bad flags are InvalidArgument naming the flag") {
   for (const auto& [args, needle] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--epochs", "zero"}, "--epochs"},

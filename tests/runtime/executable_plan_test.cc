@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "runtime/plan_schedule.h"
+
 namespace overlap {
 namespace {
 
@@ -53,6 +55,24 @@ TEST_CASE("a plan's delays and periods reach the executable plan per bucket") {
   REQUIRE(out->buckets[0].phase == 1);
   REQUIRE_FALSE(out->buckets[1].delayed());
   REQUIRE(out->buckets_of[0] == std::vector<int>{0, 1});
+}
+
+TEST_CASE(
+    "DelayedSlices lists each delayed tensor's slices in element order, synchronous ones too") {
+  sched::Plan plan;
+  plan.planner = "deft";
+  plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "w", 60, 40));
+  plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "w", 0, 60, 1, 2, 1));
+  plan.buckets.push_back(Bucket(sched::Collective::kAllreduce, "steps", 0, 10));
+  absl::StatusOr<ExecutablePlan> out = ScheduledPlan(plan, Table(), 1);
+  REQUIRE(out.ok());
+  const std::map<std::string, std::vector<ScheduledSlice>> slices = DelayedSlices(*out);
+  REQUIRE(slices.size() == 1);  // "steps" runs synchronously: absent
+  const std::vector<ScheduledSlice>& w = slices.at("w");
+  REQUIRE(w.size() == 2);
+  CHECK((w[0].offset == 0 && w[0].count == 60 && w[0].delay == 1 && w[0].period == 2 &&
+         w[0].phase == 1));
+  CHECK((w[1].offset == 60 && w[1].count == 40 && w[1].delay == 0 && w[1].period == 1));
 }
 
 TEST_CASE("a synchronous plan is not delayed") {

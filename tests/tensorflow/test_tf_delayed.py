@@ -76,14 +76,17 @@ class Ways:
     def __init__(self, hvd, variables):
         self.hvd, self.variables = hvd, variables
         self.plain = keras.optimizers.SGD(LR, momentum=MOMENTUM)
-        self.wrapped = hvd.DistributedOptimizer(keras.optimizers.SGD(LR, momentum=MOMENTUM))
+        # Delivery is checked here, so no staleness correction (test_tf_staleness.py checks it).
+        self.wrapped = hvd.DistributedOptimizer(keras.optimizers.SGD(LR, momentum=MOMENTUM),
+                                                staleness_correction="off")
         self.plain.build(variables)
         self.wrapped.build(variables)
         self.tape_function = tf.function(self.tape_step)
         self.keras_function = tf.function(self.keras_step)
 
     def tape_step(self, x, y):
-        with self.hvd.DistributedGradientTape(tf.GradientTape()) as tape:
+        with self.hvd.DistributedGradientTape(tf.GradientTape(),
+                                              staleness_correction="off") as tape:
             loss = loss_of(self.variables, x, y)
         grads = tape.gradient(loss, self.variables)
         flags = [self.hvd.has_update(g) for g in grads]

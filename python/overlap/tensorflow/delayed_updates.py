@@ -28,6 +28,8 @@ import os
 import tensorflow as tf
 
 _ATTR = "_overlap_has_update"
+_NAME = "_overlap_name"            # the gradient's allreduce name, for its schedule
+_CORRECTION = "_overlap_correction"  # the staleness correction mode its reducer asks for
 _installed = False
 
 
@@ -44,10 +46,14 @@ def enabled():
             bool(os.environ.get("OVERLAP_TEST_PLAN_SCHEDULE")))
 
 
-def tag(gradient, flag):
-    """Marks `gradient` (a reduced tensor) with its has_update flag (a bool scalar tensor)."""
+def tag(gradient, flag, name=None, correction="off"):
+    """Marks `gradient` (a reduced tensor) with its has_update flag (a bool scalar tensor), and
+    with the allreduce name and the staleness correction mode (overlap/staleness.py) the
+    optimizer uses for its variable."""
     install()
     setattr(gradient, _ATTR, flag)
+    setattr(gradient, _NAME, name)
+    setattr(gradient, _CORRECTION, correction)
     return gradient
 
 
@@ -65,21 +71,64 @@ class _SkipsWithoutUpdate:
     duration of one apply()."""
 
     _overlap_flags = None
+    _overlap_stale = None          # variable key -> its mean staleness (float32 scalar tensor)
+    _overlap_staleness = None      # its staleness.Correction, once one is asked for
 
     def _overlap_flag(self, variable):
         return (self._overlap_flags or {}).get(self._var_key(variable))
+
+    def staleness_correction_bytes(self):
+        """Bytes of extra state the staleness correction holds (overlap/tensorflow/staleness.py):
+        two copies of each corrected variable with "predict" (and "auto"), none otherwise."""
+        return 0 if self._overlap_staleness is None else self._overlap_staleness.bytes()
+
+    def restore_staleness_shift(self):
+        """Puts back the true values of the variables the staleness correction moved ahead
+        (eagerly; before evaluating or saving between steps under a delayed plan)."""
+        if self._overlap_staleness is not None:
+            self._overlap_staleness.restore_variables(self._trainable_variables,
+                                                      self._var_key)
 
     def update_step(self, gradient, variable, learning_rate):
         parent = super(_SkipsWithoutUpdate, self)
         flag = self._overlap_flag(variable)
         if flag is None:
             return parent.update_step(gradient, variable, learning_rate)
+        stale = (self._overlap_stale or {}).get(self._var_key(variable))
 
         def update():
-            parent.update_step(gradient, variable, learning_rate)
+            if stale is None:
+                parent.update_step(gradient, variable, learning_rate)
+            else:
+                # Lowered momentum / beta1 only while the plan delays it: bit for bit the
+                # optimizer's own step otherwise.
+                tf.cond(stale > 0, lambda: self._overlap_lowered_step(
+                    gradient, variable, learning_rate, stale),
+                    lambda: parent.update_step(gradient, variable, learning_rate))
 
         tf.cond(flag, update, lambda: None)
         return None
+
+    def _overlap_lowered_step(self, gradient, variable, learning_rate, stale):
+        from overlap.tensorflow.staleness import lowered
+        parent = super(_SkipsWithoutUpdate, self)
+        if hasattr(self, "beta_1"):  # Adam, AdamW, and others with a first-moment decay
+            saved = self.beta_1
+            self.beta_1 = tf.cast(lowered(saved, stale), variable.dtype)
+            try:
+                parent.update_step(gradient, variable, learning_rate)
+            finally:
+                self.beta_1 = saved
+        elif (getattr(self, "momentum", 0) and not getattr(self, "nesterov", False) and
+              hasattr(self, "momentums")):
+            # Keras SGD's step (m = momentum m - lr g; x += m) with the lowered momentum.
+            m = self.momentums[self._get_variable_index(variable)]
+            momentum = tf.cast(lowered(self.momentum, stale), variable.dtype)
+            lr = tf.cast(learning_rate, variable.dtype)
+            self.assign(m, m * momentum - tf.cast(gradient, variable.dtype) * lr)
+            self.assign_add(variable, m)
+        else:
+            parent.update_step(gradient, variable, learning_rate)
 
     def _apply_weight_decay(self, variables):
         parent = super(_SkipsWithoutUpdate, self)
@@ -99,6 +148,43 @@ def _adopt(optimizer):
     if not isinstance(optimizer, _SkipsWithoutUpdate):
         base = optimizer.__class__
         optimizer.__class__ = type(base.__name__, (_SkipsWithoutUpdate, base), {})
+
+
+def _corrected(optimizer, grads, variables):
+    """(correction, [(index, name, variable)]) of the tagged gradients whose reducer asked for a
+    staleness correction, or None."""
+    from overlap.tensorflow import staleness as tf_staleness
+    chosen = [(i, getattr(g, _NAME, None), v, getattr(g, _CORRECTION, "off"))
+              for i, (g, v) in enumerate(zip(grads, variables)) if g is not None]
+    chosen = [(i, n, v, m) for i, n, v, m in chosen if n is not None and m != "off"]
+    if not chosen:
+        return None
+    modes = {m for _, _, _, m in chosen}
+    if len(modes) > 1:
+        raise ValueError("overlap.tensorflow: one optimizer's gradients ask for different "
+                         "staleness corrections: %s" % ", ".join(sorted(modes)))
+    mode = modes.pop()
+    if optimizer._overlap_staleness is None:
+        optimizer._overlap_staleness = tf_staleness.Correction(mode)
+    elif optimizer._overlap_staleness.mode != mode:
+        raise ValueError("overlap.tensorflow: the optimizer's staleness correction is %r; its "
+                         "gradients now ask for %r" % (optimizer._overlap_staleness.mode, mode))
+    return optimizer._overlap_staleness, [(i, n, v) for i, n, v, _ in chosen]
+
+
+def _apply_corrected(optimizer, original, grads, trainable_variables, corrected):
+    correction, chosen = corrected
+    names = [n for _, n, _ in chosen]
+    variables = [v for _, _, v in chosen]
+    keys = [optimizer._var_key(v) for v in variables]
+    flags = [optimizer._overlap_flags[k] for k in keys]
+    correction.prepare(keys, variables)
+    delayed, aheads, stale = correction.factors(names, variables, flags)
+    optimizer._overlap_stale = dict(zip(keys, stale))
+    before = correction.take_off_shift(delayed, keys, variables)
+    result = original(optimizer, grads, trainable_variables)
+    correction.shift_ahead(delayed, keys, variables, before, flags, aheads)
+    return result
 
 
 def install():
@@ -127,10 +213,14 @@ def install():
         _adopt(self)
         self._overlap_flags = {self._var_key(v): f for v, f in zip(variables, flags)
                                if f is not None}
+        corrected = _corrected(self, grads, variables)
         try:
-            return original(self, grads, trainable_variables)
+            if corrected is None:
+                return original(self, grads, trainable_variables)
+            return _apply_corrected(self, original, grads, trainable_variables, corrected)
         finally:
             self._overlap_flags = None
+            self._overlap_stale = None
 
     keras.optimizers.Optimizer.apply = apply
     _installed = True

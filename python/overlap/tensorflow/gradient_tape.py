@@ -53,7 +53,8 @@ class _DistributedGradientTape:
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
                             compression=Compression.none, sparse_as_dense=False, op=Average,
                             gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                            process_set=global_process_set, scale_local_gradients=True):
+                            process_set=global_process_set, scale_local_gradients=True,
+                            staleness_correction="auto"):
     """Wraps a tf.GradientTape so that gradient() returns gradients reduced over every rank.
 
     As horovod.tensorflow.DistributedGradientTape: compression (Compression.fp16, or an overlap
@@ -63,13 +64,18 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     num_groups is the deprecated int spelling). Variables passed to register_local_var
     (Horovod's register_local_source) keep their own gradient on each rank, divided by the
     set's size when scale_local_gradients (Horovod's default). device_dense and device_sparse
-    are accepted for compatibility. The planner and staleness are hvd.init() options."""
+    are accepted for compatibility. The planner and staleness are hvd.init() options.
+
+    staleness_correction (overlap's own): "auto" (default; "predict"), "predict", "on" or
+    "off": what the Keras optimizer that applies these gradients does under a plan that delays
+    them (overlap/tensorflow/staleness.py; docs/scheduler.md, "Staleness correction in the
+    adapters"). Only with delayed updates configured (staleness or max_period at init)."""
     _core.require_init("DistributedGradientTape")
     if num_groups and groups is None:
         groups = num_groups
     reducer = GradientReducer("gradient", compression, sparse_as_dense, op,
                               gradient_predivide_factor, groups, process_set,
-                              scale_local_gradients)
+                              scale_local_gradients, staleness_correction)
     return _DistributedGradientTape(gradtape, reducer)
 
 

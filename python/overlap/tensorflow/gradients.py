@@ -25,7 +25,7 @@ allreduces (a metric, SyncBatchNormalization's statistics) negotiated with their
 
 import tensorflow as tf
 
-from overlap import _core
+from overlap import _core, staleness
 from overlap.common import _OP_NAMES, Adasum, Average, Sum, core_reduce_op, process_set_id
 from overlap.tensorflow import delayed_updates, mpi_ops, step_markers
 
@@ -41,7 +41,7 @@ def variable_name(variable, index):
 
 class GradientReducer:
     def __init__(self, prefix, compression, sparse_as_dense, op, gradient_predivide_factor,
-                 groups, process_set, scale_local_gradients=True):
+                 groups, process_set, scale_local_gradients=True, staleness_correction="auto"):
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("rank %d: gradient_predivide_factor not supported with op != Average"
                              % _core.rank())
@@ -55,6 +55,8 @@ class GradientReducer:
             raise ValueError("rank %d: Adasum needs a power-of-two number of ranks, and this job "
                              "has %d" % (_core.rank(), ranks))
         self.prefix = prefix
+        # Carried to the optimizer on each delayed gradient's tag (delayed_updates.py).
+        self.correction = staleness.check_mode(staleness_correction, "the gradient reducer")
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense
         self.op = op
@@ -146,7 +148,7 @@ class GradientReducer:
         if delayed_updates.enabled():
             single = [(i, g) for i, g in dense if i not in groups]
             for (i, _), (r, flag) in zip(single, self._reduce_with_updates(single, names)):
-                out[i] = delayed_updates.tag(r, flag)
+                out[i] = delayed_updates.tag(r, flag, names[i], self.correction)
             dense = [(i, g) for i, g in dense if i in groups]
         elif not groups and tf.executing_eagerly():
             groups = {i: 0 for i, _ in dense}

@@ -74,7 +74,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          compression=Compression.none, sparse_as_dense=False,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          average_aggregated_gradients=True, num_groups=0, groups=None,
-                         process_set=global_process_set, scale_local_gradients=True):
+                         process_set=global_process_set, scale_local_gradients=True,
+                         staleness_correction="auto"):
     """Wraps a Keras 3 optimizer so that it applies gradients reduced over every rank.
 
     As horovod.tensorflow.keras.DistributedOptimizer: compression (Compression.fp16, or an
@@ -87,7 +88,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     with average_aggregated_gradients=True. Variables passed to register_local_var keep their
     own gradient on each rank, divided by the set's size when scale_local_gradients (Horovod's
     default). name, device_dense and device_sparse are accepted
-    for compatibility. The planner and staleness are hvd.init() options."""
+    for compatibility. The planner and staleness are hvd.init() options.
+
+    staleness_correction (overlap's own): "auto" (default; "predict"), "predict", "on" or
+    "off", under a plan that delays gradients (overlap/tensorflow/staleness.py; docs/scheduler.md,
+    "Staleness correction in the adapters"); optimizer.staleness_correction_bytes() reports its
+    memory once it has applied delayed gradients."""
     _core.require_init("DistributedOptimizer")
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("rank %d: the optimizer is already a DistributedOptimizer" % _core.rank())
@@ -113,7 +119,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     base = optimizer.__class__
     options = dict(compression=compression, sparse_as_dense=sparse_as_dense, op=op,
                    gradient_predivide_factor=gradient_predivide_factor, groups=groups,
-                   process_set=process_set, scale_local_gradients=scale_local_gradients)
+                   process_set=process_set, scale_local_gradients=scale_local_gradients,
+                   staleness_correction=staleness_correction)
     # The wrapped class's module, so that a saved model names the Keras optimizer (load_model
     # wraps it again) rather than a class that exists only in this process.
     optimizer.__class__ = type(base.__name__, (_DistributedOptimizer, base),

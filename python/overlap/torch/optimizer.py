@@ -16,10 +16,11 @@ import weakref
 
 import torch
 
-from overlap import _core
+from overlap import _core, staleness
 from overlap.common import (Adasum, Average, RuntimeCompressor, Sum, global_process_set,
                             process_set_id)
 from overlap.torch import adasum_optimizer, layerwise, mpi_ops, step_markers
+from overlap.torch.staleness import StalenessCorrection
 from overlap.torch.compression import Compression
 
 
@@ -69,13 +70,14 @@ class _Param:
 class _DistributedOptimizer:
     def _overlap_setup(self, named_parameters, compression, backward_passes_per_step, op,
                        gradient_predivide_factor, groups, sparse_as_dense, process_set,
-                       update_at_forward):
+                       update_at_forward, staleness_correction="auto"):
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError(_here("gradient_predivide_factor not supported with op != Average"))
         if backward_passes_per_step < 1:
             raise ValueError(_here("backward_passes_per_step must be >= 1, got %r" %
                                    (backward_passes_per_step,)))
         process_set_id(process_set)  # refuses an unregistered set by name
+        correction_mode = staleness.check_mode(staleness_correction, "DistributedOptimizer")
         self._compression = compression
         self._op = op
         self._predivide = float(gradient_predivide_factor)
@@ -125,6 +127,11 @@ class _DistributedOptimizer:
                                                        step_markers.before_module_forward)
             _deferring.add(self)
             weakref.finalize(self, self._deferred.close)  # its module hooks go with the optimizer
+        # Off on a rank outside the process set: its gradients are never delayed.
+        self._correction = StalenessCorrection(
+            self, [(r.p, r.name) for r in self._params],
+            correction_mode if self._included else "off")
+        weakref.finalize(self, self._correction.close)
         if self._included:
             self._register_hooks()
 
@@ -377,6 +384,7 @@ class _DistributedOptimizer:
         self._launch_missing()
         if any(r.entry[0] == "sparse" for r in self._params):
             return False
+        self._correction.active()  # its forward hook, while a plan delays
         snapshot = layerwise.snapshot_settings(self.param_groups)
         for p, entry in self._reductions():
             params, resolve = self._resolver(p, entry)
@@ -391,14 +399,23 @@ class _DistributedOptimizer:
         grads = {p: g for p, g in grads.items() if g is not None}
         if grads:
             base = super(_DistributedOptimizer, self)
-            layerwise.step_subset(self.param_groups, base.step, grads, entries[0].snapshot)
+            # The correction steps parameters the plan runs synchronously exactly as
+            # step_subset does, and corrects the delayed ones.
+            self._correction.step(base.step, grads, entries[0].snapshot)
 
     def apply_pending_updates(self):
         """Applies now every update that step() deferred (update_at_forward). Needed only before
         reading parameters other than through a module's forward or state_dict() right after
         step(); a no-op otherwise."""
+        self._correction.restore()
         if self._deferred:
             self._deferred.apply()
+
+    def staleness_correction_bytes(self):
+        """Bytes of extra state the staleness correction holds now: with "predict" (and "auto"),
+        two copies of each parameter the plan in force delays (its true value while its forward
+        runs ahead, and its last update); 0 with "on" or "off", or while no plan delays."""
+        return self._correction.bytes()
 
     def state_dict(self, *args, **kwargs):
         self.apply_pending_updates()
@@ -431,7 +448,13 @@ class _DistributedOptimizer:
                               "optimizer.synchronize() in your code.")
             self.synchronize()
         self._synchronized = False
-        return super(_DistributedOptimizer, self).step(closure)
+        base = super(_DistributedOptimizer, self)
+        if closure is None and self._correction.active():
+            grads = {p: p.grad for group in self.param_groups for p in group["params"]
+                     if p.grad is not None}
+            self._correction.step(base.step, grads, None)
+            return None
+        return base.step(closure)
 
     def zero_grad(self, *args, **kwargs):
         if any(r.entry is not None for r in self._params):
@@ -454,7 +477,8 @@ class _DistributedOptimizer:
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set, update_at_forward=None):
+                         process_set=global_process_set, update_at_forward=None,
+                         staleness_correction="auto"):
     """Wraps a torch optimizer so that step() applies gradients averaged over every rank.
 
     As horovod.torch.DistributedOptimizer: named_parameters (model.named_parameters()) names the
@@ -476,6 +500,17 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     the next forward of its module, so averaging overlaps the next forward (docs/torch.md,
     "Updates at forward"). Call optimizer.apply_pending_updates() before reading parameters in
     another way right after step().
+
+    staleness_correction (overlap's own): "auto" (the default, the best measured choice:
+    "predict"), "predict", "on" or "off". Under a plan that delays gradients or gives them an
+    update period (planner deft with staleness or max_period; docs/scheduler.md, "Staleness
+    correction in the adapters"), "on" lowers the momentum (SGD) or beta1 (Adam, AdamW) of each
+    delayed parameter for its mean staleness, and "predict" also runs each forward at the
+    parameters extrapolated to where its gradient will be applied, and applies SGD's period
+    updates as that many momentum steps. Parameters the plan runs synchronously, and every
+    parameter under a synchronous plan, are stepped exactly as without it. Extra memory:
+    optimizer.staleness_correction_bytes(). With "predict", parameters read between a training
+    forward and step() (inside the step) are the extrapolated ones.
     """
     if not _core.is_initialized():
         raise ValueError("overlap has not been initialized; call hvd.init() before "
@@ -499,7 +534,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     try:
         optimizer._overlap_setup(named_parameters, compression, backward_passes_per_step, op,
                                  gradient_predivide_factor, groups, sparse_as_dense, process_set,
-                                 update_at_forward)
+                                 update_at_forward, staleness_correction)
     except Exception:
         optimizer.__class__ = base  # refused: the optimizer stays the user's, ready to wrap again
         raise

@@ -1,0 +1,105 @@
+"""Staleness correction for delayed plans, the framework-neutral part (docs/scheduler.md,
+"Staleness correction in the adapters").
+
+Under a plan with delays or update periods (planner deft; runtime/plan_delays.h) the gradient a
+parameter receives at step k was computed at step k - d, or summed over a period. The adapters'
+optimizers correct for it as examples/mnist_mlp.cc's `predict` does:
+- the momentum (SGD) or beta1 (Adam, AdamW) m of a tensor with mean staleness s = delay +
+  (period - 1) / 2 becomes max(0, 1 - (1 - m)(1 + s)), since stale gradients act as momentum;
+- weight prediction: before the forward that computes a gradient, each tensor is moved ahead by
+  the number of updates it will still take before that gradient is applied, times its last
+  update, and put back after backward, so the gradient is taken about where it will be applied;
+- SGD with momentum and a period p: an update carrying p steps' summed gradient is applied as p
+  momentum steps of 1/p of it (closed form).
+Each tensor uses its own (delay, period, phase) slices under the plan in force
+(_core.plan_schedule()).
+"""
+
+from overlap import _core
+
+MODES = ("auto", "predict", "on", "off")
+
+
+def check_mode(mode, who):
+    """The mode `mode` resolves to ("predict", "on" or "off"); ValueError naming `who` for an
+    unknown one."""
+    if mode is True:
+        mode = "auto"
+    elif mode is False or mode is None:
+        mode = "off"
+    if mode not in MODES:
+        raise ValueError("rank %d: %s: staleness_correction must be one of %s, got %r" %
+                         (_core.rank(), who, ", ".join(MODES), mode))
+    # auto: the best measured choice (docs/scheduler.md, the accuracy table): prediction.
+    return "predict" if mode == "auto" else mode
+
+
+def updates_before_applied(pass_, delay, period, phase):
+    """How many updates a tensor slice (delay, period, phase) takes between the forward of its
+    submission `pass_` (counted from the plan's adoption) and the update that applies that
+    submission's gradient, not counting that one (examples/weight_prediction.cc's
+    UpdatesBeforeApplied)."""
+    # c: the first pass >= pass_ that communicates; its result is applied at pass c + delay.
+    # Pass j brings an update when pass j - delay communicated.
+    communicates = pass_ + (phase - pass_) % period
+    return sum(1 for j in range(pass_, communicates + delay)
+               if j >= delay and (j - delay) % period == phase)
+
+
+def lowered_momentum(m, staleness):
+    """The momentum (or beta1) for gradients `staleness` steps old on average."""
+    if staleness <= 0:
+        return m
+    return max(0.0, 1.0 - (1.0 - m) * (1.0 + staleness))
+
+
+def mean_staleness(slices):
+    """Elements-weighted delay + (period - 1) / 2 over a tensor's slices."""
+    total = sum(s[1] for s in slices)
+    if total <= 0:
+        return 0.0
+    return sum(s[1] * (s[2] + (s[3] - 1) / 2.0) for s in slices) / total
+
+
+def period_steps(m, p):
+    """Coefficients (c, s, k, a) of p momentum steps v = m v + G / p, x -= lr v in closed form:
+    x -= lr (c v + s G), v = k v + a G (examples/sgd.cc, MomentumSgd)."""
+    carry = spread = sum_powers = 0.0
+    keep = 1.0
+    for _ in range(p):
+        sum_powers += keep
+        keep *= m
+        carry += keep
+        spread += sum_powers
+    return carry, spread / p, keep, sum_powers / p
+
+
+class ScheduleView:
+    """The plan in force as the correction needs it, re-read only when a plan is adopted or
+    dropped. refresh() once a step, after that step's forward marker."""
+
+    def __init__(self):
+        self._generation = None
+        self._schedule = {"first_step": 0, "first_pass": 0, "tensors": {}}
+        self.step = 0
+
+    def refresh(self):
+        generation, self.step = _core.plan_clock()
+        if generation != self._generation:
+            self._generation = generation
+            self._schedule = _core.plan_schedule() if generation else {
+                "first_step": 0, "first_pass": 0, "tensors": {}}
+        return bool(self._schedule["tensors"])
+
+    @property
+    def delayed(self):
+        return bool(self._schedule["tensors"])
+
+    def slices(self, name):
+        """[[offset, count, delay, period, phase], ...] of gradient `name`, or None when the plan
+        runs it synchronously."""
+        return self._schedule["tensors"].get(name)
+
+    def current_pass(self):
+        """The plan pass of the submissions of the step whose forward marker was last read."""
+        return self._schedule["first_pass"] + self.step - self._schedule["first_step"]

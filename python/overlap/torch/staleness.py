@@ -1,0 +1,255 @@
+"""Staleness correction in overlap.torch's DistributedOptimizer (overlap/staleness.py has the
+maths; docs/scheduler.md, "Staleness correction in the adapters").
+
+Per step, for each parameter whose gradient the plan in force delays or updates with a period:
+  update: its group's momentum / beta1 is lowered for its mean staleness (mode "on" and
+          "predict"); with "predict" and SGD with momentum, a period's summed gradient is applied
+          as p momentum steps; then its update is recorded (new value - old value);
+  next training forward of its module: it is saved and moved ahead by (updates still to come
+          before this step's gradient is applied) x (its last update) ("predict");
+  step() / synchronize(): the saved values come back before anything reads or updates them.
+Parameters the plan runs synchronously (and every parameter under a synchronous plan, or with
+mode "off") go through the wrapped optimizer's own step untouched, bit for bit.
+
+Memory (staleness_correction_bytes()): with "predict", two copies of each delayed parameter (its
+saved value while shifted, and its last update); with "on", none.
+"""
+
+import weakref
+
+import torch
+
+from overlap import staleness
+from overlap.torch import layerwise, step_markers
+
+
+def _is_sgd(optimizer):
+    return isinstance(optimizer, torch.optim.SGD)
+
+
+def _momentum_key(group):
+    """('momentum', None) for SGD-like groups, ('betas', 0) for Adam-like ones, None otherwise."""
+    if "betas" in group:
+        return ("betas", 0)
+    if "momentum" in group:
+        return ("momentum", None)
+    return None
+
+
+def _lowered_settings(group_settings, s):
+    """A copy of one group's settings with its momentum / beta1 lowered for staleness s."""
+    settings = dict(group_settings)
+    key = _momentum_key(settings)
+    if key is None or s <= 0:
+        return settings
+    name, index = key
+    if index is None:
+        settings[name] = staleness.lowered_momentum(float(settings[name]), s)
+    else:
+        betas = list(settings[name])
+        betas[index] = staleness.lowered_momentum(float(betas[index]), s)
+        settings[name] = tuple(betas)
+    return settings
+
+
+class _State:
+    __slots__ = ("saved", "last", "shifted", "due")
+
+    def __init__(self):
+        self.saved = None    # the true value while shifted; the value before an update otherwise
+        self.last = None     # its last update
+        self.shifted = False
+        self.due = False     # to be shifted at its module's next training forward
+
+
+class StalenessCorrection:
+    """The correction of one DistributedOptimizer. `optimizer`: the wrapped optimizer (its
+    param_groups and state); `params`: [(parameter, gradient name)]; `mode`: "predict", "on" or
+    "off" (staleness.check_mode)."""
+
+    def __init__(self, optimizer, params, mode):
+        self._optimizer_ref = weakref.ref(optimizer)  # its forward hook must not keep it alive
+        self._name = {p: name for p, name in params}
+        self._group = {}
+        for index, group in enumerate(optimizer.param_groups):
+            for p in group["params"]:
+                self._group[p] = index
+        self.mode = mode
+        self._predict = mode == "predict"
+        self._view = staleness.ScheduleView()
+        self._states = {}
+        self._viewed = False  # the view was refreshed after this step's forward marker
+        self._hook = None
+
+    @property
+    def _optimizer(self):
+        return self._optimizer_ref()
+
+    def close(self):
+        self._watch_forwards(False)
+
+    def _watch_forwards(self, on):
+        """The forward pre-hook is registered only while a delayed plan is in force: any global
+        hook sends every module call through torch's slow path. Called outside module hooks
+        (step(), synchronize()): a hook registered inside one would miss that module's call."""
+        if on and self._hook is None:
+            register = torch.nn.modules.module.register_module_forward_pre_hook
+            self._hook = register(self._on_forward)
+        elif not on and self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def active(self):
+        """Re-reads the plan in force (once a step, from step() or synchronize()) and says
+        whether it delays some gradient, so that the step must be corrected."""
+        if self.mode == "off":
+            return False
+        self._view.refresh()
+        delayed = self._view.delayed
+        if self._predict:
+            self._watch_forwards(delayed)
+        return delayed
+
+    def bytes(self):
+        """Bytes of extra state the correction holds now (saved values and last updates)."""
+        total = 0
+        for state in self._states.values():
+            for t in (state.saved, state.last):
+                if t is not None:
+                    total += t.numel() * t.element_size()
+        return total
+
+    # -- schedule ---------------------------------------------------------------------------
+
+    def _slices(self, p):
+        if self.mode == "off":
+            return None
+        name = self._name.get(p)
+        return None if name is None else self._view.slices(name)
+
+    # -- around the update ------------------------------------------------------------------
+
+    def restore(self):
+        """Puts back every shifted parameter's true value (before step() reads or updates it);
+        the next step's forward refreshes the schedule."""
+        self._viewed = False
+        for p, state in self._states.items():
+            if state.shifted:
+                with torch.no_grad():
+                    p.copy_(state.saved)
+                state.shifted = False
+            # Every step's forward moves it ahead, with or without an update in between (an
+            # off-period step still has updates to come before its gradient is applied).
+            state.due = state.last is not None
+
+    def step(self, base_step, grads, snapshot):
+        """Runs the wrapped optimizer's step on `grads` ({param: gradient}) with the group
+        settings `snapshot` (layerwise.snapshot_settings), corrected where the plan delays."""
+        if self.mode == "off":
+            self._plain(base_step, grads, snapshot)
+            return
+        self._view.refresh()  # the update of a plan adopted or dropped since the forward
+        classes = {}
+        for p in grads:
+            slices = self._slices(p)
+            s = 0.0 if slices is None else staleness.mean_staleness(slices)
+            classes.setdefault(s, {})[p] = grads[p]
+        plain = classes.pop(0.0, None)
+        if plain:
+            self._plain(base_step, plain, snapshot)
+        for s, members in classes.items():
+            self._corrected(base_step, members, snapshot, s)
+
+    def _plain(self, base_step, grads, snapshot):
+        if snapshot is None:
+            layerwise.step_subset(self._optimizer.param_groups, base_step, grads,
+                                  layerwise.snapshot_settings(self._optimizer.param_groups))
+        else:
+            layerwise.step_subset(self._optimizer.param_groups, base_step, grads, snapshot)
+
+    def _corrected(self, base_step, grads, snapshot, s):
+        groups = self._optimizer.param_groups
+        if snapshot is None:
+            snapshot = layerwise.snapshot_settings(groups)
+        lowered = [_lowered_settings(settings, s) for settings in snapshot]
+        if self._predict:
+            for p in grads:
+                state = self._states.setdefault(p, _State())
+                if state.saved is None:
+                    state.saved = torch.empty_like(p)
+                with torch.no_grad():
+                    state.saved.copy_(p)
+        spread = {}
+        if self._predict and _is_sgd(self._optimizer):
+            for p in list(grads):
+                period = self._uniform_period(p)
+                settings = lowered[self._group[p]]
+                if period > 1 and self._spreadable(settings):
+                    spread[p] = grads.pop(p)
+        if grads:
+            layerwise.step_subset(groups, base_step, grads, lowered)
+        for p, g in spread.items():
+            self._sgd_period_step(p, g, lowered[self._group[p]], self._uniform_period(p))
+        if self._predict:
+            with torch.no_grad():
+                for p in list(grads) + list(spread):
+                    state = self._states[p]
+                    if state.last is None:
+                        state.last = torch.empty_like(p)
+                    torch.sub(p, state.saved, out=state.last)
+                    state.due = True
+
+    def _uniform_period(self, p):
+        slices = self._slices(p) or []
+        periods = {s[3] for s in slices}
+        return periods.pop() if len(periods) == 1 else 1
+
+    @staticmethod
+    def _spreadable(settings):
+        return (float(settings.get("momentum", 0)) > 0 and not settings.get("nesterov", False)
+                and float(settings.get("dampening", 0)) == 0 and
+                float(settings.get("weight_decay", 0)) == 0 and
+                not settings.get("maximize", False))
+
+    def _sgd_period_step(self, p, grad, settings, period):
+        """p momentum steps of grad / p each, in closed form (torch.optim.SGD's buffer)."""
+        c, s, k, a = staleness.period_steps(float(settings["momentum"]), period)
+        lr = settings["lr"]
+        state = self._optimizer.state[p]
+        with torch.no_grad():
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = torch.zeros_like(p)
+                state["momentum_buffer"] = buf
+            p.sub_((c * buf + s * grad) * lr)
+            buf.mul_(k).add_(grad, alpha=a)
+
+    # -- weight prediction ------------------------------------------------------------------
+
+    def _on_forward(self, module, inputs):
+        if not (module.training and torch.is_grad_enabled()):
+            return
+        own = [p for p in module._parameters.values()
+               if p is not None and p in self._states and self._states[p].due]
+        if not own:
+            return
+        if not self._viewed:
+            step_markers.before_module_forward(module, inputs)  # the step's marker first
+            self._view.refresh()
+            self._viewed = True
+        current = self._view.current_pass()
+        for p in own:
+            state = self._states[p]
+            state.due = False
+            slices = self._slices(p)
+            if slices is None or current < 0 or state.last is None:
+                continue
+            with torch.no_grad():
+                state.saved.copy_(p)
+                flat, last = p.data.view(-1), state.last.view(-1)
+                for offset, count, delay, period, phase in slices:
+                    ahead = staleness.updates_before_applied(current, delay, period, phase)
+                    if ahead:
+                        flat[offset:offset + count].add_(last[offset:offset + count],
+                                                         alpha=float(ahead))
+            state.shifted = True

@@ -1,0 +1,257 @@
+"""The staleness correction of overlap.tensorflow (overlap/tensorflow/staleness.py), checked value
+by value against a reference computed here.
+
+The suites that run this file (tests/tensorflow/BUILD) each train from one process, because the
+runtime adopts one plan per process and a step is one reduction (one tape, or one Keras
+DistributedOptimizer): TEST_STALENESS="way:correction" picks the way and the correction.
+- tape:<c> (with OVERLAP_TEST_PLAN_SCHEDULE=1,1, every gradient bucket delay 1 once the plan is
+  adopted at step A, found from the has_update flags: the one step that brings nothing): one
+  DistributedGradientTape(staleness_correction=c) over three models' variables, applied by a
+  plain Keras SGD (momentum), Adam and AdamW each; keras:<c>: one model with the Keras
+  DistributedOptimizer(SGD with momentum). Steps alternate between tf.function and eager. Each
+  model is replayed by hand in float64 with Keras's update rules: "off" is the uncorrected
+  delayed optimizer; "auto" and "predict" lower momentum / beta1 to max(0, 1 - (1 - m)(1 + 1))
+  for the delayed updates and run the forward of step k >= A + 2 at W_k + (the update of step
+  k - 1).
+- sync (OVERLAP_TEST_PLAN_SCHEDULE=0,1: a synchronous scheduled plan, delayed updates
+  configured, so the gradients carry their tags): the default correction must leave every value
+  bit for bit as a plain Keras optimizer fed the same gradients (untagged) leaves its twin.
+"""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+SCHEDULE = os.environ.get("OVERLAP_TEST_PLAN_SCHEDULE", "0,1")
+DELAYED = SCHEDULE.split(",")[0] != "0"
+STEPS = 40
+MOMENTUM = 0.9
+BETAS = (0.9, 0.999)
+EPS = 1e-7
+DECAY = 0.1
+LR = {"sgd": 0.05, "adam": 0.01, "adamw": 0.01}
+SHAPES = [(6, 16), (16,), (16, 3), (3,)]
+
+
+def batch(rank, step):
+    rng = np.random.default_rng(1000 * step + rank)
+    return (rng.uniform(-1, 1, (8, 6)).astype(np.float32),
+            rng.uniform(-1, 1, (8, 3)).astype(np.float32))
+
+
+def make_variables(run):
+    rng = np.random.default_rng(7)
+    return [tf.Variable(rng.normal(0, 0.5, s).astype(np.float32), name="run%d_w%d" % (run, i))
+            for i, s in enumerate(SHAPES)]
+
+
+def loss_of(variables, x, y):
+    w1, b1, w2, b2 = variables
+    return tf.reduce_mean((tf.tanh(x @ w1 + b1) @ w2 + b2 - y) ** 2)
+
+
+def make_optimizer(kind):
+    if kind == "sgd":
+        return keras.optimizers.SGD(LR[kind], momentum=MOMENTUM)
+    if kind == "adam":
+        return keras.optimizers.Adam(LR[kind], beta_1=BETAS[0], beta_2=BETAS[1], epsilon=EPS)
+    return keras.optimizers.AdamW(LR[kind], beta_1=BETAS[0], beta_2=BETAS[1], epsilon=EPS,
+                                  weight_decay=DECAY)
+
+
+def way_and_correction():
+    way, correction = os.environ.get("TEST_STALENESS", "tape:auto").split(":")
+    return way, correction
+
+
+class Runs:
+    """The models of one suite, trained in one step each time (one reduction)."""
+
+    def __init__(self, hvd, way, correction, kinds):
+        self.hvd, self.way, self.correction, self.kinds = hvd, way, correction, kinds
+        self.variables = [make_variables(i) for i in range(len(kinds))]
+        for variables in self.variables:
+            hvd.broadcast_variables(variables, root_rank=0)
+        self.optimizers = [make_optimizer(kind) for kind in kinds]
+        if way == "keras":
+            assert len(kinds) == 1
+            self.optimizers[0] = hvd.DistributedOptimizer(self.optimizers[0],
+                                                          staleness_correction=correction)
+        for optimizer, variables in zip(self.optimizers, self.variables):
+            optimizer.build(variables)
+        self.function = tf.function(self._step)
+
+    def _step(self, x, y):
+        flat = [v for variables in self.variables for v in variables]
+        if self.way == "keras":
+            with tf.GradientTape() as tape:
+                loss = loss_of(self.variables[0], x, y)
+            self.optimizers[0].apply(tape.gradient(loss, flat), flat)
+            return [tf.constant(True)]
+        with self.hvd.DistributedGradientTape(tf.GradientTape(),
+                                              staleness_correction=self.correction) as tape:
+            loss = tf.add_n([loss_of(variables, x, y) for variables in self.variables])
+        grads = tape.gradient(loss, flat)
+        flags = [self.hvd.has_update(g) for g in grads]
+        n = len(SHAPES)
+        for i, optimizer in enumerate(self.optimizers):
+            optimizer.apply_gradients(zip(grads[i * n:(i + 1) * n], self.variables[i]))
+        return flags
+
+    def step(self, step, x, y):
+        run = self.function if step % 2 == 0 else self._step
+        return [bool(f) for f in run(x, y)]
+
+    def values(self):
+        return [[v.numpy().astype(np.float64) for v in variables] for variables in self.variables]
+
+
+def train(hvd, way, correction, kinds, steps):
+    """The variables of each model at each step's forward, their true values at the end, whether
+    each step brought an update (tape only) and each optimizer's correction bytes."""
+    runs = Runs(hvd, way, correction, kinds)
+    at_forward = [[] for _ in kinds]
+    updated = []
+    for step in range(steps):
+        x, y = (tf.constant(a) for a in batch(hvd.rank(), step))
+        for r, values in enumerate(runs.values()):
+            at_forward[r].append(values)
+        flags = runs.step(step, x, y)
+        updated.append(any(flags))
+        if way == "keras" and step > 0:
+            # The Keras wrapper keeps its flags to itself: a step that brought nothing left the
+            # variables where they were (no update, and no shift yet at the plan's first step).
+            updated[-1] = not all(np.array_equal(a, b) for a, b in
+                                  zip(at_forward[0][-1], runs.values()[0]))
+    for optimizer in runs.optimizers:
+        if hasattr(optimizer, "restore_staleness_shift"):
+            optimizer.restore_staleness_shift()
+    sizes = [getattr(o, "staleness_correction_bytes", lambda: 0)() for o in runs.optimizers]
+    return at_forward, runs.values(), updated, sizes
+
+
+def average_gradient(hvd, values, step):
+    variables = [tf.Variable(v) for v in values]
+    total = None
+    for rank in range(hvd.size()):
+        x, y = batch(rank, step)
+        with tf.GradientTape() as tape:
+            loss = loss_of(variables, x.astype(np.float64), y.astype(np.float64))
+        grads = [g.numpy() for g in tape.gradient(loss, variables)]
+        total = grads if total is None else [a + b for a, b in zip(total, grads)]
+    return [g / hvd.size() for g in total]
+
+
+def lowered(m):
+    return max(0.0, 1.0 - (1.0 - m) * 2.0)
+
+
+class Reference:
+    """Keras's SGD (m = mu m - lr g; w += m), Adam and AdamW (bias correction counting every
+    apply, eps outside the root) under delay 1 from step A, with the correction by hand."""
+
+    def __init__(self, kind, correction, start):
+        self.kind = kind
+        self.predict = correction in ("auto", "predict")
+        self.lower = correction != "off"
+        self.w = [w.copy() for w in start]
+        self.m = [np.zeros_like(w) for w in start]
+        self.v = [np.zeros_like(w) for w in start]
+        self.last = None
+
+    def forward_point(self, shifted):
+        if shifted and self.predict and self.last is not None:
+            return [w + d for w, d in zip(self.w, self.last)]
+        return [w.copy() for w in self.w]
+
+    def update(self, grads, delayed, t):
+        before = [w.copy() for w in self.w]
+        mu, b1 = MOMENTUM, BETAS[0]
+        if delayed and self.lower:
+            mu, b1 = lowered(mu), lowered(b1)
+        for i, g in enumerate(grads):
+            if self.kind == "sgd":
+                self.m[i] = mu * self.m[i] - LR["sgd"] * g
+                self.w[i] = self.w[i] + self.m[i]
+                continue
+            lr = LR[self.kind]
+            if self.kind == "adamw":
+                self.w[i] = self.w[i] - self.w[i] * DECAY * lr
+            alpha = lr * np.sqrt(1 - BETAS[1] ** t) / (1 - b1 ** t)
+            self.m[i] = self.m[i] + (g - self.m[i]) * (1 - b1)
+            self.v[i] = self.v[i] + (g * g - self.v[i]) * (1 - BETAS[1])
+            self.w[i] = self.w[i] - self.m[i] * alpha / (np.sqrt(self.v[i]) + EPS)
+        if delayed and self.predict:
+            self.last = [w - b for w, b in zip(self.w, before)]
+
+
+def close(actual, expected, what):
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        np.testing.assert_allclose(a, e, rtol=2e-4, atol=2e-5, err_msg=f"{what}, variable {i}")
+
+
+@pytest.mark.skipif(not DELAYED, reason="needs the forced delayed plan")
+def test_correction_matches_a_reference_by_hand_under_delay_1(hvd):
+    way, correction = way_and_correction()
+    kinds = ["sgd"] if way == "keras" else ["sgd", "adam", "adamw"]
+    at_forward, final, updated, sizes = train(hvd, way, correction, kinds, STEPS)
+    none = [k for k, u in enumerate(updated) if not u]
+    assert len(none) == 1, f"expected one step without updates (the plan's first): {updated}"
+    adopted = none[0]
+    assert STEPS - adopted >= 12, f"the plan came too late (step {adopted}) to test much"
+    start = at_forward[0][0]
+    elements = sum(int(np.prod(s)) for s in SHAPES)
+    for r, kind in enumerate(kinds):
+        what = f"rank {hvd.rank()} {kind} ({way}, {correction}; plan from step {adopted})"
+        ref = Reference(kind, correction, start)
+        pending = None
+        for k in range(STEPS):
+            point = ref.forward_point(shifted=k >= adopted + 2)
+            close(at_forward[r][k], point, f"{what} step {k}: variables at forward")
+            grads = average_gradient(hvd, point, k)
+            if k < adopted:
+                ref.update(grads, False, k + 1)
+            elif k > adopted:
+                ref.update(pending, True, k + 1)
+            pending = grads
+        close(final[r], ref.w, f"{what}: true variables at the end")
+        expected = 2 * 4 * elements if correction in ("auto", "predict") else 0
+        assert sizes[r] == expected, (what, sizes[r], expected)
+    stats = hvd.stats()
+    assert stats["plans_scheduled"] == 1 and stats["plan_mean_staleness"] > 0, stats
+
+
+@pytest.mark.skipif(DELAYED, reason="needs a synchronous plan")
+def test_correction_changes_nothing_under_a_synchronous_plan(hvd):
+    kinds = ["sgd", "adam", "adamw"]
+    variables = [make_variables(i) for i in range(len(kinds))]
+    for v in variables:
+        hvd.broadcast_variables(v, root_rank=0)
+    twins = [[tf.Variable(v) for v in vs] for vs in variables]
+    optimizers = [make_optimizer(k) for k in kinds]
+    plain = [make_optimizer(k) for k in kinds]
+    flat = [v for vs in variables for v in vs]
+    n = len(SHAPES)
+
+    def step(x, y):
+        with hvd.DistributedGradientTape(tf.GradientTape()) as tape:
+            loss = tf.add_n([loss_of(vs, x, y) for vs in variables])
+        grads = tape.gradient(loss, flat)
+        for i in range(len(kinds)):
+            mine = grads[i * n:(i + 1) * n]
+            optimizers[i].apply_gradients(zip(mine, variables[i]))
+            # The same values without their tags: the Keras optimizer's own step.
+            plain[i].apply_gradients(zip([tf.identity(g) for g in mine], twins[i]))
+
+    function = tf.function(step)
+    for k in range(24):
+        x, y = (tf.constant(a) for a in batch(hvd.rank(), k))
+        (function if k % 2 == 0 else step)(x, y)
+        for i in range(len(kinds)):
+            for a, b in zip(variables[i], twins[i]):
+                assert np.array_equal(a.numpy(), b.numpy()), f"{kinds[i]} differs at step {k}"
+    stats = hvd.stats()
+    assert stats["plans_scheduled"] >= 1 and stats["plan_mean_staleness"] == 0, stats
