@@ -189,20 +189,25 @@ absl::Status AdasumAllreduce::Post(const Step& step) {
   return absl::InternalError("Adasum: unknown step");
 }
 
+template <typename Visit>
+void AdasumAllreduce::ForEachSegmentOfHalf(Visit visit) const {
+  for (size_t t = 0; t + 1 < segment_starts_.size(); ++t) {
+    const int64_t lo = std::max(segment_starts_[t], current_.lo);
+    const int64_t hi = std::min(segment_starts_[t + 1], current_.hi);
+    if (lo >= hi) continue;
+    visit(t, hi - lo, At(lo), theirs_.data() + static_cast<size_t>(lo - current_.lo) * elem_bytes_);
+  }
+}
+
 void AdasumAllreduce::Partials(int level) {
   std::fill(scalars_.begin(), scalars_.end(), 0.0);
   const bool holds_a = HoldsA(level);
   WithTraits(dtype_, [&](auto traits) {
     using Traits = decltype(traits);
-    for (size_t t = 0; t + 1 < segment_starts_.size(); ++t) {
-      const int64_t lo = std::max(segment_starts_[t], current_.lo);
-      const int64_t hi = std::min(segment_starts_[t + 1], current_.hi);
-      if (lo >= hi) continue;
-      const void* mine = At(lo);
-      const void* theirs = theirs_.data() + static_cast<size_t>(lo - current_.lo) * elem_bytes_;
-      AddPartials<Traits>(holds_a ? mine : theirs, holds_a ? theirs : mine, hi - lo,
+    ForEachSegmentOfHalf([&](size_t t, int64_t count, const void* mine, const void* theirs) {
+      AddPartials<Traits>(holds_a ? mine : theirs, holds_a ? theirs : mine, count,
                           &scalars_[3 * t]);
-    }
+    });
   });
 }
 
@@ -210,15 +215,10 @@ void AdasumAllreduce::Combine(int level) {
   const bool holds_a = HoldsA(level);
   WithTraits(dtype_, [&](auto traits) {
     using Traits = decltype(traits);
-    for (size_t t = 0; t + 1 < segment_starts_.size(); ++t) {
-      const int64_t lo = std::max(segment_starts_[t], current_.lo);
-      const int64_t hi = std::min(segment_starts_[t + 1], current_.hi);
-      if (lo >= hi) continue;
+    ForEachSegmentOfHalf([&](size_t t, int64_t count, uint8_t* mine, const uint8_t* theirs) {
       const double dot = scalars_[3 * t], aa = scalars_[3 * t + 1], bb = scalars_[3 * t + 2];
-      CombineInto<Traits>(At(lo),
-                          theirs_.data() + static_cast<size_t>(lo - current_.lo) * elem_bytes_,
-                          hi - lo, holds_a, Coefficient(dot, aa), Coefficient(dot, bb));
-    }
+      CombineInto<Traits>(mine, theirs, count, holds_a, Coefficient(dot, aa), Coefficient(dot, bb));
+    });
   });
 }
 

@@ -81,6 +81,10 @@ class AdasumAllreduce : public Work {
   void Combine(int level);
   // Whether this rank's vector is `a` (the lower group's) at `level`.
   bool HoldsA(int level) const { return ((rank_ >> level) & 1) == 0; }
+  // Calls visit(t, count, mine, theirs) for each segment t that overlaps the kept half, with
+  // that overlap's element count and its start in this rank's buffer and in the partner's half.
+  template <typename Visit>
+  void ForEachSegmentOfHalf(Visit visit) const;
   uint8_t* At(int64_t element) const {
     return buffer_ + static_cast<size_t>(element) * elem_bytes_;
   }

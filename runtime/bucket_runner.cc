@@ -131,8 +131,8 @@ absl::Status BucketRunner::Start(BucketJob* job, const BucketInput& input) {
   return Progress();
 }
 
-absl::Status BucketRunner::CopyOn(BufferOps& ops, std::vector<CopySlice> slices, DataType dtype,
-                                  CopyScaling scaling) {
+absl::Status BucketRunner::CopyOn(BufferOps& ops, const std::vector<CopySlice>& slices,
+                                  DataType dtype, CopyScaling scaling) {
   if (!on_host()) return ops.Copy(slices, dtype, scaling);
   const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));
   const int64_t piece = std::max<int64_t>(1, kPieceBytes / std::max<int64_t>(1, elem));
@@ -242,7 +242,7 @@ absl::Status BucketRunner::Prepare(BucketJob* job, const BucketInput* input) {
         cursor += static_cast<size_t>(s.count) * elem;
       }
       for (auto& [factor, slices] : batches) {
-        absl::Status s = CopyOn(ops, std::move(slices), job->dtype, CopyScaling{factor, 1});
+        absl::Status s = CopyOn(ops, slices, job->dtype, CopyScaling{factor, 1});
         if (!s.ok()) return fail(s);
       }
       if (input->drain) {
@@ -387,7 +387,7 @@ void BucketRunner::Deliver(PendingOp op, std::vector<ReducedPiece> pieces, Done 
             : Bytes(piece.buffer) + static_cast<size_t>(piece.buffer_offset) * elem;
     slices.push_back(CopySlice{dst, src, piece.count});
   }
-  absl::Status status = CopyOn(*deliver_, std::move(slices), dtype,
+  absl::Status status = CopyOn(*deliver_, slices, dtype,
                                FinishScaling(dtype, request.op, request.postscale, size_));
   if (status.ok() && !on_host()) {
     absl::StatusOr<std::unique_ptr<Work>> fence = deliver_->Fence();

@@ -165,7 +165,7 @@ class BucketRunner {
   absl::Status Launch(BucketJob* job);
   void Finish(BucketJob* job);
   // Copies `slices` on `ops`: on the host in pieces with Poke between them, on a device at once.
-  absl::Status CopyOn(BufferOps& ops, std::vector<CopySlice> slices, DataType dtype,
+  absl::Status CopyOn(BufferOps& ops, const std::vector<CopySlice>& slices, DataType dtype,
                       CopyScaling scaling);
   std::string Describe(const BucketJob& job) const;
   bool on_host() const;

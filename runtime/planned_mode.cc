@@ -265,9 +265,10 @@ void PlannedMode::Deliver() {
     if (fence.ok()) {
       device.fence = *std::move(fence);
       delivering_.push_back(std::move(device));
-    } else {
-      queued = fence.status();
+      UpdateHeldBytes();
+      return;
     }
+    queued = fence.status();
   }
   if (!queued.ok()) {
     stalled_ = absl::Status(
@@ -284,7 +285,7 @@ absl::Status PlannedMode::ProgressDelivering() {
     if (done.ok() && !*done) return absl::OkStatus();
     Delivering d = std::move(delivering_.front());
     delivering_.pop_front();
-    const absl::Status status =
+    absl::Status status =
         done.ok() ? absl::OkStatus()
                   : absl::Status(done.status().code(),
                                  absl::StrCat("rank ", rank_, ": delivering delayed CUDA results: ",
