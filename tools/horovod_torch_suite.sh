@@ -65,7 +65,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 rc=0
 PYTHONPATH="$work/shim:$work/test${PYTHONPATH:+:$PYTHONPATH}" \
-  timeout 1800 overlaprun -np "$np" -x PYTHONPATH "$work/rank.sh" "$@" || rc=$?
+  timeout 1800 "${OVERLAPRUN:-overlaprun}" -np "$np" -x PYTHONPATH "$work/rank.sh" "$@" || rc=$?
 for log in "$OUT"/rank*.log; do
   echo "$(basename "$log"): $(tail -n 1 "$log")"
 done
