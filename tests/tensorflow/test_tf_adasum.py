@@ -14,6 +14,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+# The regression task test_tf_training trains (data, its gradients, the starting variables).
+from test_tf_training import data, local_grads, make_variables
+
 
 def power_of_two(n):
     return n > 0 and n & (n - 1) == 0
@@ -77,24 +80,6 @@ def test_allreduce_and_grouped_match_the_reference(hvd, run, mode, dtype):
         assert_matches(g, adasum_reference(m, np_dtype), np_dtype, "grouped member %d" % j)
 
 
-def data(rank, rows=8, seed=0):
-    rng = np.random.default_rng(100 * seed + rank)
-    x = rng.uniform(-1, 1, (rows, 4)).astype(np.float32)
-    y = (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], np.float32) + 0.1).astype(np.float32)
-    return x, y
-
-
-def local_grads(variables, x, y):
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean((x @ variables[0] + variables[1] - y) ** 2)
-    return tape.gradient(loss, variables)
-
-
-def make_variables():
-    return [tf.Variable(tf.reshape(tf.range(4, dtype=tf.float32) / 10.0, [4, 1])),
-            tf.Variable([0.2])]
-
-
 def test_gradient_tape_reduces_the_gradients_with_adasum(hvd, mode):
     require_power_of_two(hvd)
     n, r = hvd.size(), hvd.rank()
@@ -107,8 +92,8 @@ def test_gradient_tape_reduces_the_gradients_with_adasum(hvd, mode):
 
     fn = step if mode == "eager" else tf.function(step)
     for repeat in range(2):
-        grads = fn(*data(r, seed=repeat))
-        everyone = [local_grads(variables, *data(k, seed=repeat)) for k in range(n)]
+        grads = fn(*data(r, rows=8, seed=repeat))
+        everyone = [local_grads(variables, *data(k, rows=8, seed=repeat)) for k in range(n)]
         for i, g in enumerate(grads):
             want = adasum_reference([e[i].numpy() for e in everyone], np.float32)
             assert_matches(g, want, np.float32, "gradient %d" % i)
