@@ -244,7 +244,9 @@ absl::StatusOr<Handle> Alltoall(const std::string& name, const Tensor& input,
 // training resumes: a run restored at step k, in this process or a fresh one, goes on exactly
 // as the saved one would have, under the saved plan from its first step. Save and restore on
 // every rank, between steps: once every handle of the step has completed and before the next
-// step's first submission. FailedPrecondition before Init, and for a save in the middle of a
+// step's first submission. Restore returns once the restored plan is in force (its
+// CurrentPlanSchedule readable), or FailedPrecondition after OVERLAP_COLLECTIVE_TIMEOUT_S.
+// FailedPrecondition before Init, and for a save in the middle of a
 // step (naming the tensors) or a restore of a scheduled plan under OVERLAP_PLANNER=observed;
 // InvalidArgument on bytes that are not such a snapshot or that do not fit together.
 absl::StatusOr<std::string> SaveCompressionState();

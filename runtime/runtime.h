@@ -165,7 +165,8 @@ class Runtime {
   };
   // Checkpoints of the scheduled plan: the saving thread asks (SavePlan) and waits; the
   // coordinator answers between steps (AnswerPlanSave). A restore goes to the coordinator as a
-  // marker, so it takes effect before every later submission (AdoptRestored).
+  // marker, so it takes effect before every later submission (AdoptRestored); the restoring
+  // thread waits for it to be taken, so that the plan's schedule is in force when it returns.
   absl::StatusOr<std::string> SavePlan();
   void AnswerPlanSave();
   bool PlanSaveAnswered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -173,6 +174,14 @@ class Runtime {
   }
   absl::StatusOr<std::shared_ptr<RestoredPlan>> PrepareRestore(absl::string_view bytes);
   void AdoptRestored(RestoredPlan restored);
+  // The restore marker has been taken in (its plan is in force and CurrentPlanSchedule shows
+  // it), or the runtime has stopped.
+  bool RestoreTaken() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const Marker& m : markers_) {
+      if (m.restore != nullptr) return !fatal_.ok() || stopped_;
+    }
+    return true;
+  }
   bool Quiescent() const;
   bool PlanesIdle() const { return data_plane_->idle() && cuda_plane_->idle(); }
   // Binds this process to the GPU of `op`'s tensors on its first CUDA operation; afterwards,

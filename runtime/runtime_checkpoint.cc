@@ -55,12 +55,26 @@ absl::Status Runtime::RestoreCompressionState(const std::string& snapshot) {
   absl::Status s = delay_line_->Restore(delayed);
   if (s.ok()) s = compression_->Restore(residuals);
   if (!s.ok() || restored == nullptr) return s;
-  {
-    absl::MutexLock lock(&mu_);
-    markers_.push_back(Marker{-1, incoming_.size(), std::move(restored)});
-  }
+  // The caller returns with the plan in force: an adapter that reads the schedule at the next
+  // forward (overlap.torch's staleness correction) must see the restored plan, not the state
+  // before it, or the resumed run departs from the saved one.
+  absl::MutexLock lock(&mu_);
+  markers_.push_back(Marker{-1, incoming_.size(), std::move(restored)});
   Wake();
-  return absl::OkStatus();
+  const double timeout_s = config_.collective_timeout_s;
+  if (mu_.AwaitWithTimeout(absl::Condition(this, &Runtime::RestoreTaken),
+                           absl::Seconds(timeout_s)) &&
+      fatal_.ok() && !stopped_) {
+    return absl::OkStatus();
+  }
+  const std::string why =
+      !fatal_.ok() ? absl::StrCat("the runtime stopped after an error: ", fatal_.message())
+      : stopped_   ? std::string("the runtime has shut down")
+                   : absl::StrCat("the coordinator did not take the restored plan within ",
+                                  timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S); restore on every "
+                                  "rank between the same two steps");
+  return absl::FailedPreconditionError(
+      absl::StrCat("rank ", rank_, ": RestoreCompressionState: ", why));
 }
 
 absl::StatusOr<std::string> Runtime::SavePlan() {

@@ -67,6 +67,10 @@ class _Param:
         self.slot_key = None       # the (dtype, shape) the slot was made for
 
 
+# optimizer.state_dict()'s entry for the staleness correction's state (StalenessCorrection).
+_CORRECTION_KEY = "overlap_staleness_correction"
+
+
 class _DistributedOptimizer:
     def _overlap_setup(self, named_parameters, compression, backward_passes_per_step, op,
                        gradient_predivide_factor, groups, sparse_as_dense, process_set,
@@ -419,11 +423,26 @@ class _DistributedOptimizer:
 
     def state_dict(self, *args, **kwargs):
         self.apply_pending_updates()
-        return super(_DistributedOptimizer, self).state_dict(*args, **kwargs)
+        state = super(_DistributedOptimizer, self).state_dict(*args, **kwargs)
+        # The staleness correction's last updates: without them a resumed run's first forward
+        # is not moved ahead as the uninterrupted run's is, and every parameter differs.
+        correction = self._correction.state_dict(self._all_params())
+        if correction:
+            state[_CORRECTION_KEY] = correction
+        return state
 
-    def load_state_dict(self, *args, **kwargs):
+    def load_state_dict(self, state_dict, *args, **kwargs):
         self.apply_pending_updates()
-        return super(_DistributedOptimizer, self).load_state_dict(*args, **kwargs)
+        correction = state_dict.get(_CORRECTION_KEY)
+        if correction is not None:
+            state_dict = {k: v for k, v in state_dict.items() if k != _CORRECTION_KEY}
+        result = super(_DistributedOptimizer, self).load_state_dict(state_dict, *args, **kwargs)
+        self._correction.load_state_dict(self._all_params(), correction or {})
+        return result
+
+    def _all_params(self):
+        """Every parameter in torch's state_dict order (its integer keys)."""
+        return [p for group in self.param_groups for p in group["params"]]
 
     @contextlib.contextmanager
     def skip_synchronize(self):

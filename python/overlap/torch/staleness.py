@@ -119,6 +119,27 @@ class StalenessCorrection:
                     total += t.numel() * t.element_size()
         return total
 
+    def state_dict(self, params):
+        """The state a checkpoint must carry for a resumed run to repeat this one bit for bit:
+        {position in `params`: the parameter's last update} for every parameter that the next
+        forward moves ahead ("predict"); {} otherwise."""
+        position = {p: i for i, p in enumerate(params)}
+        return {position[p]: state.last.detach().clone() for p, state in self._states.items()
+                if state.last is not None and p in position}
+
+    def load_state_dict(self, params, saved):
+        """Takes back what state_dict() gave, in a fresh process before its first forward: the
+        forward hook is armed at once, since no step() has run yet to arm it."""
+        self._states = {}
+        for index, last in saved.items():
+            p = params[int(index)]
+            state = self._states.setdefault(p, _State())
+            state.saved = torch.empty_like(p)
+            state.last = last.to(device=p.device, dtype=p.dtype).clone()
+            state.due = True
+        if self._predict and self._states:
+            self._watch_forwards(True)
+
     # -- schedule ---------------------------------------------------------------------------
 
     def _slices(self, p):
