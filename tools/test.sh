@@ -4,7 +4,8 @@
 # it they fail, saying so), a short pass of each fuzz target, the unit and 2-rank tests under
 # the sanitizers, and clang-tidy. Without a CUDA toolkit the GPU tests are absent and one line
 # says so (OVERLAP_CUDA_HOME, see README). Installs missing Debian packages first (tools/setup.sh).
-# Extra arguments go to `bazel test`, e.g. tools/test.sh --test_tag_filters=-mpi
+# 4-rank suites that only repeat their 2-rank twin run with OVERLAP_EXTENDED=1.
+# Extra arguments go to `bazel test`, e.g. tools/test.sh --test_tag_filters=-mpi,-extended
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
@@ -14,8 +15,24 @@ log=$(mktemp)
 # Wall seconds per stage, in the summary line: CI's time budget is spent here.
 stage_start=$SECONDS times=""
 stage_done() { times="$times $1 $((SECONDS - stage_start))s"; stage_start=$SECONDS; }
-bazel test //... "$@" 2>&1 | tee "$log"
+# 4-rank suites that repeat their 2-rank twin are tagged "extended" (tests/torch/BUILD,
+# tests/tensorflow/BUILD): run only with OVERLAP_EXTENDED=1. A --test_tag_filters of the
+# caller's replaces this one.
+filters=(--test_tag_filters=-extended)
+[ "${OVERLAP_EXTENDED:-0}" = 1 ] && filters=()
+started=$(mktemp)  # test logs newer than this one are this run's
+bazel test //... "${filters[@]}" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
+# GPU test targets that ran here without a GPU and skipped (tests/gpu/gpu_gate.h warns
+# "skipping GPU check"; pytest's -rs prints "SKIPPED ... GPU ..."): counted for the summary, so
+# that a run with no GPU cannot read as one that checked the device path.
+testlogs=$(bazel info bazel-testlogs 2>/dev/null)
+gpu_skipped=0
+if [ -d "$testlogs" ]; then
+  gpu_skipped=$(find "$testlogs" -name test.log -newer "$started" -print0 2>/dev/null |
+    xargs -0 -r grep -lE 'skipping GPU check|^SKIPPED .*GPU' | wc -l)
+fi
+rm -f "$started"
 passed=$(grep -cE '^//.* PASSED in' "$log")
 # The names of the failed targets go in the summary line too: CI shows only the tail of the log,
 # and the sanitizer and clang-tidy stages print thousands of lines after this one.
@@ -65,6 +82,7 @@ docs_check="passed"
 python3 tools/check_docs.py || { docs_check="FAILED (above)"; rc=1; }
 tools/cuda_status.sh || true
 echo "overlap tests: ${passed} passed, ${failed} failed${failed_names:+ ($failed_names)};" \
+  "GPU: ${gpu_skipped} test targets skipped for want of a GPU;" \
   "fuzz: ${fuzz}; docs: ${docs_check}; sanitizers: ${sanitizers:-no summary (above)}; clang-tidy: ${tidy:-no summary (above)};" \
   "wall:${times}"
 exit "$rc"

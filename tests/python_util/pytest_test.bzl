@@ -1,11 +1,13 @@
 """overlap_pytest_test: one pytest suite of a Python adapter run on `np` ranks by overlaprun."""
 
-def overlap_pytest_test(name, framework, np, suite, data = [], env = {}, timeout_s = 600):
+def overlap_pytest_test(name, framework, np, suite, data = [], env = {}, timeout_s = 600, tags = []):
     """A suite of tests/torch or tests/tensorflow on `np` ranks (tests/python_util/run_pytest.sh).
 
     framework: "torch" (a missing torch fails the test) or "tensorflow" (a missing tensorflow
     passes with a SKIPPED line). suite: the test_*.py file, in the calling package. data: its
-    conftest.py and helpers. env: runtime settings for the suite.
+    conftest.py and helpers. env: runtime settings for the suite. tags: more tags, e.g.
+    "extended" for a run that repeats another on more ranks (tools/test.sh leaves those out
+    unless OVERLAP_EXTENDED=1).
     """
     native.sh_test(
         name = name,
@@ -34,5 +36,5 @@ def overlap_pytest_test(name, framework, np, suite, data = [], env = {}, timeout
             "exclusive",
             "mpi",
             framework,
-        ],
+        ] + tags,
     )
