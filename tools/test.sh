@@ -41,40 +41,68 @@ failed=$(grep -c . <<<"$failed_names")
 failed_names=$(paste -sd' ' <<<"$failed_names")
 rm -f "$log"
 stage_done bazel-test
-# A short pass of every libFuzzer target (tools/fuzz.sh, docs/reliability.md);
-# OVERLAP_FUZZ_SECONDS=0 skips it.
-fuzz_s=${OVERLAP_FUZZ_SECONDS:-10}
-fuzz="skipped (OVERLAP_FUZZ_SECONDS=0)"
-if [ "$fuzz_s" != 0 ]; then
-  fuzz="passed"
-  tools/fuzz.sh -t "$fuzz_s" || { fuzz="FAILED to build or found a problem (above)"; rc=1; }
-  stage_done fuzz
-fi
-# The unit tests and the 2-rank runtime suites again under ASan+UBSan, and the 2-rank suites and
-# the threaded fake-world suites under TSan (tools/sanitize.sh, docs/reliability.md);
-# OVERLAP_SANITIZE=0 skips them, OVERLAP_SANITIZE=asan runs ASan only,
-# OVERLAP_SANITIZE="asan tsan-core" TSan on the core suites only (about 8 minutes less).
-sanitize=${OVERLAP_SANITIZE:-asan tsan}
-sanitizers="skipped (OVERLAP_SANITIZE=0)"
-if [ "$sanitize" != 0 ]; then
+# The later stages run in order of what they catch, each only if the time it usually takes
+# still fits in the run's budget (OVERLAP_TIME_BUDGET_MIN, default 70: CI stops the run at 90);
+# a stage left out for time says so in the summary line, with the minutes used.
+budget_s=$((${OVERLAP_TIME_BUDGET_MIN:-70} * 60))
+fits() {  # fits SECONDS_IT_USUALLY_TAKES
+  ((SECONDS + $1 <= budget_s))
+}
+over_budget() {
+  echo "SKIPPED for time ($((SECONDS / 60)) of $((budget_s / 60)) minutes used; OVERLAP_TIME_BUDGET_MIN)"
+}
+# The unit tests and the 2-rank runtime suites again under ASan+UBSan, and the threaded
+# fake-world suites with the core 2-rank suites under TSan (tools/sanitize.sh,
+# docs/reliability.md); OVERLAP_SANITIZE=0 skips them, OVERLAP_SANITIZE=asan runs ASan only,
+# OVERLAP_SANITIZE="asan tsan" TSan on every 2-rank runtime suite (about 8 minutes more).
+sanitize=${OVERLAP_SANITIZE:-asan tsan-core}
+sanitizers=""
+run_sanitizer() {  # run_sanitizer STAGE
+  local san_log line
   san_log=$(mktemp)
-  # shellcheck disable=SC2086 # the stages are words
-  tools/sanitize.sh $sanitize 2>&1 | tee "$san_log"
+  tools/sanitize.sh "$1" 2>&1 | tee "$san_log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-  sanitizers=$(sed -n 's/^overlap sanitizers: //p' "$san_log" | tail -1)
+  line=$(sed -n 's/^overlap sanitizers: //p' "$san_log" | tail -1)
+  sanitizers="${sanitizers:+$sanitizers; }${line:-$1: no summary (above)}"
   rm -f "$san_log"
-  stage_done sanitizers
+  stage_done "$1"
+}
+if [ "$sanitize" = 0 ]; then
+  sanitizers="skipped (OVERLAP_SANITIZE=0)"
+elif [[ " $sanitize " == *" asan "* ]]; then
+  if fits 1200; then run_sanitizer asan; else sanitizers="asan $(over_budget)"; fi
 fi
 # clang-tidy on the library and tool sources (.clang-tidy, tools/clang_tidy.sh); every finding
 # fails the run. OVERLAP_CLANG_TIDY=0 skips it.
 tidy="skipped (OVERLAP_CLANG_TIDY=0)"
 if [ "${OVERLAP_CLANG_TIDY:-1}" != 0 ]; then
-  tidy_log=$(mktemp)
-  tools/clang_tidy.sh 2>&1 | tee "$tidy_log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-  tidy=$(sed -n 's/^overlap clang-tidy: //p' "$tidy_log" | tail -1)
-  rm -f "$tidy_log"
-  stage_done clang-tidy
+  if fits 720; then
+    tidy_log=$(mktemp)
+    tools/clang_tidy.sh 2>&1 | tee "$tidy_log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    tidy=$(sed -n 's/^overlap clang-tidy: //p' "$tidy_log" | tail -1)
+    rm -f "$tidy_log"
+    stage_done clang-tidy
+  else
+    tidy=$(over_budget)
+  fi
+fi
+for stage in $sanitize; do
+  [ "$stage" = asan ] && continue
+  if fits 600; then run_sanitizer "$stage"; else sanitizers="${sanitizers:+$sanitizers; }$stage $(over_budget)"; fi
+done
+# A short pass of every libFuzzer target (tools/fuzz.sh, docs/reliability.md);
+# OVERLAP_FUZZ_SECONDS=0 skips it.
+fuzz_s=${OVERLAP_FUZZ_SECONDS:-10}
+fuzz="skipped (OVERLAP_FUZZ_SECONDS=0)"
+if [ "$fuzz_s" != 0 ]; then
+  if fits 300; then
+    fuzz="passed"
+    tools/fuzz.sh -t "$fuzz_s" || { fuzz="FAILED to build or found a problem (above)"; rc=1; }
+    stage_done fuzz
+  else
+    fuzz=$(over_budget)
+  fi
 fi
 # Claims in docs/ that drift with the code (tools/check_docs.py): the module dependency table
 # against the includes, and the last GPU run against the GPU data path's last change.

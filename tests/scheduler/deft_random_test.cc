@@ -135,8 +135,10 @@ TEST_CASE(
   double worst_ratio = 0;
   std::string worst_case;
   for (size_t i = 0; i < seeds.size(); ++i) {
-    // Instrumented, one seed in four (small and large alike).
-    if (!testing::RunsUnderSanitizer(i, 4)) continue;
+    // Instrumented, one seed in sixteen (small and large alike): the sanitizers look for memory
+    // and threading faults in the planners, which a dozen profiles reach; the gap bound itself
+    // is checked on every seed uninstrumented.
+    if (!testing::RunsUnderSanitizer(i, 16)) continue;
     const auto [seed, large] = seeds[i];
     const RandomCase c = MakeRandomCase(seed, large);
     double best_ms = std::numeric_limits<double>::infinity();

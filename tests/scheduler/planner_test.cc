@@ -49,8 +49,8 @@ TEST_CASE("Every planner covers every byte exactly once and keeps delays within 
           if (name == "auto" && (c != 0 || staleness != 1)) {
             continue;  // auto = all of the above
           }
-          // Instrumented, each (cost, staleness, planner) runs on a third of the models.
-          if (!testing::RunsUnderSanitizer(m + c + staleness + n, 3)) {
+          // Instrumented, each (cost, staleness, planner) runs on a sixth of the models.
+          if (!testing::RunsUnderSanitizer(m + c + staleness + n, 6)) {
             continue;
           }
           INFO(model << " cost " << c << " staleness " << staleness << " " << name);
