@@ -22,6 +22,7 @@ constexpr absl::Duration kWait = absl::Seconds(60);
 bool JoinsFirst() { return Rank() < Size() / 2; }
 
 void WaitOk(const absl::StatusOr<Handle>& h) {
+  INFO(h.status().message());
   REQUIRE(h.ok());
   const absl::Status s = h->Wait(kWait);
   INFO(s.message());
@@ -48,10 +49,12 @@ void CheckRefusal(const std::string& error, const std::string& what, double seco
   CHECK(seconds < 10.0);
 }
 
-// The ranks that did not join reduce once more (the joined ones stand in with zeros), then join;
-// afterwards every rank reduces again.
-void AllreduceThenJoin(const std::string& tag) {
-  if (!JoinsFirst()) {
+// The ranks that did not join reduce once more (the joined ones stand in with zeros), then join,
+// which completes the joined ranks' `join`; afterwards every rank reduces again.
+void AllreduceThenJoin(const std::string& tag, const absl::StatusOr<Handle>& join) {
+  if (JoinsFirst()) {
+    WaitOk(join);
+  } else {
     std::vector<float> x(6, 1.0f);
     WaitOk(Allreduce(absl::StrCat(tag, ".during"), MakeTensor(x.data(), {6}),
                      MakeTensor(x.data(), {6}), {ReduceOp::kSum}));
@@ -81,8 +84,7 @@ void RefusedWhileJoined(const std::string& tag, const char* kind, bool own_names
     const auto [error, seconds] = ErrorAndSeconds(submit(name), start);
     CheckRefusal(error, absl::StrCat(kind, " '", name, "'"), seconds);
   }
-  AllreduceThenJoin(tag);
-  if (JoinsFirst()) WaitOk(join);
+  AllreduceThenJoin(tag, join);
 }
 
 TEST_CASE("allgathers named differently on each rank fail at once while ranks have joined",
