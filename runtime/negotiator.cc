@@ -118,7 +118,10 @@ absl::Status Negotiator::AbsorbGather(const std::string& bytes, int from,
     Request request;
     s = DecodeRequest(&in, &request);
     if (!s.ok()) return s;
-    if (request.kind == OpKind::kJoin) joined_[static_cast<size_t>(from)] = true;
+    if (request.kind == OpKind::kJoin) {
+      joined_[static_cast<size_t>(from)] = true;
+      for (auto& [id, stall] : cached_stalls_) stall.join_checked = false;
+    }
     // A name the cache knows, sent whole, means this rank's request changed: every rank must
     // send it whole again so that rank 0 can compare them.
     auto cached = cache_ids_.find(request.name);
@@ -140,7 +143,7 @@ absl::Status Negotiator::AbsorbGather(const std::string& bytes, int from,
   // Every id, not only known stalls: a stall first seen in this round needs its ranks too, to
   // tell whether a shut-down rank lacks it. InspectStalls drops the ids ready everywhere.
   for (int64_t id : ready) {
-    cached_stalls_.try_emplace(static_cast<int32_t>(id), CachedStall{now, false, {}})
+    cached_stalls_.try_emplace(static_cast<int32_t>(id), CachedStall{now, false, {}, false})
         .first->second.ready_ranks.push_back(from);
   }
   int64_t shutting_down = 0;
@@ -230,7 +233,7 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
   for (size_t id = 0; id < cache_.size(); ++id) {
     const bool partial = TestBit(any, id) && !TestBit(all, id) && cache_[id].valid;
     if (partial) {
-      cached_stalls_.try_emplace(static_cast<int32_t>(id), CachedStall{now, false, {}});
+      cached_stalls_.try_emplace(static_cast<int32_t>(id), CachedStall{now, false, {}, false});
     } else {
       cached_stalls_.erase(static_cast<int32_t>(id));
     }
@@ -272,6 +275,8 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
     const std::vector<int> have = SubmittedBy(entry, &request);
     if ((may_fail && age >= timeout) || hopeless(*request, have)) {
       report(*request, have, age, /*fail=*/true, -1, hints[it->first]);
+      // The ranks whose Join failed are no longer joined: they submit again.
+      if (request->kind == OpKind::kJoin) joined_.assign(static_cast<size_t>(size_), false);
       table_.erase(it++);
       continue;
     }
@@ -331,7 +336,71 @@ std::string Negotiator::RenamedTensorHint(const std::string& name) const {
   return "";
 }
 
+std::vector<int> Negotiator::JoinedRanks() const {
+  std::vector<int> ranks;
+  for (int r = 0; r < size_; ++r) {
+    if (joined_[static_cast<size_t>(r)]) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+void Negotiator::RefuseDuringJoin(bool gathered, std::vector<Response>* responses) {
+  const std::vector<int> joined = JoinedRanks();
+  if (joined.empty()) return;
+  auto refused = [&](const Request& request, const std::vector<int>& have) {
+    if (request.kind == OpKind::kAllreduce || request.kind == OpKind::kJoin) return false;
+    return std::any_of(joined.begin(), joined.end(), [&](int r) {
+      return std::find(have.begin(), have.end(), r) == have.end();
+    });
+  };
+  auto refuse = [&](const Request& request, int32_t cache_id) {
+    Response response;
+    response.name = request.name;
+    response.request = request;
+    response.cache_id = cache_id;
+    response.error = absl::StrCat(OpKindName(request.kind), " '", request.name,
+                                  "' cannot run while ranks ", RankList(joined, hosts_),
+                                  " have joined; only allreduce may run during a join");
+    spdlog::error("overlap: rank 0: {}", response.error);
+    responses->push_back(std::move(response));
+  };
+  if (gathered) {
+    for (auto it = cached_stalls_.begin(); it != cached_stalls_.end();) {
+      const CacheEntry& entry = cache_[static_cast<size_t>(it->first)];
+      if (entry.valid && refused(entry.response->request, it->second.ready_ranks)) {
+        refuse(entry.response->request, it->first);
+        cached_stalls_.erase(it++);
+        continue;
+      }
+      ++it;
+    }
+  }
+  for (auto it = table_.begin(); it != table_.end();) {
+    const Request* request = nullptr;
+    const std::vector<int> have = SubmittedBy(it->second, &request);
+    if (refused(*request, have)) {
+      refuse(*request, -1);
+      table_.erase(it++);
+      continue;
+    }
+    ++it;
+  }
+}
+
+bool Negotiator::JoinCheckDue() const {
+  if (std::none_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) return false;
+  for (const auto& [id, stall] : cached_stalls_) {
+    const CacheEntry& entry = cache_[static_cast<size_t>(id)];
+    if (!stall.join_checked && entry.valid &&
+        entry.response->request.kind != OpKind::kAllreduce) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool Negotiator::StallGatherDue() const {
+  if (JoinCheckDue()) return true;
   const absl::Time now = absl::Now();
   for (const auto& [id, stall] : cached_stalls_) {
     const absl::Duration age = now - stall.first_seen;
@@ -348,6 +417,7 @@ void Negotiator::ForgetStalls(const absl::flat_hash_set<int32_t>& ids) {
 }
 
 absl::Time Negotiator::NextStallCheck() const {
+  if (JoinCheckDue()) return absl::InfinitePast();
   absl::Time next = absl::InfiniteFuture();
   const absl::Duration warning = absl::Seconds(config_.stall_warning_s);
   const absl::Duration timeout = absl::Seconds(config_.stall_timeout_s);
@@ -492,11 +562,17 @@ absl::StatusOr<RoundResult> Negotiator::RunRound(PendingTable* pending, bool joi
       s = AbsorbGather(gathered[r], static_cast<int>(r), &evictions);
       if (!s.ok()) return s;
     }
+    if (stall_gather) {
+      for (auto& [id, stall] : cached_stalls_) stall.join_checked = true;
+    }
   }
   if (gather || (flags & kNoBroadcast) == 0) {
     std::string bytes;
     if (rank_ == 0) {
       InspectStalls(all, any, stall_gather, /*may_fail=*/true, &responses);
+      // After InspectStalls, which tracks every partial cached id anew: a refused one must leave
+      // cached_stalls_ for good, or it would be join-checked again next round.
+      RefuseDuringJoin(stall_gather, &responses);
       MatchTable(&responses);
       ByteWriter out;
       out.PutI64(static_cast<int64_t>(evictions.size()));

@@ -12,7 +12,10 @@
 // when an operation is ready on some ranks but not others for stall_warning_s, and fails it after
 // stall_timeout_s. A rank that has called Shutdown will submit nothing more, so an operation it
 // lacks fails at once, naming it (a rank whose program ended early, by sys.exit say, while the
-// others wait on it: as under Horovod, they fail instead of waiting out the timeouts).
+// others wait on it: as under Horovod, they fail instead of waiting out the timeouts). Likewise
+// an operation other than allreduce that a joined rank lacks fails on every rank that submitted
+// it as soon as rank 0 knows of both, whatever its name on the other ranks (automatic names,
+// numbered per process, differ once some ranks have joined).
 //
 // Threading: the coordinator thread only.
 #ifndef OVERLAP_RUNTIME_NEGOTIATOR_H_
@@ -123,6 +126,9 @@ class Negotiator {
     absl::Time first_seen;
     bool warned = false;
     std::vector<int> ready_ranks;  // filled by a stall gather
+    // ready_ranks were gathered after the set of joined ranks last changed, so the join check
+    // (RefuseDuringJoin) has seen this stall with its current ranks.
+    bool join_checked = false;
   };
 
   // Starts one collective of the round and waits for it; errors name the rank and `what`.
@@ -150,6 +156,16 @@ class Negotiator {
   // The ranks in `missing` that have shut down and would have to submit an operation of `kind`.
   std::vector<int> ShutDownAmong(const std::vector<int>& missing, OpKind kind) const;
   bool StallGatherDue() const;
+  // Rank 0, Horovod's rule that only allreduce may run while some ranks have joined: an
+  // operation of another kind that a joined rank lacks can never run (the joined rank submits
+  // nothing until its Join completes, and that needs every rank to join). Fails each such table
+  // entry, and, when `gathered` (ready_ranks are current), each such cached stall, naming the
+  // joined ranks. Without this the entry would wait out stall_timeout_s.
+  void RefuseDuringJoin(bool gathered, std::vector<Response>* responses);
+  // Rank 0: some rank has joined and a cached operation other than allreduce is pending on some
+  // ranks but not yet join-checked: the next round must gather the ready lists.
+  bool JoinCheckDue() const;
+  std::vector<int> JoinedRanks() const;
   void ApplyResponses(std::vector<int32_t> evictions, std::vector<Response> responses,
                       const std::vector<uint64_t>& all_ready, PendingTable* pending, bool joined,
                       RoundResult* result);

@@ -5,6 +5,7 @@
 // part, so each rank runs its round on a thread of its own, as on its coordinator thread.
 #include "runtime/negotiator.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <memory>
@@ -58,6 +59,21 @@ class Negotiation {
     AllreduceOptions options;
     options.op = ReduceOp::kSum;
     pending(r)[name] = AllreduceOp(name, t, t, options);
+  }
+  // Rank r submits an allgather of `name`, float32 rows of 3.
+  void SubmitAllgather(int r, const std::string& name) {
+    PendingOp op;
+    op.request.kind = OpKind::kAllgather;
+    op.request.name = name;
+    op.request.tensors.push_back(TensorMeta{DataType::kFloat32, {2, 3}});
+    pending(r)[name] = std::move(op);
+  }
+  // Rank r calls Join; its turns must then say joined.
+  void SubmitJoin(int r) {
+    PendingOp op;
+    op.request.kind = OpKind::kJoin;
+    op.request.name = "__join";
+    pending(r)["__join"] = std::move(op);
   }
   void SubmitEverywhere(const std::string& name) {
     for (int r = 0; r < size(); ++r) Submit(r, name);
@@ -384,6 +400,118 @@ TEST_CASE("a joined rank stands ready with zeros for every cached allreduce",
     REQUIRE(ReadyNames(*results[r]) == std::vector<std::string>{"p"});
     CHECK(results[r]->ready[0].op.has_value() == (r != 2));  // rank 2 only contributes zeros
   }
+}
+
+// The refusal every rank that submitted `name` gets while ranks 0 and 1 have joined.
+std::string JoinRefusal(const std::string& name) {
+  return "allgather '" + name +
+         "' cannot run while ranks [0 (h1), 1 (h2)] have joined; only allreduce may run during a "
+         "join";
+}
+
+TEST_CASE("an allgather joined ranks lack fails at once, whatever its name on each rank",
+          "[negotiator][join]") {
+  Negotiation job(4, PatientConfig());
+  std::vector<Turn> turns(4);
+  for (int r : {0, 1}) {
+    job.SubmitJoin(r);
+    turns[static_cast<size_t>(r)].joined = true;
+  }
+  // Automatic names, numbered per process, differ: no entry is ever submitted by both ranks.
+  job.SubmitAllgather(2, "allgather.noname.7");
+  job.SubmitAllgather(3, "allgather.noname.9");
+  auto results = job.Round(turns);
+  for (int r = 0; r < 4; ++r) {
+    REQUIRE(results[r].ok());
+    CHECK(results[r]->ready.empty());
+    if (r < 2) {
+      CHECK(results[r]->failed.empty());
+      continue;
+    }
+    const std::string name = r == 2 ? "allgather.noname.7" : "allgather.noname.9";
+    REQUIRE(results[r]->failed.size() == 1);
+    CHECK(results[r]->failed[0].first.request.name == name);
+    CHECK(results[r]->failed[0].second == JoinRefusal(name));
+    CHECK(job.pending(r).empty());
+  }
+  // An allreduce still runs, the joined ranks standing in; then the Join completes everywhere.
+  job.Submit(2, "p");
+  job.Submit(3, "p");
+  results = job.Round(turns);
+  for (int r = 0; r < 4; ++r) {
+    REQUIRE(results[r].ok());
+    CHECK(ReadyNames(*results[r]) == std::vector<std::string>{"p"});
+  }
+  job.SubmitJoin(2);
+  job.SubmitJoin(3);
+  for (Turn& turn : turns) turn.joined = true;
+  results = job.Round(turns);
+  for (int r = 0; r < 4; ++r) {
+    REQUIRE(results[r].ok());
+    CHECK(results[r]->failed.empty());
+    // (With every rank joined, each stands in for every cached allreduce: "p" runs with zeros.)
+    const std::vector<std::string> names = ReadyNames(*results[r]);
+    CHECK(std::count(names.begin(), names.end(), "__join") == 1);
+  }
+}
+
+TEST_CASE("an allgather submitted before the others joined fails once they have",
+          "[negotiator][join]") {
+  Negotiation job(4, PatientConfig());
+  job.SubmitAllgather(2, "g.2");
+  job.SubmitAllgather(3, "g.3");
+  auto waiting = job.Round();
+  for (int r = 0; r < 4; ++r) {
+    REQUIRE(waiting[r].ok());
+    CHECK(waiting[r]->failed.empty());
+  }
+  std::vector<Turn> turns(4);
+  for (int r : {0, 1}) {
+    job.SubmitJoin(r);
+    turns[static_cast<size_t>(r)].joined = true;
+  }
+  auto results = job.Round(turns);
+  for (int r : {2, 3}) {
+    REQUIRE(results[r].ok());
+    REQUIRE(results[r]->failed.size() == 1);
+    CHECK(results[r]->failed[0].second == JoinRefusal(r == 2 ? "g.2" : "g.3"));
+  }
+}
+
+TEST_CASE("a cached allgather joined ranks lack fails within a few rounds",
+          "[negotiator][join][cache]") {
+  Negotiation job(4, PatientConfig());
+  for (int r = 0; r < 4; ++r) job.SubmitAllgather(r, "c");
+  auto first = job.Round();
+  REQUIRE(first[0].ok());
+  REQUIRE(ReadyNames(*first[0]) == std::vector<std::string>{"c"});
+  std::vector<Turn> turns(4);
+  for (int r : {0, 1}) {
+    job.SubmitJoin(r);
+    turns[static_cast<size_t>(r)].joined = true;
+  }
+  REQUIRE(job.Round(turns)[0].ok());  // rank 0 learns of the joins
+  job.SubmitAllgather(2, "c");
+  job.SubmitAllgather(3, "c");
+  // The ranks announce "c" by its cache bit only: rank 0 sees it pending on some ranks, then
+  // gathers who has it and refuses it. A few rounds, not the stall timeout (120 s).
+  int rounds = 0;
+  std::vector<absl::StatusOr<RoundResult>> results;
+  do {
+    results = job.Round(turns);
+    REQUIRE(results[2].ok());
+    ++rounds;
+  } while (results[2]->failed.empty() && rounds < 5);
+  CHECK(rounds <= 3);
+  for (int r : {2, 3}) {
+    REQUIRE(results[r].ok());
+    REQUIRE(results[r]->failed.size() == 1);
+    CHECK(results[r]->failed[0].second == JoinRefusal("c"));
+    CHECK(job.pending(r).empty());
+  }
+  for (int r : {0, 1}) CHECK(results[r]->failed.empty());
+  // Nothing is left to check: rank 0's next timer is the pending Join's stall warning.
+  CHECK(job.negotiator(0).NextStallCheck() > absl::Now() + absl::Seconds(30));
 }
 
 TEST_CASE("shutdown, unfreeze wishes and planned-launch counts are agreed in the round",
