@@ -38,6 +38,18 @@ struct PendingOp {
 // This rank's un-negotiated operations by name (names are unique while in flight).
 using PendingTable = absl::flat_hash_map<std::string, PendingOp>;
 
+// Puts `ops` back into `pending` as fresh submissions, whatever a plan had made of them: no cache
+// bit, the full request still to send. Returns whether there were any (a round must send them).
+inline bool ReturnToNegotiation(std::vector<PendingOp> ops, PendingTable* pending) {
+  for (PendingOp& op : ops) {
+    op.cache_id = -1;
+    op.sent = false;
+    std::string name = op.request.name;
+    pending->emplace(std::move(name), std::move(op));
+  }
+  return !ops.empty();
+}
+
 // An allreduce of `input` into `output` with `options`' reduction and compression (the schedule
 // fields are the delay line's, not the request's).
 inline PendingOp AllreduceOp(const std::string& name, const Tensor& input, const Tensor& output,

@@ -1,3 +1,6 @@
+// PlannedMode (runtime/planned_mode.h): freezing and dropping a plan, starting units with their
+// checks, and finishing whole-tensor buckets. Sliced buckets and delayed plans are in
+// planned_sliced.cc; stall probes, warnings and descriptions in planned_stalls.cc.
 #include "runtime/planned_mode.h"
 
 #include <algorithm>
@@ -13,12 +16,6 @@
 
 namespace overlap {
 namespace {
-
-// How long a started unit waits before asking which ranks have started it: soon enough to warn on
-// time, and to notice an unreachable peer through a round that times out.
-absl::Duration ProbeInterval(const Config& config) {
-  return absl::Seconds(std::min(config.stall_warning_s, config.collective_timeout_s / 4));
-}
 
 // A planned unit may wait for ranks that are still computing for as long as a negotiated
 // operation may, so its collective's own timeout starts after the stall timeout.
@@ -134,51 +131,6 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
                plan_->source, plan_->entries.size(), plan_->buckets.size());
 }
 
-absl::StatusOr<std::optional<PlanDelays::State>> PlannedMode::SaveState() const {
-  if (!frozen_) return absl::FailedPreconditionError("no plan is in force");
-  if (!launches_.empty()) return std::nullopt;  // its buckets are still running
-  std::vector<std::string> submitted;
-  for (const auto& [entry, op] : waiting_) submitted.push_back(QuotedName(entry));
-  for (const auto& [entry, active] : active_) submitted.push_back(QuotedName(entry));
-  if (!submitted.empty() || next_bucket_ != 0) {
-    std::sort(submitted.begin(), submitted.end());
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the plan is in the middle of a step (bucket ", next_bucket_, " of ", plan_->buckets.size(),
-        " is next",
-        submitted.empty()
-            ? ""
-            : absl::StrCat("; ", absl::StrJoin(submitted, ", "), " submitted and waiting for it"),
-        "); save between steps, once every handle of the step has completed"));
-  }
-  if (delays_ == nullptr) {
-    PlanDelays::State state;
-    state.passes = pass_;
-    state.residuals.resize(plan_->buckets.size());
-    return std::optional<PlanDelays::State>(std::move(state));
-  }
-  // Copies still in line, or results in that Progress has not delivered yet: all will be soon.
-  if (!delayed_drained() || delays_->parked() > 0 || !delivering_.empty()) return std::nullopt;
-  absl::StatusOr<PlanDelays::State> state = delays_->Save();
-  if (!state.ok()) return state.status();
-  return std::optional<PlanDelays::State>(*std::move(state));
-}
-
-void PlannedMode::Resume(ExecutablePlan plan, PlanDelays::State state, absl::Duration step_time) {
-  Freeze(std::move(plan), {}, step_time);
-  pass_ = state.passes;
-  if (delays_ != nullptr) {
-    absl::Status restored = delays_->Restore(std::move(state));
-    if (!restored.ok()) {
-      // A checkpoint that cannot be put back would not repeat the saved run: the job stops.
-      stalled_ =
-          absl::Status(restored.code(),
-                       absl::StrCat("rank ", rank_,
-                                    ": restoring the delayed plan's state: ", restored.message()));
-    }
-  }
-  UpdateHeldBytes();
-}
-
 std::vector<PendingOp> PlannedMode::Unfreeze() {
   std::vector<PendingOp> unstarted;
   // A delayed plan's copies are the runtime's own: the parked originals go back instead.
@@ -236,75 +188,6 @@ void PlannedMode::Add(PendingOp op) {
   backlog_[entry].push_back(*std::move(copy));
   Feed(entry);
   deliver_due_ = true;  // results of earlier passes may be due now; completed in Progress
-}
-
-void PlannedMode::Feed(int entry) {
-  auto line = backlog_.find(entry);
-  if (line == backlog_.end() || line->second.empty()) return;
-  if (waiting_.contains(entry) || active_.contains(entry)) return;
-  waiting_.emplace(entry, std::move(line->second.front()));
-  line->second.pop_front();
-}
-
-void PlannedMode::Deliver() {
-  deliver_due_ = false;
-  if (delays_ == nullptr) return;
-  Delivering device;
-  for (PendingOp& op : delays_->TakeDeliverable()) {
-    if (op.request.device == DeviceKind::kCuda) {
-      device.ops.push_back(std::move(op));
-    } else {
-      complete_(op, absl::OkStatus());
-    }
-  }
-  absl::Status queued = delays_->TakeDeviceError();
-  if (!device.ops.empty() && queued.ok()) {
-    // CUDA results were copied out on the delay line's stream: complete once that is done.
-    device.reads = delays_->TakeReads();
-    absl::StatusOr<std::unique_ptr<Work>> fence = delay_ops_->Fence();
-    if (fence.ok()) {
-      device.fence = *std::move(fence);
-      delivering_.push_back(std::move(device));
-      UpdateHeldBytes();
-      return;
-    }
-    queued = fence.status();
-  }
-  if (!queued.ok()) {
-    stalled_ = absl::Status(
-        queued.code(),
-        absl::StrCat("rank ", rank_, ": delivering delayed CUDA results: ", queued.message()));
-    for (PendingOp& op : device.ops) complete_(op, stalled_);
-  }
-  UpdateHeldBytes();
-}
-
-absl::Status PlannedMode::ProgressDelivering() {
-  while (!delivering_.empty()) {
-    absl::StatusOr<bool> done = delivering_.front().fence->Test();
-    if (done.ok() && !*done) return absl::OkStatus();
-    Delivering d = std::move(delivering_.front());
-    delivering_.pop_front();
-    absl::Status status =
-        done.ok() ? absl::OkStatus()
-                  : absl::Status(done.status().code(),
-                                 absl::StrCat("rank ", rank_, ": delivering delayed CUDA results: ",
-                                              done.status().message()));
-    for (PendingOp& op : d.ops) complete_(op, status);
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
-}
-
-void PlannedMode::UpdateHeldBytes() {
-  delayed_bytes_.store(delays_ != nullptr ? delays_->held_bytes() : 0, std::memory_order_relaxed);
-  delayed_device_bytes_.store(delays_ != nullptr ? delays_->held_device_bytes() : 0,
-                              std::memory_order_relaxed);
-  device_buffer_bytes_.store(device_runner_ != nullptr ? device_runner_->held_bytes() : 0,
-                             std::memory_order_relaxed);
-  buffer_bytes_.store(
-      host_runner_->held_bytes() + (delays_ != nullptr ? delays_->pooled_bytes() : 0),
-      std::memory_order_relaxed);
 }
 
 void PlannedMode::SetJoined(bool joined) {
@@ -482,86 +365,6 @@ absl::Status PlannedMode::LaunchNext() {
   return LaunchSliced(&l);
 }
 
-void PlannedMode::MakeDeviceRunner() {
-  if (device_runner_ != nullptr || cuda_plane_->executor() == nullptr) return;
-  absl::StatusOr<std::unique_ptr<BucketRunner>> runner =
-      BucketRunner::Create(cuda_plane_->executor(), cuda_plane_->device(), rank_, size_, timeline_,
-                           absl::Seconds(config_.collective_timeout_s + config_.stall_timeout_s));
-  if (runner.ok()) {
-    device_runner_ = *std::move(runner);
-  } else {
-    device_runner_error_ = runner.status();
-  }
-}
-
-BucketRunner* PlannedMode::RunnerFor(const ExecutablePlan& plan, int bucket) {
-  const ExecSlice& first = plan.buckets[static_cast<size_t>(bucket)].slices.front();
-  const bool cuda =
-      plan.entries[static_cast<size_t>(first.entry)].response->request.device == DeviceKind::kCuda;
-  return cuda ? device_runner_.get() : host_runner_.get();
-}
-
-absl::Status PlannedMode::LaunchSliced(Launch* launch) {
-  const ExecutablePlan& plan = *launch->plan;
-  const ExecBucket& bucket = plan.buckets[static_cast<size_t>(launch->bucket)];
-  launch->job = BucketRunner::NewJob(&plan, launch->bucket);
-  BucketJob* job = launch->job.get();
-  const bool current_delayed = delays_ != nullptr && launch->plan == plan_;
-  if (current_delayed && !delays_->Due(launch->bucket, launch->pass)) {
-    // Off its period: this pass's slices wait in the residual; the check still runs.
-    std::vector<const PendingOp*> inputs;
-    for (const ExecSlice& s : bucket.slices) {
-      auto a = active_.find(s.entry);
-      inputs.push_back(a != active_.end() && !a->second.diverged_here ? &a->second.op : nullptr);
-    }
-    absl::Status folded = delays_->Fold(launch->bucket, inputs);
-    if (!folded.ok()) {
-      return absl::Status(
-          folded.code(),
-          absl::StrCat("rank ", rank_, ": folding plan bucket ", launch->bucket, " (",
-                       UnitNames(launch->responses), ") into its residual: ", folded.message()));
-    }
-    job->skipped = true;
-    job->done = true;
-    return absl::OkStatus();
-  }
-  BucketInput input;
-  for (const ExecSlice& s : bucket.slices) {
-    auto a = active_.find(s.entry);
-    input.sources.push_back(BucketInput::Source{
-        a != active_.end() && !a->second.diverged_here ? &a->second.op : nullptr});
-  }
-  // One whole tensor alone, not prescaled: reduced in the user's buffer, as the data plane does
-  // for large tensors (nothing else of it can be pending, so no partial result is exposed). Not
-  // under a delayed plan: its results are kept per pass, apart from the tensors.
-  const ExecSlice& only = bucket.slices.front();
-  const PendingOp* op = input.sources.front().op;
-  input.in_place = delays_ == nullptr && bucket.slices.size() == 1 &&
-                   job->kind == BucketKind::kAllreduce &&
-                   plan.buckets_of[static_cast<size_t>(only.entry)].size() == 1 && op != nullptr &&
-                   op->request.prescale == 1.0 && only.offset == 0 &&
-                   only.count == op->request.tensors[0].NumElements();
-  if (current_delayed) {
-    input.drain = [this, b = launch->bucket](uint8_t* packed, BufferOps& ops) {
-      return delays_->DrainResidual(b, packed, ops);
-    };
-  }
-  BucketRunner* runner = RunnerFor(plan, launch->bucket);
-  if (runner == nullptr) {
-    // Every rank set the CUDA plane up at the same freeze, and it failed on every rank alike.
-    absl::Status cause = device_runner_error_;
-    if (cause.ok() && cuda_plane_ != nullptr) cause = cuda_plane_->SetUpOnce();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank_, ": the plan's CUDA tensors (", UnitNames(launch->responses),
-        ") cannot run: ",
-        cuda_plane_ == nullptr ? absl::string_view("this planned executor has no CUDA plane")
-                               : cause.message()));
-  }
-  absl::Status started = runner->Start(job, input);
-  UpdateHeldBytes();
-  return started;
-}
-
 void PlannedMode::OnChecked(Launch* launch) {
   launch->checked = true;
   launch->checked_at = absl::Now();
@@ -623,64 +426,6 @@ void PlannedMode::OnDataDone(PendingOp& op, const absl::Status& status) {
     return;
   }
   complete_(op, status);  // cannot happen: every started operation has a launch
-}
-
-void PlannedMode::FinishDelayed(Launch* launch, std::vector<PendingOp>* renegotiate) {
-  const ExecutablePlan& plan = *launch->plan;
-  const bool diverged =
-      std::find(launch->diverged.begin(), launch->diverged.end(), true) != launch->diverged.end();
-  // A diverged bucket's result is never delivered: the plan is dropped right after this.
-  if (!launch->job->skipped && !diverged) {
-    delays_->Store(launch->bucket, launch->pass, std::move(launch->job->buffer));
-  }
-  for (size_t i = 0; i < launch->members.size(); ++i) {
-    const int entry = launch->members[i];
-    if (plan.buckets_of[static_cast<size_t>(entry)].back() != launch->bucket) continue;
-    auto a = active_.find(entry);
-    if (a == active_.end()) continue;  // joined here
-    ActiveEntry active = std::move(a->second);
-    active_.erase(a);
-    delays_->Retire(active.op);
-    if (launch->diverged[i] || active.diverged_here) {
-      std::optional<PendingOp> parked = delays_->TakeParked(entry, active.op.plan_pass);
-      if (parked.has_value()) renegotiate->push_back(std::move(*parked));
-    }
-    Feed(entry);
-  }
-  deliver_due_ = true;
-}
-
-void PlannedMode::FinishSliced(Launch* launch, std::vector<PendingOp>* renegotiate) {
-  if (delays_ != nullptr && launch->plan == plan_) {
-    FinishDelayed(launch, renegotiate);
-    return;
-  }
-  const ExecutablePlan& plan = *launch->plan;
-  BucketRunner* runner = RunnerFor(plan, launch->bucket);
-  // Where this bucket's reduced values are, for the tensors still here.
-  const std::vector<ExecSlice>& slices = plan.buckets[static_cast<size_t>(launch->bucket)].slices;
-  std::vector<ReducedPiece> pieces = runner->Pieces(*launch->job);
-  for (size_t i = 0; i < slices.size() && !launch->job->skipped; ++i) {
-    auto a = active_.find(slices[i].entry);
-    if (a != active_.end()) a->second.pieces.push_back(std::move(pieces[i]));
-  }
-  launch->job.reset();  // the pieces hold its buffer
-  for (size_t i = 0; i < launch->members.size(); ++i) {
-    const int entry = launch->members[i];
-    if (plan.buckets_of[static_cast<size_t>(entry)].back() != launch->bucket) continue;
-    auto a = active_.find(entry);
-    if (a == active_.end()) continue;  // joined here, or sent back to negotiation meanwhile
-    ActiveEntry active = std::move(a->second);
-    active_.erase(a);
-    PendingOp& op = active.op;
-    if (op.plan_pass >= 0) continue;  // a dropped delayed plan's copy: its original went back
-    if (launch->diverged[i] || active.diverged_here) {
-      renegotiate->push_back(std::move(op));
-      continue;
-    }
-    // Every slice is in: copy the averaged values out.
-    runner->Deliver(std::move(op), std::move(active.pieces), complete_);
-  }
 }
 
 void PlannedMode::Finish(Launch* launch, std::vector<PendingOp>* renegotiate) {
@@ -783,130 +528,6 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
     }
   }
   return absl::OkStatus();
-}
-
-bool PlannedMode::TakeReportWish() {
-  for (Launch& l : launches_) {
-    if (l.checked) continue;
-    const absl::Time now = absl::Now();
-    if (now < l.next_probe) return false;
-    const absl::Time timeout = l.started + absl::Seconds(config_.stall_timeout_s);
-    l.next_probe = now + ProbeInterval(config_);
-    if (now < timeout) l.next_probe = std::min(l.next_probe, timeout);
-    return true;
-  }
-  return false;
-}
-
-void PlannedMode::ProbeWithin(absl::Duration within) {
-  const absl::Time soon = absl::Now() + within;
-  for (Launch& l : launches_) {
-    if (!l.checked) l.next_probe = std::min(l.next_probe, soon);
-  }
-}
-
-void PlannedMode::OnReport(const std::vector<uint64_t>& counts,
-                           const std::vector<bool>& starts_nothing_more) {
-  for (Launch& l : launches_) {
-    if (l.checked) continue;
-    std::vector<int> have, missing, gone;
-    for (int r = 0; r < size_; ++r) {
-      const bool started = counts[static_cast<size_t>(r)] >= l.number;
-      (started ? have : missing).push_back(r);
-      if (!started && starts_nothing_more[static_cast<size_t>(r)]) gone.push_back(r);
-    }
-    if (missing.empty()) return;  // every rank started it: only slow
-    const absl::Duration age = absl::Now() - l.started;
-    std::string others;
-    if (l.responses.size() > 1) {
-      std::vector<std::shared_ptr<const Response>> rest(l.responses.begin() + 1, l.responses.end());
-      others = absl::StrCat(" (planned with ", UnitNames(rest), ")");
-    }
-    const std::string text =
-        absl::StrCat("allreduce '", l.responses.front()->name, "'", others, ": submitted by ranks ",
-                     RankList(have, hosts_), " but not by ranks ", RankList(missing, hosts_),
-                     " for ", absl::ToInt64Seconds(age), " s");
-    if (!gone.empty()) {
-      // Started here, so it cannot be withdrawn, and those ranks will never start it.
-      stalled_ = absl::FailedPreconditionError(absl::StrCat(
-          "rank ", rank_, ": cannot complete: planned ", text, "; ", ShutDownRanks(gone, hosts_),
-          " and will start nothing more"));
-      return;
-    }
-    if (age >= absl::Seconds(config_.stall_timeout_s)) {
-      // A started collective cannot be withdrawn: the job cannot go on.
-      stalled_ = absl::DeadlineExceededError(
-          absl::StrCat("rank ", rank_, ": stalled: ", text,
-                       ", past OVERLAP_STALL_TIMEOUT_S=", config_.stall_timeout_s));
-    } else if (age >= absl::Seconds(config_.stall_warning_s) && !l.warned) {
-      l.warned = true;
-      if (rank_ == have.front()) {
-        spdlog::warn("overlap: rank {}: stall: {} (fails after OVERLAP_STALL_TIMEOUT_S={})", rank_,
-                     text, config_.stall_timeout_s);
-      }
-    }
-    return;
-  }
-}
-
-bool PlannedMode::TakeUnfreezeWish() {
-  if (!wants_unfreeze_) return false;
-  const absl::Time now = absl::Now();
-  if (now - last_wish_ < patience_) return false;
-  last_wish_ = now;
-  return true;
-}
-
-absl::Time PlannedMode::NextDeadline() const {
-  if (frozen_ && !waiting_.empty() && blocked_since_ == absl::InfiniteFuture()) {
-    return absl::Now();  // Progress has not looked at these yet
-  }
-  absl::Time probe = absl::InfiniteFuture();
-  for (const Launch& l : launches_) {
-    if (!l.checked) probe = l.next_probe;
-  }
-  if (blocked_since_ == absl::InfiniteFuture()) return probe;
-  absl::Time next = wants_unfreeze_ ? last_wish_ + patience_ : blocked_since_ + patience_;
-  if (!blocked_warned_) {
-    next = std::min(next, blocked_since_ + absl::Seconds(config_.stall_warning_s));
-  }
-  return std::min(next, probe);
-}
-
-std::string PlannedMode::DescribeStarted() const {
-  std::vector<std::string> parts;
-  for (const Launch& l : launches_) parts.push_back(UnitNames(l.responses));
-  return absl::StrJoin(parts, "; ");
-}
-
-std::string PlannedMode::QuotedName(int entry) const {
-  return absl::StrCat("'", plan_->entries[static_cast<size_t>(entry)].response->name, "'");
-}
-
-std::string PlannedMode::DescribeDrain() const {
-  if (!frozen_) return "no plan in force";
-  std::vector<std::string> started, waiting, active, queued;
-  for (const Launch& l : launches_) {
-    started.push_back(
-        absl::StrCat("bucket ", l.bucket, " of pass ", l.pass,
-                     l.checked ? (l.data_done() ? " (done)" : " (sending)") : " (checking)"));
-  }
-  for (const auto& [entry, op] : waiting_) waiting.push_back(QuotedName(entry));
-  for (const auto& [entry, a] : active_) {
-    active.push_back(absl::StrCat(QuotedName(entry), " (", a.launched, " of ",
-                                  plan_->buckets_of[static_cast<size_t>(entry)].size(),
-                                  " buckets started)"));
-  }
-  for (const auto& [entry, line] : backlog_) {
-    if (!line.empty()) queued.push_back(absl::StrCat(QuotedName(entry), " x", line.size()));
-  }
-  for (auto* list : {&waiting, &active, &queued}) std::sort(list->begin(), list->end());
-  auto listed = [](const std::vector<std::string>& v) {
-    return v.empty() ? std::string("none") : absl::StrJoin(v, ", ");
-  };
-  return absl::StrCat("pass ", pass_, ", next bucket ", next_bucket_, " of ", plan_->buckets.size(),
-                      "; started: ", listed(started), "; submitted, not started: ", listed(waiting),
-                      "; partly started: ", listed(active), "; in line: ", listed(queued));
 }
 
 void PlannedMode::AbortCuda() {

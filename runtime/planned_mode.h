@@ -220,6 +220,9 @@ class PlannedMode {
 
  private:
   enum class JoinState { kNone, kJoined, kAllJoined };
+  // How long a started unit waits before asking which ranks have started it: soon enough to warn
+  // on time, and to notice an unreachable peer through a round that times out.
+  static absl::Duration ProbeInterval(const Config& config);
   // A submitted tensor whose first bucket of this pass has started.
   struct ActiveEntry {
     PendingOp op;
@@ -329,8 +332,8 @@ class PlannedMode {
   std::atomic<int64_t> delayed_bytes_{0};
   std::atomic<int64_t> delayed_device_bytes_{0};
   bool deliver_due_ = false;  // results or submissions arrived: Progress delivers
-  absl::flat_hash_map<int, PendingOp> waiting_;      // by entry: submitted, no bucket started
-  absl::flat_hash_map<int, ActiveEntry> active_;     // by entry: some bucket started
+  absl::flat_hash_map<int, PendingOp> waiting_;   // by entry: submitted, no bucket started
+  absl::flat_hash_map<int, ActiveEntry> active_;  // by entry: some bucket started
   std::atomic<int64_t> buffer_bytes_{0};
   std::atomic<int64_t> device_buffer_bytes_{0};
   std::deque<Launch> launches_;

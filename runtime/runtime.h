@@ -1,10 +1,12 @@
 // The Runtime: the one object that owns a process's overlap state.
 //
 // It holds the configuration, the MPI communicators, the control plane, the negotiator, the
-// data plane with its executor, the timeline and the coordinator thread. User threads submit
-// operations through Submit(); the coordinator thread does everything else: it sleeps in poll()
-// on an eventfd and the control sockets until there is work, runs negotiation rounds, hands agreed
-// operations to the data plane and drives them to completion.
+// data plane with its executor, the plan controller (runtime/plan_controller.h: the plan's life)
+// and the planned executor that runs the plan (runtime/planned_mode.h), the timeline and the
+// coordinator thread. User threads submit operations through Submit(); the coordinator thread does
+// everything else: it sleeps in poll() on an eventfd and the control sockets until there is work,
+// runs negotiation rounds, hands agreed operations to the data plane, routes the plan's operations
+// to the planned executor and drives them to completion.
 //
 // Threading: Submit and the accessors may be called from any thread; Shutdown from one.
 #ifndef OVERLAP_RUNTIME_RUNTIME_H_
@@ -29,15 +31,13 @@
 #include "runtime/config.h"
 #include "runtime/control_plane.h"
 #include "runtime/cuda_plane.h"
-#include "runtime/cycle_detector.h"
 #include "runtime/data_plane.h"
 #include "runtime/delay_line.h"
 #include "runtime/handle_state.h"
 #include "runtime/negotiator.h"
 #include "runtime/overlap.h"
 #include "runtime/pending_op.h"
-#include "runtime/plan_delays.h"
-#include "runtime/plan_scheduler.h"
+#include "runtime/plan_controller.h"
 #include "runtime/planned_mode.h"
 #include "runtime/step_profiler.h"
 #include "runtime/timeline.h"
@@ -105,14 +105,8 @@ class Runtime {
 
   RuntimeStats stats() const;
   // The per-tensor schedule of the plan in force (overlap.h, CurrentPlanSchedule).
-  PlanSchedule plan_schedule() const {
-    absl::MutexLock lock(&schedule_mu_);
-    return schedule_;
-  }
-  PlanClock plan_clock() const {
-    return PlanClock{schedule_generation_.load(std::memory_order_acquire),
-                     counters_.steps.load(std::memory_order_relaxed)};
-  }
+  PlanSchedule plan_schedule() const { return plan_controller_->schedule(); }
+  PlanClock plan_clock() const { return plan_controller_->clock(); }
 
   absl::Status StartTimeline(const std::string& path) { return timeline_.Open(path, rank_); }
   // Timeline: the phase that just ended on the compute track and, at a forward under a scheduled
@@ -142,38 +136,25 @@ class Runtime {
   absl::Duration IdleTimeout() const;
   absl::Duration Cycle() const { return absl::Milliseconds(config_.cycle_time_ms); }
   bool RunRounds();
-  // Planned execution: learns steps from an agreed round and freezes, replaces or drops the plan
-  // as the round allows; moves operations between the plan and negotiation. Freezing is
-  // collective (every rank freezes at the same agreed round); an error there is fatal.
-  absl::Status UpdatePlan(const RoundResult& round, const std::optional<LearnedStep>& learned);
-  // `relearn`: forget the steps seen so far (not when a new plan replaces the old one).
-  void DropPlan(const char* why, bool relearn = true);
-  // Hands operations back to negotiation as fresh submissions (no cache bit, full request sent),
-  // whatever the plan had made of them.
+  // Hands operations back to negotiation as fresh submissions (ReturnToNegotiation).
   void Renegotiate(std::vector<PendingOp> ops);
-  // Scheduled plans: hands the scheduler this rank's state; adopts the plan it returns.
-  absl::Status ProgressSchedule();
-  // `resume`: continue from a checkpoint's state instead of starting the plan afresh.
-  void AdoptScheduled(ExecutablePlan plan, absl::Duration step_time,
-                      PlanDelays::State* resume = nullptr);
-  // A plan restored from a checkpoint (plan_checkpoint.h), on its way to the coordinator.
-  struct RestoredPlan {
-    ExecutablePlan plan;
-    PlanDelays::State state;
-    double step_ms = 0;
-    double predicted_step_ms = 0;
-  };
+  // After a call of the plan controller that may have handed operations back to pending_: a
+  // round must send them.
+  void NoteHandedBack() {
+    if (plan_controller_->TakeHandedBack()) loop_.resend = true;
+  }
   // Checkpoints of the scheduled plan: the saving thread asks (SavePlan) and waits; the
   // coordinator answers between steps (AnswerPlanSave). A restore goes to the coordinator as a
-  // marker, so it takes effect before every later submission (AdoptRestored); the restoring
-  // thread waits for it to be taken, so that the plan's schedule is in force when it returns.
+  // marker, so it takes effect before every later submission (PlanController::AdoptRestored);
+  // the restoring thread waits for it to be taken, so that the plan's schedule is in force when it
+  // returns.
   absl::StatusOr<std::string> SavePlan();
   void AnswerPlanSave();
   bool PlanSaveAnswered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return plan_save_.has_value() || !fatal_.ok() || stopped_;
   }
+  // PlanController::PrepareRestore, and none of the plan's tensors in flight.
   absl::StatusOr<std::shared_ptr<RestoredPlan>> PrepareRestore(absl::string_view bytes);
-  void AdoptRestored(RestoredPlan restored);
   // The restore marker has been taken in (its plan is in force and CurrentPlanSchedule shows
   // it), or the runtime has stopped.
   bool RestoreTaken() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -224,21 +205,14 @@ class Runtime {
   // later CUDA tensor must match. Set by submitting threads.
   std::atomic<int> cuda_device_{-1};
   std::unique_ptr<PlannedMode> planned_;
-  std::unique_ptr<CycleDetector> detector_;
   // The program's sights of operations finishing (a Wait returned, a Poll of true, a done
   // callback), counted by its handles; each submission is stamped with the count
   // (PendingOp::observed).
   const std::shared_ptr<internal::Observations> observations_ =
       std::make_shared<internal::Observations>(0);
   std::unique_ptr<StepProfiler> profiler_;
-  std::unique_ptr<PlanScheduler> scheduler_;  // null for OVERLAP_PLANNER=observed
-  bool scheduled_in_force_ = false;           // the frozen plan came from the scheduler
-  int64_t last_marker_step_ = 0;              // the last forward marker taken in (coordinator)
-  // What CurrentPlanSchedule reports; written by the coordinator at adoption and drop.
-  mutable absl::Mutex schedule_mu_;
-  PlanSchedule schedule_ ABSL_GUARDED_BY(schedule_mu_);
-  std::atomic<int64_t> schedule_generation_{0};  // schedule_.generation, read without the lock
-  bool warned_no_markers_ = false;
+  // The plan's life (after the parts it holds pointers to: destroyed before them).
+  std::unique_ptr<PlanController> plan_controller_;
   std::unique_ptr<DelayLine> delay_line_;
   int wake_fd_ = -1;
   std::atomic<bool> coordinator_sleeping_{false};  // in poll() on wake_fd_, or about to be
@@ -291,8 +265,7 @@ class Runtime {
   absl::Time phase_start_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   // Written by the coordinator thread, read by stats().
   struct Counters {
-    std::atomic<int64_t> rounds{0}, negotiated{0}, launches{0}, frozen{0}, dropped{0}, tensors{0},
-        units{0}, steps{0};
+    std::atomic<int64_t> rounds{0}, negotiated{0}, launches{0};
   } counters_;
 };
 

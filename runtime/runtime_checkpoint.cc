@@ -1,12 +1,12 @@
 // Runtime's checkpoints (SaveCompressionState / RestoreCompressionState, runtime/overlap.h): the
 // compression residuals, the delay line's state and the scheduled plan in force with its delayed
 // state (runtime/plan_checkpoint.h), as one snapshot.
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/plan_checkpoint.h"
 #include "runtime/runtime.h"
-#include "spdlog/spdlog.h"
 
 namespace overlap {
 namespace {
@@ -70,15 +70,15 @@ absl::Status Runtime::RestoreCompressionState(const std::string& snapshot) {
   const std::string why =
       !fatal_.ok() ? absl::StrCat("the runtime stopped after an error: ", fatal_.message())
       : stopped_   ? std::string("the runtime has shut down")
-                   : absl::StrCat("the coordinator did not take the restored plan within ",
-                                  timeout_s, " s (OVERLAP_COLLECTIVE_TIMEOUT_S); restore on every "
-                                  "rank between the same two steps");
+                 : absl::StrCat("the coordinator did not take the restored plan within ", timeout_s,
+                                " s (OVERLAP_COLLECTIVE_TIMEOUT_S); restore on every "
+                                "rank between the same two steps");
   return absl::FailedPreconditionError(
       absl::StrCat("rank ", rank_, ": RestoreCompressionState: ", why));
 }
 
 absl::StatusOr<std::string> Runtime::SavePlan() {
-  if (scheduler_ == nullptr) return std::string();  // no scheduled plan can be in force
+  if (!plan_controller_->schedules()) return std::string();  // no scheduled plan can be in force
   absl::MutexLock lock(&mu_);
   plan_save_.reset();
   plan_save_wanted_.store(true, std::memory_order_release);
@@ -106,63 +106,25 @@ void Runtime::AnswerPlanSave() {
     absl::MutexLock lock(&mu_);
     if (!incoming_.empty() || !markers_.empty()) return;
   }
-  absl::StatusOr<std::string> answer = std::string();  // no scheduled plan in force
-  if (scheduled_in_force_ && planned_->frozen()) {
-    absl::StatusOr<std::optional<PlanDelays::State>> state = planned_->SaveState();
-    if (state.ok() && !state->has_value()) return;  // its buckets still run: ask again
-    if (!state.ok()) {
-      answer = absl::Status(
-          state.status().code(),
-          absl::StrCat("rank ", rank_, ": SaveCompressionState: ", state.status().message()));
-    } else {
-      answer = EncodePlanCheckpoint(MakePlanCheckpoint(planned_->plan(), **std::move(state),
-                                                       profiler_->median_step_ms(),
-                                                       scheduler_->info().predicted_step_ms));
-    }
-  }
+  std::optional<absl::StatusOr<std::string>> answer = plan_controller_->Save();
+  if (!answer.has_value()) return;  // its buckets still run: ask again
   absl::MutexLock lock(&mu_);
   plan_save_ = std::move(answer);
   plan_save_wanted_.store(false, std::memory_order_release);
 }
 
-absl::StatusOr<std::shared_ptr<Runtime::RestoredPlan>> Runtime::PrepareRestore(
-    absl::string_view bytes) {
-  const std::string what = absl::StrCat("rank ", rank_, ": RestoreCompressionState: ");
-  absl::StatusOr<PlanCheckpoint> checkpoint = DecodePlanCheckpoint(bytes);
-  if (!checkpoint.ok())
-    return absl::InvalidArgumentError(absl::StrCat(what, checkpoint.status().message()));
-  absl::StatusOr<ExecutablePlan> plan = CheckpointedPlan(*checkpoint, config_.num_channels);
-  if (!plan.ok()) return absl::InvalidArgumentError(absl::StrCat(what, plan.status().message()));
-  if (scheduler_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, "the snapshot holds a scheduled plan (", plan->source,
-        "), but this run has OVERLAP_PLANNER=observed, which runs none; resume with the planner "
-        "the snapshot was saved under"));
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    for (const PlanEntry& e : plan->entries) {
-      if (in_flight_.contains(e.response->name)) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(what, "'", e.response->name,
-                         "' is in flight; restore between steps, once every handle has "
-                         "completed"));
-      }
+absl::StatusOr<std::shared_ptr<RestoredPlan>> Runtime::PrepareRestore(absl::string_view bytes) {
+  absl::StatusOr<std::shared_ptr<RestoredPlan>> restored = plan_controller_->PrepareRestore(bytes);
+  if (!restored.ok()) return restored.status();
+  absl::MutexLock lock(&mu_);
+  for (const PlanEntry& e : (*restored)->plan.entries) {
+    if (in_flight_.contains(e.response->name)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", rank_, ": RestoreCompressionState: '", e.response->name,
+                       "' is in flight; restore between steps, once every handle has completed"));
     }
   }
-  auto restored = std::make_shared<RestoredPlan>();
-  restored->plan = *std::move(plan);
-  restored->state = std::move(checkpoint->state);
-  restored->step_ms = checkpoint->step_ms;
-  restored->predicted_step_ms = checkpoint->predicted_step_ms;
   return restored;
-}
-
-void Runtime::AdoptRestored(RestoredPlan restored) {
-  spdlog::info("overlap: rank {}: resuming the {} plan of a checkpoint at its pass {}", rank_,
-               restored.plan.source, restored.state.passes);
-  AdoptScheduled(std::move(restored.plan), absl::Milliseconds(restored.step_ms), &restored.state);
-  scheduler_->OnRestored(planned_->plan(), restored.predicted_step_ms);
 }
 
 }  // namespace overlap
