@@ -51,6 +51,15 @@ struct CopyScaling {
   int64_t divisor = 1;
 };
 
+// The scaling that turns a collective's raw result for `op` into what the caller asked for
+// (postscale, and an average's division by `size`), as one batched copy: collectives/scaling.h's
+// FinishReduced, bit for bit.
+inline CopyScaling FinishScaling(DataType dtype, ReduceOp op, double postscale, int size) {
+  const bool average = op == ReduceOp::kAverage;
+  if (!IsFloatingPoint(dtype)) return CopyScaling{1.0, average ? size : 1};
+  return CopyScaling{postscale * (average ? 1.0 / size : 1.0), 1};
+}
+
 class BufferOps {
  public:
   virtual ~BufferOps() = default;

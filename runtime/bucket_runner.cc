@@ -9,11 +9,6 @@
 #include "runtime/device_backend.h"
 
 namespace overlap {
-CopyScaling FinishScaling(DataType dtype, ReduceOp op, double postscale, int size) {
-  const bool average = op == ReduceOp::kAverage;
-  if (!IsFloatingPoint(dtype)) return CopyScaling{1.0, average ? size : 1};
-  return CopyScaling{postscale * (average ? 1.0 / size : 1.0), 1};
-}
 
 namespace {
 

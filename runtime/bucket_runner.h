@@ -55,10 +55,6 @@
 
 namespace overlap {
 
-// The scale that turns a collective's raw result into what `op` asked for (postscale, and an
-// average's division), as a batched copy's: collectives/scaling.h's FinishReduced, bit for bit.
-CopyScaling FinishScaling(DataType dtype, ReduceOp op, double postscale, int size);
-
 // "'a', 'b', 'c' and 2 more", for messages about a bucket or a unit.
 std::string UnitNames(const std::vector<std::shared_ptr<const Response>>& responses);
 

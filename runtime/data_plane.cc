@@ -35,13 +35,6 @@ std::vector<int64_t> Prefix(const std::vector<int64_t>& counts) {
   return displs;
 }
 
-// What turns a reduced buffer into the result the caller asked for (runtime/scaling.h's
-// FinishReduced, as one batched copy): postscale, and for an average a division by `size`.
-CopyScaling FinishScaling(DataType dtype, ReduceOp op, double postscale, int size) {
-  const bool average = op == ReduceOp::kAverage;
-  if (!IsFloatingPoint(dtype)) return CopyScaling{1.0, average ? size : 1};
-  return CopyScaling{postscale * (average ? 1.0 / size : 1.0), 1};
-}
 
 std::vector<std::unique_ptr<BufferOps>> CpuOps(int channels) {
   std::vector<std::unique_ptr<BufferOps>> ops;

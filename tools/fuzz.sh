@@ -37,7 +37,8 @@ compression_srcs="runtime/compression_stage.cc runtime/no_cuda_compression.cc ru
   collectives/buffer_ops.cc collectives/no_cuda.cc collectives/scaling.cc
   collectives/dtype.cc $(ls compression/*.cc compression/kernels/*.cc | tr '\n' ' ')"
 plan_checkpoint_srcs="runtime/plan_checkpoint.cc runtime/plan_delays.cc runtime/executable_plan.cc
-  runtime/buffer_pool.cc runtime/launch_units.cc runtime/tensor.cc collectives/scaling.cc"
+  runtime/buffer_pool.cc runtime/launch_units.cc runtime/tensor.cc collectives/scaling.cc
+  collectives/buffer_ops.cc collectives/no_cuda.cc"
 declare -A SOURCES=(
   [messages_fuzz]="runtime/messages.cc runtime/matcher.cc collectives/dtype.cc"
   [plan_fuzz]="scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc
