@@ -126,6 +126,18 @@ absl::Status StartDefault(absl::StatusOr<Config> config) {
 
 absl::Status Init() { return StartDefault(Config::FromEnvironment()); }
 
+absl::Status InitWithSettings(const std::vector<Config::Setting>& settings) {
+  return StartDefault(Config::FromEnvironment(settings));
+}
+
+absl::StatusOr<Config> CurrentConfig() {
+  std::shared_ptr<Runtime> runtime = Current();
+  if (runtime == nullptr) {
+    return absl::FailedPreconditionError("overlap::CurrentConfig: overlap is not initialised");
+  }
+  return runtime->config();
+}
+
 absl::Status Init(const Config& config) {
   absl::Status valid = config.Validate();
   if (!valid.ok()) return StartDefault(valid);

@@ -27,6 +27,23 @@ thread_local std::string last_error;
 thread_local std::string stats_json;
 thread_local std::string schedule_json;
 thread_local std::string saved_state;
+thread_local std::string config_json;
+
+// `text` as a JSON string literal.
+std::string JsonString(absl::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppendFormat(&out, "\\u%04x", static_cast<int>(c));
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
 
 int Fail(const absl::Status& status) {
   if (status.ok()) return 0;
@@ -96,6 +113,35 @@ int overlap_c_api_version(void) { return OVERLAP_C_API_VERSION; }
 const char* overlap_last_error(void) { return last_error.c_str(); }
 
 int overlap_init(void) { return Fail(overlap::Init()); }
+
+int overlap_init_with_settings(int32_t count, const char* const* names,
+                               const char* const* values) {
+  if (count < 0 || (count > 0 && (names == nullptr || values == nullptr))) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("overlap_init_with_settings: malformed settings (count ", count, ")")));
+  }
+  std::vector<overlap::Config::Setting> settings;
+  for (int32_t i = 0; i < count; ++i) {
+    if (names[i] == nullptr || values[i] == nullptr) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("overlap_init_with_settings: setting ", i, " is null")));
+    }
+    settings.emplace_back(names[i], values[i]);
+  }
+  return Fail(overlap::InitWithSettings(settings));
+}
+
+const char* overlap_config_json(void) {
+  absl::StatusOr<overlap::Config> config = overlap::CurrentConfig();
+  if (!config.ok()) return nullptr;
+  config_json = "{";
+  for (const overlap::Config::Setting& setting : config->AsSettings()) {
+    if (config_json.size() > 1) config_json += ",";
+    absl::StrAppend(&config_json, JsonString(setting.first), ":", JsonString(setting.second));
+  }
+  config_json += "}";
+  return config_json.c_str();
+}
 int overlap_shutdown(void) { return Fail(overlap::Shutdown()); }
 int overlap_abort(const char* reason) {
   overlap::Abort(reason != nullptr ? reason : "aborted");

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 // The ABI version; bumped when a signature below changes. Python checks it at load time.
-#define OVERLAP_C_API_VERSION 8
+#define OVERLAP_C_API_VERSION 9
 int overlap_c_api_version(void);
 
 typedef struct overlap_handle overlap_handle;
@@ -50,9 +50,18 @@ int overlap_nccl_version(void);
 // compressor has no CUDA kernels, or the library was built without CUDA.
 int overlap_cuda_compresses(const char* spec);
 
-// Init from the OVERLAP_* environment variables (an adapter sets them in-process for its
-// options before calling this).
+// Init from the OVERLAP_* environment variables.
 int overlap_init(void);
+// Init with `count` settings given in code (an adapter's init options) over the environment's:
+// names[i] an OVERLAP_* runtime setting (docs/tuning.md), values[i] its value as text, read as the
+// variable would be (C API 9). An unknown name or a value the setting does not accept fails
+// with OVERLAP_INVALID_ARGUMENT (3) naming it, on every rank.
+int overlap_init_with_settings(int32_t count, const char* const* names,
+                               const char* const* values);
+// The configuration the runtime runs with, as a JSON object of every runtime setting's OVERLAP_*
+// name to its value as text (C API 9); NULL before init and after shutdown. The string is valid
+// until this thread's next call.
+const char* overlap_config_json(void);
 int overlap_shutdown(void);
 // overlap::Abort(reason): for a process about to exit after an error (C API 7).
 int overlap_abort(const char* reason);

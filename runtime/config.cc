@@ -1,11 +1,16 @@
 #include "runtime/config.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "runtime/compression_stage.h"
 #include "runtime/env_vars.h"
@@ -117,11 +122,39 @@ absl::Status CheckField(const Field& field, const Config& config) {
   return env::Check(var, config.*field.string_field);
 }
 
+// 15 significant digits when they read back to the same double (0.5, not 0.50000000000000000),
+// else 17, which always do.
+std::string DoubleText(double value) {
+  std::string text = absl::StrFormat("%.15g", value);
+  if (std::strtod(text.c_str(), nullptr) != value) text = absl::StrFormat("%.17g", value);
+  return text;
+}
+
 }  // namespace
 
-absl::StatusOr<Config> Config::FromEnvironment() {
+absl::StatusOr<Config> Config::FromEnvironment(const std::vector<Setting>& settings) {
+  for (const Setting& setting : settings) {
+    if (std::none_of(std::begin(kFields), std::end(kFields),
+                     [&](const Field& field) { return setting.first == field.var; })) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown runtime setting ", setting.first, "='", setting.second,
+          "' given in code (docs/tuning.md lists the OVERLAP_* settings)"));
+    }
+  }
   Config config;
   for (const Field& field : kFields) {
+    // The last setting in code for this variable, else the environment's.
+    const Setting* given = nullptr;
+    for (const Setting& setting : settings) {
+      if (setting.first == field.var) given = &setting;
+    }
+    if (given != nullptr) {
+      absl::Status s = Read(field, given->second, config);
+      if (!s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(s.message(), " (given in code)"));
+      }
+      continue;
+    }
     const char* value = std::getenv(field.var);
     const char* alias = value == nullptr ? HorovodAliasOf(field.var) : nullptr;
     if (alias != nullptr) value = std::getenv(alias);
@@ -149,6 +182,19 @@ absl::StatusOr<Config> Config::FromEnvironment() {
   absl::Status valid = config.Validate();
   if (!valid.ok()) return valid;
   return config;
+}
+
+std::vector<Config::Setting> Config::AsSettings() const {
+  std::vector<Setting> settings;
+  for (const Field& field : kFields) {
+    std::string text;
+    if (field.int_field != nullptr) text = absl::StrCat(this->*field.int_field);
+    if (field.int64_field != nullptr) text = absl::StrCat(this->*field.int64_field);
+    if (field.double_field != nullptr) text = DoubleText(this->*field.double_field);
+    if (field.string_field != nullptr) text = this->*field.string_field;
+    settings.emplace_back(field.var, std::move(text));
+  }
+  return settings;
 }
 
 absl::Status Config::Validate() const {

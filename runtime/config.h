@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -124,7 +126,18 @@ struct Config {
   // table does not list is logged as a warning (probably misspelt) and ignored.
   // Horovod's HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME, HOROVOD_TIMELINE and
   // HOROVOD_HIERARCHICAL_ALLREDUCE are read as their OVERLAP_* counterparts when those are unset.
-  static absl::StatusOr<Config> FromEnvironment();
+  //
+  // `settings` are given in code (an adapter's init(planner="deft", staleness=1)), each by its
+  // OVERLAP_* name with its value as text: read as that variable would be, over the environment
+  // (and its Horovod alias). A name the table does not list as a runtime setting is
+  // InvalidArgument naming it: a setting in code is never ignored.
+  using Setting = std::pair<std::string, std::string>;
+  static absl::StatusOr<Config> FromEnvironment(const std::vector<Setting>& settings = {});
+
+  // Every runtime setting of the table by its OVERLAP_* name, with this configuration's value as
+  // text that FromEnvironment reads back to the same value (the adapters read the configuration
+  // the runtime runs with through it: overlap_config_json in runtime/c_api.h).
+  std::vector<Setting> AsSettings() const;
 
   // InvalidArgument naming the variable, the value and what it accepts when a field is outside
   // the table's range, the stall timeout is below the stall warning, or the compression spec is

@@ -178,6 +178,13 @@ struct AlltoallOptions {
 // connect within start_timeout_s; FailedPrecondition if already initialised.
 absl::Status Init();
 absl::Status Init(const Config& config);
+// Init with settings given in code over the environment's (Config::FromEnvironment): what the
+// adapters' init(planner=..., staleness=...) calls, through the C API.
+absl::Status InitWithSettings(const std::vector<Config::Setting>& settings);
+
+// The configuration the default runtime runs with; FailedPrecondition before Init and after
+// Shutdown.
+absl::StatusOr<Config> CurrentConfig();
 
 // Finishes pending operations, stops the coordinator thread and releases MPI resources: the
 // process sets' runtimes first (in id order), then the global one. Collective: every rank must

@@ -26,7 +26,7 @@ C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT, C_ADASUM = range(6)
 # absl::StatusCode values the binding tells apart.
 _OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _FAILED_PRECONDITION = 0, 3, 4, 5, 9
 
-_C_API_VERSION = 8
+_C_API_VERSION = 9
 _MAX_NDIM = 32
 
 
@@ -59,6 +59,9 @@ def _declare(lib):
         "overlap_c_api_version": ([], ctypes.c_int),
         "overlap_last_error": ([], ctypes.c_char_p),
         "overlap_init": ([], ctypes.c_int),
+        "overlap_init_with_settings": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p),
+                                        ctypes.POINTER(ctypes.c_char_p)], ctypes.c_int),
+        "overlap_config_json": ([], ctypes.c_char_p),
         "overlap_shutdown": ([], ctypes.c_int),
         "overlap_abort": ([ctypes.c_char_p], ctypes.c_int),
         "overlap_is_initialized": ([], ctypes.c_int),
@@ -195,14 +198,21 @@ def check(rc):
 # Process lifetime.
 
 _atexit_registered = False
+_config = None  # the runtime's configuration (config()), read once per init
 
 
-def init():
-    """Starts the runtime (collective). A second call while running is a no-op, as in Horovod."""
-    global _atexit_registered
+def init(settings=None):
+    """Starts the runtime (collective). A second call while running is a no-op, as in Horovod.
+    `settings`: {OVERLAP_* name: value} given in code, over the environment's (the C API's
+    overlap_init_with_settings; this process's environment is left as it is)."""
+    global _atexit_registered, _config
     if is_initialized():
         return
-    rc = lib().overlap_init()
+    _config = None
+    items = sorted((settings or {}).items())
+    names = (ctypes.c_char_p * max(len(items), 1))(*[k.encode() for k, _ in items])
+    values = (ctypes.c_char_p * max(len(items), 1))(*[str(v).encode() for _, v in items])
+    rc = lib().overlap_init_with_settings(len(items), names, values)
     if rc != _OK:
         raise ValueError(last_error()) if rc == _INVALID_ARGUMENT else HorovodInternalError(
             last_error())
@@ -213,6 +223,8 @@ def init():
 
 
 def shutdown():
+    global _config
+    _config = None
     if _lib is None:
         return
     check(lib().overlap_shutdown())
@@ -324,6 +336,28 @@ def cuda_compresses(spec):
     """Whether the core compresses CUDA tensors with `spec` on the GPU (its CUDA kernels: fp16,
     bf16, covap, topk with method=exact, efsign)."""
     return lib().overlap_cuda_compresses(spec.encode()) == 1
+
+
+def config():
+    """The configuration the runtime runs with, {OVERLAP_* name: value as text}: the environment
+    and init()'s options as the core read them (overlap::CurrentConfig). Before init: {}."""
+    global _config
+    if _config is None:
+        text = lib().overlap_config_json() if is_initialized() else None
+        if text is None:
+            return {}
+        _config = json.loads(text.decode())
+    return _config
+
+
+def setting(name, default):
+    """One value of config(), converted to the type of `default`. Before init (an optimizer made
+    first), the environment's value, else `default`."""
+    value = config().get(name) if is_initialized() else (os.environ.get(name) or None)
+    try:
+        return default if value is None else type(default)(value)
+    except ValueError:
+        return default  # a bad OVERLAP_* value: init() names it
 
 
 def stats():
@@ -627,18 +661,19 @@ def copy_bytes(dst_address, src_address, nbytes):
         ctypes.memmove(dst_address, src_address, nbytes)
 
 
-# Settings an adapter's init() may take as arguments; they become OVERLAP_* variables of this
-# process before the runtime reads its configuration.
+# Settings an adapter's init() may take as arguments, by the OVERLAP_* setting each sets.
 _INIT_SETTINGS = {"planner": "OVERLAP_PLANNER", "staleness": "OVERLAP_STALENESS",
                   "max_period": "OVERLAP_MAX_PERIOD", "compression": "OVERLAP_COMPRESSION",
                   "profile_steps": "OVERLAP_PROFILE_STEPS", "timeline": "OVERLAP_TIMELINE"}
 
 
-def apply_init_settings(**settings):
-    for key, value in settings.items():
-        if value is None:
-            continue
+def init_settings(**options):
+    """init()'s options as {OVERLAP_* name: value} for init(settings); None means unset."""
+    settings = {}
+    for key, value in options.items():
         if key not in _INIT_SETTINGS:
             raise TypeError("init() got an unexpected keyword argument '%s' (overlap's options: "
                             "%s)" % (key, ", ".join(sorted(_INIT_SETTINGS))))
-        os.environ[_INIT_SETTINGS[key]] = str(value)
+        if value is not None:
+            settings[_INIT_SETTINGS[key]] = value
+    return settings

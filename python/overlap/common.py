@@ -46,9 +46,9 @@ def core_reduce_op(op):
 
 
 def start_runtime(comm=None, process_sets=None, **settings):
-    """The body of every adapter's init(): overlap's options (planner, staleness, ...) become
-    OVERLAP_* variables of this process, then the runtime starts on every rank (collective; a
-    second call is a no-op). Horovod's comm is checked: overlap always uses every rank
+    """The body of every adapter's init(): the runtime starts on every rank with overlap's
+    options (planner, staleness, ...) over the OVERLAP_* environment (collective; a second call
+    is a no-op). Horovod's comm is checked: overlap always uses every rank
     (MPI_COMM_WORLD), so a comm naming a subset raises. process_sets, as Horovod's: a list of
     ProcessSet objects (of rank lists or mpi4py communicators) or rank lists, registered at
     once, in order, as add_process_set would (collective), or "dynamic" (accepted and ignored:
@@ -57,8 +57,7 @@ def start_runtime(comm=None, process_sets=None, **settings):
     is_rank_list = isinstance(comm, (list, tuple))
     if comm is not None and not is_rank_list and not hasattr(comm, "Get_size"):
         raise ValueError("init(comm=...): expected an mpi4py communicator or a list of ranks")
-    _core.apply_init_settings(**settings)
-    _core.init()
+    _core.init(_core.init_settings(**settings))
     world = _core.size()
     if comm is not None and (sorted(comm) != list(range(world)) if is_rank_list
                              else comm.Get_size() != world):

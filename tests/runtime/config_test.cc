@@ -1,8 +1,10 @@
 #include "runtime/config.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "collectives/half.h"
 #include "collectives/scaling.h"
@@ -53,6 +55,71 @@ TEST_CASE("Horovod's variables that mean the same are read when overlap's are un
                           "HOROVOD_HIERARCHICAL_ALLREDUCE", "HOROVOD_TIMELINE"}) {
     unsetenv(var);
   }
+}
+
+TEST_CASE("settings given in code are read over the environment", "[config]") {
+  setenv("OVERLAP_PLANNER", "dear", 1);
+  setenv("OVERLAP_STALENESS", "2", 1);
+  setenv("HOROVOD_FUSION_THRESHOLD", "33554432", 1);
+  absl::StatusOr<Config> config = Config::FromEnvironment(
+      {{"OVERLAP_PLANNER", "deft"}, {"OVERLAP_FUSION_THRESHOLD", "1024"},
+       {"OVERLAP_COMPRESSION", "fp16"}, {"OVERLAP_PLANNER", "auto"}});
+  REQUIRE(config.ok());
+  CHECK(config->planner == "auto");  // the last setting of a name wins
+  CHECK(config->fusion_threshold_bytes == 1024);  // over Horovod's alias too
+  CHECK(config->compression == "fp16");
+  CHECK(config->staleness == 2);  // not given in code: the environment's
+
+  config = Config::FromEnvironment({{"OVERLAP_STALENESS", "-1"}});
+  REQUIRE_FALSE(config.ok());
+  CHECK(config.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(config.status().message()) ==
+        "OVERLAP_STALENESS='-1' is not valid: expected an integer in 0..16 (given in code)");
+
+  config = Config::FromEnvironment({{"OVERLAP_PLANER", "deft"}});
+  REQUIRE_FALSE(config.ok());
+  CHECK(std::string(config.status().message()) ==
+        "unknown runtime setting OVERLAP_PLANER='deft' given in code (docs/tuning.md lists the "
+        "OVERLAP_* settings)");
+  // A launcher's variable is not a runtime setting.
+  config = Config::FromEnvironment({{"OVERLAP_LAUNCHER", "/bin/true"}});
+  REQUIRE_FALSE(config.ok());
+  for (const char* var : {"OVERLAP_PLANNER", "OVERLAP_STALENESS", "HOROVOD_FUSION_THRESHOLD"}) {
+    unsetenv(var);
+  }
+}
+
+TEST_CASE("a configuration's settings read back to the same configuration", "[config]") {
+  Config config;
+  config.planner = "deft";
+  config.staleness = 1;
+  config.max_period = 4;
+  config.cycle_time_ms = 0.1;
+  config.stall_warning_s = 7.25;
+  config.timeline_path = "/tmp/a \"quoted\" path";
+  config.compression = "topk:ratio=0.01";
+  const std::vector<Config::Setting> settings = config.AsSettings();
+  for (const Config::Setting& setting : settings) {
+    INFO(setting.first);
+    CHECK(env::Find(setting.first) != nullptr);
+  }
+  absl::StatusOr<Config> read = Config::FromEnvironment(settings);
+  REQUIRE(read.ok());
+  CHECK(read->AsSettings() == settings);
+  CHECK(read->planner == "deft");
+  CHECK(read->cycle_time_ms == 0.1);
+  CHECK(read->stall_warning_s == 7.25);
+  CHECK(read->timeline_path == config.timeline_path);
+  // Every runtime variable of the table is among them, by its name.
+  size_t runtime_vars = 0;
+  for (const env::Var& var : env::Vars()) {
+    if (var.reader == env::Reader::kRuntime) ++runtime_vars;
+  }
+  CHECK(settings.size() == runtime_vars);
+  CHECK(std::find(settings.begin(), settings.end(), Config::Setting{"OVERLAP_STALENESS", "1"}) !=
+        settings.end());
+  CHECK(std::find(settings.begin(), settings.end(), Config::Setting{"OVERLAP_CYCLE_TIME_MS",
+                                                                    "0.1"}) != settings.end());
 }
 
 TEST_CASE("bad values name the variable, the value and what is expected", "[config]") {

@@ -27,6 +27,8 @@ import os
 
 import tensorflow as tf
 
+from overlap import _core
+
 _ATTR = "_overlap_has_update"
 _NAME = "_overlap_name"            # the gradient's allreduce name, for its schedule
 _CORRECTION = "_overlap_correction"  # the staleness correction mode its reducer asks for
@@ -34,15 +36,11 @@ _installed = False
 
 
 def enabled():
-    """Whether the runtime may deliver delayed results: staleness > 0, max_period > 1, or the
-    test hook OVERLAP_TEST_PLAN_SCHEDULE (runtime/plan_scheduler.cc). Read from the OVERLAP_*
-    variables, which hvd.init() sets from its arguments."""
-    def number(variable, default):
-        try:
-            return int(os.environ.get(variable) or default)
-        except ValueError:
-            return default
-    return (number("OVERLAP_STALENESS", 0) > 0 or number("OVERLAP_MAX_PERIOD", 1) > 1 or
+    """Whether the runtime may deliver delayed results: staleness > 0, max_period > 1 (the
+    runtime's configuration: the environment and hvd.init()'s options), or the test hook
+    OVERLAP_TEST_PLAN_SCHEDULE (runtime/plan_scheduler.cc)."""
+    return (_core.setting("OVERLAP_STALENESS", 0) > 0 or
+            _core.setting("OVERLAP_MAX_PERIOD", 1) > 1 or
             bool(os.environ.get("OVERLAP_TEST_PLAN_SCHEDULE")))
 
 

@@ -8,7 +8,6 @@ the result is converted back, so the Python API does not change when the core le
 """
 
 import itertools
-import os
 import threading
 import time
 
@@ -87,7 +86,7 @@ def _native_cuda(tensor, compression_spec=None):
     runtime compression, or one the core runs on the GPU (the others run on host copies)."""
     if tensor.device.type != "cuda":
         return False
-    spec = compression_spec or os.environ.get("OVERLAP_COMPRESSION", "none") or "none"
+    spec = compression_spec or _core.setting("OVERLAP_COMPRESSION", "none") or "none"
     if spec != "none" and not _core.cuda_compresses(spec):
         return False
     return _core.cuda_device_count() > 0

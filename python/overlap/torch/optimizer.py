@@ -10,7 +10,6 @@ unchanged.
 """
 
 import contextlib
-import os
 import warnings
 import weakref
 
@@ -122,7 +121,7 @@ class _DistributedOptimizer:
         self._hook_handles = []
         self._markers = step_markers.install()
         if update_at_forward is None:
-            update_at_forward = (os.environ.get("OVERLAP_PLANNER", "observed")
+            update_at_forward = (_core.setting("OVERLAP_PLANNER", "observed")
                                  in _FORWARD_WINDOW_PLANNERS)
         self._deferred = None
         if update_at_forward and self._included:
