@@ -23,18 +23,17 @@ absl::StatusOr<bool> EveryRankHasCuda(MPI_Comm comm, int rank, int device) {
 
 }  // namespace
 
-CudaPlane::CudaPlane(MPI_Comm comm, const Config& config, int rank, int size,
-                     std::function<int()> default_device, int hierarchy_host, Timeline* timeline,
-                     CompressionStage* compression, DataPlane::CompleteFn complete)
+CudaPlane::CudaPlane(MPI_Comm comm, PlaneContext context, std::function<int()> default_device,
+                     int hierarchy_host)
     : comm_(comm),
-      config_(config),
-      rank_(rank),
-      size_(size),
+      config_(std::move(context.config)),
+      rank_(context.rank),
+      size_(context.size),
       default_device_(std::move(default_device)),
       hierarchy_host_(hierarchy_host),
-      timeline_(timeline),
-      compression_(compression),
-      complete_(std::move(complete)) {}
+      timeline_(context.timeline),
+      compression_(context.compression),
+      complete_(std::move(context.complete)) {}
 
 CudaPlane::~CudaPlane() {
   // Residuals on the device are freed on the executor's streams: while those still exist.
@@ -62,8 +61,9 @@ absl::Status CudaPlane::SetUp(int device) {
     spdlog::warn("overlap: CUDA tensors go through MPI with host staging: {}", nccl_refusal);
   }
   absl::StatusOr<std::unique_ptr<DataPlane>> plane =
-      DataPlane::OnDevice(Device::Cuda(device), executor_.get(), config_, rank_, size_, timeline_,
-                          compression_, complete_, "cuda ");
+      DataPlane::OnDevice(Device::Cuda(device), executor_.get(),
+                          PlaneContext{config_, rank_, size_, timeline_, compression_, complete_},
+                          "cuda ");
   if (!plane.ok()) return plane.status();
   plane_ = std::move(*plane);
   spdlog::info("overlap: rank {} moves CUDA tensors on cuda:{} with {}{}", rank_, device,

@@ -21,6 +21,7 @@
 #include "collectives/executor.h"
 #include "runtime/config.h"
 #include "runtime/data_plane.h"
+#include "runtime/plane_context.h"
 #include "runtime/timeline.h"
 
 namespace overlap {
@@ -28,15 +29,15 @@ namespace overlap {
 class CudaPlane {
  public:
   // `comm` is the runtime's communicator (MPI_COMM_WORLD's duplicate, or a process set's), which
-  // the setup duplicates and must outlive the plane; `rank` and `size` are this rank's place in it.
+  // the setup duplicates and must outlive the plane; `context.rank` and `context.size` are this
+  // rank's place in it.
   // `default_device` names the GPU a rank sets up on when it has no tensor to take the device
   // from (its first CUDA operation is a joined rank's zeros, or SetUpOnce). `hierarchy_host` is
   // this rank's host for a hierarchical allreduce (MpiExecutorOptions::host), or -1 for flat: the
   // MPI path staged through host memory follows it; NCCL stays flat, since its own rings and trees
   // already keep each host's share of the traffic on the host's links.
-  CudaPlane(MPI_Comm comm, const Config& config, int rank, int size,
-            std::function<int()> default_device, int hierarchy_host, Timeline* timeline,
-            CompressionStage* compression, DataPlane::CompleteFn complete);
+  CudaPlane(MPI_Comm comm, PlaneContext context, std::function<int()> default_device,
+            int hierarchy_host);
   ~CudaPlane();
 
   // Sets the plane up on `default_device` now, unless it is already: a collective call, made by

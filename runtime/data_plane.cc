@@ -55,15 +55,13 @@ absl::StatusOr<void*> Reserve(BufferOps* ops, std::unique_ptr<DeviceMemory>* mem
 
 }  // namespace
 
-DataPlane::DataPlane(Executor* executor, const Config& config, int rank, int size,
-                     Timeline* timeline, CompressionStage* compression, CompleteFn complete,
-                     std::string track_prefix)
-    : DataPlane(Device::Cpu(), CpuOps(executor->num_channels()), executor, config, rank, size,
-                timeline, compression, std::move(complete), std::move(track_prefix)) {}
+DataPlane::DataPlane(Executor* executor, PlaneContext context, std::string track_prefix)
+    : DataPlane(Device::Cpu(), CpuOps(executor->num_channels()), executor, std::move(context),
+                std::move(track_prefix)) {}
 
-absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::OnDevice(
-    Device device, Executor* executor, const Config& config, int rank, int size, Timeline* timeline,
-    CompressionStage* compression, CompleteFn complete, std::string track_prefix) {
+absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::OnDevice(Device device, Executor* executor,
+                                                               PlaneContext context,
+                                                               std::string track_prefix) {
   std::vector<std::unique_ptr<BufferOps>> ops;
   for (int c = 0; c < executor->num_channels(); ++c) {
     absl::StatusOr<std::unique_ptr<BufferOps>> channel_ops =
@@ -71,23 +69,20 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::OnDevice(
     if (!channel_ops.ok()) return channel_ops.status();
     ops.push_back(std::move(*channel_ops));
   }
-  return std::unique_ptr<DataPlane>(new DataPlane(device, std::move(ops), executor, config, rank,
-                                                  size, timeline, compression, std::move(complete),
-                                                  std::move(track_prefix)));
+  return std::unique_ptr<DataPlane>(
+      new DataPlane(device, std::move(ops), executor, std::move(context), std::move(track_prefix)));
 }
 
 DataPlane::DataPlane(Device device, std::vector<std::unique_ptr<BufferOps>> channel_ops,
-                     Executor* executor, const Config& config, int rank, int size,
-                     Timeline* timeline, CompressionStage* compression, CompleteFn complete,
-                     std::string track_prefix)
+                     Executor* executor, PlaneContext context, std::string track_prefix)
     : device_(device),
       executor_(executor),
-      config_(config),
-      rank_(rank),
-      size_(size),
-      timeline_(timeline),
-      compression_(compression),
-      complete_(std::move(complete)),
+      config_(std::move(context.config)),
+      rank_(context.rank),
+      size_(context.size),
+      timeline_(context.timeline),
+      compression_(context.compression),
+      complete_(std::move(context.complete)),
       track_prefix_(std::move(track_prefix)),
       channels_(channel_ops.size()) {
   for (size_t c = 0; c < channels_.size(); ++c) channels_[c].ops = std::move(channel_ops[c]);

@@ -30,27 +30,23 @@
 #include "runtime/compression_stage.h"
 #include "runtime/config.h"
 #include "runtime/negotiator.h"
+#include "runtime/plane_context.h"
 #include "runtime/timeline.h"
 
 namespace overlap {
 
 class DataPlane {
  public:
-  // Called once per finished operation, with its outcome.
-  using CompleteFn = std::function<void(PendingOp& op, const absl::Status& status)>;
+  using CompleteFn = PlaneContext::CompleteFn;
 
   // A plane for host tensors. `track_prefix` starts the names of this plane's channel tracks in
   // the timeline.
-  DataPlane(Executor* executor, const Config& config, int rank, int size, Timeline* timeline,
-            CompressionStage* compression, CompleteFn complete, std::string track_prefix = "");
+  DataPlane(Executor* executor, PlaneContext context, std::string track_prefix = "");
 
   // A plane for tensors on `device`, over an executor whose buffers live there. Unavailable when
   // the device cannot be used.
   static absl::StatusOr<std::unique_ptr<DataPlane>> OnDevice(Device device, Executor* executor,
-                                                             const Config& config, int rank,
-                                                             int size, Timeline* timeline,
-                                                             CompressionStage* compression,
-                                                             CompleteFn complete,
+                                                             PlaneContext context,
                                                              std::string track_prefix);
 
   // Queues operations in the order every rank agreed on.
@@ -100,8 +96,7 @@ class DataPlane {
   };
 
   DataPlane(Device device, std::vector<std::unique_ptr<BufferOps>> channel_ops, Executor* executor,
-            const Config& config, int rank, int size, Timeline* timeline,
-            CompressionStage* compression, CompleteFn complete, std::string track_prefix);
+            PlaneContext context, std::string track_prefix);
 
   // Over a stream-ordered executor (NCCL), buckets other than compressed allreduces (whose later
   // rounds the host starts) are pipelined: started with copy-in, collective, copy-out and fence

@@ -54,31 +54,28 @@ class Fingerprint {
 }  // namespace
 
 PlannedMode::PlannedMode(std::unique_ptr<Executor> executor,
-                         std::unique_ptr<ControlCollectives> checks, const Config& config,
-                         std::vector<std::string> hosts, Timeline* timeline,
-                         CompressionStage* compression, DataPlane::CompleteFn complete,
-                         const CudaPlaneFactory& make_cuda_plane)
-    : config_(config),
+                         std::unique_ptr<ControlCollectives> checks, PlaneContext context,
+                         std::vector<std::string> hosts, const CudaPlaneFactory& make_cuda_plane)
+    : config_(context.config),
       rank_(checks->rank()),
       size_(checks->size()),
       hosts_(std::move(hosts)),
-      timeline_(timeline),
-      complete_(std::move(complete)),
+      timeline_(context.timeline),
+      complete_(std::move(context.complete)),
       executor_(std::move(executor)),
       checks_(std::move(checks)),
-      plane_(
-          executor_.get(), PlaneConfig(config), rank_, size_, timeline, compression,
-          [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); },
-          "planned "),
+      plane_(executor_.get(), PlanesContext(context), "planned "),
       host_runner_(*BucketRunner::Create(
-          executor_.get(), Device::Cpu(), rank_, size_, timeline,
-          absl::Seconds(config.collective_timeout_s + config.stall_timeout_s))),
+          executor_.get(), Device::Cpu(), rank_, size_, timeline_,
+          absl::Seconds(config_.collective_timeout_s + config_.stall_timeout_s))),
       poke_([this] { executor_->Poke(); }) {
-  if (make_cuda_plane != nullptr) {
-    cuda_plane_ = make_cuda_plane(
-        PlaneConfig(config),
-        [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); });
-  }
+  if (make_cuda_plane != nullptr) cuda_plane_ = make_cuda_plane(PlanesContext(context));
+}
+
+PlaneContext PlannedMode::PlanesContext(const PlaneContext& context) {
+  return PlaneContext{PlaneConfig(context.config), rank_, size_, context.timeline,
+                      context.compression,
+                      [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); }};
 }
 
 void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>& already_agreed,

@@ -72,6 +72,7 @@
 #include "runtime/executable_plan.h"
 #include "runtime/messages.h"
 #include "runtime/pending_op.h"
+#include "runtime/plane_context.h"
 #include "runtime/plan_delays.h"
 
 namespace overlap {
@@ -85,18 +86,15 @@ class PlannedMode {
   static constexpr int64_t kMinUnitBytes = int64_t{1} << 20;
 
   // Makes the plane for a plan's CUDA tensors (its own communicators, set up when a plan holding
-  // CUDA tensors is frozen), given its configuration and the function its operations complete
-  // through.
-  using CudaPlaneFactory =
-      std::function<std::unique_ptr<CudaPlane>(const Config&, DataPlane::CompleteFn)>;
+  // CUDA tensors is frozen) in the context given: the planned executor's.
+  using CudaPlaneFactory = std::function<std::unique_ptr<CudaPlane>(PlaneContext)>;
 
-  // `executor` and `checks` carry planned collectives and their checks only. `complete` receives
-  // every operation that finishes, with its outcome.
-  // `hosts[r]` names rank r's host in messages. Without `make_cuda_plane`, a plan's CUDA tensors
-  // fail with Unavailable.
+  // `executor` and `checks` carry planned collectives and their checks only; `context.rank` and
+  // `context.size` are the checks'. `context.complete` receives every operation that finishes,
+  // with its outcome. `hosts[r]` names rank r's host in messages. Without `make_cuda_plane`, a
+  // plan's CUDA tensors fail with Unavailable.
   PlannedMode(std::unique_ptr<Executor> executor, std::unique_ptr<ControlCollectives> checks,
-              const Config& config, std::vector<std::string> hosts, Timeline* timeline,
-              CompressionStage* compression, DataPlane::CompleteFn complete,
+              PlaneContext context, std::vector<std::string> hosts,
               const CudaPlaneFactory& make_cuda_plane = nullptr);
 
   bool frozen() const { return frozen_; }
@@ -281,6 +279,9 @@ class PlannedMode {
   void OnChecked(Launch* launch);
   void Finish(Launch* launch, std::vector<PendingOp>* renegotiate);
   void OnDataDone(PendingOp& op, const absl::Status& status);
+  // The context of the planes this executor makes: `context`'s, with the planned executor's
+  // settings (PlaneConfig) and completions through OnDataDone.
+  PlaneContext PlanesContext(const PlaneContext& context);
   void Advance();
   // Delayed plans: moves `entry`'s next copy into the plan once its previous one is through.
   void Feed(int entry);

@@ -220,18 +220,16 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
       std::make_unique<MpiControlCollectives>(control_comm_, rank_, size_,
                                               MpiControlCollectives::Ownership::kBorrowed),
       config, hosts_, [this] { return ReadControl(absl::ZeroDuration(), /*local=*/false); });
-  data_plane_ = std::make_unique<DataPlane>(
-      executor_.get(), config, rank_, size_, &timeline_, compression_.get(),
-      [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
+  const PlaneContext planes{
+      config, rank_, size_, &timeline_, compression_.get(),
+      [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); }};
+  data_plane_ = std::make_unique<DataPlane>(executor_.get(), planes);
   // The GPU of this rank's CUDA tensors, or, before it has submitted one, one by local rank.
   auto cuda_device = [this] {
     const int claimed = cuda_device_.load();
     return claimed >= 0 ? claimed : std::max(0, local_rank_) % std::max(1, Devices().DeviceCount());
   };
-  cuda_plane_ = std::make_unique<CudaPlane>(
-      comm_, config, rank_, size_, cuda_device, executor_options.host, &timeline_,
-      compression_.get(),
-      [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); });
+  cuda_plane_ = std::make_unique<CudaPlane>(comm_, planes, cuda_device, executor_options.host);
   // Planned collectives and their checks get communicators of their own: ranks start them
   // without negotiation, so they must not share a sequence with negotiated ones.
   absl::StatusOr<std::unique_ptr<MpiExecutor>> planned_executor =
@@ -243,12 +241,9 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
       std::move(*planned_executor),
       std::make_unique<MpiControlCollectives>(*check_comm, rank_, size_,
                                               MpiControlCollectives::Ownership::kOwned),
-      config, hosts_, &timeline_, compression_.get(),
-      [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); },
-      [this, cuda_device, host = executor_options.host](const Config& plane_config,
-                                                        DataPlane::CompleteFn complete) {
-        return std::make_unique<CudaPlane>(comm_, plane_config, rank_, size_, cuda_device, host,
-                                           &timeline_, compression_.get(), std::move(complete));
+      planes, hosts_,
+      [this, cuda_device, host = executor_options.host](PlaneContext context) {
+        return std::make_unique<CudaPlane>(comm_, std::move(context), cuda_device, host);
       });
   profiler_ = std::make_unique<StepProfiler>(config.profile_steps);
   std::unique_ptr<PlanScheduler> scheduler;  // none for OVERLAP_PLANNER=observed

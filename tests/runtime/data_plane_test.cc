@@ -39,11 +39,12 @@ class Job {
       rank.executor = world_.CreateExecutor(r);
       rank.compression = std::make_unique<CompressionStage>(r, size);
       rank.plane = std::make_unique<DataPlane>(
-          rank.executor.get(), config, r, size, &rank.timeline, rank.compression.get(),
-          [&rank](PendingOp& op, const absl::Status& status) {
-            CHECK(rank.done.count(op.request.name) == 0);  // completed once
-            rank.done[op.request.name] = status;
-          });
+          rank.executor.get(),
+          PlaneContext{config, r, size, &rank.timeline, rank.compression.get(),
+                       [&rank](PendingOp& op, const absl::Status& status) {
+                         CHECK(rank.done.count(op.request.name) == 0);  // completed once
+                         rank.done[op.request.name] = status;
+                       }});
     }
   }
 
@@ -400,9 +401,11 @@ TEST_CASE("ranks that build different buckets are caught by the fake, not left h
     executors.push_back(world.CreateExecutor(r));
     compression.push_back(std::make_unique<CompressionStage>(r, 2));
     planes.push_back(std::make_unique<DataPlane>(
-        executors.back().get(), r == 0 ? Config() : small, r, 2, &timeline,
-        compression.back().get(),
-        [&done, r](PendingOp& op, const absl::Status& s) { done[r][op.request.name] = s; }));
+        executors.back().get(),
+        PlaneContext{r == 0 ? Config() : small, r, 2, &timeline, compression.back().get(),
+                     [&done, r](PendingOp& op, const absl::Status& s) {
+                       done[r][op.request.name] = s;
+                     }}));
     a[static_cast<size_t>(r)] = Filled(2, 1);
     b[static_cast<size_t>(r)] = Filled(2, 1);
     std::vector<ReadyOp> ready;

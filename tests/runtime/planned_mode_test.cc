@@ -63,11 +63,13 @@ class PlannedJob {
       Rank& rank = this->rank(r);
       rank.compression = std::make_unique<CompressionStage>(r, size);
       rank.planned = std::make_unique<PlannedMode>(
-          world_.CreateExecutor(r), checks_.Create(r), config, hosts, rank.timeline.get(),
-          rank.compression.get(), [&rank](PendingOp& op, const absl::Status& status) {
-            CHECK(rank.done.count(op.request.name) == 0);  // completed once
-            rank.done[op.request.name] = status;
-          });
+          world_.CreateExecutor(r), checks_.Create(r),
+          PlaneContext{config, r, size, rank.timeline.get(), rank.compression.get(),
+                       [&rank](PendingOp& op, const absl::Status& status) {
+                         CHECK(rank.done.count(op.request.name) == 0);  // completed once
+                         rank.done[op.request.name] = status;
+                       }},
+          hosts);
     }
   }
 
