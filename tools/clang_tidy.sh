@@ -14,6 +14,9 @@
 #   OVERLAP_TIDY_JOBS=4 tools/clang_tidy.sh  files checked at once (default: the core count)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# Ctrl-C, or tools/test.sh's time budget, stops the whole script, not just the step it is in (a
+# fuzzer or Bazel exits cleanly on SIGINT, and bash would go on to the next step).
+trap 'exit 130' INT
 command -v clang-tidy >/dev/null || { echo "clang-tidy: not installed (tools/setup.sh installs it)" >&2; exit 1; }
 db=$(mktemp -d)
 trap 'rm -rf "$db"' EXIT

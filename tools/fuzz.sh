@@ -18,6 +18,9 @@
 # Runs at the lowest CPU priority: fuzzing takes whole cores for as long as it is given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Ctrl-C, or tools/test.sh's time budget, stops the whole script, not just the step it is in (a
+# fuzzer or Bazel exits cleanly on SIGINT, and bash would go on to the next step).
+trap 'exit 130' INT
 
 seconds=60
 build_only=0

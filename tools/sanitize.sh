@@ -21,6 +21,9 @@
 # not build.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# Ctrl-C, or tools/test.sh's time budget, stops the whole script, not just the step it is in (a
+# fuzzer or Bazel exits cleanly on SIGINT, and bash would go on to the next step).
+trap 'exit 130' INT
 
 stages=()
 while (($#)) && [[ $1 != -- ]]; do

@@ -28,11 +28,16 @@ filters=(--test_tag_filters=-extended)
 budget_s=$((${OVERLAP_TIME_BUDGET_MIN:-60} * 60))
 limit_s=$((${OVERLAP_TIME_LIMIT_MIN:-80} * 60))
 # within SECONDS_LEFT CMD...: runs CMD in its own process group and interrupts the group (as
-# Ctrl-C would, so that bazel cancels its actions) when the seconds are up; 124 then.
+# Ctrl-C would, so that bazel cancels its actions) when the seconds are up, killing it 30 s later
+# if it is still there; 124 whenever the seconds ran out, whatever CMD returned.
 within() {
   local left=$1; shift
   ((left > 0)) || return 124
-  timeout -s INT -k 60 "$left" "$@"
+  local end=$((SECONDS + left)) status
+  timeout -s INT -k 30 "$left" "$@"
+  status=$?
+  ((SECONDS < end)) || return 124
+  return "$status"
 }
 started=$(mktemp)  # test logs newer than this one are this run's
 within $((limit_s - SECONDS)) bazel test //... "${filters[@]}" "$@" 2>&1 | tee "$log"
@@ -66,7 +71,7 @@ over_budget() {
   echo "SKIPPED for time ($((SECONDS / 60)) of $((budget_s / 60)) minutes used; OVERLAP_TIME_BUDGET_MIN)"
 }
 stopped() {
-  echo "STOPPED for time at $((SECONDS / 60)) of $((budget_s / 60)) minutes (OVERLAP_TIME_BUDGET_MIN); its results so far are above"
+  echo "STOPPED for time at $((SECONDS / 60)) of $((budget_s / 60)) minutes (OVERLAP_TIME_BUDGET_MIN), results so far above"
 }
 # A short pass of every libFuzzer target (tools/fuzz.sh, docs/reliability.md), first: it takes a
 # few minutes and also checks that the fuzz targets still build. OVERLAP_FUZZ_SECONDS=0 skips it.
