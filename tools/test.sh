@@ -73,24 +73,42 @@ over_budget() {
 stopped() {
   echo "STOPPED for time at $((SECONDS / 60)) of $((budget_s / 60)) minutes (OVERLAP_TIME_BUDGET_MIN), results so far above"
 }
+# run_stage NAME USUAL_SECONDS SUMMARY_PREFIX CMD...: runs CMD as a stage when the time it
+# usually takes still fits, stopped at the budget's end. Sets `result` to the last line of its
+# output that starts with SUMMARY_PREFIX (the prefix taken off; "" when it printed none, or for
+# an empty prefix), or to why it was left out or stopped; `stage_status` to CMD's status (124
+# stopped, 125 left out). A stage that fails fails the run.
+run_stage() {
+  local name=$1 usual=$2 prefix=$3 stage_log
+  shift 3
+  result=""
+  if ! fits "$usual"; then
+    result=$(over_budget) stage_status=125
+    return
+  fi
+  stage_log=$(mktemp)
+  within $((budget_s - SECONDS)) "$@" 2>&1 | tee "$stage_log"
+  stage_status=${PIPESTATUS[0]}
+  [ -n "$prefix" ] && result=$(sed -n "s/^$prefix//p" "$stage_log" | tail -1)
+  if [ "$stage_status" -eq 124 ]; then
+    result=$(stopped)
+  elif [ "$stage_status" -ne 0 ]; then
+    rc=1
+  fi
+  rm -f "$stage_log"
+  stage_done "$name"
+}
 # A short pass of every libFuzzer target (tools/fuzz.sh, docs/reliability.md), first: it takes a
 # few minutes and also checks that the fuzz targets still build. OVERLAP_FUZZ_SECONDS=0 skips it.
 fuzz_s=${OVERLAP_FUZZ_SECONDS:-10}
 fuzz="skipped (OVERLAP_FUZZ_SECONDS=0)"
 if [ "$fuzz_s" != 0 ]; then
-  if fits 300; then
-    fuzz="passed"
-    within $((budget_s - SECONDS)) tools/fuzz.sh -t "$fuzz_s"
-    fuzz_rc=$?
-    if [ "$fuzz_rc" -eq 124 ]; then
-      fuzz=$(stopped)
-    elif [ "$fuzz_rc" -ne 0 ]; then
-      fuzz="FAILED to build or found a problem (above)"; rc=1
-    fi
-    stage_done fuzz
-  else
-    fuzz=$(over_budget)
-  fi
+  run_stage fuzz 300 "" tools/fuzz.sh -t "$fuzz_s"
+  case $stage_status in
+    0) fuzz="passed" ;;
+    124 | 125) fuzz=$result ;;
+    *) fuzz="FAILED to build or found a problem (above)" ;;
+  esac
 fi
 # The unit tests and the 2-rank runtime suites again under ASan+UBSan, and the threaded
 # fake-world suites with the core 2-rank suites under TSan (tools/sanitize.sh,
@@ -100,46 +118,21 @@ sanitize=${OVERLAP_SANITIZE:-asan tsan-core}
 sanitizers=""
 [ "$sanitize" = 0 ] && sanitizers="skipped (OVERLAP_SANITIZE=0)"
 run_sanitizer() {  # run_sanitizer STAGE SECONDS_IT_USUALLY_TAKES
-  local san_log line
   [[ " $sanitize " == *" $1 "* ]] || return 0
-  if ! fits "$2"; then
-    sanitizers="${sanitizers:+$sanitizers; }$1 $(over_budget)"
-    return 0
-  fi
-  san_log=$(mktemp)
-  within $((budget_s - SECONDS)) tools/sanitize.sh "$1" 2>&1 | tee "$san_log"
-  local san_rc=${PIPESTATUS[0]}
-  line=$(sed -n 's/^overlap sanitizers: //p' "$san_log" | tail -1)
-  if [ "$san_rc" -eq 124 ]; then
-    line="$1 $(stopped)"
-  elif [ "$san_rc" -ne 0 ]; then
-    rc=1
-  fi
-  sanitizers="${sanitizers:+$sanitizers; }${line:-$1: no summary (above)}"
-  rm -f "$san_log"
-  stage_done "$1"
+  run_stage "$1" "$2" "overlap sanitizers: " tools/sanitize.sh "$1"
+  # The sanitizer's own line names it; a line of ours (left out, stopped) does not.
+  case $stage_status in
+    124 | 125) result="$1 $result" ;;
+  esac
+  sanitizers="${sanitizers:+$sanitizers; }${result:-$1: no summary (above)}"
 }
 # clang-tidy on the library and tool sources (.clang-tidy, tools/clang_tidy.sh); every finding
 # fails the run. OVERLAP_CLANG_TIDY=0 skips it.
 tidy="skipped (OVERLAP_CLANG_TIDY=0)"
 run_tidy() {
   [ "${OVERLAP_CLANG_TIDY:-1}" != 0 ] || return 0
-  if ! fits 360; then
-    tidy=$(over_budget)
-    return 0
-  fi
-  local tidy_log tidy_rc
-  tidy_log=$(mktemp)
-  within $((budget_s - SECONDS)) tools/clang_tidy.sh 2>&1 | tee "$tidy_log"
-  tidy_rc=${PIPESTATUS[0]}
-  tidy=$(sed -n 's/^overlap clang-tidy: //p' "$tidy_log" | tail -1)
-  if [ "$tidy_rc" -eq 124 ]; then
-    tidy=$(stopped)
-  elif [ "$tidy_rc" -ne 0 ]; then
-    rc=1
-  fi
-  rm -f "$tidy_log"
-  stage_done clang-tidy
+  run_stage clang-tidy 360 "overlap clang-tidy: " tools/clang_tidy.sh
+  tidy=$result
 }
 run_tsan() {
   local stage
@@ -148,9 +141,9 @@ run_tsan() {
   done
 }
 # The asan stage (about 23 minutes on 2 cores) and clang-tidy with the tsan-core stage (about
-# 12) do not both fit in the hour after the Bazel tests and the fuzz pass (about 33). Which goes first follows the
-# commit (the parity of its hash's last digit; OVERLAP_CHECKS_FIRST=asan or tidy chooses), so
-# that consecutive commits cover both; the other runs after it if it still fits.
+# 12) do not both fit in the hour after the Bazel tests and the fuzz pass (about 33). Which goes
+# first follows the commit (the parity of its hash's last digit; OVERLAP_CHECKS_FIRST=asan or
+# tidy chooses), so that consecutive commits cover both; the other runs after it if it fits.
 last_digit=$(git rev-parse HEAD 2>/dev/null | cut -c40)
 checks_first=${OVERLAP_CHECKS_FIRST:-$([ -n "$last_digit" ] && (((16#$last_digit) % 2)) && echo tidy || echo asan)}
 if [ "$checks_first" = tidy ]; then
