@@ -15,6 +15,7 @@
 #include "collectives/nccl_executor.h"
 #include "runtime/compression_stage.h"
 #include "runtime/cuda_compression.h"
+#include "runtime/json_escape.h"
 #include "runtime/overlap.h"
 
 struct overlap_handle {
@@ -28,22 +29,6 @@ thread_local std::string stats_json;
 thread_local std::string schedule_json;
 thread_local std::string saved_state;
 thread_local std::string config_json;
-
-// `text` as a JSON string literal.
-std::string JsonString(absl::string_view text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppendFormat(&out, "\\u%04x", static_cast<int>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 int Fail(const absl::Status& status) {
   if (status.ok()) return 0;
@@ -137,7 +122,8 @@ const char* overlap_config_json(void) {
   config_json = "{";
   for (const overlap::Config::Setting& setting : config->AsSettings()) {
     if (config_json.size() > 1) config_json += ",";
-    absl::StrAppend(&config_json, JsonString(setting.first), ":", JsonString(setting.second));
+    absl::StrAppend(&config_json, "\"", overlap::JsonEscape(setting.first), "\":\"",
+                    overlap::JsonEscape(setting.second), "\"");
   }
   config_json += "}";
   return config_json.c_str();
@@ -460,19 +446,7 @@ const char* overlap_plan_schedule_json(void) {
                       schedule.generation, schedule.first_step, schedule.first_pass);
   bool first = true;
   for (const auto& [name, slices] : schedule.tensors) {
-    // Gradient names come from the program: escape what JSON needs escaped.
-    std::string quoted;
-    for (char c : name) {
-      if (c == '"' || c == '\\') {
-        quoted.push_back('\\');
-        quoted.push_back(c);
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        absl::StrAppendFormat(&quoted, "\\u%04x", static_cast<int>(c));
-      } else {
-        quoted.push_back(c);
-      }
-    }
-    absl::StrAppend(&schedule_json, first ? "" : ",", "\"", quoted, "\":[");
+    absl::StrAppend(&schedule_json, first ? "" : ",", "\"", overlap::JsonEscape(name), "\":[");
     for (size_t i = 0; i < slices.size(); ++i) {
       const overlap::ScheduledSlice& s = slices[i];
       absl::StrAppendFormat(&schedule_json, "%s[%d,%d,%d,%d,%d]", i == 0 ? "" : ",", s.offset,

@@ -4,28 +4,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/json_escape.h"
 
 namespace overlap {
-namespace {
-
-// Tensor names are user text: escape what JSON requires.
-std::string JsonEscape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrCat("\\u00", (c >> 4) & 0xf, std::string(1, "0123456789abcdef"[c & 0xf]));
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 Timeline::~Timeline() { Close(); }
 
