@@ -60,6 +60,7 @@ const Field kFields[] = {
     {"OVERLAP_PARTITION_BYTES", &Config::partition_bytes},
     {"OVERLAP_CREDIT_BYTES", &Config::credit_bytes},
     {"OVERLAP_REPLAN_DRIFT", &Config::replan_drift},
+    {"OVERLAP_REPLAN_MIN_MS", &Config::replan_min_ms},
     {"OVERLAP_AUTO_TRIALS", &Config::auto_trials},
 };
 

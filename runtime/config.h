@@ -88,9 +88,11 @@ struct Config {
   int64_t credit_bytes = 0;
 
   // Re-plan when the measured step (its compute windows) drifts from its first measurement under
-  // the plan by more than this fraction at two checks in a row (runtime/plan_scheduler.h).
-  // OVERLAP_REPLAN_DRIFT, 0..10; 0 never re-plans on drift.
+  // the plan by more than this fraction, by more than twice the steps' spread, and by at least
+  // replan_min_ms, at two checks in a row (runtime/drift_policy.h).
+  // OVERLAP_REPLAN_DRIFT, 0..10; 0 never re-plans on drift. OVERLAP_REPLAN_MIN_MS, 0..1e6.
   double replan_drift = 0.25;
+  double replan_min_ms = 5;
 
   // auto: the number of its best-simulated synchronous candidates (within 15% of the best) that
   // each run a few steps before the fastest measured one is kept; 1 keeps the simulator's choice.

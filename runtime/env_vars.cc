@@ -264,10 +264,19 @@ constexpr Var kVars[] = {
         .Note("0 never re-plans on drift")
         .Default("0.25")
         .Describe("re-plan when the measured step drifts from its first measurement under the "
-                  "plan by more than this, at two checks in a row")
+                  "plan by more than this fraction (and by more than twice the steps' spread and "
+                  "OVERLAP_REPLAN_MIN_MS), at two checks in a row")
         .Option("--replan-drift", "F",
                 "re-plan when the step time drifts from the planned one by more than this "
                 "fraction (0..10, default 0.25; 0: never)")
+        .Build(),
+    Def("OVERLAP_REPLAN_MIN_MS", Kind::kDouble)
+        .Range(0, 1e6, "milliseconds")
+        .Default("5")
+        .Describe("the least drift of the measured step, in ms, that re-plans: a smaller change "
+                  "cannot win back the unplanned steps a re-plan costs")
+        .Option("--replan-min-ms", "MS",
+                "re-plan on a drift of at least this many ms only (default 5)")
         .Build(),
 
     // Read outside the runtime; listed so that it does not warn about them.

@@ -123,7 +123,10 @@ PlanScheduler::PlanScheduler(const Config& config, int rank, int size, MPI_Comm 
       profiler_(profiler),
       timings_(std::move(timings)),
       check_peers_(std::move(check_peers)),
-      next_attempt_(config.plan_after_steps + config.profile_steps + 2) {}
+      next_attempt_(config.plan_after_steps + config.profile_steps + 2),
+      drift_(config.replan_drift, config.replan_min_ms,
+             std::max<int64_t>(10, 2 * static_cast<int64_t>(config.profile_steps) + 2),
+             config.profile_steps + 1) {}
 
 PlanScheduler::~PlanScheduler() {
   if (planner_.joinable()) planner_.join();
@@ -191,14 +194,14 @@ void PlanScheduler::ForgetTrials() {
   chosen_ = 0;
 }
 
-int64_t PlanScheduler::DriftInterval() const {
-  return std::max<int64_t>(10, 2 * static_cast<int64_t>(config_.profile_steps) + 2);
+StepWindow PlanScheduler::MeasuredWindow() const {
+  if (profiler_->steady_steps() < config_.profile_steps) return {};
+  return {profiler_->median_step_ms(), profiler_->step_ms_spread()};
 }
 
-bool PlanScheduler::Drifted() const {
-  if (baseline_step_ms_ <= 0 || profiler_->steady_steps() < config_.profile_steps) return false;
-  return std::abs(profiler_->median_step_ms() - baseline_step_ms_) >
-         config_.replan_drift * baseline_step_ms_;
+void PlanScheduler::ScheduleDriftCheck() {
+  next_drift_check_ = drift_.enabled() ? step_ + drift_.NextCheckIn()
+                                       : std::numeric_limits<int64_t>::max();
 }
 
 bool PlanScheduler::TakeDropWish() {
@@ -223,7 +226,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
       return std::nullopt;
     }
     votes_[0] = quiescent || drift_check_ ? 1 : 0;
-    votes_[1] = drift_check_ ? (Drifted() ? 0 : 1)
+    votes_[1] = drift_check_ ? (drift_.Drifted(MeasuredWindow()) ? 0 : 1)
                 : adopting_ || profiler_->steady_steps() >= config_.profile_steps ? 1
                                                                                   : 0;
     // A trial compares wall steps: a rank whose steps closed without one (markers out of order)
@@ -247,25 +250,22 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
   stage_ = Stage::kIdle;
   if (drift_check_) {
     drift_check_ = false;
-    spdlog::debug(
-        "overlap: rank {}: step {}: drift check: step {:.1f} ms, under the plan {:.1f} ms "
-        "({} steady steps){}",
-        rank_, step_, profiler_->median_step_ms(), baseline_step_ms_, profiler_->steady_steps(),
-        votes_[1] == 0 ? "; some rank drifted" : "");
-    drifted_checks_ = votes_[1] == 0 ? drifted_checks_ + 1 : 0;
-    if (drifted_checks_ >= 2) {  // twice in a row: a change, not one noisy window
-      drifted_checks_ = 0;
+    const StepWindow now = MeasuredWindow();
+    const std::string explained = drift_.Explain(now);
+    spdlog::debug("overlap: rank {}: step {}: drift check: {} ({} steady steps){}", rank_, step_,
+                  explained, profiler_->steady_steps(),
+                  votes_[1] == 0 ? "; some rank drifted" : "");
+    if (drift_.OnChecked(votes_[1] == 0, now)) {
       spdlog::info(
-          "overlap: rank {}: step {}: the measured step drifted by more than "
-          "OVERLAP_REPLAN_DRIFT={} on some rank (here {:.1f} ms against {:.1f} ms when "
-          "measured under the plan); the plan is dropped at the next step, to plan again",
-          rank_, step_, config_.replan_drift, profiler_->median_step_ms(), baseline_step_ms_);
+          "overlap: rank {}: step {}: the measured step drifted on some rank at two checks in a "
+          "row (here {}; OVERLAP_REPLAN_DRIFT={}, OVERLAP_REPLAN_MIN_MS={}); the plan is dropped "
+          "at the next step, to plan again",
+          rank_, step_, explained, config_.replan_drift, config_.replan_min_ms);
       drop_step_ = step_ + 1;  // with nothing in flight on any rank, like an adoption
       next_drift_check_ = std::numeric_limits<int64_t>::max();
+      replanning_after_drift_ = true;
     } else {
-      if (baseline_step_ms_ <= 0) baseline_step_ms_ = profiler_->median_step_ms();
-      next_drift_check_ =
-          step_ + (drifted_checks_ > 0 ? config_.profile_steps + 1 : DriftInterval());
+      ScheduleDriftCheck();
     }
     return std::nullopt;
   }
@@ -281,7 +281,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
       trial_end_step_ = -1;
       trials_ = 0;
       trial_ = -1;
-      if (config_.replan_drift > 0) next_drift_check_ = step_ + DriftInterval();
+      ScheduleDriftCheck();
       spdlog::info(
           "overlap: rank {}: step {}: auto's trials ended unmeasured (steps not steady); "
           "keeping the plan in force",
@@ -596,7 +596,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::EndTrial(const Tabl
     if (chosen_ == trial_) {  // the fastest is in force: keep it
       trials_ = 0;
       trial_ = -1;
-      if (config_.replan_drift > 0) next_drift_check_ = step_ + DriftInterval();
+      ScheduleDriftCheck();
       absl::MutexLock lock(&mu_);
       info_.trials_pending = false;
       spdlog::info("overlap: rank {}: keeping {}, the fastest of the plans tried ({})", rank_,
@@ -649,10 +649,15 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   // Every rank checks the plan against its own tensors; all verdicts are gathered.
   std::string verdict;
   std::optional<ExecutablePlan> plan;
+  std::string shape;  // what tells two plans apart: not the model's name or the budget spent
   absl::StatusOr<sched::Plan> decoded = sched::Plan::Deserialize(bytes);
   if (!decoded.ok()) {
     verdict = std::string(decoded.status().message());
   } else {
+    sched::Plan bare = *decoded;
+    bare.model.clear();
+    bare.budget_used = 0;
+    shape = bare.Serialize();
     std::vector<std::string> names;
     for (const sched::Bucket& b : decoded->buckets) {
       for (const sched::TensorSlice& slice : b.slices) names.push_back(slice.name);
@@ -698,8 +703,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   }
   next_attempt_ = std::numeric_limits<int64_t>::max();  // until the plan is dropped
   // The first drift check measures the step under the plan; later ones compare with it.
-  baseline_step_ms_ = 0;
-  drifted_checks_ = 0;
+  drift_.OnAdopted();
   if (trial_ < 0 && header[2] > 1) {  // auto's first candidate: the trials begin
     trials_ = static_cast<int>(header[2]);
     trial_ms_.clear();
@@ -715,7 +719,19 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
     trials_ = 0;
     trial_ = -1;
     settling_ = false;
-    if (config_.replan_drift > 0) next_drift_check_ = step_ + DriftInterval();
+    if (replanning_after_drift_) {
+      replanning_after_drift_ = false;
+      const bool changed = shape != plan_shape_;
+      drift_.OnReplanned(changed);
+      if (!changed) {
+        spdlog::info(
+            "overlap: rank {}: step {}: re-planning after the drift made the same plan again; "
+            "drift checks now {} times further apart",
+            rank_, step_, drift_.backoff());
+      }
+    }
+    plan_shape_ = shape;
+    ScheduleDriftCheck();
   }
   absl::MutexLock lock(&mu_);
   info_.trials_pending = trying;
@@ -738,10 +754,10 @@ void PlanScheduler::OnRestored(const ExecutablePlan& plan, double predicted_step
   next_attempt_ = std::numeric_limits<int64_t>::max();  // until the plan is dropped
   drop_step_ = -1;
   drift_check_ = dropping_ = drop_wanted_ = false;
-  baseline_step_ms_ = 0;
-  drifted_checks_ = 0;
-  next_drift_check_ =
-      config_.replan_drift > 0 ? step_ + DriftInterval() : std::numeric_limits<int64_t>::max();
+  drift_.OnAdopted();
+  replanning_after_drift_ = false;
+  plan_shape_.clear();
+  ScheduleDriftCheck();
   ForgetTrials();
   profiler_->Reset();  // drift is measured under this plan
   absl::MutexLock lock(&mu_);

@@ -31,12 +31,14 @@
 //     ranks; the measurement decides, since the model misses costs (copies, CPU contention)
 //     that differ between plans by a few percent.
 //  3. Drift (OVERLAP_REPLAN_DRIFT > 0): every max(10, 2 x OVERLAP_PROFILE_STEPS + 2) steps after
-//     adoption, every rank votes (without draining) whether its measured step (the step
-//     profiler's median compute windows) moved by more than that fraction from the first such
-//     measurement under the plan. If any rank's did, twice in a row (the second check comes
-//     OVERLAP_PROFILE_STEPS + 1 steps after the first, on fresh steps), then at the next step,
-//     after the same quiescence vote as an adoption, every rank drops the plan (TakeDropWish),
-//     and it is measured and made anew.
+//     adoption (times the back-off), every rank votes (without draining) whether its measured
+//     step (the step profiler's median compute windows) drifted from the first such measurement
+//     under the plan, as runtime/drift_policy.h defines it: by more than that fraction, more than
+//     twice the steps' spread and OVERLAP_REPLAN_MIN_MS. If any rank's did, twice in a row (the
+//     second check comes OVERLAP_PROFILE_STEPS + 1 steps after the first, on fresh steps), then at
+//     the next step, after the same quiescence vote as an adoption, every rank drops the plan
+//     (TakeDropWish), and it is measured and made anew. When the new plan is the dropped one
+//     again, the checks back off (twice as far apart, up to 64 times).
 //
 // Threading: the coordinator thread, except that the planner runs on a thread of its own.
 #ifndef OVERLAP_RUNTIME_PLAN_SCHEDULER_H_
@@ -59,6 +61,7 @@
 #include "absl/types/span.h"
 #include "collectives/executor.h"
 #include "runtime/config.h"
+#include "runtime/drift_policy.h"
 #include "runtime/executable_plan.h"
 #include "runtime/step_profiler.h"
 #include "scheduler/cost_model.h"
@@ -150,11 +153,12 @@ class PlanScheduler {
   // the intercept (sched::FitLinkCost). Under dear and auto, reduce-scatters and allgathers of
   // 64 KiB to 2 MiB are probed and fitted too (ChannelCost::reduce_scatter, allgather).
   absl::Status FitCost(sched::CostModel* cost);
-  int64_t DriftInterval() const;
   // No trials under way or to come (a plan dropped, or one restored from a checkpoint).
   void ForgetTrials();
-  // This rank's step moved by more than OVERLAP_REPLAN_DRIFT since the plan's first check.
-  bool Drifted() const;
+  // This rank's latest steps, for the drift policy.
+  StepWindow MeasuredWindow() const;
+  // Schedules the next drift check, if the policy is on.
+  void ScheduleDriftCheck();
   absl::StatusOr<std::vector<sched::CostSample>> MeasuredSamples();
   // Times collectives of `kind` (allreduce, reduce-scatter or allgatherv) over each of `sizes`
   // bytes (the median of a few runs) on the probe executor.
@@ -196,8 +200,11 @@ class PlanScheduler {
   int64_t drop_step_ = -1;    // drift agreed: the step at which every rank drops the plan
   bool dropping_ = false;     // the stage is that drop's quiescence vote
   bool drop_wanted_ = false;
-  double baseline_step_ms_ = 0;  // the step under the plan, at its first drift check
-  int drifted_checks_ = 0;       // consecutive checks that found a drift
+  DriftPolicy drift_;
+  // The plan in force, as the planner made it (Plan::Serialize without its model name and budget
+  // spent), and whether it was dropped for a drift: the next plan tells whether re-planning paid.
+  std::string plan_shape_;
+  bool replanning_after_drift_ = false;
   bool given_up_ = false;
   // auto's trials, alike on every rank: the candidates rank 0 announced (0: no trials), the one
   // in force, each tried one's measured step, and the step at which the current trial ends.

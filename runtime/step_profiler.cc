@@ -252,6 +252,17 @@ double StepProfiler::median_step_ms() const {
                   [](const ClosedStep& s) { return s.forward_ms + s.backward_ms + s.update_ms; });
 }
 
+double StepProfiler::step_ms_spread() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<double> values;
+  values.reserve(closed_.size());
+  for (const ClosedStep& s : closed_) values.push_back(s.forward_ms + s.backward_ms + s.update_ms);
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return values[(3 * n) / 4] - values[n / 4];
+}
+
 double StepProfiler::median_wall_ms() const {
   absl::MutexLock lock(&mu_);
   return MedianOf(closed_, [](const ClosedStep& s) { return s.wall_ms; });

@@ -99,6 +99,9 @@ class StepProfiler {
 
   // Median forward + backward + update time of the last steady steps (ms); 0 if none.
   double median_step_ms() const;
+  // Interquartile range of the same steps' forward + backward + update time (ms), nearest rank; 0
+  // if none: how far the median can move on noise alone (runtime/drift_policy.h).
+  double step_ms_spread() const;
   // Median wall time of the last steady steps, time blocked in Wait included (ms); 0 if none.
   // What a plan's communication costs shows here, not in median_step_ms.
   double median_wall_ms() const;

@@ -502,5 +502,27 @@ TEST_CASE("a step without tensors gives ProfileFromMeasurements' error", "[step_
   CHECK(p.MakeProfile("m").status().code() == absl::StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("the spread of the steady steps is their interquartile range", "[step_profiler]") {
+  StepProfiler p(5);
+  CHECK(p.step_ms_spread() == 0);
+  // Steps of 10, 40, 20, 30 and 50 ms (backward marker to the next backward marker, with 1 ms of
+  // forward and update each), every one submitting the same tensor.
+  const double lengths[] = {10, 40, 20, 30, 50};
+  double t = 0;
+  CHECK(p.OnPhase(StepPhase::kForward, At(t)) == 1);
+  for (int i = 0; i <= 5; ++i) {
+    const double ms = i < 5 ? lengths[i] : 10;
+    CHECK(p.OnPhase(StepPhase::kBackward, At(t + 1)) == i + 1);
+    auto g = Submit(&p, "g", t + 2);
+    g->first_wait = At(t + ms + 1);
+    CHECK(p.OnPhase(StepPhase::kUpdate, At(t + ms - 1)) == i + 1);
+    t += ms;
+    CHECK(p.OnPhase(StepPhase::kForward, At(t)) == i + 2);
+  }
+  REQUIRE(p.steady_steps() == 5);
+  CHECK(p.median_step_ms() == 30);
+  CHECK(p.step_ms_spread() == 40 - 20);  // sorted 10 20 30 40 50: [3] - [1]
+}
+
 }  // namespace
 }  // namespace overlap
