@@ -41,11 +41,49 @@ absl::Status ForEachTensor(std::vector<ReadyOp>& ops, compress::ResidualMemory& 
   return absl::OkStatus();
 }
 
+// Parses `spec`, spelling out a derived parameter it leaves to its default: covap's R is "auto"
+// when not given (compression/covap.h).
+absl::StatusOr<compress::CompressorConfig> ParseWithDerived(const std::string& spec) {
+  absl::StatusOr<compress::CompressorConfig> parsed = compress::CompressorConfig::Parse(spec);
+  if (parsed.ok() && parsed->name == "covap" && parsed->params.count("R") == 0) {
+    parsed->params["R"] = "auto";
+  }
+  return parsed;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> CompressionStage::Canonical(const std::string& spec) {
   if (spec.empty() || spec == "none") return std::string("none");
-  absl::StatusOr<std::unique_ptr<compress::Compressor>> c = compress::MakeCompressor(spec);
+  absl::StatusOr<compress::CompressorConfig> parsed = ParseWithDerived(spec);
+  if (!parsed.ok()) return parsed.status();
+  // A derived parameter is checked with a stand-in measurement (a ratio of 1), then put back.
+  const compress::CompressorContext stand_in{1.0};
+  absl::StatusOr<std::unique_ptr<compress::Compressor>> c =
+      compress::MakeCompressor(*parsed, NeedsMeasurement(spec) ? stand_in
+                                                                : compress::CompressorContext{});
+  if (!c.ok()) return c.status();
+  compress::CompressorConfig canonical = (*c)->config();
+  for (const auto& [key, value] : parsed->params) {
+    if (value == "auto") canonical.params[key] = "auto";
+  }
+  return canonical.ToString();
+}
+
+bool CompressionStage::NeedsMeasurement(const std::string& spec) {
+  absl::StatusOr<compress::CompressorConfig> parsed = ParseWithDerived(spec);
+  if (!parsed.ok()) return false;
+  for (const auto& [key, value] : parsed->params) {
+    if (value == "auto") return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::string> CompressionStage::Resolve(
+    const std::string& spec, const compress::CompressorContext& context) {
+  if (!NeedsMeasurement(spec)) return spec;
+  absl::StatusOr<std::unique_ptr<compress::Compressor>> c =
+      compress::MakeCompressor(spec, context);
   if (!c.ok()) return c.status();
   return (*c)->config().ToString();
 }

@@ -56,8 +56,15 @@ class CompressionStage {
   CompressionStage(int rank, int size) : rank_(rank), size_(size) {}
 
   // Canonical form of `spec` ("none" for empty), or InvalidArgument from the compressor library
-  // naming the parameter and cause.
+  // naming the parameter and cause. A parameter derived from a measurement at run time (covap's
+  // R=auto) stays "auto" there, every other parameter checked; Resolve turns it into a value.
   static absl::StatusOr<std::string> Canonical(const std::string& spec);
+  // True when the canonical `spec` has a parameter derived at run time.
+  static bool NeedsMeasurement(const std::string& spec);
+  // The canonical `spec` with its derived parameters computed from `context` (covap's R from the
+  // measured communication/computation ratio); `spec` itself when it has none.
+  static absl::StatusOr<std::string> Resolve(const std::string& spec,
+                                             const compress::CompressorContext& context);
 
   // Compresses every tensor of `ops` into the bucket's payload and describes round 0's
   // collective. `buffers` are the channel's: the tensors' device and the stream to queue on.

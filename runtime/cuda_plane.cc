@@ -33,7 +33,8 @@ CudaPlane::CudaPlane(MPI_Comm comm, PlaneContext context, std::function<int()> d
       hierarchy_host_(hierarchy_host),
       timeline_(context.timeline),
       compression_(context.compression),
-      complete_(std::move(context.complete)) {}
+      complete_(std::move(context.complete)),
+      comm_meter_(context.comm_meter) {}
 
 CudaPlane::~CudaPlane() {
   // Residuals on the device are freed on the executor's streams: while those still exist.
@@ -62,7 +63,8 @@ absl::Status CudaPlane::SetUp(int device) {
   }
   absl::StatusOr<std::unique_ptr<DataPlane>> plane =
       DataPlane::OnDevice(Device::Cuda(device), executor_.get(),
-                          PlaneContext{config_, rank_, size_, timeline_, compression_, complete_},
+                          PlaneContext{config_, rank_, size_, timeline_, compression_, complete_,
+                                       comm_meter_},
                           "cuda ");
   if (!plane.ok()) return plane.status();
   plane_ = std::move(*plane);

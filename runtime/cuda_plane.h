@@ -74,6 +74,7 @@ class CudaPlane {
   Timeline* const timeline_;
   CompressionStage* const compression_;
   const DataPlane::CompleteFn complete_;
+  CommMeter* const comm_meter_;  // may be null
   Device device_;
   bool set_up_ = false;
   absl::Status setup_error_;

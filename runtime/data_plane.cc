@@ -83,6 +83,7 @@ DataPlane::DataPlane(Device device, std::vector<std::unique_ptr<BufferOps>> chan
       timeline_(context.timeline),
       compression_(context.compression),
       complete_(std::move(context.complete)),
+      comm_meter_(context.comm_meter),
       track_prefix_(std::move(track_prefix)),
       channels_(channel_ops.size()) {
   for (size_t c = 0; c < channels_.size(); ++c) channels_[c].ops = std::move(channel_ops[c]);
@@ -432,6 +433,7 @@ absl::Status DataPlane::FinishAllreduce(Bucket* bucket) {
 }
 
 void DataPlane::RecordFinished(const Bucket& bucket, absl::Time done) {
+  if (comm_meter_ != nullptr) comm_meter_->Add(bucket.started, done);
   if (timeline_->enabled()) {
     timeline_->Span(absl::StrCat(track_prefix_, "channel ", bucket.channel),
                     OpKindName(bucket.kind), bucket.started, done);

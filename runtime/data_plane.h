@@ -142,6 +142,7 @@ class DataPlane {
   Timeline* const timeline_;
   CompressionStage* const compression_;
   const CompleteFn complete_;
+  CommMeter* const comm_meter_;  // may be null
   const std::string track_prefix_;
   std::vector<Channel> channels_;
   int next_channel_ = 0;

@@ -377,6 +377,10 @@ struct RuntimeStats {
   // Hosts the hierarchical allreduce spans (OVERLAP_HIERARCHICAL_ALLREDUCE); 0 while allreduces
   // are flat (not asked for, or the layout does not allow it: rank 0 logs why).
   int64_t hierarchy_hosts = 0;
+  // The communication/computation ratio every rank agreed on for a compression parameter derived
+  // from it (OVERLAP_COMPRESSION=covap:R=auto: R = ceil(ratio), 1..64); 0 until agreed, and when
+  // nothing asks for it.
+  double comm_compute_ratio = 0;
 };
 // Zeros before Init and after Shutdown.
 RuntimeStats Stats();

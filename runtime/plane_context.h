@@ -1,6 +1,6 @@
 // What every data plane of one runtime is given: the runtime's settings, this rank's place in the
-// plane's communicator, the timeline and compression stage the planes share, and the function a
-// finished operation goes back through. One value instead of the same six loose parameters on
+// plane's communicator, the timeline, compression stage and communication meter the planes share,
+// and the function a finished operation goes back through. One value instead of the same six loose parameters on
 // each plane's constructor (DataPlane, CudaPlane, PlannedMode and the planes it makes).
 #ifndef OVERLAP_RUNTIME_PLANE_CONTEXT_H_
 #define OVERLAP_RUNTIME_PLANE_CONTEXT_H_
@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "absl/status/status.h"
+#include "runtime/comm_meter.h"
 #include "runtime/compression_stage.h"
 #include "runtime/config.h"
 #include "runtime/pending_op.h"
@@ -27,6 +28,8 @@ struct PlaneContext {
   Timeline* timeline = nullptr;
   CompressionStage* compression = nullptr;
   CompleteFn complete;
+  // Where the planes report each collective's span (may be null: nothing measured).
+  CommMeter* comm_meter = nullptr;
 };
 
 }  // namespace overlap

@@ -75,7 +75,8 @@ PlannedMode::PlannedMode(std::unique_ptr<Executor> executor,
 PlaneContext PlannedMode::PlanesContext(const PlaneContext& context) {
   return PlaneContext{PlaneConfig(context.config), rank_, size_, context.timeline,
                       context.compression,
-                      [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); }};
+                      [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); },
+                      context.comm_meter};
 }
 
 void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>& already_agreed,

@@ -55,6 +55,11 @@ absl::Status Runtime::MarkPhase(StepPhase phase) {
   if (timeline_.enabled()) DrawPhase(phase, now);
   const int64_t step = profiler_->OnPhase(phase, now);
   if (phase != StepPhase::kForward) return absl::OkStatus();
+  comm_meter_->OnForward();
+  if (measures_comm_ratio_) {
+    absl::Status agreed = AgreeCommRatio(step);
+    if (!agreed.ok()) return agreed;
+  }
   plan_controller_->SetStep(step);
   if (!plan_controller_->schedules()) return absl::OkStatus();
   {
@@ -86,6 +91,7 @@ RuntimeStats Runtime::stats() const {
     stats.cuda_executor = cuda_executor_;
   }
   stats.hierarchy_hosts = hierarchy_hosts_;
+  stats.comm_compute_ratio = agreed_comm_ratio_.load();
   return stats;
 }
 
@@ -115,6 +121,15 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
           "rank ", rank_, ": allreduce '", op.request.name, "': ", compression.status().message()));
     }
     op.request.compression = *compression;
+    if (CompressionStage::NeedsMeasurement(*compression)) {
+      absl::StatusOr<std::string> resolved = ResolveDerived(*compression);
+      if (!resolved.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("rank ", rank_, ": allreduce '",
+                                                       op.request.name, "': ",
+                                                       resolved.status().message()));
+      }
+      op.request.compression = *resolved;
+    }
   }
   absl::Status valid = ValidateOp(op, size_);
   if (valid.ok() && !op.inputs.empty() && op.inputs[0].device.is_cuda()) {
@@ -128,11 +143,15 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
   auto state =
       std::make_shared<internal::HandleState>(name, rank_, std::move(on_done), observations_);
   // Scheduled plans cover float32 gradients being summed or averaged, one tensor each, on the
-  // host or the GPU (the bucket runner and the delay line serve both).
-  if (plan_controller_->schedules() && op.request.kind == OpKind::kAllreduce &&
-      op.request.update_schedule.empty() && op.request.tensors.size() == 1 &&
-      op.request.compression == "none" && op.request.tensors[0].dtype == DataType::kFloat32 &&
-      (op.request.op == ReduceOp::kSum || op.request.op == ReduceOp::kAverage)) {
+  // host or the GPU (the bucket runner and the delay line serve both), uncompressed. Without a
+  // scheduler, the compressed ones are profiled too when covap's R=auto needs the compute time
+  // (their waits are not compute).
+  const bool gradient = op.request.kind == OpKind::kAllreduce &&
+                        op.request.update_schedule.empty() && op.request.tensors.size() == 1 &&
+                        op.request.tensors[0].dtype == DataType::kFloat32 &&
+                        (op.request.op == ReduceOp::kSum || op.request.op == ReduceOp::kAverage);
+  if (gradient && (plan_controller_->schedules() ? op.request.compression == "none"
+                                                 : measures_comm_ratio_)) {
     // The clock, not the handle: the program may free its handle as soon as it has waited.
     profiler_->OnSubmit(
         name, op.request.tensors[0].NumElements() * 4, DataType::kFloat32,

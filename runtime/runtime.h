@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "collectives/executor.h"
+#include "runtime/comm_meter.h"
 #include "runtime/compression_stage.h"
 #include "runtime/config.h"
 #include "runtime/control_plane.h"
@@ -170,6 +171,14 @@ class Runtime {
   absl::Status ClaimCudaDevice(const PendingOp& op);
   // Submit without the scope on its errors.
   absl::StatusOr<Handle> Enqueue(PendingOp op, DoneCallback on_done);
+  // An allreduce's canonical compression with its derived parameters (covap's R=auto) computed
+  // from the agreed communication/computation ratio; before every rank has agreed on one, from a
+  // ratio so small that covap's R is 1 (every shard every step: exact, uncompressed sums).
+  // InvalidArgument when OVERLAP_COMPRESSION does not ask for the measurement (runtime_measured.cc).
+  absl::StatusOr<std::string> ResolveDerived(const std::string& canonical) const;
+  // At a forward marker (the program's thread): at the agreed steps, measures this rank's
+  // communication/computation ratio and agrees with every rank on the largest (an allreduce).
+  absl::Status AgreeCommRatio(int64_t step);
   void CompleteOp(PendingOp& op, const absl::Status& status);
   void Fatal(const absl::Status& status);
   // Waits up to `timeout` for control signals (and, if `local`, for new submissions) and
@@ -196,6 +205,13 @@ class Runtime {
   // frees its device residuals through the compression stage when it goes).
   Timeline timeline_;
   std::unique_ptr<CompressionStage> compression_;
+  std::unique_ptr<CommMeter> comm_meter_;
+  // covap's R=auto: OVERLAP_COMPRESSION derives a parameter from a measurement; the ratio every
+  // rank agreed on (0 until then); the program thread's next measuring step and tries so far.
+  bool measures_comm_ratio_ = false;
+  std::atomic<double> agreed_comm_ratio_{0};
+  int64_t next_ratio_step_ = 0;
+  int ratio_attempts_ = 0;
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Negotiator> negotiator_;

@@ -208,6 +208,14 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
     if (!s.ok()) spdlog::warn("overlap: {}", std::string(s.message()));
   }
   compression_ = std::make_unique<CompressionStage>(rank_, size_);
+  comm_meter_ = std::make_unique<CommMeter>(config.profile_steps);
+  {
+    absl::StatusOr<std::string> canonical = CompressionStage::Canonical(config.compression);
+    // Process sets run no runtime compression (api.cc): only the global runtime measures.
+    measures_comm_ratio_ = scope_.empty() && canonical.ok() &&
+                           CompressionStage::NeedsMeasurement(*canonical);
+    next_ratio_step_ = config.plan_after_steps + config.profile_steps + 2;
+  }
   delay_line_ = std::make_unique<DelayLine>(
       rank_, [this](const std::string& name, const Tensor& data, const AllreduceOptions& options,
                     const std::string& schedule) {
@@ -222,7 +230,8 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
       config, hosts_, [this] { return ReadControl(absl::ZeroDuration(), /*local=*/false); });
   const PlaneContext planes{
       config, rank_, size_, &timeline_, compression_.get(),
-      [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); }};
+      [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); },
+      comm_meter_.get()};
   data_plane_ = std::make_unique<DataPlane>(executor_.get(), planes);
   // The GPU of this rank's CUDA tensors, or, before it has submitted one, one by local rank.
   auto cuda_device = [this] {
