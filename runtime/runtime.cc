@@ -56,7 +56,7 @@ absl::Status Runtime::MarkPhase(StepPhase phase) {
   const int64_t step = profiler_->OnPhase(phase, now);
   if (phase != StepPhase::kForward) return absl::OkStatus();
   comm_meter_->OnForward();
-  if (measures_comm_ratio_) {
+  if (measures_comm_ratio_.load()) {
     absl::Status agreed = AgreeCommRatio(step);
     if (!agreed.ok()) return agreed;
   }
@@ -151,7 +151,7 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
                         op.request.tensors[0].dtype == DataType::kFloat32 &&
                         (op.request.op == ReduceOp::kSum || op.request.op == ReduceOp::kAverage);
   if (gradient && (plan_controller_->schedules() ? op.request.compression == "none"
-                                                 : measures_comm_ratio_)) {
+                                                 : measures_comm_ratio_.load())) {
     // The clock, not the handle: the program may free its handle as soon as it has waited.
     profiler_->OnSubmit(
         name, op.request.tensors[0].NumElements() * 4, DataType::kFloat32,

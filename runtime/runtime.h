@@ -173,9 +173,9 @@ class Runtime {
   absl::StatusOr<Handle> Enqueue(PendingOp op, DoneCallback on_done);
   // An allreduce's canonical compression with its derived parameters (covap's R=auto) computed
   // from the agreed communication/computation ratio; before every rank has agreed on one, from a
-  // ratio so small that covap's R is 1 (every shard every step: exact, uncompressed sums).
-  // InvalidArgument when OVERLAP_COMPRESSION does not ask for the measurement (runtime_measured.cc).
-  absl::StatusOr<std::string> ResolveDerived(const std::string& canonical) const;
+  // ratio so small that covap's R is 1 (every shard every step: exact, uncompressed sums). From
+  // the first such allreduce on, the forward markers measure the ratio (runtime_measured.cc).
+  absl::StatusOr<std::string> ResolveDerived(const std::string& canonical);
   // At a forward marker (the program's thread): at the agreed steps, measures this rank's
   // communication/computation ratio and agrees with every rank on the largest (an allreduce).
   absl::Status AgreeCommRatio(int64_t step);
@@ -206,9 +206,10 @@ class Runtime {
   Timeline timeline_;
   std::unique_ptr<CompressionStage> compression_;
   std::unique_ptr<CommMeter> comm_meter_;
-  // covap's R=auto: OVERLAP_COMPRESSION derives a parameter from a measurement; the ratio every
-  // rank agreed on (0 until then); the program thread's next measuring step and tries so far.
-  bool measures_comm_ratio_ = false;
+  // covap's R=auto: some allreduce (or OVERLAP_COMPRESSION) asked for a parameter derived from
+  // the measured ratio; the ratio every rank agreed on (0 until then); the program thread's next
+  // measuring step and tries so far.
+  std::atomic<bool> measures_comm_ratio_{false};
   std::atomic<double> agreed_comm_ratio_{0};
   int64_t next_ratio_step_ = 0;
   int ratio_attempts_ = 0;

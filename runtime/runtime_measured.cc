@@ -2,13 +2,17 @@
 // interval that lets communication hide behind computation, from the ratio of the two measured on
 // this job's own steps.
 //
-// Every rank must compress a tensor with the same parameters, so the ratio is agreed: at the same
+// Every rank must compress a tensor with the same parameters, so the ratio is agreed. Once some
+// allreduce has asked for covap:R=auto (OVERLAP_COMPRESSION, or its own options), at the same
 // forward markers on every rank (the first after OVERLAP_PLAN_AFTER_STEPS + OVERLAP_PROFILE_STEPS
 // + 2 steps, then every OVERLAP_PROFILE_STEPS + 1 until it is known), each rank measures the
 // network's busy time per step (runtime/comm_meter.h) over its compute time (the step profiler's
 // median windows), and one allreduce takes the largest. Allreduces submitted after the marker on
 // every rank use it; those before ran with R=1, exact and uncompressed, so the measurement sees
-// the full communication.
+// the full communication. Every rank runs the same program, so every rank has submitted its first
+// such allreduce before the same marker; a rank that has not (a program that compresses on some
+// ranks only) leaves the others' agreement to fail by the stall timeout, naming
+// 'overlap.comm_compute_ratio'.
 #include <algorithm>
 #include <vector>
 
@@ -27,14 +31,8 @@ constexpr int kTriesBeforeWarning = 3;
 
 }  // namespace
 
-absl::StatusOr<std::string> Runtime::ResolveDerived(const std::string& canonical) const {
-  if (!measures_comm_ratio_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "compression '", canonical,
-        "' derives a parameter from the communication/computation ratio, which the runtime "
-        "measures only when OVERLAP_COMPRESSION (hvd.init(compression=...)) asks for it; set it "
-        "there, or give the parameter a value"));
-  }
+absl::StatusOr<std::string> Runtime::ResolveDerived(const std::string& canonical) {
+  measures_comm_ratio_.store(true);
   const double ratio = agreed_comm_ratio_.load();
   return CompressionStage::Resolve(canonical,
                                    compress::CompressorContext{ratio > 0 ? ratio : kUnmeasuredRatio});

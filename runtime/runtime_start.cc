@@ -209,13 +209,7 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   }
   compression_ = std::make_unique<CompressionStage>(rank_, size_);
   comm_meter_ = std::make_unique<CommMeter>(config.profile_steps);
-  {
-    absl::StatusOr<std::string> canonical = CompressionStage::Canonical(config.compression);
-    // Process sets run no runtime compression (api.cc): only the global runtime measures.
-    measures_comm_ratio_ = scope_.empty() && canonical.ok() &&
-                           CompressionStage::NeedsMeasurement(*canonical);
-    next_ratio_step_ = config.plan_after_steps + config.profile_steps + 2;
-  }
+  next_ratio_step_ = config.plan_after_steps + config.profile_steps + 2;
   delay_line_ = std::make_unique<DelayLine>(
       rank_, [this](const std::string& name, const Tensor& data, const AllreduceOptions& options,
                     const std::string& schedule) {

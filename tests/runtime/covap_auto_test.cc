@@ -1,4 +1,5 @@
-// covap's R=auto through the runtime (OVERLAP_COMPRESSION=covap:R=auto, tests/runtime/BUILD): the
+// covap's R=auto through the runtime, asked for by OVERLAP_COMPRESSION=covap:R=auto or, with
+// COVAP_AUTO_IN_OPTIONS set, by the allreduce's own options (tests/runtime/BUILD): the
 // steps before every rank agrees on the measured communication/computation ratio are exact sums
 // (R=1); at the agreed step every rank takes the same ratio; after it, with a 4 MiB allreduce
 // and next to no compute, the ratio is large, R > 1, and the sums arrive shard by shard with
@@ -6,6 +7,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -33,6 +35,7 @@ TEST_CASE("covap R=auto: exact until the ratio is agreed, then compressed, nothi
   bool saw_zero_after = false;
   AllreduceOptions options;
   options.op = ReduceOp::kSum;
+  if (std::getenv("COVAP_AUTO_IN_OPTIONS") != nullptr) options.compression = "covap:R=auto";
   for (int step = 1; step <= kSteps; ++step) {
     REQUIRE(StartForward().ok());
     const double ratio = Stats().comm_compute_ratio;
