@@ -6,6 +6,7 @@
 //   - right after adoption, the first `delay` steps have no update (has_update() false);
 //   - after a flush (delay + period steps of zero gradients), the outputs summed over the run
 //     equal the sum of every step's average: nothing is lost or counted twice.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -244,6 +245,65 @@ TEST_CASE("a plan's tensor submitted again with another shape is reduced, never 
   for (size_t i = 0; i < small.size(); ++i) {
     INFO("rank " << Rank() << ": element " << i << " of the 10-element submission's buffer");
     REQUIRE(small[i] == (i < 10 ? Average(step, i, Size()) : -7.0));
+  }
+}
+
+// Run by scheduled_deft_chooses_2ranks_test only (OVERLAP_PLANNER=deft, OVERLAP_STALENESS=1, no
+// test hook): 24 MiB of gradients a step against 4 ms of compute, so no synchronous plan can hide
+// the communication and deft must delay buckets itself. The plan's own schedule, read back from
+// CurrentPlanSchedule(), says which slices are late; the values are checked against it: before
+// the plan every result is this step's average, under it every output is zero or whole step
+// averages, and after a flush each element has received every step's average exactly once.
+TEST_CASE("deft chooses delays on its own where the windows are too small", "[.deft]") {
+  const std::vector<int64_t> sizes = {1 << 20, 2 << 20, 64, 3 << 20};
+  std::vector<Layer> layers;
+  for (size_t l = 0; l < sizes.size(); ++l) {
+    Layer layer;
+    layer.name = absl::StrCat("big", l, ".weight");
+    layer.grad.assign(static_cast<size_t>(sizes[l]), 0.0f);
+    layer.delivered.assign(static_cast<size_t>(sizes[l]), 0.0);
+    layers.push_back(std::move(layer));
+  }
+  int step = 0;
+  int64_t adopted = -1;
+  int planned_steps = 0;
+  int late_steps = 0;  // planned steps at which some layer had no update yet
+  for (; step < 80 && planned_steps < 10; ++step) {
+    INFO("rank " << Rank() << " step " << step);
+    const Outcome o = Step(layers, step, adopted, /*flushing=*/false, /*read_at_once=*/false);
+    REQUIRE(o.error == "");
+    if (o.planned) {
+      ++planned_steps;
+      if (o.with_update < static_cast<int>(layers.size())) ++late_steps;
+    }
+    adopted = testing::AgreedMax(Stats().plan_adopted_step);  // every rank, every step
+  }
+  const RuntimeStats stats = Stats();
+  const PlanSchedule schedule = CurrentPlanSchedule();
+  INFO("rank " << Rank() << ": planner '" << stats.planner << "', " << stats.plan_buckets
+               << " buckets, mean staleness " << stats.plan_mean_staleness << ", adopted at step "
+               << stats.plan_adopted_step);
+  REQUIRE(planned_steps == 10);
+  REQUIRE(stats.planner == "deft");
+  // deft's own choice: some slice delayed, none beyond the staleness bound.
+  int max_delay = 0;
+  for (const auto& [name, slices] : schedule.tensors) {
+    for (const ScheduledSlice& slice : slices) max_delay = std::max(max_delay, slice.delay);
+  }
+  REQUIRE(max_delay == 1);
+  REQUIRE(stats.plan_mean_staleness > 0);
+  REQUIRE(stats.delayed_bytes > 0);
+  REQUIRE(late_steps >= 1);  // the first planned step's delayed slices had nothing to deliver
+  for (int extra = 0; extra < 3; ++extra, ++step) {
+    REQUIRE(Step(layers, step, adopted, /*flushing=*/true, /*read_at_once=*/false).error == "");
+  }
+  for (Layer& layer : layers) {
+    for (size_t i = 0; i < layer.grad.size(); i += 97) {
+      double expected = 0;
+      for (int s = 0; s < step - 3; ++s) expected += Average(s, i, Size());
+      INFO(layer.name << "[" << i << "]");
+      REQUIRE(layer.delivered[i] == expected);
+    }
   }
 }
 
