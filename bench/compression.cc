@@ -27,9 +27,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "collectives/half.h"
+#include "numeric/half.h"
 #include "compression/compressor.h"
-#include "compression/kernels/cpu.h"
+#include "numeric/cpu_kernels.h"
 
 namespace overlap {
 namespace compress {
@@ -163,7 +163,7 @@ int Main(int argc, char** argv) {
     }
   }
   if (!json) {
-    std::printf("# cpu path: %s\n", kernels::IsaName(kernels::BestIsa()));
+    std::printf("# cpu path: %s\n", numeric::IsaName(numeric::BestIsa()));
     std::printf("%-34s %11s %9s %9s %7s %9s\n", "compressor", "bytes", "gbps", "memcpy", "ratio",
                 "wire");
   }
@@ -201,15 +201,15 @@ int Main(int argc, char** argv) {
         minus[i] = bf16 ? FloatToBFloat16(-v) : FloatToHalf(-v);
         acc[i] = bf16 ? FloatToBFloat16(1.0f) : FloatToHalf(1.0f);
       }
-      std::vector<kernels::Isa> paths = {kernels::Isa::kScalar};
-      if (kernels::BestIsa() != kernels::Isa::kScalar) paths.push_back(kernels::BestIsa());
-      for (const kernels::Isa isa : paths) {
+      std::vector<numeric::Isa> paths = {numeric::Isa::kScalar};
+      if (numeric::BestIsa() != numeric::Isa::kScalar) paths.push_back(numeric::BestIsa());
+      for (const numeric::Isa isa : paths) {
         Timer timer([&](int64_t step) {
           const absl::Span<const uint16_t> in = step % 2 == 0 ? plus : minus;
           if (bf16) {
-            kernels::BFloat16Sum(in, absl::MakeSpan(acc), isa);
+            numeric::BFloat16Sum(in, absl::MakeSpan(acc), isa);
           } else {
-            kernels::HalfSum(in, absl::MakeSpan(acc), isa);
+            numeric::HalfSum(in, absl::MakeSpan(acc), isa);
           }
         });
         for (int r = 0; r < kRounds; ++r) {
@@ -217,7 +217,7 @@ int Main(int argc, char** argv) {
           timer.Batch();
         }
         const std::string name = std::string("mpi-sum:") + (bf16 ? "bf16" : "fp16") +
-                                 (isa == kernels::Isa::kScalar ? ":scalar" : "");
+                                 (isa == numeric::Isa::kScalar ? ":scalar" : "");
         rows.push_back({name, n * sizeof(float), n * sizeof(float) / timer.best() / 1e9, 0, 0.5});
       }
     }

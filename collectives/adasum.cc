@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/half.h"
+#include "numeric/half.h"
 #include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
 

@@ -7,11 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/adasum.h"
-#include "collectives/half.h"
+#include "numeric/half.h"
 #include "collectives/ring_allgather.h"
 #include "collectives/ring_reduce_scatter.h"
 #include "collectives/segmented_allreduce.h"
-#include "compression/kernels/cpu.h"
+#include "numeric/cpu_kernels.h"
 
 namespace overlap {
 namespace {
@@ -47,13 +47,13 @@ void BFloat16Op(void* in, void* inout, int* len, MPI_Datatype*) {
 // vectorised kernels: the same bits, about ten times the scalar loop's speed.
 void HalfSumOp(void* in, void* inout, int* len, MPI_Datatype*) {
   const size_t n = static_cast<size_t>(*len);
-  compress::kernels::HalfSum({static_cast<const uint16_t*>(in), n},
-                             {static_cast<uint16_t*>(inout), n}, compress::kernels::BestIsa());
+  numeric::HalfSum({static_cast<const uint16_t*>(in), n},
+                             {static_cast<uint16_t*>(inout), n}, numeric::BestIsa());
 }
 void BFloat16SumOp(void* in, void* inout, int* len, MPI_Datatype*) {
   const size_t n = static_cast<size_t>(*len);
-  compress::kernels::BFloat16Sum({static_cast<const uint16_t*>(in), n},
-                                 {static_cast<uint16_t*>(inout), n}, compress::kernels::BestIsa());
+  numeric::BFloat16Sum({static_cast<const uint16_t*>(in), n},
+                                 {static_cast<uint16_t*>(inout), n}, numeric::BestIsa());
 }
 
 // User-defined ops live as long as MPI does; created once, after MPI_Init, on first use.

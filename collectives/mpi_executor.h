@@ -15,7 +15,7 @@
 // point-to-point messages, one tensor's coefficients per CollectiveArgs::segments entry.
 //
 // fp16 and bf16 reductions use user-defined MPI operations that accumulate each pairwise step in
-// fp32 and round to nearest even (collectives/half.h), so every rank gets bit-identical results.
+// fp32 and round to nearest even (numeric/half.h), so every rank gets bit-identical results.
 #ifndef OVERLAP_COLLECTIVES_MPI_EXECUTOR_H_
 #define OVERLAP_COLLECTIVES_MPI_EXECUTOR_H_
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/half.h"
+#include "numeric/half.h"
 
 namespace overlap {
 namespace {

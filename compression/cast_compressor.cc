@@ -13,18 +13,18 @@ namespace {
 
 struct Fp16Kernels {
   static constexpr DataType kDtype = DataType::kFloat16;
-  static constexpr auto kEncode = kernels::ErrorFeedbackToHalf;
-  static constexpr auto kCast = kernels::FloatToHalf;
-  static constexpr auto kDecode = kernels::HalfToFloat;
-  static constexpr auto kDecodeAdd = kernels::HalfToFloatAdd;
+  static constexpr auto kEncode = numeric::ErrorFeedbackToHalf;
+  static constexpr auto kCast = numeric::FloatToHalf;
+  static constexpr auto kDecode = numeric::HalfToFloat;
+  static constexpr auto kDecodeAdd = numeric::HalfToFloatAdd;
 };
 
 struct BFloat16Kernels {
   static constexpr DataType kDtype = DataType::kBFloat16;
-  static constexpr auto kEncode = kernels::ErrorFeedbackToBFloat16;
-  static constexpr auto kCast = kernels::FloatToBFloat16;
-  static constexpr auto kDecode = kernels::BFloat16ToFloat;
-  static constexpr auto kDecodeAdd = kernels::BFloat16ToFloatAdd;
+  static constexpr auto kEncode = numeric::ErrorFeedbackToBFloat16;
+  static constexpr auto kCast = numeric::FloatToBFloat16;
+  static constexpr auto kDecode = numeric::BFloat16ToFloat;
+  static constexpr auto kDecodeAdd = numeric::BFloat16ToFloatAdd;
 };
 
 template <typename K>

@@ -22,7 +22,7 @@
 //
 // Payload types. For kAllreduce compressors payload_dtype() says how the executor must sum the
 // payload bytes: kFloat32 (none, covap, randomk, powersgd), kFloat16 (fp16) or kBFloat16 (bf16)
-// elements, summed element-wise in that dtype with the RNE conversions of collectives/half.h. For
+// elements, summed element-wise in that dtype with the RNE conversions of numeric/half.h. For
 // kAllgather compressors (topk, efsign) the payload is opaque bytes (kUint8) of a fixed size per
 // rank and step, so the allgather is never ragged.
 //

@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "compression/compressor.h"
-#include "compression/kernels/cpu.h"
+#include "numeric/cpu_kernels.h"
 
 namespace overlap {
 namespace compress {
@@ -45,7 +45,7 @@ class CompressorBase : public Compressor {
     return absl::StrCat("compressor '", config_.name, "', tensor ", state.tensor_id());
   }
 
-  static kernels::Isa isa() { return kernels::BestIsa(); }
+  static numeric::Isa isa() { return numeric::BestIsa(); }
 
  private:
   absl::Status CheckPayload(const ResidualState& state, absl::Span<const uint8_t> payload,

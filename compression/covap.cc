@@ -62,11 +62,11 @@ class CovapCompressor final : public CompressorBase {
     float* out = reinterpret_cast<float*>(payload.data());
     ForEachShard(grad.size(), step, [&](size_t begin, size_t len, bool sent) {
       if (sent) {
-        kernels::SendWithResidual(grad.subspan(begin, len), r.subspan(begin, len), alpha,
+        numeric::SendWithResidual(grad.subspan(begin, len), r.subspan(begin, len), alpha,
                                   absl::MakeSpan(out, len), isa());
         out += len;
       } else {
-        kernels::Add(grad.subspan(begin, len), r.subspan(begin, len), isa());
+        numeric::Add(grad.subspan(begin, len), r.subspan(begin, len), isa());
       }
     });
     return bytes;
@@ -116,7 +116,7 @@ class CovapCompressor final : public CompressorBase {
       absl::Span<float> dst = out.subspan(begin, len);
       if (sent) {
         if (add) {
-          kernels::Add(absl::MakeConstSpan(in, len), dst, isa());
+          numeric::Add(absl::MakeConstSpan(in, len), dst, isa());
         } else {
           std::copy_n(in, len, dst.data());
         }

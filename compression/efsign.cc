@@ -29,10 +29,10 @@ class EfSignCompressor final : public CompressorBase {
                                   absl::Span<uint8_t> payload) const override {
     const size_t n = grad.size();
     if (absl::Status s = CheckCompressArgs(n, state, payload, Bytes(n)); !s.ok()) return s;
-    const double l1 = kernels::AddAndSumAbs(grad, state.residual(), isa());
+    const double l1 = numeric::AddAndSumAbs(grad, state.residual(), isa());
     const float scale = n == 0 ? 0.0f : static_cast<float>(l1 / static_cast<double>(n));
     PayloadAs<float>(payload, 0, 1)[0] = scale;
-    kernels::SignPack(state.residual(), scale, payload.subspan(4, (n + 7) / 8), isa());
+    numeric::SignPack(state.residual(), scale, payload.subspan(4, (n + 7) / 8), isa());
     return Bytes(n);
   }
 
@@ -46,7 +46,7 @@ class EfSignCompressor final : public CompressorBase {
                              absl::Span<float> out) const override {
     const size_t n = out.size();
     if (absl::Status s = CheckDecompressArgs(n, state, payload, Bytes(n)); !s.ok()) return s;
-    kernels::SignUnpackAdd(payload.subspan(4, (n + 7) / 8), PayloadAs<float>(payload, 0, 1)[0], out,
+    numeric::SignUnpackAdd(payload.subspan(4, (n + 7) / 8), PayloadAs<float>(payload, 0, 1)[0], out,
                            isa());
     return absl::OkStatus();
   }

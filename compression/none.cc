@@ -20,7 +20,7 @@ class NoneCompressor final : public CompressorBase {
     const size_t bytes = grad.size() * sizeof(float);
     if (absl::Status s = CheckCompressArgs(grad.size(), state, payload, bytes); !s.ok()) return s;
     // alpha = 1 sends grad + residual and leaves an exactly zero residual.
-    kernels::SendWithResidual(grad, state.residual(), 1.0f,
+    numeric::SendWithResidual(grad, state.residual(), 1.0f,
                               PayloadAs<float>(payload, 0, grad.size()), isa());
     return bytes;
   }
@@ -37,7 +37,7 @@ class NoneCompressor final : public CompressorBase {
                              absl::Span<float> out) const override {
     const size_t bytes = out.size() * sizeof(float);
     if (absl::Status s = CheckDecompressArgs(out.size(), state, payload, bytes); !s.ok()) return s;
-    kernels::Add(PayloadAs<float>(payload, 0, out.size()), out, isa());
+    numeric::Add(PayloadAs<float>(payload, 0, out.size()), out, isa());
     return absl::OkStatus();
   }
 };

@@ -71,7 +71,7 @@ class PowerSgdCompressor final : public CompressorBase {
     const Shape s = ShapeOf(n);
     const size_t bytes = s.rows * rank_ * sizeof(float);
     if (absl::Status st = CheckCompressArgs(n, state, payload, bytes); !st.ok()) return st;
-    kernels::Add(grad, state.residual(), isa());
+    numeric::Add(grad, state.residual(), isa());
     std::vector<float>& scratch = state.scratch();
     scratch.assign(s.rows * s.cols + s.rows * rank_, 0.0f);
     std::copy_n(state.residual().data(), n, scratch.data());

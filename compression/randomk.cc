@@ -35,7 +35,7 @@ class RandomKCompressor final : public CompressorBase {
     const size_t bytes = *k * sizeof(float);
     if (absl::Status s = CheckCompressArgs(grad.size(), state, payload, bytes); !s.ok()) return s;
     absl::Span<float> r = state.residual();
-    kernels::Add(grad, r, isa());
+    numeric::Add(grad, r, isa());
     absl::Span<float> values = PayloadAs<float>(payload, 0, *k);
     ForEachIndex(state.tensor_id(), step, grad.size(), *k, [&](size_t i, size_t index) {
       values[i] = r[index];

@@ -50,10 +50,10 @@ class TopKCompressor final : public CompressorBase {
     if (sampled_ && *k > 0) sampled_key = SampledThreshold(grad, r, *k, state.tensor_id(), step);
     if (sampled_key) {
       // The sample already saw grad + residual, so adding and scanning share one pass.
-      kernels::AddAndCollectAtLeast(grad, r, *sampled_key, chosen, isa());
+      numeric::AddAndCollectAtLeast(grad, r, *sampled_key, chosen, isa());
     } else {
-      kernels::Add(grad, r, isa());
-      if (*k > 0) kernels::CollectAtLeast(r, HistogramThreshold(r, *k), chosen, isa());
+      numeric::Add(grad, r, isa());
+      if (*k > 0) numeric::CollectAtLeast(r, HistogramThreshold(r, *k), chosen, isa());
     }
     if (*k > 0) {
       if (chosen.size() > *k) {
@@ -120,7 +120,7 @@ class TopKCompressor final : public CompressorBase {
   // Lowest key of the histogram bin that holds the k-th largest magnitude.
   static uint32_t HistogramThreshold(absl::Span<const float> r, size_t k) {
     std::vector<uint32_t> hist(2048, 0);
-    kernels::MagnitudeHistogram(r, absl::MakeSpan(hist));
+    numeric::MagnitudeHistogram(r, absl::MakeSpan(hist));
     size_t above = 0;
     for (size_t bin = hist.size(); bin-- > 0;) {
       above += hist[bin];
@@ -154,7 +154,7 @@ class TopKCompressor final : public CompressorBase {
     thread_local std::vector<uint32_t> heap;
     heap.clear();
     for (size_t i = start; i < n; i += stride) {
-      const uint32_t key = kernels::MagnitudeKey(g[i] + r[i]);
+      const uint32_t key = numeric::MagnitudeKey(g[i] + r[i]);
       if (heap.size() <= rank) {
         heap.push_back(key);
         std::push_heap(heap.begin(), heap.end(), std::greater<>());

@@ -1,4 +1,4 @@
-#include "collectives/half.h"
+#include "numeric/half.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-MODULES = ("collectives", "runtime", "scheduler", "compression", "launcher")
+MODULES = ("numeric", "collectives", "runtime", "scheduler", "compression", "launcher")
 SOURCES = ("*.h", "*.cc", "*.cu")
 
 
@@ -68,7 +68,7 @@ def gpu_findings():
         return ["docs/gpu.md: no dated run under 'Runs on an NVIDIA H200'"]
     changed = last_commit_date("collectives/cuda", "collectives/nccl_executor.cc",
                                "runtime/cuda_plane.cc", "runtime/cuda_compression.cc",
-                               "compression/cuda")
+                               "compression/cuda", "numeric/cuda_half.cuh")
     if changed is None:  # not a git checkout (a source archive): nothing to compare
         return []
     if changed > max(runs) and "not yet run on a gpu" not in text.lower():

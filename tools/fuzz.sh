@@ -38,7 +38,7 @@ shift $((OPTIND - 1))
 # The fuzzers build without CUDA: the stage links the stub of its CUDA path.
 compression_srcs="runtime/compression_stage.cc runtime/no_cuda_compression.cc runtime/messages.cc
   collectives/buffer_ops.cc collectives/no_cuda.cc collectives/scaling.cc
-  collectives/dtype.cc $(ls compression/*.cc compression/kernels/*.cc | tr '\n' ' ')"
+  collectives/dtype.cc $(ls compression/*.cc numeric/*.cc | tr '\n' ' ')"
 plan_checkpoint_srcs="runtime/plan_checkpoint.cc runtime/plan_delays.cc runtime/executable_plan.cc
   runtime/buffer_pool.cc runtime/launch_units.cc runtime/tensor.cc collectives/scaling.cc
   collectives/buffer_ops.cc collectives/no_cuda.cc"

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "collectives/cuda/copy_kernels_cu.h"
+#include "numeric/cuda_half.cuh"
 
 namespace overlap {
 namespace cuda_raw {
@@ -53,31 +54,10 @@ __device__ __forceinline__ double MulAsCpu(double x, double f) {
   return isnan(p) ? value(kDefaultNaN) : p;
 }
 
-// collectives/half.h on the device: hardware round-to-nearest-even for numbers, half.h's NaN
-// encodings patched in.
-__device__ __forceinline__ uint16_t ToHalf(float f) {
-  if (isnan(f)) return static_cast<uint16_t>(((__float_as_uint(f) >> 16) & 0x8000u) | 0x7e00u);
-  return __half_as_ushort(__float2half_rn(f));
-}
-
-__device__ __forceinline__ float FromHalf(uint16_t h) {
-  if ((h & 0x7fffu) > 0x7c00u) {  // NaN: keep the payload as half.h does (no quiet bit added)
-    return __uint_as_float((static_cast<uint32_t>(h & 0x8000u) << 16) | 0x7f800000u |
-                           (static_cast<uint32_t>(h & 0x3ffu) << 13));
-  }
-  return __half2float(__ushort_as_half(h));
-}
-
-__device__ __forceinline__ uint16_t ToBFloat16(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-__device__ __forceinline__ float FromBFloat16(uint16_t h) {
-  return __uint_as_float(static_cast<uint32_t>(h) << 16);
-}
+using numeric::FromBFloat16;
+using numeric::FromHalf;
+using numeric::ToBFloat16;
+using numeric::ToHalf;
 
 // ---- what happens to one element ----
 

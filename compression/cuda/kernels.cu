@@ -1,6 +1,6 @@
 // CUDA versions of the fp16/bf16, covap, top-k and efsign kernels. Semantics match the CPU
-// kernels (compression/kernels/cpu.h) element for element: the casts are bit-identical to
-// collectives/half.h (hardware RNE for numbers, half.h's NaN encoding patched in), covap uses
+// kernels (numeric/cpu_kernels.h) element for element: the casts are bit-identical to
+// numeric/half.h (hardware RNE for numbers, half.h's NaN encoding patched in), covap uses
 // explicitly rounded multiply/add (never fused) so its residual split is the CPU's, top-k selects
 // exactly the k largest magnitudes (order of the pairs may differ), efsign's bits are identical and
 // its scale differs only by summation order.
@@ -18,6 +18,7 @@
 #include <initializer_list>
 
 #include "compression/cuda/kernels_cu.h"
+#include "numeric/cuda_half.cuh"
 
 namespace overlap {
 namespace compress {
@@ -169,29 +170,10 @@ __device__ __forceinline__ float AddAsCpu(float g, float r) {
   return __fadd_rn(g, r);
 }
 
-__device__ __forceinline__ uint16_t ToHalf(float f) {
-  if (isnan(f)) return static_cast<uint16_t>(((__float_as_uint(f) >> 16) & 0x8000u) | 0x7e00u);
-  return __half_as_ushort(__float2half_rn(f));
-}
-
-__device__ __forceinline__ float FromHalf(uint16_t h) {
-  if ((h & 0x7fffu) > 0x7c00u) {  // NaN: keep the payload as half.h does (no quiet bit added)
-    return __uint_as_float((static_cast<uint32_t>(h & 0x8000u) << 16) | 0x7f800000u |
-                           (static_cast<uint32_t>(h & 0x3ffu) << 13));
-  }
-  return __half2float(__ushort_as_half(h));
-}
-
-__device__ __forceinline__ uint16_t ToBFloat16(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-__device__ __forceinline__ float FromBFloat16(uint16_t h) {
-  return __uint_as_float(static_cast<uint32_t>(h) << 16);
-}
+using numeric::FromBFloat16;
+using numeric::FromHalf;
+using numeric::ToBFloat16;
+using numeric::ToHalf;
 
 // One element of an error-feedback cast: returns what is sent and leaves the new residual in r.
 struct EfHalf {

@@ -3,7 +3,7 @@
 // Device-pointer versions of the CPU kernels the compressors use, with the same payload layouts,
 // so a GPU executor can compress in place on its stream and the receiving side can decode with
 // either implementation:
-//   fp16 / bf16  error-feedback casts, bit-identical to collectives/half.h and the CPU kernels;
+//   fp16 / bf16  error-feedback casts, bit-identical to numeric/half.h and the CPU kernels;
 //   covap        the coarse filter's step (payload = this step's shards, packed in order);
 //   topk         exact top-k by three-level radix select, payload u32 count | u32 idx[k] | f32
 //   val[k]

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "collectives/half.h"
+#include "numeric/half.h"
 #include "collectives/mpi_executor.h"
 #include "tests/collectives/mpi_world.h"
 

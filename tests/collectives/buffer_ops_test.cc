@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "collectives/half.h"
+#include "numeric/half.h"
 
 namespace overlap {
 namespace {

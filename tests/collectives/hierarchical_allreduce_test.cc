@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "collectives/half.h"
+#include "numeric/half.h"
 #include "collectives/mpi_executor.h"
 #include "collectives/segmented_allreduce.h"
 #include "tests/collectives/mpi_world.h"

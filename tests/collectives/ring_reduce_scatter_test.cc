@@ -11,7 +11,7 @@
 #include <numeric>
 #include <vector>
 
-#include "collectives/half.h"
+#include "numeric/half.h"
 #include "collectives/mpi_executor.h"
 #include "tests/collectives/mpi_world.h"
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "collectives/half.h"
+#include "numeric/half.h"
 #include "compression/compressor.h"
 #include "tests/compression/test_util.h"
 

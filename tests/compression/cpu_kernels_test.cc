@@ -1,17 +1,16 @@
-// The AVX2 kernels against the scalar path and collectives/half.h, bit for bit.
+// The AVX2 kernels against the scalar path and numeric/half.h, bit for bit.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
 
-#include "collectives/half.h"
-#include "compression/kernels/cpu.h"
+#include "numeric/half.h"
+#include "numeric/cpu_kernels.h"
 #include "tests/compression/test_util.h"
 
 namespace overlap {
-namespace compress {
-namespace kernels {
+namespace numeric {
 namespace {
 
 uint32_t Bits(float f) { return FloatBits(f); }
@@ -124,7 +123,7 @@ TEST_CASE("fp16 and bf16 sums match half.h on both paths", "[kernels]") {
 TEST_CASE("error-feedback casts: paths agree bit for bit and sent + residual is exact",
           "[kernels]") {
   std::vector<float> grad = SweepInputs();
-  std::vector<float> residual0 = testing::GaussianGradient(grad.size(), 3, 1e-3f);
+  std::vector<float> residual0 = compress::testing::GaussianGradient(grad.size(), 3, 1e-3f);
   for (bool bf16 : {false, true}) {
     std::vector<std::vector<float>> residuals;
     std::vector<std::vector<uint16_t>> payloads;
@@ -190,7 +189,7 @@ TEST_CASE("fp16 error feedback saturates at 65504 and keeps the excess", "[kerne
 
 TEST_CASE("sign pack, unpack and abs-sum agree across paths", "[kernels]") {
   for (size_t n : {1u, 7u, 8u, 9u, 100u, 4099u, 20000u}) {
-    const std::vector<float> grad = testing::GaussianGradient(n, static_cast<uint32_t>(n));
+    const std::vector<float> grad = compress::testing::GaussianGradient(n, static_cast<uint32_t>(n));
     std::vector<std::vector<float>> residuals;
     std::vector<std::vector<uint8_t>> bits;
     std::vector<double> sums;
@@ -226,7 +225,7 @@ TEST_CASE("sign pack, unpack and abs-sum agree across paths", "[kernels]") {
 }
 
 TEST_CASE("collect-at-least and send-with-residual agree across paths", "[kernels]") {
-  const std::vector<float> x = testing::GaussianGradient(10007, 11);
+  const std::vector<float> x = compress::testing::GaussianGradient(10007, 11);
   for (uint32_t min_key : {0u, MagnitudeKey(1.0f), MagnitudeKey(2.5f), 0x7f800000u}) {
     std::vector<uint64_t> scalar, avx;
     CollectAtLeast(x, min_key, scalar, Isa::kScalar);
@@ -251,8 +250,8 @@ TEST_CASE("collect-at-least and send-with-residual agree across paths", "[kernel
     for (float v : x) want += MagnitudeKey(v + 0.5f) >= min_key;
     REQUIRE(fused_scalar.size() == want);
   }
-  const std::vector<float> g = testing::GaussianGradient(1001, 12);
-  std::vector<float> r1 = testing::GaussianGradient(1001, 13), r2 = r1, o1(1001), o2(1001);
+  const std::vector<float> g = compress::testing::GaussianGradient(1001, 12);
+  std::vector<float> r1 = compress::testing::GaussianGradient(1001, 13), r2 = r1, o1(1001), o2(1001);
   SendWithResidual(g, absl::MakeSpan(r1), 0.75f, absl::MakeSpan(o1), Isa::kScalar);
   if (HaveAvx2()) {
     SendWithResidual(g, absl::MakeSpan(r2), 0.75f, absl::MakeSpan(o2), Isa::kAvx2);
@@ -268,8 +267,8 @@ TEST_CASE("large tensors take the streaming-store paths and still match the scal
   if (!HaveAvx2()) return;
   // Above the 2^21-element streaming threshold, with outputs offset from any alignment.
   const size_t n = (size_t{1} << 21) + 13;
-  const std::vector<float> g = testing::GaussianGradient(n, 14, 50.0f);
-  const std::vector<float> r0 = testing::GaussianGradient(n, 15, 0.01f);
+  const std::vector<float> g = compress::testing::GaussianGradient(n, 14, 50.0f);
+  const std::vector<float> r0 = compress::testing::GaussianGradient(n, 15, 0.01f);
   std::vector<float> r_scalar = r0, r_avx = r0;
   std::vector<uint16_t> h_scalar(n + 3), h_avx(n + 3);
   ErrorFeedbackToHalf(g, absl::MakeSpan(r_scalar), absl::MakeSpan(h_scalar).subspan(3, n),
@@ -307,6 +306,5 @@ TEST_CASE("magnitude histogram counts every element in its 1/8-octave bin", "[ke
 }
 
 }  // namespace
-}  // namespace kernels
-}  // namespace compress
+}  // namespace numeric
 }  // namespace overlap

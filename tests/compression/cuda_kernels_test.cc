@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/half.h"
+#include "numeric/half.h"
 #include "compression/compressor.h"
 #include "compression/covap.h"
 #include "compression/cuda/kernels.h"
-#include "compression/kernels/cpu.h"
+#include "numeric/cpu_kernels.h"
 #include "tests/compression/test_util.h"
 #include "tests/gpu/gpu_gate.h"
 
@@ -129,11 +129,11 @@ TEST_CASE("CUDA fp16/bf16 error-feedback casts are bit-identical to the CPU", "[
     std::vector<float> r_cpu = residual0;
     std::vector<uint16_t> p_cpu(n);
     if (bf16) {
-      kernels::ErrorFeedbackToBFloat16(grad, absl::MakeSpan(r_cpu), absl::MakeSpan(p_cpu),
-                                       kernels::BestIsa());
+      numeric::ErrorFeedbackToBFloat16(grad, absl::MakeSpan(r_cpu), absl::MakeSpan(p_cpu),
+                                       numeric::BestIsa());
     } else {
-      kernels::ErrorFeedbackToHalf(grad, absl::MakeSpan(r_cpu), absl::MakeSpan(p_cpu),
-                                   kernels::BestIsa());
+      numeric::ErrorFeedbackToHalf(grad, absl::MakeSpan(r_cpu), absl::MakeSpan(p_cpu),
+                                   numeric::BestIsa());
     }
     DeviceVector<float> g(grad), r(residual0);
     DeviceVector<uint16_t> p(n);
@@ -186,11 +186,11 @@ TEST_CASE("CUDA fp16/bf16 error-feedback casts match the CPU at any alignment an
       std::vector<float> r_cpu = residual0;
       std::vector<uint16_t> p_cpu(n);
       if (bf16) {
-        kernels::ErrorFeedbackToBFloat16(grad, absl::MakeSpan(r_cpu), absl::MakeSpan(p_cpu),
-                                         kernels::BestIsa());
+        numeric::ErrorFeedbackToBFloat16(grad, absl::MakeSpan(r_cpu), absl::MakeSpan(p_cpu),
+                                         numeric::BestIsa());
       } else {
-        kernels::ErrorFeedbackToHalf(grad, absl::MakeSpan(r_cpu), absl::MakeSpan(p_cpu),
-                                     kernels::BestIsa());
+        numeric::ErrorFeedbackToHalf(grad, absl::MakeSpan(r_cpu), absl::MakeSpan(p_cpu),
+                                     numeric::BestIsa());
       }
       const auto cast = bf16 ? cuda::ErrorFeedbackToBFloat16 : cuda::ErrorFeedbackToHalf;
       for (const CastOffsets& at : offsets) {
@@ -223,10 +223,10 @@ TEST_CASE("CUDA fp16/bf16 decode and decode-add match the CPU at any alignment a
     for (bool bf16 : {false, true}) {
       for (bool accumulate : {false, true}) {
         const auto cpu_widen =
-            bf16 ? (accumulate ? kernels::BFloat16ToFloatAdd : kernels::BFloat16ToFloat)
-                 : (accumulate ? kernels::HalfToFloatAdd : kernels::HalfToFloat);
+            bf16 ? (accumulate ? numeric::BFloat16ToFloatAdd : numeric::BFloat16ToFloat)
+                 : (accumulate ? numeric::HalfToFloatAdd : numeric::HalfToFloat);
         std::vector<float> want = base;
-        cpu_widen(in, absl::MakeSpan(want), kernels::BestIsa());
+        cpu_widen(in, absl::MakeSpan(want), numeric::BestIsa());
         const auto widen = bf16 ? cuda::BFloat16ToFloat : cuda::HalfToFloat;
         for (const auto& [in_at, out_at] : offsets) {
           INFO("n " << n << (bf16 ? ", bf16" : ", fp16") << (accumulate ? ", add" : "")
@@ -456,7 +456,7 @@ struct TopKBins {
 
 TopKBins TopKBinsOf(const std::vector<float>& x, size_t k) {
   std::vector<uint32_t> keys(x.size());
-  for (size_t i = 0; i < x.size(); ++i) keys[i] = kernels::MagnitudeKey(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) keys[i] = numeric::MagnitudeKey(x[i]);
   std::sort(keys.begin(), keys.end(), std::greater<>());
   const uint32_t kth = keys[k - 1];
   const auto agree = [&](int shift) {

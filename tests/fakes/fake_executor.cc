@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "collectives/half.h"
+#include "numeric/half.h"
 
 namespace overlap {
 namespace fake {

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "collectives/half.h"
+#include "numeric/half.h"
 
 namespace overlap {
 namespace fake {

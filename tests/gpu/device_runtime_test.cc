@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/half.h"
+#include "numeric/half.h"
 #include "runtime/overlap.h"
 #include "tests/gpu/gpu_gate.h"
 

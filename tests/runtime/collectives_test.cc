@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/half.h"
+#include "numeric/half.h"
 #include "runtime/overlap.h"
 
 namespace overlap {

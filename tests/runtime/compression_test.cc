@@ -11,7 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "collectives/half.h"
+#include "numeric/half.h"
 #include "compression/compressor.h"
 #include "runtime/compression_stage.h"
 #include "runtime/overlap.h"

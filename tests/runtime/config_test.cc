@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/half.h"
+#include "numeric/half.h"
 #include "collectives/scaling.h"
 #include "runtime/env_vars.h"
 

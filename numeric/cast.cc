@@ -1,16 +1,15 @@
-// fp16 / bf16 conversion kernels. The scalar loops call collectives/half.h directly; the AVX2
+// fp16 / bf16 conversion kernels. The scalar loops call numeric/half.h directly; the AVX2
 // loops reproduce it bit for bit (tests/compression/cast_kernels_test.cc sweeps both).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "collectives/half.h"
-#include "compression/kernels/cpu.h"
+#include "numeric/half.h"
+#include "numeric/cpu_kernels.h"
 
 namespace overlap {
-namespace compress {
-namespace kernels {
+namespace numeric {
 namespace {
 
 constexpr float kHalfMax = 65504.0f;
@@ -331,6 +330,5 @@ void ErrorFeedbackToBFloat16(absl::Span<const float> grad, absl::Span<float> res
   for (size_t i = 0; i < grad.size(); ++i) out[i] = EfBFloat16One(grad[i], residual[i]);
 }
 
-}  // namespace kernels
-}  // namespace compress
+}  // namespace numeric
 }  // namespace overlap

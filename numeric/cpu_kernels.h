@@ -3,7 +3,7 @@
 // Every kernel takes an Isa so tests can run both paths on the same data; callers normally pass
 // BestIsa(). The build uses baseline x86-64 flags, so the AVX2/F16C paths are compiled per
 // function (target attribute) and chosen at run time. The cast kernels are bit-identical to the
-// scalar reference conversions in collectives/half.h on both paths, NaN included (NaN is
+// scalar reference conversions in numeric/half.h on both paths, NaN included (NaN is
 // canonicalised to a quiet NaN with the input's sign, exactly as half.h does).
 //
 // Error-feedback casts: v = grad + residual is rounded to nearest even; finite values beyond the
@@ -13,8 +13,8 @@
 // (inf, NaN) is sent as is and leaves a zero residual, so one bad step does not poison the
 // residual forever. The library is built with -ffp-contract=off: fusing a multiply into a later
 // add or subtract would break the exact sent + residual identities.
-#ifndef OVERLAP_COMPRESSION_KERNELS_CPU_H_
-#define OVERLAP_COMPRESSION_KERNELS_CPU_H_
+#ifndef OVERLAP_NUMERIC_CPU_KERNELS_H_
+#define OVERLAP_NUMERIC_CPU_KERNELS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -23,8 +23,7 @@
 #include "absl/types/span.h"
 
 namespace overlap {
-namespace compress {
-namespace kernels {
+namespace numeric {
 
 enum class Isa { kScalar, kAvx2 };
 
@@ -95,8 +94,7 @@ void AddAndCollectAtLeast(absl::Span<const float> grad, absl::Span<float> acc, u
 // hist[MagnitudeKey(x[i]) >> 20] += 1 for every i; hist has 2048 bins (1/8-octave wide).
 void MagnitudeHistogram(absl::Span<const float> x, absl::Span<uint32_t> hist);
 
-}  // namespace kernels
-}  // namespace compress
+}  // namespace numeric
 }  // namespace overlap
 
-#endif  // OVERLAP_COMPRESSION_KERNELS_CPU_H_
+#endif  // OVERLAP_NUMERIC_CPU_KERNELS_H_

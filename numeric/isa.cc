@@ -1,10 +1,9 @@
-#include "compression/kernels/cpu.h"
+#include "numeric/cpu_kernels.h"
 
 #include <cpuid.h>
 
 namespace overlap {
-namespace compress {
-namespace kernels {
+namespace numeric {
 namespace {
 
 // F16C from CPUID leaf 1 (ECX bit 29): clang before 15 does not know "f16c" as a feature name
@@ -28,6 +27,5 @@ Isa BestIsa() {
 
 const char* IsaName(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "scalar"; }
 
-}  // namespace kernels
-}  // namespace compress
+}  // namespace numeric
 }  // namespace overlap

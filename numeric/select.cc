@@ -2,11 +2,10 @@
 // leaves the vector loop for the (rare, ~k/n) lanes that pass the threshold.
 #include <immintrin.h>
 
-#include "compression/kernels/cpu.h"
+#include "numeric/cpu_kernels.h"
 
 namespace overlap {
-namespace compress {
-namespace kernels {
+namespace numeric {
 namespace {
 
 #define OVERLAP_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -114,6 +113,5 @@ void MagnitudeHistogram(absl::Span<const float> x, absl::Span<uint32_t> hist) {
   }
 }
 
-}  // namespace kernels
-}  // namespace compress
+}  // namespace numeric
 }  // namespace overlap

@@ -7,11 +7,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compression/kernels/cpu.h"
+#include "numeric/cpu_kernels.h"
 
 namespace overlap {
-namespace compress {
-namespace kernels {
+namespace numeric {
 namespace {
 
 #define OVERLAP_INLINE __attribute__((always_inline)) inline
@@ -167,6 +166,5 @@ void SignUnpackAdd(absl::Span<const uint8_t> bits, float scale, absl::Span<float
   SignUnpackAddScalar(bits.data(), scale, out.data(), out.size());
 }
 
-}  // namespace kernels
-}  // namespace compress
+}  // namespace numeric
 }  // namespace overlap
