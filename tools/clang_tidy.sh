@@ -4,7 +4,7 @@
 # tools/test.sh (OVERLAP_CLANG_TIDY=0 skips it). Every finding is an error; the last line is the
 # summary tools/test.sh prints.
 #
-#   tools/clang_tidy.sh                      the library and tool sources (collectives,
+#   tools/clang_tidy.sh                      the library and tool sources (numeric, collectives,
 #                                            compression, launcher, runtime, scheduler), as CI
 #   tools/clang_tidy.sh --all                also bench/, examples/ and tests/
 #   tools/clang_tidy.sh --analyzer [...]     also the clang-analyzer checks of .clang-tidy, which
@@ -33,7 +33,7 @@ fi
 if (($#)) && [[ $1 != --all ]]; then
   files=("$@")
 else
-  dirs='^(collectives|compression|launcher|runtime|scheduler)/'
+  dirs='^(numeric|collectives|compression|launcher|runtime|scheduler)/'
   [[ ${1:-} == --all ]] && dirs='.'
   mapfile -t files < <(python3 -c 'import json, re, sys
 for c in json.load(open(sys.argv[1])):
