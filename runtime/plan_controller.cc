@@ -160,7 +160,9 @@ void PlanController::DropPlan(const char* why, PendingTable* pending, bool relea
   counters_.units.store(0, std::memory_order_relaxed);
   if (scheduled_in_force_) {
     scheduled_in_force_ = false;
-    scheduler_->OnPlanDropped(steps_.load());
+    // The coordinator's marker, not the program's step count (steps_), which runs ahead of it by
+    // different amounts on different ranks.
+    scheduler_->OnPlanDropped(last_marker_step_);
   }
   absl::MutexLock lock(&schedule_mu_);
   if (!schedule_.tensors.empty()) {

@@ -232,10 +232,11 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     // A trial compares wall steps: a rank whose steps closed without one (markers out of order)
     // has nothing to compare yet.
     if (trial_check_ && profiler_->median_wall_ms() <= 0) votes_[1] = 0;
+    votes_[2] = -static_cast<int>(step_);
     // Open MPI's non-blocking allreduce algorithm is a process-wide setting: every rank must
     // select the same one for this call, whatever it ran last.
     const int rc =
-        StartIallreduce(MPI_IN_PLACE, votes_, 2, MPI_INT, MPI_MIN, comm_, &vote_request_);
+        StartIallreduce(MPI_IN_PLACE, votes_, 3, MPI_INT, MPI_MIN, comm_, &vote_request_);
     absl::Status started =
         MpiCheck(rc, absl::StrCat("rank ", rank_, ": MPI_Iallreduce (starting the plan vote)"));
     if (!started.ok()) return started;
@@ -248,6 +249,11 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
   if (!voted.ok()) return voted;
   if (!done) return std::nullopt;
   stage_ = Stage::kIdle;
+  // Every later stage is scheduled from this step, so it must be the same on every rank. A stage
+  // normally starts at the same forward marker everywhere, but one scheduled from a drop at a
+  // negotiation round (which markers do not line up with) may start a step apart; the largest
+  // step, which no rank has passed (markers wait while a stage runs), realigns them.
+  step_ = std::max<int64_t>(step_, -static_cast<int64_t>(votes_[2]));
   if (drift_check_) {
     drift_check_ = false;
     const StepWindow now = MeasuredWindow();

@@ -217,7 +217,9 @@ class PlanScheduler {
   int chosen_ = 0;                   // the candidate the next Exchange adopts
   bool settling_ = false;            // that Exchange re-adopts the fastest tried one
   absl::Time drain_since_;
-  int votes_[2] = {0, 0};
+  // [0] quiescent, [1] steady (or not drifted), [2] minus this rank's step: combined by MIN, [2]
+  // gives every rank the largest step, from which the next stage is scheduled (see Progress).
+  int votes_[3] = {0, 0, 0};
   MPI_Request vote_request_ = MPI_REQUEST_NULL;
 
   std::thread planner_;
