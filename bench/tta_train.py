@@ -42,12 +42,17 @@ import torch_systems  # noqa: E402
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--system", required=True, choices=["horovod", "overlap", "ddp"])
+    p.add_argument("--system", required=True, choices=["horovod", "overlap", "ddp", "local"],
+                   help="local: no communication, each rank trains alone (the compute floor; use "
+                        "with --max-steps)")
     p.add_argument("--label", help="the 'system' field of the output (default: --system)")
     p.add_argument("--task", required=True, choices=["fmnist", "lm"])
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--train-limit", type=int, default=0,
                    help="use the first N training examples (images, or LM windows); 0: all")
+    p.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: all epochs)")
+    p.add_argument("--test-limit", type=int, default=0,
+                   help="fmnist: evaluate on the first N test images (0: all 10,000)")
     p.add_argument("--evals-per-epoch", type=int, default=8)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
@@ -75,14 +80,15 @@ def read_idx(path):
 
 
 class FashionCNN(nn.Module):
-    """Two conv layers and a wide first dense layer: 1.7 MB of gradients per step against a few
-    tens of ms of compute, so that on the benchmark's links communication is the larger part."""
+    """Two narrow conv layers and a wide first dense layer: 1.6 MB of gradients per step against
+    a few tens of ms of compute, so that on the benchmark's links communication is the larger part
+    (docs/time_to_accuracy.md, "Sizes")."""
 
-    def __init__(self, hidden=128):
+    def __init__(self, hidden=256):
         super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, padding=1)
-        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
-        self.fc1 = nn.Linear(64 * 7 * 7, hidden)
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * 7 * 7, hidden)
         self.fc2 = nn.Linear(hidden, 10)
 
     def forward(self, x):
@@ -140,6 +146,8 @@ class FashionTask:
         if args.train_limit:
             self.x, self.y = self.x[:args.train_limit], self.y[:args.train_limit]
         self.x_test, self.y_test = load("t10k")
+        if args.test_limit:
+            self.x_test, self.y_test = self.x_test[:args.test_limit], self.y_test[:args.test_limit]
         self.size = size
 
     def examples(self):
@@ -164,7 +172,7 @@ class FashionTask:
 
 class LMTask:
     metric = "val_loss"
-    batch = 16  # windows per rank
+    batch = 8   # windows per rank
     lr = 1e-3   # AdamW, not scaled
     ctx, d, layers, heads = 64, 128, 2, 4
     val_windows = 512
@@ -295,6 +303,10 @@ def main(argv):
             n += 1
             if n % eval_every == 0:
                 losses.append(loss.item())
+            if n == args.max_steps:
+                break
+        if n == args.max_steps:
+            break
     if args.system == "overlap":
         optimizer.apply_pending_updates()  # updates at forward / delayed ones still held
     points.append((time.perf_counter() - t0, n))
