@@ -19,7 +19,7 @@
 #   DistributedOptimizer's staleness correction, otherwise its default "auto"),
 #   overlap:covap (covap:R=auto), overlap:topk (topk:ratio=0.01, error feedback); plus `local`, a
 #   short run without communication that measures each task's compute floor.
-# --quick: 2 epochs of 15,360 images / 4,096 LM windows, 2,000 test images (about 15 minutes).
+# --quick: 2 epochs of 10,240 images / 1,536 LM windows, 2,000 test images (about 15 minutes).
 # Output: the raw lines (with quality-against-wall-time curves) in docs/data/time_to_accuracy_runs.jsonl
 # (--out), then per task and row one line on stdout and in docs/data/time_to_accuracy.jsonl:
 #   {"task","system","planner","correction","metric","target","time_to_target_s","final_quality",
@@ -66,8 +66,8 @@ for t in ${tasks//,/ }; do has fmnist,lm "$t" || die "--tasks: unknown task '$t'
 for r in ${rows//,/ }; do has "$ALL_ROWS" "$r" || die "--rows: unknown row '$r' (known: $ALL_ROWS)"; done
 has "$rows" ddp || die "--rows must include ddp: it sets every task's target"
 if ((quick)); then
-  epochs=${epochs:-2} fmnist_limit=${fmnist_limit:-15360} lm_limit=${lm_limit:-4096}
-  test_limit=${test_limit:-2000} evals=${evals:-6} sweep=sweep:0.25,1,25
+  epochs=${epochs:-2} fmnist_limit=${fmnist_limit:-10240} lm_limit=${lm_limit:-1536}
+  test_limit=${test_limit:-2000} evals=${evals:-5} sweep=sweep:0.25,1,25
 else
   epochs=${epochs:-4} fmnist_limit=${fmnist_limit:-0} lm_limit=${lm_limit:-32768}
   test_limit=${test_limit:-0} evals=${evals:-8} sweep=sweep:0.1,0.25,0.5,1,5,25
@@ -148,7 +148,7 @@ wait_quiet() {
 
 emit_error() {  # TASK ROW PLANNER CORRECTION REASON
   failed=$((failed + 1))
-  "$NEW_PY" -c 'import json, sys; t, r, p, c, e = sys.argv[1:]; print(json.dumps({"task": t, "system": r.split(":")[0], "row": r, "planner": p or None, "correction": c or None, "epochs": int(sys.argv[6]), "error": e}))' \
+  "$NEW_PY" -c 'import json, sys; t, r, p, c, e = sys.argv[1:6]; print(json.dumps({"task": t, "system": r.split(":")[0], "row": r, "planner": p or None, "correction": c or None, "epochs": int(sys.argv[6]), "error": e}))' \
     "$@" "$epochs" | tee -a "$out"
 }
 
@@ -166,7 +166,7 @@ run() {
       port=$((port + 1))
       args+=(--master-addr "$MASTER" --master-port "$port")
       [ "$row" != ddp-tuned ] || args+=(--ddp-bucket-mb "$sweep")
-      [ "$row" != local ] || args+=(--max-steps 40) ;;
+      [ "$row" != local ] || args+=(--max-steps 24) ;;
     overlap:*)
       system=overlap
       # The ring for non-blocking allreduce, as bench/torch_side_by_side.sh.
