@@ -28,7 +28,7 @@
 # (bench/time_to_accuracy_report.py). The target is ddp's final quality minus 0.5 point of
 # accuracy, or plus 1% of validation loss. Every run has a hard time limit; a failed or timed-out
 # row prints its "error" and the run carries on. The cluster is taken down on exit, whatever happens.
-# Each run waits (at most --quiet-wait, default 120 s) until the shared CPU is at most 25% busy.
+# Each run waits (at most --quiet-wait, default 120 s; --quick 30 s) until the shared CPU is at most 25% busy.
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,7 +40,7 @@ note() { echo "time_to_accuracy.sh: $*" >&2; }
 
 ALL_ROWS="local,ddp,ddp-tuned,horovod,horovod+yield,overlap:observed,overlap:auto,overlap:deft-s1,overlap:deft-s1:off,overlap:deft-s2,overlap:deft-s2:off,overlap:covap,overlap:topk"
 quick=0 tasks=fmnist,lm rows=$ALL_ROWS rate=100mbit epochs="" fmnist_limit="" lm_limit="" test_limit=""
-evals="" out="" build=1 quiet_wait=120 max_busy=0.25 library=""
+evals="" out="" build=1 quiet_wait="" max_busy=0.25 library=""
 while (($#)); do
   case $1 in
     --quick) quick=1; shift ;;
@@ -67,10 +67,10 @@ for r in ${rows//,/ }; do has "$ALL_ROWS" "$r" || die "--rows: unknown row '$r' 
 has "$rows" ddp || die "--rows must include ddp: it sets every task's target"
 if ((quick)); then
   epochs=${epochs:-2} fmnist_limit=${fmnist_limit:-10240} lm_limit=${lm_limit:-1536}
-  test_limit=${test_limit:-2000} evals=${evals:-5} sweep=sweep:0.25,1,25
+  test_limit=${test_limit:-2000} evals=${evals:-5} sweep=sweep:0.25,1,25 quiet_wait=${quiet_wait:-30}
 else
   epochs=${epochs:-4} fmnist_limit=${fmnist_limit:-0} lm_limit=${lm_limit:-32768}
-  test_limit=${test_limit:-0} evals=${evals:-8} sweep=sweep:0.1,0.25,0.5,1,5,25
+  test_limit=${test_limit:-0} evals=${evals:-8} sweep=sweep:0.1,0.25,0.5,1,5,25 quiet_wait=${quiet_wait:-120}
 fi
 for v in epochs fmnist_limit lm_limit test_limit evals quiet_wait; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "--${v//_/-} needs a whole number, got '${!v}'"
