@@ -3,7 +3,7 @@
 # cluster with tbf-capped links, horovod.torch, torch DDP and overlap.torch in one run, each
 # system with the same seed, data order, hyper-parameters and epochs. Needs root.
 #
-#   bench/time_to_accuracy.sh [--quick] [--tasks fmnist,lm] [--rows LIST] [--rate 100mbit]
+#   bench/time_to_accuracy.sh [--quick] [--tasks fmnist,lm] [--rows LIST] [--rate fmnist=300mbit,lm=80mbit]
 #       [--epochs N] [--fmnist-limit N] [--lm-limit N] [--test-limit N] [--evals-per-epoch N]
 #       [--out FILE] [--no-build] [--quiet-wait SECONDS] [--library FILE]
 #
@@ -19,6 +19,9 @@
 #   DistributedOptimizer's staleness correction, otherwise its default "auto"),
 #   overlap:covap (covap:R=auto), overlap:topk (topk:ratio=0.01, error feedback); plus `local`, a
 #   short run without communication that measures each task's compute floor.
+# --rate: the tbf cap of every host link, one rate for both tasks or TASK=RATE per task (default
+#   fmnist=300mbit,lm=80mbit: communication about 1.3x each task's compute here; the cluster is
+#   brought up again at each task's rate).
 # --quick: 2 epochs of 10,240 images / 1,536 LM windows, 2,000 test images (about 15 minutes).
 # Output: the raw lines (with quality-against-wall-time curves) in docs/data/time_to_accuracy_runs.jsonl
 # (--out), then per task and row one line on stdout and in docs/data/time_to_accuracy.jsonl:
@@ -39,14 +42,14 @@ die() { echo "time_to_accuracy.sh: $*" >&2; exit 1; }
 note() { echo "time_to_accuracy.sh: $*" >&2; }
 
 ALL_ROWS="local,ddp,ddp-tuned,horovod,horovod+yield,overlap:observed,overlap:auto,overlap:deft-s1,overlap:deft-s1:off,overlap:deft-s2,overlap:deft-s2:off,overlap:covap,overlap:topk"
-quick=0 tasks=fmnist,lm rows=$ALL_ROWS rate=100mbit epochs="" fmnist_limit="" lm_limit="" test_limit=""
+quick=0 tasks=fmnist,lm rows=$ALL_ROWS rate=fmnist=300mbit,lm=80mbit epochs="" fmnist_limit="" lm_limit="" test_limit=""
 evals="" out="" build=1 quiet_wait="" max_busy=0.25 library=""
 while (($#)); do
   case $1 in
     --quick) quick=1; shift ;;
     --tasks) tasks=${2:-}; shift 2 || die "--tasks needs a list" ;;
     --rows) rows=${2:-}; shift 2 || die "--rows needs a list" ;;
-    --rate) rate=${2:-}; shift 2 || die "--rate needs a value like 100mbit" ;;
+    --rate) rate=${2:-}; shift 2 || die "--rate needs a value like 100mbit or fmnist=300mbit,lm=80mbit" ;;
     --epochs) epochs=${2:-}; shift 2 || die "--epochs needs a number" ;;
     --fmnist-limit) fmnist_limit=${2:-}; shift 2 || die "--fmnist-limit needs a number" ;;
     --lm-limit) lm_limit=${2:-}; shift 2 || die "--lm-limit needs a number" ;;
@@ -76,7 +79,17 @@ for v in epochs fmnist_limit lm_limit test_limit evals quiet_wait; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "--${v//_/-} needs a whole number, got '${!v}'"
 done
 ((epochs > 0 && evals > 0)) || die "--epochs and --evals-per-epoch must be positive"
-[[ $rate =~ ^[0-9]+(bit|kbit|mbit|gbit)$ ]] || die "--rate '$rate' is not a tc rate like 100mbit"
+# task_rate TASK: the link rate of TASK's runs.
+task_rate() {
+  local item
+  if [[ $rate != *=* ]]; then echo "$rate"; return; fi
+  for item in ${rate//,/ }; do [ "${item%%=*}" != "$1" ] || { echo "${item#*=}"; return; }; done
+}
+for t in ${tasks//,/ }; do
+  r=$(task_rate "$t")
+  [ -n "$r" ] || die "--rate '$rate' gives no rate for task '$t'"
+  [[ $r =~ ^[0-9]+(bit|kbit|mbit|gbit)$ ]] || die "--rate: '$r' is not a tc rate like 100mbit"
+done
 [ -z "$library" ] || [ -f "$library" ] || die "--library: no file '$library'"
 [ "$(id -u)" -eq 0 ] || die "needs root (it brings up the namespace cluster: network namespaces, veth, tc); run it as root or with sudo"
 
@@ -120,7 +133,7 @@ chmod -R a+rX "$BIN"
 # ---- the cluster --------------------------------------------------------------------------------
 # shellcheck source=../tools/cluster/session.sh
 source "$ROOT/tools/cluster/session.sh"
-cluster_session "$rate"
+cluster_session "$(task_rate "${tasks%%,*}")"
 MASTER=10.77.0.1  # h1, where mpirun's by-slot mapping puts rank 0: DDP's rendezvous
 mkdir -p "$(dirname "$out")"
 : >"$out"
@@ -198,7 +211,7 @@ run() {
   line=$(grep -m1 '^{' "$log.out" || true)
   if ((rc == 0)) && [ -n "$line" ]; then
     "$NEW_PY" -c 'import json, sys; d = json.loads(sys.argv[1]); d.update(row=sys.argv[2], cpu_busy_before=float(sys.argv[3]), planner_row=sys.argv[4] or None, correction=sys.argv[5] or None, link_rate=sys.argv[6]); print(json.dumps(d))' \
-      "$line" "$row" "$busy" "$planner" "$correction" "$rate" >>"$out"
+      "$line" "$row" "$busy" "$planner" "$correction" "$link_rate" >>"$out"
     note "$task $row: $(grep -o '"step_ms": [0-9.]*\|"final_quality": [0-9.]*\|"train_s": [0-9.]*' <<<"$line" | tr '\n' ' ')"
   else
     local reason
@@ -213,6 +226,10 @@ run() {
 # Time limits: generous multiples of what a run takes here (start-up, training, evaluation).
 if ((quick)); then fmnist_limit_s=240 lm_limit_s=360; else fmnist_limit_s=1800 lm_limit_s=3600; fi
 for task in ${tasks//,/ }; do
+  link_rate=$(task_rate "$task")
+  # Re-created at this task's rate (cluster.sh up re-creates the hosts; the session's lock and
+  # its take-down on exit stay as they are).
+  timeout 60 "$CLUSTER" up 4 --rate "$link_rate" >&2 || die "could not bring the cluster up at $link_rate"
   limit=$fmnist_limit_s
   [ "$task" = fmnist ] || limit=$lm_limit_s
   # ddp first: its final quality is the task's target.
