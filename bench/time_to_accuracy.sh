@@ -3,9 +3,9 @@
 # cluster with tbf-capped links, horovod.torch, torch DDP and overlap.torch in one run, each
 # system with the same seed, data order, hyper-parameters and epochs. Needs root.
 #
-#   bench/time_to_accuracy.sh [--quick] [--tasks fmnist,lm] [--rows LIST] [--rate fmnist=300mbit,lm=80mbit]
+#   bench/time_to_accuracy.sh [--quick] [--tasks fmnist,lm] [--rows LIST] [--rate fmnist=300mbit,lm=250mbit]
 #       [--epochs N] [--fmnist-limit N] [--lm-limit N] [--test-limit N] [--evals-per-epoch N]
-#       [--out FILE] [--no-build] [--quiet-wait SECONDS] [--library FILE]
+#       [--out FILE] [--no-build] [--quiet-wait SECONDS] [--library FILE] [--time-limit SECONDS]
 #
 # Tasks (--tasks, default both):
 #   fmnist  a CNN on Fashion-MNIST (/usr/share/datasets/fashion-mnist); quality: test accuracy
@@ -20,7 +20,7 @@
 #   overlap:covap (covap:R=auto), overlap:topk (topk:ratio=0.01, error feedback); plus `local`, a
 #   short run without communication that measures each task's compute floor.
 # --rate: the tbf cap of every host link, one rate for both tasks or TASK=RATE per task (default
-#   fmnist=300mbit,lm=80mbit: communication about 1.3x each task's compute here; the cluster is
+#   fmnist=300mbit,lm=250mbit: communication about 1.1-1.4x each task's compute here; the cluster is
 #   brought up again at each task's rate).
 # --quick: 2 epochs of 10,240 images / 1,536 LM windows, 2,000 test images (about 15 minutes).
 # Output: the raw lines (with quality-against-wall-time curves) in docs/data/time_to_accuracy_runs.jsonl
@@ -31,6 +31,9 @@
 # (bench/time_to_accuracy_report.py). The target is ddp's final quality minus 0.5 point of
 # accuracy, or plus 1% of validation loss. Every run has a hard time limit; a failed or timed-out
 # row prints its "error" and the run carries on. The cluster is taken down on exit, whatever happens.
+# --time-limit: each run's hard limit (default: quick 240 s fmnist / 300 s lm, else 1800 / 3600).
+# overlap's rows run with OVERLAP_STALL_TIMEOUT_S=90, so a stalled collective fails with the
+# runtime's own message before the hard limit.
 # Each run waits (at most --quiet-wait, default 120 s; --quick 30 s) until the shared CPU is at most 25% busy.
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin
@@ -42,14 +45,14 @@ die() { echo "time_to_accuracy.sh: $*" >&2; exit 1; }
 note() { echo "time_to_accuracy.sh: $*" >&2; }
 
 ALL_ROWS="local,ddp,ddp-tuned,horovod,horovod+yield,overlap:observed,overlap:auto,overlap:deft-s1,overlap:deft-s1:off,overlap:deft-s2,overlap:deft-s2:off,overlap:covap,overlap:topk"
-quick=0 tasks=fmnist,lm rows=$ALL_ROWS rate=fmnist=300mbit,lm=80mbit epochs="" fmnist_limit="" lm_limit="" test_limit=""
-evals="" out="" build=1 quiet_wait="" max_busy=0.25 library=""
+quick=0 tasks=fmnist,lm rows=$ALL_ROWS rate=fmnist=300mbit,lm=250mbit epochs="" fmnist_limit="" lm_limit="" test_limit=""
+evals="" out="" build=1 quiet_wait="" time_limit="" max_busy=0.25 library=""
 while (($#)); do
   case $1 in
     --quick) quick=1; shift ;;
     --tasks) tasks=${2:-}; shift 2 || die "--tasks needs a list" ;;
     --rows) rows=${2:-}; shift 2 || die "--rows needs a list" ;;
-    --rate) rate=${2:-}; shift 2 || die "--rate needs a value like 100mbit or fmnist=300mbit,lm=80mbit" ;;
+    --rate) rate=${2:-}; shift 2 || die "--rate needs a value like 100mbit or fmnist=300mbit,lm=250mbit" ;;
     --epochs) epochs=${2:-}; shift 2 || die "--epochs needs a number" ;;
     --fmnist-limit) fmnist_limit=${2:-}; shift 2 || die "--fmnist-limit needs a number" ;;
     --lm-limit) lm_limit=${2:-}; shift 2 || die "--lm-limit needs a number" ;;
@@ -58,8 +61,9 @@ while (($#)); do
     --out) out=${2:-}; shift 2 || die "--out needs a file" ;;
     --no-build) build=0; shift ;;
     --library) library=${2:-}; shift 2 || die "--library needs a file" ;;
+    --time-limit) time_limit=${2:-}; shift 2 || die "--time-limit needs seconds" ;;
     --quiet-wait) quiet_wait=${2:-}; shift 2 || die "--quiet-wait needs seconds" ;;
-    -h | --help) sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
@@ -75,7 +79,7 @@ else
   epochs=${epochs:-4} fmnist_limit=${fmnist_limit:-0} lm_limit=${lm_limit:-32768}
   test_limit=${test_limit:-0} evals=${evals:-8} sweep=sweep:0.1,0.25,0.5,1,5,25 quiet_wait=${quiet_wait:-120}
 fi
-for v in epochs fmnist_limit lm_limit test_limit evals quiet_wait; do
+for v in epochs fmnist_limit lm_limit test_limit evals quiet_wait ${time_limit:+time_limit}; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "--${v//_/-} needs a whole number, got '${!v}'"
 done
 ((epochs > 0 && evals > 0)) || die "--epochs and --evals-per-epoch must be positive"
@@ -184,7 +188,8 @@ run() {
       system=overlap
       # The ring for non-blocking allreduce, as bench/torch_side_by_side.sh.
       mpi_args="--mca coll_libnbc_iallreduce_algorithm 1"
-      env_args+=(PYTHONPATH="$BIN/python" OVERLAP_LIBRARY="$BIN/liboverlap.so")
+      env_args+=(PYTHONPATH="$BIN/python" OVERLAP_LIBRARY="$BIN/liboverlap.so"
+                 OVERLAP_STALL_WARNING_S=30 OVERLAP_STALL_TIMEOUT_S=90)
       local v=${row#overlap:}
       correction=auto
       if [[ $v == *:off ]]; then correction=off; v=${v%:off}; fi
@@ -224,7 +229,8 @@ run() {
 }
 
 # Time limits: generous multiples of what a run takes here (start-up, training, evaluation).
-if ((quick)); then fmnist_limit_s=240 lm_limit_s=360; else fmnist_limit_s=1800 lm_limit_s=3600; fi
+if ((quick)); then fmnist_limit_s=240 lm_limit_s=300; else fmnist_limit_s=1800 lm_limit_s=3600; fi
+[ -z "$time_limit" ] || fmnist_limit_s=$time_limit lm_limit_s=$time_limit
 for task in ${tasks//,/ }; do
   link_rate=$(task_rate "$task")
   # Re-created at this task's rate (cluster.sh up re-creates the hosts; the session's lock and
