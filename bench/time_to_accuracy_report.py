@@ -103,6 +103,7 @@ def plot(runs, lines, path):
     tasks = list(dict.fromkeys(r["task"] for r in runs))
     fig, axes = plt.subplots(1, len(tasks), figsize=(7 * len(tasks), 5), squeeze=False)
     for ax, task in zip(axes[0], tasks):
+        ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
         for r in runs:
             if r["task"] != task or "error" in r or r.get("row") == "local":
                 continue
@@ -118,9 +119,9 @@ def plot(runs, lines, path):
         ax.set_xlabel("wall time of training (s; evaluation excluded)")
         ax.set_ylabel(metric)
         if metric == "accuracy":
-            ax.set_ylim(bottom=max(0.0, (target or 0.5) - 0.15))
+            ax.set_ylim(bottom=max(0.0, (target or 0.5) - 0.4))
         elif target is not None:
-            ax.set_ylim(top=target * 1.4)
+            ax.set_ylim(top=target * 1.5)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
