@@ -22,7 +22,8 @@
 # --rate: the tbf cap of every host link, one rate for both tasks or TASK=RATE per task (default
 #   fmnist=300mbit,lm=250mbit: communication about 1.1-1.4x each task's compute here; the cluster is
 #   brought up again at each task's rate).
-# --quick: 2 epochs of 10,240 images / 1,536 LM windows, 2,000 test images (about 15 minutes).
+# --quick: 2 epochs of 10,240 images / 1,536 LM windows, 2,000 test images (27-50 minutes so far
+#   here, more than the 15 the issue asks: 26 jobs of 4 ranks each start torch 4 times).
 # Output: the raw lines (with quality-against-wall-time curves) in docs/data/time_to_accuracy_runs.jsonl
 # (--out), then per task and row one line on stdout and in docs/data/time_to_accuracy.jsonl:
 #   {"task","system","planner","correction","metric","target","time_to_target_s","final_quality",
