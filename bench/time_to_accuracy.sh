@@ -144,25 +144,9 @@ mkdir -p "$(dirname "$out")"
 : >"$out"
 failed=0 port=29600
 
-# The machine is shared and has two cores (as in bench/torch_side_by_side.sh): before each run,
+# The machine is shared and has two cores: before each run (bench/quiet_cpu.sh),
 # wait until the CPU has been mostly idle for 2 s, at most --quiet-wait seconds, and record it.
-cpu_busy() {
-  local a b
-  a=$(head -1 /proc/stat); sleep 2; b=$(head -1 /proc/stat)
-  awk -v a="$a" -v b="$b" 'BEGIN { n = split(a, x); split(b, y); t = 0
-    for (i = 2; i <= n; i++) t += y[i] - x[i]
-    idle = (y[5] - x[5]) + (y[6] - x[6]); printf "%.2f", (t > 0 ? 1 - idle / t : 0) }'
-}
-wait_quiet() {
-  local waited=0 busy
-  busy=$(cpu_busy)
-  while awk -v b="$busy" -v m="$max_busy" 'BEGIN { exit !(b > m) }' && ((waited < quiet_wait)); do
-    ((waited > 0)) || note "the CPU is ${busy} busy with other work; waiting up to ${quiet_wait} s"
-    sleep 8; waited=$((waited + 10))
-    busy=$(cpu_busy)
-  done
-  echo "$busy"
-}
+source "$ROOT/bench/quiet_cpu.sh"  # cpu_busy, wait_quiet
 
 emit_error() {  # TASK ROW PLANNER CORRECTION REASON
   failed=$((failed + 1))

@@ -150,23 +150,7 @@ failed=0 port=29500 round=""
 # starts while something else computes is slower for reasons that are not the system's. Before
 # each run: wait until the CPU has been mostly idle for 2 s (nothing of ours runs then), at most
 # --quiet-wait seconds, and record the busy fraction found in the run's line ("cpu_busy_before").
-cpu_busy() {  # fraction of the last 2 s the CPUs were busy, from /proc/stat
-  local a b
-  a=$(head -1 /proc/stat); sleep 2; b=$(head -1 /proc/stat)
-  awk -v a="$a" -v b="$b" 'BEGIN { n = split(a, x); split(b, y); t = 0
-    for (i = 2; i <= n; i++) t += y[i] - x[i]
-    idle = (y[5] - x[5]) + (y[6] - x[6]); printf "%.2f", (t > 0 ? 1 - idle / t : 0) }'
-}
-wait_quiet() {
-  local waited=0 busy
-  busy=$(cpu_busy)
-  while awk -v b="$busy" -v m="$max_busy" 'BEGIN { exit !(b > m) }' && ((waited < quiet_wait)); do
-    ((waited > 0)) || note "the CPU is ${busy} busy with other work; waiting up to ${quiet_wait} s for it to quiet down"
-    sleep 8; waited=$((waited + 10))
-    busy=$(cpu_busy)
-  done
-  echo "$busy"
-}
+source "$ROOT/bench/quiet_cpu.sh"  # cpu_busy, wait_quiet
 
 # run LABEL PLANNER TIMEOUT_S -- bench args...: one job of 4 ranks; appends its JSON line.
 run() {

@@ -51,6 +51,14 @@ absl::StatusOr<compress::CompressorConfig> ParseWithDerived(const std::string& s
   return parsed;
 }
 
+// A parameter left to be derived at run time ("auto").
+bool HasDerived(const compress::CompressorConfig& config) {
+  for (const auto& [key, value] : config.params) {
+    if (value == "auto") return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> CompressionStage::Canonical(const std::string& spec) {
@@ -60,8 +68,8 @@ absl::StatusOr<std::string> CompressionStage::Canonical(const std::string& spec)
   // A derived parameter is checked with a stand-in measurement (a ratio of 1), then put back.
   const compress::CompressorContext stand_in{1.0};
   absl::StatusOr<std::unique_ptr<compress::Compressor>> c =
-      compress::MakeCompressor(*parsed, NeedsMeasurement(spec) ? stand_in
-                                                                : compress::CompressorContext{});
+      compress::MakeCompressor(*parsed, HasDerived(*parsed) ? stand_in
+                                                            : compress::CompressorContext{});
   if (!c.ok()) return c.status();
   compress::CompressorConfig canonical = (*c)->config();
   for (const auto& [key, value] : parsed->params) {
@@ -71,12 +79,11 @@ absl::StatusOr<std::string> CompressionStage::Canonical(const std::string& spec)
 }
 
 bool CompressionStage::NeedsMeasurement(const std::string& spec) {
+  // Every allreduce's submission asks: the canonical form spells a derived parameter "=auto", so
+  // the others need no parse.
+  if (spec.find("=auto") == std::string::npos) return false;
   absl::StatusOr<compress::CompressorConfig> parsed = ParseWithDerived(spec);
-  if (!parsed.ok()) return false;
-  for (const auto& [key, value] : parsed->params) {
-    if (value == "auto") return true;
-  }
-  return false;
+  return parsed.ok() && HasDerived(*parsed);
 }
 
 absl::StatusOr<std::string> CompressionStage::Resolve(

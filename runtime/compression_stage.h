@@ -59,7 +59,7 @@ class CompressionStage {
   // naming the parameter and cause. A parameter derived from a measurement at run time (covap's
   // R=auto) stays "auto" there, every other parameter checked; Resolve turns it into a value.
   static absl::StatusOr<std::string> Canonical(const std::string& spec);
-  // True when the canonical `spec` has a parameter derived at run time.
+  // True when the canonical `spec` (Canonical's output) has a parameter derived at run time.
   static bool NeedsMeasurement(const std::string& spec);
   // The canonical `spec` with its derived parameters computed from `context` (covap's R from the
   // measured communication/computation ratio); `spec` itself when it has none.
