@@ -218,8 +218,9 @@ void Negotiator::InspectStalls(const std::vector<uint64_t>& all, const std::vect
         gone.empty()
             ? absl::StrCat("stalled: ", text, ", past OVERLAP_STALL_TIMEOUT_S=",
                            config_.stall_timeout_s)
-            : absl::StrCat("cannot complete: ", text, "; ", ShutDownRanks(gone, hosts_),
-                           " and will submit nothing more");
+            : absl::StrCat("cannot complete: ", OpKindName(request.kind), " '", request.name,
+                           "': submitted by ranks ", RankList(have, hosts_), " ",
+                           MissingBecauseShutDown(missing, gone, hosts_, "submit"));
     spdlog::error("overlap: rank 0: {}", response.error);
     responses->push_back(std::move(response));
   };

@@ -59,8 +59,10 @@ void PlannedMode::OnReport(const std::vector<uint64_t>& counts,
     if (!gone.empty()) {
       // Started here, so it cannot be withdrawn, and those ranks will never start it.
       stalled_ = absl::FailedPreconditionError(
-          absl::StrCat("rank ", rank_, ": cannot complete: planned ", text, "; ",
-                       ShutDownRanks(gone, hosts_), " and will start nothing more"));
+          absl::StrCat("rank ", rank_, ": cannot complete: planned allreduce '",
+                       l.responses.front()->name, "'", others, ": submitted by ranks ",
+                       RankList(have, hosts_), " ",
+                       MissingBecauseShutDown(missing, gone, hosts_, "start")));
       return;
     }
     if (age >= absl::Seconds(config_.stall_timeout_s)) {

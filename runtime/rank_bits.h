@@ -3,6 +3,7 @@
 #ifndef OVERLAP_RUNTIME_RANK_BITS_H_
 #define OVERLAP_RUNTIME_RANK_BITS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,6 +33,23 @@ inline std::string ShutDownRanks(const std::vector<int>& ranks,
   return absl::StrCat("ranks ", RankList(ranks, hosts),
                       " have called Shutdown (the program ended, returned or exited, sys.exit "
                       "included)");
+}
+
+// The tail of a "cannot complete" error: names the shut-down ranks `gone` as the cause and the
+// other ranks in `missing` only as late ("ranks [0 (h)] had not reached it yet"), since those
+// may be about to submit; a rank must not read itself blamed for what it was about to do.
+inline std::string MissingBecauseShutDown(const std::vector<int>& missing,
+                                          const std::vector<int>& gone,
+                                          const std::vector<std::string>& hosts,
+                                          const std::string& what_more) {
+  std::vector<int> late;
+  for (int r : missing) {
+    if (std::find(gone.begin(), gone.end(), r) == gone.end()) late.push_back(r);
+  }
+  return absl::StrCat(
+      "but not by ranks ", RankList(gone, hosts), "; ", ShutDownRanks(gone, hosts), " and will ",
+      what_more, " nothing more",
+      late.empty() ? "" : absl::StrCat("; ranks ", RankList(late, hosts), " had not reached it yet"));
 }
 
 }  // namespace overlap

@@ -259,6 +259,7 @@ def test_a_rank_that_calls_sys_exit_stops_the_job_within_seconds(tmp_path, wait)
     script = tmp_path / "exits.py"
     script.write_text(textwrap.dedent("""
         import sys
+        import time
         import torch
         import overlap.torch as hvd
         hvd.init()
@@ -268,6 +269,7 @@ def test_a_rank_that_calls_sys_exit_stops_the_job_within_seconds(tmp_path, wait)
             for _ in range(30):
                 hvd.allreduce(torch.ones(4), name="step")
         if hvd.rank() == 1:
+            time.sleep(1)  # let the others reach their wait: a late rank is named apart
             sys.exit(3)
         try:
             if wait == "barrier":
@@ -287,10 +289,14 @@ def test_a_rank_that_calls_sys_exit_stops_the_job_within_seconds(tmp_path, wait)
     elapsed = time.monotonic() - start
     text = out.stdout + out.stderr
     assert out.returncode != 0, text
-    # Rank 2 fails the same way, or loses rank 0 once rank 0 left: either way it ended.
-    failure = (tmp_path / "rank0.txt").read_text()
-    assert "but not by ranks [1 (" in failure, text
-    assert "ranks [1 (" in failure and "have called Shutdown" in failure, text
+    # Ranks 0 and 2 fail naming rank 1, except that one of them may lose the other first, once
+    # that one has failed and left (on a loaded machine a rank can even be late to its wait):
+    # either way it ended, and at least one names the cause.
+    failures = [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 2)
+                if (tmp_path / f"rank{r}.txt").exists()]
+    named = [f for f in failures if "but not by ranks [1 (" in f and "have called Shutdown" in f]
+    assert named, text
+    assert all(f in named or "lost the control connection to rank" in f for f in failures), text
     assert elapsed < 60, text
 
 

@@ -344,6 +344,23 @@ TEST_CASE("an operation a shut-down rank never submitted fails at once on the ot
   CHECK(results[1]->any_shutting_down);
 }
 
+TEST_CASE("a failure for a shut-down rank blames it, not a rank that was only late",
+          "[negotiator][stall][shutdown]") {
+  Negotiation job(3, PatientConfig());
+  // Rank 2 submitted "x", rank 1 shut down without it, rank 0 had not reached it yet: "x" can
+  // never complete, and rank 0, reading the error, must not find itself among the cause.
+  job.Submit(2, "x");
+  std::vector<Turn> turns(3);
+  turns[1].shutting_down = true;
+  auto results = job.Round(turns);
+  REQUIRE(results[2].ok());
+  REQUIRE(results[2]->failed.size() == 1);
+  const std::string& error = results[2]->failed[0].second;
+  CHECK(absl::StrContains(error, "cannot complete: allreduce 'x': submitted by ranks [2 (h3)] "
+                                 "but not by ranks [1 (h2)]; ranks [1 (h2)] have called Shutdown"));
+  CHECK(absl::StrContains(error, "will submit nothing more; ranks [0 (h1)] had not reached it yet"));
+}
+
 TEST_CASE("a rank that is only late is waited for while another rank shuts down",
           "[negotiator][stall][shutdown]") {
   Negotiation job(3, PatientConfig());
