@@ -316,12 +316,12 @@ constexpr Var kVars[] = {
         .Build(),
     Def("OVERLAP_TEST_CORRUPT_PLAN", Kind::kEnum, Reader::kTest)
         .Values("slice, tensor, version, truncate")
-        .Describe("rank 0 damages the plan it broadcasts, to test the refusal "
-                  "(runtime/plan_scheduler.cc)")
+        .Describe("test builds only (tests/runtime/plan_hooks_from_env.cc): rank 0 damages the "
+                  "plan it broadcasts, to test the refusal")
         .Build(),
     Def("OVERLAP_TEST_PLAN_SCHEDULE", Kind::kString, Reader::kTest)
-        .Describe("\"delay,period\": every allreduce bucket of rank 0's plan gets this schedule "
-                  "(runtime/plan_scheduler.cc, overlap.tensorflow)")
+        .Describe("test builds only (tests/runtime/plan_hooks_from_env.cc): \"delay,period\" for "
+                  "every allreduce bucket of rank 0's plan")
         .Build(),
     Def("OVERLAP_TEST_DRIFT", Kind::kString, Reader::kTest)
         .Describe("any value: tests/runtime/scheduled_test.cc slows its step down to test "

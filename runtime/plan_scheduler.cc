@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -15,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
+#include "runtime/plan_test_hooks.h"
 #include "scheduler/planner.h"
 #include "scheduler/simulator.h"
 #include "spdlog/spdlog.h"
@@ -59,55 +58,10 @@ sched::PlannerOptions OptionsFrom(const Config& config) {
   return o;
 }
 
-// Test hook: rank 0 damages the plan it broadcasts, so that the refusal path can be tested.
-// OVERLAP_TEST_CORRUPT_PLAN = slice | tensor | version | truncate.
-void CorruptForTest(std::string* bytes, sched::Plan* plan) {
-  const char* how = std::getenv("OVERLAP_TEST_CORRUPT_PLAN");
-  if (how == nullptr) return;
-  const std::string what = how;
-  if (what == "slice") {
-    plan->buckets.back().slices.back().count += 1;
-    *bytes = plan->Serialize();
-  } else if (what == "tensor") {
-    plan->buckets.front().slices.front().name = "no.such.tensor";
-    *bytes = plan->Serialize();
-  } else if (what == "version" && !bytes->empty()) {
-    (*bytes)[0] = static_cast<char>((*bytes)[0] + 7);
-  } else if (what == "truncate") {
-    bytes->resize(bytes->size() / 2);
-  }
-}
-
 // A plan with delayed updates or update periods: replacing it would discard the results it holds.
 bool Delayed(const sched::Plan& plan) {
   return std::any_of(plan.buckets.begin(), plan.buckets.end(),
                      [](const sched::Bucket& b) { return b.delay > 0 || b.period > 1; });
-}
-
-// Test hook: rank 0 gives every allreduce bucket of the plan it makes the schedule
-// OVERLAP_TEST_PLAN_SCHEDULE = "delay,period", phases staggered by bucket, so that delayed plans
-// are tested whatever the planner would choose for the test machine's timings. Buckets holding a
-// tensor the step reads at once (TensorInfo::may_delay false) keep no delay, as planners do.
-void ScheduleForTest(const sched::Profile& profile, sched::Plan* plan) {
-  const char* spec = std::getenv("OVERLAP_TEST_PLAN_SCHEDULE");
-  if (spec == nullptr) return;
-  int delay = 0;
-  int period = 1;
-  if (std::sscanf(spec, "%d,%d", &delay, &period) != 2 || delay < 0 || period < 1) return;
-  int index = 0;
-  for (sched::Bucket& b : plan->buckets) {
-    if (b.op != sched::Collective::kAllreduce) continue;
-    if (std::any_of(b.slices.begin(), b.slices.end(), [&](const sched::TensorSlice& s) {
-          return !profile.tensors[static_cast<size_t>(s.tensor)].may_delay;
-        })) {
-      continue;
-    }
-    b.delay = delay;
-    b.lag = 0;
-    b.period = period;
-    b.phase = index++ % period;
-  }
-  plan->staleness = std::max(plan->staleness, delay);
 }
 
 }  // namespace
@@ -552,7 +506,7 @@ absl::StatusOr<std::vector<PlanScheduler::Candidate>> PlanScheduler::MakeCandida
   }
   std::vector<Candidate> candidates;
   for (sched::Plan& plan : plans) {
-    ScheduleForTest(profile, &plan);
+    if (const auto adjust = InstalledPlanTestHooks().adjust_plan) adjust(profile, &plan);
     // The test schedule delays every plan: trials would replace delayed plans.
     if (Delayed(plan) && !candidates.empty()) break;
     Candidate c;
@@ -564,7 +518,7 @@ absl::StatusOr<std::vector<PlanScheduler::Candidate>> PlanScheduler::MakeCandida
       c.predicted_step = std::move(sim->iteration_events);
     }
     c.bytes = plan.Serialize();
-    CorruptForTest(&c.bytes, &plan);
+    if (const auto damage = InstalledPlanTestHooks().damage_broadcast) damage(&c.bytes, &plan);
     spdlog::info(
         "overlap: rank 0: planner {} made {} buckets for a measured step of {:.1f} ms compute; "
         "simulated step {:.1f} ms",

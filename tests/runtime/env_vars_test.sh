@@ -3,10 +3,13 @@
 # - every OVERLAP_* name the runtime, launcher, collectives and Python sources read or tell users to
 #   set ("OVERLAP_X" or 'OVERLAP_X' as a string, getenv and os.environ included, or OVERLAP_X= in
 #   a message) is in the table, so the runtime does not warn about it and the docs list it;
-# - docs/tuning.md's generated section is the table as env_vars_doc writes it.
-# usage: env_vars_test.sh ENV_VARS_DOC TUNING_MD; the sources are in the runfiles (BUILD's data).
+# - docs/tuning.md's generated section is the table as env_vars_doc writes it;
+# - what users install reads no test hook: no OVERLAP_TEST_* in those sources, and no test symbol
+#   in liboverlap.so (the hooks live in tests/runtime/plan_hooks_from_env.cc).
+# usage: env_vars_test.sh ENV_VARS_DOC TUNING_MD LIBOVERLAP; the sources are in the runfiles
+# (BUILD's data).
 set -u -o pipefail
-doc_tool=$1 tuning=$2
+doc_tool=$1 tuning=$2 library=$3
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
@@ -27,6 +30,16 @@ while IFS=: read -r file name; do
 done <<<"$used"
 
 "$doc_tool" --check "$tuning" || fail "docs/tuning.md's OVERLAP_* table is out of date"
+
+while IFS=: read -r file name; do
+  case $name in OVERLAP_TEST_*)
+    fail "$file (shipped) uses the test hook $name: test hooks belong in tests/ (runtime/plan_test_hooks.h)" ;;
+  esac
+done <<<"$used"
+test_symbols=$(nm -D --defined-only "$library" | grep -E ' overlap_test_' || true)
+[ -z "$test_symbols" ] || fail "$library exports test symbols: $test_symbols"
+nm -D --defined-only "$library" | grep -q ' overlap_init' ||
+  fail "nm found no overlap_init in $library: is the check looking at the right file?"
 
 [ "$failures" -eq 0 ] || { echo "$failures failures" >&2; exit 1; }
 echo PASS

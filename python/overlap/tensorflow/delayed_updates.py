@@ -23,8 +23,6 @@ has_update(). Keras gradient accumulation (backward_passes_per_step > 1) is refu
 delayed updates, and EMA (use_ema) still averages every variable each step.
 """
 
-import os
-
 import tensorflow as tf
 
 from overlap import _core
@@ -36,12 +34,14 @@ _installed = False
 
 
 def enabled():
-    """Whether the runtime may deliver delayed results: staleness > 0, max_period > 1 (the
-    runtime's configuration: the environment and hvd.init()'s options), or the test hook
-    OVERLAP_TEST_PLAN_SCHEDULE (runtime/plan_scheduler.cc)."""
-    return (_core.setting("OVERLAP_STALENESS", 0) > 0 or
-            _core.setting("OVERLAP_MAX_PERIOD", 1) > 1 or
-            bool(os.environ.get("OVERLAP_TEST_PLAN_SCHEDULE")))
+    """Whether the runtime may deliver delayed results: staleness > 0 or max_period > 1 (the
+    runtime's configuration: the environment and hvd.init()'s options), or, in the test build of
+    the library (liboverlap_testing.so), a plan test hook that delays (runtime/plan_test_hooks.h).
+    The shipped library has no such hook, so the symbol is looked up, never assumed."""
+    if _core.setting("OVERLAP_STALENESS", 0) > 0 or _core.setting("OVERLAP_MAX_PERIOD", 1) > 1:
+        return True
+    test_hook = getattr(_core.lib(), "overlap_test_plan_may_delay", None)
+    return bool(test_hook is not None and test_hook())
 
 
 def tag(gradient, flag, name=None, correction="off"):

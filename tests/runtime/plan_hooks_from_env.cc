@@ -1,0 +1,76 @@
+// Installs the plan test hooks (runtime/plan_test_hooks.h) that OVERLAP_TEST_PLAN_SCHEDULE and
+// OVERLAP_TEST_CORRUPT_PLAN drive, when a test binary or liboverlap_testing.so is loaded. Each
+// hook reads its variable when it runs, so a test may set it after start-up.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "runtime/plan_test_hooks.h"
+
+namespace overlap {
+namespace {
+
+// OVERLAP_TEST_CORRUPT_PLAN = slice | tensor | version | truncate: rank 0 damages the plan it
+// broadcasts, so that the refusal path can be tested.
+void DamageFromEnv(std::string* bytes, sched::Plan* plan) {
+  const char* how = std::getenv("OVERLAP_TEST_CORRUPT_PLAN");
+  if (how == nullptr) return;
+  const std::string what = how;
+  if (what == "slice") {
+    plan->buckets.back().slices.back().count += 1;
+    *bytes = plan->Serialize();
+  } else if (what == "tensor") {
+    plan->buckets.front().slices.front().name = "no.such.tensor";
+    *bytes = plan->Serialize();
+  } else if (what == "version" && !bytes->empty()) {
+    (*bytes)[0] = static_cast<char>((*bytes)[0] + 7);
+  } else if (what == "truncate") {
+    bytes->resize(bytes->size() / 2);
+  }
+}
+
+// Rank 0 gives every allreduce bucket of the plan it makes the schedule
+// OVERLAP_TEST_PLAN_SCHEDULE = "delay,period", phases staggered by bucket, so that delayed plans
+// are tested whatever the planner would choose for the test machine's timings. Buckets holding a
+// tensor the step reads at once (TensorInfo::may_delay false) keep no delay, as planners do.
+void ScheduleFromEnv(const sched::Profile& profile, sched::Plan* plan) {
+  const char* spec = std::getenv("OVERLAP_TEST_PLAN_SCHEDULE");
+  if (spec == nullptr) return;
+  int delay = 0;
+  int period = 1;
+  if (std::sscanf(spec, "%d,%d", &delay, &period) != 2 || delay < 0 || period < 1) return;
+  int index = 0;
+  for (sched::Bucket& b : plan->buckets) {
+    if (b.op != sched::Collective::kAllreduce) continue;
+    if (std::any_of(b.slices.begin(), b.slices.end(), [&](const sched::TensorSlice& s) {
+          return !profile.tensors[static_cast<size_t>(s.tensor)].may_delay;
+        })) {
+      continue;
+    }
+    b.delay = delay;
+    b.lag = 0;
+    b.period = period;
+    b.phase = index++ % period;
+  }
+  plan->staleness = std::max(plan->staleness, delay);
+}
+
+const bool kInstalled = [] {
+  PlanTestHooks hooks;
+  hooks.adjust_plan = ScheduleFromEnv;
+  hooks.damage_broadcast = DamageFromEnv;
+  InstallPlanTestHooks(hooks);
+  return true;
+}();
+
+}  // namespace
+}  // namespace overlap
+
+// For overlap.tensorflow (python/overlap/tensorflow/delayed_updates.py), which looks this symbol
+// up in the library it loaded: whether this test build may deliver delayed results although
+// staleness and period say none (OVERLAP_TEST_PLAN_SCHEDULE set). The shipped library has no
+// such symbol.
+extern "C" __attribute__((visibility("default"))) int overlap_test_plan_may_delay() {
+  return std::getenv("OVERLAP_TEST_PLAN_SCHEDULE") != nullptr ? 1 : 0;
+}
