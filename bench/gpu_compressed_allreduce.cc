@@ -1,5 +1,5 @@
 // Compressed allreduce of CUDA tensors through the runtime: compressed on the GPU (the CUDA
-// kernels, residuals on the device: runtime/cuda_compression.h) against the path a CUDA tensor
+// kernels, residuals on the device: runtime/planes/cuda_compression.h) against the path a CUDA tensor
 // took before, which randomk and powersgd still take: copied to pinned host memory, compressed
 // on the CPU by the runtime, and copied back. Same process, same tensors, alternating steps.
 //

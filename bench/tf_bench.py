@@ -186,7 +186,7 @@ def main(argv):
     if planner and planner.startswith("deft-s"):
         # An update period sends the sum of the steps it folded: a multiple of the average. A
         # tensor sliced over buckets of different phases may get an update in some slices and
-        # zeros in the others (has_update is per tensor, runtime/plan_delays.h): 0 is allowed.
+        # zeros in the others (has_update is per tensor, runtime/planes/plan_delays.h): 0 is allowed.
         verified = all(v >= 0 and abs(v / want - round(v / want)) < 1e-6 for v in seen)
     else:
         verified = seen == (want, want)

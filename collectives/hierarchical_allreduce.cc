@@ -74,7 +74,7 @@ absl::Status HierarchicalAllreduce::StartNext(Lane lane) {
   switch (lane) {
     case kLocalReduceScatter: {
       // Uninitialised on purpose: the ring writes all of it, and zero-filling costs more than the
-      // copy (runtime/buffer_pool.h measured it).
+      // copy (runtime/planes/buffer_pool.h measured it).
       s.shard.reset(new uint8_t[static_cast<size_t>(mine) * elem_bytes_ + 1]);
       absl::StatusOr<std::unique_ptr<RingReduceScatter>> ring = RingReduceScatter::Start(
           comms_.local, tags_[0], s.data, s.shard.get(), s.counts, type_, elem_bytes_, op_);

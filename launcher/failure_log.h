@@ -31,7 +31,7 @@ namespace overlap::launcher {
 std::optional<std::string> ParseLostDaemonHost(absl::string_view line);
 
 // A rank's report that a peer's host stopped answering on the runtime's control connection
-// (runtime/control_plane.h), which says
+// (runtime/control/control_plane.h), which says
 //   rank 0: lost the control connection to rank 2 (host h3): no answer for 5s: the host or ...
 // as {reporting rank, the silent host}; nullopt for any other line, including a peer that exited
 // (its connection closed: the peer's own report says why).

@@ -10,7 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "launcher/hosts.h"
 #include "launcher/runtime_flags.h"
-#include "runtime/env_vars.h"
+#include "runtime/api/env_vars.h"
 
 namespace overlap::launcher {
 namespace {
@@ -144,7 +144,7 @@ absl::Status SetStartTimeout(absl::string_view option, const std::string& value,
   // The runtime's Init waits as long, so the value must also be one the runtime accepts.
   const env::Var* var = env::Find("OVERLAP_START_TIMEOUT_S");
   if (var == nullptr) {
-    return absl::InternalError("OVERLAP_START_TIMEOUT_S is not in runtime/env_vars.cc's table");
+    return absl::InternalError("OVERLAP_START_TIMEOUT_S is not in runtime/api/env_vars.cc's table");
   }
   if (absl::Status valid = env::Check(*var, value); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(option, ": ", valid.message()));

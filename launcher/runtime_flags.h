@@ -1,8 +1,8 @@
 // Launcher options that configure the overlap runtime in every rank: the entries of the OVERLAP_*
-// table (runtime/env_vars.h) that name an overlaprun option. Each sets one variable, converted to
+// table (runtime/api/env_vars.h) that name an overlaprun option. Each sets one variable, converted to
 // the runtime's unit and checked with the runtime's own checks, so overlaprun refuses before
 // launching what every rank's Init would refuse. Adding an option is adding a Flag to its entry in
-// runtime/env_vars.cc.
+// runtime/api/env_vars.cc.
 #ifndef OVERLAP_LAUNCHER_RUNTIME_FLAGS_H_
 #define OVERLAP_LAUNCHER_RUNTIME_FLAGS_H_
 
@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "runtime/env_vars.h"
+#include "runtime/api/env_vars.h"
 
 namespace overlap::launcher {
 

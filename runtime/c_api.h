@@ -84,7 +84,7 @@ int overlap_allreduce(const char* name, const overlap_tensor* input, const overl
                       int32_t op, double prescale, double postscale, const char* compression,
                       overlap_handle** handle);
 // An allreduce with a delayed update or update period (AllreduceOptions::delay, period, phase;
-// runtime/delay_line.h); overlap_handle_has_update tells whether its output holds an update.
+// runtime/planes/delay_line.h); overlap_handle_has_update tells whether its output holds an update.
 int overlap_allreduce_delayed(const char* name, const overlap_tensor* input,
                               const overlap_tensor* output, int32_t op, double prescale,
                               double postscale, const char* compression, int32_t delay,

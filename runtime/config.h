@@ -1,6 +1,6 @@
 // Runtime configuration: defaults in one place, read from OVERLAP_* environment variables or set in
 // code, validated before the runtime starts. What each variable accepts (range, values) is in the
-// table of runtime/env_vars.h, shared with overlaprun; the ranges repeated below are its.
+// table of runtime/api/env_vars.h, shared with overlaprun; the ranges repeated below are its.
 #ifndef OVERLAP_RUNTIME_CONFIG_H_
 #define OVERLAP_RUNTIME_CONFIG_H_
 
@@ -89,7 +89,7 @@ struct Config {
 
   // Re-plan when the measured step (its compute windows) drifts from its first measurement under
   // the plan by more than this fraction, by more than twice the steps' spread, and by at least
-  // replan_min_ms, at two checks in a row (runtime/drift_policy.h).
+  // replan_min_ms, at two checks in a row (runtime/plan/drift_policy.h).
   // OVERLAP_REPLAN_DRIFT, 0..10; 0 never re-plans on drift. OVERLAP_REPLAN_MIN_MS, 0..1e6.
   double replan_drift = 0.25;
   double replan_min_ms = 5;
@@ -123,7 +123,7 @@ struct Config {
   std::string log_level = "warn";
 
   // Reads every OVERLAP_* variable over the defaults above, each parsed and checked by the table
-  // (runtime/env_vars.h), then Validate. A value that does not parse or is out of range gives
+  // (runtime/api/env_vars.h), then Validate. A value that does not parse or is out of range gives
   // InvalidArgument naming the variable, the value and what it accepts. An OVERLAP_* variable the
   // table does not list is logged as a warning (probably misspelt) and ignored.
   // Horovod's HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME, HOROVOD_TIMELINE and

@@ -121,7 +121,7 @@ struct AllreduceOptions {
   // after it (floating-point dtypes only; integer dtypes require 1.0).
   double prescale = 1.0;
   double postscale = 1.0;
-  // Delayed update and update period (DeFT; runtime/delay_line.h has the full contract). With
+  // Delayed update and update period (DeFT; runtime/planes/delay_line.h has the full contract). With
   // delay d, the handle of this tensor's n-th submission receives the reduced gradient of its
   // (n - d)-th. With period p and phase f, only submissions with n % p == f communicate, sending
   // their input plus what the skipped ones accumulated. Whenever no result is due, the output is
@@ -246,7 +246,7 @@ absl::StatusOr<Handle> Alltoall(const std::string& name, const Tensor& input,
 // The error-feedback residuals of every compressed tensor on this rank, the state of its
 // delayed updates (each tensor's schedule, submission count, residual of skipped steps and
 // reduced results not yet delivered; Save waits for reductions still running) and the
-// scheduled plan in force with its delayed state (runtime/plan_checkpoint.h), for a
+// scheduled plan in force with its delayed state (runtime/plan/plan_checkpoint.h), for a
 // checkpoint, and their restoration (with the same compressor configurations and planner) when
 // training resumes: a run restored at step k, in this process or a fresh one, goes on exactly
 // as the saved one would have, under the saved plan from its first step. Save and restore on
@@ -322,16 +322,16 @@ struct RuntimeStats {
   int64_t negotiation_rounds = 0;
   int64_t negotiated_operations = 0;
   // Memory held for delayed updates and update periods: residuals plus reduced results not yet
-  // delivered (runtime/delay_line.h bounds it per tensor).
+  // delivered (runtime/planes/delay_line.h bounds it per tensor).
   int64_t delayed_bytes = 0;
   // The part of delayed_bytes on the GPU: a scheduled plan's CUDA tensors' copies, residuals and
-  // results (runtime/plan_delays.h).
+  // results (runtime/planes/plan_delays.h).
   int64_t delayed_device_bytes = 0;
   // Host buffers the plan in force keeps for reuse across steps: its packed buckets and, under a
-  // delayed plan, its copies of the submissions (runtime/buffer_pool.h). About one gradient's
+  // delayed plan, its copies of the submissions (runtime/planes/buffer_pool.h). About one gradient's
   // worth for a sliced plan.
   int64_t plan_buffer_bytes = 0;
-  // The same on the GPU: the packed buckets of the plan's CUDA tensors (runtime/bucket_runner.h).
+  // The same on the GPU: the packed buckets of the plan's CUDA tensors (runtime/planes/bucket_runner.h).
   int64_t plan_device_buffer_bytes = 0;
   int64_t planned_launches = 0;  // units the frozen plan started without negotiation
   int64_t plans_frozen = 0;      // plans adopted (see OVERLAP_PLAN_AFTER_STEPS)

@@ -67,7 +67,7 @@ def gpu_findings():
     if not runs:
         return ["docs/gpu.md: no dated run under 'Runs on an NVIDIA H200'"]
     changed = last_commit_date("collectives/cuda", "collectives/nccl_executor.cc",
-                               "runtime/cuda_plane.cc", "runtime/cuda_compression.cc",
+                               "runtime/planes/cuda_plane.cc", "runtime/planes/cuda_compression.cc",
                                "compression/cuda", "numeric/cuda_half.cuh")
     if changed is None:  # not a git checkout (a source archive): nothing to compare
         return []

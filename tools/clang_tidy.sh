@@ -9,7 +9,7 @@
 #   tools/clang_tidy.sh --all                also bench/, examples/ and tests/
 #   tools/clang_tidy.sh --analyzer [...]     also the clang-analyzer checks of .clang-tidy, which
 #                                            double the time (CI leaves them out)
-#   tools/clang_tidy.sh runtime/runtime.cc   just these files
+#   tools/clang_tidy.sh runtime/api/runtime.cc   just these files
 # Nothing else may build in this output base meanwhile: clang-tidy reads the execroot.
 #   OVERLAP_TIDY_JOBS=4 tools/clang_tidy.sh  files checked at once (default: the core count)
 set -uo pipefail

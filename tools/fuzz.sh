@@ -36,26 +36,26 @@ done
 shift $((OPTIND - 1))
 
 # The fuzzers build without CUDA: the stage links the stub of its CUDA path.
-compression_srcs="runtime/compression_stage.cc runtime/no_cuda_compression.cc runtime/messages.cc
+compression_srcs="runtime/planes/compression_stage.cc runtime/planes/no_cuda_compression.cc runtime/negotiation/messages.cc
   collectives/buffer_ops.cc collectives/no_cuda.cc collectives/scaling.cc
   collectives/dtype.cc $(ls compression/*.cc numeric/*.cc | tr '\n' ' ')"
-plan_checkpoint_srcs="runtime/plan_checkpoint.cc runtime/plan_delays.cc runtime/executable_plan.cc
-  runtime/buffer_pool.cc runtime/launch_units.cc runtime/tensor.cc collectives/scaling.cc
+plan_checkpoint_srcs="runtime/plan/plan_checkpoint.cc runtime/planes/plan_delays.cc runtime/plan/executable_plan.cc
+  runtime/planes/buffer_pool.cc runtime/plan/launch_units.cc runtime/api/tensor.cc collectives/scaling.cc
   collectives/buffer_ops.cc collectives/no_cuda.cc"
 declare -A SOURCES=(
-  [messages_fuzz]="runtime/messages.cc runtime/matcher.cc collectives/dtype.cc"
+  [messages_fuzz]="runtime/negotiation/messages.cc runtime/negotiation/matcher.cc collectives/dtype.cc"
   [plan_fuzz]="scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc
     collectives/dtype.cc"
   [profile_fuzz]="scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc
     collectives/dtype.cc"
   [compression_snapshot_fuzz]="$compression_srcs"
-  [config_env_fuzz]="runtime/config.cc runtime/env_vars.cc $compression_srcs"
+  [config_env_fuzz]="runtime/api/config.cc runtime/api/env_vars.cc $compression_srcs"
   [launcher_args_fuzz]="launcher/parse_args.cc launcher/hosts.cc launcher/runtime_flags.cc
-    runtime/env_vars.cc"
+    runtime/api/env_vars.cc"
   [hostfile_fuzz]="launcher/hosts.cc"
-  [plan_checkpoint_fuzz]="$plan_checkpoint_srcs runtime/messages.cc collectives/dtype.cc
+  [plan_checkpoint_fuzz]="$plan_checkpoint_srcs runtime/negotiation/messages.cc collectives/dtype.cc
     scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc"
-  [make_seeds]="runtime/matcher.cc scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc
+  [make_seeds]="runtime/negotiation/matcher.cc scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc
     scheduler/cost_model.cc $compression_srcs $plan_checkpoint_srcs"
 )
 targets=("$@")

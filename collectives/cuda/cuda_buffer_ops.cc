@@ -183,7 +183,7 @@ class CudaBufferOps : public BufferOps {
 
   // Staging slots and the device table, made before any work is queued: allocating pinned
   // memory may wait for the device, which a Copy queued behind other work should not. Enough
-  // slots for the data plane's pipelined buckets (runtime/data_plane.h: up to 4 buckets in flight
+  // slots for the data plane's pipelined buckets (runtime/planes/data_plane.h: up to 4 buckets in flight
   // of up to 3 copies each) with room to spare.
   absl::Status Reserve() {
     while (staging_.size() < kReservedStagingSlots) {

@@ -457,7 +457,7 @@ class Handle:
 
     def has_update(self):
         """False when a delayed plan had no update for this allreduce this step (its output is
-        zeros; runtime/plan_delays.h): the caller should skip the update."""
+        zeros; runtime/planes/plan_delays.h): the caller should skip the update."""
         return bool(lib().overlap_handle_has_update(self._ptr))
 
     def wait(self):

@@ -9,7 +9,7 @@ How it works, as in Horovod: this process (the driver) listens on a TCP port and
 and its arguments, calls it, and sends back its return value or its traceback.
 
 Only the job's own processes can talk to the driver, as with the runtime's control plane
-(runtime/control_handshake.h): the driver makes a random key for the run, which reaches the ranks
+(runtime/control/control_handshake.h): the driver makes a random key for the run, which reaches the ranks
 through overlaprun's environment, and listens only on the addresses the job's hosts reach it by
 (loopback for a job on this machine). On each connection it sends a fresh nonce; the rank must
 answer HMAC-SHA256(key, context || nonce) within _HANDSHAKE_TIMEOUT_S, or it is refused, logged

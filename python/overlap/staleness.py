@@ -1,7 +1,7 @@
 """Staleness correction for delayed plans, the framework-neutral part (docs/scheduler.md,
 "Staleness correction in the adapters").
 
-Under a plan with delays or update periods (planner deft; runtime/plan_delays.h) the gradient a
+Under a plan with delays or update periods (planner deft; runtime/planes/plan_delays.h) the gradient a
 parameter receives at step k was computed at step k - d, or summed over a period. The adapters'
 optimizers correct for it as examples/mnist_mlp.cc's `predict` does:
 - the momentum (SGD) or beta1 (Adam, AdamW) m of a tensor with mean staleness s = delay +

@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "runtime/control_plane.h"
+#include "runtime/control/control_plane.h"
 #include "runtime/overlap.h"
 
 namespace {

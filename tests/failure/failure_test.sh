@@ -94,7 +94,7 @@ case $MODE in
   linkdown)
     [ "$rc" -ne 0 ] || fail "the job succeeded although h3 lost its link"
     # Rank 0's control connection to rank 2 stops answering after half the collective timeout
-    # (runtime/control_plane.h): rank 0 names rank 2 and h3, and overlaprun blames h3.
+    # (runtime/control/control_plane.h): rank 0 names rank 2 and h3, and overlaprun blames h3.
     grep -Eq "^failure_loop: rank 0 \(host h1\): step [0-9]+: grad\.[0-9]: rank 0: lost the control connection to rank 2 \(host h3\): no answer for 4s: the host or its network is down" "$OUT" ||
       fail "rank 0 did not name rank 2 on h3 as the peer that stopped answering"
     [[ $summary =~ ^"overlaprun: job failed: rank 0 lost contact with host h3 (rank 2): the host or its network is down; " ]] ||

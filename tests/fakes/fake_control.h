@@ -1,5 +1,5 @@
 // A fake control communicator of N simulated ranks in one process: one ControlCollectives
-// (runtime/control_collectives.h) per rank, so that the negotiator and planned execution's checks
+// (runtime/control/control_collectives.h) per rank, so that the negotiator and planned execution's checks
 // run without mpirun.
 //
 // The ranks' calls form one sequence, as on one MPI communicator: the k-th call completes once
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/control_collectives.h"
+#include "runtime/control/control_collectives.h"
 
 namespace overlap {
 namespace fake {

@@ -1,5 +1,5 @@
 // A proxy device for tests: it keeps its bytes in host memory but behaves like a GPU, so that the
-// runtime's device code path (runtime/device_backend.h: buffer ops on streams, a stream-ordered
+// runtime's device code path (runtime/planes/device_backend.h: buffer ops on streams, a stream-ordered
 // executor, fences, device-resident buffers) runs on machines without one.
 //
 // It reports itself as cuda:0. Work given to its buffer ops (copies, host transfers) and its
@@ -21,7 +21,7 @@
 
 #include <memory>
 
-#include "runtime/device_backend.h"
+#include "runtime/planes/device_backend.h"
 
 namespace overlap::fake {
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/compression_stage.h"
+#include "runtime/planes/compression_stage.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string snapshot(reinterpret_cast<const char*>(data), size);

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "compression/residual.h"
-#include "runtime/messages.h"
-#include "runtime/plan_checkpoint.h"
+#include "runtime/negotiation/messages.h"
+#include "runtime/plan/plan_checkpoint.h"
 #include "scheduler/plan.h"
 #include "tests/runtime/sample_plan_checkpoint.h"
 

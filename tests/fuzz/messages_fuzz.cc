@@ -1,5 +1,5 @@
 // Fuzzes the negotiation messages rank 0 decodes from every rank and every rank decodes from rank
-// 0 (runtime/messages.h), and the matcher that compares decoded requests. The first byte picks the
+// 0 (runtime/negotiation/messages.h), and the matcher that compares decoded requests. The first byte picks the
 // mode; the rest is the message. Whatever decodes must re-encode to bytes that decode to the same
 // value.
 #include <cstddef>
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/matcher.h"
-#include "runtime/messages.h"
+#include "runtime/negotiation/matcher.h"
+#include "runtime/negotiation/messages.h"
 
 namespace overlap {
 namespace {

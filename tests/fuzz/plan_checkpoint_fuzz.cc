@@ -1,5 +1,5 @@
 // Fuzzes DecodePlanCheckpoint and CheckpointedPlan, which read a scheduled plan, its tensors and
-// its delayed state back from a checkpoint file (runtime/plan_checkpoint.h). A checkpoint that
+// its delayed state back from a checkpoint file (runtime/plan/plan_checkpoint.h). A checkpoint that
 // decodes must encode to bytes that decode to the same encoding; one that CheckpointedPlan accepts
 // must restore into its plan's PlanDelays and save back the same pass count and results.
 #include <cstddef>
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "runtime/plan_checkpoint.h"
+#include "runtime/plan/plan_checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -204,7 +204,7 @@ TEST_CASE("CUDA allreduces in many buckets queued back to back keep their values
   // The dtype changes every second tensor, which closes a fused bucket: 30 buckets of two one
   // after the other on one channel, through one fusion buffer that grows on the way, with
   // scaling on both sides. On NCCL they are queued on the stream without waiting for each other
-  // (runtime/data_plane.h).
+  // (runtime/planes/data_plane.h).
   const int rank = Rank(), size = Size();
   constexpr int kTensors = 60;
   std::vector<std::unique_ptr<DeviceArray<float>>> f32;

@@ -157,7 +157,7 @@ TEST_CASE("each bad argument gives one message naming the option", "[parse]") {
   CHECK(message({"-np"}) == "-np needs a value");
   CHECK(message({"--frobnicate", "p"}) ==
         "unknown option '--frobnicate' (overlaprun --help lists them)");
-  // The runtime options are checked as the runtime checks their variables (runtime/env_vars.h).
+  // The runtime options are checked as the runtime checks their variables (runtime/api/env_vars.h).
   const std::string planners =
       "one of observed, wfbp, fusion, mgwfbp, bytescheduler, usbyte, dear, deft, auto";
   const std::string budget =

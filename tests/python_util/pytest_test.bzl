@@ -10,7 +10,7 @@ def overlap_pytest_test(name, framework, np, suite, data = [], env = {}, timeout
     unless OVERLAP_EXTENDED=1).
     """
     # Suites that set a plan test hook load the test build of the library, which has the hooks
-    # installed (runtime/plan_test_hooks.h); the shipped liboverlap.so reads no OVERLAP_TEST_*.
+    # installed (runtime/plan/plan_test_hooks.h); the shipped liboverlap.so reads no OVERLAP_TEST_*.
     hooked = [k for k in env if k in ("OVERLAP_TEST_PLAN_SCHEDULE", "OVERLAP_TEST_CORRUPT_PLAN")]
     library = "//tests/runtime:liboverlap_testing.so" if hooked else "//runtime:liboverlap.so"
     native.sh_test(

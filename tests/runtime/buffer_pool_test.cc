@@ -1,5 +1,5 @@
 // BufferPool: a planned bucket's buffer is reused once released, never while someone holds it.
-#include "runtime/buffer_pool.h"
+#include "runtime/planes/buffer_pool.h"
 
 #include <catch2/catch.hpp>
 

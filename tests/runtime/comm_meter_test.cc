@@ -1,5 +1,5 @@
 // CommMeter: the network's busy time per step, each instant counted once.
-#include "runtime/comm_meter.h"
+#include "runtime/plan/comm_meter.h"
 
 #include <catch2/catch.hpp>
 

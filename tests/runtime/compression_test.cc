@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "numeric/half.h"
 #include "compression/compressor.h"
-#include "runtime/compression_stage.h"
+#include "runtime/planes/compression_stage.h"
 #include "runtime/overlap.h"
 
 namespace overlap {

@@ -8,7 +8,7 @@
 
 #include "numeric/half.h"
 #include "collectives/scaling.h"
-#include "runtime/env_vars.h"
+#include "runtime/api/env_vars.h"
 
 namespace overlap {
 namespace {

@@ -1,5 +1,5 @@
-// Where rank 0's control socket listens (runtime/control_addresses.h).
-#include "runtime/control_addresses.h"
+// Where rank 0's control socket listens (runtime/control/control_addresses.h).
+#include "runtime/control/control_addresses.h"
 
 #include <catch2/catch.hpp>
 #include <string>

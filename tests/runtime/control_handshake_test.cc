@@ -1,8 +1,8 @@
-// The control plane's admission of ranks (runtime/control_handshake.h), with fake peers over
+// The control plane's admission of ranks (runtime/control/control_handshake.h), with fake peers over
 // loopback: ranks with the job's secret get in; a bare rank number (the old handshake), garbage,
 // a wrong secret, a replayed answer, a second connection of a rank and a rank out of range are
 // refused, each logged once with its address; a silent stranger holds up no one.
-#include "runtime/control_handshake.h"
+#include "runtime/control/control_handshake.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

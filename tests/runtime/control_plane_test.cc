@@ -1,8 +1,8 @@
-// The control connections (runtime/control_plane.h): strangers that reach rank 0's control port
+// The control connections (runtime/control/control_plane.h): strangers that reach rank 0's control port
 // before the ranks are refused, each logged once, and the plane and the job work on; and the
 // shutdown handshake: a worker whose coordinator read rank 0's release in its last Wait must not
 // wait for it again in AwaitRelease.
-#include "runtime/control_plane.h"
+#include "runtime/control/control_plane.h"
 
 #include <arpa/inet.h>
 #include <mpi.h>

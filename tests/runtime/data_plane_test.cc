@@ -1,10 +1,10 @@
-// The data plane (runtime/data_plane.h) on N simulated ranks in one process, through the fake
+// The data plane (runtime/planes/data_plane.h) on N simulated ranks in one process, through the fake
 // executor (tests/fakes/fake_executor.h): fusion, channels, averaging, the other kinds, a failed
 // collective and the collective timeout, pipelined buckets over a stream-ordered executor, without
 // mpirun. Every rank gets the same agreed
 // operations, as negotiation would hand them over, and one thread runs every rank's Progress in
 // turn, as each rank's coordinator thread would.
-#include "runtime/data_plane.h"
+#include "runtime/planes/data_plane.h"
 
 #include <catch2/catch.hpp>
 #include <map>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "runtime/handle_state.h"
+#include "runtime/api/handle_state.h"
 #include "tests/fakes/fake_executor.h"
 
 namespace overlap {

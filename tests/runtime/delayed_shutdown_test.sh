@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shutting down with delayed results still undelivered warns on that rank, naming the tensor and
-# what it discards (runtime/delay_line.h): nothing is dropped silently.
+# what it discards (runtime/planes/delay_line.h): nothing is dropped silently.
 set -euo pipefail
 binary=$1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 HOME=${HOME:-/tmp}

@@ -1,4 +1,4 @@
-// Delayed updates and update periods (runtime/delay_line.h) on real ranks: every handle's output
+// Delayed updates and update periods (runtime/planes/delay_line.h) on real ranks: every handle's output
 // is checked against the exact sum it must hold, nothing is lost (what was delivered plus what
 // is still held equals every input), and bad schedules fail on every rank naming the tensor.
 #include <catch2/catch.hpp>

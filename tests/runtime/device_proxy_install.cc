@@ -2,7 +2,7 @@
 // makes the proxy device (tests/fakes/proxy_device.h) the runtime's device backend and puts the
 // suites' gradients on it, so that the same test bodies run the device code path. Compiled with
 // OVERLAP_TEST_MIXED_DEVICES (the `_mixed_device_proxy` binaries), about half stay on the host.
-#include "runtime/device_backend.h"
+#include "runtime/planes/device_backend.h"
 #include "tests/fakes/proxy_device.h"
 #include "tests/runtime/gradient_options.h"
 

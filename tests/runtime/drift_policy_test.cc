@@ -1,7 +1,7 @@
 // DriftPolicy: when a plan's measured step drifted enough to plan again. Windows are made the way
 // the step profiler makes them (median and interquartile range of the last few steps), from step
 // times drawn with a fixed seed, so every run sees the same numbers.
-#include "runtime/drift_policy.h"
+#include "runtime/plan/drift_policy.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

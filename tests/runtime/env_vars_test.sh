@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The table of OVERLAP_* variables (runtime/env_vars.cc) is complete and the docs show it:
+# The table of OVERLAP_* variables (runtime/api/env_vars.cc) is complete and the docs show it:
 # - every OVERLAP_* name the runtime, launcher, collectives and Python sources read or tell users to
 #   set ("OVERLAP_X" or 'OVERLAP_X' as a string, getenv and os.environ included, or OVERLAP_X= in
 #   a message) is in the table, so the runtime does not warn about it and the docs list it;
@@ -18,7 +18,7 @@ names=$("$doc_tool" --names) || { echo "FAIL: $doc_tool --names" >&2; exit 1; }
 
 # The sources that use the variables, not the table itself.
 sources=$(find -L runtime launcher collectives python -type f \
-  \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.py' \) ! -path runtime/env_vars.cc |
+  \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.py' \) ! -path runtime/api/env_vars.cc |
   sort)
 [ "$(echo "$sources" | grep -c .)" -ge 50 ] || fail "too few sources in the runfiles: $sources"
 used=$(echo "$sources" | xargs grep -HoE "[\"']OVERLAP_[A-Z0-9_]+[\"']|OVERLAP_[A-Z0-9_]+=" |
@@ -26,14 +26,14 @@ used=$(echo "$sources" | xargs grep -HoE "[\"']OVERLAP_[A-Z0-9_]+[\"']|OVERLAP_[
 [ "$(echo "$used" | grep -c .)" -ge 15 ] || fail "found only these uses, is the pattern right? $used"
 while IFS=: read -r file name; do
   grep -qxF "$name" <<<"$names" ||
-    fail "$file uses $name, which runtime/env_vars.cc's table does not list (add it there)"
+    fail "$file uses $name, which runtime/api/env_vars.cc's table does not list (add it there)"
 done <<<"$used"
 
 "$doc_tool" --check "$tuning" || fail "docs/tuning.md's OVERLAP_* table is out of date"
 
 while IFS=: read -r file name; do
   case $name in OVERLAP_TEST_*)
-    fail "$file (shipped) uses the test hook $name: test hooks belong in tests/ (runtime/plan_test_hooks.h)" ;;
+    fail "$file (shipped) uses the test hook $name: test hooks belong in tests/ (runtime/plan/plan_test_hooks.h)" ;;
   esac
 done <<<"$used"
 test_symbols=$(nm -D --defined-only "$library" | grep -E ' overlap_test_' || true)

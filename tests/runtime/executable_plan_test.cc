@@ -1,12 +1,12 @@
-// ScheduledPlan (runtime/executable_plan.h): which scheduler plans a rank accepts to run, and the
+// ScheduledPlan (runtime/plan/executable_plan.h): which scheduler plans a rank accepts to run, and the
 // schedules it carries into the planned executor. Pure logic: no MPI.
-#include "runtime/executable_plan.h"
+#include "runtime/plan/executable_plan.h"
 
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
 
-#include "runtime/plan_schedule.h"
+#include "runtime/plan/plan_schedule.h"
 
 namespace overlap {
 namespace {

@@ -1,6 +1,6 @@
 // HandleState's wait clock: the step profiler reads it when the step closes, after a Python
 // program has already freed the handle it waited on.
-#include "runtime/handle_state.h"
+#include "runtime/api/handle_state.h"
 
 #include <catch2/catch.hpp>
 #include <memory>

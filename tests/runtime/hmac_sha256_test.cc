@@ -1,6 +1,6 @@
-// SHA-256 and HMAC-SHA256 (runtime/hmac_sha256.h) against the published test vectors: FIPS 180-2
+// SHA-256 and HMAC-SHA256 (runtime/control/hmac_sha256.h) against the published test vectors: FIPS 180-2
 // appendix B for SHA-256, RFC 4231 section 4 for HMAC-SHA256.
-#include "runtime/hmac_sha256.h"
+#include "runtime/control/hmac_sha256.h"
 
 #include <catch2/catch.hpp>
 #include <string>

@@ -1,6 +1,6 @@
-// Host layouts for the hierarchical allreduce (runtime/host_layout.h): which layouts allow it, the
+// Host layouts for the hierarchical allreduce (runtime/control/host_layout.h): which layouts allow it, the
 // reason given when one does not, and the agreement on the setting.
-#include "runtime/host_layout.h"
+#include "runtime/control/host_layout.h"
 
 #include <catch2/catch.hpp>
 #include <string>

@@ -1,8 +1,8 @@
-#include "runtime/messages.h"
+#include "runtime/negotiation/messages.h"
 
 #include <catch2/catch.hpp>
 
-#include "runtime/matcher.h"
+#include "runtime/negotiation/matcher.h"
 
 namespace overlap {
 namespace {

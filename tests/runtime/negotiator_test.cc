@@ -1,9 +1,9 @@
-// The negotiator (runtime/negotiator.h) on N simulated ranks in one process, through the fake
+// The negotiator (runtime/negotiation/negotiator.h) on N simulated ranks in one process, through the fake
 // control collectives (tests/fakes/fake_control.h): agreement and the response cache, mismatches,
 // the stall inspector, Join, shutdown and plan votes, and the failures of a round (a peer that
 // never comes, a failed call, a lost peer), without mpirun. A round blocks until every rank takes
 // part, so each rank runs its round on a thread of its own, as on its coordinator thread.
-#include "runtime/negotiator.h"
+#include "runtime/negotiation/negotiator.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

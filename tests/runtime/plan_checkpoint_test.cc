@@ -1,7 +1,7 @@
-// PlanCheckpoint (runtime/plan_checkpoint.h): a scheduled plan and its delayed state survive
+// PlanCheckpoint (runtime/plan/plan_checkpoint.h): a scheduled plan and its delayed state survive
 // encoding, and a checkpoint that is damaged or does not fit its plan is refused with the cause.
 // Pure logic: no MPI (the multi-rank resume is scheduled_resume_2ranks_test).
-#include "runtime/plan_checkpoint.h"
+#include "runtime/plan/plan_checkpoint.h"
 
 #include <catch2/catch.hpp>
 #include <memory>

@@ -1,4 +1,4 @@
-// Installs the plan test hooks (runtime/plan_test_hooks.h) that OVERLAP_TEST_PLAN_SCHEDULE and
+// Installs the plan test hooks (runtime/plan/plan_test_hooks.h) that OVERLAP_TEST_PLAN_SCHEDULE and
 // OVERLAP_TEST_CORRUPT_PLAN drive, when a test binary or liboverlap_testing.so is loaded. Each
 // hook reads its variable when it runs, so a test may set it after start-up.
 #include <algorithm>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/plan_test_hooks.h"
+#include "runtime/plan/plan_test_hooks.h"
 
 namespace overlap {
 namespace {

@@ -1,8 +1,8 @@
 // CycleDetector and MakeLaunchUnits: the pure logic that decides when and how ranks freeze a plan.
 #include <catch2/catch.hpp>
 
-#include "runtime/cycle_detector.h"
-#include "runtime/launch_units.h"
+#include "runtime/plan/cycle_detector.h"
+#include "runtime/plan/launch_units.h"
 
 namespace overlap {
 namespace {

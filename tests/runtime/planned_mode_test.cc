@@ -1,9 +1,9 @@
-// Planned execution (runtime/planned_mode.h) on N simulated ranks in one process: the fake
+// Planned execution (runtime/planes/planned_mode.h) on N simulated ranks in one process: the fake
 // executor (tests/fakes/fake_executor.h) carries the buckets' collectives and the fake control
 // collectives (tests/fakes/fake_control.h) their consistency checks, so sliced, DeAR-split and
 // whole-tensor plans, divergence, Join, failures and stalls are tested without mpirun. One
 // thread runs every rank's Progress in turn, as each rank's coordinator thread would.
-#include "runtime/planned_mode.h"
+#include "runtime/planes/planned_mode.h"
 
 #include <catch2/catch.hpp>
 #include <map>

@@ -1,4 +1,4 @@
-// Planned execution (runtime/planned_mode.h): after OVERLAP_PLAN_AFTER_STEPS identical steps the
+// Planned execution (runtime/planes/planned_mode.h): after OVERLAP_PLAN_AFTER_STEPS identical steps the
 // ranks freeze a plan and stop negotiating; results must stay exact, and every way of leaving the
 // plan (a diverged request, a skipped tensor, Join, a new set of tensors) must keep the job
 // correct and moving. Runs with OVERLAP_PLAN_AFTER_STEPS=3 and a 1 s / 3 s stall warning/timeout.

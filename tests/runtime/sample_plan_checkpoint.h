@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/plan_checkpoint.h"
+#include "runtime/plan/plan_checkpoint.h"
 #include "scheduler/plan.h"
 
 namespace overlap {

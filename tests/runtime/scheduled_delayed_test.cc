@@ -1,4 +1,4 @@
-// Delayed plans (runtime/plan_delays.h): a scheduled plan whose buckets have a delay and an update
+// Delayed plans (runtime/planes/plan_delays.h): a scheduled plan whose buckets have a delay and an update
 // period, as deft makes them with OVERLAP_STALENESS > 0. OVERLAP_TEST_PLAN_SCHEDULE gives every
 // bucket of the planner's plan the schedule "delay,period" with staggered phases, so the test does
 // not depend on this machine's timings. Checked exactly, per element:

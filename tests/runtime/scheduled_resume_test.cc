@@ -1,4 +1,4 @@
-// A delayed scheduled plan survives a checkpoint (runtime/plan_checkpoint.h): a run stopped at
+// A delayed scheduled plan survives a checkpoint (runtime/plan/plan_checkpoint.h): a run stopped at
 // step K and resumed in fresh processes from SaveCompressionState goes on bit for bit as the
 // uninterrupted run did. scheduled_resume_test.sh runs this binary twice on the same ranks:
 //   [save]   trains K steps (the plan is adopted and runs the last of them), saves at step K, goes on

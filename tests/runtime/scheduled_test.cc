@@ -1,4 +1,4 @@
-// Scheduled plans (runtime/plan_scheduler.h, runtime/executable_plan.h): a program that calls the
+// Scheduled plans (runtime/plan/plan_scheduler.h, runtime/plan/executable_plan.h): a program that calls the
 // step markers gets the plan of OVERLAP_PLANNER, made by rank 0 from the measured steps and
 // adopted by every rank at the same step. Every step's sums must be exact before, during and
 // after the switch, whatever the planner slices, fuses, reorders or splits into reduce-scatter and
@@ -146,7 +146,7 @@ TEST_CASE("a scheduled plan is adopted by every rank and keeps every sum exact")
   // candidate must be adopted again at the end.
   const bool slow_trials = std::getenv("OVERLAP_TEST_SLOW_TRIALS") != nullptr;
   // OVERLAP_TEST_UNSTEADY_TRIALS: while auto tries its candidates, every step is followed by a
-  // forward marker with no backward, which leaves that step unmeasured (runtime/step_profiler.h),
+  // forward marker with no backward, which leaves that step unmeasured (runtime/plan/step_profiler.h),
   // so no trial can be measured.
   const bool unsteady_trials = std::getenv("OVERLAP_TEST_UNSTEADY_TRIALS") != nullptr;
   int64_t scheduled_at_first_trial = -1;

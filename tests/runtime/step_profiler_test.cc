@@ -1,6 +1,6 @@
 // StepProfiler: step markers and per-tensor submit / first-wait times in, median Profile out.
 // Every time is synthetic (milliseconds from the Unix epoch), so every value is exact.
-#include "runtime/step_profiler.h"
+#include "runtime/plan/step_profiler.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

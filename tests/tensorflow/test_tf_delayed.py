@@ -2,9 +2,9 @@
 
 BUILD runs this with OVERLAP_TEST_PLAN_SCHEDULE="d,p": once the runtime adopts its plan (at step
 A, which the test does not know in advance), rank 0 gives every allreduce bucket delay d and
-update period p, with phases staggered by bucket (runtime/plan_scheduler.cc). With r_k the average
+update period p, with phases staggered by bucket (runtime/plan/plan_scheduler.cc). With r_k the average
 over ranks of every rank's gradient at step k's weights (computed here from every rank's data),
-a variable's gradient at step k is then (runtime/plan_delays.h):
+a variable's gradient at step k is then (runtime/planes/plan_delays.h):
   - before the plan (k < A): r_k;
   - in pass n = k - A: nothing (has_update false) when n < d or (n - d) % p != f, its bucket's
     phase; otherwise r_(A+j) summed over j = max(0, n-d-p+1) .. n-d (what its bucket sent in

@@ -464,7 +464,7 @@ def test_partial_distributed_gradient_tape(hvd, mode):
 def test_a_traced_step_freezes_into_launch_units_of_several_tensors(hvd):
     """overlap.tensorflow waits on every handle at once, from a thread of its own; only a wait
     that returns counts as the program seeing a result, so the frozen plan still joins a step's
-    gradients into launch units (runtime/launch_units.h) instead of one unit per tensor."""
+    gradients into launch units (runtime/plan/launch_units.h) instead of one unit per tensor."""
     if os.environ.get("TEST_OVERLAP_INIT"):  # a scheduled plan's buckets are its planner's
         pytest.skip("runs with TEST_OVERLAP_INIT=" + os.environ["TEST_OVERLAP_INIT"])
     # Seeded initializers: every rank starts from the same weights. Explicit names: Keras numbers

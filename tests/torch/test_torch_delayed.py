@@ -1,4 +1,4 @@
-"""DistributedOptimizer under a delayed plan (planner deft with staleness > 0; runtime/plan_delays.h).
+"""DistributedOptimizer under a delayed plan (planner deft with staleness > 0; runtime/planes/plan_delays.h).
 
 Run with OVERLAP_TEST_PLAN_SCHEDULE=1,1 (tests/torch/BUILD): rank 0 gives every bucket of the
 planner's plan delay 1, so once the plan is adopted each step's p.grad must be the average of the

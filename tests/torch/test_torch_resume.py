@@ -1,5 +1,5 @@
 """A run under a delayed plan, checkpointed the Horovod way at step K and resumed in fresh
-processes, repeats the uninterrupted run bit for bit (runtime/plan_checkpoint.h).
+processes, repeats the uninterrupted run bit for bit (runtime/plan/plan_checkpoint.h).
 
 tests/torch/resume_test.sh runs this file twice on the same ranks, with the runtime settings of
 tests/torch/BUILD (bytescheduler, whose plans update each layer at its next forward, and

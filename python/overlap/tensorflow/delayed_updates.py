@@ -1,7 +1,7 @@
 """Delayed updates under overlap.tensorflow: the optimizer skips a variable in the steps where the
 runtime's plan brings it no update.
 
-Under a delayed plan (planner deft with staleness > 0 or max_period > 1; runtime/plan_delays.h) a
+Under a delayed plan (planner deft with staleness > 0 or max_period > 1; runtime/planes/plan_delays.h) a
 gradient's allreduce delivers, at step k, the average its bucket communicated d steps earlier,
 or nothing: in the first d steps after the plan is adopted and, with an update period p, in the
 steps when its bucket only folds the gradient into its error-feedback residual. Then the result
@@ -36,7 +36,7 @@ _installed = False
 def enabled():
     """Whether the runtime may deliver delayed results: staleness > 0 or max_period > 1 (the
     runtime's configuration: the environment and hvd.init()'s options), or, in the test build of
-    the library (liboverlap_testing.so), a plan test hook that delays (runtime/plan_test_hooks.h).
+    the library (liboverlap_testing.so), a plan test hook that delays (runtime/plan/plan_test_hooks.h).
     The shipped library has no such hook, so the symbol is looked up, never assumed."""
     if _core.setting("OVERLAP_STALENESS", 0) > 0 or _core.setting("OVERLAP_MAX_PERIOD", 1) > 1:
         return True

@@ -36,7 +36,7 @@ absl::Status UnknownFirstDim(InferenceContext* c) {
 }
 
 // `has_update`: false when a delayed plan (deft with staleness > 0 or update periods,
-// runtime/plan_delays.h) brings this tensor no update this step; `reduced` is zeros then, and the
+// runtime/planes/plan_delays.h) brings this tensor no update this step; `reduced` is zeros then, and the
 // optimizer must skip the variable rather than apply them. True in every other case.
 REGISTER_OP("OverlapAllreduce")
     .Input("tensor: T")

@@ -1,0 +1,767 @@
+#include "runtime/plan/plan_scheduler.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "collectives/mpi_executor.h"
+#include "collectives/mpi_wait.h"
+#include "runtime/plan/plan_test_hooks.h"
+#include "scheduler/planner.h"
+#include "scheduler/simulator.h"
+#include "spdlog/spdlog.h"
+
+namespace overlap {
+namespace {
+
+// How long a rank waits for its own work to finish before voting "not quiescent".
+constexpr absl::Duration kDrainLimit = absl::Seconds(2);
+
+// The probe: a few sizes, each timed several times after a warm-up, on a quiet network.
+constexpr int64_t kProbeSizes[] = {int64_t{4} << 10, int64_t{256} << 10, int64_t{1} << 20,
+                                   int64_t{4} << 20, int64_t{16} << 20};
+// Always probed, whatever training ran: a least-squares intercept through the training
+// collectives is noise (bert-base's 25 MB buckets, and vgg16's small ones timed on the rank that
+// started last, fitted a latency of 0, and the planners then cut 100-250 buckets that each paid
+// 1-8 ms); the median 4 KiB allreduce floors it (sched::FitLinkCost).
+constexpr int64_t kLatencySizes[] = {int64_t{4} << 10, int64_t{64} << 10};
+// Reduce-scatter and allgather probes (dear, auto): sizes the ring reduce-scatter runs
+// (MpiExecutor::kRingReduceScatterBytes and up), as DeAR's buckets are.
+constexpr int64_t kHalvesSizes[] = {int64_t{64} << 10, int64_t{512} << 10, int64_t{2} << 20};
+// Always probed too, back to back: the link's sustained per-byte cost floors the fitted one
+// (sched::FitLinkCost). Training collectives timed on the rank that started last ran partly
+// before it started (its peers' first chunks were queued on the wire): on the namespace cluster
+// they fitted 11.9 ms/MB where raw back-to-back rings sustain 12.5.
+constexpr int64_t kSustainedBytes = int64_t{4} << 20;
+constexpr int kProbeRepeats = 5;
+// auto's trials: runners-up simulated within this factor of the best plan are worth measuring.
+constexpr double kTrialMargin = 1.15;
+
+sched::PlannerOptions OptionsFrom(const Config& config) {
+  sched::PlannerOptions o;
+  o.staleness = config.staleness;
+  o.max_period = config.max_period;
+  o.budget = config.budget;
+  o.partition_bytes = config.partition_bytes;
+  o.credit_bytes = config.credit_bytes;
+  // Horovod's fusion as this runtime configures it.
+  o.fusion_threshold_bytes =
+      config.fusion_threshold_bytes > 0 ? config.fusion_threshold_bytes : o.fusion_threshold_bytes;
+  o.cycle_time_ms = config.cycle_time_ms;
+  return o;
+}
+
+// A plan with delayed updates or update periods: replacing it would discard the results it holds.
+bool Delayed(const sched::Plan& plan) {
+  return std::any_of(plan.buckets.begin(), plan.buckets.end(),
+                     [](const sched::Bucket& b) { return b.delay > 0 || b.period > 1; });
+}
+
+}  // namespace
+
+PlanScheduler::PlanScheduler(const Config& config, int rank, int size, MPI_Comm comm,
+                             std::unique_ptr<Executor> probe, StepProfiler* profiler,
+                             TimingsFn timings, std::function<absl::Status()> check_peers)
+    : config_(config),
+      rank_(rank),
+      size_(size),
+      comm_(comm),
+      probe_(std::move(probe)),
+      profiler_(profiler),
+      timings_(std::move(timings)),
+      check_peers_(std::move(check_peers)),
+      next_attempt_(config.plan_after_steps + config.profile_steps + 2),
+      drift_(config.replan_drift, config.replan_min_ms,
+             std::max<int64_t>(10, 2 * static_cast<int64_t>(config.profile_steps) + 2),
+             config.profile_steps + 1) {}
+
+PlanScheduler::~PlanScheduler() {
+  if (planner_.joinable()) planner_.join();
+  if (comm_ != MPI_COMM_NULL) {
+    absl::Status s =
+        MpiCheck(MPI_Comm_free(&comm_),
+                 absl::StrCat("rank ", rank_, ": MPI_Comm_free (the plan communicator)"));
+    if (!s.ok()) spdlog::warn("overlap: {}", std::string(s.message()));
+  }
+}
+
+ScheduleInfo PlanScheduler::info() const {
+  absl::MutexLock lock(&mu_);
+  return info_;
+}
+
+std::shared_ptr<const std::vector<sched::SimEvent>> PlanScheduler::predicted_step() const {
+  absl::MutexLock lock(&mu_);
+  return predicted_step_;
+}
+
+void PlanScheduler::OnStep(int64_t step) {
+  step_ = step;
+  if (given_up_) return;
+  if (step == adopt_step_) {
+    adopting_ = true;
+  } else if (adopt_step_ < 0 && step >= next_attempt_) {
+    adopting_ = false;
+  } else if (step == drop_step_) {
+    dropping_ = true;
+  } else if (step == trial_end_step_) {
+    trial_check_ = true;
+  } else if (step >= next_drift_check_) {
+    drift_check_ = true;
+  } else {
+    return;
+  }
+  stage_ = Stage::kDrain;
+  drain_since_ = absl::Now();
+}
+
+void PlanScheduler::OnPlanDropped(int64_t step) {
+  next_drift_check_ = std::numeric_limits<int64_t>::max();
+  drop_step_ = -1;
+  drift_check_ = dropping_ = false;
+  ForgetTrials();
+  if (given_up_) return;
+  profiler_->Reset();
+  next_attempt_ = step + config_.profile_steps + 2;
+  absl::MutexLock lock(&mu_);
+  info_.planner.clear();
+  info_.buckets = 0;
+  info_.mean_staleness = 0;
+  info_.trials.clear();
+  info_.trials_pending = false;
+  predicted_step_.reset();
+}
+
+void PlanScheduler::ForgetTrials() {
+  trials_ = 0;
+  trial_ = -1;
+  trial_ms_.clear();
+  trial_end_step_ = trial_give_up_step_ = -1;
+  trial_check_ = settling_ = false;
+  chosen_ = 0;
+}
+
+StepWindow PlanScheduler::MeasuredWindow() const {
+  if (profiler_->steady_steps() < config_.profile_steps) return {};
+  return {profiler_->median_step_ms(), profiler_->step_ms_spread()};
+}
+
+void PlanScheduler::ScheduleDriftCheck() {
+  next_drift_check_ = drift_.enabled() ? step_ + drift_.NextCheckIn()
+                                       : std::numeric_limits<int64_t>::max();
+}
+
+bool PlanScheduler::TakeDropWish() {
+  const bool wanted = drop_wanted_;
+  drop_wanted_ = false;
+  return wanted;
+}
+
+absl::Status PlanScheduler::Wait(int started, const char* call, MPI_Request* request,
+                                 const char* what) {
+  absl::Status s = MpiCheck(started, absl::StrCat("rank ", rank_, ": ", call, " (", what, ")"));
+  if (!s.ok()) return s;
+  return WaitWithDeadline(request, absl::Seconds(config_.collective_timeout_s),
+                          absl::StrCat("rank ", rank_, ": ", what), check_peers_);
+}
+
+absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quiescent,
+                                                                      const TableFn& table) {
+  if (stage_ == Stage::kDrain) {
+    // A drift check only compares numbers: it holds nothing back for long.
+    if (!drift_check_ && !quiescent && absl::Now() - drain_since_ < kDrainLimit) {
+      return std::nullopt;
+    }
+    votes_[0] = quiescent || drift_check_ ? 1 : 0;
+    votes_[1] = drift_check_ ? (drift_.Drifted(MeasuredWindow()) ? 0 : 1)
+                : adopting_ || profiler_->steady_steps() >= config_.profile_steps ? 1
+                                                                                  : 0;
+    // A trial compares wall steps: a rank whose steps closed without one (markers out of order)
+    // has nothing to compare yet.
+    if (trial_check_ && profiler_->median_wall_ms() <= 0) votes_[1] = 0;
+    votes_[2] = -static_cast<int>(step_);
+    // Open MPI's non-blocking allreduce algorithm is a process-wide setting: every rank must
+    // select the same one for this call, whatever it ran last.
+    const int rc =
+        StartIallreduce(MPI_IN_PLACE, votes_, 3, MPI_INT, MPI_MIN, comm_, &vote_request_);
+    absl::Status started =
+        MpiCheck(rc, absl::StrCat("rank ", rank_, ": MPI_Iallreduce (starting the plan vote)"));
+    if (!started.ok()) return started;
+    stage_ = Stage::kVote;
+  }
+  if (stage_ != Stage::kVote) return std::nullopt;
+  int done = 0;
+  absl::Status voted = MpiCheck(MPI_Test(&vote_request_, &done, MPI_STATUS_IGNORE),
+                                absl::StrCat("rank ", rank_, ": MPI_Test (the plan vote)"));
+  if (!voted.ok()) return voted;
+  if (!done) return std::nullopt;
+  stage_ = Stage::kIdle;
+  // Every later stage is scheduled from this step, so it must be the same on every rank. A stage
+  // normally starts at the same forward marker everywhere, but one scheduled from a drop at a
+  // negotiation round (which markers do not line up with) may start a step apart; the largest
+  // step, which no rank has passed (markers wait while a stage runs), realigns them.
+  step_ = std::max<int64_t>(step_, -static_cast<int64_t>(votes_[2]));
+  if (drift_check_) {
+    drift_check_ = false;
+    const StepWindow now = MeasuredWindow();
+    const std::string explained = drift_.Explain(now);
+    spdlog::debug("overlap: rank {}: step {}: drift check: {} ({} steady steps){}", rank_, step_,
+                  explained, profiler_->steady_steps(),
+                  votes_[1] == 0 ? "; some rank drifted" : "");
+    if (drift_.OnChecked(votes_[1] == 0, now)) {
+      spdlog::info(
+          "overlap: rank {}: step {}: the measured step drifted on some rank at two checks in a "
+          "row (here {}; OVERLAP_REPLAN_DRIFT={}, OVERLAP_REPLAN_MIN_MS={}); the plan is dropped "
+          "at the next step, to plan again",
+          rank_, step_, explained, config_.replan_drift, config_.replan_min_ms);
+      drop_step_ = step_ + 1;  // with nothing in flight on any rank, like an adoption
+      next_drift_check_ = std::numeric_limits<int64_t>::max();
+      replanning_after_drift_ = true;
+    } else {
+      ScheduleDriftCheck();
+    }
+    return std::nullopt;
+  }
+  if (trial_check_) {
+    trial_check_ = false;
+    if (votes_[0] == 0 || votes_[1] == 0) {  // a rank busy, or too few steps measured yet
+      if (step_ < trial_give_up_step_) {
+        trial_end_step_ = step_ + 1;
+        return std::nullopt;
+      }
+      // Steps that never settle (the tensor set keeps changing) cannot be compared: the plan in
+      // force stays, and the trials end. Every rank saw the same votes.
+      trial_end_step_ = -1;
+      trials_ = 0;
+      trial_ = -1;
+      ScheduleDriftCheck();
+      spdlog::info(
+          "overlap: rank {}: step {}: auto's trials ended unmeasured (steps not steady); "
+          "keeping the plan in force",
+          rank_, step_);
+      absl::MutexLock lock(&mu_);
+      info_.trials_pending = false;
+      return std::nullopt;
+    }
+    trial_end_step_ = -1;
+    return EndTrial(table);
+  }
+  if (dropping_) {
+    dropping_ = false;
+    if (votes_[0] == 0) {
+      drop_step_ = step_ + 1;  // a rank was busy: at the next step
+    } else {
+      drop_step_ = -1;
+      drop_wanted_ = true;
+    }
+    return std::nullopt;
+  }
+  if (votes_[0] == 0) {
+    // Some rank still had work in flight; try again at the next step (adopting) or later.
+    spdlog::info("overlap: rank {}: step {}: a rank was busy; planning postponed", rank_, step_);
+    if (adopting_) {
+      adopt_step_ = step_ + 1;
+    } else {
+      next_attempt_ = step_ + 1;
+    }
+    return std::nullopt;
+  }
+  if (adopting_) {
+    adopt_step_ = -1;
+    return Exchange(table);
+  }
+  if (votes_[1] == 0) {
+    next_attempt_ = step_ + config_.profile_steps + 1;
+    spdlog::info("overlap: rank {}: step {}: the step profile is not steady yet on every rank",
+                 rank_, step_);
+    return std::nullopt;
+  }
+  // Every rank is quiet: probe the network, then plan in the background.
+  sched::CostModel cost;
+  absl::Status probed = FitCost(&cost);
+  if (!probed.ok()) return probed;
+  adopt_step_ = step_ + 2;
+  if (rank_ == 0) {
+    absl::StatusOr<sched::Profile> profile = profiler_->MakeProfile("measured");
+    if (!profile.ok()) {
+      absl::MutexLock lock(&mu_);
+      outcome_ = Outcome();
+      outcome_.done = true;
+      outcome_.status = profile.status();
+    } else {
+      StartPlanning(*std::move(profile), cost);
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::vector<sched::CostSample>> PlanScheduler::MeasuredSamples() {
+  std::vector<sched::CostSample> local = timings_();
+  int count = static_cast<int>(local.size());
+  MPI_Request request;
+  absl::Status s = Wait(StartIallreduce(MPI_IN_PLACE, &count, 1, MPI_INT, MPI_MIN, comm_, &request),
+                        "MPI_Iallreduce", &request, "agreeing on the measured collectives");
+  if (!s.ok()) return s;
+  local.erase(local.begin(), local.end() - count);
+  // Every rank ran the same collectives in the same order; the one that started each last
+  // waited for nobody, so the smallest time is the collective's own.
+  std::vector<double> seconds(local.size()), bytes(local.size());
+  for (size_t i = 0; i < local.size(); ++i) {
+    seconds[i] = local[i].seconds;
+    bytes[i] = local[i].bytes;
+  }
+  if (count > 0) {
+    const int rc =
+        StartIallreduce(MPI_IN_PLACE, seconds.data(), count, MPI_DOUBLE, MPI_MIN, comm_, &request);
+    s = Wait(rc, "MPI_Iallreduce", &request, "combining the measured collectives");
+    if (!s.ok()) return s;
+  }
+  for (size_t i = 0; i < local.size(); ++i) local[i] = sched::CostSample{bytes[i], seconds[i]};
+  return local;
+}
+
+absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
+  absl::StatusOr<std::vector<sched::CostSample>> measured = MeasuredSamples();
+  if (!measured.ok()) return measured.status();
+  std::vector<sched::CostSample> samples = *std::move(measured);
+  std::vector<double> sizes;
+  for (const sched::CostSample& c : samples) sizes.push_back(c.bytes);
+  std::sort(sizes.begin(), sizes.end());
+  const size_t distinct = std::unique(sizes.begin(), sizes.end()) - sizes.begin();
+  const size_t from_training = samples.size();
+  // The same samples on every rank, so every rank takes the same branch of these collectives.
+  // Both probes start with the smallest size, whose time floors the fitted intercept.
+  absl::Status probed =
+      Probe(distinct < 3 ? absl::Span<const int64_t>(kProbeSizes) : kLatencySizes, &samples);
+  if (!probed.ok()) return probed;
+  // The smallest probe (4 KiB) and a back-to-back one of kSustainedBytes: the sustained slope.
+  const sched::CostSample smallest = samples[from_training];
+  std::vector<sched::CostSample> sustained;
+  probed = Probe(absl::Span<const int64_t>(&kSustainedBytes, 1), &sustained);
+  if (!probed.ok()) return probed;
+  const double min_beta = std::max(
+      0.0, (sustained[0].seconds - smallest.seconds) / (sustained[0].bytes - smallest.bytes));
+  absl::StatusOr<sched::ChannelCost> fitted =
+      sched::FitLinkCost(samples, smallest.seconds, min_beta);
+  if (!fitted.ok()) return fitted.status();
+  // DeAR's halves get lines of their own: the runtime's reduce-scatter (a ring over
+  // point-to-point) and allgather (libnbc's) need not cost half an allreduce each.
+  if (config_.planner == "dear" || config_.planner == "auto") {
+    for (const auto& [kind, term] :
+         {std::pair{CollectiveKind::kReduceScatter, &fitted->reduce_scatter},
+          std::pair{CollectiveKind::kAllgatherv, &fitted->allgather}}) {
+      std::vector<sched::CostSample> kind_samples;
+      absl::Status probed_kind = Probe(kHalvesSizes, &kind_samples, kind);
+      if (!probed_kind.ok()) return probed_kind;
+      absl::StatusOr<sched::ChannelCost> line =
+          sched::FitLinkCost(kind_samples, kind_samples.front().seconds);
+      if (!line.ok()) return line.status();
+      *term = sched::LinearTerm{line->alpha_s, line->beta_s_per_byte};
+    }
+  }
+  // Every rank uses rank 0's fit, so that the plan and the prediction agree everywhere.
+  double ab[6] = {fitted->alpha_s,
+                  fitted->beta_s_per_byte,
+                  fitted->reduce_scatter.alpha_s,
+                  fitted->reduce_scatter.beta_s_per_byte,
+                  fitted->allgather.alpha_s,
+                  fitted->allgather.beta_s_per_byte};
+  MPI_Request request;
+  absl::Status s = Wait(MPI_Ibcast(ab, 6, MPI_DOUBLE, 0, comm_, &request), "MPI_Ibcast", &request,
+                        "broadcasting the fitted link cost");
+  if (!s.ok()) return s;
+  fitted->alpha_s = ab[0];
+  fitted->beta_s_per_byte = ab[1];
+  fitted->reduce_scatter = sched::LinearTerm{ab[2], ab[3]};
+  fitted->allgather = sched::LinearTerm{ab[4], ab[5]};
+  fitted->name = "net";
+  cost->channels = {*fitted};
+  spdlog::info(
+      "overlap: rank {}: fitted link cost from {} collectives of training and {} probes: alpha "
+      "{:.1f} us, beta {:.3f} us/MB (sustained, back to back: {:.3f} us/MB)",
+      rank_, from_training, samples.size() - from_training + 1, ab[0] * 1e6, ab[1] * 1e12,
+      min_beta * 1e12);
+  if (fitted->reduce_scatter.set()) {
+    spdlog::info(
+        "overlap: rank {}: fitted reduce-scatter: alpha {:.1f} us, beta {:.3f} us/MB; allgather: "
+        "alpha {:.1f} us, beta {:.3f} us/MB (of the full tensor)",
+        rank_, ab[2] * 1e6, ab[3] * 1e12, ab[4] * 1e6, ab[5] * 1e12);
+  }
+  absl::MutexLock lock(&mu_);
+  info_.alpha_us = ab[0] * 1e6;
+  info_.beta_us_per_mb = ab[1] * 1e12;
+  return absl::OkStatus();
+}
+
+absl::Status PlanScheduler::Probe(absl::Span<const int64_t> sizes,
+                                  std::vector<sched::CostSample>* samples, CollectiveKind kind) {
+  for (int64_t size : sizes) {
+    // A reduce-scatter's input and an allgather's output hold `size` bytes, in equal shares.
+    const int64_t count = size / static_cast<int64_t>(sizeof(float));
+    const int64_t share = count / size_;
+    std::vector<float> buffer(static_cast<size_t>(count), 1.0f);
+    std::vector<float> part(static_cast<size_t>(std::max<int64_t>(share, 1)), 1.0f);
+    CollectiveArgs args;
+    args.kind = kind;
+    args.dtype = DataType::kFloat32;
+    args.op = ReduceOp::kSum;
+    if (kind == CollectiveKind::kAllreduce) {
+      args.count = count;
+      args.recv = buffer.data();
+    } else {
+      args.count = share * size_;
+      args.recv_counts.assign(static_cast<size_t>(size_), share);
+      for (int r = 0; r < size_; ++r) args.recv_displs.push_back(r * share);
+      const bool scatter = kind == CollectiveKind::kReduceScatter;
+      args.send = scatter ? buffer.data() : part.data();
+      args.recv = scatter ? part.data() : buffer.data();
+    }
+    std::vector<double> times;
+    for (int repeat = 0; repeat <= kProbeRepeats; ++repeat) {
+      const absl::Time start = absl::Now();
+      absl::StatusOr<std::unique_ptr<Work>> work = probe_->Start(0, args);
+      if (!work.ok()) return work.status();
+      while (true) {
+        absl::StatusOr<bool> finished = (*work)->Test();
+        if (!finished.ok()) return finished.status();
+        if (*finished) break;
+        sched_yield();  // ranks may outnumber cores: let the peers run
+        if (absl::Now() - start > absl::Seconds(config_.collective_timeout_s)) {
+          return absl::DeadlineExceededError(
+              absl::StrCat("rank ", rank_, ": the link probe (", CollectiveKindName(kind),
+                           ") did not complete within ", config_.collective_timeout_s,
+                           " s (OVERLAP_COLLECTIVE_TIMEOUT_S)"));
+        }
+      }
+      if (repeat > 0) times.push_back(absl::ToDoubleSeconds(absl::Now() - start));  // 0: warm-up
+    }
+    // The median run: what a collective of this size costs during training, descheduling
+    // included on a shared machine (the fastest run made the plans' many small buckets look free).
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    samples->push_back(sched::CostSample{static_cast<double>(size), times[times.size() / 2]});
+  }
+  return absl::OkStatus();
+}
+
+void PlanScheduler::StartPlanning(sched::Profile profile, sched::CostModel cost) {
+  if (planner_.joinable()) planner_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    outcome_ = Outcome();
+  }
+  planner_ = std::thread([this, profile = std::move(profile), cost = std::move(cost)] {
+    Outcome outcome;
+    outcome.done = true;
+    absl::StatusOr<std::vector<Candidate>> candidates = MakeCandidates(profile, cost);
+    if (candidates.ok()) {
+      outcome.candidates = *std::move(candidates);
+    } else {
+      outcome.status = candidates.status();
+    }
+    absl::MutexLock lock(&mu_);
+    outcome_ = std::move(outcome);
+  });
+}
+
+absl::StatusOr<std::vector<PlanScheduler::Candidate>> PlanScheduler::MakeCandidates(
+    const sched::Profile& profile, const sched::CostModel& cost) const {
+  const absl::Time start = absl::Now();
+  std::vector<sched::Plan> plans;
+  if (config_.planner == "auto" && config_.auto_trials > 1) {
+    absl::StatusOr<std::vector<sched::RankedPlan>> ranked =
+        sched::RankPlans(profile, cost, OptionsFrom(config_));
+    if (!ranked.ok()) return ranked.status();
+    const double best_ms = ranked->front().simulated_ms;
+    // Planners often agree (deft at staleness 0 may return dear's plan): each plan is tried once.
+    auto same_buckets = [](sched::Plan a, sched::Plan b) {
+      a.planner = b.planner = "";
+      a.staleness = b.staleness = 0;
+      a.budget_used = b.budget_used = 0;
+      return a.Serialize() == b.Serialize();
+    };
+    for (sched::RankedPlan& r : *ranked) {
+      if (static_cast<int>(plans.size()) == config_.auto_trials) break;
+      if (!plans.empty() &&
+          (r.simulated_ms > kTrialMargin * best_ms || Delayed(r.plan) || Delayed(plans.front()))) {
+        continue;
+      }
+      if (std::any_of(plans.begin(), plans.end(),
+                      [&](const sched::Plan& p) { return same_buckets(p, r.plan); })) {
+        continue;
+      }
+      plans.push_back(std::move(r.plan));
+    }
+  } else {
+    absl::StatusOr<sched::Plan> plan =
+        sched::MakePlan(config_.planner, profile, cost, OptionsFrom(config_));
+    if (!plan.ok()) return plan.status();
+    plans.push_back(*std::move(plan));
+  }
+  std::vector<Candidate> candidates;
+  for (sched::Plan& plan : plans) {
+    if (const auto adjust = InstalledPlanTestHooks().adjust_plan) adjust(profile, &plan);
+    // The test schedule delays every plan: trials would replace delayed plans.
+    if (Delayed(plan) && !candidates.empty()) break;
+    Candidate c;
+    sched::SimOptions options;
+    options.record_iteration = true;  // drawn beside the measured steps in the timeline
+    absl::StatusOr<sched::SimResult> sim = sched::Simulate(profile, plan, cost, options);
+    if (sim.ok()) {
+      c.predicted_ms = sim->iteration_ms;
+      c.predicted_step = std::move(sim->iteration_events);
+    }
+    c.bytes = plan.Serialize();
+    if (const auto damage = InstalledPlanTestHooks().damage_broadcast) damage(&c.bytes, &plan);
+    spdlog::info(
+        "overlap: rank 0: planner {} made {} buckets for a measured step of {:.1f} ms compute; "
+        "simulated step {:.1f} ms",
+        plan.planner, plan.buckets.size(), profile.compute_ms(), c.predicted_ms);
+    candidates.push_back(std::move(c));
+  }
+  spdlog::info("overlap: rank 0: {} candidate plan(s) made in {:.1f} ms", candidates.size(),
+               absl::ToDoubleMilliseconds(absl::Now() - start));
+  return candidates;
+}
+
+absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::EndTrial(const TableFn& table) {
+  // Every rank's median step under this candidate, waits included; the slowest rank's is the
+  // job's.
+  double ms = profiler_->median_wall_ms();
+  MPI_Request request;
+  const int rc = StartIallreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, comm_, &request);
+  absl::Status s = Wait(rc, "MPI_Iallreduce", &request, "combining the trial's step times");
+  if (!s.ok()) return s;
+  trial_ms_.push_back(ms);
+  std::string planner;
+  {
+    absl::MutexLock lock(&mu_);
+    planner = info_.planner;
+    absl::StrAppend(&info_.trials, info_.trials.empty() ? "" : ", ", planner, " ",
+                    absl::StrFormat("%.1f", ms), " ms");
+  }
+  spdlog::info("overlap: rank {}: step {}: trial {} of {}: {} measured {:.1f} ms per step", rank_,
+               step_, trial_ + 1, trials_, planner, ms);
+  if (trial_ + 1 < trials_) {
+    chosen_ = trial_ + 1;
+  } else {
+    chosen_ =
+        static_cast<int>(std::min_element(trial_ms_.begin(), trial_ms_.end()) - trial_ms_.begin());
+    if (chosen_ == trial_) {  // the fastest is in force: keep it
+      trials_ = 0;
+      trial_ = -1;
+      ScheduleDriftCheck();
+      absl::MutexLock lock(&mu_);
+      info_.trials_pending = false;
+      spdlog::info("overlap: rank {}: keeping {}, the fastest of the plans tried ({})", rank_,
+                   planner, info_.trials);
+      return std::nullopt;
+    }
+    settling_ = true;
+  }
+  return Exchange(table);
+}
+
+absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const TableFn& table) {
+  // Rank 0: [status code][predicted ms][candidates] then the message or the plan bytes.
+  std::string bytes;
+  double header[3] = {0, 0, 0};
+  if (rank_ == 0) {
+    if (planner_.joinable()) planner_.join();  // holds training only if planning is slower
+    absl::MutexLock lock(&mu_);
+    if (!outcome_.status.ok()) {
+      header[0] = static_cast<double>(outcome_.status.code());
+      bytes = std::string(outcome_.status.message());
+    } else {
+      const Candidate& c = outcome_.candidates[static_cast<size_t>(chosen_)];
+      header[1] = c.predicted_ms;
+      header[2] = static_cast<double>(outcome_.candidates.size());
+      bytes = c.bytes;
+    }
+  }
+  int64_t length = static_cast<int64_t>(bytes.size());
+  MPI_Request request;
+  absl::Status s = Wait(MPI_Ibcast(header, 3, MPI_DOUBLE, 0, comm_, &request), "MPI_Ibcast",
+                        &request, "broadcasting the plan");
+  if (s.ok()) {
+    s = Wait(MPI_Ibcast(&length, 1, MPI_INT64_T, 0, comm_, &request), "MPI_Ibcast", &request,
+             "broadcasting the plan");
+  }
+  if (!s.ok()) return s;
+  bytes.resize(static_cast<size_t>(length));
+  s = Wait(MPI_Ibcast(bytes.data(), static_cast<int>(length), MPI_CHAR, 0, comm_, &request),
+           "MPI_Ibcast", &request, "broadcasting the plan");
+  if (!s.ok()) return s;
+  if (header[0] != 0) {
+    given_up_ = true;
+    spdlog::warn(
+        "overlap: rank {}: rank 0 could not make a {} plan: {}; staying with the observed "
+        "plan",
+        rank_, config_.planner, bytes);
+    return std::nullopt;
+  }
+  // Every rank checks the plan against its own tensors; all verdicts are gathered.
+  std::string verdict;
+  std::optional<ExecutablePlan> plan;
+  std::string shape;  // what tells two plans apart: not the model's name or the budget spent
+  absl::StatusOr<sched::Plan> decoded = sched::Plan::Deserialize(bytes);
+  if (!decoded.ok()) {
+    verdict = std::string(decoded.status().message());
+  } else {
+    sched::Plan bare = *decoded;
+    bare.model.clear();
+    bare.budget_used = 0;
+    shape = bare.Serialize();
+    std::vector<std::string> names;
+    for (const sched::Bucket& b : decoded->buckets) {
+      for (const sched::TensorSlice& slice : b.slices) names.push_back(slice.name);
+    }
+    absl::StatusOr<ExecutablePlan> executable =
+        ScheduledPlan(*decoded, table(names), config_.num_channels);
+    if (executable.ok()) {
+      plan = *std::move(executable);
+    } else {
+      verdict = std::string(executable.status().message());
+    }
+  }
+  if (!verdict.empty()) verdict = absl::StrCat("rank ", rank_, ": ", verdict);
+  int mine = static_cast<int>(verdict.size());
+  std::vector<int> lengths(static_cast<size_t>(size_));
+  s = Wait(MPI_Iallgather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_, &request),
+           "MPI_Iallgather", &request, "gathering the plan verdicts");
+  if (!s.ok()) return s;
+  std::vector<int> displs(static_cast<size_t>(size_), 0);
+  for (int r = 1; r < size_; ++r) displs[r] = displs[r - 1] + lengths[r - 1];
+  std::string all(static_cast<size_t>(displs.back() + lengths.back()), '\0');
+  s = Wait(MPI_Iallgatherv(verdict.data(), mine, MPI_CHAR, all.data(), lengths.data(),
+                           displs.data(), MPI_CHAR, comm_, &request),
+           "MPI_Iallgatherv", &request, "gathering the plan verdicts");
+  if (!s.ok()) return s;
+  if (!all.empty()) {
+    std::vector<std::string> reasons;
+    for (int r = 0; r < size_; ++r) {
+      if (lengths[r] > 0) {
+        reasons.push_back(
+            all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lengths[r])));
+      }
+    }
+    given_up_ = true;
+    trials_ = 0;  // the plan in force, if any, stays
+    trial_ = -1;
+    spdlog::error("overlap: rank {}: the {} plan was refused, training continues without it: {}",
+                  rank_, config_.planner, absl::StrJoin(reasons, "; "));
+    absl::MutexLock lock(&mu_);
+    ++info_.refused;
+    info_.trials_pending = false;
+    return std::nullopt;
+  }
+  next_attempt_ = std::numeric_limits<int64_t>::max();  // until the plan is dropped
+  // The first drift check measures the step under the plan; later ones compare with it.
+  drift_.OnAdopted();
+  if (trial_ < 0 && header[2] > 1) {  // auto's first candidate: the trials begin
+    trials_ = static_cast<int>(header[2]);
+    trial_ms_.clear();
+  }
+  const bool trying = trials_ > 1 && !settling_;
+  if (trying) {
+    trial_ = chosen_;
+    trial_end_step_ = step_ + TrialSteps();
+    trial_give_up_step_ = trial_end_step_ + 2 * TrialSteps();
+    next_drift_check_ = std::numeric_limits<int64_t>::max();
+    profiler_->Reset();  // the trial measures steps under this plan only
+  } else {
+    trials_ = 0;
+    trial_ = -1;
+    settling_ = false;
+    if (replanning_after_drift_) {
+      replanning_after_drift_ = false;
+      const bool changed = shape != plan_shape_;
+      drift_.OnReplanned(changed);
+      if (!changed) {
+        spdlog::info(
+            "overlap: rank {}: step {}: re-planning after the drift made the same plan again; "
+            "drift checks now {} times further apart",
+            rank_, step_, drift_.backoff());
+      }
+    }
+    plan_shape_ = shape;
+    ScheduleDriftCheck();
+  }
+  absl::MutexLock lock(&mu_);
+  info_.trials_pending = trying;
+  if (!trying && !info_.trials.empty()) {
+    spdlog::info("overlap: rank {}: adopting {} again, the fastest of the plans tried ({})", rank_,
+                 plan->source, info_.trials);
+  }
+  if (rank_ == 0) {
+    predicted_step_ = std::make_shared<const std::vector<sched::SimEvent>>(
+        outcome_.candidates[static_cast<size_t>(chosen_)].predicted_step);
+  }
+  RecordAdopted(*plan, header[1], "adopted");
+  return plan;
+}
+
+void PlanScheduler::OnRestored(const ExecutablePlan& plan, double predicted_step_ms) {
+  // The coordinator reaches the restore only between stages, so no vote is in progress.
+  adopt_step_ = -1;
+  adopting_ = false;
+  next_attempt_ = std::numeric_limits<int64_t>::max();  // until the plan is dropped
+  drop_step_ = -1;
+  drift_check_ = dropping_ = drop_wanted_ = false;
+  drift_.OnAdopted();
+  replanning_after_drift_ = false;
+  plan_shape_.clear();
+  ScheduleDriftCheck();
+  ForgetTrials();
+  profiler_->Reset();  // drift is measured under this plan
+  absl::MutexLock lock(&mu_);
+  info_.trials.clear();
+  info_.trials_pending = false;
+  predicted_step_.reset();  // no simulation of it in this process
+  RecordAdopted(plan, predicted_step_ms, "resumed from a checkpoint");
+}
+
+void PlanScheduler::RecordAdopted(const ExecutablePlan& plan, double predicted_step_ms,
+                                  const std::string& how) {
+  info_.planner = plan.source;
+  info_.buckets = static_cast<int64_t>(plan.buckets.size());
+  info_.predicted_step_ms = predicted_step_ms;
+  info_.adopted_step = step_;
+  info_.layerwise_update = plan.layerwise_update;
+  ++info_.adopted;
+  int delayed = 0, periodic = 0;
+  double weighted = 0, elements = 0;
+  int64_t cycle = 1;
+  for (size_t k = 0; k < plan.buckets.size(); ++k) {
+    const ExecBucket& b = plan.buckets[k];
+    cycle = std::lcm(cycle, int64_t{std::max(1, b.period)});
+    delayed += b.delay > 0 ? 1 : 0;
+    periodic += b.period > 1 ? 1 : 0;
+    int64_t count = 0;
+    for (const ExecSlice& s : b.slices) count += s.count;
+    // The plan itself, for reading a timeline against it (OVERLAP_LOG_LEVEL=debug).
+    spdlog::debug(
+        "overlap: rank {}: plan bucket {}: {} of {} slices, {} elements, channel {}, delay {}, "
+        "period {}, phase {}",
+        rank_, k, BucketKindName(b.kind), b.slices.size(), count, b.channel, b.delay, b.period,
+        b.phase);
+    // An allgather moves what its reduce-scatter already counted.
+    if (b.kind == BucketKind::kAllgather) continue;
+    weighted += static_cast<double>(count) * (b.delay + (b.period - 1) / 2.0);
+    elements += static_cast<double>(count);
+  }
+  info_.mean_staleness = elements > 0 ? weighted / elements : 0;
+  info_.update_cycle = cycle;
+  spdlog::info(
+      "overlap: rank {}: step {}: {} the {} plan ({} buckets, {} delayed, {} with an update "
+      "period; predicted step {:.1f} ms)",
+      rank_, step_, how, plan.source, plan.buckets.size(), delayed, periodic, predicted_step_ms);
+}
+
+}  // namespace overlap

@@ -1,0 +1,234 @@
+// Plan scheduler: turns measured steps into a scheduled plan that every rank adopts at the same
+// step (DESIGN section 3, step 4).
+//
+// Driven by the forward markers of the step API, which every rank reaches in the same order:
+//  1. At the attempt step (first: OVERLAP_PLAN_AFTER_STEPS + OVERLAP_PROFILE_STEPS + 2), once this
+//     rank has nothing in flight (or after a short drain limit), every rank votes with one small
+//     allreduce whether it is quiescent and has a steady profile. If all agree, the link cost is
+//     fitted (sched::FitLinear) to the allreduces the runtime ran, each at its fastest rank's time,
+//     with a short probe of a few sizes only when those cover fewer than three sizes, or of two
+//     small sizes when none was below 64 KiB (they pin the per-collective latency), and always
+//     a back-to-back 4 MiB one (the sustained bandwidth floors the slope); rank 0's fit
+//     is broadcast. Rank 0 starts the planner (sched::MakePlan, the code the simulator runs) and
+//     the simulator's prediction on a thread of its own; training goes on meanwhile.
+//  2. Two steps later (the adopt step), after the same quiescence vote, rank 0 broadcasts
+//     Plan::Serialize() with the prediction; every rank decodes it and checks
+//     it against its own agreed tensors (ScheduledPlan), and every rank's verdict is gathered, so a
+//     plan is adopted by all ranks or by none, and every rank logs each refusing rank's reason.
+// The coordinator holds later submissions back while a step's vote or exchange runs: the
+// switch happens with nothing in flight on any rank. A vote that finds a rank busy is retried at
+// the next step; one that finds a profile not yet steady, OVERLAP_PROFILE_STEPS + 1 steps later.
+// A plan that rank 0 could not make, or that some rank refused, is not retried; a dropped plan
+// is measured and made anew.
+//  2b. auto's trials (OVERLAP_AUTO_TRIALS = N > 1): rank 0 also makes auto's runners-up, the
+//     synchronous plans simulated within 15% of the best and distinct in their buckets (up to N
+//     in all, and only when the best is synchronous too: replacing a delayed plan would discard
+//     its held results). Each runs TrialSteps() steps; at its end, after a quiescence vote that
+//     also asks every rank for a measured median wall step, the slowest rank's counts, and the
+//     next candidate is adopted as above. After the last, the fastest measured one is adopted
+//     again unless it is the one in force. A trial whose steps are still unmeasured on some rank
+//     2 x TrialSteps() steps later ends the trials, keeping the plan in force. The simulator
+//     ranks; the measurement decides, since the model misses costs (copies, CPU contention)
+//     that differ between plans by a few percent.
+//  3. Drift (OVERLAP_REPLAN_DRIFT > 0): every max(10, 2 x OVERLAP_PROFILE_STEPS + 2) steps after
+//     adoption (times the back-off), every rank votes (without draining) whether its measured
+//     step (the step profiler's median compute windows) drifted from the first such measurement
+//     under the plan, as runtime/plan/drift_policy.h defines it: by more than that fraction, more than
+//     twice the steps' spread and OVERLAP_REPLAN_MIN_MS. If any rank's did, twice in a row (the
+//     second check comes OVERLAP_PROFILE_STEPS + 1 steps after the first, on fresh steps), then at
+//     the next step, after the same quiescence vote as an adoption, every rank drops the plan
+//     (TakeDropWish), and it is measured and made anew. When the new plan is the dropped one
+//     again, the checks back off (twice as far apart, up to 64 times).
+//
+// Threading: the coordinator thread, except that the planner runs on a thread of its own.
+#ifndef OVERLAP_RUNTIME_PLAN_PLAN_SCHEDULER_H_
+#define OVERLAP_RUNTIME_PLAN_PLAN_SCHEDULER_H_
+
+#include <mpi.h>
+
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "collectives/executor.h"
+#include "runtime/config.h"
+#include "runtime/plan/drift_policy.h"
+#include "runtime/plan/executable_plan.h"
+#include "runtime/plan/step_profiler.h"
+#include "scheduler/cost_model.h"
+#include "scheduler/plan.h"
+#include "scheduler/simulator.h"
+
+namespace overlap {
+
+// What the scheduler reports (RuntimeStats).
+struct ScheduleInfo {
+  std::string planner;  // of the adopted plan
+  int64_t buckets = 0;
+  double predicted_step_ms = 0;
+  int64_t adopted_step = -1;
+  int64_t adopted = 0;
+  int64_t refused = 0;
+  bool layerwise_update = false;
+  double mean_staleness = 0;  // RuntimeStats::plan_mean_staleness
+  int64_t update_cycle = 1;   // RuntimeStats::plan_update_cycle
+  double alpha_us = 0, beta_us_per_mb = 0;
+  // auto's trials: each tried plan's measured step ("auto:dear 545.7 ms, ..."), and whether
+  // more are to come (the plan in force may still change).
+  std::string trials;
+  bool trials_pending = false;
+};
+
+class PlanScheduler {
+ public:
+  // The agreed operation behind each of `names` that this rank knows.
+  using TableFn = std::function<absl::flat_hash_map<std::string, PlanEntry>(
+      const std::vector<std::string>& names)>;
+
+  // This rank's recent allreduces (bytes, seconds from start to completion), oldest first, in
+  // the same sequence on every rank.
+  using TimingsFn = std::function<std::vector<sched::CostSample>()>;
+
+  // `comm` (owned) carries the votes and the broadcast; `probe` the cost probe; `timings` the
+  // collectives the runtime ran. `check_peers` ends a wait early with a lost peer's error.
+  PlanScheduler(const Config& config, int rank, int size, MPI_Comm comm,
+                std::unique_ptr<Executor> probe, StepProfiler* profiler, TimingsFn timings,
+                std::function<absl::Status()> check_peers);
+  ~PlanScheduler();
+
+  // A forward marker reached the coordinator, in submission order.
+  void OnStep(int64_t step);
+  // A vote or exchange is in progress: submissions after the marker must wait.
+  bool busy() const { return stage_ != Stage::kIdle; }
+
+  // Advances the stage. `quiescent`: nothing of this rank's is submitted and unfinished.
+  // Returns a plan when every rank has just agreed to adopt it (all ranks at the same call), or
+  // an error when a peer is lost (the runtime cannot go on).
+  absl::StatusOr<std::optional<ExecutablePlan>> Progress(bool quiescent, const TableFn& table);
+
+  // True once when every rank has just agreed that the step drifted: drop the plan now.
+  bool TakeDropWish();
+
+  // The plan in force was dropped (divergence, a changed step): plan again later.
+  void OnPlanDropped(int64_t step);
+
+  // Every rank has just adopted `plan` from a checkpoint (runtime/plan/plan_checkpoint.h), at the same
+  // place among its submissions: it stays in force, as an adopted plan does (drift checks
+  // included), and whatever planning or trials were under way are abandoned.
+  void OnRestored(const ExecutablePlan& plan, double predicted_step_ms);
+
+  ScheduleInfo info() const;
+
+  // Rank 0, while a scheduled plan is in force: the simulator's spans of one steady step of it,
+  // in ms from the step's forward (sched::SimResult::iteration_events); otherwise null.
+  std::shared_ptr<const std::vector<sched::SimEvent>> predicted_step() const;
+
+ private:
+  enum class Stage { kIdle, kDrain, kVote };
+  struct Candidate {    // a plan made by rank 0, ready to broadcast
+    std::string bytes;  // Serialize()
+    double predicted_ms = 0;
+    std::vector<sched::SimEvent> predicted_step;
+  };
+  struct Outcome {  // rank 0's planner thread
+    bool done = false;
+    absl::Status status;
+    // [0] is adopted first; auto's further trials follow (OVERLAP_AUTO_TRIALS).
+    std::vector<Candidate> candidates;
+  };
+
+  // The link cost: fitted to the collectives the runtime ran while profiling (each one's time on
+  // the rank that started it last, which waited for nobody), topped up by a probe of five sizes
+  // when they cover fewer than three, else of 4 and 64 KiB; a back-to-back 4 MiB probe's slope
+  // floors the fitted slope (sustained bandwidth); the 4 KiB probe's median time floors
+  // the intercept (sched::FitLinkCost). Under dear and auto, reduce-scatters and allgathers of
+  // 64 KiB to 2 MiB are probed and fitted too (ChannelCost::reduce_scatter, allgather).
+  absl::Status FitCost(sched::CostModel* cost);
+  // No trials under way or to come (a plan dropped, or one restored from a checkpoint).
+  void ForgetTrials();
+  // This rank's latest steps, for the drift policy.
+  StepWindow MeasuredWindow() const;
+  // Schedules the next drift check, if the policy is on.
+  void ScheduleDriftCheck();
+  absl::StatusOr<std::vector<sched::CostSample>> MeasuredSamples();
+  // Times collectives of `kind` (allreduce, reduce-scatter or allgatherv) over each of `sizes`
+  // bytes (the median of a few runs) on the probe executor.
+  absl::Status Probe(absl::Span<const int64_t> sizes, std::vector<sched::CostSample>* samples,
+                     CollectiveKind kind = CollectiveKind::kAllreduce);
+  void StartPlanning(sched::Profile profile, sched::CostModel cost);
+  // Rank 0's planner thread: the plans to adopt, best first (more than one only for auto's
+  // trials), each simulated.
+  absl::StatusOr<std::vector<Candidate>> MakeCandidates(const sched::Profile& profile,
+                                                        const sched::CostModel& cost) const;
+  // Steps a trial runs: a step or two to settle, then OVERLAP_PROFILE_STEPS measured.
+  int64_t TrialSteps() const { return config_.profile_steps + 3; }
+  // A trial ended (every rank, after its vote): records every rank's slowest measured step and
+  // moves on to the next candidate, or settles on the fastest.
+  absl::StatusOr<std::optional<ExecutablePlan>> EndTrial(const TableFn& table);
+  absl::StatusOr<std::optional<ExecutablePlan>> Exchange(const TableFn& table);
+  // What info() reports of a plan just adopted, and the log line saying so.
+  void RecordAdopted(const ExecutablePlan& plan, double predicted_step_ms, const std::string& how)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks `started`, the return code of `call` that started `request`, then waits for it.
+  absl::Status Wait(int started, const char* call, MPI_Request* request, const char* what);
+
+  const Config config_;
+  const int rank_;
+  const int size_;
+  MPI_Comm comm_;
+  std::unique_ptr<Executor> probe_;
+  StepProfiler* const profiler_;
+  const TimingsFn timings_;
+  const std::function<absl::Status()> check_peers_;
+
+  Stage stage_ = Stage::kIdle;
+  bool adopting_ = false;  // the stage is an adopt step, not an attempt
+  int64_t step_ = 0;
+  int64_t next_attempt_;
+  int64_t adopt_step_ = -1;
+  int64_t next_drift_check_ = std::numeric_limits<int64_t>::max();
+  bool drift_check_ = false;  // the stage is a drift check, not an attempt or an adoption
+  int64_t drop_step_ = -1;    // drift agreed: the step at which every rank drops the plan
+  bool dropping_ = false;     // the stage is that drop's quiescence vote
+  bool drop_wanted_ = false;
+  DriftPolicy drift_;
+  // The plan in force, as the planner made it (Plan::Serialize without its model name and budget
+  // spent), and whether it was dropped for a drift: the next plan tells whether re-planning paid.
+  std::string plan_shape_;
+  bool replanning_after_drift_ = false;
+  bool given_up_ = false;
+  // auto's trials, alike on every rank: the candidates rank 0 announced (0: no trials), the one
+  // in force, each tried one's measured step, and the step at which the current trial ends.
+  int trials_ = 0;
+  int trial_ = -1;
+  std::vector<double> trial_ms_;
+  int64_t trial_end_step_ = -1;
+  int64_t trial_give_up_step_ = -1;  // a trial whose steps are still not steady here ends them
+  bool trial_check_ = false;         // the stage is a trial's end
+  int chosen_ = 0;                   // the candidate the next Exchange adopts
+  bool settling_ = false;            // that Exchange re-adopts the fastest tried one
+  absl::Time drain_since_;
+  // [0] quiescent, [1] steady (or not drifted), [2] minus this rank's step: combined by MIN, [2]
+  // gives every rank the largest step, from which the next stage is scheduled (see Progress).
+  int votes_[3] = {0, 0, 0};
+  MPI_Request vote_request_ = MPI_REQUEST_NULL;
+
+  std::thread planner_;
+  mutable absl::Mutex mu_;
+  Outcome outcome_ ABSL_GUARDED_BY(mu_);
+  ScheduleInfo info_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::vector<sched::SimEvent>> predicted_step_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_PLAN_PLAN_SCHEDULER_H_

@@ -1,0 +1,33 @@
+// A seam for the tests of planned execution: rank 0 passes each plan it makes, and each plan it
+// broadcasts, through these hooks. The shipped library installs none, so liboverlap.so as users
+// install it reads no OVERLAP_TEST_* variable and never alters a plan. Test builds link
+// //tests/runtime:plan_hooks_from_env, whose static initializer installs hooks driven by
+// OVERLAP_TEST_PLAN_SCHEDULE (every bucket delayed / sent periodically, whatever the planner
+// chose) and OVERLAP_TEST_CORRUPT_PLAN (a damaged broadcast, to test the refusal): the C++ test
+// binaries through //runtime:core_for_tests and //tests:mpi_catch_main, the Python suites through
+// //tests/runtime:liboverlap_testing.so.
+//
+// Install before the runtime starts; the hooks are read, never written, while it runs.
+#ifndef OVERLAP_RUNTIME_PLAN_PLAN_TEST_HOOKS_H_
+#define OVERLAP_RUNTIME_PLAN_PLAN_TEST_HOOKS_H_
+
+#include <string>
+
+#include "scheduler/plan.h"
+#include "scheduler/profile.h"
+
+namespace overlap {
+
+struct PlanTestHooks {
+  // Rank 0, on each plan it makes from `profile`, before it is serialized.
+  void (*adjust_plan)(const sched::Profile& profile, sched::Plan* plan) = nullptr;
+  // Rank 0, on the bytes of the plan it is about to broadcast (and the plan they encode).
+  void (*damage_broadcast)(std::string* bytes, sched::Plan* plan) = nullptr;
+};
+
+void InstallPlanTestHooks(const PlanTestHooks& hooks);
+const PlanTestHooks& InstalledPlanTestHooks();
+
+}  // namespace overlap
+
+#endif  // OVERLAP_RUNTIME_PLAN_PLAN_TEST_HOOKS_H_
