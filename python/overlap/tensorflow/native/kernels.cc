@@ -40,13 +40,14 @@ void Finish(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, int rc, over
     done();
     return;
   }
-  WhenDone(handle, std::move(what), std::move(keep), [ctx, done = std::move(done), on_success = std::move(on_success)](
-                       overlap_handle* h, const absl::Status& result) {
-    absl::Status status = result;
-    if (status.ok() && on_success) status = on_success(h);
-    if (!status.ok()) ctx->SetStatus(status);
-    done();
-  });
+  WhenDone(handle, std::move(what), std::move(keep),
+           [ctx, done = std::move(done), on_success = std::move(on_success)](
+               overlap_handle* h, const absl::Status& result) {
+             absl::Status status = result;
+             if (status.ok() && on_success) status = on_success(h);
+             if (!status.ok()) ctx->SetStatus(status);
+             done();
+           });
 }
 
 // Copies a runtime-owned result (allgather, reducescatter, alltoall) into output `index`.
@@ -115,9 +116,9 @@ class AllreduceOp : public AsyncOpKernel {
     // delivered anything to this submission.
     Finish(ctx, std::move(done), rc, handle, "allreduce '" + name_ + "'", {input, *output},
            [has_update](overlap_handle* h) {
-      has_update->scalar<bool>()() = overlap_handle_has_update(h) != 0;
-      return absl::OkStatus();
-    });
+             has_update->scalar<bool>()() = overlap_handle_has_update(h) != 0;
+             return absl::OkStatus();
+           });
   }
 
  private:
@@ -258,15 +259,15 @@ class AlltoallOp : public AsyncOpKernel {
                                  static_cast<int32_t>(splits.size()), &handle);
     Finish(ctx, std::move(done), rc, handle, "alltoall '" + name_ + "'", {ctx->input(0)},
            [ctx, name = name_](overlap_handle* h) {
-      TF_RETURN_IF_ERROR(CopyOutput(ctx, 0, h, name));
-      int64_t received[4096];
-      int32_t n = overlap_handle_received_splits(h, received, 4096);
-      Tensor* out = nullptr;
-      TF_RETURN_IF_ERROR(ctx->allocate_output(1, TensorShape({n}), &out));
-      auto flat = out->flat<int32_t>();
-      for (int32_t i = 0; i < n; ++i) flat(i) = static_cast<int32_t>(received[i]);
-      return absl::OkStatus();
-    });
+             TF_RETURN_IF_ERROR(CopyOutput(ctx, 0, h, name));
+             int64_t received[4096];
+             int32_t n = overlap_handle_received_splits(h, received, 4096);
+             Tensor* out = nullptr;
+             TF_RETURN_IF_ERROR(ctx->allocate_output(1, TensorShape({n}), &out));
+             auto flat = out->flat<int32_t>();
+             for (int32_t i = 0; i < n; ++i) flat(i) = static_cast<int32_t>(received[i]);
+             return absl::OkStatus();
+           });
   }
 
  private:
