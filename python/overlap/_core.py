@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 from overlap.common import HorovodInternalError
 
@@ -220,6 +221,19 @@ def init(settings=None):
         atexit.register(_shutdown_at_exit)
         _install_excepthook()
         _atexit_registered = True
+    for hook in _init_hooks:
+        hook()
+
+
+_init_hooks = []
+
+
+def on_init(hook):
+    """Calls hook() after every successful init() from now on (and now, if running): for what an
+    adapter derives from the configuration, e.g. the TensorFlow waiters' bound (wait_bound)."""
+    _init_hooks.append(hook)
+    if is_initialized():
+        hook()
 
 
 def shutdown():
@@ -360,6 +374,35 @@ def setting(name, default):
         return default  # a bad OVERLAP_* value: init() names it
 
 
+# How long past the core's own limits a framework-side wait goes on before it gives up.
+WAIT_GRACE_S = 30.0
+
+
+def wait_bound():
+    """(seconds, stall timeout, collective timeout): how long a framework-side wait on one
+    operation (Handle.wait, wait_all, a TensorFlow kernel's waiter) goes on without an operation
+    ending before it gives up. A backstop behind the core, which ends every operation itself: a
+    stall fails after OVERLAP_STALL_TIMEOUT_S, a lost peer or stuck collective after
+    OVERLAP_COLLECTIVE_TIMEOUT_S, and a planned unit whose check stalls after both (runtime/
+    planned_mode.h); so the bound is their sum plus WAIT_GRACE_S (630 s by default). Reaching it
+    means the core failed to end an operation: a bug, reported as one (wait_expired)."""
+    stall = setting("OVERLAP_STALL_TIMEOUT_S", 300.0)
+    collective = setting("OVERLAP_COLLECTIVE_TIMEOUT_S", 300.0)
+    return stall + collective + WAIT_GRACE_S, stall, collective
+
+
+def wait_expired(what, waited_s):
+    """The error of a wait on `what` (e.g. "operation 'grad.0'") that reached wait_bound()."""
+    _, stall, collective = wait_bound()
+    return HorovodInternalError(
+        "rank %d: %s did not end within %.0f s of this rank's wait: the runtime should have "
+        "failed it (a stall after OVERLAP_STALL_TIMEOUT_S=%g, a lost peer or stuck collective "
+        "after OVERLAP_COLLECTIVE_TIMEOUT_S=%g) and did not, so the wait gives up (a bug in "
+        "overlap: please report it with every rank's log); the operation may still run, so its "
+        "tensors stay allocated until it ends" % (lib().overlap_rank(), what, waited_s, stall,
+                                                  collective))
+
+
 def stats():
     """The runtime's counters and plan (overlap::Stats()) as a dict."""
     return json.loads(lib().overlap_stats_json().decode())
@@ -444,13 +487,16 @@ class InPlaceSlot:
 
 
 class Handle:
-    """One submitted operation. Frees the C handle when collected."""
+    """One submitted operation. Frees the C handle when collected. `keep`: what must stay
+    allocated while the operation may run (its Buffers), kept by the handle itself so that a
+    wait that gives up (wait_bound) cannot leave the core writing into freed memory."""
 
-    __slots__ = ("_ptr", "name")
+    __slots__ = ("_ptr", "name", "_keep")
 
-    def __init__(self, ptr, name):
+    def __init__(self, ptr, name, keep=None):
         self._ptr = ptr
         self.name = name
+        self._keep = keep
 
     def poll(self):
         return bool(lib().overlap_handle_poll(self._ptr))
@@ -462,13 +508,23 @@ class Handle:
 
     def wait(self):
         """Blocks until the operation ends; raises HorovodInternalError if it failed. Waits in
-        one-second slices so that Ctrl-C reaches Python; the runtime's own timeouts end it."""
+        one-second slices so that Ctrl-C reaches Python. The runtime's own timeouts end it; if
+        they have not after wait_bound() seconds, the wait gives up with wait_expired's error
+        and the handle (with its tensors) is kept until the operation ends."""
         c = lib()
+        start = time.monotonic()
+        deadline = None  # worked out at the first slice that runs out: most waits end sooner
         while True:
             rc = c.overlap_handle_wait(self._ptr, 1.0)
             if rc == _DEADLINE_EXCEEDED:
                 if not c.overlap_handle_poll(self._ptr):
-                    continue
+                    now = time.monotonic()
+                    if deadline is None:
+                        deadline = start + wait_bound()[0]
+                    if now < deadline:
+                        continue
+                    _abandon([self])
+                    raise wait_expired("operation '%s'" % self.name, now - start)
                 # It finished between the timeout and the poll: ask again for its own status.
                 rc = c.overlap_handle_wait(self._ptr, 0.0)
             check(rc)
@@ -501,7 +557,9 @@ class Handle:
 def wait_all(handles):
     """Handle.wait() for every handle, in order, in one call into the core; returns each one's
     has_update(). Raises HorovodInternalError for the first that failed. Waits in one-second
-    slices so that Ctrl-C reaches Python, as Handle.wait()."""
+    slices so that Ctrl-C reaches Python, as Handle.wait(), and gives up as it does once
+    wait_bound() seconds pass without one more of the handles ending (the operations of a step
+    queue behind each other, so the bound applies to each in turn)."""
     n = len(handles)
     if n == 0:
         return []
@@ -509,21 +567,52 @@ def wait_all(handles):
     ptrs = (ctypes.c_void_p * n)(*[h._ptr.value for h in handles])
     updates = (ctypes.c_int32 * n)()
     running = ctypes.c_int32(0)
+    first = ctypes.c_int32(0)
+    start, waiting_on, deadline = time.monotonic(), 0, None
     while True:
-        rc = c.overlap_handles_wait(ptrs, n, 1.0, updates, None, ctypes.byref(running))
+        rc = c.overlap_handles_wait(ptrs, n, 1.0, updates, ctypes.byref(first),
+                                    ctypes.byref(running))
         if rc == _DEADLINE_EXCEEDED and running.value:
-            continue  # the slice ran out, not an operation
+            # The slice ran out, not an operation.
+            now = time.monotonic()
+            if first.value != waiting_on:  # progress: the bound restarts for the next handle
+                start, waiting_on, deadline = now, first.value, None
+            if deadline is None:
+                deadline = start + wait_bound()[0]
+            if now < deadline:
+                continue
+            _abandon([h for h in handles[first.value:] if not h.poll()])
+            raise wait_expired("operation '%s'" % handles[first.value].name, now - start)
         check(rc)
         return [bool(u) for u in updates]
+
+
+# Handles whose wait gave up (wait_bound) while their operation still ran: kept, with their
+# tensors, until it ends, so that the core never writes into memory Python has freed. Swept
+# whenever another one joins; in a healthy runtime the list stays empty.
+_abandoned = []
+_abandoned_lock = threading.Lock()
+
+
+def _abandon(handles):
+    with _abandoned_lock:
+        _abandoned[:] = [h for h in _abandoned if not h.poll()] + handles
+
+
+def abandoned_handles():
+    """How many handles gave up waiting (wait_bound) and still run; for tests."""
+    with _abandoned_lock:
+        _abandoned[:] = [h for h in _abandoned if not h.poll()]
+        return len(_abandoned)
 
 
 def _out_handle():
     return ctypes.c_void_p()
 
 
-def _finish(rc, ptr, name):
+def _finish(rc, ptr, name, keep=None):
     check_submit(rc)
-    return Handle(ptr, name)
+    return Handle(ptr, name, keep)
 
 
 def _enc(s):
@@ -540,7 +629,7 @@ def allreduce(name, inp, out, op, prescale, postscale, compression, process_set=
     call = lib().overlap_allreduce_gradient if gradient else lib().overlap_allreduce_ps
     rc = call(process_set, name.encode(), ctypes.byref(inp.struct), ctypes.byref(out.struct), op,
               prescale, postscale, _enc(compression), ctypes.byref(p))
-    return _finish(rc, p, name)
+    return _finish(rc, p, name, (inp, out))
 
 
 def grouped_allreduce(names, inputs, outputs, op, prescale, postscale, compression,
@@ -552,14 +641,14 @@ def grouped_allreduce(names, inputs, outputs, op, prescale, postscale, compressi
     p = _out_handle()
     rc = lib().overlap_grouped_allreduce_ps(process_set, n, c_names, c_in, c_out, op, prescale,
                                             postscale, _enc(compression), ctypes.byref(p))
-    return _finish(rc, p, "group[%s]" % ",".join(names))
+    return _finish(rc, p, "group[%s]" % ",".join(names), (inputs, outputs))
 
 
 def allgather(name, inp, process_set=0):
     p = _out_handle()
     rc = lib().overlap_allgather_ps(process_set, name.encode(), ctypes.byref(inp.struct),
                                     ctypes.byref(p))
-    return _finish(rc, p, name)
+    return _finish(rc, p, name, inp)
 
 
 def broadcast(name, inp, out, root, process_set=0):
@@ -567,14 +656,14 @@ def broadcast(name, inp, out, root, process_set=0):
     p = _out_handle()
     rc = lib().overlap_broadcast_ps(process_set, name.encode(), ctypes.byref(inp.struct),
                                     ctypes.byref(out.struct), root, ctypes.byref(p))
-    return _finish(rc, p, name)
+    return _finish(rc, p, name, (inp, out))
 
 
 def reducescatter(name, inp, op, prescale, postscale, process_set=0):
     p = _out_handle()
     rc = lib().overlap_reducescatter_ps(process_set, name.encode(), ctypes.byref(inp.struct), op,
                                         prescale, postscale, ctypes.byref(p))
-    return _finish(rc, p, name)
+    return _finish(rc, p, name, inp)
 
 
 def alltoall(name, inp, splits, process_set=0):
@@ -586,7 +675,7 @@ def alltoall(name, inp, splits, process_set=0):
         arr = (ctypes.c_int64 * len(splits))(*splits)
         rc = lib().overlap_alltoall_ps(process_set, name.encode(), ctypes.byref(inp.struct), arr,
                                        len(splits), ctypes.byref(p))
-    return _finish(rc, p, name)
+    return _finish(rc, p, name, inp)
 
 
 def barrier(process_set=0):

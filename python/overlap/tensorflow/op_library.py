@@ -8,9 +8,11 @@ In order:
    so one of them compiles and the others wait and load its result.
 
 The core library is loaded first, with its symbols global, since the op library's references to
-the C ABI resolve against it.
+the C ABI resolve against it. After every init the kernels' waiters get their bound from the
+runtime's settings (set_wait_bound, native/waiter.h).
 """
 
+import ctypes
 import fcntl
 import os
 import threading
@@ -63,9 +65,35 @@ def library_path():
 
 def load():
     """The op library's Python module (tf.load_op_library), loaded once per process."""
-    global _module
+    global _module, _native
     with _lock:
         if _module is None:
             _core.lib()
-            _module = tf.load_op_library(library_path())
+            path = library_path()
+            _module = tf.load_op_library(path)
+            # The same library again (dlopen hands back the loaded one), for its C functions.
+            _native = ctypes.CDLL(path)
+            _native.overlap_tf_set_wait_bound.argtypes = [ctypes.c_double] * 3
+            _native.overlap_tf_set_wait_bound.restype = None
+            _native.overlap_tf_abandoned_waits.argtypes = []
+            _native.overlap_tf_abandoned_waits.restype = ctypes.c_int
+            _core.on_init(lambda: _native.overlap_tf_set_wait_bound(*_core.wait_bound()))
         return _module
+
+
+_native = None
+
+
+def set_wait_bound(seconds, stall_timeout_s, collective_timeout_s):
+    """How long a kernel waits for its operation before it fails with DeadlineExceeded
+    (native/waiter.h); the two timeouts are quoted in that error. Set after every init from
+    overlap._core.wait_bound()."""
+    load()
+    _native.overlap_tf_set_wait_bound(seconds, stall_timeout_s, collective_timeout_s)
+
+
+def abandoned_waits():
+    """Kernels' operations whose wait gave up and that still run (their handles and tensors are
+    kept until they end)."""
+    load()
+    return _native.overlap_tf_abandoned_waits()

@@ -30,21 +30,24 @@ constexpr int kMaxDims = 32;
 using OnSuccess = std::function<absl::Status(overlap_handle*)>;
 
 // Finishes the kernel after submission `rc` (0, or the failed submission's code), now if the
-// submission failed, else when the operation ends.
+// submission failed, else when the operation ends or its wait reaches its bound (waiter.h).
+// `what` names the operation ("allreduce 'grad.0'"); `keep`: the tensors the core reads or
+// writes, which must live as long as the operation may run, past the kernel if its wait gives up.
 void Finish(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, int rc, overlap_handle* handle,
-            OnSuccess on_success = nullptr) {
+            std::string what, std::vector<Tensor> keep, OnSuccess on_success = nullptr) {
   if (rc != 0) {
     ctx->SetStatus(CoreError(rc));
     done();
     return;
   }
-  WhenDone(handle, [ctx, done = std::move(done), on_success = std::move(on_success)](
-                       overlap_handle* h, const absl::Status& result) {
-    absl::Status status = result;
-    if (status.ok() && on_success) status = on_success(h);
-    if (!status.ok()) ctx->SetStatus(status);
-    done();
-  });
+  WhenDone(handle, std::move(what), std::move(keep),
+           [ctx, done = std::move(done), on_success = std::move(on_success)](
+               overlap_handle* h, const absl::Status& result) {
+             absl::Status status = result;
+             if (status.ok() && on_success) status = on_success(h);
+             if (!status.ok()) ctx->SetStatus(status);
+             done();
+           });
 }
 
 // Copies a runtime-owned result (allgather, reducescatter, alltoall) into output `index`.
@@ -111,10 +114,11 @@ class AllreduceOp : public AsyncOpKernel {
                        &handle);
     // Read once the operation has ended: only then does the core know whether the plan
     // delivered anything to this submission.
-    Finish(ctx, std::move(done), rc, handle, [has_update](overlap_handle* h) {
-      has_update->scalar<bool>()() = overlap_handle_has_update(h) != 0;
-      return absl::OkStatus();
-    });
+    Finish(ctx, std::move(done), rc, handle, "allreduce '" + name_ + "'", {input, *output},
+           [has_update](overlap_handle* h) {
+             has_update->scalar<bool>()() = overlap_handle_has_update(h) != 0;
+             return absl::OkStatus();
+           });
   }
 
  private:
@@ -136,7 +140,8 @@ class GroupedAllreduceOp : public AsyncOpKernel {
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs();
-    std::vector<std::unique_ptr<CoreTensor>> keep;
+    std::vector<std::unique_ptr<CoreTensor>> descs;
+    std::vector<Tensor> keep;
     std::vector<overlap_tensor> ins, outs;
     std::vector<const char*> names;
     for (int i = 0; i < n; ++i) {
@@ -144,17 +149,21 @@ class GroupedAllreduceOp : public AsyncOpKernel {
       Tensor* output = nullptr;
       OP_REQUIRES_OK_ASYNC(
           ctx, ctx->forward_input_or_allocate_output({i}, i, input.shape(), &output), done);
-      keep.push_back(std::make_unique<CoreTensor>(input));
-      ins.push_back(*keep.back()->desc());
-      keep.push_back(std::make_unique<CoreTensor>(*output));
-      outs.push_back(*keep.back()->desc());
+      descs.push_back(std::make_unique<CoreTensor>(input));
+      ins.push_back(*descs.back()->desc());
+      descs.push_back(std::make_unique<CoreTensor>(*output));
+      outs.push_back(*descs.back()->desc());
+      keep.push_back(input);
+      keep.push_back(*output);
       names.push_back(names_[i].c_str());
     }
     overlap_handle* handle = nullptr;
     int rc = overlap_grouped_allreduce_ps(process_set_, n, names.data(), ins.data(), outs.data(),
                                           reduction_.op, reduction_.prescale, reduction_.postscale,
                                           reduction_.compression.c_str(), &handle);
-    Finish(ctx, std::move(done), rc, handle);
+    const std::string more = n > 1 ? " and " + std::to_string(n - 1) + " more" : "";
+    Finish(ctx, std::move(done), rc, handle,
+           "grouped allreduce '" + (n > 0 ? names_.front() : "") + "'" + more, std::move(keep));
   }
 
  private:
@@ -174,7 +183,7 @@ class AllgatherOp : public AsyncOpKernel {
     CoreTensor in(ctx->input(0));
     overlap_handle* handle = nullptr;
     int rc = overlap_allgather_ps(process_set_, name_.c_str(), in.desc(), &handle);
-    Finish(ctx, std::move(done), rc, handle,
+    Finish(ctx, std::move(done), rc, handle, "allgather '" + name_ + "'", {ctx->input(0)},
            [ctx, name = name_](overlap_handle* h) { return CopyOutput(ctx, 0, h, name); });
   }
 
@@ -201,7 +210,7 @@ class BroadcastOp : public AsyncOpKernel {
     // root_ is a global rank; the core maps it to the set's numbering.
     int rc =
         overlap_broadcast_ps(process_set_, name_.c_str(), in.desc(), out.desc(), root_, &handle);
-    Finish(ctx, std::move(done), rc, handle);
+    Finish(ctx, std::move(done), rc, handle, "broadcast '" + name_ + "'", {input, *output});
   }
 
  private:
@@ -223,7 +232,7 @@ class ReducescatterOp : public AsyncOpKernel {
     overlap_handle* handle = nullptr;
     int rc = overlap_reducescatter_ps(process_set_, name_.c_str(), in.desc(), reduction_.op,
                                       reduction_.prescale, reduction_.postscale, &handle);
-    Finish(ctx, std::move(done), rc, handle,
+    Finish(ctx, std::move(done), rc, handle, "reducescatter '" + name_ + "'", {ctx->input(0)},
            [ctx, name = name_](overlap_handle* h) { return CopyOutput(ctx, 0, h, name); });
   }
 
@@ -248,16 +257,17 @@ class AlltoallOp : public AsyncOpKernel {
     int rc = overlap_alltoall_ps(process_set_, name_.c_str(), in.desc(),
                                  splits.empty() ? nullptr : splits.data(),
                                  static_cast<int32_t>(splits.size()), &handle);
-    Finish(ctx, std::move(done), rc, handle, [ctx, name = name_](overlap_handle* h) {
-      TF_RETURN_IF_ERROR(CopyOutput(ctx, 0, h, name));
-      int64_t received[4096];
-      int32_t n = overlap_handle_received_splits(h, received, 4096);
-      Tensor* out = nullptr;
-      TF_RETURN_IF_ERROR(ctx->allocate_output(1, TensorShape({n}), &out));
-      auto flat = out->flat<int32_t>();
-      for (int32_t i = 0; i < n; ++i) flat(i) = static_cast<int32_t>(received[i]);
-      return absl::OkStatus();
-    });
+    Finish(ctx, std::move(done), rc, handle, "alltoall '" + name_ + "'", {ctx->input(0)},
+           [ctx, name = name_](overlap_handle* h) {
+             TF_RETURN_IF_ERROR(CopyOutput(ctx, 0, h, name));
+             int64_t received[4096];
+             int32_t n = overlap_handle_received_splits(h, received, 4096);
+             Tensor* out = nullptr;
+             TF_RETURN_IF_ERROR(ctx->allocate_output(1, TensorShape({n}), &out));
+             auto flat = out->flat<int32_t>();
+             for (int32_t i = 0; i < n; ++i) flat(i) = static_cast<int32_t>(received[i]);
+             return absl::OkStatus();
+           });
   }
 
  private:
@@ -276,7 +286,7 @@ class JoinOp : public AsyncOpKernel {
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     overlap_handle* handle = nullptr;
     int rc = overlap_join(&handle);
-    Finish(ctx, std::move(done), rc, handle);
+    Finish(ctx, std::move(done), rc, handle, "join", {});
   }
 };
 
@@ -289,7 +299,7 @@ class BarrierOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     overlap_handle* handle = nullptr;
     int rc = overlap_barrier_ps(process_set_, &handle);
-    Finish(ctx, std::move(done), rc, handle);
+    Finish(ctx, std::move(done), rc, handle, "barrier", {});
   }
 
  private:
