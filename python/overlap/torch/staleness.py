@@ -20,7 +20,7 @@ import weakref
 import torch
 
 from overlap import staleness
-from overlap.torch import layerwise, step_markers
+from overlap.torch import compiled, layerwise, step_markers
 
 
 def _is_sgd(optimizer):
@@ -94,7 +94,7 @@ class StalenessCorrection:
         (step(), synchronize()): a hook registered inside one would miss that module's call."""
         if on and self._hook is None:
             register = torch.nn.modules.module.register_module_forward_pre_hook
-            self._hook = register(self._on_forward)
+            self._hook = register(compiled.module_hook(self._on_forward))
         elif not on and self._hook is not None:
             self._hook.remove()
             self._hook = None

@@ -13,6 +13,7 @@ import threading
 import torch
 
 from overlap import _core
+from overlap.torch import compiled
 
 _IDLE, _FORWARD, _BACKWARD, _UPDATE = range(4)
 
@@ -38,7 +39,7 @@ class StepMarkers:
 
     def _watch_forwards(self, on):
         if on and self._hook is None and self._register is not None and not self._closed:
-            self._hook = self._register(self._on_module_forward)
+            self._hook = self._register(compiled.module_hook(self._on_module_forward))
         elif not on and self._hook is not None:
             self._hook.remove()  # torch copies the hooks before calling them: safe inside one
             self._hook = None
