@@ -49,7 +49,7 @@ def is_compiling():
     return bool(dynamo is not None and dynamo.is_compiling())
 
 
-def _eager(fn):
+def eager(fn):
     """fn, run eagerly when called inside a compiled region (a graph break there)."""
     dynamo = getattr(torch, "_dynamo", None)
     return fn if dynamo is None else dynamo.disable(fn)
@@ -81,7 +81,7 @@ def _track(module):
 def module_hook(hook):
     """A global module forward pre-hook `hook(module, inputs)` (returning None), made safe
     under torch.compile as the module docstring says."""
-    eager_hook = _eager(hook)
+    eager_hook = eager(hook)
 
     @functools.wraps(hook)
     def wrapped(module, inputs):
