@@ -12,8 +12,10 @@ would bake one step's state into the graph). So every such hook is wrapped by `m
   dynamo traces away (no graph break). The compiled forward then acts as one layer for updates
   at forward: it waits for all its parameters' updates before it starts.
 - Any other compiled region that calls modules (`model.compile()`, a compiled function calling
-  the model): the hook runs eagerly through `torch._dynamo.disable`, one graph break per module
-  call, with the values of an eager run.
+  the model): the hook runs eagerly through `torch._dynamo.disable`, a graph break, with the
+  values of an eager run. A break there falls inside torch's Module._call_impl, where dynamo
+  cannot resume, so in practice the model's whole forward then runs eagerly (no graph). The
+  step markers' hook is optional (module_hook's `optional`) and is left out there instead.
 
 Which case applies is read from `_covered`, a global that dynamo guards on, so a graph traced
 inside an OptimizedModule is never reused elsewhere.
@@ -78,16 +80,18 @@ def _track(module):
     _enter(module, None)  # the hooks just registered miss this call
 
 
-def module_hook(hook):
+def module_hook(hook, optional=False):
     """A global module forward pre-hook `hook(module, inputs)` (returning None), made safe
-    under torch.compile as the module docstring says."""
+    under torch.compile as the module docstring says. optional: the hook may be left out in a
+    compiled region that no OptimizedModule covers (no graph break there) because something
+    later does its work, as the step markers' first gradient marks a forward not yet marked."""
     eager_hook = eager(hook)
 
     @functools.wraps(hook)
     def wrapped(module, inputs):
         if is_compiling():
-            if _covered:
-                return None  # the OptimizedModule's eager call did it
+            if _covered or optional:
+                return None  # the OptimizedModule's eager call did it, or nothing needs it
             return eager_hook(module, inputs)
         if _OPTIMIZED_MODULE is not None and isinstance(module, _OPTIMIZED_MODULE):
             _track(module)
