@@ -21,6 +21,8 @@ import weakref
 
 import torch
 
+from overlap.torch import compiled
+
 
 class PendingUpdate:
     """One reduction whose parameters wait for their update.
@@ -82,7 +84,7 @@ class DeferredUpdates:
         self._seen_modules = weakref.WeakSet()
         self._hooks = []
         register = torch.nn.modules.module.register_module_forward_pre_hook
-        self._hooks.append(register(self._on_forward))
+        self._hooks.append(register(compiled.module_hook(self._on_forward)))
 
     def __bool__(self):
         return bool(self._by_param)

@@ -18,7 +18,7 @@ import torch
 from overlap import _core, staleness
 from overlap.common import (Adasum, Average, RuntimeCompressor, Sum, global_process_set,
                             process_set_id)
-from overlap.torch import adasum_optimizer, layerwise, mpi_ops, step_markers
+from overlap.torch import adasum_optimizer, compiled, layerwise, mpi_ops, step_markers
 from overlap.torch.staleness import StalenessCorrection
 from overlap.torch.compression import Compression
 
@@ -188,11 +188,14 @@ class _DistributedOptimizer:
         return mapping
 
     def _register_hooks(self):
+        # Under compiled autograd dynamo would trace the hook, which submits through ctypes and
+        # updates this step's state: it runs eagerly instead (a graph break per gradient).
+        on_grad = compiled.eager(self._on_grad)
         for r in self._params:
             p = r.p
             if hasattr(p, "register_post_accumulate_grad_hook"):
                 self._hook_handles.append(
-                    p.register_post_accumulate_grad_hook(lambda _, r=r: self._on_grad(r)))
+                    p.register_post_accumulate_grad_hook(lambda _, r=r: on_grad(r)))
             else:  # torch < 2.1: hook the gradient accumulator
                 accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
                 self._hook_handles.append(

@@ -20,7 +20,7 @@ import weakref
 import torch
 
 from overlap import staleness
-from overlap.torch import layerwise, step_markers
+from overlap.torch import compiled, layerwise, step_markers
 
 
 def _is_sgd(optimizer):
@@ -80,6 +80,8 @@ class StalenessCorrection:
         self._states = {}
         self._viewed = False  # the view was refreshed after this step's forward marker
         self._hook = None
+        # One function for every registration: dynamo guards on the hooks it was traced with.
+        self._hook_fn = compiled.module_hook(self._on_forward)
 
     @property
     def _optimizer(self):
@@ -94,7 +96,7 @@ class StalenessCorrection:
         (step(), synchronize()): a hook registered inside one would miss that module's call."""
         if on and self._hook is None:
             register = torch.nn.modules.module.register_module_forward_pre_hook
-            self._hook = register(self._on_forward)
+            self._hook = register(self._hook_fn)
         elif not on and self._hook is not None:
             self._hook.remove()
             self._hook = None

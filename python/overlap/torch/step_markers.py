@@ -13,6 +13,7 @@ import threading
 import torch
 
 from overlap import _core
+from overlap.torch import compiled
 
 _IDLE, _FORWARD, _BACKWARD, _UPDATE = range(4)
 
@@ -29,6 +30,8 @@ class StepMarkers:
         self._register = getattr(torch.nn.modules.module, "register_module_forward_pre_hook",
                                  None)
         self._closed = False
+        # One function for every registration: dynamo guards on the hooks it was traced with.
+        self._hook_fn = compiled.module_hook(self._on_module_forward, optional=True)
         self._watch_forwards(True)
 
     def close(self):
@@ -38,7 +41,7 @@ class StepMarkers:
 
     def _watch_forwards(self, on):
         if on and self._hook is None and self._register is not None and not self._closed:
-            self._hook = self._register(self._on_module_forward)
+            self._hook = self._register(self._hook_fn)
         elif not on and self._hook is not None:
             self._hook.remove()  # torch copies the hooks before calling them: safe inside one
             self._hook = None
