@@ -19,33 +19,7 @@ import time
 import pytest
 import tensorflow as tf
 
-WARNING_S = 1
-TIMEOUT_S = 4
-SLACK_S = 6  # a loaded two-core machine: the coordinator's round and the ranks' start may lag
-
-
-def ranks(*numbers):
-    """The text of a rank list with hosts, e.g. [0 (vm)], as a pattern."""
-    return r"\[%s\]" % ", ".join(r"%d \([^)]*\)" % r for r in numbers)
-
-
-def stall_error(rank, kind, name, have, missing):
-    return (r"rank %d: stalled: %s '%s': submitted by ranks %s but not by ranks %s for [\d.]+ s, "
-            r"past OVERLAP_STALL_TIMEOUT_S=%d" % (rank, kind, re.escape(name), ranks(*have),
-                                                  ranks(*missing), TIMEOUT_S))
-
-
-def stall_warning(kind, name, have, missing):
-    return (r"overlap: rank 0: stall: %s '%s': submitted by ranks %s but not by ranks %s for "
-            r"[\d.]+ s \(fails after OVERLAP_STALL_TIMEOUT_S=%d\)" % (
-                kind, re.escape(name), ranks(*have), ranks(*missing), TIMEOUT_S))
-
-
-def runtime_log(capfd):
-    """What the runtime logged during the test (its logger writes to the process's stdout)."""
-    captured = capfd.readouterr()
-    return captured.out + captured.err
-
+from stall_text import SLACK_S, TIMEOUT_S, WARNING_S, runtime_log, stall_error, stall_warning
 
 def check_still_working(hvd, name):
     out = hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="after." + name)

@@ -125,3 +125,17 @@ def alltoall_expected(receiver, size, dtype, trailing=(3,)):
         blocks.append(alltoall_input(sender, size, dtype, trailing)[offset:offset + counts[receiver]])
         splits.append(counts[receiver])
     return torch.cat(blocks), splits
+
+
+def mlp(seed=0):
+    """The small MLP the update-at-forward and torch.compile suites train: three Linear layers with
+    Tanh between them, 6 inputs and 3 outputs, its weights seeded alike on every rank."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.Tanh(), torch.nn.Linear(32, 48),
+                               torch.nn.Tanh(), torch.nn.Linear(48, 3))
+
+
+def mlp_batch(hvd, step, size=4):
+    """Step `step`'s (input, target) for mlp() on this rank, as float32."""
+    return (floats((size, 6), 100 + step, hvd.rank()).float(),
+            floats((size, 3), 200 + step, hvd.rank()).float())

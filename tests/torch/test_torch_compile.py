@@ -20,23 +20,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from hvd_util import floats
+from hvd_util import mlp as make_model, mlp_batch as batch
 
-BATCH = 4
 PLANNER = os.environ.get("OVERLAP_PLANNER", "observed")
 # DistributedOptimizer's default: updates at forward under these planners (optimizer.py).
 AT_FORWARD = PLANNER in ("bytescheduler", "usbyte", "dear", "deft", "auto")
-
-
-def make_model(seed=0):
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(6, 32), nn.Tanh(), nn.Linear(32, 48), nn.Tanh(),
-                         nn.Linear(48, 3))
-
-
-def batch(hvd, step):
-    return (floats((BATCH, 6), 100 + step, hvd.rank()).float(),
-            floats((BATCH, 3), 200 + step, hvd.rank()).float())
 
 
 def dynamo_counters():

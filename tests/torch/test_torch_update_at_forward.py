@@ -13,23 +13,9 @@ import os
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-from hvd_util import floats
-
-BATCH = 4
-
-
-def make_model(seed=0):
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(6, 32), nn.Tanh(), nn.Linear(32, 48), nn.Tanh(),
-                         nn.Linear(48, 3))
-
-
-def batch(hvd, step):
-    return (floats((BATCH, 6), 100 + step, hvd.rank()).float(),
-            floats((BATCH, 3), 200 + step, hvd.rank()).float())
+from hvd_util import mlp as make_model, mlp_batch as batch
 
 
 def snapshot(model):
