@@ -148,11 +148,12 @@ bool FailureLog::AddLostHost(const std::string& host, int reporter, int64_t at_m
   return true;
 }
 
-std::string FailureLog::LostHostSentence() const {
+FailureLog::Blame FailureLog::BlameLostHost() const {
   constexpr absl::string_view kDown = ": the host or its network is down";
   for (const LostContact& lost : lost_) {
     if (lost.reporter < 0) {
-      return absl::StrCat("mpirun lost contact with host ", HostAndRanks(lost.host), kDown);
+      return {lost.host,
+              absl::StrCat("mpirun lost contact with host ", HostAndRanks(lost.host), kDown)};
     }
   }
   const LostContact& first = lost_.front();
@@ -165,10 +166,11 @@ std::string FailureLog::LostHostSentence() const {
       const std::string seer_host = HostOf(seer);
       if (HostOf(peer) == first.host && !seer_host.empty() && seer_host != first.host &&
           seer_host != reporter_host) {
-        return absl::StrCat("rank ", first.reporter, " on host ", reporter_host,
-                            " stopped hearing from host ", HostAndRanks(first.host),
-                            ", which ranks on other hosts still heard from: host ",
-                            HostAndRanks(reporter_host), " or its network is down");
+        return {reporter_host,
+                absl::StrCat("rank ", first.reporter, " on host ", reporter_host,
+                             " stopped hearing from host ", HostAndRanks(first.host),
+                             ", which ranks on other hosts still heard from: host ",
+                             HostAndRanks(reporter_host), " or its network is down")};
       }
     }
   }
@@ -182,13 +184,28 @@ std::string FailureLog::LostHostSentence() const {
       }
     }
     if (silent.size() >= 2) {
-      return absl::StrCat("rank 0 lost contact with hosts ", absl::StrJoin(silent, ", "),
-                          " at once: host ", HostAndRanks(reporter_host),
-                          " or its network is down");
+      return {reporter_host, absl::StrCat("rank 0 lost contact with hosts ",
+                                          absl::StrJoin(silent, ", "), " at once: host ",
+                                          HostAndRanks(reporter_host), " or its network is down")};
     }
   }
-  return absl::StrCat("rank ", first.reporter, " lost contact with host ",
-                      HostAndRanks(first.host), kDown);
+  return {first.host, absl::StrCat("rank ", first.reporter, " lost contact with host ",
+                                    HostAndRanks(first.host), kDown)};
+}
+
+std::string FailureLog::LostHostSentence() const { return BlameLostHost().sentence; }
+
+std::string FailureLog::BlamedHost() const {
+  if (!lost_.empty()) {
+    return BlameLostHost().host;
+  }
+  const std::optional<RankReport> cause = Cause();
+  if (!cause) {
+    return "";
+  }
+  // The name the host list gives (what a discovery script prints), else the rank's own.
+  const std::string listed = HostOf(cause->rank);
+  return listed.empty() ? cause->host : listed;
 }
 
 bool FailureLog::Reported(int rank) const {

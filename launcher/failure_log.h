@@ -109,6 +109,10 @@ class FailureLog {
   // `job_end_ms` is when mpirun exited. Only meaningful when !empty() or lost_host().
   std::string Summary(int64_t job_end_ms) const;
 
+  // The host the failure is blamed on: the lost host (AddLostHost's rules), else the cause's
+  // host; empty when neither is known. The elastic driver leaves it out of the next generation.
+  std::string BlamedHost() const;
+
   // overlaprun's exit status: the cause's (rank_report.h ExitStatusFor), else mpirun's own status,
   // kept non-zero when mpirun failed. After a lost host, mpirun's status and at least 1.
   int ExitStatus(int mpirun_status) const;
@@ -123,8 +127,13 @@ class FailureLog {
     std::string host;
     int reporter = -1;  // -1: mpirun
   };
-  // The end of Summary's first sentence after a lost host: who lost contact and which host is
-  // to blame (AddLostHost's rules).
+  // After a lost host, which host is to blame (AddLostHost's rules) and the end of Summary's
+  // first sentence: who lost contact with whom.
+  struct Blame {
+    std::string host;
+    std::string sentence;
+  };
+  Blame BlameLostHost() const;
   std::string LostHostSentence() const;
 
   std::vector<std::string> rank_hosts_;

@@ -50,8 +50,25 @@ failure handling:
                           8 minutes); set it below --collective-timeout
   --no-rank-wrapper       start ranks directly; failures are then reported by mpirun only
 
+elastic (horovodrun's flags; any of them makes the job elastic, docs/elastic.md):
+  --min-np, --min-num-proc N
+                          train on at least N ranks; with fewer slots the job waits for hosts
+                          (default: -np; -np defaults to it)
+  --max-np, --max-num-proc N
+                          never more than N ranks (default: every slot)
+  --host-discovery-script CMD
+                          prints the hosts available now, one "host" or "host:slots" per line;
+                          run every second (or give a fixed -H/--hostfile instead)
+  --slots-per-host N      slots of a host the script lists without a count (default 1)
+  --reset-limit N         fail after N restarts (hosts lost or added; default: no limit)
+  --blacklist-cooldown-range MIN MAX
+                          a failed host returns after MIN..MAX seconds, longer each time
+                          (default: never)
+  --elastic-timeout SECONDS
+                          fail when fewer than --min-np slots stay available this long (600)
+
 mpirun:
-  --dry-run               print the mpirun command and exit
+  --dry-run               print the mpirun command and exit (elastic: the first generation's)
   -v, --verbose           print the mpirun command before running it
   --mpirun PATH           mpirun to use (default: mpirun from PATH)
   --mpi-args "ARGS"       extra mpirun arguments, e.g. --mpi-args "--mca btl_tcp_links 2"
@@ -67,6 +84,7 @@ examples:
   overlaprun -np 4 --stall-warning 5 --stall-timeout 20 --log-level info ./train
   overlaprun -np 4 --planner auto --profile-steps 10 ./train
   overlaprun --dry-run -np 2 -x OMP_NUM_THREADS=1 ./train
+  overlaprun --min-np 2 --max-np 8 --host-discovery-script ./hosts.sh python train.py
   tools/cluster/cluster.sh exec overlaprun -np 4 --hostfile /tmp/overlap-cluster/hostfile --tcp-only ./train
 )");
   return text;

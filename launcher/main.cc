@@ -2,12 +2,15 @@
 // See docs/launcher.md and `overlaprun --help`.
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "launcher/elastic_launch.h"
 #include "launcher/help.h"
 #include "launcher/mpirun_command.h"
 #include "launcher/parse_args.h"
@@ -45,6 +48,23 @@ LaunchContext CurrentContext() {
   return context;
 }
 
+// Replaces this process with the elastic driver (elastic_launch.h); returns only when it cannot.
+int RunElasticDriver(const std::vector<std::string>& command) {
+  std::vector<char*> argv;
+  for (const std::string& arg : command) {
+    argv.push_back(const_cast<char*>(arg.c_str()));
+  }
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr,
+               "overlaprun: elastic mode runs its driver with %s (python -m "
+               "overlap.elastic_driver), which could not start: %s; set OVERLAP_ELASTIC_PYTHON "
+               "to a Python that has the overlap package\n",
+               argv[0], std::strerror(errno));
+  return 1;
+}
+
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   absl::StatusOr<ParsedCommand> parsed = ParseArgs(args);
@@ -63,6 +83,9 @@ int Main(int argc, char** argv) {
   }
   if (absl::Status s = Validate(options); !s.ok()) {
     return Refuse(s);
+  }
+  if (options.elastic.enabled) {
+    return RunElasticDriver(ElasticDriverCommand(options, CurrentContext()));
   }
   const std::vector<std::string> command = BuildMpirunCommand(options, CurrentContext());
   if (options.dry_run) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace overlap::launcher {
@@ -21,6 +22,29 @@ struct HostSlots {
 struct ForwardedVar {
   std::string name;
   std::optional<std::string> value;
+};
+
+// Elastic mode: horovodrun's elastic flags. The job runs in generations, each an ordinary
+// overlaprun job on the hosts available then; python/overlap/elastic_driver.py runs them.
+struct ElasticOptions {
+  // Any elastic flag given (--min-np, --max-np, --host-discovery-script, ...).
+  bool enabled = false;
+  // Fewest ranks to train with; 0: -np. Below it the job waits (at most timeout_s) for hosts.
+  int min_ranks = 0;
+  // Most ranks; 0: as many as there are slots.
+  int max_ranks = 0;
+  // Command whose output lists the hosts available now, one "host" or "host:slots" per line.
+  // Empty: the -H/--hostfile hosts are the only ones (a host that fails is blacklisted).
+  std::string discovery_script;
+  // Slots of a host the discovery output lists without a count; 0: 1.
+  int slots_per_host = 0;
+  // Most restarts (host lost, joined or failed) before the job fails; -1: no limit.
+  int reset_limit = -1;
+  // A failed host stays out for a time in [min, max] seconds, growing with each failure;
+  // unset: for the rest of the job.
+  std::optional<std::pair<int, int>> cooldown_s;
+  // How long the job may wait for at least min_ranks slots before it fails.
+  double timeout_s = 600;
 };
 
 struct LaunchOptions {
@@ -68,6 +92,14 @@ struct LaunchOptions {
   // The mpirun to run, and extra arguments passed to it verbatim before the program.
   std::string mpirun = "mpirun";
   std::vector<std::string> mpi_args;
+
+  ElasticOptions elastic;
+  // In elastic mode, the arguments as given less -np, -H/--hostfile, the elastic flags and the
+  // program: what every generation's overlaprun is started with (the driver adds the rest).
+  std::vector<std::string> generation_args;
+
+  // Internal (the elastic driver's): write how the job ended, as JSON, to this file.
+  std::string failure_report;
 
   // The program and its arguments.
   std::vector<std::string> program;

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "launcher/hosts.h"
 #include "launcher/runtime_flags.h"
@@ -21,6 +22,7 @@ class ArgReader {
   explicit ArgReader(absl::Span<const std::string> args) : args_(args) {}
 
   bool Done() const { return pos_ >= args_.size(); }
+  size_t pos() const { return pos_; }
   const std::string& Peek() const { return args_[pos_]; }
 
   // Consumes the next argument as an option name, splitting off an inline "=value".
@@ -200,6 +202,86 @@ absl::Status AddMpiArgs(absl::string_view, const std::string& value, LaunchOptio
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> ParseCount(absl::string_view option, absl::string_view value, int least) {
+  int n = 0;
+  if (!absl::SimpleAtoi(value, &n)) {
+    return absl::InvalidArgumentError(absl::StrCat(option, " '", value, "' is not an integer"));
+  }
+  if (n < least) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(option, " must be at least ", least, ", got ", value));
+  }
+  return n;
+}
+
+absl::Status SetElasticCount(absl::string_view option, const std::string& value,
+                             LaunchOptions& o) {
+  const bool is_reset_limit = option == "--reset-limit";
+  absl::StatusOr<int> n = ParseCount(option, value, is_reset_limit ? 0 : 1);
+  if (!n.ok()) {
+    return n.status();
+  }
+  o.elastic.enabled = true;
+  if (is_reset_limit) {
+    o.elastic.reset_limit = *n;
+  } else if (option == "--slots-per-host") {
+    o.elastic.slots_per_host = *n;
+  } else if (absl::StartsWith(option, "--min")) {
+    o.elastic.min_ranks = *n;
+  } else {
+    o.elastic.max_ranks = *n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetDiscoveryScript(absl::string_view option, const std::string& value,
+                                LaunchOptions& o) {
+  o.elastic.enabled = true;
+  o.elastic.discovery_script = value;
+  return NonEmpty(option, value);
+}
+
+absl::Status SetElasticTimeout(absl::string_view option, const std::string& value,
+                               LaunchOptions& o) {
+  absl::StatusOr<double> s = ParseSeconds(option, value);
+  if (!s.ok()) {
+    return s.status();
+  }
+  o.elastic.enabled = true;
+  o.elastic.timeout_s = *s;
+  return absl::OkStatus();
+}
+
+// horovodrun's form is two arguments, "--blacklist-cooldown-range 60 300"; "60,300" is taken too.
+absl::Status SetCooldownRange(absl::string_view option, ArgReader& reader, LaunchOptions& o) {
+  absl::StatusOr<std::string> first = reader.TakeValue(option);
+  if (!first.ok()) {
+    return first.status();
+  }
+  std::vector<std::string> parts = absl::StrSplit(*first, ',');
+  if (parts.size() == 1) {
+    absl::StatusOr<std::string> second = reader.TakeValue(option);
+    if (!second.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(option, " needs two values: MIN MAX seconds"));
+    }
+    parts.push_back(*second);
+  }
+  int low = 0, high = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &low) ||
+      !absl::SimpleAtoi(parts[1], &high)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        option, " '", absl::StrJoin(parts, " "), "' is not two whole numbers of seconds MIN MAX"));
+  }
+  // Horovod's bounds: at least a second, at most an hour.
+  if (low < 1 || high > 3600 || low > high) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        option, " ", low, " ", high, ": needs 1 <= MIN <= MAX <= 3600 seconds"));
+  }
+  o.elastic.enabled = true;
+  o.elastic.cooldown_s = std::make_pair(low, high);
+  return absl::OkStatus();
+}
+
 struct OptionSpec {
   const char* names[3];  // unused entries are nullptr
   bool takes_value;
@@ -218,6 +300,18 @@ const OptionSpec kOptions[] = {
     {{"--rsh-agent"}, true, SetRshAgent},
     {{"--mpirun"}, true, SetMpirun},
     {{"--mpi-args"}, true, AddMpiArgs},
+    {{"--min-np", "--min-num-proc"}, true, SetElasticCount},
+    {{"--max-np", "--max-num-proc"}, true, SetElasticCount},
+    {{"--slots-per-host"}, true, SetElasticCount},
+    {{"--reset-limit"}, true, SetElasticCount},
+    {{"--host-discovery-script"}, true, SetDiscoveryScript},
+    {{"--elastic-timeout"}, true, SetElasticTimeout},
+    {{"--failure-report"},
+     true,
+     [](absl::string_view option, const std::string& value, LaunchOptions& o) {
+       o.failure_report = value;
+       return NonEmpty(option, value);
+     }},
     {{"--dry-run"},
      false,
      [](absl::string_view, const std::string&, LaunchOptions& o) {
@@ -267,6 +361,9 @@ absl::Status ParseOption(const std::string& option, ArgReader& reader, ParsedCom
     out.mode = ParsedCommand::Mode::kHelp;
     return reader.NoValue(option);
   }
+  if (option == "--blacklist-cooldown-range") {
+    return SetCooldownRange(option, reader, out.options);
+  }
   if (const OptionSpec* spec = FindOption(option)) {
     if (!spec->takes_value) {
       if (absl::Status s = reader.NoValue(option); !s.ok()) {
@@ -296,6 +393,23 @@ absl::Status ParseOption(const std::string& option, ArgReader& reader, ParsedCom
       absl::StrCat("unknown option '", option, "' (overlaprun --help lists them)"));
 }
 
+// Options whose values the elastic driver sets for each generation itself, so they are left out
+// of LaunchOptions::generation_args.
+bool SetPerGeneration(absl::string_view option) {
+  static constexpr absl::string_view kNames[] = {
+      "-np",          "-n",           "--num-proc",         "-H",
+      "--hosts",      "--hostfile",   "--dry-run",          "--min-np",
+      "--min-num-proc", "--max-np",   "--max-num-proc",     "--slots-per-host",
+      "--reset-limit", "--host-discovery-script", "--elastic-timeout",
+      "--blacklist-cooldown-range", "--failure-report"};
+  for (absl::string_view name : kNames) {
+    if (option == name) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<ParsedCommand> ParseArgs(absl::Span<const std::string> args) {
@@ -323,15 +437,31 @@ absl::StatusOr<ParsedCommand> ParseArgs(absl::Span<const std::string> args) {
     if (next.size() < 2 || next[0] != '-') {
       break;  // the program
     }
+    const size_t begin = reader.pos();
     const std::string option = reader.TakeOption();
     if (absl::Status s = ParseOption(option, reader, out); !s.ok()) {
       return s;
+    }
+    if (!SetPerGeneration(option)) {
+      out.options.generation_args.insert(out.options.generation_args.end(),
+                                         args.begin() + static_cast<ptrdiff_t>(begin),
+                                         args.begin() + static_cast<ptrdiff_t>(reader.pos()));
     }
     if (out.mode == ParsedCommand::Mode::kHelp) {
       return out;
     }
   }
   out.options.program = reader.Rest();
+  // horovodrun: --min-np defaults to -np, and an elastic job may give only --min-np.
+  ElasticOptions& elastic = out.options.elastic;
+  if (elastic.enabled) {
+    if (elastic.min_ranks == 0) {
+      elastic.min_ranks = out.options.num_ranks;
+    }
+    if (out.options.num_ranks == 0) {
+      out.options.num_ranks = elastic.min_ranks;
+    }
+  }
   return out;
 }
 

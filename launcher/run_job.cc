@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -117,7 +118,11 @@ class JobWatcher {
       CheckDeadlines();
     }
     WriteAll(STDERR_FILENO, buffer_.data(), buffer_.size());
-    return Finish();
+    const int status = Finish();
+    if (!options_.failure_report.empty()) {
+      WriteFailureReport(status);
+    }
+    return status;
   }
 
  private:
@@ -282,6 +287,34 @@ class JobWatcher {
                        " before any rank reported a failure (its messages are above)"));
     }
     return status;
+  }
+
+  // For the elastic driver (python/overlap/elastic_driver.py): how the job ended, as one JSON
+  // object, e.g. {"status": 137, "cause_rank": 1, "cause_how": "signaled", "cause_code": 9,
+  // "blamed_host": "h2", "lost_host": false, "interrupted": false}.
+  void WriteFailureReport(int status) const {
+    const std::optional<RankReport> cause = log_.Cause();
+    const char* how = "none";
+    if (cause) {
+      how = cause->how == RankReport::How::kExited     ? "exited"
+            : cause->how == RankReport::How::kSignaled ? "signaled"
+                                                       : "exec_failed";
+    }
+    const std::string json = absl::StrFormat(
+        "{\"status\": %d, \"cause_rank\": %d, \"cause_how\": \"%s\", \"cause_code\": %d, "
+        "\"blamed_host\": \"%s\", \"lost_host\": %s, \"interrupted\": %s, "
+        "\"start_timeout\": %s}\n",
+        status, cause ? cause->rank : -1, how, cause ? cause->code : 0,
+        absl::CEscape(log_.BlamedHost()), log_.lost_host() ? "true" : "false",
+        g_received_signal != 0 ? "true" : "false", failure_.empty() ? "false" : "true");
+    FILE* f = std::fopen(options_.failure_report.c_str(), "w");
+    if (f == nullptr) {
+      Say(absl::StrCat("overlaprun: cannot write ", options_.failure_report, ": ",
+                       strerror(errno)));
+      return;
+    }
+    std::fputs(json.c_str(), f);
+    std::fclose(f);
   }
 
   const LaunchOptions& options_;

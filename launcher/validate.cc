@@ -36,9 +36,50 @@ absl::Status CheckStallTimes(const LaunchOptions& o) {
   return absl::OkStatus();
 }
 
+absl::Status CheckElastic(const LaunchOptions& o) {
+  const ElasticOptions& e = o.elastic;
+  if (o.num_ranks == 0) {
+    return absl::InvalidArgumentError(
+        "an elastic job needs -np N or --min-np N: how many ranks to start with");
+  }
+  if (e.max_ranks > 0 && e.min_ranks > e.max_ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("--min-np ", e.min_ranks,
+                                                   " is above --max-np ", e.max_ranks));
+  }
+  if (o.num_ranks < e.min_ranks || (e.max_ranks > 0 && o.num_ranks > e.max_ranks)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "-np ", o.num_ranks, " must lie between --min-np ", e.min_ranks, " and --max-np ",
+        e.max_ranks > 0 ? absl::StrCat(e.max_ranks) : "(none)"));
+  }
+  if (!e.discovery_script.empty() && !o.hosts.empty()) {
+    return absl::InvalidArgumentError(
+        "give an elastic job's hosts with --host-discovery-script or with -H/--hostfile, not "
+        "both");
+  }
+  if (e.discovery_script.empty() && o.hosts.empty()) {
+    return absl::InvalidArgumentError(
+        "an elastic job needs --host-discovery-script (a command printing the available "
+        "hosts, one \"host:slots\" per line) or a fixed -H/--hostfile host list");
+  }
+  if (!o.hosts.empty() && !o.oversubscribe && TotalSlots(o.hosts) < e.min_ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--min-np ", e.min_ranks, " needs ", e.min_ranks, " slots but ",
+                     FormatHostList(o.hosts), " has ", TotalSlots(o.hosts)));
+  }
+  if (o.program.empty()) {
+    return absl::InvalidArgumentError(
+        "no program given; usage: overlaprun --min-np N --host-discovery-script S [options] "
+        "[--] program [args...]");
+  }
+  return CheckStallTimes(o);
+}
+
 }  // namespace
 
 absl::Status Validate(const LaunchOptions& o) {
+  if (o.elastic.enabled) {
+    return CheckElastic(o);
+  }
   if (o.num_ranks == 0) {
     return absl::InvalidArgumentError("-np N is required: how many ranks to start");
   }

@@ -10,7 +10,8 @@
 namespace overlap::launcher {
 
 // InvalidArgument with one line naming the option and the fix: -np missing, no program, more ranks
-// than slots without --oversubscribe, --stall-timeout below --stall-warning.
+// than slots without --oversubscribe, --stall-timeout below --stall-warning; in elastic mode,
+// --min-np above --max-np or -np outside them, no hosts, or both a discovery script and -H.
 absl::Status Validate(const LaunchOptions& options);
 
 }  // namespace overlap::launcher

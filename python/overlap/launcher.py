@@ -8,6 +8,8 @@ def main():
     binary = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "overlaprun")
     if not os.path.exists(binary):
         sys.exit("overlaprun: %s is missing; reinstall the package with `pip install .`" % binary)
+    # An elastic job's driver runs in Python (launcher/elastic_launch.h): this interpreter.
+    os.environ.setdefault("OVERLAP_ELASTIC_PYTHON", sys.executable)
     os.execv(binary, [binary] + sys.argv[1:])
 
 

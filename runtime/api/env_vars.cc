@@ -297,6 +297,24 @@ constexpr Var kVars[] = {
     Def("OVERLAP_RUN_KEY", Kind::kString, Reader::kPython)
         .Describe("set by overlap.run for its ranks: the key that signs their messages")
         .Build(),
+    Def("OVERLAP_ELASTIC_PYTHON", Kind::kPath, Reader::kPython)
+        .Describe("the Python that runs overlaprun's elastic driver (default python3; the "
+                  "pip-installed overlaprun sets its own)")
+        .Build(),
+    Def("OVERLAP_ELASTIC_DRIVER", Kind::kString, Reader::kPython)
+        .Describe("set by the elastic driver for its ranks: the driver's addresses and port")
+        .Build(),
+    Def("OVERLAP_ELASTIC_KEY", Kind::kString, Reader::kPython)
+        .Describe("set by the elastic driver for its ranks: the key that signs their messages")
+        .Build(),
+    Def("OVERLAP_ELASTIC_GENERATION", Kind::kString, Reader::kPython)
+        .Describe("set by the elastic driver for its ranks: which launch of the job this is")
+        .Build(),
+    Def("OVERLAP_ELASTIC_STATE_DIR", Kind::kPath, Reader::kPython)
+        .Default("/dev/shm/overlap-elastic-JOB, else /tmp/...")
+        .Describe("where an elastic job's ranks keep their last commit, one file per host, for "
+                  "the next generation to resume from")
+        .Build(),
     Def("OVERLAP_TF_OPS_CACHE", Kind::kPath, Reader::kPython)
         .Default("$XDG_CACHE_HOME/overlap/tf_ops")
         .Describe("where overlap.tensorflow compiles its op library")

@@ -257,4 +257,52 @@ TEST_CASE("--help and the internal rank wrapper mode", "[parse]") {
 }
 
 }  // namespace
+TEST_CASE("horovodrun's elastic flags make an elastic job", "[parse][elastic]") {
+  auto p = Parse({"--min-np", "2", "--max-num-proc=8", "--host-discovery-script", "./hosts.sh",
+                  "--slots-per-host", "4", "--reset-limit", "3", "--blacklist-cooldown-range",
+                  "10", "100", "--elastic-timeout", "60", "-x", "A=1", "--fusion-threshold-mb",
+                  "8", "python", "train.py"});
+  REQUIRE(p.ok());
+  const LaunchOptions& o = p->options;
+  CHECK(o.elastic.enabled);
+  CHECK(o.elastic.min_ranks == 2);
+  CHECK(o.num_ranks == 2);  // -np defaults to --min-np
+  CHECK(o.elastic.max_ranks == 8);
+  CHECK(o.elastic.discovery_script == "./hosts.sh");
+  CHECK(o.elastic.slots_per_host == 4);
+  CHECK(o.elastic.reset_limit == 3);
+  REQUIRE(o.elastic.cooldown_s.has_value());
+  CHECK(o.elastic.cooldown_s->first == 10);
+  CHECK(o.elastic.cooldown_s->second == 100);
+  CHECK(o.elastic.timeout_s == 60);
+  // What every generation is started with: all but the elastic flags, -np and the hosts.
+  CHECK(o.generation_args ==
+        std::vector<std::string>{"-x", "A=1", "--fusion-threshold-mb", "8"});
+  CHECK(o.program == std::vector<std::string>{"python", "train.py"});
+}
+
+TEST_CASE("--min-np defaults to -np, and the cooldown range takes MIN,MAX", "[parse][elastic]") {
+  auto p = Parse({"-np", "4", "--max-np", "6", "-H", "a:4,b:4", "--blacklist-cooldown-range",
+                  "5,50", "prog"});
+  REQUIRE(p.ok());
+  CHECK(p->options.elastic.min_ranks == 4);
+  CHECK(p->options.num_ranks == 4);
+  CHECK(p->options.elastic.cooldown_s->second == 50);
+  CHECK(p->options.generation_args.empty());
+  CHECK_FALSE(Parse({"-np", "2", "prog"})->options.elastic.enabled);
+}
+
+TEST_CASE("bad elastic values are refused naming the flag", "[parse][elastic]") {
+  CHECK(Parse({"--min-np", "0", "p"}).status().message() == "--min-np must be at least 1, got 0");
+  CHECK(Parse({"--max-np", "x", "p"}).status().message() == "--max-np 'x' is not an integer");
+  CHECK(Parse({"--reset-limit", "-1", "p"}).status().message() ==
+        "--reset-limit must be at least 0, got -1");
+  CHECK(Parse({"--blacklist-cooldown-range", "0", "10", "p"}).status().message() ==
+        "--blacklist-cooldown-range 0 10: needs 1 <= MIN <= MAX <= 3600 seconds");
+  CHECK(Parse({"--blacklist-cooldown-range", "10"}).status().message() ==
+        "--blacklist-cooldown-range needs two values: MIN MAX seconds");
+  CHECK(Parse({"--elastic-timeout", "-5", "p"}).status().message() ==
+        "--elastic-timeout '-5' is not a positive number of seconds");
+}
+
 }  // namespace overlap::launcher

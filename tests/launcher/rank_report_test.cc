@@ -76,6 +76,7 @@ TEST_CASE("the failure log blames the earliest rank that failed on its own", "[r
   CHECK(log.Reported(2));
   CHECK_FALSE(log.Reported(3));
   CHECK(log.Cause()->rank == 2);
+  CHECK(log.BlamedHost() == "h3");  // the rank's own host name, without a host list
   CHECK(log.ExitStatus(1) == 137);
   CHECK(log.Summary(6500) ==
         "overlaprun: job failed: rank 2 on host h3 was killed by signal 9 (SIGKILL); after it 1 "
@@ -98,6 +99,7 @@ TEST_CASE("mpirun's report of a lost daemon names the host, which is then the ca
   CHECK(log.Summary(21500) ==
         "overlaprun: job failed: mpirun lost contact with host h3 (rank 2): the host or its "
         "network is down; 1 rank failed and 1 was stopped; the job ended 1.50 s after");
+  CHECK(log.BlamedHost() == "h3");  // what the elastic driver blacklists
   // Not rank 3's 143: mpirun's status, and never 0.
   CHECK(log.ExitStatus(1) == 1);
   CHECK(log.ExitStatus(0) == 1);
@@ -123,6 +125,7 @@ TEST_CASE("a rank's silent control connection names the peer's host, which is th
   FailureLog log({"h1", "h2", "h3", "h4"});
   CHECK(log.AddLostHost("h3", 0, 20000));
   CHECK_FALSE(log.Add(Report(0, RankReport::How::kExited, 1, 20050)));
+  CHECK(log.BlamedHost() == "h3");
   CHECK(log.Summary(21000) ==
         "overlaprun: job failed: rank 0 lost contact with host h3 (rank 2): the host or its "
         "network is down; 1 rank failed and 0 were stopped; the job ended 1.00 s after");
@@ -285,4 +288,12 @@ TEST_CASE("ranks stopped by the launcher are blamed only when nothing else faile
 }
 
 }  // namespace
+TEST_CASE("the blamed host is the host list's name for the cause's host", "[report][elastic]") {
+  // A discovery script says "node-b"; the rank's own hostname may differ (here "h2").
+  FailureLog log({"node-a", "node-b"});
+  CHECK(log.BlamedHost().empty());
+  CHECK(log.Add(Report(1, RankReport::How::kSignaled, SIGKILL, 1000)));
+  CHECK(log.BlamedHost() == "node-b");
+}
+
 }  // namespace overlap::launcher

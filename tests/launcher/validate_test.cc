@@ -38,4 +38,22 @@ TEST_CASE("the stall timeout cannot come before the warning", "[validate]") {
 }
 
 }  // namespace
+TEST_CASE("elastic jobs: bounds, hosts and a program", "[validate][elastic]") {
+  CHECK(Check({"--min-np", "2", "--host-discovery-script", "./h.sh", "prog"}).empty());
+  CHECK(Check({"--min-np", "2", "-H", "a:1,b:1", "prog"}).empty());
+  CHECK(Check({"--min-np", "4", "--max-np", "2", "--host-discovery-script", "h", "prog"}) ==
+        "--min-np 4 is above --max-np 2");
+  CHECK(Check({"-np", "8", "--min-np", "2", "--max-np", "4", "--host-discovery-script", "h",
+               "prog"}) == "-np 8 must lie between --min-np 2 and --max-np 4");
+  CHECK(Check({"--min-np", "2", "-H", "a:2", "--host-discovery-script", "h", "prog"}) ==
+        "give an elastic job's hosts with --host-discovery-script or with -H/--hostfile, not "
+        "both");
+  CHECK(Check({"--min-np", "2", "prog"}).find("an elastic job needs --host-discovery-script") ==
+        0);
+  CHECK(Check({"--min-np", "3", "-H", "a:1,b:1", "prog"}) ==
+        "--min-np 3 needs 3 slots but a:1,b:1 has 2");
+  CHECK(Check({"--max-np", "2", "--host-discovery-script", "h", "prog"}) ==
+        "an elastic job needs -np N or --min-np N: how many ranks to start with");
+}
+
 }  // namespace overlap::launcher

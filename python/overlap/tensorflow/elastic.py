@@ -12,11 +12,11 @@ HorovodInternalError and broadcast_object_fn, as Horovod's module carries them.
 
 import copy
 
-from overlap.basics import init, rank, shutdown  # noqa: F401 (hvd.elastic.init, as Horovod)
+from overlap.basics import init, local_rank, rank, shutdown  # noqa: F401 (as Horovod's module)
 from overlap.common import HorovodInternalError  # noqa: F401
 from overlap.elastic import ObjectState, run_fn
-from overlap.tensorflow.functions import (broadcast_object, broadcast_object_fn,  # noqa: F401
-                                          broadcast_variables)
+from overlap.tensorflow.functions import (allgather_object, broadcast_object,
+                                          broadcast_object_fn, broadcast_variables)  # noqa: F401
 
 
 def run(func):
@@ -44,7 +44,8 @@ class TensorFlowState(ObjectState):
                              "runs on TensorFlow 2, eagerly" % rank())
         self._state_variables = list(variables or [])
         self._saved_values = _values(self._state_variables)
-        super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
+        super().__init__(bcast_object=broadcast_object, get_rank=rank,
+                         allgather_object=allgather_object, get_local_rank=local_rank, **kwargs)
 
     def save(self):
         self._saved_values = _values(self._state_variables)
@@ -54,13 +55,23 @@ class TensorFlowState(ObjectState):
         _assign(self._state_variables, self._saved_values)
         super().restore()
 
-    def sync(self):
+    def sync(self, root_rank=0):
         # Rank 0's values become every rank's last commit too, as in Horovod: a restore() right
         # after sync() must not bring back this rank's own values from before it.
         if self._state_variables:
-            broadcast_variables(self._state_variables, root_rank=0)
+            broadcast_variables(self._state_variables, root_rank=root_rank)
         self._saved_values = _values(self._state_variables)
-        super().sync()
+        super().sync(root_rank)
+
+    def _committed(self):
+        committed = super()._committed()
+        committed["variables"] = self._saved_values
+        return committed
+
+    def _load_committed(self, committed):
+        self._saved_values = committed["variables"]
+        _assign(self._state_variables, self._saved_values)
+        super()._load_committed(committed)
 
 
 class TensorFlowKerasState(ObjectState):
@@ -75,7 +86,8 @@ class TensorFlowKerasState(ObjectState):
         self._build_optimizer()
         self._saved_model = _values(self.model.variables)
         self._saved_optimizer = _values(self._optimizer_variables())
-        super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
+        super().__init__(bcast_object=broadcast_object, get_rank=rank,
+                         allgather_object=allgather_object, get_local_rank=local_rank, **kwargs)
 
     def _build_optimizer(self):
         if self.optimizer is None or getattr(self.optimizer, "built", True):
@@ -97,9 +109,20 @@ class TensorFlowKerasState(ObjectState):
         _assign(self._optimizer_variables(), self._saved_optimizer)
         super().restore()
 
-    def sync(self):
+    def sync(self, root_rank=0):
         broadcast_variables(list(self.model.variables) + self._optimizer_variables(),
-                            root_rank=0)
+                            root_rank=root_rank)
         self._saved_model = _values(self.model.variables)  # as TensorFlowState.sync
         self._saved_optimizer = _values(self._optimizer_variables())
-        super().sync()
+        super().sync(root_rank)
+
+    def _committed(self):
+        committed = super()._committed()
+        committed["model"], committed["optimizer"] = self._saved_model, self._saved_optimizer
+        return committed
+
+    def _load_committed(self, committed):
+        self._saved_model, self._saved_optimizer = committed["model"], committed["optimizer"]
+        _assign(self.model.variables, self._saved_model)
+        _assign(self._optimizer_variables(), self._saved_optimizer)
+        super()._load_committed(committed)

@@ -6,11 +6,11 @@ import copy
 
 import torch
 
-from overlap.basics import rank
+from overlap.basics import local_rank, rank
 from overlap.elastic import ObjectState
 from overlap.torch.elastic.sampler import ElasticSampler
-from overlap.torch.functions import (broadcast_object, broadcast_optimizer_state,
-                                     broadcast_parameters)
+from overlap.torch.functions import (allgather_object, broadcast_object,
+                                     broadcast_optimizer_state, broadcast_parameters)
 
 
 class _Handler:
@@ -26,8 +26,8 @@ class _Handler:
     def restore(self):
         self.value.load_state_dict(self._saved)
 
-    def sync(self):
-        self.value.load_state_dict(broadcast_object(self.value.state_dict()))
+    def sync(self, root_rank):
+        self.value.load_state_dict(broadcast_object(self.value.state_dict(), root_rank))
 
     def set_value(self, value):
         self.value = value
@@ -35,13 +35,13 @@ class _Handler:
 
 
 class _ModelHandler(_Handler):
-    def sync(self):
-        broadcast_parameters(self.value.state_dict(), root_rank=0)
+    def sync(self, root_rank):
+        broadcast_parameters(self.value.state_dict(), root_rank=root_rank)
 
 
 class _OptimizerHandler(_Handler):
-    def sync(self):
-        broadcast_optimizer_state(self.value, root_rank=0)
+    def sync(self, root_rank):
+        broadcast_optimizer_state(self.value, root_rank=root_rank)
 
 
 _HANDLERS = [
@@ -76,7 +76,8 @@ class TorchState(ObjectState):
         object.__setattr__(self, "_handlers", handlers)
         for name, handler in handlers.items():
             object.__setattr__(self, name, handler.value)
-        super().__init__(bcast_object=broadcast_object, get_rank=rank, **plain)
+        super().__init__(bcast_object=broadcast_object, get_rank=rank,
+                         allgather_object=allgather_object, get_local_rank=local_rank, **plain)
 
     def save(self):
         for handler in self._handlers.values():
@@ -88,10 +89,21 @@ class TorchState(ObjectState):
             handler.restore()
         super().restore()
 
-    def sync(self):
+    def sync(self, root_rank=0):
         for handler in self._handlers.values():
-            handler.sync()
-        super().sync()
+            handler.sync(root_rank)
+        super().sync(root_rank)
+
+    def _committed(self):
+        committed = super()._committed()
+        committed["handlers"] = {name: h._saved for name, h in self._handlers.items()}
+        return committed
+
+    def _load_committed(self, committed):
+        for name, saved in committed["handlers"].items():
+            self._handlers[name]._saved = saved
+            self._handlers[name].restore()
+        super()._load_committed(committed)
 
     def __setattr__(self, name, value):
         # A new model or optimizer assigned to the state becomes the one it saves.
