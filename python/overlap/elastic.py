@@ -112,6 +112,8 @@ class State:
         self._local_rank = get_local_rank or basics.local_rank
         self._reset_callbacks = []
         self._commit_seq = 0
+        # True while commit() checks for host updates: an interrupt then needs no new commit.
+        self._just_committed = False
 
     def register_reset_callbacks(self, callbacks):
         """Callables run by on_reset(), after a reset and before the function runs again."""
@@ -132,7 +134,11 @@ class State:
         driver = _Driver.get()
         if driver is not None and self._local_rank() == 0:
             driver.write_commit(self._commit_seq, self._committed())
-        self.check_host_updates()
+        self._just_committed = True
+        try:
+            self.check_host_updates()
+        finally:
+            self._just_committed = False
 
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank when the elastic driver says the hosts
@@ -148,7 +154,9 @@ class State:
                 sys.stderr.write("rank 0: %s; carrying on with the same hosts\n" % e)
         why = self._bcast_object(why)
         if why:
-            raise HostsUpdatedInterrupt(why)
+            error = HostsUpdatedInterrupt(why)
+            error.at_commit = self._just_committed
+            raise error
 
     def _allgather_object(self, value):
         """Every rank's `value`, by rank; through broadcasts when the State was made with
@@ -228,13 +236,16 @@ def _resume(state, driver):
                          % (driver.generation, newest, root))
 
 
-def _restart(state, driver, why):
-    """Hosts changed: keep the current state as a commit on every host, tell the driver, and
-    end this generation on every rank together."""
-    state.save()
-    state._commit_seq += 1
-    if state._local_rank() == 0:
-        driver.write_commit(state._commit_seq, state._committed())
+def _restart(state, driver, interrupt):
+    """Hosts changed: keep the current state as a commit on every host (unless the interrupt
+    came from commit(), which just did), tell the driver, and end this generation on every rank
+    together."""
+    why = str(interrupt)
+    if not getattr(interrupt, "at_commit", False):
+        state.save()
+        state._commit_seq += 1
+        if state._local_rank() == 0:
+            driver.write_commit(state._commit_seq, state._committed())
     state._allgather_object(state._commit_seq)  # every host has written before anyone exits
     if state._rank() == 0:
         try:
@@ -273,7 +284,7 @@ def run_fn(func, reset=None):
         try:
             result = func(state, *args, **kwargs)
         except HostsUpdatedInterrupt as e:
-            _restart(state, driver, str(e))
+            _restart(state, driver, e)
         except HorovodInternalError as e:
             state.restore()
             why = str(e) if str(e).startswith("rank ") else "rank %d: %s" % (state._rank(), e)

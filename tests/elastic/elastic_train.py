@@ -52,6 +52,14 @@ def digest(state):
     return h.hexdigest()
 
 
+def commit(state):
+    # Logged before the commit, which may end the generation (hosts changed) without returning.
+    if hvd.rank() == 0:
+        log("commit", seq=state._commit_seq + 1, size=hvd.size(), epoch=state.epoch,
+            steps=state.steps, digest=digest(state))
+    state.commit()
+
+
 def main():
     hvd.init()
     torch.manual_seed(0)
@@ -91,16 +99,10 @@ def main():
                 state.steps += 1
                 state.sampler.record_batch(start // BATCH, len(batch))
                 if state.steps % COMMIT_EVERY == 0:
-                    state.commit()
-                    if hvd.rank() == 0:
-                        log("commit", seq=state._commit_seq, size=hvd.size(), epoch=state.epoch,
-                            steps=state.steps, digest=digest(state))
+                    commit(state)
             state.epoch += 1
             state.sampler.set_epoch(state.epoch)
-            state.commit()
-            if hvd.rank() == 0:
-                log("commit", seq=state._commit_seq, size=hvd.size(), epoch=state.epoch,
-                    steps=state.steps, digest=digest(state))
+            commit(state)
         return loss.item() if loss is not None else None
 
     loss = train(state)
