@@ -10,12 +10,15 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "launcher/elastic_launch.h"
 #include "launcher/help.h"
 #include "launcher/mpirun_command.h"
 #include "launcher/parse_args.h"
 #include "launcher/preflight.h"
 #include "launcher/rank_wrapper.h"
+#include "launcher/reachability.h"
 #include "launcher/run_job.h"
 #include "launcher/validate.h"
 
@@ -46,6 +49,17 @@ LaunchContext CurrentContext() {
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   context.self_path = n > 0 ? std::string(self, static_cast<size_t>(n)) : "overlaprun";
   return context;
+}
+
+// For the elastic driver: the launch was refused before mpirun started, blaming the host that did
+// not answer when there is one (run_job.h writes the report of a job that ran).
+void WriteRefusalReport(const std::string& path, const absl::Status& status) {
+  const auto host = status.GetPayload(kUnreachableHostPayload);
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fprintf(f, "{\"status\": %d, \"refused\": true, \"blamed_host\": \"%s\"}\n", kRefused,
+                 host ? absl::CEscape(std::string(*host)).c_str() : "");
+    std::fclose(f);
+  }
 }
 
 // Replaces this process with the elastic driver (elastic_launch.h); returns only when it cannot.
@@ -93,6 +107,9 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (absl::Status s = Preflight(options); !s.ok()) {
+    if (!options.failure_report.empty()) {
+      WriteRefusalReport(options.failure_report, s);
+    }
     return Refuse(s);
   }
   if (options.verbose) {

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -190,6 +191,7 @@ absl::Status CheckHostsReachable(const LaunchOptions& options) {
     const bool ok = !timed_out && WIFEXITED(p.status) && WEXITSTATUS(p.status) == 0;
     if (!ok && result.ok()) {
       result = ProbeError(p, agent, timed_out, options.start_timeout_s);
+      result.SetPayload(kUnreachableHostPayload, absl::Cord(p.host));
     }
     unlink(p.stderr_path.c_str());
   }

@@ -18,8 +18,13 @@ bool IsLocalHost(const std::string& host);
 // ssh; ssh gets BatchMode and a connect timeout so a password prompt or a dead host cannot hang.
 std::vector<std::string> AgentCommand(const LaunchOptions& options, double timeout_s);
 
+// The payload of CheckHostsReachable's error: the host that did not answer, for the elastic
+// driver to leave out (absl::Status::GetPayload).
+inline constexpr char kUnreachableHostPayload[] = "overlap.launcher/unreachable-host";
+
 // Runs `agent host true` for every non-local host at once and waits at most start_timeout_s.
-// Unavailable naming the host, the agent, and the agent's last line of stderr or the timeout.
+// Unavailable naming the host, the agent, and the agent's last line of stderr or the timeout,
+// with the host also as the kUnreachableHostPayload payload.
 absl::Status CheckHostsReachable(const LaunchOptions& options);
 
 }  // namespace overlap::launcher

@@ -380,6 +380,13 @@ class Driver:
         if not outcome:
             return "generation %d did not start (status %d; overlaprun said why above)" % (
                 self.generation, status)
+        if outcome.get("refused"):
+            if host:
+                away = self.blacklist.add(host, time.time())
+                return "host %s did not answer before the launch; blacklisted%s" % (
+                    host, "" if away == float("inf") else " for %.0fs" % away)
+            return "generation %d was refused before the launch (status %d; overlaprun said " \
+                   "why above)" % (self.generation, status)
         if outcome.get("lost_host") or how == "signaled" or how == "exec_failed":
             what = ("lost host %s" % host if outcome.get("lost_host") else
                     "rank %s on host %s %s" % (rank, host, "was killed by signal %s" % code
