@@ -146,10 +146,11 @@ class State:
         driver = _Driver.get()
         if driver is None:
             return
-        why = None
+        # A str on every rank: broadcast_object names its collective after the object's type.
+        why = ""
         if self._rank() == 0:
             try:
-                why = driver.ask(("hosts_changed", driver.generation))
+                why = driver.ask(("hosts_changed", driver.generation)) or ""
             except OSError as e:
                 sys.stderr.write("rank 0: %s; carrying on with the same hosts\n" % e)
         why = self._bcast_object(why)

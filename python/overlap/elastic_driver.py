@@ -254,7 +254,8 @@ class Driver:
             _, count = self.assign(usable)
             why = None
             if gone:
-                why = "hosts %s left the discovery output" % ", ".join(gone)
+                why = "host%s %s left the discovery output" % (
+                    "" if len(gone) == 1 else "s", ", ".join(gone))
             elif count > sum(running.values()):
                 more = count - sum(running.values())
                 why = "%s can take %d more rank%s" % (

@@ -4,6 +4,9 @@ per event to $ELASTIC_LOG (rank 0, plus every rank's "resume"), so a test can ch
 survived a fault:
   {"event": "commit", "gen": g, "seq": n, "size": s, "epoch": e, "digest": ..., "t": ...}
   {"event": "resume", "gen": g, "seq": n, "rank": r, "digest": ..., "t": ...}
+  {"event": "committed", "gen": g, "seq": n, "steps": k, "t": ...}   (commit() returned)
+  {"event": "first_step", "gen": g, "size": s, "t": ...}              (a generation's first step)
+  {"event": "epoch", "gen": g, "epoch": e, "loss": mean loss of the epoch on rank 0, "t": ...}
   {"event": "done", "gen": g, "seq": n, "epoch": e, "loss": ..., "steps": k, "t": ...}
 digest: SHA-256 of the model's parameters, the optimizer's state and the sampler's position.
 
@@ -58,6 +61,8 @@ def commit(state):
         log("commit", seq=state._commit_seq + 1, size=hvd.size(), epoch=state.epoch,
             steps=state.steps, digest=digest(state))
     state.commit()
+    if hvd.rank() == 0:
+        log("committed", seq=state._commit_seq, steps=state.steps)
 
 
 def main():
@@ -82,6 +87,7 @@ def main():
             digest=digest(state))
         steps_here = 0
         loss = None
+        losses = []
         while state.epoch < EPOCHS:
             indices = list(iter(state.sampler))
             for start in range(0, len(indices), BATCH):
@@ -93,6 +99,9 @@ def main():
                 loss = torch.nn.functional.cross_entropy(model(inputs[batch]), targets[batch])
                 loss.backward()
                 optimizer.step()
+                losses.append(loss.item())
+                if steps_here == 0 and hvd.rank() == 0:
+                    log("first_step", size=hvd.size())
                 if STEP_S:
                     time.sleep(STEP_S)
                 steps_here += 1
@@ -100,6 +109,9 @@ def main():
                 state.sampler.record_batch(start // BATCH, len(batch))
                 if state.steps % COMMIT_EVERY == 0:
                     commit(state)
+            if hvd.rank() == 0 and losses:
+                log("epoch", epoch=state.epoch, loss=sum(losses) / len(losses))
+            losses = []
             state.epoch += 1
             state.sampler.set_epoch(state.epoch)
             commit(state)
