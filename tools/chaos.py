@@ -86,7 +86,6 @@ class Job:
                    "--min-np", "2", "--max-np", "4",
                    "--host-discovery-script", "cat %s" % self.hosts_file,
                    "--blacklist-cooldown-range", "5", "30", "--tcp-only",
-                   "--host-timeout", "10",
                    "-x", "ELASTIC_LOG", "-x", "ELASTIC_EPOCHS", "-x", "ELASTIC_SAMPLES",
                    "-x", "ELASTIC_STEP_S", "-x", "ELASTIC_COMMIT_EVERY", "-x", "OMP_NUM_THREADS",
                    "-x", "PYTHONUNBUFFERED",

@@ -229,6 +229,10 @@ def _resume(state, driver):
     root = seqs.index(newest)
     if newest > 0 and state._rank() == root:
         state._load_committed(committed)
+    if driver.generation > 0:
+        # Horovod's order after a reset: restore, the reset callbacks (which may, for example,
+        # scale the learning rate to the new size), then sync from the root.
+        state.on_reset()
     state.sync(root_rank=root)
     state.save()
     state._commit_seq = newest

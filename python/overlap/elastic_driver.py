@@ -41,6 +41,8 @@ from overlap import runner
 # the elastic driver should restart the job: overlap/elastic.py.
 EXIT_RESTART = 75
 
+# overlaprun --host-timeout for every generation, unless given: a lost host noticed in ~8 s.
+HOST_TIMEOUT_S = 8
 _DISCOVERY_TIMEOUT_S = 10.0
 _POLL_S = 1.0
 
@@ -151,6 +153,8 @@ class Blacklist:
 
 class _Server(runner._Driver):
     """Where rank 0 asks whether hosts changed and says that the ranks are restarting."""
+
+    NAME = "overlaprun: elastic driver"
 
     def __init__(self, key, addresses):
         self.changed = {}     # generation -> why the hosts changed (str), set by the poller
@@ -268,7 +272,12 @@ class Driver:
     # -- generations -----------------------------------------------------------------------------
 
     def command(self, hosts, count, report):
-        return ([self.args.overlaprun] + self.args.generation_args +
+        extra = []
+        if not any(a.split("=")[0] == "--host-timeout" for a in self.args.generation_args):
+            # Notice a host cut off from the network within seconds (Open MPI's own keepalive
+            # takes 8 minutes; the runtime's control plane half the collective timeout).
+            extra = ["--host-timeout", str(HOST_TIMEOUT_S)]
+        return ([self.args.overlaprun] + self.args.generation_args + extra +
                 ["-np", str(count), "-H", format_hosts(hosts), "--failure-report", report, "--"] +
                 self.args.program)
 

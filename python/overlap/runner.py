@@ -232,6 +232,8 @@ def _driver_addresses(hosts, hostfile):
 class _Driver:
     """The listening side: hands the call to each rank and collects what each returns."""
 
+    NAME = "overlap.run"  # in the line that logs a refused connection
+
     def __init__(self, key, call, addresses):
         self._key = key
         self._call = call
@@ -271,7 +273,7 @@ class _Driver:
         problem = "%s:%d: %s" % (peer[0], peer[1], why)
         with self._lock:
             self.problems.append(problem)
-        sys.stderr.write("overlap.run: refused a connection from %s\n" % problem)
+        sys.stderr.write("%s: refused a connection from %s\n" % (self.NAME, problem))
 
     def _handle(self, conn, peer):
         try:

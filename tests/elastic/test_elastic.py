@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from overlap import elastic_driver
+from overlap import elastic, elastic_driver
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "elastic_train.py")
@@ -77,6 +77,33 @@ def test_blacklist_cooldown_grows_within_its_range_and_ends():
     assert cooling.add("h1", 100.0) == 25  # 10 * 4 + up to 10, clamped to the range
 
 
+def test_the_drivers_socket_admits_only_the_jobs_key():
+    import socket
+    from overlap import runner
+    key = os.urandom(32)
+    server = elastic_driver._Server(key, ["127.0.0.1"])
+    try:
+        address, port = server.endpoints[0].rsplit(":", 1)
+        # A stranger: the challenge, a wrong answer, a closed connection and one logged line.
+        with socket.create_connection((address, int(port)), timeout=5) as s:
+            s.settimeout(5)
+            runner.answer_challenge(s, os.urandom(32))
+            assert s.recv(1) == b""
+        deadline = time.time() + 5
+        while not server.problems and time.time() < deadline:
+            time.sleep(0.05)
+        assert "a wrong answer to the challenge" in server.problems[0]
+        # Rank 0 with the job's key: asks whether hosts changed, then says it restarts.
+        server.changed[3] = "h5 can take 1 more rank"
+        ask = elastic._Driver.__new__(elastic._Driver)
+        ask.endpoints, ask.key = [(address, int(port))], key
+        assert ask.ask(("hosts_changed", 2)) is None
+        assert ask.ask(("hosts_changed", 3)) == "h5 can take 1 more rank"
+        assert ask.ask(("restarting", 3, 17)) == ("ack",) and server.restarting == {3: 17}
+    finally:
+        server.close()
+
+
 # -- refusals -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args,message", [
@@ -103,7 +130,7 @@ def test_dry_run_prints_the_settings_and_the_first_generation(tmp_path):
          "printf 'localhost:2\\n'", "-x", "A=1", sys.executable, TRAIN], tmp_path)
     assert rc == 0, output
     assert "elastic: --min-np 1, --max-np 3, hosts from" in output
-    assert "-x A=1 -np 2 -H localhost:2 -- %s %s" % (sys.executable, TRAIN) in output
+    assert "-x A=1 --host-timeout 8 -np 2 -H localhost:2 -- %s %s" % (sys.executable, TRAIN) in output
     assert "mpirun" in output and not events  # nothing ran
 
 
@@ -161,3 +188,29 @@ def test_the_reset_limit_ends_a_job_that_keeps_failing(tmp_path):
         ELASTIC_KILL="0:1:0")
     assert rc == 137, output
     assert "giving up: 1 restarts exceed --reset-limit 0" in output
+
+
+def test_a_keras_job_resumes_from_the_last_commit_bit_for_bit(tmp_path):
+    # hvd.elastic.KerasState and the commit/batch/epoch callbacks around model.fit: rank 1 kills
+    # itself after its 5th batch; generation 1 resumes from commit 4, the model's and the
+    # optimizer's variables and the state's batch as they were.
+    check = subprocess.run([sys.executable, "-c", "import tensorflow, keras"],
+                           stderr=subprocess.PIPE, text=True)
+    if check.returncode != 0:
+        pytest.skip("no TensorFlow here (tools/setup.sh installs tensorflow-cpu): %s"
+                    % check.stderr.strip().splitlines()[-1])
+    # The op library, built once before the ranks start, in the cache the TF suites share.
+    cache = os.environ.get("OVERLAP_TF_OPS_CACHE") or "/tmp/overlap-tf-ops-%d" % os.getuid()
+    subprocess.run([sys.executable, "-c", "from overlap.tensorflow import op_library; "
+                    "op_library.library_path()"], check=True, timeout=300,
+                   env=dict(os.environ, OVERLAP_TF_OPS_CACHE=cache))
+    rc, output, events, _ = overlaprun(
+        ["--min-np", "2", "-H", "localhost:2", "--blacklist-cooldown-range", "1", "1",
+         "-x", "TF_CPP_MIN_LOG_LEVEL=2", sys.executable, os.path.join(HERE, "elastic_keras.py")],
+        tmp_path, timeout=400, ELASTIC_KILL="0:5:1", OVERLAP_TF_OPS_CACHE=cache)
+    assert rc == 0, output
+    resumed = by(events, "resume", gen=1)
+    assert len(resumed) == 2 and {r["seq"] for r in resumed} == {4}, output
+    committed = [e for e in by(events, "commit", gen=0) if e["seq"] == 4]
+    assert committed and all(r["digest"] == committed[0]["digest"] for r in resumed), output
+    assert by(events, "done")[0]["epoch"] == 2, output
