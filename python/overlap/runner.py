@@ -379,8 +379,8 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
                if value is not None and not (name.endswith("_proc") and value == num_proc)]
     if elastic:
         raise ValueError("overlap.run runs a fixed set of %d ranks; the elastic arguments %s are "
-                         "not supported (overlap.torch.elastic resumes a job overlaprun "
-                         "restarts; docs/torch.md)" % (num_proc, ", ".join(elastic)))
+                         "not supported here (start an elastic job with overlaprun's elastic "
+                         "flags: docs/elastic.md)" % (num_proc, ", ".join(elastic)))
     if hosts is not None and hostfile is not None:
         raise ValueError("overlap.run: pass hosts or hostfile, not both")
     if use_gloo and use_mpi:
