@@ -245,7 +245,10 @@ class Driver:
             time.sleep(_POLL_S)
 
     def _watch_hosts(self, server, generation, running, stop):
-        """While a generation runs: tells rank 0 (through the server) when hosts changed."""
+        """While a generation runs: tells rank 0 (through the server) when hosts changed, once
+        two polls in a row agree, so that a discovery output read half-written (or a script's
+        one odd answer) restarts nothing."""
+        seen = None
         while not stop.wait(_POLL_S):
             try:
                 discovered = self.discovery.find()
@@ -265,9 +268,10 @@ class Driver:
                 why = "%s can take %d more rank%s" % (
                     ", ".join(h for h in usable if h not in running or usable[h] > running[h]),
                     more, "" if more == 1 else "s")
-            if why:
+            if why and why == seen:
                 with server._lock:
                     server.changed.setdefault(generation, why)
+            seen = why
 
     # -- generations -----------------------------------------------------------------------------
 
