@@ -26,23 +26,22 @@ error again, for the script to save a checkpoint and the job to be launched agai
 
 import copy
 import functools
+import hashlib
+import hmac
 import os
 import pickle
 import socket
 import sys
 
+from overlap import runner
 from overlap.common import HorovodInternalError, HostsUpdatedInterrupt
+from overlap.elastic_driver import EXIT_RESTART
 
 # How long rank 0 waits for the elastic driver's answer before carrying on without it.
 _DRIVER_TIMEOUT_S = 10.0
 
 
-def _exit_restart():
-    from overlap.elastic_driver import EXIT_RESTART
-    return EXIT_RESTART
-
-
-class _Driver:
+class _DriverLink:
     """This rank's view of overlaprun's elastic driver (None outside an elastic job)."""
 
     def __init__(self):
@@ -60,7 +59,6 @@ class _Driver:
 
     def ask(self, message):
         """The driver's answer to `message`; raises OSError when no address answers in time."""
-        from overlap import runner
         errors = []
         for address, port in self.endpoints:
             try:
@@ -78,25 +76,35 @@ class _Driver:
 
     def write_commit(self, seq, payload):
         """This host's copy of commit `seq`: written aside and renamed, so a rank killed while
-        writing leaves the previous commit whole."""
-        os.makedirs(self.state_dir, exist_ok=True)
+        writing leaves the previous commit whole; signed with the job's key, and in a folder
+        only this user can write, so that nothing but this job's own commit is ever unpickled."""
+        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        data = pickle.dumps({"seq": seq, "generation": self.generation, "state": payload},
+                            protocol=pickle.HIGHEST_PROTOCOL)
         path = self.commit_path()
         partial = "%s.%d.partial" % (path, os.getpid())
         with open(partial, "wb") as f:
-            pickle.dump({"seq": seq, "generation": self.generation, "state": payload}, f,
-                        protocol=pickle.HIGHEST_PROTOCOL)
+            f.write(hmac.new(self.key, data, hashlib.sha256).digest())
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(partial, path)
 
     def read_commit(self):
-        """(seq, payload) of this host's newest commit, or (0, None)."""
+        """(seq, payload) of this host's newest commit, or (0, None): none, or one whose
+        signature does not check (said once)."""
         try:
             with open(self.commit_path(), "rb") as f:
-                saved = pickle.load(f)
-            return saved["seq"], saved["state"]
+                blob = f.read()
         except FileNotFoundError:
             return 0, None
+        digest, data = blob[:32], blob[32:]
+        if not hmac.compare_digest(digest, hmac.new(self.key, data, hashlib.sha256).digest()):
+            sys.stderr.write("%s: elastic: %s is not this job's commit (its signature does not "
+                             "check); ignoring it\n" % (socket.gethostname(), self.commit_path()))
+            return 0, None
+        saved = pickle.loads(data)
+        return saved["seq"], saved["state"]
 
 
 class State:
@@ -131,7 +139,7 @@ class State:
         checks for host updates."""
         self.save()
         self._commit_seq += 1
-        driver = _Driver.get()
+        driver = _DriverLink.get()
         if driver is not None and self._local_rank() == 0:
             driver.write_commit(self._commit_seq, self._committed())
         self._just_committed = True
@@ -143,7 +151,7 @@ class State:
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank when the elastic driver says the hosts
         changed (rank 0 asks, and tells the others). Outside an elastic job, never."""
-        driver = _Driver.get()
+        driver = _DriverLink.get()
         if driver is None:
             return
         # A str on every rank: broadcast_object names its collective after the object's type.
@@ -282,7 +290,7 @@ def run_fn(func, reset=None):
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        driver = _Driver.get()
+        driver = _DriverLink.get()
         if driver is None:
             return _run_fixed(func, state, args, kwargs)
         _resume(state, driver)
@@ -295,7 +303,7 @@ def run_fn(func, reset=None):
             why = str(e) if str(e).startswith("rank ") else "rank %d: %s" % (state._rank(), e)
             sys.stderr.write("%s; elastic: the state is back at commit %d, which every host "
                              "holds; the driver restarts the job\n" % (why, state._commit_seq))
-            _end_generation(_exit_restart())
+            _end_generation(EXIT_RESTART)
         if state._local_rank() == 0:
             try:
                 os.unlink(driver.commit_path())

@@ -95,13 +95,29 @@ def test_the_drivers_socket_admits_only_the_jobs_key():
         assert "a wrong answer to the challenge" in server.problems[0]
         # Rank 0 with the job's key: asks whether hosts changed, then says it restarts.
         server.changed[3] = "h5 can take 1 more rank"
-        ask = elastic._Driver.__new__(elastic._Driver)
+        ask = elastic._DriverLink.__new__(elastic._DriverLink)
         ask.endpoints, ask.key = [(address, int(port))], key
         assert ask.ask(("hosts_changed", 2)) is None
         assert ask.ask(("hosts_changed", 3)) == "h5 can take 1 more rank"
         assert ask.ask(("restarting", 3, 17)) == ("ack",) and server.restarting == {3: 17}
     finally:
         server.close()
+
+
+def test_a_commit_file_not_signed_with_the_jobs_key_is_never_unpickled(tmp_path, capfd):
+    def link(key):
+        link = elastic._DriverLink.__new__(elastic._DriverLink)
+        link.key, link.generation, link.state_dir = key, 0, str(tmp_path / "state")
+        return link
+    ours = link(os.urandom(32))
+    assert ours.read_commit() == (0, None)
+    ours.write_commit(7, {"objects": {"epoch": 3}})
+    assert ours.read_commit() == (7, {"objects": {"epoch": 3}})
+    assert oct(os.stat(ours.state_dir).st_mode & 0o777) == "0o700"
+    # Another job's file (or a planted one) in its place: refused before pickle sees it.
+    link(os.urandom(32)).write_commit(9, {"objects": {"evil": 1}})
+    assert ours.read_commit() == (0, None)
+    assert "is not this job's commit (its signature does not check)" in capfd.readouterr().err
 
 
 # -- refusals -------------------------------------------------------------------------------------
