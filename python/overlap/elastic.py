@@ -260,15 +260,19 @@ def _restart(state, driver, interrupt):
         if state._local_rank() == 0:
             driver.write_commit(state._commit_seq, state._committed())
     state._allgather_object(state._commit_seq)  # every host has written before anyone exits
+    told = 0
     if state._rank() == 0:
         try:
             driver.ask(("restarting", driver.generation, state._commit_seq))
+            told = 1
         except OSError as e:
             sys.stderr.write("rank 0: %s\n" % e)
         sys.stderr.write("rank 0: elastic: %s; restarting at commit %d\n"
                          % (why, state._commit_seq))
-    state._allgather_object(0)  # the driver knows before any rank ends
-    _end_generation(0)
+    # The driver knows before any rank ends. Status 0 from every rank would read as the job's
+    # end if it had not heard: then the ranks end as after a failed collective, which restarts.
+    told = state._allgather_object(told)[0]
+    _end_generation(0 if told else EXIT_RESTART)
 
 
 def _end_generation(status):

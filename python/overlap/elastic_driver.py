@@ -44,6 +44,9 @@ EXIT_RESTART = 75
 # overlaprun --host-timeout for every generation, unless given: a lost host noticed in ~8 s.
 HOST_TIMEOUT_S = 8
 _DISCOVERY_TIMEOUT_S = 10.0
+# Generations in a row that may fail before their first commit: a job that cannot get going
+# (a crash at start, ranks that never start) ends instead of restarting for ever.
+_MOST_BARREN = 5
 _POLL_S = 1.0
 
 
@@ -159,6 +162,7 @@ class _Server(runner._Driver):
     def __init__(self, key, addresses):
         self.changed = {}     # generation -> why the hosts changed (str), set by the poller
         self.restarting = {}  # generation -> commit the ranks kept
+        self.committed = set()  # generations whose rank 0 asked at a commit: they progressed
         super().__init__(key, None, addresses)
 
     def _answer(self, conn, nonce):
@@ -167,6 +171,8 @@ class _Server(runner._Driver):
             with self._lock:
                 reply = self.changed.get(message[1])
             runner.send_frame(conn, self._key, nonce, runner.TO_RANK, reply)
+            with self._lock:
+                self.committed.add(message[1])
         elif message[0] == "restarting":
             with self._lock:
                 self.restarting[message[1]] = message[2]
@@ -324,6 +330,7 @@ class Driver:
         report = tempfile.NamedTemporaryFile(prefix="overlap-elastic-", suffix=".json",
                                              delete=False).name
         why = "the job starts"
+        barren = 0  # generations in a row that failed before their first commit
         try:
             while True:
                 chosen, count = self.assign(hosts)
@@ -360,6 +367,13 @@ class Driver:
                     if fault is None:
                         return status
                     why = fault
+                    with server._lock:
+                        progressed = self.generation in server.committed
+                    barren = 0 if progressed else barren + 1
+                    if barren >= _MOST_BARREN:
+                        _say("giving up: %d generations in a row failed before their first "
+                             "commit (the last: %s)" % (barren, why))
+                        return status or 1
                 self.resets += 1
                 if 0 <= self.args.reset_limit < self.resets:
                     _say("giving up: %d restarts exceed --reset-limit %d (the last: %s)"

@@ -234,3 +234,17 @@ def test_a_keras_job_resumes_from_the_last_commit_bit_for_bit(tmp_path):
     committed = [e for e in by(events, "commit", gen=0) if e["seq"] in seqs]
     assert committed and all(r["digest"] == committed[0]["digest"] for r in resumed), output
     assert by(events, "done")[0]["epoch"] == 2, output
+
+
+def test_a_job_that_dies_before_its_first_commit_every_time_gives_up(tmp_path):
+    # Rank 1 is killed at start in every generation: a fault, so each is restarted, but five in a
+    # row without a commit end the job (no --reset-limit needed).
+    script = tmp_path / "dies.py"
+    script.write_text("import os, overlap.torch as hvd\nhvd.init()\n"
+                      "if hvd.rank() == 1:\n    os.kill(os.getpid(), 9)\nhvd.barrier()\n")
+    rc, output, _, _ = overlaprun(["--min-np", "2", "-H", "localhost:2",
+                                   "--blacklist-cooldown-range", "1", "1",
+                                   sys.executable, str(script)], tmp_path, timeout=200)
+    assert rc == 137, output
+    assert "giving up: 5 generations in a row failed before their first commit" in output
+    assert "generation 4 on localhost:2" in output and "generation 5" not in output
