@@ -180,6 +180,8 @@ class _Server(runner._Driver):
 
 
 class Driver:
+    """One elastic job: its discovery, blacklist and generations (module docstring)."""
+
     def __init__(self, args):
         self.args = args
         fixed = parse_hosts(args.hosts.replace(",", "\n"), 1, "-H") if args.hosts else None
@@ -189,7 +191,6 @@ class Driver:
         self.resets = 0
         self.generation = 0
         self.current = {}  # the running generation's hosts
-        self.last_discovered = None
 
     # -- hosts -----------------------------------------------------------------------------------
 
@@ -226,7 +227,6 @@ class Driver:
             now = time.time()
             try:
                 discovered = self.discovery.find()
-                self.last_discovered = discovered
                 why = None
             except DiscoveryError as e:
                 if first and e.fatal:
@@ -451,7 +451,6 @@ def _parse(argv):
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--generation-args", type=int, required=True)
-    head, rest = argv, []
     at = argv.index("--generation-args")
     count = int(argv[at + 1])
     generation_args = argv[at + 2:at + 2 + count]
