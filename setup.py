@@ -88,8 +88,8 @@ setup(
     description="Data-parallel training runtime with Horovod's API (overlap.torch, "
                 "overlap.tensorflow)",
     package_dir={"": "python"},
-    packages=["overlap", "overlap.torch", "overlap.torch.elastic", "overlap.tensorflow",
-              "overlap.tensorflow.keras"],
+    packages=["overlap", "overlap._horovod_common", "overlap.torch", "overlap.torch.elastic",
+              "overlap.tensorflow", "overlap.tensorflow.keras"],
     package_data={"overlap.tensorflow": ["native/*.cc", "native/*.h"]},
     python_requires=">=3.8",
     cmdclass={"build_py": BuildWithBazel},

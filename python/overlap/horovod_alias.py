@@ -1,12 +1,15 @@
 """Runs programs written for Horovod unchanged: `python -m overlap.horovod_alias DIR` writes a
 package named `horovod` into DIR and prints DIR; with DIR on PYTHONPATH, `import horovod.torch`
 is overlap.torch, `horovod.tensorflow` and `horovod.tensorflow.keras` are overlap's, `horovod.keras`
-is overlap.tensorflow.keras, and `horovod.run` is overlap.run.
+is overlap.tensorflow.keras, `horovod.common.elastic` and `horovod.common.exceptions` are
+overlap.elastic and overlap.common, and `horovod.run` is overlap.run.
 
     export PYTHONPATH=$(python -m overlap.horovod_alias ~/.cache/overlap/alias):$PYTHONPATH
     overlaprun -np 4 python pytorch_mnist.py      # a Horovod example, as published
 
-The modules are overlap's own objects, not copies: `horovod.torch is overlap.torch`. Nothing is
+The modules are overlap's own objects, not copies: `horovod.torch is overlap.torch` (only
+`horovod.common` itself is a small package of overlap.common's names, so that its submodules
+import). Nothing is
 written outside DIR, and a real Horovod installation is untouched (the alias shadows it only
 where DIR comes first on the path). Modules Horovod has and overlap has not (horovod.spark,
 horovod.ray, horovod.runner's internals, horovod.mxnet) fail to import with a message that
@@ -17,7 +20,10 @@ import os
 import sys
 
 # horovod.<name> -> overlap.<name>; anything not listed maps to the same name under overlap.
-RENAMES = {"keras": "tensorflow.keras"}
+RENAMES = {"keras": "tensorflow.keras", "common": "_horovod_common"}
+# Whole module names whose overlap module has another name: horovod.common's elastic state and
+# exceptions, which scripts import directly.
+MODULE_RENAMES = {"common.elastic": "elastic", "common.exceptions": "common"}
 
 ALIAS_PACKAGE = '''"""Horovod's names for overlap's modules, written by `python -m overlap.horovod_alias`."""
 
@@ -31,10 +37,13 @@ from overlap import RunError, run  # noqa: F401 - horovod.run
 
 __version__ = overlap.__version__
 _RENAMES = %(renames)r
+_MODULE_RENAMES = %(module_renames)r
 
 
 def _target(name):
     rest = name[len("horovod."):]
+    if rest in _MODULE_RENAMES:
+        return "overlap." + _MODULE_RENAMES[rest]
     head, _, tail = rest.partition(".")
     head = _RENAMES.get(head, head)
     return "overlap." + (head + "." + tail if tail else head)
@@ -78,7 +87,7 @@ def write(directory):
     package = os.path.join(os.path.abspath(directory), "horovod")
     os.makedirs(package, exist_ok=True)
     path = os.path.join(package, "__init__.py")
-    text = ALIAS_PACKAGE % {"renames": RENAMES}
+    text = ALIAS_PACKAGE % {"renames": RENAMES, "module_renames": MODULE_RENAMES}
     tmp = path + ".tmp%d" % os.getpid()
     with open(tmp, "w") as f:
         f.write(text)

@@ -173,11 +173,12 @@ def test_a_host_that_joins_enters_at_the_next_commit(tmp_path):
     hosts.write_text("localhost:1\n")
     log = tmp_path / "events.jsonl"
 
-    # Once rank 0 of generation 0 has committed, the discovery script lists a second slot.
+    # Once rank 0 of generation 0 has committed, the discovery script lists a second slot. Steps
+    # of 0.25 s (32 of them) leave time for the two discovery polls a change needs.
     script = "grep -q '\"commit\"' %s 2>/dev/null && echo localhost:2 || cat %s" % (log, hosts)
     rc, output, events, _ = overlaprun(
         ["--min-np", "1", "--max-np", "2", "--host-discovery-script", script,
-         sys.executable, TRAIN], tmp_path, ELASTIC_STEP_S="0.05")
+         sys.executable, TRAIN], tmp_path, ELASTIC_STEP_S="0.25")
     assert rc == 0, output
     assert "localhost can take 1 more rank" in output
     assert "generation 1 on localhost:2 (2 ranks)" in output

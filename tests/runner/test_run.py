@@ -316,6 +316,11 @@ def test_the_horovod_alias_runs_a_horovod_script_unchanged(tmp_path):
         import torch
 
         assert hvd is overlap.torch and horovod.torch.elastic is overlap.torch.elastic
+        from horovod.common.elastic import ObjectState, run_fn
+        from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+        import overlap.common, overlap.elastic
+        assert ObjectState is overlap.elastic.ObjectState and run_fn is overlap.elastic.run_fn
+        assert HorovodInternalError is overlap.common.HorovodInternalError
         assert overlap.torch.__spec__.name == "overlap.torch"  # the module keeps its own spec
         try:
             import horovod.spark
