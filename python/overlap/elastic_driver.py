@@ -29,6 +29,8 @@ import json
 import os
 import random
 import shlex
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -117,6 +119,10 @@ def parse_hosts(text, default_slots, source):
     return hosts
 
 
+def _is_local(host):
+    return host in ("localhost", "127.0.0.1", socket.gethostname())
+
+
 def format_hosts(hosts):
     return ",".join("%s:%d" % (h, s) for h, s in hosts.items()) or "(none)"
 
@@ -191,6 +197,7 @@ class Driver:
         self.resets = 0
         self.generation = 0
         self.current = {}  # the running generation's hosts
+        self.seen_hosts = set()  # every host a generation ran on
 
     # -- hosts -----------------------------------------------------------------------------------
 
@@ -320,6 +327,7 @@ class Driver:
 
     def run(self):
         key = os.urandom(32)
+        own_state_dir = not os.environ.get("OVERLAP_ELASTIC_STATE_DIR")
         state_dir = os.environ.get("OVERLAP_ELASTIC_STATE_DIR") or os.path.join(
             "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir(),
             "overlap-elastic-%s" % os.urandom(6).hex())
@@ -335,6 +343,7 @@ class Driver:
             while True:
                 chosen, count = self.assign(hosts)
                 self.current = chosen
+                self.seen_hosts.update(chosen)
                 _say("generation %d on %s (%d rank%s): %s" % (
                     self.generation, format_hosts(chosen), count, "" if count == 1 else "s", why))
                 if os.path.exists(report):
@@ -387,9 +396,16 @@ class Driver:
                     return status or 1
         finally:
             server.close()
-            for path in (report,):
-                if os.path.exists(path):
-                    os.unlink(path)
+            if os.path.exists(report):
+                os.unlink(report)
+            # The commits are signed with this run's key, which ends here: no later job can use
+            # them. The ranks remove their host's copy when the job succeeds; after a failure,
+            # this host's folder goes here and the other hosts' are named.
+            if own_state_dir:
+                shutil.rmtree(state_dir, ignore_errors=True)
+                if any(not _is_local(h) for h in self.seen_hosts):
+                    _say("the other hosts may keep commits in %s (memory, when under /dev/shm) "
+                         "after a job that did not succeed: remove them with rm -rf" % state_dir)
 
     @staticmethod
     def _read_report(path):

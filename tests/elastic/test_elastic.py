@@ -20,12 +20,14 @@ TRAIN = os.path.join(HERE, "elastic_train.py")
 EPOCHS = 2
 
 
-def overlaprun(args, tmp_path, timeout=240, **env):
+def overlaprun(args, tmp_path, timeout=240, own_state_dir=False, **env):
     log = tmp_path / "events.jsonl"
     environment = dict(os.environ, ELASTIC_LOG=str(log), ELASTIC_EPOCHS=str(EPOCHS),
                        ELASTIC_SAMPLES="256", OVERLAP_ELASTIC_PYTHON=sys.executable,
                        OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                        OVERLAP_ELASTIC_STATE_DIR=str(tmp_path / "state"), **env)
+    if own_state_dir:  # the driver's default, under /dev/shm
+        del environment["OVERLAP_ELASTIC_STATE_DIR"]
     started = time.time()
     done = subprocess.run([os.environ["OVERLAP_LAUNCHER"]] + args, env=environment,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -199,12 +201,20 @@ def test_the_programs_own_error_ends_the_job(tmp_path):
 
 
 def test_the_reset_limit_ends_a_job_that_keeps_failing(tmp_path):
-    rc, output, _, _ = overlaprun(
+    # Killed after its first commit (step 2), with the commits in the driver's own folder under
+    # /dev/shm: the driver removes it when it gives up (the commits are signed with its key).
+    def folders():
+        return {n for n in os.listdir("/dev/shm") if n.startswith("overlap-elastic-")} \
+            if os.path.isdir("/dev/shm") else set()
+    before = folders()
+    rc, output, events, _ = overlaprun(
         ["--min-np", "2", "-H", "localhost:2", "--reset-limit", "0",
          "--blacklist-cooldown-range", "1", "1", sys.executable, TRAIN], tmp_path,
-        ELASTIC_KILL="0:1:0")
+        own_state_dir=True, ELASTIC_KILL="0:3:0")
     assert rc == 137, output
     assert "giving up: 1 restarts exceed --reset-limit 0" in output
+    assert by(events, "committed"), output
+    assert folders() == before
 
 
 def test_a_keras_job_resumes_from_the_last_commit_bit_for_bit(tmp_path):
