@@ -19,8 +19,6 @@ std::vector<std::string> ElasticDriverCommand(const LaunchOptions& options,
                                    "overlap.elastic_driver",
                                    "--overlaprun",
                                    context.self_path,
-                                   "--np",
-                                   absl::StrCat(options.num_ranks),
                                    "--min-np",
                                    absl::StrCat(e.min_ranks),
                                    "--max-np",
@@ -33,16 +31,13 @@ std::vector<std::string> ElasticDriverCommand(const LaunchOptions& options,
   argv.insert(argv.end(),
               {"--slots-per-host", absl::StrCat(e.slots_per_host > 0 ? e.slots_per_host : 1),
                "--reset-limit", absl::StrCat(e.reset_limit), "--elastic-timeout",
-               absl::StrCat(e.timeout_s), "--start-timeout", absl::StrCat(options.start_timeout_s)});
+               absl::StrCat(e.timeout_s)});
   if (e.cooldown_s) {
     argv.insert(argv.end(), {"--cooldown", absl::StrCat(e.cooldown_s->first),
                              absl::StrCat(e.cooldown_s->second)});
   }
   if (options.dry_run) {
     argv.emplace_back("--dry-run");
-  }
-  if (options.verbose) {
-    argv.emplace_back("--verbose");
   }
   argv.insert(argv.end(), {"--generation-args", absl::StrCat(options.generation_args.size())});
   argv.insert(argv.end(), options.generation_args.begin(), options.generation_args.end());

@@ -14,10 +14,12 @@
 namespace overlap::launcher {
 
 // The driver's argv:
-//   PYTHON -m overlap.elastic_driver --overlaprun SELF --np N --min-np A --max-np B
+//   PYTHON -m overlap.elastic_driver --overlaprun SELF --min-np A --max-np B
 //     (--discovery-script S | --hosts h:s,...) --slots-per-host K --reset-limit R
-//     [--cooldown LOW HIGH] --elastic-timeout T --start-timeout T [--dry-run] [--verbose]
+//     [--cooldown LOW HIGH] --elastic-timeout T [--dry-run]
 //     --generation-args COUNT ARGS... -- PROGRAM ARGS...
+// -np, --start-timeout and --verbose need no passing: -np only sets --min-np's default (every
+// generation takes every usable slot up to B), and the others are in ARGS.
 // PYTHON is $OVERLAP_ELASTIC_PYTHON from `context.environment` (set by the pip-installed
 // overlaprun to its own interpreter), else python3. B is 0 and R is -1 when unbounded.
 std::vector<std::string> ElasticDriverCommand(const LaunchOptions& options,

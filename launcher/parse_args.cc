@@ -286,12 +286,16 @@ struct OptionSpec {
   const char* names[3];  // unused entries are nullptr
   bool takes_value;
   Apply apply;
+  // The elastic driver sets it for each generation itself (placement, the elastic flags), so it
+  // is left out of LaunchOptions::generation_args: a generation must not be elastic again.
+  bool set_by_driver = false;
 };
+constexpr bool kSetByDriver = true;
 
 // Every option except --help, --rank-wrapper and the runtime flags (runtime_flags.h).
 const OptionSpec kOptions[] = {
-    {{"-np", "-n", "--num-proc"}, true, SetNumRanks},
-    {{"-H", "--hosts", "--hostfile"}, true, SetHosts},
+    {{"-np", "-n", "--num-proc"}, true, SetNumRanks, kSetByDriver},
+    {{"-H", "--hosts", "--hostfile"}, true, SetHosts, kSetByDriver},
     {{"-x"}, true, AddForwarded},
     {{"--start-timeout"}, true, SetStartTimeout},
     {{"--kill-grace"}, true, SetKillGrace},
@@ -300,24 +304,26 @@ const OptionSpec kOptions[] = {
     {{"--rsh-agent"}, true, SetRshAgent},
     {{"--mpirun"}, true, SetMpirun},
     {{"--mpi-args"}, true, AddMpiArgs},
-    {{"--min-np", "--min-num-proc"}, true, SetElasticCount},
-    {{"--max-np", "--max-num-proc"}, true, SetElasticCount},
-    {{"--slots-per-host"}, true, SetElasticCount},
-    {{"--reset-limit"}, true, SetElasticCount},
-    {{"--host-discovery-script"}, true, SetDiscoveryScript},
-    {{"--elastic-timeout"}, true, SetElasticTimeout},
+    {{"--min-np", "--min-num-proc"}, true, SetElasticCount, kSetByDriver},
+    {{"--max-np", "--max-num-proc"}, true, SetElasticCount, kSetByDriver},
+    {{"--slots-per-host"}, true, SetElasticCount, kSetByDriver},
+    {{"--reset-limit"}, true, SetElasticCount, kSetByDriver},
+    {{"--host-discovery-script"}, true, SetDiscoveryScript, kSetByDriver},
+    {{"--elastic-timeout"}, true, SetElasticTimeout, kSetByDriver},
     {{"--failure-report"},
      true,
      [](absl::string_view option, const std::string& value, LaunchOptions& o) {
        o.failure_report = value;
        return NonEmpty(option, value);
-     }},
+     },
+     kSetByDriver},
     {{"--dry-run"},
      false,
      [](absl::string_view, const std::string&, LaunchOptions& o) {
        o.dry_run = true;
        return absl::OkStatus();
-     }},
+     },
+     kSetByDriver},
     {{"--oversubscribe"},
      false,
      [](absl::string_view, const std::string&, LaunchOptions& o) {
@@ -393,21 +399,11 @@ absl::Status ParseOption(const std::string& option, ArgReader& reader, ParsedCom
       absl::StrCat("unknown option '", option, "' (overlaprun --help lists them)"));
 }
 
-// Options whose values the elastic driver sets for each generation itself, so they are left out
-// of LaunchOptions::generation_args.
-bool SetPerGeneration(absl::string_view option) {
-  static constexpr absl::string_view kNames[] = {
-      "-np",          "-n",           "--num-proc",         "-H",
-      "--hosts",      "--hostfile",   "--dry-run",          "--min-np",
-      "--min-num-proc", "--max-np",   "--max-num-proc",     "--slots-per-host",
-      "--reset-limit", "--host-discovery-script", "--elastic-timeout",
-      "--blacklist-cooldown-range", "--failure-report"};
-  for (absl::string_view name : kNames) {
-    if (option == name) {
-      return true;
-    }
-  }
-  return false;
+// Whether the elastic driver sets `option` for each generation itself (OptionSpec::set_by_driver;
+// the cooldown range is parsed outside the table, for its two values).
+bool SetByDriver(absl::string_view option) {
+  const OptionSpec* spec = FindOption(option);
+  return (spec != nullptr && spec->set_by_driver) || option == "--blacklist-cooldown-range";
 }
 
 }  // namespace
@@ -442,7 +438,7 @@ absl::StatusOr<ParsedCommand> ParseArgs(absl::Span<const std::string> args) {
     if (absl::Status s = ParseOption(option, reader, out); !s.ok()) {
       return s;
     }
-    if (!SetPerGeneration(option)) {
+    if (!SetByDriver(option)) {
       out.options.generation_args.insert(out.options.generation_args.end(),
                                          args.begin() + static_cast<ptrdiff_t>(begin),
                                          args.begin() + static_cast<ptrdiff_t>(reader.pos()));

@@ -70,9 +70,8 @@ class Job:
         self.out = os.path.join(out_dir, "%s.out" % name)
         self.hosts_file = os.path.join(out_dir, "%s.hosts" % name)
         self.set_hosts(hosts)
-        for path in (self.log,):
-            if os.path.exists(path):
-                os.unlink(path)
+        if os.path.exists(self.log):
+            os.unlink(self.log)
         root, bin_dir = args.root, args.bin or args.root
         env = dict(os.environ, ELASTIC_LOG=self.log, ELASTIC_EPOCHS=str(args.epochs),
                    ELASTIC_SAMPLES=str(args.samples), ELASTIC_STEP_S=str(args.step_s),
@@ -217,7 +216,7 @@ def analyse(job, faults):
     return lost_steps, problems
 
 
-def run_reference(args, cluster):
+def run_reference(args):
     job = Job(args, args.out, "reference", args.hosts)
     rc = job.proc.wait(timeout=args.limit_s)
     losses = [e["loss"] for e in job.events() if e["event"] == "epoch"]
@@ -255,7 +254,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     cluster = Cluster(args.root)
     rng = random.Random(args.seed)
-    reference = run_reference(args, cluster) if args.reference else None
+    reference = run_reference(args) if args.reference else None
 
     job = Job(args, args.out, "chaos", args.hosts)
     faults = []

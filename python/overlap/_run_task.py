@@ -4,7 +4,6 @@ sends back its return value or its traceback. Started by overlaprun as
 
 import os
 import pickle
-import socket
 import sys
 import time
 import traceback
@@ -23,20 +22,13 @@ def _rank():
 def _exchange(rank, endpoints, key, message, deadline):
     """Sends one message to the driver and returns its answer, trying each of its addresses
     until one answers or the deadline passes."""
-    errors = {}
     while True:
-        for address, port in endpoints:
-            try:
-                with socket.create_connection((address, port), timeout=2.0) as sock:
-                    sock.settimeout(runner._IO_TIMEOUT_S)
-                    nonce = runner.answer_challenge(sock, key)
-                    runner.send_frame(sock, key, nonce, runner.TO_DRIVER, message)
-                    return runner.recv_frame(sock, key, nonce, runner.TO_RANK)
-            except OSError as e:
-                errors["%s:%d" % (address, port)] = e
-        if time.monotonic() > deadline:
-            raise SystemExit("overlap._run_task: rank %d cannot reach the overlap.run driver: %s"
-                             % (rank, "; ".join("%s: %s" % (a, e) for a, e in errors.items())))
+        try:
+            return runner.ask_driver(endpoints, key, message, 2.0, runner._IO_TIMEOUT_S)
+        except OSError as e:
+            if time.monotonic() > deadline:
+                raise SystemExit("overlap._run_task: rank %d cannot reach the overlap.run "
+                                 "driver: %s" % (rank, e))
         time.sleep(0.5)
 
 
@@ -70,10 +62,7 @@ def _pickled(value, func):
 
 def main():
     rank = _rank()
-    endpoints = []
-    for endpoint in os.environ[runner.DRIVER_ENV].split(","):
-        address, _, port = endpoint.rpartition(":")
-        endpoints.append((address, int(port)))
+    endpoints = runner.parse_endpoints(os.environ[runner.DRIVER_ENV])
     key = bytes.fromhex(os.environ[runner.KEY_ENV])
     deadline = time.monotonic() + runner._IO_TIMEOUT_S
     serializer, payload, main_module, sys_path, cwd, argv = _exchange(

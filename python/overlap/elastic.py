@@ -26,7 +26,6 @@ error again, for the script to save a checkpoint and the job to be launched agai
 
 import copy
 import functools
-import hashlib
 import hmac
 import os
 import pickle
@@ -41,35 +40,38 @@ from overlap.elastic_driver import EXIT_RESTART
 _DRIVER_TIMEOUT_S = 10.0
 
 
+# Bound into a commit file's MAC, so that no other message signed with the job's key (the
+# driver's frames, runner.py) is ever a valid commit.
+_COMMIT_CONTEXT = b"overlap elastic commit v1"
+
+
 class _DriverLink:
     """This rank's view of overlaprun's elastic driver (None outside an elastic job)."""
 
+    # get()'s one link per process: the environment it is read from does not change.
+    _current = None
+
     def __init__(self):
-        self.endpoints = []
-        for endpoint in os.environ["OVERLAP_ELASTIC_DRIVER"].split(","):
-            address, _, port = endpoint.rpartition(":")
-            self.endpoints.append((address, int(port)))
+        self.endpoints = runner.parse_endpoints(os.environ["OVERLAP_ELASTIC_DRIVER"])
         self.key = bytes.fromhex(os.environ["OVERLAP_ELASTIC_KEY"])
         self.generation = int(os.environ.get("OVERLAP_ELASTIC_GENERATION", "0"))
         self.state_dir = os.environ["OVERLAP_ELASTIC_STATE_DIR"]
 
     @classmethod
     def get(cls):
-        return cls() if os.environ.get("OVERLAP_ELASTIC_DRIVER") else None
+        if not os.environ.get("OVERLAP_ELASTIC_DRIVER"):
+            return None
+        if cls._current is None:
+            cls._current = cls()
+        return cls._current
 
     def ask(self, message):
         """The driver's answer to `message`; raises OSError when no address answers in time."""
-        errors = []
-        for address, port in self.endpoints:
-            try:
-                with socket.create_connection((address, port), timeout=_DRIVER_TIMEOUT_S) as s:
-                    s.settimeout(_DRIVER_TIMEOUT_S)
-                    nonce = runner.answer_challenge(s, self.key)
-                    runner.send_frame(s, self.key, nonce, runner.TO_DRIVER, message)
-                    return runner.recv_frame(s, self.key, nonce, runner.TO_RANK)
-            except (OSError, ConnectionError) as e:
-                errors.append("%s:%d: %s" % (address, port, e))
-        raise OSError("the elastic driver did not answer: %s" % "; ".join(errors))
+        try:
+            return runner.ask_driver(self.endpoints, self.key, message, _DRIVER_TIMEOUT_S,
+                                     _DRIVER_TIMEOUT_S)
+        except OSError as e:
+            raise OSError("the elastic driver did not answer: %s" % e) from e
 
     def commit_path(self):
         return os.path.join(self.state_dir, "commit-%s.pkl" % socket.gethostname())
@@ -84,7 +86,7 @@ class _DriverLink:
         path = self.commit_path()
         partial = "%s.%d.partial" % (path, os.getpid())
         with open(partial, "wb") as f:
-            f.write(hmac.new(self.key, data, hashlib.sha256).digest())
+            f.write(runner._mac(self.key, _COMMIT_CONTEXT, data))
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -99,7 +101,7 @@ class _DriverLink:
         except FileNotFoundError:
             return 0, None
         digest, data = blob[:32], blob[32:]
-        if not hmac.compare_digest(digest, hmac.new(self.key, data, hashlib.sha256).digest()):
+        if not hmac.compare_digest(digest, runner._mac(self.key, _COMMIT_CONTEXT, data)):
             sys.stderr.write("%s: elastic: %s is not this job's commit (its signature does not "
                              "check); ignoring it\n" % (socket.gethostname(), self.commit_path()))
             return 0, None

@@ -176,9 +176,8 @@ class _Server(runner._Driver):
         if message[0] == "hosts_changed":
             with self._lock:
                 reply = self.changed.get(message[1])
-            runner.send_frame(conn, self._key, nonce, runner.TO_RANK, reply)
-            with self._lock:
                 self.committed.add(message[1])
+            runner.send_frame(conn, self._key, nonce, runner.TO_RANK, reply)
         elif message[0] == "restarting":
             with self._lock:
                 self.restarting[message[1]] = message[2]
@@ -204,14 +203,9 @@ class Driver:
     def usable(self, discovered, now):
         """The discovered hosts less the blacklisted, those of the running generation first (in
         their order) so that ranks stay where they were."""
-        hosts = {h: s for h, s in self.current.items()
-                 if h in discovered and not self.blacklist.blocked(h, now)}
-        for h, s in discovered.items():
-            if h not in hosts and not self.blacklist.blocked(h, now):
-                hosts[h] = s
-        for h in hosts:
-            hosts[h] = discovered[h]
-        return hosts
+        order = [h for h in self.current if h in discovered] + \
+            [h for h in discovered if h not in self.current]
+        return {h: discovered[h] for h in order if not self.blacklist.blocked(h, now)}
 
     def assign(self, hosts):
         """The generation's hosts and rank count: every slot, up to --max-np."""
@@ -327,13 +321,15 @@ class Driver:
 
     def run(self):
         key = os.urandom(32)
-        own_state_dir = not os.environ.get("OVERLAP_ELASTIC_STATE_DIR")
-        state_dir = os.environ.get("OVERLAP_ELASTIC_STATE_DIR") or os.path.join(
-            "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir(),
-            "overlap-elastic-%s" % os.urandom(6).hex())
+        state_dir = os.environ.get("OVERLAP_ELASTIC_STATE_DIR")
+        own_state_dir = not state_dir
+        if own_state_dir:
+            state_dir = os.path.join(
+                "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir(),
+                "overlap-elastic-%s" % os.urandom(6).hex())
         hosts = self.wait_for_hosts(first=True)
         addresses = runner._driver_addresses(",".join(hosts), None) if any(
-            h not in ("localhost", "127.0.0.1") for h in hosts) else ["127.0.0.1"]
+            not _is_local(h) for h in hosts) else ["127.0.0.1"]
         server = _Server(key, addresses)
         report = tempfile.NamedTemporaryFile(prefix="overlap-elastic-", suffix=".json",
                                              delete=False).name
@@ -415,6 +411,11 @@ class Driver:
         except (OSError, ValueError):
             return {}  # refused before launch (a host did not answer): overlaprun said why
 
+    def _blacklisted(self, host):
+        """Blacklists `host` and says for how long: "blacklisted for 12s" or "blacklisted"."""
+        away = self.blacklist.add(host, time.time())
+        return "blacklisted" + ("" if away == float("inf") else " for %.0fs" % away)
+
     def _fault(self, outcome, status, elapsed):
         """Why the next generation starts after a failed one, blacklisting the host to blame; None
         when the failure is the program's own and ends the job."""
@@ -426,9 +427,8 @@ class Driver:
                 self.generation, status)
         if outcome.get("refused"):
             if host:
-                away = self.blacklist.add(host, time.time())
-                return "host %s did not answer before the launch; blacklisted%s" % (
-                    host, "" if away == float("inf") else " for %.0fs" % away)
+                return "host %s did not answer before the launch; %s" % (
+                    host, self._blacklisted(host))
             return "generation %d was refused before the launch (status %d; overlaprun said " \
                    "why above)" % (self.generation, status)
         if outcome.get("lost_host") or how == "signaled" or how == "exec_failed":
@@ -436,9 +436,8 @@ class Driver:
                     "rank %s on host %s %s" % (rank, host, "was killed by signal %s" % code
                                                if how == "signaled" else "could not start"))
             if host:
-                away = self.blacklist.add(host, time.time())
-                return "%s after %.1fs; host %s blacklisted%s" % (
-                    what, elapsed, host, "" if away == float("inf") else " for %.0fs" % away)
+                return "%s after %.1fs; host %s %s" % (what, elapsed, host,
+                                                      self._blacklisted(host))
             return "%s after %.1fs" % (what, elapsed)
         if how == "exited" and code == EXIT_RESTART:
             return "a collective failed on rank %s (host %s) with no rank lost" % (rank, host)
@@ -454,7 +453,6 @@ def _parse(argv):
     parser = argparse.ArgumentParser(prog="overlap.elastic_driver",
                                      description="run by overlaprun's elastic mode")
     parser.add_argument("--overlaprun", required=True)
-    parser.add_argument("--np", type=int, required=True)
     parser.add_argument("--min-np", type=int, required=True)
     parser.add_argument("--max-np", type=int, default=0)
     parser.add_argument("--discovery-script")
@@ -463,9 +461,7 @@ def _parse(argv):
     parser.add_argument("--reset-limit", type=int, default=-1)
     parser.add_argument("--cooldown", type=int, nargs=2)
     parser.add_argument("--elastic-timeout", type=float, default=600)
-    parser.add_argument("--start-timeout", type=float, default=30)
     parser.add_argument("--dry-run", action="store_true")
-    parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--generation-args", type=int, required=True)
     at = argv.index("--generation-args")
     count = int(argv[at + 1])

@@ -101,6 +101,32 @@ def challenge(sock, key):
     return nonce
 
 
+def parse_endpoints(text):
+    """[(address, port)] from a driver's "address:port,address:port" (DRIVER_ENV and the
+    elastic driver's OVERLAP_ELASTIC_DRIVER)."""
+    endpoints = []
+    for endpoint in text.split(","):
+        address, _, port = endpoint.rpartition(":")
+        endpoints.append((address, int(port)))
+    return endpoints
+
+
+def ask_driver(endpoints, key, message, connect_timeout_s, io_timeout_s):
+    """A rank's one exchange with a driver: `message` sent, the answer returned, through the
+    first of its addresses that answers. OSError naming every address's error when none does."""
+    errors = []
+    for address, port in endpoints:
+        try:
+            with socket.create_connection((address, port), timeout=connect_timeout_s) as sock:
+                sock.settimeout(io_timeout_s)
+                nonce = answer_challenge(sock, key)
+                send_frame(sock, key, nonce, TO_DRIVER, message)
+                return recv_frame(sock, key, nonce, TO_RANK)
+        except OSError as e:  # ConnectionError, timeouts and refusals alike
+            errors.append("%s:%d: %s" % (address, port, e))
+    raise OSError("; ".join(errors))
+
+
 def send_frame(sock, key, nonce, direction, obj):
     payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     digest = _mac(key, direction, nonce, payload)

@@ -22,10 +22,10 @@ TEST_CASE("the elastic driver gets the settings, the generation's arguments and 
                  "t.py"}) ==
         std::vector<std::string>{
             "python3", "-m", "overlap.elastic_driver", "--overlaprun", "/opt/overlaprun",
-            "--np", "2", "--min-np", "2", "--max-np", "4", "--discovery-script", "./h.sh",
+            "--min-np", "2", "--max-np", "4", "--discovery-script", "./h.sh",
             "--slots-per-host", "1", "--reset-limit", "-1", "--elastic-timeout", "600",
-            "--start-timeout", "30", "--cooldown", "5", "60", "--dry-run", "--generation-args",
-            "2", "-x", "A=1", "--", "python", "t.py"});
+            "--cooldown", "5", "60", "--dry-run", "--generation-args", "2", "-x", "A=1", "--",
+            "python", "t.py"});
 }
 
 TEST_CASE("fixed hosts travel as a host list, and OVERLAP_ELASTIC_PYTHON picks the interpreter",

@@ -74,6 +74,12 @@ class Pair:
                 torch.testing.assert_close(q.detach(), p.detach(), rtol=1e-5, atol=1e-6,
                                            msg=lambda m, name=name: f"{what}: {name}: {m}")
 
+    def train(self, hvd, steps, exact, label="", backward=None):
+        """`steps` steps, the compiled copy checked against the eager one after each."""
+        for step in range(steps):
+            self.step(hvd, step, backward)
+            self.check(hvd, f"{label}step {step}", exact=exact)
+
     def check_trained(self, hvd):
         """The ranks agree (their gradients were averaged) and the parameters moved."""
         for p, p0 in zip(self.model.parameters(), self.initial):
@@ -99,9 +105,7 @@ def test_compiled_model_trains_to_the_eager_parameters(hvd, make):
     counters.clear()
     pair = Pair(hvd, f"tc.{make.__name__}", make,
                 lambda m: torch.compile(m, backend="aot_eager"))
-    for step in range(14):
-        pair.step(hvd, step)
-        pair.check(hvd, f"step {step}", exact=True)
+    pair.train(hvd, 14, exact=True)
     pair.check_trained(hvd)
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] <= 2  # a second one for a hook set that changed
@@ -113,9 +117,7 @@ def test_inductor(hvd):
     """The default backend: the same parameters to float32 rounding (module docstring)."""
     torch._dynamo.reset()
     pair = Pair(hvd, "tc.inductor", sgd, torch.compile)
-    for step in range(6):
-        pair.step(hvd, step)
-        pair.check(hvd, f"step {step}", exact=False)
+    pair.train(hvd, 6, exact=False)
     pair.check_trained(hvd)
 
 
@@ -132,9 +134,7 @@ def test_other_compiled_regions(hvd, form):
         return torch.compile(lambda x: m(x), backend="aot_eager")
 
     pair = Pair(hvd, f"tc.{form}", sgd, compile_model)
-    for step in range(8):
-        pair.step(hvd, step)
-        pair.check(hvd, f"{form} step {step}", exact=True)
+    pair.train(hvd, 8, exact=True, label=f"{form} ")
     pair.check_trained(hvd)
 
 
@@ -160,9 +160,7 @@ def test_compiled_autograd(hvd, how):
     saved = torch._dynamo.config.compiled_autograd
     torch._dynamo.config.compiled_autograd = how == "config"
     try:
-        for step in range(8):
-            pair.step(hvd, step, backward)
-            pair.check(hvd, f"compiled autograd ({how}) step {step}", exact=True)
+        pair.train(hvd, 8, exact=True, label=f"compiled autograd ({how}) ", backward=backward)
     finally:
         torch._dynamo.config.compiled_autograd = saved
     pair.check_trained(hvd)
