@@ -34,9 +34,13 @@ def dynamo_counters():
 
 class Pair:
     """An eager model and a compiled copy, each with its DistributedOptimizer (default
-    update_at_forward for the planner). `forward` is the compiled copy's forward callable."""
+    update_at_forward for the planner). `forward` is the compiled copy's forward callable.
+    compiled_first: the compiled copy's forward runs before the eager one's, so that it meets
+    overlap's hooks as they are after step() (the eager forward, first, switches the step
+    markers' hook off)."""
 
-    def __init__(self, hvd, tag, make_optimizer, compile_model):
+    def __init__(self, hvd, tag, make_optimizer, compile_model, compiled_first=False):
+        self.compiled_first = compiled_first
         self.eager, self.model = make_model(), make_model()
         self.initial = [p.detach().clone() for p in self.eager.parameters()]
         self.compiled = compile_model(self.model)
@@ -54,7 +58,13 @@ class Pair:
         x, y = batch(hvd, step)
         self.opt_e.zero_grad()
         self.opt_c.zero_grad()
-        loss = F.mse_loss(self.eager(x), y) + F.mse_loss(self.forward(x), y)
+        if self.compiled_first:
+            out_c = self.forward(x)
+            out_e = self.eager(x)
+        else:
+            out_e = self.eager(x)
+            out_c = self.forward(x)
+        loss = F.mse_loss(out_e, y) + F.mse_loss(out_c, y)
         if backward is None:
             loss.backward()
         else:
@@ -74,9 +84,10 @@ class Pair:
                 torch.testing.assert_close(q.detach(), p.detach(), rtol=1e-5, atol=1e-6,
                                            msg=lambda m, name=name: f"{what}: {name}: {m}")
 
-    def train(self, hvd, steps, exact, label="", backward=None):
-        """`steps` steps, the compiled copy checked against the eager one after each."""
-        for step in range(steps):
+    def train(self, hvd, steps, exact, label="", backward=None, first=0):
+        """`steps` steps from step `first`, the compiled copy checked against the eager one after
+        each."""
+        for step in range(first, first + steps):
             self.step(hvd, step, backward)
             self.check(hvd, f"{label}step {step}", exact=exact)
 
@@ -121,20 +132,50 @@ def test_inductor(hvd):
     pair.check_trained(hvd)
 
 
+def compiler(form):
+    """compile_model for Pair: torch.compile(model), model.compile() or a compiled function
+    calling the model, with backend aot_eager."""
+    def compile_model(m):
+        if form == "torch.compile":
+            return torch.compile(m, backend="aot_eager")
+        if form == "module.compile":
+            m.compile(backend="aot_eager")
+            return m
+        return torch.compile(lambda x: m(x), backend="aot_eager")
+    return compile_model
+
+
 @pytest.mark.parametrize("form", ["module.compile", "compiled_function"])
 def test_other_compiled_regions(hvd, form):
     """model.compile() and a compiled function calling the model: overlap's forward pre-hooks
     run inside the compiled region, eagerly (graph breaks), with the eager run's values."""
     torch._dynamo.reset()
-
-    def compile_model(m):
-        if form == "module.compile":
-            m.compile(backend="aot_eager")
-            return m
-        return torch.compile(lambda x: m(x), backend="aot_eager")
-
-    pair = Pair(hvd, f"tc.{form}", sgd, compile_model)
+    pair = Pair(hvd, f"tc.{form}", sgd, compiler(form))
     pair.train(hvd, 8, exact=True, label=f"{form} ")
+    pair.check_trained(hvd)
+
+
+@pytest.mark.parametrize("form", ["torch.compile", "module.compile", "compiled_function"])
+def test_compiles_a_bounded_number_of_times(hvd, form):
+    """Dynamo guards on the global forward pre-hooks, their keys included, and overlap switches
+    the step markers' hook on at every step() and off at the next forward. Switched on under a
+    new key each time, it made model.compile() and a compiled function recompile at every step
+    under the observed planner, until dynamo's recompile limit (8), then run eagerly. Here the
+    limit is raised, so such a recompile would show at every step: the frames dynamo compiles
+    (a recompile counts again) must all come in the first 20 steps, which include a hook that a
+    plan switches on (the deft target's delayed plan, in force from about step 11, switches on
+    the weight prediction's), and none in the next 20. The parameters stay the eager run's."""
+    torch._dynamo.reset()
+    counters = dynamo_counters()
+    counters.clear()
+    pair = Pair(hvd, f"tc.bounded.{form}", sgd, compiler(form), compiled_first=True)
+    with torch._dynamo.config.patch(cache_size_limit=64):  # recompile_limit's older name
+        pair.train(hvd, 20, exact=True, label=f"{form} ")
+        settled = counters["frames"]["total"]
+        pair.train(hvd, 20, exact=True, label=f"{form} ", first=20)
+    assert counters["frames"]["total"] == settled, (
+        f"{form}: dynamo compiled {settled} frames in the first 20 steps and "
+        f"{counters['frames']['total'] - settled} more in the next 20: it recompiles every step")
     pair.check_trained(hvd)
 
 

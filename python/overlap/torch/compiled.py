@@ -19,6 +19,10 @@ would bake one step's state into the graph). So every such hook is wrapped by `m
 
 Which case applies is read from `_covered`, a global that dynamo guards on, so a graph traced
 inside an OptimizedModule is never reused elsewhere.
+
+Dynamo also guards on the global hooks' dict, its keys included: a hook switched on and off each
+step (the step markers') is put back under its first key (SwitchedHook), or every step would
+bring a new key and a recompile, until dynamo's recompile limit.
 """
 
 import functools
@@ -100,3 +104,27 @@ def module_hook(hook, optional=False):
             return None
         return hook(module, inputs)
     return wrapped
+
+
+class SwitchedHook:
+    """A global module forward pre-hook (module_hook's, with its `optional`) switched on only
+    while needed, because any global hook sends every module call through torch's slow path.
+    It always holds the same key in torch's hook dict, so a compiled region traced with it
+    switched on finds the same dict at every later step (module docstring)."""
+
+    def __init__(self, hook, optional=False):
+        self._hook = module_hook(hook, optional)
+        self._handle = None
+        self._on = False
+
+    def switch(self, on):
+        if on == self._on:
+            return
+        if on and self._handle is None:
+            register = torch.nn.modules.module.register_module_forward_pre_hook
+            self._handle = register(self._hook)
+        elif on:
+            self._handle.hooks_dict_ref()[self._handle.id] = self._hook  # its first key
+        else:
+            self._handle.remove()  # torch copies the hooks before calling them: safe inside one
+        self._on = on

@@ -79,9 +79,7 @@ class StalenessCorrection:
         self._view = staleness.ScheduleView()
         self._states = {}
         self._viewed = False  # the view was refreshed after this step's forward marker
-        self._hook = None
-        # One function for every registration: dynamo guards on the hooks it was traced with.
-        self._hook_fn = compiled.module_hook(self._on_forward)
+        self._hook = compiled.SwitchedHook(self._on_forward)
 
     @property
     def _optimizer(self):
@@ -91,15 +89,10 @@ class StalenessCorrection:
         self._watch_forwards(False)
 
     def _watch_forwards(self, on):
-        """The forward pre-hook is registered only while a delayed plan is in force: any global
-        hook sends every module call through torch's slow path. Called outside module hooks
-        (step(), synchronize()): a hook registered inside one would miss that module's call."""
-        if on and self._hook is None:
-            register = torch.nn.modules.module.register_module_forward_pre_hook
-            self._hook = register(self._hook_fn)
-        elif not on and self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        """The forward pre-hook is on only while a delayed plan is in force: any global hook
+        sends every module call through torch's slow path. Called outside module hooks (step(),
+        synchronize()): a hook switched on inside one would miss that module's call."""
+        self._hook.switch(on)
 
     def active(self):
         """Re-reads the plan in force (once a step, from step() or synchronize()) and says

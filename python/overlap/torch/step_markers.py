@@ -19,19 +19,15 @@ _IDLE, _FORWARD, _BACKWARD, _UPDATE = range(4)
 
 
 class StepMarkers:
-    """The global forward pre-hook is registered only while a forward marker is due (idle, or
-    after an update): any global hook sends every module call through torch's slow path, which
-    for many small modules costs more than the runtime's own work."""
+    """The global forward pre-hook is on only while a forward marker is due (idle, or after an
+    update): any global hook sends every module call through torch's slow path, which for many
+    small modules costs more than the runtime's own work."""
 
     def __init__(self):
         self._state = _IDLE
         self._lock = threading.Lock()
-        self._hook = None
-        self._register = getattr(torch.nn.modules.module, "register_module_forward_pre_hook",
-                                 None)
         self._closed = False
-        # One function for every registration: dynamo guards on the hooks it was traced with.
-        self._hook_fn = compiled.module_hook(self._on_module_forward, optional=True)
+        self._hook = compiled.SwitchedHook(self._on_module_forward, optional=True)
         self._watch_forwards(True)
 
     def close(self):
@@ -40,11 +36,7 @@ class StepMarkers:
             self._watch_forwards(False)
 
     def _watch_forwards(self, on):
-        if on and self._hook is None and self._register is not None and not self._closed:
-            self._hook = self._register(self._hook_fn)
-        elif not on and self._hook is not None:
-            self._hook.remove()  # torch copies the hooks before calling them: safe inside one
-            self._hook = None
+        self._hook.switch(on and not self._closed)
 
     def _on_module_forward(self, module, inputs):
         if self._state in (_IDLE, _UPDATE) and torch.is_grad_enabled():
