@@ -8,6 +8,7 @@
 #include "collectives/ring_allgather.h"
 #include "collectives/ring_reduce_scatter.h"
 #include "collectives/segmented_allreduce.h"
+#include "collectives/weighted_allreduce.h"
 
 namespace overlap {
 namespace {
@@ -19,7 +20,7 @@ constexpr const char* kLaneNames[] = {"reduce-scatter within the host", "allredu
 
 absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> HierarchicalAllreduce::Start(
     const HostComms& comms, const int tags[2], void* buffer, int64_t count, MPI_Datatype type,
-    size_t elem_bytes, MPI_Op op) {
+    size_t elem_bytes, MPI_Op op, absl::Span<const double> cross_shares) {
   int local_size = 0;
   std::unique_ptr<HierarchicalAllreduce> work(new HierarchicalAllreduce());
   int rc = MPI_Comm_size(comms.local, &local_size);
@@ -38,6 +39,7 @@ absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> HierarchicalAllreduce::St
   work->type_ = type;
   work->elem_bytes_ = elem_bytes;
   work->op_ = op;
+  work->cross_shares_.assign(cross_shares.begin(), cross_shares.end());
   const int64_t segment_elems =
       std::max<int64_t>(1, static_cast<int64_t>(SegmentedAllreduce::kSegmentBytes / elem_bytes));
   for (int64_t first = 0;; first += segment_elems) {
@@ -83,6 +85,15 @@ absl::Status HierarchicalAllreduce::StartNext(Lane lane) {
       break;
     }
     case kCrossAllreduce: {
+      if (!cross_shares_.empty()) {
+        // The cross communicator is this channel's own, and one segment crosses at a time: the
+        // local rings' tags are free there.
+        absl::StatusOr<std::unique_ptr<WeightedAllreduce>> weighted = WeightedAllreduce::Start(
+            comms_.cross, tags_, s.shard.get(), mine, type_, elem_bytes_, op_, cross_shares_);
+        if (!weighted.ok()) return weighted.status();
+        current_[lane] = std::move(*weighted);
+        break;
+      }
       absl::StatusOr<std::unique_ptr<SegmentedAllreduce>> cross = SegmentedAllreduce::Start(
           comms_.cross, nullptr, s.shard.get(), mine, type_, elem_bytes_, op_);
       if (!cross.ok()) return cross.status();

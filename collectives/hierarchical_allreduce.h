@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "collectives/executor.h"
 
 namespace overlap {
@@ -54,12 +55,12 @@ class HierarchicalAllreduce : public Work {
 
   // Starts the first segment on `buffer`, `count` elements of `type` (`elem_bytes` each),
   // reduced with `op`. `tags` are two message tags for the rings of phases 1 and 3 on
-  // `comms.local`, unused by anything else in flight there. Any count works.
-  static absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> Start(const HostComms& comms,
-                                                                      const int tags[2],
-                                                                      void* buffer, int64_t count,
-                                                                      MPI_Datatype type,
-                                                                      size_t elem_bytes, MPI_Op op);
+  // `comms.local` (and, weighted, on `comms.cross`), unused by anything else in flight there. Any
+  // count works. `cross_shares`, one per host, makes phase 2 a weighted allreduce
+  // (weighted_allreduce.h) with those shares; empty, it is a segmented MPI allreduce.
+  static absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> Start(
+      const HostComms& comms, const int tags[2], void* buffer, int64_t count, MPI_Datatype type,
+      size_t elem_bytes, MPI_Op op, absl::Span<const double> cross_shares = {});
   ~HierarchicalAllreduce() override;
 
   // True once every segment is gathered; starts what can start. Never blocks.
@@ -85,6 +86,7 @@ class HierarchicalAllreduce : public Work {
   MPI_Datatype type_ = MPI_DATATYPE_NULL;
   size_t elem_bytes_ = 0;
   MPI_Op op_ = MPI_OP_NULL;
+  std::vector<double> cross_shares_;  // empty: phase 2 is not weighted
   int local_rank_ = 0;
   std::vector<Segment> segments_;
   // Per lane: the phase in flight (null: none), the next segment it takes, and how many it has

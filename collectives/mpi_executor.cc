@@ -10,7 +10,9 @@
 #include "numeric/half.h"
 #include "collectives/ring_allgather.h"
 #include "collectives/ring_reduce_scatter.h"
+#include "collectives/link_shares.h"
 #include "collectives/segmented_allreduce.h"
+#include "collectives/weighted_allreduce.h"
 #include "numeric/cpu_kernels.h"
 
 namespace overlap {
@@ -281,7 +283,7 @@ absl::StatusOr<std::unique_ptr<MpiExecutor>> MpiExecutor::Create(
           absl::StrCat("MPI_Comm_set_errhandler failed: ", MpiErrorString(set)));
     }
   }
-  std::unique_ptr<MpiExecutor> executor(new MpiExecutor(std::move(comms)));
+  std::unique_ptr<MpiExecutor> executor(new MpiExecutor(std::move(comms), options));
   if (options.host >= 0) {
     absl::Status s = executor->SplitByHost(options.host);
     if (!s.ok()) return s;
@@ -348,6 +350,101 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAdasum(int channel,
   return std::unique_ptr<Work>(std::move(*adasum));
 }
 
+bool MpiExecutor::Adapts(size_t bytes, ReduceOp op) const {
+  if (options_.adaptation == LinkAdaptation::kOff || op == ReduceOp::kAdasum ||
+      bytes < kAdaptiveMinBytes) {
+    return false;
+  }
+  if (options_.adaptation == LinkAdaptation::kOn) return true;
+  int size = 0;
+  MPI_Comm_size(comms_.front(), &size);
+  return options_.hosts >= 3 && (hierarchical() || options_.hosts == size);
+}
+
+absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAllreduce(
+    int channel, const CollectiveArgs& a, MPI_Op op, const std::vector<double>& shares) {
+  const MPI_Datatype type = MpiDataType(a.dtype);
+  const size_t elem_bytes = DataTypeSize(a.dtype);
+  const size_t bytes = static_cast<size_t>(a.count) * elem_bytes;
+  if (!shares.empty()) {
+    ++counters_.weighted;
+    if (options_.counters != nullptr) ++options_.counters->weighted;
+  }
+  if (hierarchical() && bytes >= kHierarchicalMinBytes) {
+    const int tags[2] = {NextRingTag(channel), NextRingTag(channel)};
+    absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> two_level =
+        HierarchicalAllreduce::Start(host_comms_[static_cast<size_t>(channel)], tags, a.recv,
+                                     a.count, type, elem_bytes, op, shares);
+    if (!two_level.ok()) return two_level.status();
+    return std::unique_ptr<Work>(std::move(*two_level));
+  }
+  MPI_Comm comm = comms_[static_cast<size_t>(channel)];
+  if (!shares.empty()) {
+    const int tags[2] = {NextRingTag(channel), NextRingTag(channel)};
+    absl::StatusOr<std::unique_ptr<WeightedAllreduce>> weighted =
+        WeightedAllreduce::Start(comm, tags, a.recv, a.count, type, elem_bytes, op, shares);
+    if (!weighted.ok()) return weighted.status();
+    return std::unique_ptr<Work>(std::move(*weighted));
+  }
+  if (bytes > SegmentedAllreduce::kSegmentBytes) {
+    absl::StatusOr<std::unique_ptr<SegmentedAllreduce>> segmented =
+        SegmentedAllreduce::Start(comm, nullptr, a.recv, a.count, type, elem_bytes, op);
+    if (!segmented.ok()) return segmented.status();
+    return std::unique_ptr<Work>(std::move(*segmented));
+  }
+  auto work = std::make_unique<MpiWork>();
+  absl::StatusOr<int> count = ToInt(a.count);
+  if (!count.ok()) return count.status();
+  const int rc = StartIallreduce(MPI_IN_PLACE, a.recv, *count, type, op, comm, work->request());
+  if (rc != MPI_SUCCESS) {
+    return absl::InternalError(
+        absl::StrCat("MPI allreduce failed to start: ", MpiErrorString(rc)));
+  }
+  return std::unique_ptr<Work>(std::move(work));
+}
+
+absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAdaptive(int channel,
+                                                                 const CollectiveArgs& a,
+                                                                 MPI_Op op) {
+  LinkState& link = links_[static_cast<size_t>(channel)];
+  if (link.since_probe >= 0 && link.since_probe < options_.reprobe_every) {
+    ++link.since_probe;
+    return StartAllreduce(channel, a, op, link.shares);
+  }
+  // The cross-host communicator when hierarchical: its ranks are the hosts' links.
+  const bool cross = hierarchical();
+  MPI_Comm probed = cross ? host_comms_[static_cast<size_t>(channel)].cross
+                          : comms_[static_cast<size_t>(channel)];
+  absl::StatusOr<std::unique_ptr<LinkProbe>> probe =
+      LinkProbe::Start(probed, NextRingTag(channel), options_.probe_bytes);
+  if (!probe.ok()) return probe.status();
+  const absl::Time started = absl::Now();
+  CollectiveArgs args = a;
+  return std::unique_ptr<Work>(std::make_unique<ProbedAllreduce>(
+      std::move(*probe),
+      [this, channel, cross, started, args, op](
+          const LinkProbe& done) -> absl::StatusOr<std::unique_ptr<Work>> {
+        LinkState& state = links_[static_cast<size_t>(channel)];
+        ++counters_.probes;
+        if (options_.counters != nullptr) ++options_.counters->probes;
+        state.since_probe = 1;
+        const bool weighted = options_.adaptation == LinkAdaptation::kOn
+                                  ? done.rates().size() >= 2
+                                  : WeightedPays(done.rates());
+        state.shares = weighted ? LinkShares(done.rates()) : std::vector<double>();
+        if (options_.on_probe) {
+          LinkReport report;
+          report.channel = channel;
+          report.cross_host = cross;
+          report.rates = done.rates();
+          report.shares = state.shares;
+          report.seconds = absl::ToDoubleSeconds(absl::Now() - started);
+          options_.on_probe(report);
+        }
+        return StartAllreduce(channel, args, op, state.shares);
+      }));
+}
+
 void MpiExecutor::Poke() {
   // A probe that matches nothing still runs Open MPI's progress engine (every BTL, every libnbc
   // schedule); it receives nothing, so the rings' own messages are left for their Tests.
@@ -379,24 +476,8 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Start(int channel, const Coll
       // different algorithms for one allreduce and failed with MPI_ERR_TRUNCATE.
       const size_t bytes = static_cast<size_t>(a.count) * DataTypeSize(a.dtype);
       if (a.send != nullptr && a.send != a.recv && bytes > 0) std::memcpy(a.recv, a.send, bytes);
-      if (hierarchical() && bytes >= kHierarchicalMinBytes) {
-        const int tags[2] = {NextRingTag(channel), NextRingTag(channel)};
-        absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> two_level =
-            HierarchicalAllreduce::Start(host_comms_[static_cast<size_t>(channel)], tags, a.recv,
-                                         a.count, type, DataTypeSize(a.dtype), *op);
-        if (!two_level.ok()) return two_level.status();
-        return std::unique_ptr<Work>(std::move(*two_level));
-      }
-      if (bytes > SegmentedAllreduce::kSegmentBytes) {
-        absl::StatusOr<std::unique_ptr<SegmentedAllreduce>> segmented = SegmentedAllreduce::Start(
-            comm, nullptr, a.recv, a.count, type, DataTypeSize(a.dtype), *op);
-        if (!segmented.ok()) return segmented.status();
-        return std::unique_ptr<Work>(std::move(*segmented));
-      }
-      absl::StatusOr<int> count = ToInt(a.count);
-      if (!count.ok()) return count.status();
-      rc = StartIallreduce(MPI_IN_PLACE, a.recv, *count, type, *op, comm, req);
-      break;
+      if (Adapts(bytes, a.op)) return StartAdaptive(channel, a, *op);
+      return StartAllreduce(channel, a, *op, {});
     }
     case CollectiveKind::kBroadcast: {
       absl::StatusOr<int> count = ToInt(a.count);

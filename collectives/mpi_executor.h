@@ -11,6 +11,11 @@
 // hierarchically: within each host, across hosts, within each host again
 // (collectives/hierarchical_allreduce.h), on two communicators of each channel's own.
 //
+// With MpiExecutorOptions::adaptation, allreduces of at least kAdaptiveMinBytes adapt to the
+// measured link rates (collectives/link_adaptation.h): a probe before the first on each channel
+// and every reprobe_every after, and a weighted allreduce (collectives/weighted_allreduce.h) while
+// the rates make it pay; hierarchical allreduces weight their cross-host phase.
+//
 // Adasum allreduces run flat, hierarchy or not, as collectives/adasum.h's halving over
 // point-to-point messages, one tensor's coefficients per CollectiveArgs::segments entry.
 //
@@ -21,6 +26,8 @@
 
 #include <mpi.h>
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -28,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "collectives/executor.h"
 #include "collectives/hierarchical_allreduce.h"
+#include "collectives/link_adaptation.h"
 
 namespace overlap {
 
@@ -40,6 +48,20 @@ struct MpiExecutorOptions {
   // asked); every host must hold the same number of ranks (InvalidArgument on every rank
   // otherwise).
   int host = -1;
+  // Allreduces shaped by measured link rates (link_adaptation.h). Every rank passes the same.
+  LinkAdaptation adaptation = LinkAdaptation::kOff;
+  // Distinct hosts among the communicator's ranks (0: unknown). kAuto adapts only with at least
+  // 3, and, when allreduces are flat, one rank per host: ranks sharing a host share its link, and
+  // a flat weighted allreduce would send each rank's whole buffer through it.
+  int hosts = 0;
+  // Eligible allreduces on a channel between two probes; the first probe precedes the first.
+  int64_t reprobe_every = 256;
+  size_t probe_bytes = LinkProbe::kDefaultBytes;
+  // Called after every probe, on the thread that called Test.
+  std::function<void(const LinkReport&)> on_probe;
+  // Where probes and weighted allreduces are counted besides the executor's own counters (shared
+  // by several executors); may be null. Outlives the executor.
+  LinkCounters* counters = nullptr;
 };
 
 class MpiExecutor : public Executor {
@@ -49,7 +71,9 @@ class MpiExecutor : public Executor {
   static absl::StatusOr<std::unique_ptr<MpiExecutor>> Create(MPI_Comm comm,
                                                              const MpiExecutorOptions& options);
   static absl::StatusOr<std::unique_ptr<MpiExecutor>> Create(MPI_Comm comm, int num_channels) {
-    return Create(comm, MpiExecutorOptions{num_channels});
+    MpiExecutorOptions options;
+    options.num_channels = num_channels;
+    return Create(comm, options);
   }
   ~MpiExecutor() override;
 
@@ -67,12 +91,38 @@ class MpiExecutor : public Executor {
   // cross-host share saves; such allreduces stay flat.
   static constexpr size_t kHierarchicalMinBytes = size_t{64} << 10;
 
+  // Allreduces below this stay as they are under adaptation: their time is latency, which the
+  // weighted allreduce's n - 1 messages per phase do not cut.
+  static constexpr size_t kAdaptiveMinBytes = size_t{1} << 20;
+
   // Whether allreduces of at least kHierarchicalMinBytes run hierarchically.
   bool hierarchical() const { return !host_comms_.empty(); }
+  // Allreduces that ran weighted, and probes run, on every channel so far. Any thread.
+  int64_t weighted_allreduces() const { return counters_.weighted.load(); }
+  int64_t link_probes() const { return counters_.probes.load(); }
 
  private:
-  explicit MpiExecutor(std::vector<MPI_Comm> comms)
-      : comms_(std::move(comms)), ring_tags_(comms_.size(), 0) {}
+  MpiExecutor(std::vector<MPI_Comm> comms, const MpiExecutorOptions& options)
+      : comms_(std::move(comms)),
+        ring_tags_(comms_.size(), 0),
+        options_(options),
+        links_(comms_.size()) {}
+
+  // Per channel: the last probe's verdict and the eligible allreduces since.
+  struct LinkState {
+    std::vector<double> shares;  // empty: allreduces run unweighted
+    int64_t since_probe = -1;    // -1: never probed
+  };
+  // Whether an allreduce of `bytes` with `op` adapts on this executor.
+  bool Adapts(size_t bytes, ReduceOp op) const;
+  // The adaptive allreduce in place in a.recv on `channel`: a probe first when one is due, then
+  // weighted or as before, by the channel's verdict.
+  absl::StatusOr<std::unique_ptr<Work>> StartAdaptive(int channel, const CollectiveArgs& a,
+                                                      MPI_Op op);
+  // The allreduce in place in a.recv as it runs without adaptation, or weighted by `shares`.
+  absl::StatusOr<std::unique_ptr<Work>> StartAllreduce(int channel, const CollectiveArgs& a,
+                                                       MPI_Op op,
+                                                       const std::vector<double>& shares);
 
   // An Adasum allreduce (collectives/adasum.h) on `channel`, in place in a.recv.
   absl::StatusOr<std::unique_ptr<Work>> StartAdasum(int channel, const CollectiveArgs& a);
@@ -93,6 +143,9 @@ class MpiExecutor : public Executor {
   std::vector<HostComms> host_comms_;
   // Per channel: rings (reduce-scatters and allgathers) started, which numbers their tags.
   std::vector<int> ring_tags_;
+  const MpiExecutorOptions options_;
+  std::vector<LinkState> links_;  // per channel
+  LinkCounters counters_;
 };
 
 // The MPI datatype that carries `dtype` (fp16/bf16 travel as MPI_UINT16_T).

@@ -38,6 +38,13 @@ struct Config {
   // why once. Every rank must set the same value. OVERLAP_HIERARCHICAL_ALLREDUCE, 0 or 1.
   int hierarchical_allreduce = 0;
 
+  // Allreduces of at least 1 MiB shaped by measured link rates (collectives/link_adaptation.h):
+  // "auto" probes each rank's link where links can differ (3 or more hosts, one rank per host,
+  // or hierarchical allreduces) and gives a slow link a smaller share where that is predicted to
+  // beat the ring by 15%; "on" always runs the weighted allreduce; "off" never probes. Every rank
+  // must set the same value. OVERLAP_ADAPTIVE_ALLREDUCE.
+  std::string adaptive_allreduce = "auto";
+
   // The host this rank counts as for the hierarchical allreduce; empty: the MPI processor name
   // (the host name). For ranks in containers that share a machine but not a hostname, and for
   // tests. OVERLAP_HOST_ID.

@@ -381,6 +381,12 @@ struct RuntimeStats {
   // from it (OVERLAP_COMPRESSION=covap:R=auto: R = ceil(ratio), 1..64); 0 until agreed, and when
   // nothing asks for it.
   double comm_compute_ratio = 0;
+  // The adaptive allreduce (OVERLAP_ADAPTIVE_ALLREDUCE): link probes run, allreduces that ran
+  // weighted by the measured rates, and the last probe's rate and share per host, e.g.
+  // "h1 117.3 MB/s 33%, h2 58.1 MB/s 0%, ..." (shares absent while allreduces run unweighted).
+  int64_t link_probes = 0;
+  int64_t weighted_allreduces = 0;
+  std::string link_rates;
 };
 // Zeros before Init and after Shutdown.
 RuntimeStats Stats();

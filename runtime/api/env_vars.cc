@@ -104,6 +104,17 @@ constexpr Var kVars[] = {
                 "1: reduce within each host, then across hosts, then share within each host, so "
                 "that 1/L of the data per rank crosses the network (L ranks per host)")
         .Build(),
+    Def("OVERLAP_ADAPTIVE_ALLREDUCE", Kind::kEnum)
+        .Values("auto, on, off")
+        .Default("auto")
+        .Describe(
+            "allreduces of 1 MiB and more around a slow link: auto measures each host's link (3 "
+            "or more hosts) and gives a slow one a smaller share of the buffer where that pays; "
+            "on always, off never (docs/tuning.md)")
+        .Option("--adaptive-allreduce", "auto|on|off",
+                "measure each host's link and give a slow one less of every large allreduce "
+                "(auto: where that pays)")
+        .Build(),
     Def("OVERLAP_HOST_ID", Kind::kString)
         .Describe("the host this rank counts as for the hierarchical allreduce; unset: its host "
                   "name")

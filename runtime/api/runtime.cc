@@ -89,7 +89,10 @@ RuntimeStats Runtime::stats() const {
   {
     absl::MutexLock lock(&mu_);
     stats.cuda_executor = cuda_executor_;
+    stats.link_rates = link_rates_;
   }
+  stats.link_probes = link_counters_.probes.load();
+  stats.weighted_allreduces = link_counters_.weighted.load();
   stats.hierarchy_hosts = hierarchy_hosts_;
   stats.comm_compute_ratio = agreed_comm_ratio_.load();
   return stats;

@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "collectives/executor.h"
+#include "collectives/link_adaptation.h"
 #include "runtime/plan/comm_meter.h"
 #include "runtime/planes/compression_stage.h"
 #include "runtime/config.h"
@@ -185,6 +186,9 @@ class Runtime {
   // records them; the error of a lost peer.
   absl::Status ReadControl(absl::Duration timeout, bool local);
   void Wake();
+  // After an executor's link probe (runtime_links.cc): RuntimeStats::link_rates, and a log line
+  // from rank 0 whenever the verdict changes. Any thread.
+  void NoteLinkProbe(const LinkReport& report);
 
   Config config_;
   bool owns_mpi_ = false;
@@ -277,6 +281,12 @@ class Runtime {
   std::optional<absl::StatusOr<std::string>> plan_save_ ABSL_GUARDED_BY(mu_);
   std::string cuda_executor_ ABSL_GUARDED_BY(mu_);  // RuntimeStats::cuda_executor
   int hierarchy_hosts_ = 0;  // RuntimeStats::hierarchy_hosts; set before the coordinator starts
+  // Every rank's host as the layout names it (OVERLAP_HOST_ID or the host name), by rank; set
+  // before the coordinator starts. Names the links in RuntimeStats::link_rates.
+  std::vector<std::string> link_hosts_;
+  LinkCounters link_counters_;  // the adaptive allreduces of every executor of this runtime
+  std::string link_rates_ ABSL_GUARDED_BY(mu_);  // RuntimeStats::link_rates
+  int link_verdict_ ABSL_GUARDED_BY(mu_) = -1;   // last logged: 1 weighted, 0 not, -1 none
   // The step phase in progress and when it began, for the timeline's compute track.
   StepPhase phase_ ABSL_GUARDED_BY(mu_) = StepPhase::kForward;
   absl::Time phase_start_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();

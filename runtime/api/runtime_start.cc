@@ -72,8 +72,11 @@ absl::StatusOr<std::vector<std::string>> GatherHosts(MPI_Comm comm, int rank, in
 // This rank's host for the executors' hierarchical allreduce
 // (collectives/hierarchical_allreduce.h), or -1 for flat allreduces. Every rank learns every rank's
 // setting and host, so all decide alike.
+// `*rank_hosts` gets every rank's host as the layout names it (OVERLAP_HOST_ID or the host name),
+// `*distinct_hosts` their number.
 absl::StatusOr<int> HierarchyHostOf(MPI_Comm comm, int rank, int size, const Config& config,
-                                    const std::string& host_name, int* hosts) {
+                                    const std::string& host_name, int* hosts,
+                                    std::vector<std::string>* rank_hosts, int* distinct_hosts) {
   absl::StatusOr<std::vector<std::string>> words =
       AllgatherStrings(comm, rank, size,
                        HierarchyWord(config.hierarchical_allreduce,
@@ -93,7 +96,32 @@ absl::StatusOr<int> HierarchyHostOf(MPI_Comm comm, int rank, int size, const Con
                  why_flat);
   }
   *hosts = host >= 0 ? static_cast<int>(layout->hosts.size()) : 0;
+  *distinct_hosts = static_cast<int>(layout->hosts.size());
+  rank_hosts->clear();
+  for (int h : layout->host_of_rank) rank_hosts->push_back(layout->hosts[static_cast<size_t>(h)]);
   return host;
+}
+
+// OK when every rank gives `var` rank 0's value; otherwise InvalidArgument, the same on every
+// rank, naming the ranks that differ: a setting that shapes collectives must match everywhere,
+// or the ranks run different algorithms and hang.
+absl::Status AgreeOnValue(MPI_Comm comm, int rank, int size, const Config& config,
+                          absl::string_view var, const std::string& value) {
+  absl::StatusOr<std::vector<std::string>> values =
+      AllgatherStrings(comm, rank, size, value, absl::Seconds(config.start_timeout_s), "Init",
+                       "OVERLAP_START_TIMEOUT_S");
+  if (!values.ok()) return values.status();
+  std::vector<std::string> differ;
+  for (int r = 1; r < size; ++r) {
+    if ((*values)[static_cast<size_t>(r)] != values->front()) {
+      differ.push_back(absl::StrCat("rank ", r, " has ", (*values)[static_cast<size_t>(r)]));
+    }
+  }
+  if (differ.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("rank ", rank, ": Init failed: ", var,
+                                                 " must be the same on every rank: rank 0 has ",
+                                                 values->front(), ", ",
+                                                 absl::StrJoin(differ, ", ")));
 }
 
 // How long a peer's host may not answer on the control connection before the runtime fails
@@ -188,12 +216,23 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   absl::StatusOr<std::vector<std::string>> hosts = GatherHosts(control_comm_, rank_, size_);
   if (!hosts.ok()) return hosts.status();
   hosts_ = *std::move(hosts);
-  absl::StatusOr<int> host = HierarchyHostOf(control_comm_, rank_, size_, config,
-                                             hosts_[static_cast<size_t>(rank_)], &hierarchy_hosts_);
+  int distinct_hosts = 0;
+  absl::StatusOr<int> host =
+      HierarchyHostOf(control_comm_, rank_, size_, config, hosts_[static_cast<size_t>(rank_)],
+                      &hierarchy_hosts_, &link_hosts_, &distinct_hosts);
   if (!host.ok()) return host.status();
+  absl::StatusOr<LinkAdaptation> adaptation = ParseLinkAdaptation(config.adaptive_allreduce);
+  if (!adaptation.ok()) return adaptation.status();  // Config::Validate refused it already
+  absl::Status same = AgreeOnValue(control_comm_, rank_, size_, config,
+                                   "OVERLAP_ADAPTIVE_ALLREDUCE", config.adaptive_allreduce);
+  if (!same.ok()) return same;
   MpiExecutorOptions executor_options;
   executor_options.num_channels = config.num_channels;
   executor_options.host = *host;
+  executor_options.adaptation = *adaptation;
+  executor_options.hosts = distinct_hosts;
+  executor_options.counters = &link_counters_;
+  executor_options.on_probe = [this](const LinkReport& report) { NoteLinkProbe(report); };
 
   absl::StatusOr<std::unique_ptr<ControlPlane>> control = ControlPlane::Connect(
       control_comm_, hosts_, absl::Seconds(config.start_timeout_s), PeerTimeout(config));

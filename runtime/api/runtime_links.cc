@@ -1,0 +1,65 @@
+// Runtime's view of its executors' link probes (collectives/link_adaptation.h): what Stats and the
+// log say about the links.
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/api/runtime.h"
+#include "spdlog/spdlog.h"
+
+namespace overlap {
+namespace {
+
+// The ranks of the cross-host communicator that `rank` belongs to, in its rank order: the ranks
+// that are as many ranks into their hosts as `rank` is into its own (MpiExecutor::SplitByHost).
+std::vector<int> CrossRanks(const std::vector<std::string>& hosts, int rank) {
+  std::map<std::string, int> seen;
+  std::vector<int> local_index(hosts.size());
+  for (size_t r = 0; r < hosts.size(); ++r) local_index[r] = seen[hosts[r]]++;
+  std::vector<int> out;
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    if (local_index[r] == local_index[static_cast<size_t>(rank)]) out.push_back(static_cast<int>(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+void Runtime::NoteLinkProbe(const LinkReport& report) {
+  // The probed communicator's rank i is world rank i when flat, else the i-th of the cross ranks.
+  const std::vector<int> ranks =
+      report.cross_host ? CrossRanks(link_hosts_, rank_) : std::vector<int>();
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < report.rates.size(); ++i) {
+    const size_t world = report.cross_host && i < ranks.size() ? static_cast<size_t>(ranks[i]) : i;
+    const std::string name =
+        world < link_hosts_.size() ? link_hosts_[world] : absl::StrCat("rank ", world);
+    std::string part = absl::StrFormat("%s %.1f MB/s", name, report.rates[i] / 1e6);
+    if (i < report.shares.size()) absl::StrAppendFormat(&part, " %.0f%%", 100 * report.shares[i]);
+    parts.push_back(std::move(part));
+  }
+  const std::string rates = absl::StrJoin(parts, ", ");
+  const int verdict = report.shares.empty() ? 0 : 1;
+  bool changed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    link_rates_ = rates;
+    changed = verdict != link_verdict_;
+    link_verdict_ = verdict;
+  }
+  if (rank_ != 0) return;
+  const std::string line = absl::StrFormat(
+      "overlap: link probe (channel %d, %.0f ms): %s; allreduces of 1 MiB and more run %s",
+      report.channel, 1e3 * report.seconds, rates,
+      verdict == 1 ? "weighted by these shares (OVERLAP_ADAPTIVE_ALLREDUCE)" : "unweighted");
+  if (changed) {
+    spdlog::info("{}", line);
+  } else {
+    spdlog::debug("{}", line);
+  }
+}
+
+}  // namespace overlap

@@ -1,0 +1,302 @@
+// The weighted allreduce (collectives/weighted_allreduce.h) called directly, and the MPI
+// executor's adaptive allreduces around it (collectives/link_adaptation.h): exact sums for shares
+// that are equal, uneven, zero for some ranks and whole on one; every dtype; counts that do not
+// divide and buffers of several segments; random values summed in rank order, bit for bit, on
+// every rank; the probe's rates, the same on every rank; a hierarchical allreduce whose cross-host
+// phase is weighted (pretend hosts of 2 ranks); and auto leaving one host's ranks alone.
+#include "collectives/weighted_allreduce.h"
+
+#include <mpi.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "collectives/link_probe.h"
+#include "collectives/link_shares.h"
+#include "collectives/mpi_executor.h"
+#include "collectives/segmented_allreduce.h"
+#include "numeric/half.h"
+#include "tests/collectives/mpi_world.h"
+
+namespace overlap {
+namespace {
+
+using testing::Rank;
+using testing::Size;
+
+void RunToEnd(Work& work) {
+  while (true) {
+    absl::StatusOr<bool> done = work.Test();
+    REQUIRE(done.ok());
+    if (*done) return;
+  }
+}
+
+// Shares that every rank builds alike.
+std::vector<std::vector<double>> ShareSets() {
+  const size_t n = static_cast<size_t>(Size());
+  std::vector<std::vector<double>> sets;
+  sets.push_back(std::vector<double>(n, 1.0 / static_cast<double>(n)));
+  std::vector<double> slow_last(n, 1.0);
+  slow_last.back() = 0;  // the last rank owns nothing
+  sets.push_back(slow_last);
+  std::vector<double> all_on_first(n, 0.0);
+  all_on_first.front() = 1;
+  sets.push_back(all_on_first);
+  std::vector<double> uneven(n);
+  for (size_t i = 0; i < n; ++i) uneven[i] = 1.0 + static_cast<double>(i * i);
+  sets.push_back(uneven);
+  return sets;
+}
+
+float Value(int q, int64_t i) { return static_cast<float>((q + 1) * (i % 89 + 1)); }
+
+std::vector<float> Input(int64_t count) {
+  std::vector<float> data(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) data[static_cast<size_t>(i)] = Value(Rank(), i);
+  return data;
+}
+
+int64_t WrongSums(const std::vector<float>& data) {
+  int64_t wrong = 0;
+  for (size_t i = 0; i < data.size(); ++i) {
+    float sum = 0;
+    for (int q = 0; q < Size(); ++q) sum += Value(q, static_cast<int64_t>(i));
+    if (data[i] != sum) ++wrong;
+  }
+  return wrong;
+}
+
+// Whether every rank holds the same bytes.
+bool SameOnEveryRank(const void* data, size_t bytes) {
+  std::vector<char> first(bytes);
+  if (bytes > 0) std::memcpy(first.data(), data, bytes);
+  MPI_Bcast(first.data(), static_cast<int>(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+  int same = bytes == 0 || std::memcmp(first.data(), data, bytes) == 0 ? 1 : 0, all = 0;
+  MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all == 1;
+}
+
+TEST_CASE("a weighted allreduce sums every element, whatever the shares and the count") {
+  const int tags[2] = {21, 22};
+  const int64_t segment = static_cast<int64_t>(SegmentedAllreduce::kSegmentBytes / 4);
+  for (const std::vector<double>& shares : ShareSets()) {
+    for (const int64_t count : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{1000003},
+                                segment + 7, 3 * segment + 1}) {
+      INFO("count " << count << ", shares of the last rank " << shares.back());
+      std::vector<float> data = Input(count);
+      absl::StatusOr<std::unique_ptr<WeightedAllreduce>> work = WeightedAllreduce::Start(
+          MPI_COMM_WORLD, tags, data.data(), count, MPI_FLOAT, 4, MPI_SUM, shares);
+      REQUIRE(work.ok());
+      RunToEnd(**work);
+      CHECK(WrongSums(data) == 0);
+    }
+  }
+}
+
+TEST_CASE("random values are summed in rank order, and every rank gets the same bits") {
+  const int tags[2] = {23, 24};
+  const int64_t count = 300007;
+  std::vector<float> mine(static_cast<size_t>(count));
+  std::vector<std::vector<float>> all(static_cast<size_t>(Size()));
+  for (int q = 0; q < Size(); ++q) {
+    std::mt19937 rng(static_cast<unsigned>(100 + q));
+    std::normal_distribution<float> normal(0, 1);
+    for (float& v : all[static_cast<size_t>(q)] = std::vector<float>(mine.size())) v = normal(rng);
+  }
+  for (const std::vector<double>& shares : ShareSets()) {
+    mine = all[static_cast<size_t>(Rank())];
+    absl::StatusOr<std::unique_ptr<WeightedAllreduce>> work = WeightedAllreduce::Start(
+        MPI_COMM_WORLD, tags, mine.data(), count, MPI_FLOAT, 4, MPI_SUM, shares);
+    REQUIRE(work.ok());
+    RunToEnd(**work);
+    int64_t differ = 0;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      float sum = 0;
+      for (int q = 0; q < Size(); ++q) sum += all[static_cast<size_t>(q)][i];
+      if (std::memcmp(&sum, &mine[i], 4) != 0) ++differ;
+    }
+    CHECK(differ == 0);
+    CHECK(SameOnEveryRank(mine.data(), mine.size() * 4));
+  }
+}
+
+template <typename T>
+void CheckIntegerSum(MPI_Datatype type, const std::vector<double>& shares) {
+  const int tags[2] = {25, 26};
+  const int64_t count = 4099;
+  std::vector<T> data(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) data[static_cast<size_t>(i)] = static_cast<T>(i % 5 + Rank());
+  absl::StatusOr<std::unique_ptr<WeightedAllreduce>> work = WeightedAllreduce::Start(
+      MPI_COMM_WORLD, tags, data.data(), count, type, sizeof(T), MPI_SUM, shares);
+  REQUIRE(work.ok());
+  RunToEnd(**work);
+  int64_t wrong = 0;
+  const int64_t ranks = Size() * (Size() - 1) / 2;
+  for (int64_t i = 0; i < count; ++i) {
+    if (data[static_cast<size_t>(i)] != static_cast<T>(Size() * (i % 5) + ranks)) ++wrong;
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("every dtype, with the executor's reduction operations") {
+  const std::vector<double> shares = ShareSets()[3];
+  CheckIntegerSum<int8_t>(MPI_INT8_T, shares);
+  CheckIntegerSum<uint8_t>(MPI_UINT8_T, shares);
+  CheckIntegerSum<int32_t>(MPI_INT32_T, shares);
+  CheckIntegerSum<int64_t>(MPI_INT64_T, shares);
+  CheckIntegerSum<double>(MPI_DOUBLE, shares);
+  CheckIntegerSum<float>(MPI_FLOAT, shares);
+  const int tags[2] = {27, 28};
+  for (const DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
+    INFO(DataTypeName(dtype));
+    const int64_t count = 2053;
+    std::vector<uint16_t> data(static_cast<size_t>(count));
+    const bool fp16 = dtype == DataType::kFloat16;
+    for (int64_t i = 0; i < count; ++i) {
+      const float v = static_cast<float>(Rank() + 1 + i % 3);
+      data[static_cast<size_t>(i)] = fp16 ? FloatToHalf(v) : FloatToBFloat16(v);
+    }
+    absl::StatusOr<MPI_Op> op = MpiReduceOp(dtype, ReduceOp::kSum);
+    REQUIRE(op.ok());
+    absl::StatusOr<std::unique_ptr<WeightedAllreduce>> work = WeightedAllreduce::Start(
+        MPI_COMM_WORLD, tags, data.data(), count, MpiDataType(dtype), 2, *op, shares);
+    REQUIRE(work.ok());
+    RunToEnd(**work);
+    int64_t wrong = 0;
+    const float ranks = static_cast<float>(Size() * (Size() + 1) / 2);
+    for (int64_t i = 0; i < count; ++i) {
+      const uint16_t got = data[static_cast<size_t>(i)];
+      const float value = fp16 ? HalfToFloat(got) : BFloat16ToFloat(got);
+      if (value != ranks + static_cast<float>(Size() * (i % 3))) ++wrong;
+    }
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("shares that do not match the rank count are refused") {
+  const int tags[2] = {29, 30};
+  std::vector<float> data(4);
+  absl::StatusOr<std::unique_ptr<WeightedAllreduce>> work = WeightedAllreduce::Start(
+      MPI_COMM_WORLD, tags, data.data(), 4, MPI_FLOAT, 4, MPI_SUM,
+      std::vector<double>(static_cast<size_t>(Size() + 1), 1.0));
+  REQUIRE_FALSE(work.ok());
+  CHECK(work.status().message().find("shares for") != absl::string_view::npos);
+}
+
+TEST_CASE("the link probe gives every rank the same positive rates") {
+  absl::StatusOr<std::unique_ptr<LinkProbe>> probe =
+      LinkProbe::Start(MPI_COMM_WORLD, 31, size_t{1} << 20);
+  REQUIRE(probe.ok());
+  RunToEnd(**probe);
+  const std::vector<double>& rates = (*probe)->rates();
+  REQUIRE(rates.size() == static_cast<size_t>(Size()));
+  for (double r : rates) CHECK(r > 0);
+  CHECK(SameOnEveryRank(rates.data(), rates.size() * sizeof(double)));
+  const std::vector<double>& flows = (*probe)->flows();
+  for (int q = 0; q < Size(); ++q) CHECK(flows[static_cast<size_t>(q * Size() + q)] == 0);
+}
+
+struct Probes {
+  std::vector<LinkReport> reports;
+};
+
+std::unique_ptr<MpiExecutor> AdaptiveExecutor(LinkAdaptation adaptation, int host, int hosts,
+                                              Probes* probes, int64_t reprobe_every = 256) {
+  MpiExecutorOptions options;
+  options.num_channels = 2;
+  options.host = host;
+  options.hosts = hosts;
+  options.adaptation = adaptation;
+  options.reprobe_every = reprobe_every;
+  options.probe_bytes = size_t{256} << 10;
+  options.on_probe = [probes](const LinkReport& report) { probes->reports.push_back(report); };
+  absl::StatusOr<std::unique_ptr<MpiExecutor>> executor =
+      MpiExecutor::Create(MPI_COMM_WORLD, options);
+  REQUIRE(executor.ok());
+  return std::move(*executor);
+}
+
+CollectiveArgs FloatSum(std::vector<float>& data) {
+  CollectiveArgs args;
+  args.kind = CollectiveKind::kAllreduce;
+  args.dtype = DataType::kFloat32;
+  args.op = ReduceOp::kSum;
+  args.count = static_cast<int64_t>(data.size());
+  args.recv = data.data();
+  return args;
+}
+
+TEST_CASE("adaptation on: a probe, then weighted allreduces, and a probe again when due") {
+  Probes probes;
+  std::unique_ptr<MpiExecutor> executor =
+      AdaptiveExecutor(LinkAdaptation::kOn, /*host=*/-1, /*hosts=*/1, &probes,
+                       /*reprobe_every=*/2);
+  const int64_t large = static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4) + 13;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<float> data = Input(large);
+    absl::StatusOr<std::unique_ptr<Work>> work = executor->Start(0, FloatSum(data));
+    REQUIRE(work.ok());
+    RunToEnd(**work);
+    CHECK(WrongSums(data) == 0);
+  }
+  // Probes before the 1st and the 3rd; small allreduces and channel 1's are not counted.
+  std::vector<float> small = Input(100);
+  absl::StatusOr<std::unique_ptr<Work>> work = executor->Start(0, FloatSum(small));
+  REQUIRE(work.ok());
+  RunToEnd(**work);
+  CHECK(WrongSums(small) == 0);
+  CHECK(executor->link_probes() == 2);
+  CHECK(executor->weighted_allreduces() == 4);
+  REQUIRE(probes.reports.size() == 2);
+  const LinkReport& report = probes.reports.back();
+  CHECK(report.channel == 0);
+  CHECK_FALSE(report.cross_host);
+  REQUIRE(report.shares.size() == static_cast<size_t>(Size()));
+  CHECK(SameOnEveryRank(report.shares.data(), report.shares.size() * sizeof(double)));
+  CHECK(report.seconds > 0);
+}
+
+TEST_CASE("adaptation auto on one host probes nothing and runs as before") {
+  Probes probes;
+  std::unique_ptr<MpiExecutor> executor =
+      AdaptiveExecutor(LinkAdaptation::kAuto, -1, /*hosts=*/1, &probes);
+  std::vector<float> data = Input(static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4) + 1);
+  absl::StatusOr<std::unique_ptr<Work>> work = executor->Start(1, FloatSum(data));
+  REQUIRE(work.ok());
+  RunToEnd(**work);
+  CHECK(WrongSums(data) == 0);
+  CHECK(executor->link_probes() == 0);
+  CHECK(probes.reports.empty());
+}
+
+TEST_CASE("a hierarchical allreduce weights its cross-host phase") {
+  if (Size() % 2 != 0 || Size() < 4) {
+    WARN("needs an even rank count of at least 4 for pretend hosts of 2 ranks");
+    return;
+  }
+  Probes probes;
+  std::unique_ptr<MpiExecutor> executor =
+      AdaptiveExecutor(LinkAdaptation::kOn, Rank() / 2, Size() / 2, &probes);
+  REQUIRE(executor->hierarchical());
+  const int64_t segment = static_cast<int64_t>(SegmentedAllreduce::kSegmentBytes / 4);
+  for (const int64_t count :
+       {static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4), 2 * segment + 3}) {
+    std::vector<float> data = Input(count);
+    absl::StatusOr<std::unique_ptr<Work>> work = executor->Start(1, FloatSum(data));
+    REQUIRE(work.ok());
+    RunToEnd(**work);
+    CHECK(WrongSums(data) == 0);
+  }
+  REQUIRE(probes.reports.size() == 1);
+  CHECK(probes.reports[0].cross_host);
+  CHECK(probes.reports[0].rates.size() == static_cast<size_t>(Size() / 2));
+  CHECK(executor->weighted_allreduces() == 2);
+}
+
+}  // namespace
+}  // namespace overlap

@@ -1,0 +1,123 @@
+// The runtime with OVERLAP_ADAPTIVE_ALLREDUCE (collectives/link_adaptation.h) on one machine whose
+// ranks are placed on pretend hosts (OVERLAP_HOST_ID, set by main before Init from the world
+// rank). Links here are all alike, so "on" forces the weighted allreduce: exact sums through
+// negotiated, fused and planned steps, and Stats reporting the probes, the weighted allreduces
+// and each host's rate.
+//   (no argument)   one pretend host per rank, flat allreduces, adaptation on
+//   --hierarchical  pretend hosts of two ranks, OVERLAP_HIERARCHICAL_ALLREDUCE=1, adaptation on:
+//                   the cross-host phase is the weighted one
+//   --auto          the ranks' real host (one machine), adaptation auto: nothing is probed
+//   --mismatch      rank 1 asks for off, the others for on: Init fails on every rank, naming it
+#define CATCH_CONFIG_RUNNER
+#include <mpi.h>
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/overlap.h"
+
+namespace overlap {
+namespace {
+
+constexpr absl::Duration kWait = absl::Seconds(60);
+std::string g_mode;  // NOLINT: set once by main before the tests run
+
+float Value(int rank, int step, size_t i) {
+  return static_cast<float>(rank + step + static_cast<int>(i % 5));
+}
+float Expected(int step, size_t i) {
+  const int n = Size();
+  return static_cast<float>(n * (n - 1) / 2 + n * (step + static_cast<int>(i % 5)));
+}
+
+TEST_CASE("adaptive steps sum exactly, negotiated and then planned") {
+  // Two tensors above the 1 MiB adaptive threshold (one of several segments), two fused into a
+  // bucket below it, and one small one.
+  const std::vector<int64_t> sizes = {(1 << 20) / 4 + 3, (9 << 20) / 4 + 1, 40000, 30001, 100};
+  std::vector<std::vector<float>> grads;
+  for (int64_t n : sizes) grads.emplace_back(static_cast<size_t>(n));
+  for (int step = 0; step < 10; ++step) {
+    std::vector<Handle> handles;
+    for (size_t g = grads.size(); g-- > 0;) {
+      for (size_t i = 0; i < grads[g].size(); ++i) grads[g][i] = Value(Rank(), step, i);
+      const int64_t n = static_cast<int64_t>(grads[g].size());
+      absl::StatusOr<Handle> h =
+          Allreduce(absl::StrCat("grad.", g), MakeTensor(grads[g].data(), {n}),
+                    MakeTensor(grads[g].data(), {n}), {ReduceOp::kSum});
+      REQUIRE(h.ok());
+      handles.push_back(*h);
+    }
+    for (Handle& h : handles) CHECK(h.Wait(kWait).ok());
+    int64_t wrong = 0;
+    for (const std::vector<float>& g : grads) {
+      for (size_t i = 0; i < g.size(); ++i) wrong += g[i] != Expected(step, i);
+    }
+    INFO("step " << step);
+    CHECK(wrong == 0);
+  }
+  CHECK(Stats().plans_frozen >= 1);
+  const RuntimeStats stats = Stats();
+  INFO("link_rates: " << stats.link_rates);
+  if (g_mode == "--auto") {
+    CHECK(stats.link_probes == 0);
+    CHECK(stats.weighted_allreduces == 0);
+    CHECK(stats.link_rates.empty());
+    return;
+  }
+  // The negotiated and the planned executor each probed once; 2 large tensors x 10 steps ran
+  // weighted (hierarchical: each is one weighted cross-host phase per allreduce).
+  CHECK(stats.link_probes >= 2);
+  CHECK(stats.weighted_allreduces >= 20);
+  const int hosts = g_mode == "--hierarchical" ? Size() / 2 : Size();
+  for (int h = 0; h < hosts; ++h) {
+    CHECK(stats.link_rates.find(absl::StrCat("pretend-host-", h, " ")) != std::string::npos);
+  }
+  CHECK(stats.link_rates.find(" MB/s ") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace overlap
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  overlap::g_mode = argc > 1 ? argv[1] : "";
+  const std::string& mode = overlap::g_mode;
+  if (mode != "--auto") {
+    const int host = mode == "--hierarchical" ? rank / 2 : rank;
+    setenv("OVERLAP_HOST_ID", absl::StrCat("pretend-host-", host).c_str(), 1);
+  }
+  if (mode == "--hierarchical") setenv("OVERLAP_HIERARCHICAL_ALLREDUCE", "1", 1);
+  setenv("OVERLAP_ADAPTIVE_ALLREDUCE", mode == "--auto" ? "auto" : "on", 1);
+  if (mode == "--mismatch") {
+    setenv("OVERLAP_ADAPTIVE_ALLREDUCE", rank == 1 ? "off" : "on", 1);
+    absl::Status init = overlap::Init();
+    const std::string message(init.message());
+    const bool named =
+        !init.ok() &&
+        message.find("OVERLAP_ADAPTIVE_ALLREDUCE must be the same on every rank: rank 0 has on, "
+                     "rank 1 has off") != std::string::npos;
+    std::fprintf(stderr, "rank %d: Init: %s\n", rank, init.ok() ? "ok" : message.c_str());
+    int bad = named ? 0 : 1, any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any;
+  }
+  absl::Status init = overlap::Init();
+  if (!init.ok()) {
+    std::fprintf(stderr, "overlap::Init failed: %s\n", std::string(init.message()).c_str());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  const int failures = Catch::Session().run(1, argv);
+  absl::Status down = overlap::Shutdown();
+  int local = failures > 0 || !down.ok() ? 1 : 0, any = 0;
+  MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any;
+}
