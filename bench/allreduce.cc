@@ -11,7 +11,8 @@
 // run back to back shares the machine's state, which on a shared machine drifts by more than the
 // difference being measured), or with --best the ratio of the fastest trials.
 // Before timing, each case runs long enough for the runtime to freeze its plan
-// (OVERLAP_PLAN_AFTER_STEPS), as a training job's first iterations do; "planned" in the output
+// (OVERLAP_PLAN_AFTER_STEPS) and for the adaptive allreduce to settle its verdict
+// (OVERLAP_ADAPTIVE_ALLREDUCE), as a training job's first iterations do; "planned" in the output
 // says whether the timed operations ran on a plan.
 // GB/s is algorithm bandwidth, bytes / time / 1e9 (bus bandwidth is 2(n-1)/n times that).
 //
@@ -225,7 +226,9 @@ void RunSize(const BenchOptions& options, int64_t bytes) {
   VerifySum(name, buffer, tensor);
   // Enough back-to-back operations that a trial of a small size is not one timer tick.
   const int iters = static_cast<int>(std::clamp<int64_t>((int64_t{8} << 20) / bytes, 1, 50));
-  TimeOverlap(name, tensor, 5);  // warm-up: negotiation, caches, then the plan freezes
+  // Warm-up: negotiation, caches, then the plan freezes, and the planned executor's first two
+  // link probes (OVERLAP_ADAPTIVE_ALLREDUCE) have agreed on a verdict.
+  TimeOverlap(name, tensor, 12);
   TimeMpi(buffer.data(), count, 1);
   std::vector<std::function<double()>> measures = {
       [&] { return TimeOverlap(name, tensor, iters); },
@@ -245,12 +248,17 @@ void RunSize(const BenchOptions& options, int64_t bytes) {
   if (Rank() != 0) {
     return;
   }
+  // The adaptive allreduce's verdict (OVERLAP_ADAPTIVE_ALLREDUCE): host names are the cluster's
+  // own, plain words.
+  const RuntimeStats stats = Stats();
   if (options.json) {
     std::printf(
         "{\"case\":\"size\",\"bytes\":%lld,\"ranks\":%d,\"overlap_gbps\":%.4f,"
-        "\"mpi_gbps\":%.4f,\"ratio\":%.4f,\"planned\":%s}\n",
+        "\"mpi_gbps\":%.4f,\"ratio\":%.4f,\"planned\":%s,\"weighted_allreduces\":%lld,"
+        "\"link_rates\":\"%s\"}\n",
         static_cast<long long>(bytes), Size(), overlap_gbps, mpi_gbps, ratio,
-        planned ? "true" : "false");
+        planned ? "true" : "false", static_cast<long long>(stats.weighted_allreduces),
+        stats.link_rates.c_str());
   } else {
     std::printf("%12lld %6d %12.1f %12.1f %12.1f %12.3f %10.3f %7.3f %s\n",
                 static_cast<long long>(bytes), Size(), overlap_s * 1e6, mpi_s * 1e6,

@@ -3,7 +3,11 @@
 //
 //   overlaprun -np 4 bazel-bin/bench/model_step --model resnet50 [--steps 20] [--link-rate 1gbit]
 //       [--time-scale X] [--bytes-scale X] [--target-step-ms 1000] [--max-warmup-steps 60]
+//       [--straggler RANK:FRACTION] [--hiccups RANK]
 //
+// --straggler 2:0.3 makes rank 2's backward 30% slower than the others'; --hiccups 2 gives rank
+// 2 one pause of 50-200 ms (uniform, a fixed seed) at a random layer of every backward: the
+// persistent and the random straggler of tools/hetero_bench.sh.
 // The program is the GPU training loop with the GPU taken out. Every layer of the profile
 // (scheduler/builtin.h, or --profile FILE) sleeps its forward and backward time times the time
 // scale, so the CPU stays free for the runtime as it would be while a GPU computes. Each layer's
@@ -50,6 +54,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -83,6 +88,9 @@ struct StepOptions {
   int ref_workers = 16;
   double ref_bytes_per_s = 1.25e9;  // 10 Gbit/s
   bool trace = false;               // rank 0 prints the runtime's plan state after every step
+  int straggler_rank = -1;          // --straggler: this rank's backward is slower
+  double straggler_fraction = 0;    // by this fraction
+  int hiccup_rank = -1;             // --hiccups
 };
 
 // Every failure ends the whole job: a rank that stopped would leave the others waiting.
@@ -179,12 +187,26 @@ absl::StatusOr<StepOptions> ParseFlags(int argc, char** argv) {
       status = next_rate(&options.ref_bytes_per_s, nullptr);
     } else if (arg == "--ref-workers") {
       status = next_int(2, &options.ref_workers);
+    } else if (arg == "--straggler") {
+      absl::StatusOr<std::string> v = next();
+      const size_t colon = v.ok() ? v->find(':') : std::string::npos;
+      if (colon == std::string::npos ||
+          !absl::SimpleAtoi(v->substr(0, colon), &options.straggler_rank) ||
+          options.straggler_rank < 0 ||
+          !absl::SimpleAtod(v->substr(colon + 1), &options.straggler_fraction) ||
+          !(options.straggler_fraction > 0) || options.straggler_fraction > 10) {
+        status = absl::InvalidArgumentError(
+            "flag --straggler needs RANK:FRACTION, e.g. 2:0.3 (rank 2's backward 30% slower)");
+      }
+    } else if (arg == "--hiccups") {
+      status = next_int(0, &options.hiccup_rank);
     } else {
       status = absl::InvalidArgumentError(absl::StrCat(
           "unknown argument ", argv[i],
           " (flags: --model NAME | --profile FILE, --steps N, --settle-steps N, "
           "--max-warmup-steps N, --time-scale X, --bytes-scale X, --target-step-ms MS, "
-          "--link-rate RATE, --ref-workers N, --ref-rate RATE, --trace)"));
+          "--link-rate RATE, --ref-workers N, --ref-rate RATE, --straggler RANK:FRACTION, "
+          "--hiccups RANK, --trace)"));
     }
     if (!status.ok()) {
       return status;
@@ -199,6 +221,8 @@ double RingFactor(int ranks) { return ranks > 1 ? 2.0 * (ranks - 1) / ranks : 0.
 struct Scaling {
   double time_scale = 1;
   double bytes_scale = 1;
+  double backward_factor = 1;  // this rank's backward times this (--straggler)
+  bool hiccups = false;        // this rank pauses once per backward (--hiccups)
 };
 
 // The formula in the header comment: same communication/computation ratio as the reference.
@@ -274,8 +298,12 @@ class EmulatedModel {
       clock_.Run(profile_.layers[l].forward_ms * ts);
     }
     Check(StartBackward());
+    // Where this step's hiccup falls, and how long it is; drawn on every rank alike.
+    const size_t hiccup_layer = hiccup_rng_() % profile_.layers.size();
+    const double hiccup_ms = 50.0 + static_cast<double>(hiccup_rng_() % 151);
     for (size_t l = profile_.layers.size(); l-- > 0;) {
-      clock_.Run(profile_.layers[l].backward_ms * ts);
+      clock_.Run(profile_.layers[l].backward_ms * ts * scaling_.backward_factor);
+      if (scaling_.hiccups && l == hiccup_layer) clock_.Run(hiccup_ms);
       for (int t : profile_.layers[l].tensors) Submit(t);
     }
     Check(StartUpdate());
@@ -349,6 +377,7 @@ class EmulatedModel {
   int64_t bytes_ = 0;
   bool update_owed_ = false;  // the last step's update runs layer by layer in this forward
   ComputeClock clock_;
+  std::mt19937 hiccup_rng_{20261202};
 };
 
 std::string PlannerName() {
@@ -496,7 +525,9 @@ int Main(int argc, char** argv) {
   Check(Init());
   const std::string planner = PlannerName();
   const int n = Size();
-  const Scaling scaling = ChooseScaling(*options, *profile, n);
+  Scaling scaling = ChooseScaling(*options, *profile, n);
+  if (Rank() == options->straggler_rank) scaling.backward_factor += options->straggler_fraction;
+  scaling.hiccups = Rank() == options->hiccup_rank;
   EmulatedModel model(*profile, scaling);
   const double comm_bound_ms = RingFactor(n) * model.bytes() / options->link_bytes_per_s * 1e3;
   const double ideal_ms = std::max(model.compute_ms(), comm_bound_ms);
@@ -609,7 +640,8 @@ int Main(int argc, char** argv) {
         "\"comm_bound_ms\":%.3f,"
         "\"grad_bytes\":%lld,\"time_scale\":%.6g,\"bytes_scale\":%.6g,\"link_rate\":%s,"
         "\"fitted_alpha_us\":%s,\"fitted_beta_us_per_mb\":%s,\"trials\":%s,"
-        "\"sync_bound_ms\":%.3f,\"sync_efficiency\":%s}\n",
+        "\"sync_bound_ms\":%.3f,\"sync_efficiency\":%s,\"weighted_allreduces\":%lld,"
+        "\"link_rates\":%s}\n",
         JsonString(model.profile().model).c_str(), JsonString(PlannerLabel()).c_str(), step_ms,
         JsonNumber(sim_ms, has_sim).c_str(),
         JsonNumber((sim_ms - compared_ms) / compared_ms, has_sim, 4).c_str(), cycle, ideal_ms,
@@ -625,7 +657,8 @@ int Main(int argc, char** argv) {
         JsonNumber(stats.fitted_alpha_us, scheduled).c_str(),
         JsonNumber(stats.fitted_beta_us_per_mb, scheduled).c_str(),
         JsonString(stats.plan_trials).c_str(), sync_bound_ms,
-        JsonNumber(sync_bound_ms / step_ms, synchronous, 4).c_str());
+        JsonNumber(sync_bound_ms / step_ms, synchronous, 4).c_str(),
+        static_cast<long long>(stats.weighted_allreduces), JsonString(stats.link_rates).c_str());
     std::fflush(stdout);
   }
   return FinishJob(kProgram, 0);

@@ -2,7 +2,10 @@
 // measures each rank's link (link_probe.h) before its first large allreduce on a channel and
 // again every `reprobe_every` of them, and while the measured rates make a weighted allreduce
 // pay (link_shares.h), runs large allreduces as one (weighted_allreduce.h): a slow link gets a
-// small shard or none, instead of setting the pace of every ring step.
+// small shard or none, instead of setting the pace of every ring step. Each rank also times its
+// adaptive allreduces from start to end; a rank whose allreduces end much sooner than the others'
+// started them late (a straggler), and gets no shard while it stays late, so the others reduce
+// among themselves before it arrives.
 //
 // Every rank starts the same allreduces in the same order on a channel, one at a time (the data
 // plane's contract for executors that are not stream-ordered), so the k-th allreduce of a
@@ -42,6 +45,10 @@ struct LinkReport {
   bool cross_host = false;     // probed among one rank per host (hierarchical) or all ranks
   std::vector<double> rates;   // bytes/s, by rank of the probed communicator
   std::vector<double> shares;  // the weighted allreduce's shares; empty: allreduces run unweighted
+  // Each rank's mean seconds from start to end of its allreduces since the last probe (0: none),
+  // and the ranks judged late from them (link_shares.h, Stragglers), which get no shard.
+  std::vector<double> waits;
+  std::vector<int> stragglers;
   double seconds = 0;          // how long the probe took on this rank
 };
 

@@ -8,7 +8,8 @@
 
 namespace overlap {
 
-absl::StatusOr<std::unique_ptr<LinkProbe>> LinkProbe::Start(MPI_Comm comm, int tag, size_t bytes) {
+absl::StatusOr<std::unique_ptr<LinkProbe>> LinkProbe::Start(MPI_Comm comm, int tag, size_t bytes,
+                                                          double wait) {
   std::unique_ptr<LinkProbe> probe(new LinkProbe());
   absl::Status s = MpiCheck(MPI_Comm_rank(comm, &probe->rank_), "link probe: MPI_Comm_rank");
   if (s.ok()) s = MpiCheck(MPI_Comm_size(comm, &probe->size_), "link probe: MPI_Comm_size");
@@ -19,8 +20,10 @@ absl::StatusOr<std::unique_ptr<LinkProbe>> LinkProbe::Start(MPI_Comm comm, int t
   probe->comm_ = comm;
   probe->tag_ = tag;
   probe->bytes_ = bytes;
-  probe->my_flows_.reset(new double[static_cast<size_t>(probe->size_)]());
+  probe->my_flows_.reset(new double[static_cast<size_t>(probe->size_) + 1]());
+  probe->my_flows_[static_cast<size_t>(probe->size_)] = wait;
   if (probe->size_ == 1) {
+    probe->waits_.assign(1, wait);
     probe->Finish();
     return probe;
   }
@@ -61,7 +64,15 @@ absl::Status LinkProbe::StartRound() {
 
 void LinkProbe::Finish() {
   const size_t n = static_cast<size_t>(size_);
-  if (gathered_ != nullptr) flows_.assign(gathered_.get(), gathered_.get() + n * n);
+  if (gathered_ != nullptr) {
+    flows_.assign(n * n, 0.0);
+    waits_.assign(n, 0.0);
+    for (size_t dst = 0; dst < n; ++dst) {
+      const double* row = gathered_.get() + dst * (n + 1);
+      std::copy(row, row + n, flows_.begin() + static_cast<std::ptrdiff_t>(dst * n));
+      waits_[dst] = row[n];
+    }
+  }
   rates_.assign(n, 0.0);
   for (size_t dst = 0; dst < n && !flows_.empty(); ++dst) {
     for (size_t src = 0; src < n; ++src) {
@@ -113,8 +124,8 @@ absl::StatusOr<bool> LinkProbe::Test() {
           phase_ = Phase::kBarrier;
           break;
         }
-        gathered_.reset(new double[static_cast<size_t>(size_) * static_cast<size_t>(size_)]);
-        s = MpiCheck(MPI_Iallgather(my_flows_.get(), size_, MPI_DOUBLE, gathered_.get(), size_,
+        gathered_.reset(new double[static_cast<size_t>(size_) * static_cast<size_t>(size_ + 1)]);
+        s = MpiCheck(MPI_Iallgather(my_flows_.get(), size_ + 1, MPI_DOUBLE, gathered_.get(), size_ + 1,
                                     MPI_DOUBLE, comm_, &requests_[0]),
                      "link probe: MPI_Iallgather of the measured flows");
         if (!s.ok()) return s;

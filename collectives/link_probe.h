@@ -10,6 +10,10 @@
 // among fast ones this is exact up to noise; with several it is a lower bound that ranks the
 // links correctly.
 //
+// The gather also carries each rank's `wait`: the mean seconds its recent allreduces took from
+// start to end (link_shares.h, Stragglers), so that lateness is judged from the same table on
+// every rank.
+//
 // Costs n - 1 rounds of `bytes` (about 35 ms per round for 4 MiB at 1 Gbit/s). Messages use `tag`
 // on `comm`. Threading: one thread calls Test; like every Work it never blocks.
 #ifndef OVERLAP_COLLECTIVES_LINK_PROBE_H_
@@ -32,7 +36,8 @@ class LinkProbe : public Work {
   static constexpr size_t kDefaultBytes = size_t{4} << 20;
 
   static absl::StatusOr<std::unique_ptr<LinkProbe>> Start(MPI_Comm comm, int tag,
-                                                          size_t bytes = kDefaultBytes);
+                                                          size_t bytes = kDefaultBytes,
+                                                          double wait = 0);
   ~LinkProbe() override;
 
   absl::StatusOr<bool> Test() override;
@@ -42,6 +47,8 @@ class LinkProbe : public Work {
   // Once Test returned true: flows[dst * n + src] = bytes/s of the flow from src to dst (0 on
   // the diagonal), the same on every rank.
   const std::vector<double>& flows() const { return flows_; }
+  // Once Test returned true: every rank's `wait`, by rank, the same on every rank.
+  const std::vector<double>& waits() const { return waits_; }
 
  private:
   enum class Phase { kBarrier, kExchange, kGather, kDone };
@@ -62,8 +69,10 @@ class LinkProbe : public Work {
   std::unique_ptr<char[]> out_, in_;
   std::unique_ptr<double[]> gathered_;  // the Iallgather's target, n x n
   MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // receive, send
-  std::unique_ptr<double[]> my_flows_;  // by source: the rate of its flow into this rank
+  // By source: the rate of its flow into this rank; then this rank's wait.
+  std::unique_ptr<double[]> my_flows_;
   std::vector<double> flows_;
+  std::vector<double> waits_;
   std::vector<double> rates_;
 };
 

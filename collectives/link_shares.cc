@@ -26,11 +26,18 @@ std::vector<double> Cleaned(absl::Span<const double> rates) {
 
 }  // namespace
 
-std::vector<double> LinkShares(absl::Span<const double> rates) {
+std::vector<double> LinkShares(absl::Span<const double> rates, absl::Span<const int> stragglers) {
   const size_t n = rates.size();
   if (n == 0) return {};
   if (n <= 2) return std::vector<double>(n, 1.0 / static_cast<double>(n));
-  const std::vector<double> b = Cleaned(rates);
+  std::vector<double> b = Cleaned(rates);
+  // A rate far below every other leaves a straggler dry in the water-filling below.
+  const double floor = *std::min_element(b.begin(), b.end()) * 1e-9;
+  if (stragglers.size() < n) {
+    for (int s : stragglers) {
+      if (s >= 0 && static_cast<size_t>(s) < n) b[static_cast<size_t>(s)] = floor;
+    }
+  }
   std::vector<double> sorted = b;
   std::sort(sorted.begin(), sorted.end(), std::greater<double>());
   // With the k fastest ranks holding shards (m = 1): sum over them of (T B_i - 1) = n - 2, so
@@ -93,6 +100,39 @@ double RingSeconds(absl::Span<const double> rates, double bytes) {
   const std::vector<double> b = Cleaned(rates);
   const double n = static_cast<double>(b.size());
   return 2 * (n - 1) / n * bytes / *std::min_element(b.begin(), b.end());
+}
+
+std::vector<int> Stragglers(absl::Span<const double> waits) {
+  std::vector<double> sorted;
+  for (double w : waits) {
+    if (w > 0 && std::isfinite(w)) sorted.push_back(w);
+  }
+  if (sorted.size() != waits.size() || sorted.size() < 3) return {};
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  const double margin = std::max(kLateMinSeconds, kLateFraction * median);
+  std::vector<int> late;
+  for (size_t i = 0; i < waits.size(); ++i) {
+    if (waits[i] <= median - margin) late.push_back(static_cast<int>(i));
+  }
+  // More than half late means the "median" is itself a straggler's: no verdict.
+  if (late.size() * 2 >= waits.size()) return {};
+  return late;
+}
+
+bool StragglerPays(absl::Span<const double> rates, absl::Span<const int> stragglers,
+                   double lateness_s, double bytes) {
+  if (rates.size() < 3 || stragglers.empty()) return false;
+  const std::vector<double> b = Cleaned(rates);
+  const std::vector<double> shares = LinkShares(rates, stragglers);
+  double weighted = WeightedSeconds(rates, shares, bytes);
+  for (int s : stragglers) {
+    if (s >= 0 && static_cast<size_t>(s) < b.size()) {
+      weighted = std::max(weighted, lateness_s + bytes / b[static_cast<size_t>(s)]);
+    }
+  }
+  const double ring = RingSeconds(rates, bytes);
+  return lateness_s + ring - weighted >= (1 - kWeightedPaysBelow) * ring;
 }
 
 bool WeightedPays(absl::Span<const double> rates) {

@@ -25,7 +25,20 @@ namespace overlap {
 // Each rank's fraction of the buffer (summing to 1) for link rates `rates` (bytes/s, by rank). A
 // rate that is not a positive finite number counts as the lowest positive one given (or 1 when
 // there is none), so a failed measurement slows a rank's share rather than breaking the split.
-std::vector<double> LinkShares(absl::Span<const double> rates);
+// Ranks in `stragglers` get no shard: the others reduce among themselves while they catch up, and
+// once one arrives it only sends its buffer and receives the result (StragglAR's idea), m bytes
+// each way where a ring would start 2(n - 1)/n m of sequential steps after it.
+std::vector<double> LinkShares(absl::Span<const double> rates,
+                               absl::Span<const int> stragglers = {});
+
+// A straggler is a rank whose allreduces end much sooner after it starts them than the others'
+// do: the others started theirs earlier and waited for it. `waits` holds each rank's mean seconds
+// from start to end of its recent allreduces (0: none measured); the ranks whose wait is below
+// the median by at least kLateFraction of it and at least kLateMinSeconds, unless all are
+// (nothing to compare with).
+inline constexpr double kLateFraction = 0.25;
+inline constexpr double kLateMinSeconds = 0.002;
+std::vector<int> Stragglers(absl::Span<const double> waits);
 
 // `count` elements split by `shares`: each rank gets the floor of its exact part, and the
 // elements left over go one each to the ranks with the largest remainders (the lower rank on a
@@ -41,13 +54,24 @@ double WeightedSeconds(absl::Span<const double> rates, absl::Span<const double> 
 double RingSeconds(absl::Span<const double> rates, double bytes);
 
 // The weighted allreduce replaces the ring only when predicted at most this fraction of the
-// ring's time: measured rates vary by a few percent from probe to probe, and equal links gain
-// nothing from it (the direct exchange opens n - 1 connections where a ring opens one).
-inline constexpr double kWeightedPaysBelow = 0.85;
+// ring's time: equal links gain nothing from it (the direct exchange opens n - 1 connections
+// where a ring opens one), and a probe taken while training traffic shares the links read equal
+// links as up to 1.4x apart on the namespace cluster (docs/benchmarks.md, "Slow links and
+// stragglers"); one link at half rate predicts 0.67.
+inline constexpr double kWeightedPaysBelow = 0.75;
 
 // Whether the weighted allreduce pays for `rates`: at least 3 ranks and predicted under
 // kWeightedPaysBelow of a ring.
 bool WeightedPays(absl::Span<const double> rates);
+
+// Whether an allreduce of `bytes` pays for leaving `stragglers`, late by `lateness_s`, without a
+// shard (LinkShares(rates, stragglers)): predicted to save at least 1 - kWeightedPaysBelow of a
+// ring's own time. The ring ends lateness + 2(n - 1)/n m / min B after the others started; the
+// weighted allreduce at the later of a straggler's lateness plus its m bytes through its link,
+// and the others' larger shares, (m + (n - 2) c_i) / B_i. A straggler late by less than about a
+// third of a ring does not pay: the others then carry more than a ring would give them.
+bool StragglerPays(absl::Span<const double> rates, absl::Span<const int> stragglers,
+                   double lateness_s, double bytes);
 
 }  // namespace overlap
 

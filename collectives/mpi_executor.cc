@@ -403,45 +403,114 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAllreduce(
   return std::unique_ptr<Work>(std::move(work));
 }
 
+namespace {
+
+// A collective whose start-to-end time is added to a running sum when it ends.
+class TimedWork : public Work {
+ public:
+  TimedWork(std::unique_ptr<Work> inner, std::function<void(double)> done)
+      : inner_(std::move(inner)), done_(std::move(done)), start_(absl::Now()) {}
+
+  absl::StatusOr<bool> Test() override {
+    absl::StatusOr<bool> finished = inner_->Test();
+    if (finished.ok() && *finished && done_) {
+      done_(absl::ToDoubleSeconds(absl::Now() - start_));
+      done_ = nullptr;
+    }
+    return finished;
+  }
+
+ private:
+  std::unique_ptr<Work> inner_;
+  std::function<void(double)> done_;
+  const absl::Time start_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Timed(
+    int channel, absl::StatusOr<std::unique_ptr<Work>> work) {
+  if (!work.ok()) return work;
+  return std::unique_ptr<Work>(std::make_unique<TimedWork>(std::move(*work), [this, channel](
+                                                                                 double seconds) {
+    LinkState& state = links_[static_cast<size_t>(channel)];
+    state.wait_sum += seconds;
+    ++state.waited;
+  }));
+}
+
+const std::vector<double>& MpiExecutor::SharesFor(const LinkState& link, size_t bytes) const {
+  if (!link.stragglers.empty() &&
+      (options_.adaptation == LinkAdaptation::kOn ||
+       StragglerPays(link.rates, link.stragglers, link.lateness_s, static_cast<double>(bytes)))) {
+    return link.late_shares;
+  }
+  return link.shares;
+}
+
 absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAdaptive(int channel,
                                                                  const CollectiveArgs& a,
                                                                  MPI_Op op) {
+  const size_t bytes = static_cast<size_t>(a.count) * DataTypeSize(a.dtype);
   LinkState& link = links_[static_cast<size_t>(channel)];
-  if (link.since_probe >= 0 && link.since_probe < options_.reprobe_every) {
+  if (link.since_probe >= 0 && link.since_probe < link.interval) {
     ++link.since_probe;
-    return StartAllreduce(channel, a, op, link.shares);
+    return Timed(channel, StartAllreduce(channel, a, op, SharesFor(link, bytes)));
   }
   // The cross-host communicator when hierarchical: its ranks are the hosts' links.
   const bool cross = hierarchical();
   MPI_Comm probed = cross ? host_comms_[static_cast<size_t>(channel)].cross
                           : comms_[static_cast<size_t>(channel)];
+  const double wait = link.waited > 0 ? link.wait_sum / static_cast<double>(link.waited) : 0;
+  link.wait_sum = 0;
+  link.waited = 0;
   absl::StatusOr<std::unique_ptr<LinkProbe>> probe =
-      LinkProbe::Start(probed, NextRingTag(channel), options_.probe_bytes);
+      LinkProbe::Start(probed, NextRingTag(channel), options_.probe_bytes, wait);
   if (!probe.ok()) return probe.status();
   const absl::Time started = absl::Now();
   CollectiveArgs args = a;
   return std::unique_ptr<Work>(std::make_unique<ProbedAllreduce>(
       std::move(*probe),
-      [this, channel, cross, started, args, op](
+      [this, channel, cross, started, args, op, bytes](
           const LinkProbe& done) -> absl::StatusOr<std::unique_ptr<Work>> {
         LinkState& state = links_[static_cast<size_t>(channel)];
         ++counters_.probes;
         if (options_.counters != nullptr) ++options_.counters->probes;
         state.since_probe = 1;
+        state.interval = state.interval == 0
+                             ? std::min(kFirstReprobe, options_.reprobe_every)
+                             : std::min(2 * state.interval, options_.reprobe_every);
+        state.rates = done.rates();
+        const std::vector<int> late = Stragglers(done.waits());
+        state.stragglers = late == state.last_stragglers ? late : std::vector<int>();
+        state.last_stragglers = late;
+        std::vector<double> sorted = done.waits();
+        std::sort(sorted.begin(), sorted.end());
+        state.lateness_s = 0;
+        for (int s : state.stragglers) {
+          const double late = sorted[sorted.size() / 2] - done.waits()[static_cast<size_t>(s)];
+          state.lateness_s = state.lateness_s == 0 ? late : std::min(state.lateness_s, late);
+        }
+        state.paying_probes = WeightedPays(done.rates()) ? state.paying_probes + 1 : 0;
         const bool weighted = options_.adaptation == LinkAdaptation::kOn
                                   ? done.rates().size() >= 2
-                                  : WeightedPays(done.rates());
+                                  : state.paying_probes >= 2;
         state.shares = weighted ? LinkShares(done.rates()) : std::vector<double>();
+        state.late_shares = state.stragglers.empty()
+                                ? std::vector<double>()
+                                : LinkShares(done.rates(), state.stragglers);
         if (options_.on_probe) {
           LinkReport report;
           report.channel = channel;
           report.cross_host = cross;
           report.rates = done.rates();
-          report.shares = state.shares;
+          report.shares = state.stragglers.empty() ? state.shares : state.late_shares;
+          report.waits = done.waits();
+          report.stragglers = state.stragglers;
           report.seconds = absl::ToDoubleSeconds(absl::Now() - started);
           options_.on_probe(report);
         }
-        return StartAllreduce(channel, args, op, state.shares);
+        return Timed(channel, StartAllreduce(channel, args, op, SharesFor(state, bytes)));
       }));
 }
 

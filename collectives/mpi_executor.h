@@ -54,7 +54,9 @@ struct MpiExecutorOptions {
   // 3, and, when allreduces are flat, one rank per host: ranks sharing a host share its link, and
   // a flat weighted allreduce would send each rank's whole buffer through it.
   int hosts = 0;
-  // Eligible allreduces on a channel between two probes; the first probe precedes the first.
+  // Eligible allreduces on a channel between two probes, at most: the first probe precedes the
+  // first, the second comes kFirstReprobe later (lateness needs allreduces to judge by), and the
+  // interval doubles from there up to this.
   int64_t reprobe_every = 256;
   size_t probe_bytes = LinkProbe::kDefaultBytes;
   // Called after every probe, on the thread that called Test.
@@ -94,6 +96,7 @@ class MpiExecutor : public Executor {
   // Allreduces below this stay as they are under adaptation: their time is latency, which the
   // weighted allreduce's n - 1 messages per phase do not cut.
   static constexpr size_t kAdaptiveMinBytes = size_t{1} << 20;
+  static constexpr int64_t kFirstReprobe = 4;
 
   // Whether allreduces of at least kHierarchicalMinBytes run hierarchically.
   bool hierarchical() const { return !host_comms_.empty(); }
@@ -110,9 +113,28 @@ class MpiExecutor : public Executor {
 
   // Per channel: the last probe's verdict and the eligible allreduces since.
   struct LinkState {
-    std::vector<double> shares;  // empty: allreduces run unweighted
+    std::vector<double> rates;   // the last probe's, by rank of the probed communicator
+    std::vector<double> shares;  // by link rate; empty: allreduces run unweighted
+    // The ranks judged late at the last probe, how late (median wait minus theirs, the least of
+    // them), and the shares that leave them dry, which an allreduce takes where that pays.
+    std::vector<int> stragglers;
+    double lateness_s = 0;
+    std::vector<double> late_shares;
+    // Hysteresis against a noisy probe: the link verdict takes effect once two probes in a row
+    // found that weighting pays, and a straggler once two in a row named the same ranks.
+    int paying_probes = 0;
+    std::vector<int> last_stragglers;
     int64_t since_probe = -1;    // -1: never probed
+    int64_t interval = 0;        // eligible allreduces from the last probe to the next
+    // Seconds from start to end of the adaptive allreduces since the last probe.
+    double wait_sum = 0;
+    int64_t waited = 0;
   };
+  // The shares an allreduce of `bytes` on `link` runs with; empty: unweighted.
+  const std::vector<double>& SharesFor(const LinkState& link, size_t bytes) const;
+  // `work`, timed into the channel's LinkState when it ends.
+  absl::StatusOr<std::unique_ptr<Work>> Timed(int channel,
+                                              absl::StatusOr<std::unique_ptr<Work>> work);
   // Whether an allreduce of `bytes` with `op` adapts on this executor.
   bool Adapts(size_t bytes, ReduceOp op) const;
   // The adaptive allreduce in place in a.recv on `channel`: a probe first when one is due, then

@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/link_shares.h"
 #include "collectives/mpi_wait.h"
-#include "collectives/segmented_allreduce.h"
 
 namespace overlap {
 namespace {
@@ -37,7 +36,7 @@ absl::StatusOr<std::unique_ptr<WeightedAllreduce>> WeightedAllreduce::Start(
   work->elem_bytes_ = elem_bytes;
   work->op_ = op;
   const int64_t segment_elems =
-      std::max<int64_t>(1, static_cast<int64_t>(SegmentedAllreduce::kSegmentBytes / elem_bytes));
+      std::max<int64_t>(1, static_cast<int64_t>(kSegmentBytes / elem_bytes));
   for (int64_t first = 0; first < count; first += segment_elems) {
     Segment segment;
     segment.data = static_cast<uint8_t*>(buffer) + static_cast<size_t>(first) * elem_bytes;

@@ -3,10 +3,13 @@
 // allgather (rank j sends its summed shard to every rank). A slow link gets a small shard or none,
 // so it carries about m bytes each way instead of a ring's 2(n - 1)/n m at the ring's pace.
 //
-// The buffer is cut into segments of SegmentedAllreduce::kSegmentBytes, each split by the same
-// shares (SplitByShares), and the two phases are two lanes that take the segments in order: the
+// The buffer is cut into segments of kSegmentBytes, each split by the same shares
+// (SplitByShares), and the two phases are two lanes that take the segments in order: the
 // allgather of segment k runs while segment k + 1 is reduced. At most kSegmentsInFlight segments
-// are between the start of their reduce-scatter and the end of their allgather.
+// are between the start of their reduce-scatter and the end of their allgather. A slow rank's link
+// then carries its sends and its receives at once, but the first segment's reduce-scatter and the
+// last one's allgather run alone: k segments take about (k + 1)/k of the bound, hence segments
+// smaller than the ring's.
 //
 // Every shard is summed by its owner in rank order (rank 0's contribution first), and every rank
 // receives the owner's bits, so every rank ends with bit-identical results. A rank with no shard
@@ -33,7 +36,8 @@ namespace overlap {
 
 class WeightedAllreduce : public Work {
  public:
-  static constexpr int kSegmentsInFlight = 3;
+  static constexpr int kSegmentsInFlight = 8;
+  static constexpr size_t kSegmentBytes = size_t{1} << 20;
 
   // Starts the first segment on `buffer`, `count` elements of `type` (`elem_bytes` each), reduced
   // with `op`; `shares` holds every rank's fraction (LinkShares), the same on every rank.

@@ -383,7 +383,8 @@ struct RuntimeStats {
   double comm_compute_ratio = 0;
   // The adaptive allreduce (OVERLAP_ADAPTIVE_ALLREDUCE): link probes run, allreduces that ran
   // weighted by the measured rates, and the last probe's rate and share per host, e.g.
-  // "h1 117.3 MB/s 33%, h2 58.1 MB/s 0%, ..." (shares absent while allreduces run unweighted).
+  // "h1 117.3 MB/s 33%, h2 58.1 MB/s 0%, ..." (shares absent while allreduces run unweighted;
+  // "late 48 ms" after a straggler, whose allreduces ended that much sooner than the median's).
   int64_t link_probes = 0;
   int64_t weighted_allreduces = 0;
   std::string link_rates;

@@ -32,6 +32,10 @@ void Runtime::NoteLinkProbe(const LinkReport& report) {
   // The probed communicator's rank i is world rank i when flat, else the i-th of the cross ranks.
   const std::vector<int> ranks =
       report.cross_host ? CrossRanks(link_hosts_, rank_) : std::vector<int>();
+  // A straggler's lateness: how much sooner than the median its allreduces ended.
+  std::vector<double> sorted = report.waits;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
   std::vector<std::string> parts;
   for (size_t i = 0; i < report.rates.size(); ++i) {
     const size_t world = report.cross_host && i < ranks.size() ? static_cast<size_t>(ranks[i]) : i;
@@ -39,6 +43,11 @@ void Runtime::NoteLinkProbe(const LinkReport& report) {
         world < link_hosts_.size() ? link_hosts_[world] : absl::StrCat("rank ", world);
     std::string part = absl::StrFormat("%s %.1f MB/s", name, report.rates[i] / 1e6);
     if (i < report.shares.size()) absl::StrAppendFormat(&part, " %.0f%%", 100 * report.shares[i]);
+    if (std::find(report.stragglers.begin(), report.stragglers.end(), static_cast<int>(i)) !=
+            report.stragglers.end() &&
+        i < report.waits.size()) {
+      absl::StrAppendFormat(&part, " late %.0f ms", 1e3 * (median - report.waits[i]));
+    }
     parts.push_back(std::move(part));
   }
   const std::string rates = absl::StrJoin(parts, ", ");

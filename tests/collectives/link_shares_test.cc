@@ -79,6 +79,31 @@ TEST_CASE("the shares minimise the slowest rank's time (brute force on 3 and 4 r
   }
 }
 
+TEST_CASE("a rank whose allreduces end much sooner than the others' is a straggler") {
+  CHECK(Stragglers({0.30, 0.31, 0.02, 0.30}) == std::vector<int>{2});
+  CHECK(Stragglers({0.30, 0.28, 0.31, 0.30}).empty());  // noise
+  CHECK(Stragglers({0.003, 0.004, 0.0035, 0.0021}).empty());  // under kLateMinSeconds apart
+  CHECK(Stragglers({0.3, 0.3, 0.3, 0}).empty());  // a rank measured nothing: no verdict
+  CHECK(Stragglers({0.3, 0.02}).empty());  // two ranks: nothing to compare with
+  CHECK(Stragglers({0.3, 0.02, 0.02, 0.3}).empty());  // half late: no median to trust
+  // A straggler gets no shard; the others split the buffer by their links.
+  const std::vector<double> shares = LinkShares({kGbit, kGbit, kGbit, kGbit}, {2});
+  CHECK(shares[2] == 0);
+  for (int i : {0, 1, 3}) CHECK(shares[static_cast<size_t>(i)] == Approx(1.0 / 3));
+}
+
+TEST_CASE("leaving a straggler dry pays only when it is late enough for the buffer") {
+  const std::vector<double> rates(4, kGbit);
+  const double m = 8 << 20;
+  const double ring = RingSeconds(rates, m);  // 1.5 m/B
+  // The others carry 5/3 m/B instead of 3/2: a straggler on time costs them.
+  CHECK_FALSE(StragglerPays(rates, {2}, 0, m));
+  // Late by a whole ring: the ring waits L + 1.5 m/B, the weighted allreduce L + m/B.
+  CHECK(StragglerPays(rates, {2}, ring, m));
+  CHECK_FALSE(StragglerPays(rates, {}, ring, m));
+  CHECK_FALSE(StragglerPays({kGbit, kGbit}, {1}, ring, m));
+}
+
 TEST_CASE("two ranks, failed measurements and empty input") {
   CHECK(LinkShares({kGbit, kGbit / 4}) == std::vector<double>{0.5, 0.5});
   CHECK_FALSE(WeightedPays({kGbit, kGbit / 4}));

@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "collectives/link_probe.h"
 #include "collectives/link_shares.h"
 #include "collectives/mpi_executor.h"
@@ -83,7 +84,7 @@ bool SameOnEveryRank(const void* data, size_t bytes) {
 
 TEST_CASE("a weighted allreduce sums every element, whatever the shares and the count") {
   const int tags[2] = {21, 22};
-  const int64_t segment = static_cast<int64_t>(SegmentedAllreduce::kSegmentBytes / 4);
+  const int64_t segment = static_cast<int64_t>(WeightedAllreduce::kSegmentBytes / 4);
   for (const std::vector<double>& shares : ShareSets()) {
     for (const int64_t count : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{1000003},
                                 segment + 7, 3 * segment + 1}) {
@@ -259,6 +260,38 @@ TEST_CASE("adaptation on: a probe, then weighted allreduces, and a probe again w
   REQUIRE(report.shares.size() == static_cast<size_t>(Size()));
   CHECK(SameOnEveryRank(report.shares.data(), report.shares.size() * sizeof(double)));
   CHECK(report.seconds > 0);
+}
+
+TEST_CASE("a rank that starts its allreduces late gets no shard, and sums stay exact") {
+  if (Size() < 3) {
+    WARN("needs 3 ranks or more: with 2 there is no median to judge lateness by");
+    return;
+  }
+  Probes probes;
+  std::unique_ptr<MpiExecutor> executor =
+      AdaptiveExecutor(LinkAdaptation::kOn, -1, Size(), &probes, /*reprobe_every=*/4);
+  const int late = Size() - 1;
+  const int64_t count = static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4) + 5;
+  for (int i = 0; i < 13; ++i) {
+    std::vector<float> data = Input(count);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (Rank() == late) absl::SleepFor(absl::Milliseconds(40));
+    absl::StatusOr<std::unique_ptr<Work>> work = executor->Start(0, FloatSum(data));
+    REQUIRE(work.ok());
+    RunToEnd(**work);
+    CHECK(WrongSums(data) == 0);
+  }
+  // Probes before the 1st (nothing timed yet), the 5th (a first verdict, not yet trusted), the
+  // 9th and the 13th allreduce (the same verdict again).
+  REQUIRE(probes.reports.size() == 4);
+  CHECK(probes.reports[0].stragglers.empty());
+  CHECK(probes.reports[1].stragglers.empty());
+  for (size_t p = 2; p < 4; ++p) {
+    const LinkReport& report = probes.reports[p];
+    CHECK(report.stragglers == std::vector<int>{late});
+    REQUIRE(report.shares.size() == static_cast<size_t>(Size()));
+    CHECK(report.shares[static_cast<size_t>(late)] == 0);
+  }
 }
 
 TEST_CASE("adaptation auto on one host probes nothing and runs as before") {
