@@ -439,6 +439,36 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Timed(
   }));
 }
 
+void MpiExecutor::Judge(const LinkProbe& probe, LinkState* state) const {
+  state->rates = probe.rates();
+  const std::vector<int> late = Stragglers(probe.waits());
+  const bool pays = WeightedPays(probe.rates());
+  // A verdict that repeats the last one's stands for reprobe_every allreduces; a new one
+  // (the first too) is checked soon, before it takes effect.
+  const bool settled = state->interval > 0 && pays == state->last_paid &&
+                       late == state->last_stragglers;
+  state->interval = settled ? options_.reprobe_every
+                           : std::min(kFirstReprobe, options_.reprobe_every);
+  state->last_paid = pays;
+  state->stragglers = late == state->last_stragglers ? late : std::vector<int>();
+  state->last_stragglers = late;
+  std::vector<double> sorted = probe.waits();
+  std::sort(sorted.begin(), sorted.end());
+  state->lateness_s = 0;
+  for (int s : state->stragglers) {
+    const double behind = sorted[sorted.size() / 2] - probe.waits()[static_cast<size_t>(s)];
+    state->lateness_s = state->lateness_s == 0 ? behind : std::min(state->lateness_s, behind);
+  }
+  state->paying_probes = pays ? state->paying_probes + 1 : 0;
+  const bool weighted = options_.adaptation == LinkAdaptation::kOn
+                            ? probe.rates().size() >= 2
+                            : state->paying_probes >= 2;
+  state->shares = weighted ? LinkShares(probe.rates()) : std::vector<double>();
+  state->late_shares = state->stragglers.empty()
+                          ? std::vector<double>()
+                          : LinkShares(probe.rates(), state->stragglers);
+}
+
 const std::vector<double>& MpiExecutor::SharesFor(const LinkState& link, size_t bytes) const {
   if (!link.stragglers.empty() &&
       (options_.adaptation == LinkAdaptation::kOn ||
@@ -477,28 +507,7 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAdaptive(int channel,
         ++counters_.probes;
         if (options_.counters != nullptr) ++options_.counters->probes;
         state.since_probe = 1;
-        state.interval = state.interval == 0
-                             ? std::min(kFirstReprobe, options_.reprobe_every)
-                             : std::min(2 * state.interval, options_.reprobe_every);
-        state.rates = done.rates();
-        const std::vector<int> late = Stragglers(done.waits());
-        state.stragglers = late == state.last_stragglers ? late : std::vector<int>();
-        state.last_stragglers = late;
-        std::vector<double> sorted = done.waits();
-        std::sort(sorted.begin(), sorted.end());
-        state.lateness_s = 0;
-        for (int s : state.stragglers) {
-          const double late = sorted[sorted.size() / 2] - done.waits()[static_cast<size_t>(s)];
-          state.lateness_s = state.lateness_s == 0 ? late : std::min(state.lateness_s, late);
-        }
-        state.paying_probes = WeightedPays(done.rates()) ? state.paying_probes + 1 : 0;
-        const bool weighted = options_.adaptation == LinkAdaptation::kOn
-                                  ? done.rates().size() >= 2
-                                  : state.paying_probes >= 2;
-        state.shares = weighted ? LinkShares(done.rates()) : std::vector<double>();
-        state.late_shares = state.stragglers.empty()
-                                ? std::vector<double>()
-                                : LinkShares(done.rates(), state.stragglers);
+        Judge(done, &state);
         if (options_.on_probe) {
           LinkReport report;
           report.channel = channel;

@@ -54,9 +54,9 @@ struct MpiExecutorOptions {
   // 3, and, when allreduces are flat, one rank per host: ranks sharing a host share its link, and
   // a flat weighted allreduce would send each rank's whole buffer through it.
   int hosts = 0;
-  // Eligible allreduces on a channel between two probes, at most: the first probe precedes the
-  // first, the second comes kFirstReprobe later (lateness needs allreduces to judge by), and the
-  // interval doubles from there up to this.
+  // Eligible allreduces on a channel between two probes while the verdict holds: the first probe
+  // precedes the first allreduce, and a probe whose verdict differs from the last one's (the
+  // first included: lateness needs allreduces to judge by) is checked kFirstReprobe later.
   int64_t reprobe_every = 256;
   size_t probe_bytes = LinkProbe::kDefaultBytes;
   // Called after every probe, on the thread that called Test.
@@ -124,12 +124,16 @@ class MpiExecutor : public Executor {
     // found that weighting pays, and a straggler once two in a row named the same ranks.
     int paying_probes = 0;
     std::vector<int> last_stragglers;
+    bool last_paid = false;
     int64_t since_probe = -1;    // -1: never probed
     int64_t interval = 0;        // eligible allreduces from the last probe to the next
     // Seconds from start to end of the adaptive allreduces since the last probe.
     double wait_sum = 0;
     int64_t waited = 0;
   };
+  // Takes a finished probe's rates and waits into `state`: the verdicts (with their hysteresis),
+  // the shares, and when to probe next.
+  void Judge(const LinkProbe& probe, LinkState* state) const;
   // The shares an allreduce of `bytes` on `link` runs with; empty: unweighted.
   const std::vector<double>& SharesFor(const LinkState& link, size_t bytes) const;
   // `work`, timed into the channel's LinkState when it ends.
