@@ -55,24 +55,11 @@ read -r -a model_list <<<"${models//,/ }"
 read -r -a planner_list <<<"${planners//,/ }"
 [[ $steps =~ ^[1-9][0-9]*$ ]] || die "--steps needs a positive integer, got '$steps'"
 
-# Binaries are copied out of bazel-bin so that a concurrent build cannot swap them mid-run.
-if ((build)); then
-  (cd "$ROOT" && bazel build //bench:model_step //launcher:overlaprun >&2) || die "bazel build failed"
-fi
-BIN=$(mktemp -d /tmp/cluster_bench.XXXXXX)
-LOG=$BIN/logs
-mkdir -p "$LOG"
-# bazel info, not the bazel-bin symlink: another output base in this workspace may re-point it.
-BAZEL_BIN=$(cd "$ROOT" && bazel info bazel-bin 2>/dev/null) || die "bazel info bazel-bin failed"
-for b in bench/model_step launcher/overlaprun; do
-  [ -x "$BAZEL_BIN/$b" ] || die "$BAZEL_BIN/$b is missing; build it or drop --no-build"
-  cp "$BAZEL_BIN/$b" "$BIN/"
-done
-chmod -R a+rx "$BIN"
-
-# One cluster per machine: the same lock as the cluster tests (tests/cluster/BUILD).
 # shellcheck source=cluster/session.sh
 source "$ROOT/tools/cluster/session.sh"
+copy_binaries "$build" bench/model_step launcher/overlaprun
+
+# One cluster per machine: the same lock as the cluster tests (tests/cluster/BUILD).
 cluster_session "$rate"
 
 mkdir -p "$(dirname "$out")"

@@ -64,22 +64,9 @@ fi
 case ${BASH_REMATCH[2]} in k) unit=1000 ;; m) unit=1000000 ;; g) unit=1000000000 ;; esac
 rate_bits=$((BASH_REMATCH[1] * unit))
 
-if ((build)); then
-  (cd "$ROOT" && bazel build //bench:allreduce //bench:model_step //launcher:overlaprun >&2) ||
-    die "bazel build failed"
-fi
-BIN=$(mktemp -d /tmp/hetero_bench.XXXXXX)
-LOG=$BIN/logs
-mkdir -p "$LOG"
-BAZEL_BIN=$(cd "$ROOT" && bazel info bazel-bin 2>/dev/null) || die "bazel info bazel-bin failed"
-for b in bench/allreduce bench/model_step launcher/overlaprun; do
-  [ -x "$BAZEL_BIN/$b" ] || die "$BAZEL_BIN/$b is missing; build it or drop --no-build"
-  cp "$BAZEL_BIN/$b" "$BIN/"
-done
-chmod -R a+rx "$BIN"
-
 # shellcheck source=cluster/session.sh
 source "$ROOT/tools/cluster/session.sh"
+copy_binaries "$build" bench/allreduce bench/model_step launcher/overlaprun
 cluster_session "$rate"
 
 # Sets up `scenario`'s links; prints model_step's extra flags for it.

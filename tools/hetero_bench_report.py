@@ -11,7 +11,8 @@ def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     allreduce = {(r["scenario"], r["adaptive"]): r for r in rows if r.get("case") == "allreduce"}
     if allreduce:
-        print("\n| 64 MiB allreduce | ring (adaptive off) | adaptive | adaptive / ring "
+        mib = next(iter(allreduce.values()))["bytes"] / (1 << 20)
+        print(f"\n| {mib:g} MiB allreduce | ring (adaptive off) | adaptive | adaptive / ring "
               "| ring / uniform ring | adaptive / uniform ring | shares |")
         print("|---|---|---|---|---|---|---|")
         for scenario in SCENARIOS:

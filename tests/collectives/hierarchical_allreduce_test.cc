@@ -22,17 +22,10 @@ namespace overlap {
 namespace {
 
 using testing::Rank;
+using testing::RunToEnd;
 using testing::Size;
 
 int RanksPerHost() { return Size() % 3 == 0 ? 3 : 2; }
-
-void RunToEnd(Work& work) {
-  while (true) {
-    absl::StatusOr<bool> done = work.Test();
-    REQUIRE(done.ok());
-    if (*done) return;
-  }
-}
 
 std::unique_ptr<MpiExecutor> Executor(int host, int channels = 1) {
   MpiExecutorOptions options;

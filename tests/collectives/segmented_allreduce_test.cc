@@ -19,15 +19,8 @@ namespace overlap {
 namespace {
 
 using testing::Rank;
+using testing::RunToEnd;
 using testing::Size;
-
-void RunToEnd(Work& work) {
-  while (true) {
-    absl::StatusOr<bool> done = work.Test();
-    REQUIRE(done.ok());
-    if (*done) return;
-  }
-}
 
 // Rank q's element i: small integers, so float sums are exact and a misplaced segment shows.
 float Value(int q, int64_t i) { return static_cast<float>((q + 1) * (i % 97 + 1)); }

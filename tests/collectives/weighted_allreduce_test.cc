@@ -27,15 +27,8 @@ namespace overlap {
 namespace {
 
 using testing::Rank;
+using testing::RunToEnd;
 using testing::Size;
-
-void RunToEnd(Work& work) {
-  while (true) {
-    absl::StatusOr<bool> done = work.Test();
-    REQUIRE(done.ok());
-    if (*done) return;
-  }
-}
 
 // Shares that every rank builds alike.
 std::vector<std::vector<double>> ShareSets() {

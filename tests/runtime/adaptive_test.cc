@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/overlap.h"
+#include "tests/runtime/exact_steps.h"
 
 namespace overlap {
 namespace {
@@ -26,39 +27,11 @@ namespace {
 constexpr absl::Duration kWait = absl::Seconds(60);
 std::string g_mode;  // NOLINT: set once by main before the tests run
 
-float Value(int rank, int step, size_t i) {
-  return static_cast<float>(rank + step + static_cast<int>(i % 5));
-}
-float Expected(int step, size_t i) {
-  const int n = Size();
-  return static_cast<float>(n * (n - 1) / 2 + n * (step + static_cast<int>(i % 5)));
-}
-
 TEST_CASE("adaptive steps sum exactly, negotiated and then planned") {
   // Two tensors above the 1 MiB adaptive threshold (one of several segments), two fused into a
   // bucket below it, and one small one.
   const std::vector<int64_t> sizes = {(1 << 20) / 4 + 3, (9 << 20) / 4 + 1, 40000, 30001, 100};
-  std::vector<std::vector<float>> grads;
-  for (int64_t n : sizes) grads.emplace_back(static_cast<size_t>(n));
-  for (int step = 0; step < 10; ++step) {
-    std::vector<Handle> handles;
-    for (size_t g = grads.size(); g-- > 0;) {
-      for (size_t i = 0; i < grads[g].size(); ++i) grads[g][i] = Value(Rank(), step, i);
-      const int64_t n = static_cast<int64_t>(grads[g].size());
-      absl::StatusOr<Handle> h =
-          Allreduce(absl::StrCat("grad.", g), MakeTensor(grads[g].data(), {n}),
-                    MakeTensor(grads[g].data(), {n}), {ReduceOp::kSum});
-      REQUIRE(h.ok());
-      handles.push_back(*h);
-    }
-    for (Handle& h : handles) CHECK(h.Wait(kWait).ok());
-    int64_t wrong = 0;
-    for (const std::vector<float>& g : grads) {
-      for (size_t i = 0; i < g.size(); ++i) wrong += g[i] != Expected(step, i);
-    }
-    INFO("step " << step);
-    CHECK(wrong == 0);
-  }
+  testing::RunExactSteps(sizes, 10, kWait);
   CHECK(Stats().plans_frozen >= 1);
   const RuntimeStats stats = Stats();
   INFO("link_rates: " << stats.link_rates);

@@ -17,20 +17,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/overlap.h"
+#include "tests/runtime/exact_steps.h"
 
 namespace overlap {
 namespace {
 
 constexpr absl::Duration kWait = absl::Seconds(30);
-
-// Rank r contributes r + step + (i % 5) at element i: exact float sums.
-float Value(int rank, int step, size_t i) {
-  return static_cast<float>(rank + step + static_cast<int>(i % 5));
-}
-float Expected(int step, size_t i) {
-  const int n = Size();
-  return static_cast<float>(n * (n - 1) / 2 + n * (step + static_cast<int>(i % 5)));
-}
 
 TEST_CASE("the runtime reports the hosts its hierarchical allreduce spans") {
   CHECK(Stats().hierarchy_hosts == Size() / 2);
@@ -40,27 +32,7 @@ TEST_CASE("hierarchical steps sum exactly, negotiated and then planned") {
   // One tensor above the direct threshold (reduced on its own), two fused into a bucket above
   // the hierarchical threshold, and one below it (flat).
   const std::vector<int64_t> sizes = {(1 << 20) / 4 + 3, 40000, 30001, 100};
-  std::vector<std::vector<float>> grads;
-  for (int64_t n : sizes) grads.emplace_back(static_cast<size_t>(n));
-  for (int step = 0; step < 12; ++step) {
-    std::vector<Handle> handles;
-    for (size_t g = grads.size(); g-- > 0;) {
-      for (size_t i = 0; i < grads[g].size(); ++i) grads[g][i] = Value(Rank(), step, i);
-      const int64_t n = static_cast<int64_t>(grads[g].size());
-      absl::StatusOr<Handle> h =
-          Allreduce(absl::StrCat("grad.", g), MakeTensor(grads[g].data(), {n}),
-                    MakeTensor(grads[g].data(), {n}), {ReduceOp::kSum});
-      REQUIRE(h.ok());
-      handles.push_back(*h);
-    }
-    for (Handle& h : handles) CHECK(h.Wait(kWait).ok());
-    int64_t wrong = 0;
-    for (const std::vector<float>& g : grads) {
-      for (size_t i = 0; i < g.size(); ++i) wrong += g[i] != Expected(step, i);
-    }
-    INFO("step " << step);
-    CHECK(wrong == 0);
-  }
+  testing::RunExactSteps(sizes, 12, kWait);
   // The last steps ran on the frozen plan: the planned path is hierarchical too.
   CHECK(Stats().plans_frozen >= 1);
 }
