@@ -186,8 +186,9 @@ class Runtime {
   // records them; the error of a lost peer.
   absl::Status ReadControl(absl::Duration timeout, bool local);
   void Wake();
-  // After an executor's link probe (runtime_links.cc): RuntimeStats::link_rates, and a log line
-  // from rank 0 whenever the verdict changes. Any thread.
+  // After an executor's link probe (runtime_links.cc): RuntimeStats::link_rates, a span on the
+  // timeline's "link probe" track, and a log line from rank 0 whenever the verdict changes. Any
+  // thread.
   void NoteLinkProbe(const LinkReport& report);
 
   Config config_;

@@ -1,5 +1,5 @@
-// Runtime's view of its executors' link probes (collectives/link_adaptation.h): what Stats and the
-// log say about the links.
+// Runtime's view of its executors' link probes (collectives/link_adaptation.h): what Stats, the
+// log and the timeline say about the links.
 #include <algorithm>
 #include <map>
 #include <vector>
@@ -51,6 +51,10 @@ void Runtime::NoteLinkProbe(const LinkReport& report) {
     parts.push_back(std::move(part));
   }
   const std::string rates = absl::StrJoin(parts, ", ");
+  // The probe on the timeline's "link probe" track, named by what it measured.
+  const absl::Time now = absl::Now();
+  timeline_.Span("link probe", absl::StrCat("link probe, channel ", report.channel, ": ", rates).c_str(),
+                 now - absl::Seconds(report.seconds), now);
   const int verdict = report.shares.empty() ? 0 : 1;
   bool changed = false;
   {

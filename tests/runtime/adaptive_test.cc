@@ -8,6 +8,7 @@
 //                   the cross-host phase is the weighted one
 //   --auto          the ranks' real host (one machine), adaptation auto: nothing is probed
 //   --mismatch      rank 1 asks for off, the others for on: Init fails on every rank, naming it
+// Every probe must also be a span on the timeline's "link probe" track (OVERLAP_TIMELINE).
 #define CATCH_CONFIG_RUNNER
 #include <mpi.h>
 #include <stdlib.h>
@@ -67,6 +68,8 @@ int main(int argc, char** argv) {
     setenv("OVERLAP_HOST_ID", absl::StrCat("pretend-host-", host).c_str(), 1);
   }
   if (mode == "--hierarchical") setenv("OVERLAP_HIERARCHICAL_ALLREDUCE", "1", 1);
+  const char* tmp = getenv("TEST_TMPDIR");
+  setenv("OVERLAP_TIMELINE", absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/adaptive_timeline.json").c_str(), 1);
   setenv("OVERLAP_ADAPTIVE_ALLREDUCE", mode == "--auto" ? "auto" : "on", 1);
   if (mode == "--mismatch") {
     setenv("OVERLAP_ADAPTIVE_ALLREDUCE", rank == 1 ? "off" : "on", 1);
@@ -89,7 +92,21 @@ int main(int argc, char** argv) {
   }
   const int failures = Catch::Session().run(1, argv);
   absl::Status down = overlap::Shutdown();
-  int local = failures > 0 || !down.ok() ? 1 : 0, any = 0;
+  // Each probe is a span on the timeline's "link probe" track, named by what it measured; rank
+  // 0's file is whole once Shutdown closed it.
+  bool traced = true;
+  if (rank == 0 && mode != "--auto") {
+    std::string text;
+    if (std::FILE* file = std::fopen(getenv("OVERLAP_TIMELINE"), "r")) {
+      char buffer[4096];
+      for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), file)) > 0;) text.append(buffer, n);
+      std::fclose(file);
+    }
+    traced = text.find("\"link probe\"") != std::string::npos &&
+             text.find("link probe, channel 0: pretend-host-0 ") != std::string::npos;
+    if (!traced) std::fprintf(stderr, "rank 0: no link probe span in the timeline\n");
+  }
+  int local = failures > 0 || !down.ok() || !traced ? 1 : 0, any = 0;
   MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();
   return any;
