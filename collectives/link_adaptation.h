@@ -1,7 +1,7 @@
 // Allreduces that adapt to the links they run on (OVERLAP_ADAPTIVE_ALLREDUCE): the MPI executor
 // measures each rank's link (link_probe.h) before its first large allreduce on a channel and
-// again every `reprobe_every` of them, and while the measured rates make a weighted allreduce
-// pay (link_shares.h), runs large allreduces as one (weighted_allreduce.h): a slow link gets a
+// again as MpiExecutorOptions::reprobe_every says, and while the measured rates make a weighted
+// allreduce pay (link_shares.h), runs large allreduces as one (weighted_allreduce.h): a slow link gets a
 // small shard or none, instead of setting the pace of every ring step. Each rank also times its
 // adaptive allreduces from start to end; a rank whose allreduces end much sooner than the others'
 // started them late (a straggler), and gets no shard while it stays late, so the others reduce
