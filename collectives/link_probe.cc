@@ -9,7 +9,7 @@
 namespace overlap {
 
 absl::StatusOr<std::unique_ptr<LinkProbe>> LinkProbe::Start(MPI_Comm comm, int tag, size_t bytes,
-                                                          double wait) {
+                                                            double wait) {
   std::unique_ptr<LinkProbe> probe(new LinkProbe());
   absl::Status s = MpiCheck(MPI_Comm_rank(comm, &probe->rank_), "link probe: MPI_Comm_rank");
   if (s.ok()) s = MpiCheck(MPI_Comm_size(comm, &probe->size_), "link probe: MPI_Comm_size");
@@ -37,11 +37,15 @@ absl::StatusOr<std::unique_ptr<LinkProbe>> LinkProbe::Start(MPI_Comm comm, int t
 
 LinkProbe::~LinkProbe() {
   if (phase_ == Phase::kDone) return;
-  // Abandoned (the job is failing): the receive is cancelled, the rest left for MPI, and the
-  // buffers leaked rather than freed under it.
-  if (phase_ == Phase::kExchange && requests_[0] != MPI_REQUEST_NULL) MPI_Cancel(&requests_[0]);
-  for (MPI_Request& r : requests_) {
-    if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+  // Abandoned (the job is failing): an exchange's receive is cancelled and its requests freed;
+  // the barrier's or the gather's request is left to MPI, since a non-blocking collective's may be
+  // neither freed nor cancelled (MPI 3.1, 5.12; Open MPI aborts the process). The buffers are
+  // leaked rather than freed under MPI.
+  if (phase_ == Phase::kExchange) {
+    if (requests_[0] != MPI_REQUEST_NULL) MPI_Cancel(&requests_[0]);
+    for (MPI_Request& r : requests_) {
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    }
   }
   (void)out_.release();
   (void)in_.release();
@@ -125,8 +129,8 @@ absl::StatusOr<bool> LinkProbe::Test() {
           break;
         }
         gathered_.reset(new double[static_cast<size_t>(size_) * static_cast<size_t>(size_ + 1)]);
-        s = MpiCheck(MPI_Iallgather(my_flows_.get(), size_ + 1, MPI_DOUBLE, gathered_.get(), size_ + 1,
-                                    MPI_DOUBLE, comm_, &requests_[0]),
+        s = MpiCheck(MPI_Iallgather(my_flows_.get(), size_ + 1, MPI_DOUBLE, gathered_.get(),
+                                    size_ + 1, MPI_DOUBLE, comm_, &requests_[0]),
                      "link probe: MPI_Iallgather of the measured flows");
         if (!s.ok()) return s;
         phase_ = Phase::kGather;

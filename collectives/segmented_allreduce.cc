@@ -19,8 +19,9 @@ SegmentedAllreduce::SegmentedAllreduce(MPI_Comm comm, const void* send, void* re
       segment_elems_(std::max<int64_t>(1, static_cast<int64_t>(kSegmentBytes / elem_size))) {}
 
 SegmentedAllreduce::~SegmentedAllreduce() {
-  // A segment still in flight when the work is dropped (the runtime failed): let it go.
-  if (request_ != MPI_REQUEST_NULL) MPI_Request_free(&request_);
+  // A segment still in flight when the work is dropped (the runtime failed) is left to MPI: a
+  // non-blocking collective's request may be neither freed nor cancelled (MPI 3.1, 5.12), and
+  // Open MPI aborts the process on MPI_Request_free of one before the error reaches the user.
 }
 
 absl::StatusOr<std::unique_ptr<SegmentedAllreduce>> SegmentedAllreduce::Start(
