@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 // The ABI version; bumped when a signature below changes. Python checks it at load time.
-#define OVERLAP_C_API_VERSION 9
+#define OVERLAP_C_API_VERSION 10
 int overlap_c_api_version(void);
 
 typedef struct overlap_handle overlap_handle;
@@ -56,8 +56,7 @@ int overlap_init(void);
 // names[i] an OVERLAP_* runtime setting (docs/tuning.md), values[i] its value as text, read as the
 // variable would be (C API 9). An unknown name or a value the setting does not accept fails
 // with OVERLAP_INVALID_ARGUMENT (3) naming it, on every rank.
-int overlap_init_with_settings(int32_t count, const char* const* names,
-                               const char* const* values);
+int overlap_init_with_settings(int32_t count, const char* const* names, const char* const* values);
 // The configuration the runtime runs with, as a JSON object of every runtime setting's OVERLAP_*
 // name to its value as text (C API 9); NULL before init and after shutdown. The string is valid
 // until this thread's next call.
@@ -147,9 +146,18 @@ int overlap_barrier_ps(int32_t process_set, overlap_handle** handle);
 int overlap_handle_poll(const overlap_handle* handle);
 // 0 when a finished delayed allreduce's output holds no update this step (it was zeroed), else 1.
 int overlap_handle_has_update(const overlap_handle* handle);
-// Waits up to `timeout_s` (< 0: until it finishes; that ends, see overlap.h). Returns the
-// operation's status; DEADLINE_EXCEEDED (4) if it is still running.
+// Waits up to `timeout_s` (< 0: as Handle::Wait() in overlap.h, until it finishes or the wait
+// bound passes). Returns the operation's status; DEADLINE_EXCEEDED (4) if it is still running.
 int overlap_handle_wait(const overlap_handle* handle, double timeout_s);
+// The backstop on a wait for one operation (C API 10): the runtime's OVERLAP_STALL_TIMEOUT_S plus
+// OVERLAP_COLLECTIVE_TIMEOUT_S plus 30 s, and the two settings; before init and after shutdown,
+// those of the defaults (630 s). The runtime ends every operation sooner; an adapter that waits
+// in slices (so that Ctrl-C gets through) gives up after the bound with overlap_wait_expired.
+int overlap_wait_bound(double* bound_s, double* stall_timeout_s, double* collective_timeout_s);
+// Fails with DEADLINE_EXCEEDED (4), and returns it, with the error of a wait on `what` (e.g.
+// "allreduce 'grad.0'") that gave up after `waited_s` seconds: Handle::Wait()'s own, naming the
+// rank and both settings and asking for a report (C API 10).
+int overlap_wait_expired(const char* what, double waited_s);
 // Waits for `n` handles in order, all within `timeout_s` (< 0: no limit). Returns 0 when every
 // one succeeded, with has_update[i] (when not null) as overlap_handle_has_update gives it; else
 // the status of the first that failed, or DEADLINE_EXCEEDED (4) when the time ran out, with that

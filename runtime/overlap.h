@@ -78,8 +78,11 @@ class Handle {
   // DeadlineExceeded naming the tensor if it is still running (the operation goes on; wait again).
   absl::Status Wait(absl::Duration timeout) const;
 
-  // Blocks until the operation finishes. This ends: the runtime fails stalled operations after
-  // OVERLAP_STALL_TIMEOUT_S and lost peers after OVERLAP_COLLECTIVE_TIMEOUT_S.
+  // Blocks until the operation finishes, and returns its status. This ends: the runtime fails
+  // stalled operations after OVERLAP_STALL_TIMEOUT_S and lost peers after
+  // OVERLAP_COLLECTIVE_TIMEOUT_S. As a backstop, should it not, the wait gives up after the sum
+  // of both plus 30 s with DeadlineExceeded saying so (a bug in overlap, to report); the
+  // operation goes on, so its buffers must stay allocated until Poll() says it ended.
   absl::Status Wait() const;
 
   // The result of an operation whose output size is known only after negotiation (Allgather,

@@ -27,7 +27,7 @@ C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT, C_ADASUM = range(6)
 # absl::StatusCode values the binding tells apart.
 _OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _FAILED_PRECONDITION = 0, 3, 4, 5, 9
 
-_C_API_VERSION = 9
+_C_API_VERSION = 10
 _MAX_NDIM = 32
 
 
@@ -132,6 +132,8 @@ def _declare(lib):
         "overlap_handle_copy_output": ([h, ctypes.c_void_p, ctypes.c_int64], ctypes.c_int),
         "overlap_handle_received_splits": ([h, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32],
                                            ctypes.c_int32),
+        "overlap_wait_bound": ([ctypes.POINTER(ctypes.c_double)] * 3, ctypes.c_int),
+        "overlap_wait_expired": ([ctypes.c_char_p, ctypes.c_double], ctypes.c_int),
         "overlap_handles_wait": ([ctypes.POINTER(ctypes.c_void_p), ctypes.c_int32,
                                   ctypes.c_double, ctypes.POINTER(ctypes.c_int32),
                                   ctypes.POINTER(ctypes.c_int32),
@@ -230,7 +232,7 @@ _init_hooks = []
 
 def on_init(hook):
     """Calls hook() after every successful init() from now on (and now, if running): for what an
-    adapter derives from the configuration, e.g. the TensorFlow waiters' bound (wait_bound)."""
+    adapter derives from the configuration."""
     _init_hooks.append(hook)
     if is_initialized():
         hook()
@@ -374,33 +376,23 @@ def setting(name, default):
         return default  # a bad OVERLAP_* value: init() names it
 
 
-# How long past the core's own limits a framework-side wait goes on before it gives up.
-WAIT_GRACE_S = 30.0
-
-
 def wait_bound():
     """(seconds, stall timeout, collective timeout): how long a framework-side wait on one
-    operation (Handle.wait, wait_all, a TensorFlow kernel's waiter) goes on without an operation
-    ending before it gives up. A backstop behind the core, which ends every operation itself: a
-    stall fails after OVERLAP_STALL_TIMEOUT_S, a lost peer or stuck collective after
-    OVERLAP_COLLECTIVE_TIMEOUT_S, and a planned unit whose check stalls after both (runtime/
-    planned_mode.h); so the bound is their sum plus WAIT_GRACE_S (630 s by default). Reaching it
-    means the core failed to end an operation: a bug, reported as one (wait_expired)."""
-    stall = setting("OVERLAP_STALL_TIMEOUT_S", 300.0)
-    collective = setting("OVERLAP_COLLECTIVE_TIMEOUT_S", 300.0)
-    return stall + collective + WAIT_GRACE_S, stall, collective
+    operation (Handle.wait, wait_all) goes on without an operation ending before it gives up; the
+    core's own backstop (overlap_wait_bound in runtime/c_api.h, Handle::Wait() in overlap.h), so
+    that C++, torch and TensorFlow waits give up alike. The core ends every operation sooner (a
+    stall after OVERLAP_STALL_TIMEOUT_S, a lost peer or stuck collective after
+    OVERLAP_COLLECTIVE_TIMEOUT_S); reaching the bound means it failed to, a bug (wait_expired)."""
+    bound, stall, collective = ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
+    lib().overlap_wait_bound(ctypes.byref(bound), ctypes.byref(stall), ctypes.byref(collective))
+    return bound.value, stall.value, collective.value
 
 
 def wait_expired(what, waited_s):
-    """The error of a wait on `what` (e.g. "operation 'grad.0'") that reached wait_bound()."""
-    _, stall, collective = wait_bound()
-    return HorovodInternalError(
-        "rank %d: %s did not end within %.0f s of this rank's wait: the runtime should have "
-        "failed it (a stall after OVERLAP_STALL_TIMEOUT_S=%g, a lost peer or stuck collective "
-        "after OVERLAP_COLLECTIVE_TIMEOUT_S=%g) and did not, so the wait gives up (a bug in "
-        "overlap: please report it with every rank's log); the operation may still run, so its "
-        "tensors stay allocated until it ends" % (lib().overlap_rank(), what, waited_s, stall,
-                                                  collective))
+    """The error of a wait on `what` (e.g. "operation 'grad.0'") that reached wait_bound(): the
+    core's message (overlap_wait_expired)."""
+    lib().overlap_wait_expired(_enc(what), float(waited_s))
+    return HorovodInternalError(last_error())
 
 
 def stats():

@@ -13,10 +13,11 @@
 #include "absl/time/time.h"
 #include "collectives/buffer_ops.h"
 #include "collectives/nccl_executor.h"
-#include "runtime/planes/compression_stage.h"
-#include "runtime/planes/cuda_compression.h"
+#include "runtime/api/handle_state.h"
 #include "runtime/api/json_escape.h"
 #include "runtime/overlap.h"
+#include "runtime/planes/compression_stage.h"
+#include "runtime/planes/cuda_compression.h"
 
 struct overlap_handle {
   overlap::Handle handle;
@@ -99,8 +100,7 @@ const char* overlap_last_error(void) { return last_error.c_str(); }
 
 int overlap_init(void) { return Fail(overlap::Init()); }
 
-int overlap_init_with_settings(int32_t count, const char* const* names,
-                               const char* const* values) {
+int overlap_init_with_settings(int32_t count, const char* const* names, const char* const* values) {
   if (count < 0 || (count > 0 && (names == nullptr || values == nullptr))) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("overlap_init_with_settings: malformed settings (count ", count, ")")));
@@ -166,8 +166,7 @@ int overlap_allreduce_gradient(int32_t process_set, const char* name, const over
 int overlap_allreduce(const char* name, const overlap_tensor* input, const overlap_tensor* output,
                       int32_t op, double prescale, double postscale, const char* compression,
                       overlap_handle** handle) {
-  return overlap_allreduce_ps(0, name, input, output, op, prescale, postscale, compression,
-                              handle);
+  return overlap_allreduce_ps(0, name, input, output, op, prescale, postscale, compression, handle);
 }
 
 int overlap_allreduce_delayed(const char* name, const overlap_tensor* input,
@@ -333,6 +332,27 @@ int overlap_handle_wait(const overlap_handle* handle, double timeout_s) {
   return Fail(handle->handle.Wait(absl::Seconds(timeout_s)));
 }
 
+namespace {
+// The running runtime's wait bound, or the defaults' (handle_state.h).
+overlap::internal::WaitBound CurrentWaitBound() {
+  absl::StatusOr<overlap::Config> config = overlap::CurrentConfig();
+  if (!config.ok()) return {};
+  return {config->stall_timeout_s, config->collective_timeout_s};
+}
+}  // namespace
+
+int overlap_wait_bound(double* bound_s, double* stall_timeout_s, double* collective_timeout_s) {
+  const overlap::internal::WaitBound bound = CurrentWaitBound();
+  if (bound_s != nullptr) *bound_s = absl::ToDoubleSeconds(bound.bound());
+  if (stall_timeout_s != nullptr) *stall_timeout_s = bound.stall_timeout_s;
+  if (collective_timeout_s != nullptr) *collective_timeout_s = bound.collective_timeout_s;
+  return 0;
+}
+
+int overlap_wait_expired(const char* what, double waited_s) {
+  return Fail(CurrentWaitBound().Expired(overlap::Rank(), Str(what), absl::Seconds(waited_s)));
+}
+
 int overlap_handles_wait(overlap_handle* const* handles, int32_t n, double timeout_s,
                          int32_t* has_update, int32_t* first_not_ok, int32_t* running) {
   if (running != nullptr) *running = 0;
@@ -345,9 +365,9 @@ int overlap_handles_wait(overlap_handle* const* handles, int32_t n, double timeo
     if (first_not_ok != nullptr) *first_not_ok = i;
     const overlap_handle* handle = handles[i];
     if (handle == nullptr) return InvalidArgument(absl::StrCat("wait on null handle ", i));
-    absl::Status s = timeout_s < 0 ? handle->handle.Wait()
-                                   : handle->handle.Wait(std::max(absl::ZeroDuration(),
-                                                                  deadline - absl::Now()));
+    absl::Status s =
+        timeout_s < 0 ? handle->handle.Wait()
+                      : handle->handle.Wait(std::max(absl::ZeroDuration(), deadline - absl::Now()));
     if (absl::IsDeadlineExceeded(s)) {
       // The wait's own timeout, unless the operation has ended: then its own status.
       if (!handle->handle.Poll()) {
@@ -424,19 +444,23 @@ void overlap_handle_free(overlap_handle* handle) { delete handle; }
 const char* overlap_stats_json(void) {
   const overlap::RuntimeStats s = overlap::Stats();
   stats_json = absl::StrFormat(
-      "{\"negotiation_rounds\":%d,\"negotiated_operations\":%d,\"delayed_bytes\":%d,\"plan_buffer_bytes\":%d,\"planned_launches\":%d,\"plans_frozen\":%d,"
-      "\"plans_dropped\":%d,\"planned_tensors\":%d,\"planned_units\":%d,\"steps\":%d,\"planner\":\"%s\","
+      "{\"negotiation_rounds\":%d,\"negotiated_operations\":%d,\"delayed_bytes\":%d,\"plan_buffer_"
+      "bytes\":%d,\"planned_launches\":%d,\"plans_frozen\":%d,"
+      "\"plans_dropped\":%d,\"planned_tensors\":%d,\"planned_units\":%d,\"steps\":%d,\"planner\":"
+      "\"%s\","
       "\"plan_buckets\":%d,\"predicted_step_ms\":%.6g,\"plan_adopted_step\":%d,"
       "\"plans_scheduled\":%d,\"plans_refused\":%d,\"plan_layerwise_update\":%s,"
       "\"plan_mean_staleness\":%.6g,\"plan_update_cycle\":%d,"
-      "\"fitted_alpha_us\":%.6g,\"fitted_beta_us_per_mb\":%.6g,\"plan_trials\":\"%s\",\"plan_trials_pending\":%s,"
+      "\"fitted_alpha_us\":%.6g,\"fitted_beta_us_per_mb\":%.6g,\"plan_trials\":\"%s\",\"plan_"
+      "trials_pending\":%s,"
       "\"cuda_executor\":\"%s\",\"hierarchy_hosts\":%d,\"comm_compute_ratio\":%.6g,"
       "\"link_probes\":%d,\"weighted_allreduces\":%d,\"link_rates\":\"%s\"}",
-      s.negotiation_rounds, s.negotiated_operations, s.delayed_bytes, s.plan_buffer_bytes, s.planned_launches, s.plans_frozen, s.plans_dropped, s.planned_tensors,
-      s.planned_units, s.steps, s.planner, s.plan_buckets, s.predicted_step_ms, s.plan_adopted_step,
+      s.negotiation_rounds, s.negotiated_operations, s.delayed_bytes, s.plan_buffer_bytes,
+      s.planned_launches, s.plans_frozen, s.plans_dropped, s.planned_tensors, s.planned_units,
+      s.steps, s.planner, s.plan_buckets, s.predicted_step_ms, s.plan_adopted_step,
       s.plans_scheduled, s.plans_refused, s.plan_layerwise_update ? "true" : "false",
-      s.plan_mean_staleness, s.plan_update_cycle, s.fitted_alpha_us, s.fitted_beta_us_per_mb, s.plan_trials,
-      s.plan_trials_pending ? "true" : "false", s.cuda_executor, s.hierarchy_hosts,
+      s.plan_mean_staleness, s.plan_update_cycle, s.fitted_alpha_us, s.fitted_beta_us_per_mb,
+      s.plan_trials, s.plan_trials_pending ? "true" : "false", s.cuda_executor, s.hierarchy_hosts,
       s.comm_compute_ratio, s.link_probes, s.weighted_allreduces,
       overlap::JsonEscape(s.link_rates));
   return stats_json.c_str();

@@ -1,9 +1,21 @@
 #include "runtime/api/handle_state.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace overlap {
 namespace internal {
+
+absl::Status WaitBound::Expired(int rank, const std::string& what, absl::Duration waited) const {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "rank ", rank, ": ", what, " did not end within ",
+      absl::StrFormat("%.0f", absl::ToDoubleSeconds(waited)),
+      " s of this rank's wait: the runtime should",
+      " have failed it (a stall after OVERLAP_STALL_TIMEOUT_S=", stall_timeout_s,
+      ", a lost peer or stuck collective after OVERLAP_COLLECTIVE_TIMEOUT_S=", collective_timeout_s,
+      ") and did not, so the wait gives up (a bug in overlap: please report it with every rank's",
+      " log); the operation may still run, so its tensors stay allocated until it ends"));
+}
 
 void HandleState::Complete(absl::Status status) {
   {
@@ -58,12 +70,22 @@ absl::Status HandleState::Wait(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   auto is_done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return done_; };
   if (!mu_.AwaitWithTimeout(absl::Condition(&is_done), timeout)) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("rank ", rank_, ": '", name_, "' has not completed after ",
-                     absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank ", rank_, ": '", name_, "' has not completed after ", absl::FormatDuration(timeout)));
   }
   if (observations_ != nullptr) observations_->fetch_add(1);
   return status_;
+}
+
+absl::Status HandleState::WaitBounded() const {
+  const absl::Time start = absl::Now();
+  absl::Status s = Wait(wait_bound_.bound());
+  if (absl::IsDeadlineExceeded(s) && !done()) {
+    return wait_bound_.Expired(rank_, absl::StrCat("operation '", name_, "'"), absl::Now() - start);
+  }
+  // It ended between the timeout and the check: its own status.
+  if (absl::IsDeadlineExceeded(s)) return Wait(absl::ZeroDuration());
+  return s;
 }
 
 }  // namespace internal
@@ -81,7 +103,10 @@ absl::Status Handle::Wait(absl::Duration timeout) const {
   return state_->Wait(timeout);
 }
 
-absl::Status Handle::Wait() const { return Wait(absl::InfiniteDuration()); }
+absl::Status Handle::Wait() const {
+  if (state_ == nullptr) return absl::FailedPreconditionError("Wait on an empty handle");
+  return state_->WaitBounded();
+}
 
 const Tensor& Handle::output() const {
   return state_ != nullptr && state_->done() ? state_->output() : kEmptyTensor;

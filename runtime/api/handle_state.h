@@ -17,6 +17,25 @@
 namespace overlap {
 namespace internal {
 
+// The backstop behind every wait on one operation (Handle::Wait(), and overlap.torch's and
+// overlap.tensorflow's waits through the C API). The runtime ends every operation itself: a stall
+// fails after stall_timeout_s, a lost peer or stuck collective after collective_timeout_s, and a
+// planned unit whose check stalls after both. So a wait that has gone on for their sum plus
+// `grace` means the runtime failed to end it, a bug; the wait gives up with Expired's error and the
+// operation goes on (its buffers must stay allocated until it ends). `grace`: 30 s, less in tests.
+struct WaitBound {
+  double stall_timeout_s = 300;
+  double collective_timeout_s = 300;
+  absl::Duration grace = absl::Seconds(30);
+
+  absl::Duration bound() const {
+    return absl::Seconds(stall_timeout_s + collective_timeout_s) + grace;
+  }
+  // DeadlineExceeded: "rank R: `what` did not end within S s of this rank's wait: ...", naming
+  // both settings and asking for a report.
+  absl::Status Expired(int rank, const std::string& what, absl::Duration waited) const;
+};
+
 // When a handle was first waited on and when it completed. Shared, because the step profiler
 // reads it when the step closes, after the program may have dropped the handle: overlap.torch and
 // overlap.tensorflow free theirs as soon as the wait returns.
@@ -35,9 +54,9 @@ class WaitClock {
 
 // How many times the program has seen an operation finish: a Wait that returned its outcome, a
 // Poll that returned true, a done callback run. A frozen plan never makes tensors submitted on
-// either side of such a moment wait for each other (runtime/plan/launch_units.h): the program may have
-// needed the first one's result before it submitted the second. A Wait still blocked, or a Poll
-// of false, tells the program nothing, so they do not count: overlap.tensorflow waits on every
+// either side of such a moment wait for each other (runtime/plan/launch_units.h): the program may
+// have needed the first one's result before it submitted the second. A Wait still blocked, or a
+// Poll of false, tells the program nothing, so they do not count: overlap.tensorflow waits on every
 // handle at once, from a thread of its own. Shared by a runtime and its handles, which may
 // outlive it.
 using Observations = std::atomic<uint64_t>;
@@ -46,12 +65,14 @@ class HandleState {
  public:
   // `rank` prefixes the timeout message of Wait. `observations`, if given, counts the program's
   // sights of this operation's end: a Wait that returns it, a Poll of true, the run of `on_done`.
+  // `wait_bound`: the runtime's, for WaitBounded.
   HandleState(std::string name, int rank, DoneCallback on_done,
-              std::shared_ptr<Observations> observations = nullptr)
+              std::shared_ptr<Observations> observations = nullptr, WaitBound wait_bound = {})
       : name_(std::move(name)),
         rank_(rank),
         on_done_(std::move(on_done)),
-        observations_(std::move(observations)) {}
+        observations_(std::move(observations)),
+        wait_bound_(wait_bound) {}
 
   const std::string& name() const { return name_; }
 
@@ -65,6 +86,9 @@ class HandleState {
   // Records the first call's time (first_wait) before blocking; counted as an observation when it
   // returns the outcome (not on timeout).
   absl::Status Wait(absl::Duration timeout) const;
+  // Wait until the operation ends or wait_bound().bound() passes, then WaitBound::Expired.
+  absl::Status WaitBounded() const;
+  const WaitBound& wait_bound() const { return wait_bound_; }
   // When Wait was first called (the step profiler's first use) and when Complete recorded the
   // outcome (with the first, how long the first Wait blocked); it outlives this state.
   std::shared_ptr<const WaitClock> clock() const { return clock_; }
@@ -75,8 +99,8 @@ class HandleState {
   // The memory output() points into, on the operation's device.
   std::unique_ptr<DeviceMemory>& output_memory() { return output_memory_; }
   std::vector<int64_t>& received_splits() { return received_splits_; }
-  // Delayed updates (runtime/planes/delay_line.h): false when the output holds no update. Set before
-  // Complete.
+  // Delayed updates (runtime/planes/delay_line.h): false when the output holds no update. Set
+  // before Complete.
   void set_has_update(bool has_update) { has_update_ = has_update; }
   bool has_update() const { return has_update_; }
 
@@ -85,6 +109,7 @@ class HandleState {
   const int rank_;
   DoneCallback on_done_;
   const std::shared_ptr<Observations> observations_;
+  const WaitBound wait_bound_;
   mutable absl::Mutex mu_;
   bool completing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;

@@ -127,9 +127,8 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
     if (CompressionStage::NeedsMeasurement(*compression)) {
       absl::StatusOr<std::string> resolved = ResolveDerived(*compression);
       if (!resolved.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("rank ", rank_, ": allreduce '",
-                                                       op.request.name, "': ",
-                                                       resolved.status().message()));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rank ", rank_, ": allreduce '", op.request.name, "': ", resolved.status().message()));
       }
       op.request.compression = *resolved;
     }
@@ -143,8 +142,8 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
   }
   if (!op.inputs.empty()) op.request.device = op.inputs[0].device.kind;
   const std::string& name = op.request.name;
-  auto state =
-      std::make_shared<internal::HandleState>(name, rank_, std::move(on_done), observations_);
+  auto state = std::make_shared<internal::HandleState>(name, rank_, std::move(on_done),
+                                                       observations_, wait_bound());
   // Scheduled plans cover float32 gradients being summed or averaged, one tensor each, on the
   // host or the GPU (the bucket runner and the delay line serve both), uncompressed. Without a
   // scheduler, the compressed ones are profiled too when covap's R=auto needs the compute time

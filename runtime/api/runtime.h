@@ -1,12 +1,12 @@
 // The Runtime: the one object that owns a process's overlap state.
 //
 // It holds the configuration, the MPI communicators, the control plane, the negotiator, the
-// data plane with its executor, the plan controller (runtime/plan/plan_controller.h: the plan's life)
-// and the planned executor that runs the plan (runtime/planes/planned_mode.h), the timeline and the
-// coordinator thread. User threads submit operations through Submit(); the coordinator thread does
-// everything else: it sleeps in poll() on an eventfd and the control sockets until there is work,
-// runs negotiation rounds, hands agreed operations to the data plane, routes the plan's operations
-// to the planned executor and drives them to completion.
+// data plane with its executor, the plan controller (runtime/plan/plan_controller.h: the plan's
+// life) and the planned executor that runs the plan (runtime/planes/planned_mode.h), the timeline
+// and the coordinator thread. User threads submit operations through Submit(); the coordinator
+// thread does everything else: it sleeps in poll() on an eventfd and the control sockets until
+// there is work, runs negotiation rounds, hands agreed operations to the data plane, routes the
+// plan's operations to the planned executor and drives them to completion.
 //
 // Threading: Submit and the accessors may be called from any thread; Shutdown from one.
 #ifndef OVERLAP_RUNTIME_API_RUNTIME_H_
@@ -28,21 +28,21 @@
 #include "absl/synchronization/mutex.h"
 #include "collectives/executor.h"
 #include "collectives/link_adaptation.h"
-#include "runtime/plan/comm_meter.h"
-#include "runtime/planes/compression_stage.h"
+#include "runtime/api/handle_state.h"
+#include "runtime/api/pending_op.h"
+#include "runtime/api/timeline.h"
 #include "runtime/config.h"
 #include "runtime/control/control_plane.h"
+#include "runtime/negotiation/negotiator.h"
+#include "runtime/overlap.h"
+#include "runtime/plan/comm_meter.h"
+#include "runtime/plan/plan_controller.h"
+#include "runtime/plan/step_profiler.h"
+#include "runtime/planes/compression_stage.h"
 #include "runtime/planes/cuda_plane.h"
 #include "runtime/planes/data_plane.h"
 #include "runtime/planes/delay_line.h"
-#include "runtime/api/handle_state.h"
-#include "runtime/negotiation/negotiator.h"
-#include "runtime/overlap.h"
-#include "runtime/api/pending_op.h"
-#include "runtime/plan/plan_controller.h"
 #include "runtime/planes/planned_mode.h"
-#include "runtime/plan/step_profiler.h"
-#include "runtime/api/timeline.h"
 
 namespace overlap {
 
@@ -88,6 +88,10 @@ class Runtime {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const Config& config() const { return config_; }
+  // The backstop of every wait on this runtime's handles, from its timeouts.
+  internal::WaitBound wait_bound() const {
+    return {config_.stall_timeout_s, config_.collective_timeout_s};
+  }
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
 

@@ -8,11 +8,11 @@
 #include "absl/strings/str_join.h"
 #include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
+#include "runtime/api/runtime.h"
 #include "runtime/control/agreement.h"
-#include "runtime/planes/device_backend.h"
 #include "runtime/control/host_layout.h"
 #include "runtime/control/mpi_control_collectives.h"
-#include "runtime/api/runtime.h"
+#include "runtime/planes/device_backend.h"
 #include "spdlog/spdlog.h"
 
 namespace overlap {
@@ -118,10 +118,9 @@ absl::Status AgreeOnValue(MPI_Comm comm, int rank, int size, const Config& confi
     }
   }
   if (differ.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("rank ", rank, ": Init failed: ", var,
-                                                 " must be the same on every rank: rank 0 has ",
-                                                 values->front(), ", ",
-                                                 absl::StrJoin(differ, ", ")));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "rank ", rank, ": Init failed: ", var, " must be the same on every rank: rank 0 has ",
+      values->front(), ", ", absl::StrJoin(differ, ", ")));
 }
 
 // How long a peer's host may not answer on the control connection before the runtime fails
@@ -250,8 +249,9 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   comm_meter_ = std::make_unique<CommMeter>(config.profile_steps);
   next_ratio_step_ = config.plan_after_steps + config.profile_steps + 2;
   delay_line_ = std::make_unique<DelayLine>(
-      rank_, [this](const std::string& name, const Tensor& data, const AllreduceOptions& options,
-                    const std::string& schedule) {
+      rank_, wait_bound(),
+      [this](const std::string& name, const Tensor& data, const AllreduceOptions& options,
+             const std::string& schedule) {
         PendingOp op = AllreduceOp(name, data, data, options);
         op.request.update_schedule = schedule;
         return Submit(std::move(op), options.on_done);
@@ -262,7 +262,11 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
                                               MpiControlCollectives::Ownership::kBorrowed),
       config, hosts_, [this] { return ReadControl(absl::ZeroDuration(), /*local=*/false); });
   const PlaneContext planes{
-      config, rank_, size_, &timeline_, compression_.get(),
+      config,
+      rank_,
+      size_,
+      &timeline_,
+      compression_.get(),
       [this](PendingOp& op, const absl::Status& status) { CompleteOp(op, status); },
       comm_meter_.get()};
   data_plane_ = std::make_unique<DataPlane>(executor_.get(), planes);
@@ -283,8 +287,7 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
       std::move(*planned_executor),
       std::make_unique<MpiControlCollectives>(*check_comm, rank_, size_,
                                               MpiControlCollectives::Ownership::kOwned),
-      planes, hosts_,
-      [this, cuda_device, host = executor_options.host](PlaneContext context) {
+      planes, hosts_, [this, cuda_device, host = executor_options.host](PlaneContext context) {
         return std::make_unique<CudaPlane>(comm_, std::move(context), cuda_device, host);
       });
   profiler_ = std::make_unique<StepProfiler>(config.profile_steps);

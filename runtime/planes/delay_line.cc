@@ -25,7 +25,6 @@ struct DelayLine::Result {
 
 namespace {
 
-
 void Add(DataType dtype, uint8_t* to, const uint8_t* from, size_t bytes) {
   ScaledAdd(to, from, static_cast<int64_t>(bytes / DataTypeSize(dtype)), dtype, 1.0);
 }
@@ -145,9 +144,8 @@ absl::StatusOr<Handle> DelayLine::Submit(const std::string& name, const Tensor& 
     Tensor data = input;
     data.data = fresh->buffer.data();
     data.capacity_bytes = bytes;
-    absl::StatusOr<Handle> reduction =
-        submit_(absl::StrCat(name, "~", slot), data, reduce,
-                Schedule(line.delay, line.period, line.phase));
+    absl::StatusOr<Handle> reduction = submit_(absl::StrCat(name, "~", slot), data, reduce,
+                                               Schedule(line.delay, line.period, line.phase));
     if (!reduction.ok()) return reduction.status();
   } else {
     if (line.residual.empty()) line.residual.assign(bytes, 0);
@@ -162,7 +160,8 @@ absl::StatusOr<Handle> DelayLine::Submit(const std::string& name, const Tensor& 
     due = line.in_flight.front();
     line.in_flight.pop_front();
   }
-  auto handle = std::make_shared<internal::HandleState>(name, rank_, options.on_done);
+  auto handle = std::make_shared<internal::HandleState>(name, rank_, options.on_done,
+                                                        /*observations=*/nullptr, wait_bound_);
   if (due == nullptr) {
     std::memset(output.data, 0, bytes);
     handle->set_has_update(false);
@@ -214,8 +213,8 @@ absl::StatusOr<std::string> DelayLine::Save(absl::Duration timeout) {
 absl::Status DelayLine::Restore(const std::string& snapshot) {
   ByteReader in(snapshot);
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank_, ": RestoreCompressionState: delayed updates: ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, ": RestoreCompressionState: delayed updates: ", why));
   };
   std::string magic;
   int64_t count = 0;
@@ -250,7 +249,8 @@ absl::Status DelayLine::Restore(const std::string& snapshot) {
     }
     const size_t bytes = static_cast<size_t>(elements) * DataTypeSize(line.dtype);
     if (numbers.size() != 4 || numbers[0] < 0 || numbers[0] > kMaxUpdateDelay || numbers[1] < 1 ||
-        numbers[1] > kMaxUpdatePeriod || numbers[2] < 0 || numbers[2] >= numbers[1] || numbers[3] < 0) {
+        numbers[1] > kMaxUpdatePeriod || numbers[2] < 0 || numbers[2] >= numbers[1] ||
+        numbers[3] < 0) {
       return bad(absl::StrCat("tensor '", name, "' schedule"));
     }
     line.delay = static_cast<int>(numbers[0]);

@@ -46,6 +46,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/api/handle_state.h"
 #include "runtime/overlap.h"
 
 namespace overlap {
@@ -63,18 +64,20 @@ inline bool DelayableOp(ReduceOp op) { return op == ReduceOp::kSum || op == Redu
 class DelayLine {
  public:
   // Submits the reduction of a runtime-owned buffer (input == output) under `name`.
-  using SubmitFn = std::function<absl::StatusOr<Handle>(
-      const std::string& name, const Tensor& data, const AllreduceOptions& options,
-      const std::string& schedule)>;
-  DelayLine(int rank, SubmitFn submit) : rank_(rank), submit_(std::move(submit)) {}
+  using SubmitFn = std::function<absl::StatusOr<Handle>(const std::string& name, const Tensor& data,
+                                                        const AllreduceOptions& options,
+                                                        const std::string& schedule)>;
+  // `wait_bound`: the backstop of the waits on its handles (runtime/api/handle_state.h).
+  DelayLine(int rank, internal::WaitBound wait_bound, SubmitFn submit)
+      : rank_(rank), wait_bound_(wait_bound), submit_(std::move(submit)) {}
   ~DelayLine();
 
   // Checks the options (delay 0..16, period 1..64, 0 <= phase < period, float32 or float64 on the
   // CPU, op sum or average, input and output alike), then does the three things above.
   // InvalidArgument naming the rank, the tensor and the cause; a tensor's dtype, shape and
   // schedule may not change between submissions.
-  absl::StatusOr<Handle> Submit(const std::string& name, const Tensor& input,
-                                const Tensor& output, const AllreduceOptions& options);
+  absl::StatusOr<Handle> Submit(const std::string& name, const Tensor& input, const Tensor& output,
+                                const AllreduceOptions& options);
 
   // Bytes held: residuals plus undelivered reduction buffers.
   int64_t held_bytes() const;
@@ -111,6 +114,7 @@ class DelayLine {
                      const AllreduceOptions& options, const Line* line) const;
 
   const int rank_;
+  const internal::WaitBound wait_bound_;
   const SubmitFn submit_;
   mutable absl::Mutex mu_;
   std::map<std::string, Line> lines_ ABSL_GUARDED_BY(mu_);

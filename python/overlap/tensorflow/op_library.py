@@ -8,8 +8,8 @@ In order:
    so one of them compiles and the others wait and load its result.
 
 The core library is loaded first, with its symbols global, since the op library's references to
-the C ABI resolve against it. After every init the kernels' waiters get their bound from the
-runtime's settings (set_wait_bound, native/waiter.h).
+the C ABI resolve against it, the kernels' waiters' bound (overlap_wait_bound, native/waiter.h)
+among them.
 """
 
 import ctypes
@@ -73,23 +73,22 @@ def load():
             _module = tf.load_op_library(path)
             # The same library again (dlopen hands back the loaded one), for its C functions.
             _native = ctypes.CDLL(path)
-            _native.overlap_tf_set_wait_bound.argtypes = [ctypes.c_double] * 3
-            _native.overlap_tf_set_wait_bound.restype = None
+            _native.overlap_tf_override_wait_bound.argtypes = [ctypes.c_double]
+            _native.overlap_tf_override_wait_bound.restype = None
             _native.overlap_tf_abandoned_waits.argtypes = []
             _native.overlap_tf_abandoned_waits.restype = ctypes.c_int
-            _core.on_init(lambda: _native.overlap_tf_set_wait_bound(*_core.wait_bound()))
         return _module
 
 
 _native = None
 
 
-def set_wait_bound(seconds, stall_timeout_s, collective_timeout_s):
-    """How long a kernel waits for its operation before it fails with DeadlineExceeded
-    (native/waiter.h); the two timeouts are quoted in that error. Set after every init from
-    overlap._core.wait_bound()."""
+def override_wait_bound(seconds):
+    """For tests: every kernel's wait gives up after `seconds` instead of the core's bound
+    (overlap._core.wait_bound(), native/waiter.h), as if the core had failed to end the
+    operation; 0 goes back to the core's."""
     load()
-    _native.overlap_tf_set_wait_bound(seconds, stall_timeout_s, collective_timeout_s)
+    _native.overlap_tf_override_wait_bound(float(seconds))
 
 
 def abandoned_waits():

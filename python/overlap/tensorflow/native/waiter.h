@@ -6,10 +6,11 @@
 // own inter-op threads are never blocked, so a graph can have any number of collectives in
 // flight at once.
 //
-// Every wait is bounded (SetWaitBound). The core ends every operation itself (a stall after
-// OVERLAP_STALL_TIMEOUT_S, a lost peer or stuck collective after OVERLAP_COLLECTIVE_TIMEOUT_S);
-// the bound is a backstop behind it. A wait that reaches it finishes the kernel with
-// DeadlineExceeded naming the rank, the operation and the settings, and hands the handle, with
+// Every wait is bounded, by the core's own backstop (overlap_wait_bound, runtime/c_api.h). The
+// core ends every operation itself (a stall after OVERLAP_STALL_TIMEOUT_S, a lost peer or stuck
+// collective after OVERLAP_COLLECTIVE_TIMEOUT_S); the bound is a backstop behind it. A wait that
+// reaches it finishes the kernel with the core's error for it (overlap_wait_expired:
+// DeadlineExceeded naming the rank, the operation and the settings), and hands the handle, with
 // the kernel's tensors, to one reaper thread that frees them once the core has ended the
 // operation: the core may still write into those tensors, so they outlive the kernel, and the
 // waiter thread goes back to the pool. An operation the core never ends keeps its handle and
@@ -45,12 +46,10 @@ absl::Status CoreError(int code);
 
 }  // namespace overlap_tf
 
-// For the Python side (overlap/tensorflow/op_library.py), which derives the bound from the
-// runtime's settings at every init (overlap._core.wait_bound): a wait gives up after
-// `bound_s`; the two timeouts are quoted in its error. Before the first call: 630 s, the bound
-// of the default settings (300 s each, plus 30 s).
-extern "C" void overlap_tf_set_wait_bound(double bound_s, double stall_timeout_s,
-                                          double collective_timeout_s);
+// For tests (overlap/tensorflow/op_library.py): every wait from now on gives up after `bound_s`
+// seconds instead of the core's bound, as if the core had failed to end the operation; 0 goes
+// back to the core's.
+extern "C" void overlap_tf_override_wait_bound(double bound_s);
 // Handles whose wait gave up and whose operation still runs (the reaper holds them).
 extern "C" int overlap_tf_abandoned_waits(void);
 
