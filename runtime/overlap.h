@@ -124,8 +124,8 @@ struct AllreduceOptions {
   // after it (floating-point dtypes only; integer dtypes require 1.0).
   double prescale = 1.0;
   double postscale = 1.0;
-  // Delayed update and update period (DeFT; runtime/planes/delay_line.h has the full contract). With
-  // delay d, the handle of this tensor's n-th submission receives the reduced gradient of its
+  // Delayed update and update period (DeFT; runtime/planes/delay_line.h has the full contract).
+  // With delay d, the handle of this tensor's n-th submission receives the reduced gradient of its
   // (n - d)-th. With period p and phase f, only submissions with n % p == f communicate, sending
   // their input plus what the skipped ones accumulated. Whenever no result is due, the output is
   // zeroed and Handle::has_update() is false: skip the layer's update. float32 or float64 CPU
@@ -331,10 +331,11 @@ struct RuntimeStats {
   // results (runtime/planes/plan_delays.h).
   int64_t delayed_device_bytes = 0;
   // Host buffers the plan in force keeps for reuse across steps: its packed buckets and, under a
-  // delayed plan, its copies of the submissions (runtime/planes/buffer_pool.h). About one gradient's
-  // worth for a sliced plan.
+  // delayed plan, its copies of the submissions (runtime/planes/buffer_pool.h). About one
+  // gradient's worth for a sliced plan.
   int64_t plan_buffer_bytes = 0;
-  // The same on the GPU: the packed buckets of the plan's CUDA tensors (runtime/planes/bucket_runner.h).
+  // The same on the GPU: the packed buckets of the plan's CUDA tensors
+  // (runtime/planes/bucket_runner.h).
   int64_t plan_device_buffer_bytes = 0;
   int64_t planned_launches = 0;  // units the frozen plan started without negotiation
   int64_t plans_frozen = 0;      // plans adopted (see OVERLAP_PLAN_AFTER_STEPS)
@@ -344,12 +345,15 @@ struct RuntimeStats {
   // saw no operation finish (a Wait returned, a Poll of true, a done callback), ending with a
   // negotiation round once they hold 1 MiB, and at most DDP's sizes (1 MiB first, then 25 MiB).
   int64_t planned_units = 0;
-  int64_t steps = 0;             // forwards marked with StartForward
+  int64_t steps = 0;  // forwards marked with StartForward
   // The scheduled plan in force, if any (OVERLAP_PLANNER other than observed): the planner that
   // made it ("auto:dear" for auto), its number of buckets, the simulator's iteration time for it
   // on the measured profile and fitted cost, and the step at which it took effect.
   std::string planner;
   int64_t plan_buckets = 0;
+  // Of them, those that compress their payload (the default compression, OVERLAP_COMPRESSION,
+  // where a plan can run it; docs/scheduler.md, "Compression").
+  int64_t plan_compressed_buckets = 0;
   double predicted_step_ms = 0;
   int64_t plan_adopted_step = -1;
   int64_t plans_scheduled = 0;  // scheduled plans adopted (first plan and re-plans)

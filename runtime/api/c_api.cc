@@ -448,7 +448,8 @@ const char* overlap_stats_json(void) {
       "bytes\":%d,\"planned_launches\":%d,\"plans_frozen\":%d,"
       "\"plans_dropped\":%d,\"planned_tensors\":%d,\"planned_units\":%d,\"steps\":%d,\"planner\":"
       "\"%s\","
-      "\"plan_buckets\":%d,\"predicted_step_ms\":%.6g,\"plan_adopted_step\":%d,"
+      "\"plan_buckets\":%d,\"plan_compressed_buckets\":%d,\"predicted_step_ms\":%.6g,\"plan_"
+      "adopted_step\":%d,"
       "\"plans_scheduled\":%d,\"plans_refused\":%d,\"plan_layerwise_update\":%s,"
       "\"plan_mean_staleness\":%.6g,\"plan_update_cycle\":%d,"
       "\"fitted_alpha_us\":%.6g,\"fitted_beta_us_per_mb\":%.6g,\"plan_trials\":\"%s\",\"plan_"
@@ -457,10 +458,11 @@ const char* overlap_stats_json(void) {
       "\"link_probes\":%d,\"weighted_allreduces\":%d,\"link_rates\":\"%s\"}",
       s.negotiation_rounds, s.negotiated_operations, s.delayed_bytes, s.plan_buffer_bytes,
       s.planned_launches, s.plans_frozen, s.plans_dropped, s.planned_tensors, s.planned_units,
-      s.steps, s.planner, s.plan_buckets, s.predicted_step_ms, s.plan_adopted_step,
-      s.plans_scheduled, s.plans_refused, s.plan_layerwise_update ? "true" : "false",
-      s.plan_mean_staleness, s.plan_update_cycle, s.fitted_alpha_us, s.fitted_beta_us_per_mb,
-      s.plan_trials, s.plan_trials_pending ? "true" : "false", s.cuda_executor, s.hierarchy_hosts,
+      s.steps, s.planner, s.plan_buckets, s.plan_compressed_buckets, s.predicted_step_ms,
+      s.plan_adopted_step, s.plans_scheduled, s.plans_refused,
+      s.plan_layerwise_update ? "true" : "false", s.plan_mean_staleness, s.plan_update_cycle,
+      s.fitted_alpha_us, s.fitted_beta_us_per_mb, s.plan_trials,
+      s.plan_trials_pending ? "true" : "false", s.cuda_executor, s.hierarchy_hosts,
       s.comm_compute_ratio, s.link_probes, s.weighted_allreduces,
       overlap::JsonEscape(s.link_rates));
   return stats_json.c_str();

@@ -145,14 +145,15 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
   auto state = std::make_shared<internal::HandleState>(name, rank_, std::move(on_done),
                                                        observations_, wait_bound());
   // Scheduled plans cover float32 gradients being summed or averaged, one tensor each, on the
-  // host or the GPU (the bucket runner and the delay line serve both), uncompressed. Without a
-  // scheduler, the compressed ones are profiled too when covap's R=auto needs the compute time
-  // (their waits are not compute).
+  // host or the GPU (the bucket runner and the delay line serve both), with the default
+  // compression where a plan can run it (CompressionStage::Plannable), else uncompressed; the
+  // others are negotiated beside the plan. Without a scheduler, the compressed ones are profiled
+  // too when covap's R=auto needs the compute time (their waits are not compute).
   const bool gradient = op.request.kind == OpKind::kAllreduce &&
                         op.request.update_schedule.empty() && op.request.tensors.size() == 1 &&
                         op.request.tensors[0].dtype == DataType::kFloat32 &&
                         (op.request.op == ReduceOp::kSum || op.request.op == ReduceOp::kAverage);
-  if (gradient && (plan_controller_->schedules() ? op.request.compression == "none"
+  if (gradient && (plan_controller_->schedules() ? op.request.compression == plan_compression_
                                                  : measures_comm_ratio_.load())) {
     // The clock, not the handle: the program may free its handle as soon as it has waited.
     profiler_->OnSubmit(

@@ -219,6 +219,9 @@ class Runtime {
   // the measured ratio; the ratio every rank agreed on (0 until then); the program thread's next
   // measuring step and tries so far.
   std::atomic<bool> measures_comm_ratio_{false};
+  // The compression of the tensors a scheduled plan covers (CompressionStage::Plannable of the
+  // default); set at start.
+  std::string plan_compression_ = "none";
   std::atomic<double> agreed_comm_ratio_{0};
   int64_t next_ratio_step_ = 0;
   int ratio_attempts_ = 0;

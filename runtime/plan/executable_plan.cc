@@ -30,6 +30,19 @@ bool SameSlices(const std::vector<ExecSlice>& a, const std::vector<ExecSlice>& b
 // slices first, then the CUDA ones, each keeping the plan's slice order; a process runs one GPU):
 // a bucket runner packs for one device. A reduce-scatter and its all-gather hold the same slices,
 // so they split alike.
+// The compressor a canonical compression spec names: "topk" of "topk:ratio=0.01".
+std::string CompressorName(const std::string& spec) { return spec.substr(0, spec.find(':')); }
+
+// A compressed bucket's residual key: its slices, which every rank holds alike.
+std::string CompressionKey(const ExecBucket& bucket, const std::vector<PlanEntry>& entries) {
+  std::string key = "overlap plan bucket";
+  for (const ExecSlice& s : bucket.slices) {
+    absl::StrAppend(&key, " ", entries[static_cast<size_t>(s.entry)].response->name, "[", s.offset,
+                    "+", s.count, "]");
+  }
+  return key;
+}
+
 std::vector<ExecBucket> SplitByDevice(ExecBucket bucket, const std::vector<PlanEntry>& entries) {
   auto kind_of = [&](const ExecSlice& s) {
     return entries[static_cast<size_t>(s.entry)].response->request.device;
@@ -127,9 +140,10 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
           b, absl::StrCat("a delay or an update period on a ", sched::CollectiveName(in.op),
                           " is not executable (only on allreduces)"));
     }
-    if (in.compressor != "none") {
-      return BadBucket(b, absl::StrCat("compressor '", in.compressor,
-                                       "' in a scheduled plan is not executable yet"));
+    if (in.compressor != "none" && in.op != sched::Collective::kAllreduce) {
+      return BadBucket(
+          b, absl::StrCat("compressor '", in.compressor, "' on a ", sched::CollectiveName(in.op),
+                          " is not executable (only on allreduces)"));
     }
     if (in.channel < 0 || in.channel >= num_channels) {
       return BadBucket(
@@ -162,10 +176,13 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
             b, absl::StrCat("tensor '", s.name, "' is not an allreduce this rank has agreed"));
       }
       const Request& request = known->second.response->request;
-      if (request.kind != OpKind::kAllreduce || request.tensors.size() != 1 ||
-          request.compression != "none") {
-        return BadBucket(
-            b, absl::StrCat("tensor '", s.name, "' is not a single-tensor uncompressed allreduce"));
+      if (request.kind != OpKind::kAllreduce || request.tensors.size() != 1) {
+        return BadBucket(b, absl::StrCat("tensor '", s.name, "' is not a single-tensor allreduce"));
+      }
+      if (CompressorName(request.compression) != in.compressor) {
+        return BadBucket(b, absl::StrCat("tensor '", s.name, "' was agreed with compression '",
+                                         request.compression, "', the bucket has compressor '",
+                                         in.compressor, "'"));
       }
       const int64_t elements = request.tensors[0].NumElements();
       if (s.offset < 0 || s.count <= 0 || s.offset > elements - s.count) {
@@ -195,6 +212,10 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
         return BadBucket(b,
                          absl::StrCat("tensor '", s.name, "' has another dtype or reduction than '",
                                       first->name, "' in the same bucket"));
+      } else if (request.compression != first->compression) {
+        return BadBucket(
+            b, absl::StrCat("tensor '", s.name, "' has compression '", request.compression, "', '",
+                            first->name, "' has '", first->compression, "' in the same bucket"));
       }
       auto [it, added] = entry_of.emplace(s.name, static_cast<int>(out.entries.size()));
       if (added) {
@@ -208,7 +229,9 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
                                                                  : c.gathered;
       ranges.emplace_back(s.offset, s.offset + s.count);
     }
+    if (first != nullptr) bucket.compression = first->compression;
     for (ExecBucket& part : SplitByDevice(std::move(bucket), out.entries)) {
+      if (part.compression != "none") part.compression_key = CompressionKey(part, out.entries);
       if (part.kind == BucketKind::kAllgather) {
         for (int r = static_cast<int>(out.buckets.size()) - 1; r >= 0; --r) {
           const ExecBucket& earlier = out.buckets[static_cast<size_t>(r)];

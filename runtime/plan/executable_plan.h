@@ -42,11 +42,17 @@ struct ExecBucket {
   std::vector<ExecSlice> slices;  // kWhole: one whole-tensor slice per entry
   int channel = 0;                // kWhole: the data plane assigns channels itself
   int reduce_scatter = -1;        // kAllgather: the bucket whose chunks it gathers
-  // DeFT's schedule (scheduler/plan.h, runtime/planes/plan_delays.h): the bucket communicates in the
-  // passes k with k % period == phase, and its result reaches the program at pass k + delay.
+  // DeFT's schedule (scheduler/plan.h, runtime/planes/plan_delays.h): the bucket communicates in
+  // the passes k with k % period == phase, and its result reaches the program at pass k + delay.
   int delay = 0;
   int period = 1;
   int phase = 0;
+  // Error-feedback compression of the packed slices (runtime/planes/compression_stage.h): the
+  // canonical spec every tensor of the bucket was agreed with, "none" when uncompressed. The
+  // bucket keeps its residual under `compression_key`, made from its slices, so every rank (and a
+  // restored plan) finds the same one.
+  std::string compression = "none";
+  std::string compression_key;
   bool delayed() const { return delay != 0 || period != 1; }
 };
 
@@ -73,17 +79,19 @@ ExecutablePlan ObservedPlan(std::vector<PlanEntry> entries,
 
 // A scheduler plan made for tensors this rank knows as `table` (name -> agreed operation).
 // Checks everything a rank must trust before running a plan that came over the wire: every slice
-// names a tensor in `table` whose agreed operation is a single-tensor, uncompressed allreduce of
+// names a tensor in `table` whose agreed operation is a single-tensor allreduce of
 // the profiled dtype with the same element count; slices are in range; every element
 // is covered exactly once by an allreduce, or once by a reduce-scatter and once by a later
-// allgather of the same slices; a bucket's slices share one dtype and reduction; channels exist; no
-// bucket asks for compression (not executable yet). A bucket with a delay or an update period must
-// be an allreduce of float32 or float64 tensors with a sum or an average (its off-period steps are
-// kept in a residual), with delay 0..16 and period 1..64, and hold only tensors submitted with
-// AllreduceOptions::plan_may_delay. A bucket holding both host and CUDA tensors becomes two
-// buckets, one per device, in that order (a reduce-scatter and its all-gather alike), since a
-// bucket runs on one device's buffers and executor. InvalidArgument naming the bucket and the
-// cause.
+// allgather of the same slices; a bucket's slices share one dtype and reduction; channels exist. A
+// bucket with a compressor (an allreduce; compressors that combine by allreduce: fp16, bf16,
+// randomk, covap, powersgd) holds only tensors agreed with one compression spec of that
+// compressor, which it runs with; the other buckets hold uncompressed tensors. A bucket with a
+// delay or an update period must be an allreduce of float32 or float64 tensors with a sum or an
+// average (its off-period steps are kept in a residual), with delay 0..16 and period 1..64, and
+// hold only tensors submitted with AllreduceOptions::plan_may_delay. A bucket holding both host and
+// CUDA tensors becomes two buckets, one per device, in that order (a reduce-scatter and its
+// all-gather alike), since a bucket runs on one device's buffers and executor. InvalidArgument
+// naming the bucket and the cause.
 absl::StatusOr<ExecutablePlan> ScheduledPlan(
     const sched::Plan& plan, const absl::flat_hash_map<std::string, PlanEntry>& table,
     int num_channels);

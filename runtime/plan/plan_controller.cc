@@ -6,10 +6,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/negotiation/rank_bits.h"
 #include "runtime/plan/launch_units.h"
 #include "runtime/plan/plan_checkpoint.h"
 #include "runtime/plan/plan_schedule.h"
-#include "runtime/negotiation/rank_bits.h"
 #include "spdlog/spdlog.h"
 
 namespace overlap {
@@ -284,6 +284,7 @@ void PlanController::AddStats(RuntimeStats* stats) const {
   const ScheduleInfo info = scheduler_->info();
   stats->planner = info.planner;
   stats->plan_buckets = info.buckets;
+  stats->plan_compressed_buckets = info.compressed_buckets;
   stats->predicted_step_ms = info.predicted_step_ms;
   stats->plan_adopted_step = info.adopted_step;
   stats->plans_scheduled = info.adopted;

@@ -14,6 +14,7 @@
 #include "collectives/mpi_executor.h"
 #include "collectives/mpi_wait.h"
 #include "runtime/plan/plan_test_hooks.h"
+#include "runtime/planes/compression_stage.h"
 #include "scheduler/planner.h"
 #include "scheduler/simulator.h"
 #include "spdlog/spdlog.h"
@@ -55,6 +56,11 @@ sched::PlannerOptions OptionsFrom(const Config& config) {
   o.fusion_threshold_bytes =
       config.fusion_threshold_bytes > 0 ? config.fusion_threshold_bytes : o.fusion_threshold_bytes;
   o.cycle_time_ms = config.cycle_time_ms;
+  // Planned tensors carry the default compression where a plan can run it (runtime/api/
+  // runtime.cc), so every bucket gets its compressor and the costs its payload.
+  const std::string compression = CompressionStage::Plannable(config.compression);
+  o.compressor = compression.substr(0, compression.find(':'));
+  o.compression_ratio = CompressionStage::PayloadRatio(compression);
   return o;
 }
 
@@ -133,6 +139,7 @@ void PlanScheduler::OnPlanDropped(int64_t step) {
   absl::MutexLock lock(&mu_);
   info_.planner.clear();
   info_.buckets = 0;
+  info_.compressed_buckets = 0;
   info_.mean_staleness = 0;
   info_.trials.clear();
   info_.trials_pending = false;
@@ -154,8 +161,8 @@ StepWindow PlanScheduler::MeasuredWindow() const {
 }
 
 void PlanScheduler::ScheduleDriftCheck() {
-  next_drift_check_ = drift_.enabled() ? step_ + drift_.NextCheckIn()
-                                       : std::numeric_limits<int64_t>::max();
+  next_drift_check_ =
+      drift_.enabled() ? step_ + drift_.NextCheckIn() : std::numeric_limits<int64_t>::max();
 }
 
 bool PlanScheduler::TakeDropWish() {
@@ -731,6 +738,9 @@ void PlanScheduler::RecordAdopted(const ExecutablePlan& plan, double predicted_s
                                   const std::string& how) {
   info_.planner = plan.source;
   info_.buckets = static_cast<int64_t>(plan.buckets.size());
+  info_.compressed_buckets =
+      std::count_if(plan.buckets.begin(), plan.buckets.end(),
+                    [](const ExecBucket& b) { return b.compression != "none"; });
   info_.predicted_step_ms = predicted_step_ms;
   info_.adopted_step = step_;
   info_.layerwise_update = plan.layerwise_update;

@@ -33,11 +33,11 @@
 //  3. Drift (OVERLAP_REPLAN_DRIFT > 0): every max(10, 2 x OVERLAP_PROFILE_STEPS + 2) steps after
 //     adoption (times the back-off), every rank votes (without draining) whether its measured
 //     step (the step profiler's median compute windows) drifted from the first such measurement
-//     under the plan, as runtime/plan/drift_policy.h defines it: by more than that fraction, more than
-//     twice the steps' spread and OVERLAP_REPLAN_MIN_MS. If any rank's did, twice in a row (the
-//     second check comes OVERLAP_PROFILE_STEPS + 1 steps after the first, on fresh steps), then at
-//     the next step, after the same quiescence vote as an adoption, every rank drops the plan
-//     (TakeDropWish), and it is measured and made anew. When the new plan is the dropped one
+//     under the plan, as runtime/plan/drift_policy.h defines it: by more than that fraction, more
+//     than twice the steps' spread and OVERLAP_REPLAN_MIN_MS. If any rank's did, twice in a row
+//     (the second check comes OVERLAP_PROFILE_STEPS + 1 steps after the first, on fresh steps),
+//     then at the next step, after the same quiescence vote as an adoption, every rank drops the
+//     plan (TakeDropWish), and it is measured and made anew. When the new plan is the dropped one
 //     again, the checks back off (twice as far apart, up to 64 times).
 //
 // Threading: the coordinator thread, except that the planner runs on a thread of its own.
@@ -74,6 +74,7 @@ namespace overlap {
 struct ScheduleInfo {
   std::string planner;  // of the adopted plan
   int64_t buckets = 0;
+  int64_t compressed_buckets = 0;  // RuntimeStats::plan_compressed_buckets
   double predicted_step_ms = 0;
   int64_t adopted_step = -1;
   int64_t adopted = 0;
@@ -121,8 +122,8 @@ class PlanScheduler {
   // The plan in force was dropped (divergence, a changed step): plan again later.
   void OnPlanDropped(int64_t step);
 
-  // Every rank has just adopted `plan` from a checkpoint (runtime/plan/plan_checkpoint.h), at the same
-  // place among its submissions: it stays in force, as an adopted plan does (drift checks
+  // Every rank has just adopted `plan` from a checkpoint (runtime/plan/plan_checkpoint.h), at the
+  // same place among its submissions: it stays in force, as an adopted plan does (drift checks
   // included), and whatever planning or trials were under way are abandoned.
   void OnRestored(const ExecutablePlan& plan, double predicted_step_ms);
 

@@ -32,8 +32,8 @@ std::string UnitNames(const std::vector<std::shared_ptr<const Response>>& respon
   return text;
 }
 
-// Buffers a plan's buckets reuse step after step (as runtime/planes/buffer_pool.h, on any device): a new
-// allocation of tens of MiB costs more than the copy into it. A buffer is free again once the
+// Buffers a plan's buckets reuse step after step (as runtime/planes/buffer_pool.h, on any device):
+// a new allocation of tens of MiB costs more than the copy into it. A buffer is free again once the
 // pool holds the only reference; up to four per slot are kept.
 class BucketRunner::Pool {
  public:
@@ -69,7 +69,8 @@ class BucketRunner::Pool {
 absl::StatusOr<std::unique_ptr<BucketRunner>> BucketRunner::Create(Executor* executor,
                                                                    Device device, int rank,
                                                                    int size, Timeline* timeline,
-                                                                   absl::Duration timeout) {
+                                                                   absl::Duration timeout,
+                                                                   CompressionStage* compression) {
   std::vector<std::unique_ptr<BufferOps>> ops;
   for (int c = 0; c < executor->num_channels(); ++c) {
     absl::StatusOr<std::unique_ptr<BufferOps>> made =
@@ -80,12 +81,13 @@ absl::StatusOr<std::unique_ptr<BucketRunner>> BucketRunner::Create(Executor* exe
   absl::StatusOr<std::unique_ptr<BufferOps>> deliver = Devices().CreateBufferOps(device, nullptr);
   if (!deliver.ok()) return deliver.status();
   return std::make_unique<BucketRunner>(executor, std::move(ops), *std::move(deliver), rank, size,
-                                        timeline, timeout);
+                                        timeline, timeout, compression);
 }
 
 BucketRunner::BucketRunner(Executor* executor, std::vector<std::unique_ptr<BufferOps>> ops,
                            std::unique_ptr<BufferOps> deliver, int rank, int size,
-                           Timeline* timeline, absl::Duration timeout)
+                           Timeline* timeline, absl::Duration timeout,
+                           CompressionStage* compression)
     : executor_(executor),
       ops_(std::move(ops)),
       deliver_(std::move(deliver)),
@@ -93,6 +95,7 @@ BucketRunner::BucketRunner(Executor* executor, std::vector<std::unique_ptr<Buffe
       size_(size),
       timeline_(timeline),
       timeout_(timeout),
+      compression_(compression),
       pool_(std::make_unique<Pool>(deliver_.get())),
       channel_jobs_(ops_.size()) {}
 
@@ -248,6 +251,10 @@ absl::Status BucketRunner::Prepare(BucketJob* job, const BucketInput* input) {
     }
     if (job->kind == BucketKind::kAllreduce) {
       args.kind = CollectiveKind::kAllreduce;
+      if (bucket.compression != "none") {
+        absl::Status s = BeginCompressed(job, total, ops, &args);
+        if (!s.ok()) return fail(s);
+      }
     } else {
       args.kind = CollectiveKind::kReduceScatter;
       args.recv_counts = counts;
@@ -285,9 +292,61 @@ absl::Status BucketRunner::Launch(BucketJob* job) {
   return absl::OkStatus();
 }
 
+absl::Status BucketRunner::BeginCompressed(BucketJob* job, int64_t count, BufferOps& ops,
+                                           CollectiveArgs* args) {
+  const ExecBucket& bucket = job->plan->buckets[static_cast<size_t>(job->bucket)];
+  if (compression_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("compressor '", bucket.compression,
+                                                      "': this runner has no compression stage"));
+  }
+  if (job->in_place || job->dtype != DataType::kFloat32) {
+    return absl::InternalError("a compressed bucket must be packed float32 values");
+  }
+  // The packed values, prescaled already, are one tensor to the compression stage, compressed
+  // and decoded in place under the bucket's key.
+  auto response = std::make_shared<Response>();
+  response->name = bucket.compression_key;
+  Request& request = response->request;
+  request.name = bucket.compression_key;
+  request.kind = OpKind::kAllreduce;
+  request.tensors = {TensorMeta{DataType::kFloat32, {count}}};
+  request.compression = bucket.compression;
+  PendingOp op;
+  op.request = request;
+  Tensor packed = MakeTensor(job->buffer->data(), DataType::kFloat32, {count});
+  packed.device = ops.device();
+  op.inputs = {packed};
+  op.outputs = {packed};
+  job->compressed_op.clear();
+  job->compressed_op.push_back(ReadyOp{std::move(response), std::move(op)});
+  job->compressed = std::make_unique<CompressedBucketState>();
+  job->compressed->spec = bucket.compression;
+  job->decoding = false;
+  return compression_->Begin(job->compressed_op, job->compressed.get(), args, ops);
+}
+
+absl::StatusOr<bool> BucketRunner::ContinueCompressed(BucketJob* job) {
+  if (job->decoding) return true;
+  BufferOps& ops = *ops_[static_cast<size_t>(job->channel)];
+  absl::StatusOr<bool> more =
+      compression_->Next(job->compressed_op, job->compressed.get(), &job->args, ops);
+  if (!more.ok()) return more.status();
+  job->work.reset();
+  if (*more) return false;  // Progress launches the next round
+  if (on_host()) return true;
+  // The decode is queued on the channel's stream; the delivery copies on a stream of its own.
+  absl::StatusOr<std::unique_ptr<Work>> fence = ops.Fence();
+  if (!fence.ok()) return fence.status();
+  job->work = *std::move(fence);
+  job->decoding = true;
+  return false;
+}
+
 void BucketRunner::Finish(BucketJob* job) {
   job->done = true;
   job->work.reset();
+  job->compressed.reset();
+  job->compressed_op.clear();
   if (timeline_->enabled()) {
     timeline_->Span(absl::StrCat("planned channel ", job->channel), BucketKindName(job->kind),
                     job->started, absl::Now());
@@ -347,6 +406,16 @@ absl::Status BucketRunner::Progress() {
         }
         break;
       }
+      if (job->compressed != nullptr) {
+        absl::StatusOr<bool> decoded = ContinueCompressed(job);
+        if (!decoded.ok()) {
+          return absl::Status(
+              decoded.status().code(),
+              absl::StrCat("rank ", rank_, ": ", Describe(*job), " (compressor '",
+                           job->compressed->spec, "') failed: ", decoded.status().message()));
+        }
+        if (!*decoded) continue;  // the next round, or the decode's fence
+      }
       Finish(job);
       jobs.pop_front();
     }
@@ -382,8 +451,8 @@ void BucketRunner::Deliver(PendingOp op, std::vector<ReducedPiece> pieces, Done 
             : Bytes(piece.buffer) + static_cast<size_t>(piece.buffer_offset) * elem;
     slices.push_back(CopySlice{dst, src, piece.count});
   }
-  absl::Status status = CopyOn(*deliver_, slices, dtype,
-                               FinishScaling(dtype, request.op, request.postscale, size_));
+  absl::Status status =
+      CopyOn(*deliver_, slices, dtype, FinishScaling(dtype, request.op, request.postscale, size_));
   if (status.ok() && !on_host()) {
     absl::StatusOr<std::unique_ptr<Work>> fence = deliver_->Fence();
     if (fence.ok()) {

@@ -13,6 +13,10 @@
 //     through BucketInput::drain.
 //  2. Progress(): per channel, in the order of Start, the next bucket's collective starts once
 //     the channel's previous one finished; a reduce-scatter's chunk is kept for its all-gather.
+//     A compressed bucket (ExecBucket::compression) runs the compression stage's rounds instead
+//     (runtime/planes/compression_stage.h): its packed values are compressed with the bucket's
+//     own error-feedback residual, the payloads combined, and the sums decoded back into the
+//     packed buffer (on a device, on the channel's stream, fenced before the bucket is done).
 //  3. Pieces(): once done, where the reduced values of each slice are (buffer, offset).
 //  4. Deliver(): once every slice of a tensor is in, its pieces are copied into its output with
 //     the finishing scale (postscale, average); the operation completes when that copy is done.
@@ -49,9 +53,10 @@
 #include "absl/time/time.h"
 #include "collectives/buffer_ops.h"
 #include "collectives/executor.h"
-#include "runtime/plan/executable_plan.h"
 #include "runtime/api/pending_op.h"
 #include "runtime/api/timeline.h"
+#include "runtime/plan/executable_plan.h"
+#include "runtime/planes/compression_stage.h"
 
 namespace overlap {
 
@@ -89,6 +94,11 @@ struct BucketJob {
   bool prepared = false;                 // packed (or, all-gathers, given their chunk)
   std::unique_ptr<Work> pack_fence;      // the packing, where the collective reads elsewhere
   std::unique_ptr<Work> work;
+  // Compressed buckets: the packed buffer as the one tensor the compression stage compresses,
+  // the rounds' state, and whether `work` is the fence of the decode (on a device).
+  std::vector<ReadyOp> compressed_op;
+  std::unique_ptr<CompressedBucketState> compressed;
+  bool decoding = false;
   bool skipped = false;  // delayed plans: off its period, folded into the residual; never run
   bool done = false;
   absl::Time started;
@@ -108,16 +118,17 @@ class BucketRunner {
   // Runs buckets over `executor` (not owned; outlives the runner) with the tensors on `device`.
   // One BufferOps per channel on the executor's channel stream, and one for delivery (a stream of
   // its own). `timeout`: how long a started collective may run. `poke` runs between the pieces of
-  // long host copies. Unavailable naming the device when its buffer ops cannot be made.
-  static absl::StatusOr<std::unique_ptr<BucketRunner>> Create(Executor* executor, Device device,
-                                                              int rank, int size,
-                                                              Timeline* timeline,
-                                                              absl::Duration timeout);
+  // long host copies. `compression` (not owned, may be null: a compressed bucket then fails)
+  // compresses the compressed buckets. Unavailable naming the device when its buffer ops cannot
+  // be made.
+  static absl::StatusOr<std::unique_ptr<BucketRunner>> Create(
+      Executor* executor, Device device, int rank, int size, Timeline* timeline,
+      absl::Duration timeout, CompressionStage* compression = nullptr);
   // The same with the buffer ops given: `ops[c]` packs for channel c (must queue on
   // executor->channel_stream(c) where the executor is stream-ordered), `deliver` copies out.
   BucketRunner(Executor* executor, std::vector<std::unique_ptr<BufferOps>> ops,
                std::unique_ptr<BufferOps> deliver, int rank, int size, Timeline* timeline,
-               absl::Duration timeout);
+               absl::Duration timeout, CompressionStage* compression = nullptr);
   ~BucketRunner();
 
   Device device() const;
@@ -159,6 +170,11 @@ class BucketRunner {
 
   absl::Status Prepare(BucketJob* job, const BucketInput* input);
   absl::Status Launch(BucketJob* job);
+  // Compresses a compressed bucket's packed values into its first round's payload; sets `args`.
+  absl::Status BeginCompressed(BucketJob* job, int64_t count, BufferOps& ops, CollectiveArgs* args);
+  // After a compressed bucket's collective: the next round, or the decode. True once the packed
+  // buffer holds the sums (on a device: once the decode's fence is started, `decoding`).
+  absl::StatusOr<bool> ContinueCompressed(BucketJob* job);
   void Finish(BucketJob* job);
   // Copies `slices` on `ops`: on the host in pieces with Poke between them, on a device at once.
   absl::Status CopyOn(BufferOps& ops, const std::vector<CopySlice>& slices, DataType dtype,
@@ -173,6 +189,7 @@ class BucketRunner {
   const int size_;
   Timeline* const timeline_;
   const absl::Duration timeout_;
+  CompressionStage* const compression_;
   std::unique_ptr<Pool> pool_;
   std::vector<std::deque<BucketJob*>> channel_jobs_;                // by channel, in Start order
   absl::flat_hash_map<int, std::shared_ptr<DeviceMemory>> chunks_;  // by reduce-scatter bucket

@@ -67,9 +67,8 @@ absl::StatusOr<std::string> CompressionStage::Canonical(const std::string& spec)
   if (!parsed.ok()) return parsed.status();
   // A derived parameter is checked with a stand-in measurement (a ratio of 1), then put back.
   const compress::CompressorContext stand_in{1.0};
-  absl::StatusOr<std::unique_ptr<compress::Compressor>> c =
-      compress::MakeCompressor(*parsed, HasDerived(*parsed) ? stand_in
-                                                            : compress::CompressorContext{});
+  absl::StatusOr<std::unique_ptr<compress::Compressor>> c = compress::MakeCompressor(
+      *parsed, HasDerived(*parsed) ? stand_in : compress::CompressorContext{});
   if (!c.ok()) return c.status();
   compress::CompressorConfig canonical = (*c)->config();
   for (const auto& [key, value] : parsed->params) {
@@ -86,13 +85,31 @@ bool CompressionStage::NeedsMeasurement(const std::string& spec) {
   return parsed.ok() && HasDerived(*parsed);
 }
 
-absl::StatusOr<std::string> CompressionStage::Resolve(
-    const std::string& spec, const compress::CompressorContext& context) {
+absl::StatusOr<std::string> CompressionStage::Resolve(const std::string& spec,
+                                                      const compress::CompressorContext& context) {
   if (!NeedsMeasurement(spec)) return spec;
-  absl::StatusOr<std::unique_ptr<compress::Compressor>> c =
-      compress::MakeCompressor(spec, context);
+  absl::StatusOr<std::unique_ptr<compress::Compressor>> c = compress::MakeCompressor(spec, context);
   if (!c.ok()) return c.status();
   return (*c)->config().ToString();
+}
+
+std::string CompressionStage::Plannable(const std::string& spec) {
+  if (spec == "none" || NeedsMeasurement(spec)) return "none";
+  absl::StatusOr<std::unique_ptr<compress::Compressor>> c = compress::MakeCompressor(spec);
+  if (!c.ok() || (*c)->combine() != compress::Combine::kAllreduce) return "none";
+  return spec;
+}
+
+double CompressionStage::PayloadRatio(const std::string& spec) {
+  if (Plannable(spec) == "none") return 1.0;
+  absl::StatusOr<std::unique_ptr<compress::Compressor>> c = compress::MakeCompressor(spec);
+  if (!c.ok()) return 1.0;
+  const std::string name = (*c)->config().name;
+  if (name == "fp16" || name == "bf16") return 0.5;
+  constexpr size_t kElements = size_t{1} << 20;
+  absl::StatusOr<size_t> payload = (*c)->MaxPayloadBytes(kElements);
+  if (!payload.ok()) return 1.0;
+  return std::clamp(static_cast<double>(*payload) / (4.0 * kElements), 0.01, 1.0);
 }
 
 absl::StatusOr<CompressionStage::PerConfig*> CompressionStage::Get(const std::string& spec) {

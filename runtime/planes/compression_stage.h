@@ -2,9 +2,9 @@
 // combined across ranks by allreduce or allgather, decoded into the outputs.
 //
 // Host tensors are compressed by the compressors of compression/ on the coordinator thread; CUDA
-// tensors by the kernels of compression/cuda on the channel's stream (runtime/planes/cuda_compression.h),
-// with the same payload layouts and their residuals on the device. The BufferOps each call gets
-// says which.
+// tensors by the kernels of compression/cuda on the channel's stream
+// (runtime/planes/cuda_compression.h), with the same payload layouts and their residuals on the
+// device. The BufferOps each call gets says which.
 //
 // A bucket of compressed allreduces (all with one compressor configuration) goes through
 // Begin(), which compresses every tensor into one contiguous payload, then, after each
@@ -31,8 +31,8 @@
 #include "collectives/buffer_ops.h"
 #include "collectives/executor.h"
 #include "compression/compressor.h"
-#include "runtime/planes/cuda_compression.h"
 #include "runtime/negotiation/negotiator.h"
+#include "runtime/planes/cuda_compression.h"
 
 namespace overlap {
 
@@ -65,6 +65,16 @@ class CompressionStage {
   // measured communication/computation ratio); `spec` itself when it has none.
   static absl::StatusOr<std::string> Resolve(const std::string& spec,
                                              const compress::CompressorContext& context);
+
+  // What a scheduled plan can compress with, of the canonical `spec` (runtime/plan/
+  // executable_plan.h): `spec` when its compressor combines payloads by allreduce (the planners
+  // model no allgathers: not topk, efsign) and has no parameter derived at run time (covap's
+  // R=auto, which changes once measured); else "none".
+  static std::string Plannable(const std::string& spec);
+  // The planners' payload ratio for a Plannable `spec`: payload bytes over gradient bytes, 0.5 for
+  // fp16 and bf16, the compressor's largest payload of a 1M-element tensor otherwise (clamped to
+  // [0.01, 1]); 1 for "none".
+  static double PayloadRatio(const std::string& spec);
 
   // Compresses every tensor of `ops` into the bucket's payload and describes round 0's
   // collective. `buffers` are the channel's: the tensors' device and the stream to queue on.

@@ -1,5 +1,5 @@
-// PlannedMode (runtime/planes/planned_mode.h): freezing and dropping a plan, starting units with their
-// checks, and finishing whole-tensor buckets. Sliced buckets and delayed plans are in
+// PlannedMode (runtime/planes/planned_mode.h): freezing and dropping a plan, starting units with
+// their checks, and finishing whole-tensor buckets. Sliced buckets and delayed plans are in
 // planned_sliced.cc; stall probes, warnings and descriptions in planned_stalls.cc.
 #include "runtime/planes/planned_mode.h"
 
@@ -10,8 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "collectives/scaling.h"
-#include "runtime/planes/device_backend.h"
 #include "runtime/negotiation/rank_bits.h"
+#include "runtime/planes/device_backend.h"
 #include "spdlog/spdlog.h"
 
 namespace overlap {
@@ -67,13 +67,18 @@ PlannedMode::PlannedMode(std::unique_ptr<Executor> executor,
       plane_(executor_.get(), PlanesContext(context), "planned "),
       host_runner_(*BucketRunner::Create(
           executor_.get(), Device::Cpu(), rank_, size_, timeline_,
-          absl::Seconds(config_.collective_timeout_s + config_.stall_timeout_s))),
+          absl::Seconds(config_.collective_timeout_s + config_.stall_timeout_s),
+          context.compression)),
+      compression_(context.compression),
       poke_([this] { executor_->Poke(); }) {
   if (make_cuda_plane != nullptr) cuda_plane_ = make_cuda_plane(PlanesContext(context));
 }
 
 PlaneContext PlannedMode::PlanesContext(const PlaneContext& context) {
-  return PlaneContext{PlaneConfig(context.config), rank_, size_, context.timeline,
+  return PlaneContext{PlaneConfig(context.config),
+                      rank_,
+                      size_,
+                      context.timeline,
                       context.compression,
                       [this](PendingOp& op, const absl::Status& status) { OnDataDone(op, status); },
                       context.comm_meter};

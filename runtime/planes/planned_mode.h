@@ -16,10 +16,10 @@
 // the channel is free.
 //
 // Consistency check: with each bucket's collective, a small bitwise-OR allreduce on control
-// collectives of its own (runtime/control/control_collectives.h) tells every rank which of the bucket's
-// tensors some rank submitted differently from the plan (that rank contributes zeros for them, so
-// the collective still matches) and which ranks have joined. Handles complete only once the
-// tensor's last bucket and its check are done. Tensors that diverged on any rank go back to
+// collectives of its own (runtime/control/control_collectives.h) tells every rank which of the
+// bucket's tensors some rank submitted differently from the plan (that rank contributes zeros for
+// them, so the collective still matches) and which ranks have joined. Handles complete only once
+// the tensor's last bucket and its check are done. Tensors that diverged on any rank go back to
 // negotiation on every rank - which agrees on the new request if every rank changed it alike, and
 // otherwise fails it with the usual mismatch error naming each rank's request - and the plan is
 // dropped. Since no rank starts bucket k+1 before bucket k's check is in, every rank drops the plan
@@ -65,15 +65,15 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "collectives/executor.h"
-#include "runtime/planes/bucket_runner.h"
+#include "runtime/api/pending_op.h"
 #include "runtime/control/control_collectives.h"
+#include "runtime/negotiation/messages.h"
+#include "runtime/plan/executable_plan.h"
+#include "runtime/planes/bucket_runner.h"
 #include "runtime/planes/cuda_plane.h"
 #include "runtime/planes/data_plane.h"
-#include "runtime/plan/executable_plan.h"
-#include "runtime/negotiation/messages.h"
-#include "runtime/api/pending_op.h"
-#include "runtime/planes/plane_context.h"
 #include "runtime/planes/plan_delays.h"
+#include "runtime/planes/plane_context.h"
 
 namespace overlap {
 
@@ -110,10 +110,10 @@ class PlannedMode {
   // The plan in force (meaningful while frozen()).
   const ExecutablePlan& plan() const { return *plan_; }
 
-  // Checkpoints of the plan in force (runtime/plan/plan_checkpoint.h). Its state between steps: every
-  // submission has run through its buckets and been delivered. nullopt while buckets still run
-  // (call again: the caller's loop keeps them moving); FailedPrecondition when the program is in
-  // the middle of a step (tensors of the next step submitted, or handles not yet complete).
+  // Checkpoints of the plan in force (runtime/plan/plan_checkpoint.h). Its state between steps:
+  // every submission has run through its buckets and been delivered. nullopt while buckets still
+  // run (call again: the caller's loop keeps them moving); FailedPrecondition when the program is
+  // in the middle of a step (tensors of the next step submitted, or handles not yet complete).
   absl::StatusOr<std::optional<PlanDelays::State>> SaveState() const;
   // Freeze(plan) and continue from `state` (PlanDelays::Check()ed): the next submission of each
   // tensor runs in pass state.passes.
@@ -306,6 +306,7 @@ class PlannedMode {
   // Sliced buckets of host tensors, and of CUDA tensors (over the CUDA plane's executor, made at
   // the first freeze of a plan that slices some; null until then or when the plane failed).
   std::unique_ptr<BucketRunner> host_runner_;
+  CompressionStage* const compression_;  // the runtime's; compressed plan buckets
   std::unique_ptr<BucketRunner> device_runner_;
   absl::Status device_runner_error_;
   // A delayed plan's CUDA state and deliveries (PlanDelays), on a stream of their own; made at

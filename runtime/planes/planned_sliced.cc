@@ -1,6 +1,6 @@
-// PlannedMode's sliced buckets (runtime/planes/planned_mode.h): handing them to the bucket runner of
-// their device, folding a delayed plan's buckets off their period into residuals, finishing them,
-// and a delayed plan's copies, deliveries and checkpoints (runtime/planes/plan_delays.h).
+// PlannedMode's sliced buckets (runtime/planes/planned_mode.h): handing them to the bucket runner
+// of their device, folding a delayed plan's buckets off their period into residuals, finishing
+// them, and a delayed plan's copies, deliveries and checkpoints (runtime/planes/plan_delays.h).
 #include <algorithm>
 #include <utility>
 
@@ -128,9 +128,9 @@ void PlannedMode::UpdateHeldBytes() {
 
 void PlannedMode::MakeDeviceRunner() {
   if (device_runner_ != nullptr || cuda_plane_->executor() == nullptr) return;
-  absl::StatusOr<std::unique_ptr<BucketRunner>> runner =
-      BucketRunner::Create(cuda_plane_->executor(), cuda_plane_->device(), rank_, size_, timeline_,
-                           absl::Seconds(config_.collective_timeout_s + config_.stall_timeout_s));
+  absl::StatusOr<std::unique_ptr<BucketRunner>> runner = BucketRunner::Create(
+      cuda_plane_->executor(), cuda_plane_->device(), rank_, size_, timeline_,
+      absl::Seconds(config_.collective_timeout_s + config_.stall_timeout_s), compression_);
   if (runner.ok()) {
     device_runner_ = *std::move(runner);
   } else {
@@ -180,8 +180,8 @@ absl::Status PlannedMode::LaunchSliced(Launch* launch) {
   // under a delayed plan: its results are kept per pass, apart from the tensors.
   const ExecSlice& only = bucket.slices.front();
   const PendingOp* op = input.sources.front().op;
-  input.in_place = delays_ == nullptr && bucket.slices.size() == 1 &&
-                   job->kind == BucketKind::kAllreduce &&
+  input.in_place = delays_ == nullptr && bucket.compression == "none" &&
+                   bucket.slices.size() == 1 && job->kind == BucketKind::kAllreduce &&
                    plan.buckets_of[static_cast<size_t>(only.entry)].size() == 1 && op != nullptr &&
                    op->request.prescale == 1.0 && only.offset == 0 &&
                    only.count == op->request.tensors[0].NumElements();

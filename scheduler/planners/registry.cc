@@ -68,6 +68,24 @@ absl::StatusOr<double> CompressionRatio(const Profile& profile, const CostModel&
                    "'; valid: none, fp16, bf16, randomk, covap, powersgd"));
 }
 
+// A compressor combines whole allreduces (compression/compressor.h): a plan that splits one into
+// a reduce-scatter and an all-gather (dear) cannot compress, and is refused naming the planner.
+absl::Status CompressesOnlyAllreduces(absl::string_view planner, const Plan& plan,
+                                      const PlannerOptions& options) {
+  if (options.compressor == "none") {
+    return absl::OkStatus();
+  }
+  for (const Bucket& b : plan.buckets) {
+    if (b.op != Collective::kAllreduce) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "planner '", planner, "' splits allreduces into ", CollectiveName(b.op),
+          "s, which compressor '", options.compressor,
+          "' cannot run (it compresses whole allreduces): use another planner or no compression"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // `cost` as seen by payloads `ratio` times the gradient size: only the per-byte terms shrink.
 CostModel ScaledForPayload(const CostModel& cost, double ratio) {
   CostModel scaled = cost;
@@ -117,6 +135,10 @@ absl::StatusOr<Plan> MakePlan(absl::string_view planner, const Profile& profile,
     if (!plan.ok()) {
       return plan.status();
     }
+    status = CompressesOnlyAllreduces(planner, *plan, options);
+    if (!status.ok()) {
+      return status;
+    }
     for (Bucket& b : plan->buckets) {
       b.compressor = options.compressor;
       b.ratio = *ratio;
@@ -142,7 +164,7 @@ absl::StatusOr<Plan> PlanAuto(const Profile& profile, const CostModel& cost,
       continue;
     }
     absl::StatusOr<Plan> plan = e.fn(profile, cost, options);
-    if (!plan.ok()) {
+    if (!plan.ok() || !CompressesOnlyAllreduces(e.name, *plan, options).ok()) {
       continue;
     }
     const double ms = internal::SimulatedMs(profile, *plan, cost);

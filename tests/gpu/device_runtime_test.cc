@@ -665,6 +665,12 @@ TEST_CASE("every planner's scheduled plan keeps CUDA gradients exact", "[gpu][.s
   if (const char* expected = std::getenv("OVERLAP_TEST_EXPECT_EXECUTOR")) {
     CHECK(stats.cuda_executor == expected);
   }
+  // OVERLAP_COMPRESSION=fp16: every bucket compressed by the CUDA kernels (small integers stay
+  // exact in fp16).
+  const char* compression = std::getenv("OVERLAP_COMPRESSION");
+  if (compression != nullptr && std::string(compression) != "none") {
+    CHECK(stats.plan_compressed_buckets == stats.plan_buckets);
+  }
 }
 
 }  // namespace

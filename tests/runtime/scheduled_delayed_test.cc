@@ -1,7 +1,7 @@
-// Delayed plans (runtime/planes/plan_delays.h): a scheduled plan whose buckets have a delay and an update
-// period, as deft makes them with OVERLAP_STALENESS > 0. OVERLAP_TEST_PLAN_SCHEDULE gives every
-// bucket of the planner's plan the schedule "delay,period" with staggered phases, so the test does
-// not depend on this machine's timings. Checked exactly, per element:
+// Delayed plans (runtime/planes/plan_delays.h): a scheduled plan whose buckets have a delay and an
+// update period, as deft makes them with OVERLAP_STALENESS > 0. OVERLAP_TEST_PLAN_SCHEDULE gives
+// every bucket of the planner's plan the schedule "delay,period" with staggered phases, so the test
+// does not depend on this machine's timings. Checked exactly, per element:
 //   - every output is zero or a sum of whole step averages (nothing partial, nothing invented);
 //   - right after adoption, the first `delay` steps have no update (has_update() false);
 //   - after a flush (delay + period steps of zero gradients), the outputs summed over the run
@@ -149,7 +149,18 @@ int64_t TrainUntilPlanned(std::vector<Layer>& layers, int& step, int planned) {
   return adopted;
 }
 
-TEST_CASE("a delayed plan delivers every step's average once, delay steps later") {
+// OVERLAP_COMPRESSION=fp16 (tests/runtime/BUILD): every bucket of the plan compresses, and the
+// values checked stay exact (small integers and halves are exact in fp16).
+void RequireCompressedWhenAsked(const RuntimeStats& stats) {
+  const char* compression = std::getenv("OVERLAP_COMPRESSION");
+  if (compression != nullptr && std::string(compression) != "none") {
+    REQUIRE(stats.plan_compressed_buckets == stats.plan_buckets);
+  } else {
+    REQUIRE(stats.plan_compressed_buckets == 0);
+  }
+}
+
+TEST_CASE("a delayed plan delivers every step's average once, delay steps later", "[delivery]") {
   const char* spec = std::getenv("OVERLAP_TEST_PLAN_SCHEDULE");
   REQUIRE(spec != nullptr);
   int delay = 0, period = 1;
@@ -194,6 +205,7 @@ TEST_CASE("a delayed plan delivers every step's average once, delay steps later"
   }
   // Every bucket has the same period: the plan's pattern repeats after it.
   REQUIRE(during.plan_update_cycle == period);
+  RequireCompressedWhenAsked(during);
   // Flush: zeros until every residual has been sent and every result delivered.
   for (int extra = 0; extra < delay + period + 1; ++extra, ++step) {
     const Outcome o = Step(layers, step, adopted, /*flushing=*/true);
@@ -241,7 +253,11 @@ TEST_CASE("a plan's tensor submitted again with another shape is reduced, never 
     handles.push_back(*h);
   }
   REQUIRE(StartUpdate().ok());
-  for (Handle& h : handles) REQUIRE(h.Wait(kWait).ok());
+  for (Handle& h : handles) {
+    const absl::Status s = h.Wait(kWait);
+    INFO("rank " << Rank() << ": " << s.message());
+    REQUIRE(s.ok());
+  }
   for (size_t i = 0; i < small.size(); ++i) {
     INFO("rank " << Rank() << ": element " << i << " of the 10-element submission's buffer");
     REQUIRE(small[i] == (i < 10 ? Average(step, i, Size()) : -7.0));
@@ -293,6 +309,7 @@ TEST_CASE("deft chooses delays on its own where the windows are too small", "[.d
   REQUIRE(max_delay == 1);
   REQUIRE(stats.plan_mean_staleness > 0);
   REQUIRE(stats.delayed_bytes > 0);
+  RequireCompressedWhenAsked(stats);
   REQUIRE(late_steps >= 1);  // the first planned step's delayed slices had nothing to deliver
   for (int extra = 0; extra < 3; ++extra, ++step) {
     REQUIRE(Step(layers, step, adopted, /*flushing=*/true, /*read_at_once=*/false).error == "");

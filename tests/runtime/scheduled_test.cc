@@ -1,8 +1,9 @@
-// Scheduled plans (runtime/plan/plan_scheduler.h, runtime/plan/executable_plan.h): a program that calls the
-// step markers gets the plan of OVERLAP_PLANNER, made by rank 0 from the measured steps and
-// adopted by every rank at the same step. Every step's sums must be exact before, during and
+// Scheduled plans (runtime/plan/plan_scheduler.h, runtime/plan/executable_plan.h): a program that
+// calls the step markers gets the plan of OVERLAP_PLANNER, made by rank 0 from the measured steps
+// and adopted by every rank at the same step. Every step's sums must be exact before, during and
 // after the switch, whatever the planner slices, fuses, reorders or splits into reduce-scatter and
-// allgather. Run once per planner (tests/runtime/BUILD sets OVERLAP_PLANNER).
+// allgather. Run once per planner (tests/runtime/BUILD sets OVERLAP_PLANNER), and for some with
+// every bucket compressed to fp16 (OVERLAP_COMPRESSION).
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <string>
@@ -146,8 +147,8 @@ TEST_CASE("a scheduled plan is adopted by every rank and keeps every sum exact")
   // candidate must be adopted again at the end.
   const bool slow_trials = std::getenv("OVERLAP_TEST_SLOW_TRIALS") != nullptr;
   // OVERLAP_TEST_UNSTEADY_TRIALS: while auto tries its candidates, every step is followed by a
-  // forward marker with no backward, which leaves that step unmeasured (runtime/plan/step_profiler.h),
-  // so no trial can be measured.
+  // forward marker with no backward, which leaves that step unmeasured
+  // (runtime/plan/step_profiler.h), so no trial can be measured.
   const bool unsteady_trials = std::getenv("OVERLAP_TEST_UNSTEADY_TRIALS") != nullptr;
   int64_t scheduled_at_first_trial = -1;
   for (; step < 120 && (adopted < 0 || trying || step < adopted + 8); ++step) {
@@ -241,6 +242,21 @@ TEST_CASE("a scheduled plan is adopted by every rank and keeps every sum exact")
   }
   REQUIRE(Stats().plans_dropped == stats.plans_dropped);
   REQUIRE(Stats().planner == stats.planner);
+  // OVERLAP_COMPRESSION=fp16 (tests/runtime/BUILD): every bucket of the plan compressed, and the
+  // sums above still exact (small integers are exact in fp16, so the residuals stay zero). The
+  // snapshot holds two residuals per element: each tensor's own, from the negotiated steps before
+  // the plan, and its buckets', which the plan's compressed buckets made.
+  const char* compression = std::getenv("OVERLAP_COMPRESSION");
+  if (compression != nullptr && std::string(compression) != "none") {
+    REQUIRE(stats.plan_compressed_buckets == stats.plan_buckets);
+    size_t elements = 0;
+    for (const Layer& layer : layers) elements += layer.grad.size();
+    absl::StatusOr<std::string> residuals = SaveCompressionState();
+    REQUIRE(residuals.ok());
+    REQUIRE(residuals->size() >= 2 * 4 * elements);
+  } else {
+    REQUIRE(stats.plan_compressed_buckets == 0);
+  }
 }
 
 }  // namespace

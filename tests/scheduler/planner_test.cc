@@ -219,6 +219,18 @@ TEST_CASE("Compression: planners plan against payload sizes and mark every bucke
   CHECK(sparse->buckets[0].ratio < 0.5);
   CHECK(Simulate(profile, *sparse, cost)->iteration_ms ==
         Approx(profile.compute_ms()).epsilon(0.01));
+  // dear's reduce-scatters and all-gathers cannot be compressed: refused, and auto passes it by.
+  options.compressor = "fp16";
+  auto dear = MakePlan("dear", profile, cost, options);
+  REQUIRE_FALSE(dear.ok());
+  CHECK_THAT(std::string(dear.status().message()),
+             Catch::Contains("planner 'dear' splits allreduces into reduce_scatters"));
+  auto chosen = MakePlan("auto", profile, cost, options);
+  REQUIRE(chosen.ok());
+  for (const Bucket& b : chosen->buckets) {
+    CHECK(b.op == Collective::kAllreduce);
+    CHECK(b.compressor == "fp16");
+  }
 }
 
 TEST_CASE("Compression options are checked") {
