@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ constexpr int64_t kElements = 1 << 20;
 // OVERLAP_PLAN_AFTER_STEPS + OVERLAP_PROFILE_STEPS + 2 in tests/runtime/BUILD: the first forward
 // marker at which the ratio is agreed.
 constexpr int kAgreedAt = 3 + 3 + 2;
+// The checks read every kStride-th element: reading all of them each step was "compute" as long as
+// the allreduce, and on a loaded machine the ratio came out below 1 (R = 1).
+constexpr int64_t kStride = 61;
 
 TEST_CASE("covap R=auto: exact until the ratio is agreed, then compressed, nothing lost",
           "[covap]") {
@@ -50,17 +54,15 @@ TEST_CASE("covap R=auto: exact until the ratio is agreed, then compressed, nothi
     REQUIRE(StartUpdate().ok());
     REQUIRE(h->Wait(absl::Seconds(60)).ok());
     INFO("rank " << Rank() << " step " << step << " ratio " << ratio);
-    if (agreed_step < 0) {
-      // R=1: every element, exactly.
-      REQUIRE(std::all_of(out.begin(), out.end(), [&](float v) { return v == size; }));
-    } else {
-      // Each element is 0 (its shard not sent) or a whole number of steps' sums.
-      REQUIRE(std::all_of(out.begin(), out.end(), [&](float v) {
-        return std::fmod(v, static_cast<float>(size)) == 0.0f;
-      }));
-      saw_zero_after = saw_zero_after || std::count(out.begin(), out.end(), 0.0f) > 0;
+    bool all_whole = true;      // R=1: every element exactly `size`
+    bool all_multiples = true;  // each element 0 (its shard not sent) or whole steps' sums
+    for (int64_t i = 0; i < kElements; i += kStride) {
+      all_whole = all_whole && out[i] == size;
+      all_multiples = all_multiples && std::fmod(out[i], static_cast<float>(size)) == 0.0f;
+      saw_zero_after = saw_zero_after || (agreed_step >= 0 && out[i] == 0.0f);
+      delivered[i] += out[i];
     }
-    for (int64_t i = 0; i < kElements; ++i) delivered[i] += out[i];
+    REQUIRE((agreed_step < 0 ? all_whole : all_multiples));
   }
   INFO("rank " << Rank() << ": ratio " << ratio_seen << " agreed at step " << agreed_step);
   REQUIRE(agreed_step == kAgreedAt);
@@ -73,10 +75,14 @@ TEST_CASE("covap R=auto: exact until the ratio is agreed, then compressed, nothi
   REQUIRE(saw_zero_after);
   // Error feedback: what each element has not received yet is still in its residual, at most
   // R - 1 steps of it.
-  const auto [least, most] = std::minmax_element(delivered.begin(), delivered.end());
+  double least = std::numeric_limits<double>::infinity(), most = 0;
+  for (int64_t i = 0; i < kElements; i += kStride) {
+    least = std::min(least, delivered[i]);
+    most = std::max(most, delivered[i]);
+  }
   const double all = static_cast<double>(kSteps) * size;
-  CHECK(all - *most >= 0);
-  CHECK(all - *least <= static_cast<double>(interval - 1) * size);
+  CHECK(all - most >= 0);
+  CHECK(all - least <= static_cast<double>(interval - 1) * size);
 }
 
 }  // namespace
