@@ -1,5 +1,7 @@
 // How an allreduce is split among ranks whose links differ, and what each way is predicted to
-// cost. Pure functions: no MPI, so the executor, the tests and the benchmarks share one answer.
+// cost. Pure functions in a library of their own (//collectives:link_shares), no MPI, so the
+// executor, the scheduler's cost model (scheduler/cost_model.h, "Slow links"), the tests and the
+// benchmarks share one answer.
 //
 // The weighted allreduce (weighted_allreduce.h) is a direct reduce-scatter (rank i sends shard j
 // of its buffer to rank j, which sums what it gets) and a direct allgather (rank j sends its
@@ -15,6 +17,7 @@
 #ifndef OVERLAP_COLLECTIVES_LINK_SHARES_H_
 #define OVERLAP_COLLECTIVES_LINK_SHARES_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -59,6 +62,10 @@ double RingSeconds(absl::Span<const double> rates, double bytes);
 // links as up to 1.4x apart on the namespace cluster (docs/benchmarks.md, "Slow links and
 // stragglers"); one link at half rate predicts 0.67.
 inline constexpr double kWeightedPaysBelow = 0.75;
+
+// Allreduces below this many bytes never run weighted (MpiExecutor::kAdaptiveMinBytes): their
+// time is latency, which the weighted allreduce's n - 1 messages per phase do not cut.
+inline constexpr size_t kWeightedMinBytes = size_t{1} << 20;
 
 // Whether the weighted allreduce pays for `rates`: at least 3 ranks and predicted under
 // kWeightedPaysBelow of a ring.

@@ -36,6 +36,7 @@
 #include "collectives/executor.h"
 #include "collectives/hierarchical_allreduce.h"
 #include "collectives/link_adaptation.h"
+#include "collectives/link_shares.h"
 
 namespace overlap {
 
@@ -93,9 +94,8 @@ class MpiExecutor : public Executor {
   // cross-host share saves; such allreduces stay flat.
   static constexpr size_t kHierarchicalMinBytes = size_t{64} << 10;
 
-  // Allreduces below this stay as they are under adaptation: their time is latency, which the
-  // weighted allreduce's n - 1 messages per phase do not cut.
-  static constexpr size_t kAdaptiveMinBytes = size_t{1} << 20;
+  // Allreduces below this stay as they are under adaptation (link_shares.h says why).
+  static constexpr size_t kAdaptiveMinBytes = kWeightedMinBytes;
   static constexpr int64_t kFirstReprobe = 4;
 
   // Whether allreduces of at least kHierarchicalMinBytes run hierarchically.
@@ -125,8 +125,8 @@ class MpiExecutor : public Executor {
     int paying_probes = 0;
     std::vector<int> last_stragglers;
     bool last_paid = false;
-    int64_t since_probe = -1;    // -1: never probed
-    int64_t interval = 0;        // eligible allreduces from the last probe to the next
+    int64_t since_probe = -1;  // -1: never probed
+    int64_t interval = 0;      // eligible allreduces from the last probe to the next
     // Seconds from start to end of the adaptive allreduces since the last probe.
     double wait_sum = 0;
     int64_t waited = 0;

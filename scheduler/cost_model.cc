@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/link_shares.h"
 
 namespace overlap::sched {
 
@@ -63,8 +67,31 @@ constexpr double kSegmentBytes = 8.0 * 1024 * 1024;
 
 double PerByte(double bandwidth) { return std::isinf(bandwidth) ? 0 : 1 / bandwidth; }
 
-// The pipelined three-phase allreduce of the hierarchical model (cost_model.h).
-double HierarchicalAllreduceSeconds(const ChannelCost& c, double bytes) {
+}  // namespace
+
+// The rates, and what the runtime's adaptive allreduce makes of them (cost_model.h, "Slow
+// links"). WeightedSeconds and RingSeconds are linear in the bytes, so they are taken once, for
+// one byte.
+struct HostLinks {
+  std::vector<double> rates;
+  bool uneven = false;  // two rates differ
+  double slowest = 0;
+  bool weighted_pays = false;      // WeightedPays(rates)
+  double weighted_s_per_byte = 0;  // WeightedSeconds(rates, LinkShares(rates), 1)
+  double ring_s_per_byte = 0;      // RingSeconds(rates, 1)
+};
+
+namespace {
+
+// The bandwidth term of an allreduce of `bytes` over uneven links, as the runtime runs it.
+double UnevenAllreduceSeconds(const HostLinks& links, bool weighted, double bytes) {
+  return bytes * (weighted ? links.weighted_s_per_byte : links.ring_s_per_byte);
+}
+
+// The pipelined three-phase allreduce of the hierarchical model (cost_model.h), whose cross-host
+// phase runs at `bandwidth` (uniform) or over `uneven` links, weighted or not.
+double HierarchicalAllreduceSeconds(const ChannelCost& c, double bandwidth, const HostLinks* uneven,
+                                    bool weighted, double bytes) {
   const double r = std::max(1, c.ranks_per_host);
   const double h = std::max(1.0, c.workers / r);
   const double k = std::max(1.0, std::ceil(bytes / kSegmentBytes));
@@ -72,11 +99,56 @@ double HierarchicalAllreduceSeconds(const ChannelCost& c, double bytes) {
   const double local =
       (r - 1) * c.intra_latency_s + (r - 1) / r * s * PerByte(c.intra_bandwidth_bytes_per_s);
   const double cross =
-      2 * (h - 1) * c.latency_s + 2 * (h - 1) / h * s * PerByte(c.bandwidth_bytes_per_s);
+      2 * (h - 1) * c.latency_s + (uneven != nullptr ? UnevenAllreduceSeconds(*uneven, weighted, s)
+                                                     : 2 * (h - 1) / h * s * PerByte(bandwidth));
   return 2 * local + cross + (k - 1) * std::max(local, cross);
 }
 
 }  // namespace
+
+const std::vector<double>& ChannelCost::host_bandwidth_bytes_per_s() const {
+  static const std::vector<double> kNone;
+  return host_links_ != nullptr ? host_links_->rates : kNone;
+}
+
+void ChannelCost::set_host_bandwidth_bytes_per_s(std::vector<double> rates) {
+  if (rates.empty()) {
+    host_links_ = nullptr;
+    return;
+  }
+  auto links = std::make_shared<HostLinks>();
+  links->uneven =
+      std::adjacent_find(rates.begin(), rates.end(), std::not_equal_to<double>()) != rates.end();
+  links->slowest = *std::min_element(rates.begin(), rates.end());
+  links->weighted_pays = WeightedPays(rates);
+  links->weighted_s_per_byte = WeightedSeconds(rates, LinkShares(rates), 1.0);
+  links->ring_s_per_byte = RingSeconds(rates, 1.0);
+  links->rates = std::move(rates);
+  host_links_ = std::move(links);
+}
+
+int ChannelCost::hosts() const {
+  switch (algorithm) {
+    case Algorithm::kRing:
+      return workers;
+    case Algorithm::kHierarchical:
+      return ranks_per_host > 0 ? workers / ranks_per_host : 0;
+    default:
+      return 0;
+  }
+}
+
+bool ChannelCost::RunsWeighted(double bytes) const {
+  return adaptive_allreduce && bytes >= static_cast<double>(kWeightedMinBytes) &&
+         host_links_ != nullptr && host_links_->uneven && host_links_->weighted_pays;
+}
+
+void ChannelCost::DivideBandwidth(double factor) {
+  bandwidth_bytes_per_s /= factor;
+  std::vector<double> rates = host_bandwidth_bytes_per_s();
+  for (double& rate : rates) rate /= factor;
+  set_host_bandwidth_bytes_per_s(std::move(rates));
+}
 
 double ChannelCost::Seconds(Collective op, double bytes) const {
   if (algorithm == Algorithm::kLinear) {
@@ -89,13 +161,22 @@ double ChannelCost::Seconds(Collective op, double bytes) const {
   if (workers <= 1) {
     return 0;  // nothing to exchange
   }
+  // Uneven host links (cost_model.h, "Slow links"); otherwise the ring's pace is every link's.
+  const HostLinks* uneven =
+      host_links_ != nullptr && host_links_->uneven ? host_links_.get() : nullptr;
+  if (uneven != nullptr && algorithm == Algorithm::kRing && op == Collective::kAllreduce) {
+    return 2 * (n - 1) * latency_s + UnevenAllreduceSeconds(*uneven, RunsWeighted(bytes), bytes);
+  }
+  const double bandwidth = host_links_ != nullptr ? host_links_->slowest : bandwidth_bytes_per_s;
   const double p = std::ceil(std::log2(n));
-  const double per_byte = PerByte(bandwidth_bytes_per_s);
+  const double per_byte = PerByte(bandwidth);
   const double m = bytes * per_byte;  // seconds to push the whole buffer once
   const double share = (n - 1) / n * m;
   switch (algorithm) {
     case Algorithm::kHierarchical:
-      if (op == Collective::kAllreduce) return HierarchicalAllreduceSeconds(*this, bytes);
+      if (op == Collective::kAllreduce) {
+        return HierarchicalAllreduceSeconds(*this, bandwidth, uneven, RunsWeighted(bytes), bytes);
+      }
       return (n - 1) * latency_s + share;
     case Algorithm::kRing:
       return op == Collective::kAllreduce ? 2 * (n - 1) * latency_s + 2 * share
@@ -113,6 +194,32 @@ double ChannelCost::Seconds(Collective op, double bytes) const {
   }
   return 0;
 }
+
+namespace {
+
+// The host rates' own checks (CostModel::Validate names the channel).
+absl::Status ValidateHostRates(const ChannelCost& c) {
+  const std::vector<double>& rates = c.host_bandwidth_bytes_per_s();
+  if (rates.empty()) return absl::OkStatus();
+  if (c.hosts() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host link rates apply to ring and hierarchical channels only, not ",
+                     AlgorithmName(c.algorithm)));
+  }
+  if (rates.size() != static_cast<size_t>(c.hosts())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(rates.size(), " host link rates for ", c.hosts(), " hosts"));
+  }
+  for (size_t h = 0; h < rates.size(); ++h) {
+    if (!std::isfinite(rates[h]) || rates[h] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "host ", h, " link rate must be a finite number > 0 bytes/s, got ", rates[h]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 CostModel CostModel::Linear(double alpha_us, double beta_us_per_mb) {
   ChannelCost c;
@@ -147,6 +254,11 @@ CostModel CostModel::WithWorkers(int workers) const {
   CostModel copy = *this;
   for (ChannelCost& c : copy.channels) {
     c.workers = workers;
+    if (!c.host_bandwidth_bytes_per_s().empty()) {
+      std::vector<double> rates = c.host_bandwidth_bytes_per_s();
+      rates.resize(static_cast<size_t>(std::max(0, c.hosts())), c.bandwidth_bytes_per_s);
+      c.set_host_bandwidth_bytes_per_s(std::move(rates));
+    }
   }
   return copy;
 }
@@ -202,6 +314,11 @@ absl::Status CostModel::Validate() const {
         return absl::InvalidArgumentError(absl::StrCat("cost model channel ", i, " '", c.name,
                                                        "': intra-host bandwidth must be > 0"));
       }
+    }
+    absl::Status rates = ValidateHostRates(c);
+    if (!rates.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost model channel ", i, " '", c.name, "': ", rates.message()));
     }
   }
   return absl::OkStatus();

@@ -22,11 +22,29 @@
 //                              allreduce    RS + X + AG + (k-1) max(RS, X, AG);
 //                            RS and AG of the whole tensor are flat rings over the N ranks, as
 //                            the runtime runs them (a ring's slowest hops are the H NIC ones).
+//
+// Slow links. A ring or hierarchical channel may give each host's link its own rate
+// (host_bandwidth_bytes_per_s(): a ring has one rank per host, so N hosts; hierarchical N / R).
+// Rates all equal are the uniform channel at that rate, the closed forms above to the bit.
+// Otherwise the allreduce's bandwidth term is what the runtime's MPI executor runs under
+// OVERLAP_ADAPTIVE_ALLREDUCE, with the very functions it decides by (collectives/link_shares.h):
+//  - the weighted allreduce, WeightedSeconds(rates, LinkShares(rates), m), when adaptive_allreduce
+//    is set (auto, the runtime's default), the allreduce has at least kWeightedMinBytes and
+//    WeightedPays(rates);
+//  - else a ring paced by the slowest link, RingSeconds(rates, m).
+// Hierarchical channels apply this to each segment's cross-host phase (s instead of m, the hosts'
+// rates), as the runtime weights that phase. The latency terms stay as above: the weighted
+// allreduce sends n - 1 messages per phase, as many steps as a ring. Reduce-scatter and allgather
+// run as rings whatever the rates (the runtime adapts only allreduces), paced by the slowest link:
+// the closed forms above with B = the lowest rate. Not modelled: the link probes (about one
+// 4 MiB exchange every 256 allreduces), the two probes the runtime waits for before a verdict
+// takes effect, and stragglers (the simulator's hosts compute alike).
 // All times are in seconds here; profiles and plans speak milliseconds.
 #ifndef OVERLAP_SCHEDULER_COST_MODEL_H_
 #define OVERLAP_SCHEDULER_COST_MODEL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -58,6 +76,9 @@ struct LinearTerm {
   bool set() const { return alpha_s >= 0; }
 };
 
+// Host link rates and what the runtime would run on them (cost_model.cc).
+struct HostLinks;
+
 struct ChannelCost {
   std::string name = "net";
   Algorithm algorithm = Algorithm::kRing;
@@ -70,6 +91,10 @@ struct ChannelCost {
   int ranks_per_host = 1;
   double intra_latency_s = 0;
   double intra_bandwidth_bytes_per_s = 0;
+  // With uneven host rates: whether allreduces run weighted where that pays, as
+  // OVERLAP_ADAPTIVE_ALLREDUCE=auto (the runtime's default) does; false: always the ring, as
+  // with =off.
+  bool adaptive_allreduce = true;
   // linear: measured lines of a reduce-scatter and an allgather of the full tensor size; unset:
   // half an allreduce. A runtime fits them because the two need not cost half an allreduce each
   // (their implementations differ from the allreduce's, and each pays a whole launch).
@@ -80,6 +105,24 @@ struct ChannelCost {
   double Seconds(Collective op, double bytes) const;
   // The model's own fixed cost (bytes -> 0 limit) of `op`; what infinite bandwidth leaves.
   double LatencySeconds(Collective op) const { return Seconds(op, 0); }
+  // ring and hierarchical: each host's link rate in bytes/s, by host (hosts() entries); empty:
+  // every link at bandwidth_bytes_per_s. See "Slow links" above.
+  const std::vector<double>& host_bandwidth_bytes_per_s() const;
+  // Sets them and works out once what the runtime would run on them (the link_shares.h calls sort
+  // and allocate, and planners ask for thousands of costs); Validate() checks them.
+  void set_host_bandwidth_bytes_per_s(std::vector<double> rates);
+  // The hosts whose links host_bandwidth_bytes_per_s lists: N for a ring (one rank per host),
+  // N / R for hierarchical; 0 for the other algorithms, which take no host rates.
+  int hosts() const;
+  // Whether an allreduce of `bytes` runs as the weighted allreduce (see "Slow links" above).
+  bool RunsWeighted(double bytes) const;
+  // Divides the link bandwidth and every host's rate by `factor` (the intra-host links stay).
+  void DivideBandwidth(double factor);
+
+ private:
+  // The host rates and the runtime's verdict on them; null: uniform. Never changed once made, so
+  // copies of a channel share it, across threads too.
+  std::shared_ptr<const HostLinks> host_links_;
 };
 
 struct CostModel {
@@ -100,11 +143,13 @@ struct CostModel {
   double Ms(int channel, Collective op, double bytes) const {
     return 1e3 * channels[channel].Seconds(op, bytes);
   }
-  // A copy with every algorithmic channel set to `workers`.
+  // A copy with every algorithmic channel set to `workers`; host rates, where given, are kept for
+  // the hosts that remain, and hosts added run at bandwidth_bytes_per_s.
   CostModel WithWorkers(int workers) const;
   // InvalidArgument naming the channel and field when a parameter is negative, NaN, or a worker
   // count is < 1, a hierarchical channel's ranks per host do not divide its workers, or there is
-  // no channel.
+  // no channel; host rates naming the channel and the host when one is not a finite number > 0,
+  // their count is not hosts(), or the channel is not a ring or hierarchical.
   absl::Status Validate() const;
 };
 

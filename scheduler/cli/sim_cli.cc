@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -21,7 +22,8 @@ const char* CliUsage() {
          "4,8,...,2048) --planners LIST|all (--cost linear --alpha-us A --beta-us-per-mb B | "
          "--cost ring|tree|rd|hierarchical --latency-us L --bandwidth-gbit G [--ranks-per-host R "
          "[--intra-latency-us LI] [--intra-bandwidth-gbit GI]]) [--staleness S] [--budget B] "
-         "[--max-period P] [--channels K] [--compressor NAME [--compression-ratio R]] [--json] "
+         "[--max-period P] [--channels K] [--compressor NAME [--compression-ratio R]] "
+         "[--slow-link HOST:FRACTION]... [--adaptive-allreduce auto|off] [--json] "
          "[--timeline FILE] [--plan-json FILE]";
 }
 
@@ -80,6 +82,44 @@ absl::StatusOr<std::vector<int>> WorkerList(absl::string_view flag, absl::string
   return out;
 }
 
+// --slow-link HOST:FRACTION into `links`.
+absl::Status AddSlowLink(absl::string_view flag, absl::string_view value,
+                         std::map<int, double>* links) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(value, ':');
+  int host = -1;
+  double fraction = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &host) || host < 0 ||
+      !absl::SimpleAtod(parts[1], &fraction) || !std::isfinite(fraction) || fraction <= 0 ||
+      fraction > 1) {
+    return FlagError(flag, absl::StrCat("expected HOST:FRACTION (a host from 0, a fraction of the "
+                                        "bandwidth in (0, 1]), got '",
+                                        value, "'"));
+  }
+  if (!links->emplace(host, fraction).second) {
+    return FlagError(flag, absl::StrCat("host ", host, " given twice"));
+  }
+  return absl::OkStatus();
+}
+
+// The slow links' hosts exist at every worker count.
+absl::Status CheckSlowLinks(const CliOptions& o) {
+  if (o.slow_links.empty()) return absl::OkStatus();
+  if (o.cost != Algorithm::kRing && o.cost != Algorithm::kHierarchical) {
+    return FlagError("--slow-link", absl::StrCat("only with --cost ring or hierarchical, not ",
+                                                 AlgorithmName(o.cost)));
+  }
+  const int host = o.slow_links.rbegin()->first;
+  for (int w : o.workers) {
+    const int hosts = o.cost == Algorithm::kRing ? w : w / o.ranks_per_host;
+    if (host >= hosts) {
+      return FlagError("--slow-link",
+                       absl::StrCat("host ", host, " is not among the ", hosts, " hosts of ", w,
+                                    " workers (hosts count from 0)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
@@ -111,7 +151,9 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
                                     "--compression-ratio",
                                     "--ranks-per-host",
                                     "--intra-latency-us",
-                                    "--intra-bandwidth-gbit"};
+                                    "--intra-bandwidth-gbit",
+                                    "--slow-link",
+                                    "--adaptive-allreduce"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued)) {
       return FlagError(flag, "unknown flag (see --help)");
     }
@@ -220,6 +262,13 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
         return FlagError(flag, "at most 16 links");
       }
       o.channels = *k;
+    } else if (flag == "--slow-link") {
+      st = AddSlowLink(flag, v, &o.slow_links);
+    } else if (flag == "--adaptive-allreduce") {
+      if (v != "auto" && v != "off") {
+        return FlagError(flag, absl::StrCat("expected auto or off, got '", v, "'"));
+      }
+      o.adaptive_allreduce = v == "auto";
     } else if (flag == "--timeline") {
       o.timeline_path = v;
     } else if (flag == "--plan-json") {
@@ -253,6 +302,10 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
           "--ranks-per-host",
           absl::StrCat(o.ranks_per_host, " ranks per host do not divide ", w, " workers"));
     }
+  }
+  absl::Status links = CheckSlowLinks(o);
+  if (!links.ok()) {
+    return links;
   }
   if (o.cost == Algorithm::kLinear) {
     if (o.alpha_us < 0 || o.beta_us_per_mb < 0) {
@@ -307,6 +360,15 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
             ? CostModel::Hierarchical(workers, o.ranks_per_host, o.latency_us, o.bandwidth_gbit,
                                       o.intra_latency_us, o.intra_bandwidth_gbit)
             : CostModel::Algorithmic(o.cost, workers, o.latency_us, o.bandwidth_gbit);
+    ChannelCost& net = cost.channels[0];
+    net.adaptive_allreduce = o.adaptive_allreduce;
+    if (!o.slow_links.empty()) {
+      std::vector<double> rates(static_cast<size_t>(net.hosts()), net.bandwidth_bytes_per_s);
+      for (const auto& [host, fraction] : o.slow_links) {
+        rates[static_cast<size_t>(host)] *= fraction;
+      }
+      net.set_host_bandwidth_bytes_per_s(std::move(rates));
+    }
     for (int c = 1; c < o.channels; ++c) {
       cost.channels.push_back(cost.channels[0]);
       cost.channels.back().name = absl::StrCat("net", c);

@@ -9,18 +9,25 @@
 //             [--channels K] [--staleness S] [--budget B] [--max-period P] [--json]
 //             [--timeline FILE]
 //             [--compressor NAME [--compression-ratio R]]
+//             [--slow-link HOST:FRACTION]... [--adaptive-allreduce auto|off]
 // --cost hierarchical: hosts of R ranks sharing one NIC (L, G), their ranks linked at LI (default
 // 1 us) and GI (default 100 Gbit/s); allreduces run as OVERLAP_HIERARCHICAL_ALLREDUCE does
 // (scheduler/cost_model.h). R must divide every worker count.
 // --channels K gives every worker K identical links (multi-rail); only deft uses more than one.
 // --plan-json FILE writes each plan as JSON; with several planners or worker counts, FILE (and
 // the --timeline FILE) get "-<planner>-<workers>" before the extension.
+// --slow-link HOST:FRACTION (repeatable; --cost ring or hierarchical) runs host HOST's link at
+// FRACTION (0 < FRACTION <= 1) of --bandwidth-gbit. Hosts count from 0; a ring has one rank per
+// host, a hierarchical channel N / R hosts. Allreduces then cost what the runtime's adaptive
+// allreduce runs (scheduler/cost_model.h, "Slow links"); --adaptive-allreduce off models
+// OVERLAP_ADAPTIVE_ALLREDUCE=off, always the ring at the slowest link (default auto).
 // --compressor compresses every bucket (PlannerOptions::compressor says which and how much).
 // LIST is comma-separated; a worker list may use "a,b,...,z" for the geometric series a, b,
 // b*b/a, ... up to z (e.g. 4,8,...,2048).
 #ifndef OVERLAP_SCHEDULER_CLI_SIM_CLI_H_
 #define OVERLAP_SCHEDULER_CLI_SIM_CLI_H_
 
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -42,6 +49,8 @@ struct CliOptions {
   int ranks_per_host = 0;  // --cost hierarchical only
   double intra_latency_us = 1, intra_bandwidth_gbit = 100;
   int channels = 1;
+  std::map<int, double> slow_links;  // --slow-link: host -> fraction of the bandwidth
+  bool adaptive_allreduce = true;    // --adaptive-allreduce auto (true) or off
   PlannerOptions planner_options;
   bool json = false;
   std::string timeline_path;

@@ -23,7 +23,7 @@ CostModel Slower(const CostModel& cost, double factor) {
       term->beta_s_per_byte *= factor;
     }
     c.latency_s *= factor;
-    c.bandwidth_bytes_per_s /= factor;
+    c.DivideBandwidth(factor);
   }
   return out;
 }

@@ -91,7 +91,7 @@ CostModel ScaledForPayload(const CostModel& cost, double ratio) {
   CostModel scaled = cost;
   for (ChannelCost& c : scaled.channels) {
     c.beta_s_per_byte *= ratio;
-    c.bandwidth_bytes_per_s /= ratio;
+    c.DivideBandwidth(ratio);
   }
   return scaled;
 }

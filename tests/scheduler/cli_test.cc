@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "scheduler/cli/sim_cli.h"
@@ -189,6 +190,91 @@ TEST_CASE("--plan-json writes one plan per planner with suffixed names") {
     text << in.rdbuf();
     CHECK_THAT(text.str(), Catch::Contains(std::string("\"planner\": \"") + planner + "\""));
     CHECK_THAT(text.str(), Catch::Contains("\"slices\""));
+  }
+}
+
+TEST_CASE("--slow-link slows one host's link; allreduces cost what the runtime would run") {
+  const std::string dir =
+      std::getenv("TEST_TMPDIR") != nullptr ? std::getenv("TEST_TMPDIR") : "/tmp";
+  const std::string path = dir + "/one_tensor.json";
+  std::ofstream(path) << R"({"model": "one", "update_ms": 0, "layers": [{"name": "l",
+      "forward_ms": 0, "backward_ms": 0, "tensors": [{"name": "w", "bytes": 67108864}]}]})";
+  const std::string base = "--profile " + path +
+                           " --workers 4 --planners wfbp --json --cost ring --latency-us 50 "
+                           "--bandwidth-gbit 1";
+  auto comm_ms = [&](const std::string& extra) {
+    auto o = ParseCliArgs(Split(base + extra));
+    REQUIRE(o.ok());
+    std::ostringstream out;
+    REQUIRE(RunCli(*o, out).ok());
+    const std::string line = out.str();
+    const size_t at = line.find("\"comm_ms\":");
+    REQUIRE(at != std::string::npos);
+    return std::stod(line.substr(at + 10));
+  };
+  const double m = 67108864, b = 1e9 / 8, steps = 6 * 50e-3;  // bytes, bytes/s, ms
+  const double uniform = comm_ms("");
+  CHECK(uniform == Approx(steps + 1e3 * 1.5 * m / b));
+  // Host 2 at half rate: no shard, its m bytes each way (2m/B); the ring 3m/B.
+  CHECK(comm_ms(" --slow-link 2:0.5") == Approx(steps + 1e3 * 2 * m / b));
+  CHECK(comm_ms(" --slow-link 2:0.5 --adaptive-allreduce off") == Approx(steps + 1e3 * 3 * m / b));
+  CHECK(comm_ms(" --slow-link 2:0.25") == Approx(steps + 1e3 * 4 * m / b));
+  // Hosts 0 and 2 at half rate: the other two hold the shards, and every host moves 2m/B.
+  CHECK(comm_ms(" --slow-link 0:0.5 --slow-link 2:0.5") == Approx(steps + 1e3 * 2 * m / b));
+  auto o = ParseCliArgs(Split(base + " --slow-link 3:0.5 --slow-link 0:0.25"));
+  REQUIRE(o.ok());
+  CHECK(o->slow_links == std::map<int, double>{{0, 0.25}, {3, 0.5}});
+  CHECK(o->adaptive_allreduce);
+  // Hierarchical, 2 hosts of 4: too few hosts to weight, so the cross-host ring runs at half
+  // rate, and it carries most of the communication.
+  const std::string two_level =
+      "--model bert-base --workers 8 --planners fusion --json --cost hierarchical "
+      "--latency-us 5 --bandwidth-gbit 10 --ranks-per-host 4";
+  std::ostringstream even, slow;
+  REQUIRE(RunCli(*ParseCliArgs(Split(two_level)), even).ok());
+  REQUIRE(RunCli(*ParseCliArgs(Split(two_level + " --slow-link 1:0.5")), slow).ok());
+  auto field = [](const std::string& line, const std::string& key) {
+    return std::stod(line.substr(line.find("\"" + key + "\":") + key.size() + 3));
+  };
+  CHECK(field(slow.str(), "comm_ms") > 1.5 * field(even.str(), "comm_ms"));
+}
+
+TEST_CASE("Bad --slow-link and --adaptive-allreduce values name the flag and the value") {
+  struct Case {
+    std::string args, expect;
+  };
+  const std::string base = "--model vgg16 --workers 4 --planners wfbp" + std::string(kRing);
+  const std::string form = "--slow-link: expected HOST:FRACTION";
+  const Case cases[] = {
+      {base + " --slow-link 2", form + " (a host from 0, a fraction of the bandwidth in (0, 1]), "
+                                       "got '2'"},
+      {base + " --slow-link x:0.5", form},
+      {base + " --slow-link -1:0.5", "got '-1:0.5'"},
+      {base + " --slow-link 2:0", "got '2:0'"},
+      {base + " --slow-link 2:1.5", "got '2:1.5'"},
+      {base + " --slow-link 2:nan", "got '2:nan'"},
+      {base + " --slow-link 2:0.5:1", "got '2:0.5:1'"},
+      {base + " --slow-link", "--slow-link: missing value"},
+      {base + " --slow-link 2:0.5 --slow-link 2:0.25", "--slow-link: host 2 given twice"},
+      {base + " --slow-link 4:0.5", "--slow-link: host 4 is not among the 4 hosts of 4 workers"},
+      {"--model vgg16 --sweep-workers 8,4 --planners wfbp --slow-link 5:0.5" + std::string(kRing),
+       "host 5 is not among the 4 hosts of 4 workers"},
+      {"--model vgg16 --workers 8 --planners wfbp --cost hierarchical --latency-us 5 "
+       "--bandwidth-gbit 10 --ranks-per-host 4 --slow-link 2:0.5",
+       "host 2 is not among the 2 hosts of 8 workers"},
+      {"--model vgg16 --workers 4 --planners wfbp --cost tree --latency-us 5 --bandwidth-gbit 10 "
+       "--slow-link 2:0.5",
+       "--slow-link: only with --cost ring or hierarchical, not tree"},
+      {"--model vgg16 --workers 4 --planners wfbp --cost linear --alpha-us 5 --beta-us-per-mb 8 "
+       "--slow-link 2:0.5",
+       "--slow-link: only with --cost ring or hierarchical, not linear"},
+      {base + " --adaptive-allreduce on", "--adaptive-allreduce: expected auto or off, got 'on'"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.args);
+    auto o = ParseCliArgs(Split(c.args));
+    REQUIRE_FALSE(o.ok());
+    CHECK_THAT(std::string(o.status().message()), Catch::Contains(c.expect));
   }
 }
 

@@ -44,4 +44,22 @@ check_line '{"model": "m", "update_ms": 1, "layers": [{"name": "a", "forward_ms"
 check_line '{"model": "m", "update_ms": 1, "layers": [{"name": "a", "forward_ms": 1, "backward_ms": 1, "tensors": [{"name": "w", "bytes": 4, "dtype": "float12"}]}]}' \
   "overlap-sim: error: $p: layers[0].tensors[0].dtype: unknown dtype name 'float12'"
 check_line '' "overlap-sim: error: /no/such.json: cannot open profile file" /no/such.json
+# --slow-link: the 64 MiB allreduce of docs/benchmarks.md ("Slow links and stragglers"), as its
+# overlap-sim command runs it; the predicted slowdowns over uniform links.
+one="$TEST_SRCDIR/$TEST_WORKSPACE/docs/data/allreduce_64mib.json"
+comm_ms() {
+  "$sim" --profile "$one" --workers 4 --planners wfbp --cost ring --latency-us 50 \
+    --bandwidth-gbit 1 --json "$@" | sed 's/.*"comm_ms":\([^,]*\),.*/\1/'
+}
+uniform=$(comm_ms) || fail "uniform run exited $?"
+half=$(comm_ms --slow-link 2:0.5) || fail "--slow-link 2:0.5 exited $?"
+ring=$(comm_ms --slow-link 2:0.5 --adaptive-allreduce off) || fail "ring run exited $?"
+quarter=$(comm_ms --slow-link 2:0.25) || fail "--slow-link 2:0.25 exited $?"
+awk -v u="$uniform" -v h="$half" -v r="$ring" -v q="$quarter" 'BEGIN {
+  ok = h / u > 1.33 && h / u < 1.34 && r / u > 1.99 && r / u < 2.01 && q / u > 2.66 && q / u < 2.67
+  exit !ok }' || fail "slowdowns $half/$ring/$quarter ms over $uniform ms are not 4/3, 2, 8/3"
+check_error 2 "--slow-link: expected HOST:FRACTION .*got '2:1.5'" --model vgg16 --workers 4 \
+  --planners wfbp --cost ring --latency-us 1 --bandwidth-gbit 10 --slow-link 2:1.5
+check_error 2 "--slow-link: host 4 is not among the 4 hosts" --model vgg16 --workers 4 \
+  --planners wfbp --cost ring --latency-us 1 --bandwidth-gbit 10 --slow-link 4:0.5
 echo "PASS"
