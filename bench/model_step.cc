@@ -392,11 +392,25 @@ int MaxPeriod() {
 }
 
 // The planner as the JSON line names it: deft with staleness bound N > 0 is "deft-sN".
-std::string PlannerLabel() {
-  const std::string planner = PlannerName();
+// deft's staleness bound (OVERLAP_STALENESS); 0 for the other planners.
+int Staleness() {
   const char* staleness = std::getenv("OVERLAP_STALENESS");
-  if (planner != "deft" || staleness == nullptr || std::atoi(staleness) <= 0) return planner;
-  return absl::StrCat(planner, "-s", std::atoi(staleness));
+  if (PlannerName() != "deft" || staleness == nullptr) return 0;
+  return std::max(0, std::atoi(staleness));
+}
+
+// OVERLAP_COMPRESSION, "none" when unset.
+std::string Compression() {
+  const char* compression = std::getenv("OVERLAP_COMPRESSION");
+  return compression == nullptr || *compression == '\0' ? "none" : compression;
+}
+
+// "deft-s1", and "+fp16" after it under OVERLAP_COMPRESSION=fp16.
+std::string PlannerLabel() {
+  std::string label = PlannerName();
+  if (Staleness() > 0) absl::StrAppend(&label, "-s", Staleness());
+  if (Compression() != "none") absl::StrAppend(&label, "+", Compression());
+  return label;
 }
 
 bool ScheduledPlanInForce(const RuntimeStats& stats) {
@@ -589,13 +603,9 @@ int Main(int argc, char** argv) {
   if (!(PlanSignature(stats) == signature)) held = 0;
   int plan_held = 0;
   MPI_Allreduce(&held, &plan_held, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  const char* compression = std::getenv("OVERLAP_COMPRESSION");
   // Delays and update periods are not bound by sync_bound_ms.
-  const bool synchronous = PlannerLabel() == PlannerName() && MaxPeriod() <= 1;
-  if (compression == nullptr || std::string(compression).empty() ||
-      std::string(compression) == "none") {
-    model.Verify(/*delayed_plan=*/!synchronous);
-  }
+  const bool synchronous = Staleness() == 0 && MaxPeriod() <= 1;
+  if (Compression() == "none") model.Verify(/*delayed_plan=*/!synchronous);
 
   std::vector<double> local(options->steps);
   for (int i = 0; i < options->steps; ++i) local[i] = starts[i + 1] - starts[i];
@@ -641,7 +651,7 @@ int Main(int argc, char** argv) {
         "\"grad_bytes\":%lld,\"time_scale\":%.6g,\"bytes_scale\":%.6g,\"link_rate\":%s,"
         "\"fitted_alpha_us\":%s,\"fitted_beta_us_per_mb\":%s,\"trials\":%s,"
         "\"sync_bound_ms\":%.3f,\"sync_efficiency\":%s,\"weighted_allreduces\":%lld,"
-        "\"link_rates\":%s}\n",
+        "\"link_rates\":%s,\"compression\":%s,\"plan_compressed_buckets\":%lld}\n",
         JsonString(model.profile().model).c_str(), JsonString(PlannerLabel()).c_str(), step_ms,
         JsonNumber(sim_ms, has_sim).c_str(),
         JsonNumber((sim_ms - compared_ms) / compared_ms, has_sim, 4).c_str(), cycle, ideal_ms,
@@ -658,7 +668,8 @@ int Main(int argc, char** argv) {
         JsonNumber(stats.fitted_beta_us_per_mb, scheduled).c_str(),
         JsonString(stats.plan_trials).c_str(), sync_bound_ms,
         JsonNumber(sync_bound_ms / step_ms, synchronous, 4).c_str(),
-        static_cast<long long>(stats.weighted_allreduces), JsonString(stats.link_rates).c_str());
+        static_cast<long long>(stats.weighted_allreduces), JsonString(stats.link_rates).c_str(),
+        JsonString(Compression()).c_str(), static_cast<long long>(stats.plan_compressed_buckets));
     std::fflush(stdout);
   }
   return FinishJob(kProgram, 0);

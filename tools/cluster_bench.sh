@@ -8,7 +8,8 @@
 #
 # --planners: comma- or space-separated; default observed,wfbp,fusion,mgwfbp,bytescheduler,usbyte,
 #   dear,deft,auto (deft runs with OVERLAP_STALENESS=0; deft-s1, deft-s2: staleness 1 or 2 and
-#   update periods up to 4, the runtime running the delayed plan). --quick: resnet50 only, 10 measured
+#   update periods up to 4, the runtime running the delayed plan); NAME+SPEC: NAME with
+#   OVERLAP_COMPRESSION=SPEC, e.g. deft-s1+fp16. --quick: resnet50 only, 10 measured
 #   steps, 0.5 s steps, at most 30 warm-up steps (about 3-5 minutes for the nine planners).
 # Scaling: the cluster comes up once, with one rate for every model (--rate, default 1gbit); each
 # model gets its own time scale (the ideal step is --target-step-ms, default 1000) and bytes scale
@@ -32,7 +33,7 @@ while (($#)); do
     --target-step-ms) target=${2:-}; shift 2 || die "--target-step-ms needs a number" ;;
     --out) out=${2:-}; out_given=1; shift 2 || die "--out needs a file" ;;
     --no-build) build=0; shift ;;
-    -h | --help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
@@ -69,12 +70,16 @@ failed=0
 run_timeout=$(( (warmup + steps + 10) * target * 2 / 1000 + 60 ))
 for model in "${model_list[@]}"; do
   for planner in "${planner_list[@]}"; do
-    env_args=(OVERLAP_PLANNER="$planner")
-    [ "$planner" != deft ] || env_args+=(OVERLAP_STALENESS=0)
     # deft-sN: deft with staleness bound N and update periods up to 4 (delayed updates).
-    if [[ $planner =~ ^deft-s([0-9]+)$ ]]; then
+    # NAME+SPEC: NAME with OVERLAP_COMPRESSION=SPEC (e.g. deft-s1+fp16).
+    name=${planner%%+*} compression=""
+    [ "$name" = "$planner" ] || compression=${planner#*+}
+    env_args=(OVERLAP_PLANNER="$name")
+    [ "$name" != deft ] || env_args+=(OVERLAP_STALENESS=0)
+    if [[ $name =~ ^deft-s([0-9]+)$ ]]; then
       env_args=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}" OVERLAP_MAX_PERIOD=4)
     fi
+    [ -z "$compression" ] || env_args+=(OVERLAP_COMPRESSION="$compression")
     log=$LOG/$model-$planner.log
     echo "cluster_bench.sh: $model / $planner ($(date -u +%H:%M:%S) UTC)" >&2
     # The ring allreduce (libnbc algorithm 1) drives tbf-capped links at the cap, the default
