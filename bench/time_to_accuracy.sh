@@ -18,7 +18,9 @@
 #   overlap:deft-s2:off (deft with staleness bound N and update periods up to 4; ":off" without
 #   DistributedOptimizer's staleness correction, otherwise its default "auto"),
 #   overlap:covap (covap:R=auto), overlap:topk (topk:ratio=0.01, error feedback); plus `local`, a
-#   short run without communication that measures each task's compute floor.
+#   short run without communication that measures each task's compute floor. Only when named:
+#   overlap:deft-s1+fp16, overlap:deft-s2+fp16, overlap:auto+fp16 (OVERLAP_COMPRESSION=fp16: every
+#   bucket of the plan compressed, with error feedback).
 # --rate: the tbf cap of every host link, one rate for both tasks or TASK=RATE per task (default
 #   fmnist=300mbit,lm=250mbit: communication about 1.1-1.4x each task's compute here; the cluster is
 #   brought up again at each task's rate).
@@ -46,6 +48,8 @@ die() { echo "time_to_accuracy.sh: $*" >&2; exit 1; }
 note() { echo "time_to_accuracy.sh: $*" >&2; }
 
 ALL_ROWS="local,ddp,ddp-tuned,horovod,horovod+yield,overlap:observed,overlap:auto,overlap:deft-s1,overlap:deft-s1:off,overlap:deft-s2,overlap:deft-s2:off,overlap:covap,overlap:topk"
+# Run only when --rows names them: deft's compressed plans (every bucket fp16, error feedback).
+EXTRA_ROWS="overlap:deft-s1+fp16,overlap:deft-s2+fp16,overlap:auto+fp16"
 quick=0 tasks=fmnist,lm rows=$ALL_ROWS rate=fmnist=300mbit,lm=250mbit epochs="" fmnist_limit="" lm_limit="" test_limit=""
 evals="" out="" build=1 quiet_wait="" time_limit="" max_busy=0.25 library=""
 while (($#)); do
@@ -71,7 +75,9 @@ done
 has() { [[ ",$1," == *",$2,"* ]]; }
 for t in ${tasks//,/ }; do has fmnist,lm "$t" || die "--tasks: unknown task '$t' (fmnist, lm)"; done
 [ -n "$tasks" ] || die "--tasks is empty"
-for r in ${rows//,/ }; do has "$ALL_ROWS" "$r" || die "--rows: unknown row '$r' (known: $ALL_ROWS)"; done
+for r in ${rows//,/ }; do
+  has "$ALL_ROWS,$EXTRA_ROWS" "$r" || die "--rows: unknown row '$r' (known: $ALL_ROWS,$EXTRA_ROWS)"
+done
 has "$rows" ddp || die "--rows must include ddp: it sets every task's target"
 if ((quick)); then
   epochs=${epochs:-2} fmnist_limit=${fmnist_limit:-10240} lm_limit=${lm_limit:-1536}
@@ -179,6 +185,8 @@ run() {
       correction=auto
       if [[ $v == *:off ]]; then correction=off; v=${v%:off}; fi
       args+=(--staleness-correction "$correction")
+      # PLANNER+SPEC: the runtime's default compression, which a scheduled plan's buckets carry.
+      if [[ $v == *+* ]]; then env_args+=(OVERLAP_COMPRESSION="${v#*+}"); v=${v%%+*}; fi
       case $v in
         deft-s*) planner=$v
           env_args+=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${v#deft-s}" OVERLAP_MAX_PERIOD=4) ;;
