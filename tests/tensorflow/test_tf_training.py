@@ -490,7 +490,11 @@ def test_a_traced_step_freezes_into_launch_units_of_several_tensors(hvd):
         step(*data(hvd.rank()))
     stats = hvd.stats()
     assert stats["planned_tensors"] == 18, stats
-    assert 1 <= stats["planned_units"] <= 4, stats
+    # Several tensors per unit, not one each. How many units depends on timing: TensorFlow runs a
+    # step's gradient ops and their allreduce kernels as they become ready, so an early gradient's
+    # wait can return while later ones are still being submitted, and each such return cuts the
+    # step. Usually 1-4 units; 8 were seen on a loaded 2-core machine (1 run in 3).
+    assert 1 <= stats["planned_units"] <= stats["planned_tensors"] // 2, stats
     # Every rank applied the same averaged gradients.
     for v, b in zip(model.trainable_variables, before):
         mine = v.numpy()
