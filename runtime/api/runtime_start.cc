@@ -246,9 +246,7 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
     if (!s.ok()) spdlog::warn("overlap: {}", std::string(s.message()));
   }
   compression_ = std::make_unique<CompressionStage>(rank_, size_);
-  absl::StatusOr<std::string> default_compression = CompressionStage::Canonical(config.compression);
-  plan_compression_ =
-      default_compression.ok() ? CompressionStage::Plannable(*default_compression) : "none";
+  plan_compression_ = CompressionStage::Plannable(config.compression);
   comm_meter_ = std::make_unique<CommMeter>(config.profile_steps);
   next_ratio_step_ = config.plan_after_steps + config.profile_steps + 2;
   delay_line_ = std::make_unique<DelayLine>(

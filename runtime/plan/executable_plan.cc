@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/scaling.h"
+#include "runtime/planes/compression_stage.h"
 #include "runtime/planes/delay_line.h"
 
 namespace overlap {
@@ -26,13 +27,6 @@ bool SameSlices(const std::vector<ExecSlice>& a, const std::vector<ExecSlice>& b
   return true;
 }
 
-// A bucket whose slices are on both the host and the GPU, split into one bucket per device (host
-// slices first, then the CUDA ones, each keeping the plan's slice order; a process runs one GPU):
-// a bucket runner packs for one device. A reduce-scatter and its all-gather hold the same slices,
-// so they split alike.
-// The compressor a canonical compression spec names: "topk" of "topk:ratio=0.01".
-std::string CompressorName(const std::string& spec) { return spec.substr(0, spec.find(':')); }
-
 // A compressed bucket's residual key: its slices, which every rank holds alike.
 std::string CompressionKey(const ExecBucket& bucket, const std::vector<PlanEntry>& entries) {
   std::string key = "overlap plan bucket";
@@ -43,6 +37,10 @@ std::string CompressionKey(const ExecBucket& bucket, const std::vector<PlanEntry
   return key;
 }
 
+// A bucket whose slices are on both the host and the GPU, split into one bucket per device (host
+// slices first, then the CUDA ones, each keeping the plan's slice order; a process runs one GPU):
+// a bucket runner packs for one device. A reduce-scatter and its all-gather hold the same slices,
+// so they split alike.
 std::vector<ExecBucket> SplitByDevice(ExecBucket bucket, const std::vector<PlanEntry>& entries) {
   auto kind_of = [&](const ExecSlice& s) {
     return entries[static_cast<size_t>(s.entry)].response->request.device;
@@ -179,7 +177,7 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
       if (request.kind != OpKind::kAllreduce || request.tensors.size() != 1) {
         return BadBucket(b, absl::StrCat("tensor '", s.name, "' is not a single-tensor allreduce"));
       }
-      if (CompressorName(request.compression) != in.compressor) {
+      if (CompressionStage::CompressorName(request.compression) != in.compressor) {
         return BadBucket(b, absl::StrCat("tensor '", s.name, "' was agreed with compression '",
                                          request.compression, "', the bucket has compressor '",
                                          in.compressor, "'"));

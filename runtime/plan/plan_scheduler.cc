@@ -59,7 +59,7 @@ sched::PlannerOptions OptionsFrom(const Config& config) {
   // Planned tensors carry the default compression where a plan can run it (runtime/api/
   // runtime.cc), so every bucket gets its compressor and the costs its payload.
   const std::string compression = CompressionStage::Plannable(config.compression);
-  o.compressor = compression.substr(0, compression.find(':'));
+  o.compressor = CompressionStage::CompressorName(compression);
   o.compression_ratio = CompressionStage::PayloadRatio(compression);
   return o;
 }

@@ -93,16 +93,21 @@ absl::StatusOr<std::string> CompressionStage::Resolve(const std::string& spec,
   return (*c)->config().ToString();
 }
 
-std::string CompressionStage::Plannable(const std::string& spec) {
-  if (spec == "none" || NeedsMeasurement(spec)) return "none";
-  absl::StatusOr<std::unique_ptr<compress::Compressor>> c = compress::MakeCompressor(spec);
-  if (!c.ok() || (*c)->combine() != compress::Combine::kAllreduce) return "none";
-  return spec;
+std::string CompressionStage::CompressorName(const std::string& spec) {
+  return spec.substr(0, spec.find(':'));
 }
 
-double CompressionStage::PayloadRatio(const std::string& spec) {
-  if (Plannable(spec) == "none") return 1.0;
-  absl::StatusOr<std::unique_ptr<compress::Compressor>> c = compress::MakeCompressor(spec);
+std::string CompressionStage::Plannable(const std::string& spec) {
+  absl::StatusOr<std::string> canonical = Canonical(spec);
+  if (!canonical.ok() || *canonical == "none" || NeedsMeasurement(*canonical)) return "none";
+  absl::StatusOr<std::unique_ptr<compress::Compressor>> c = compress::MakeCompressor(*canonical);
+  if (!c.ok() || (*c)->combine() != compress::Combine::kAllreduce) return "none";
+  return *canonical;
+}
+
+double CompressionStage::PayloadRatio(const std::string& plannable) {
+  if (plannable == "none") return 1.0;
+  absl::StatusOr<std::unique_ptr<compress::Compressor>> c = compress::MakeCompressor(plannable);
   if (!c.ok()) return 1.0;
   const std::string name = (*c)->config().name;
   if (name == "fp16" || name == "bf16") return 0.5;

@@ -66,15 +66,19 @@ class CompressionStage {
   static absl::StatusOr<std::string> Resolve(const std::string& spec,
                                              const compress::CompressorContext& context);
 
-  // What a scheduled plan can compress with, of the canonical `spec` (runtime/plan/
-  // executable_plan.h): `spec` when its compressor combines payloads by allreduce (the planners
-  // model no allgathers: not topk, efsign) and has no parameter derived at run time (covap's
-  // R=auto, which changes once measured); else "none".
+  // The compressor a canonical `spec` names: "topk" of "topk:ratio=0.01", "none" of "none".
+  static std::string CompressorName(const std::string& spec);
+  // What a scheduled plan can compress with, given the configured default `spec`
+  // (OVERLAP_COMPRESSION; runtime/plan/executable_plan.h): its canonical form when its compressor
+  // combines payloads by allreduce (the planners model no allgathers: not topk, efsign) and has no
+  // parameter derived at run time (covap's R=auto, which changes once measured); else "none",
+  // also for a spec that does not parse. The runtime (which tensors are planned) and the plan
+  // scheduler (the planner's compressor) both ask here, so they agree.
   static std::string Plannable(const std::string& spec);
-  // The planners' payload ratio for a Plannable `spec`: payload bytes over gradient bytes, 0.5 for
+  // The planners' payload ratio for Plannable's result: payload bytes over gradient bytes, 0.5 for
   // fp16 and bf16, the compressor's largest payload of a 1M-element tensor otherwise (clamped to
   // [0.01, 1]); 1 for "none".
-  static double PayloadRatio(const std::string& spec);
+  static double PayloadRatio(const std::string& plannable);
 
   // Compresses every tensor of `ops` into the bucket's payload and describes round 0's
   // collective. `buffers` are the channel's: the tensors' device and the stream to queue on.

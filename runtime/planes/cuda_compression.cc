@@ -8,11 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "compression/covap.h"
 #include "compression/cuda/kernels.h"
+#include "runtime/planes/compression_stage.h"
 
 namespace overlap {
 namespace {
-
-std::string NameOf(const std::string& spec) { return spec.substr(0, spec.find(':')); }
 
 absl::Status CudaError(cudaError_t err, absl::string_view what) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
@@ -243,7 +242,7 @@ class Kernels : public CudaCompressor {
 }  // namespace
 
 absl::Status CudaCompressionSupports(const std::string& spec) {
-  const std::string name = NameOf(spec);
+  const std::string name = CompressionStage::CompressorName(spec);
   if (name == "fp16" || name == "bf16" || name == "covap" || name == "efsign") {
     return absl::OkStatus();
   }

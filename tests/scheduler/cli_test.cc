@@ -20,6 +20,18 @@ std::vector<std::string> Split(const std::string& s) {
 
 const char* kRing = " --cost ring --latency-us 10 --bandwidth-gbit 10";
 
+// The "comm_ms" of the one JSON line overlap-sim prints for `args` (one planner, --json).
+double CommMs(const std::string& args) {
+  auto o = ParseCliArgs(Split(args));
+  REQUIRE(o.ok());
+  std::ostringstream out;
+  REQUIRE(RunCli(*o, out).ok());
+  const std::string line = out.str();
+  const size_t at = line.find("\"comm_ms\":");
+  REQUIRE(at != std::string::npos);
+  return std::stod(line.substr(at + 10));
+}
+
 TEST_CASE("The CLI parses the issue's flags and expands worker series") {
   auto o = ParseCliArgs(Split(std::string("--model vgg16 --sweep-workers 4,8,...,2048 "
                                           "--planners all --staleness 1 --json") +
@@ -111,14 +123,7 @@ TEST_CASE("RunCli prints one JSON line per planner and worker count") {
 
 TEST_CASE("--cost hierarchical plans with the two-level allreduce's cost") {
   auto run = [](const std::string& cost) {
-    auto o = ParseCliArgs(Split("--model bert-base --workers 16 --planners fusion --json " + cost));
-    REQUIRE(o.ok());
-    std::ostringstream out;
-    REQUIRE(RunCli(*o, out).ok());
-    const std::string line = out.str();
-    const size_t at = line.find("\"comm_ms\":");
-    REQUIRE(at != std::string::npos);
-    return std::stod(line.substr(at + 10));
+    return CommMs("--model bert-base --workers 16 --planners fusion --json " + cost);
   };
   const double flat = run("--cost ring --latency-us 5 --bandwidth-gbit 10");
   const double two_level =
@@ -202,16 +207,7 @@ TEST_CASE("--slow-link slows one host's link; allreduces cost what the runtime w
   const std::string base = "--profile " + path +
                            " --workers 4 --planners wfbp --json --cost ring --latency-us 50 "
                            "--bandwidth-gbit 1";
-  auto comm_ms = [&](const std::string& extra) {
-    auto o = ParseCliArgs(Split(base + extra));
-    REQUIRE(o.ok());
-    std::ostringstream out;
-    REQUIRE(RunCli(*o, out).ok());
-    const std::string line = out.str();
-    const size_t at = line.find("\"comm_ms\":");
-    REQUIRE(at != std::string::npos);
-    return std::stod(line.substr(at + 10));
-  };
+  auto comm_ms = [&](const std::string& extra) { return CommMs(base + extra); };
   const double m = 67108864, b = 1e9 / 8, steps = 6 * 50e-3;  // bytes, bytes/s, ms
   const double uniform = comm_ms("");
   CHECK(uniform == Approx(steps + 1e3 * 1.5 * m / b));

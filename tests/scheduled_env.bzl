@@ -1,0 +1,8 @@
+"""What the scheduled-plan suites run with (tests/runtime, tests/gpu): a plan after 3 profiled
+steps, and stalls reported within seconds."""
+
+SCHEDULED_ENV = {
+    "OVERLAP_PROFILE_STEPS": "3",
+    "OVERLAP_STALL_WARNING_S": "5",
+    "OVERLAP_STALL_TIMEOUT_S": "20",
+}
