@@ -45,6 +45,9 @@ runtime (each sets one OVERLAP_* variable in every rank):
 failure handling:
   --kill-grace SECONDS    after a rank fails, mpirun gets this long to stop the others before
                           overlaprun terminates it (default 10)
+  --peer-grace SECONDS    a failed rank's end is reported at once, but mpirun aborts the job
+                          only this much later (or when it stops that rank), so the other
+                          ranks' own errors reach the output (0..60, default 2; 0 at once)
   --host-timeout SECONDS  end the job, naming the host, when mpirun's daemon on a host has not
                           answered for about this long (TCP keepalive; default Open MPI's, about
                           8 minutes); set it below --collective-timeout

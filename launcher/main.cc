@@ -91,7 +91,7 @@ int Main(int argc, char** argv) {
       std::fputs(HelpText().c_str(), stdout);
       return 0;
     case ParsedCommand::Mode::kRankWrapper:
-      return RunRankWrapper(options.program);
+      return RunRankWrapper(options.program, options.peer_grace_s);
     case ParsedCommand::Mode::kLaunch:
       break;
   }

@@ -108,7 +108,11 @@ std::vector<std::string> BuildMpirunCommand(const LaunchOptions& options,
   }
   argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
   if (options.wrap_ranks) {
-    argv.insert(argv.end(), {context.self_path, "--rank-wrapper", "--"});
+    argv.insert(argv.end(), {context.self_path, "--rank-wrapper"});
+    if (options.peer_grace_s != kDefaultPeerGraceS) {
+      argv.insert(argv.end(), {"--peer-grace", absl::StrCat(options.peer_grace_s)});
+    }
+    argv.push_back("--");
   }
   argv.insert(argv.end(), options.program.begin(), options.program.end());
   return argv;

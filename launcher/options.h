@@ -47,6 +47,9 @@ struct ElasticOptions {
   double timeout_s = 600;
 };
 
+// The wrapper's default peer grace; mpirun_command.cc passes --peer-grace only for another value.
+inline constexpr double kDefaultPeerGraceS = 2.0;
+
 struct LaunchOptions {
   // -np: number of ranks; 0 means "not given", which validation rejects.
   int num_ranks = 0;
@@ -83,6 +86,11 @@ struct LaunchOptions {
   // After the first rank fails, mpirun gets this long to stop the others before overlaprun
   // terminates it: a host that vanished from the network can keep mpirun waiting forever.
   double kill_grace_s = 10.0;
+  // After its program fails, a rank's wrapper reports the failure at once but ends (which makes
+  // mpirun abort the job) only this long later, or when mpirun stops it: the other ranks, which
+  // usually fail on their own within a second of a peer, get to print their own errors instead
+  // of being killed mid-way. 0 ends at once. Below kill_grace_s.
+  double peer_grace_s = kDefaultPeerGraceS;
   // When > 0 (at least 6), mpirun declares a host lost when its daemon there has not answered
   // for about this long (TCP keepalive on Open MPI's control connections, mpirun_command.cc), so
   // a host cut off from the network ends the job with its name. 0 keeps Open MPI's own (300 s

@@ -165,6 +165,25 @@ absl::Status SetKillGrace(absl::string_view option, const std::string& value, La
   return absl::OkStatus();
 }
 
+// 0 (end at once) up to a minute: the grace only has to cover the peers' own failure paths.
+absl::StatusOr<double> ParsePeerGrace(absl::string_view option, absl::string_view value) {
+  double s = 0;
+  if (!absl::SimpleAtod(value, &s) || !(s >= 0 && s <= 60)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(option, " '", value, "' is not a number of seconds in 0..60"));
+  }
+  return s;
+}
+
+absl::Status SetPeerGrace(absl::string_view option, const std::string& value, LaunchOptions& o) {
+  absl::StatusOr<double> s = ParsePeerGrace(option, value);
+  if (!s.ok()) {
+    return s.status();
+  }
+  o.peer_grace_s = *s;
+  return absl::OkStatus();
+}
+
 absl::Status SetHostTimeout(absl::string_view option, const std::string& value, LaunchOptions& o) {
   absl::StatusOr<double> s = ParseSeconds(option, value);
   if (!s.ok()) {
@@ -299,6 +318,7 @@ const OptionSpec kOptions[] = {
     {{"-x"}, true, AddForwarded},
     {{"--start-timeout"}, true, SetStartTimeout},
     {{"--kill-grace"}, true, SetKillGrace},
+    {{"--peer-grace"}, true, SetPeerGrace},
     {{"--host-timeout"}, true, SetHostTimeout},
     {{"--network-interface"}, true, SetNetworkInterface},
     {{"--rsh-agent"}, true, SetRshAgent},
@@ -411,9 +431,20 @@ bool SetByDriver(absl::string_view option) {
 absl::StatusOr<ParsedCommand> ParseArgs(absl::Span<const std::string> args) {
   ParsedCommand out;
   ArgReader reader(args);
-  // The wrapper mode is internal and only ever first: mpirun runs "overlaprun --rank-wrapper --".
+  // The wrapper mode is internal and only ever first: mpirun runs
+  // "overlaprun --rank-wrapper [--peer-grace S] --".
   if (!reader.Done() && reader.Peek() == "--rank-wrapper") {
     reader.TakeOption();
+    if (!reader.Done() && reader.Peek() == "--peer-grace") {
+      const std::string option = reader.TakeOption();
+      absl::StatusOr<std::string> value = reader.TakeValue(option);
+      if (!value.ok()) {
+        return value.status();
+      }
+      if (absl::Status s = SetPeerGrace(option, *value, out.options); !s.ok()) {
+        return s;
+      }
+    }
     if (!reader.Done() && reader.Peek() == "--") {
       reader.TakeOption();
     }

@@ -105,9 +105,18 @@ void Report(RankReport report) {
   (void)!write(STDERR_FILENO, line.data(), line.size());
 }
 
+// Waits up to `seconds`, returning early when a stop signal arrives (mpirun stopping the job
+// because it is over); signals interrupt the sleep, so that is seen at once.
+void Linger(double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (g_stop_requested == 0 && std::chrono::steady_clock::now() < until) {
+    usleep(20 * 1000);
+  }
+}
+
 }  // namespace
 
-int RunRankWrapper(const std::vector<std::string>& program) {
+int RunRankWrapper(const std::vector<std::string>& program, double peer_grace_s) {
   InstallForwarding();
   // If the daemon that started us dies, we hear about it and take the program down with us.
   prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -159,6 +168,7 @@ int RunRankWrapper(const std::vector<std::string>& program) {
     return 0;
   }
   Report(report);
+  Linger(peer_grace_s);
   return ExitStatusFor(report);
 }
 

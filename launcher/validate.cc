@@ -36,6 +36,16 @@ absl::Status CheckStallTimes(const LaunchOptions& o) {
   return absl::OkStatus();
 }
 
+// The wrapper's grace must end before overlaprun gives up on mpirun, or every failure would read
+// as a job mpirun could not stop.
+absl::Status CheckGraces(const LaunchOptions& o) {
+  if (o.wrap_ranks && o.peer_grace_s >= o.kill_grace_s) {
+    return absl::InvalidArgumentError(absl::StrCat("--peer-grace ", o.peer_grace_s,
+                                                   " must be below --kill-grace ", o.kill_grace_s));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckElastic(const LaunchOptions& o) {
   const ElasticOptions& e = o.elastic;
   if (o.num_ranks == 0) {
@@ -71,6 +81,9 @@ absl::Status CheckElastic(const LaunchOptions& o) {
         "no program given; usage: overlaprun --min-np N --host-discovery-script S [options] "
         "[--] program [args...]");
   }
+  if (absl::Status s = CheckGraces(o); !s.ok()) {
+    return s;
+  }
   return CheckStallTimes(o);
 }
 
@@ -88,6 +101,9 @@ absl::Status Validate(const LaunchOptions& o) {
         "no program given; usage: overlaprun -np N [options] [--] program [args...]");
   }
   if (absl::Status s = CheckSlots(o); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckGraces(o); !s.ok()) {
     return s;
   }
   return CheckStallTimes(o);

@@ -44,19 +44,19 @@ plan_checkpoint_srcs="runtime/plan/plan_checkpoint.cc runtime/planes/plan_delays
   collectives/buffer_ops.cc collectives/no_cuda.cc"
 declare -A SOURCES=(
   [messages_fuzz]="runtime/negotiation/messages.cc runtime/negotiation/matcher.cc collectives/dtype.cc"
-  [plan_fuzz]="scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc
+  [plan_fuzz]="scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc collectives/link_shares.cc
     collectives/dtype.cc"
-  [profile_fuzz]="scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc
+  [profile_fuzz]="scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc collectives/link_shares.cc
     collectives/dtype.cc"
   [compression_snapshot_fuzz]="$compression_srcs"
   [config_env_fuzz]="runtime/api/config.cc runtime/api/env_vars.cc $compression_srcs"
   [launcher_args_fuzz]="launcher/parse_args.cc launcher/hosts.cc launcher/runtime_flags.cc
     runtime/api/env_vars.cc"
   [hostfile_fuzz]="launcher/hosts.cc"
-  [plan_checkpoint_fuzz]="$plan_checkpoint_srcs runtime/negotiation/messages.cc collectives/dtype.cc
-    scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc"
+  [plan_checkpoint_fuzz]="$plan_checkpoint_srcs $compression_srcs
+    scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc collectives/link_shares.cc"
   [make_seeds]="runtime/negotiation/matcher.cc scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc
-    scheduler/cost_model.cc $compression_srcs $plan_checkpoint_srcs"
+    scheduler/cost_model.cc collectives/link_shares.cc $compression_srcs $plan_checkpoint_srcs"
 )
 targets=("$@")
 if ((${#targets[@]} == 0)); then
@@ -95,7 +95,11 @@ compile() {
 
 build() {
   local t=$1 objs=() src obj
+  local -A seen=()
   for src in tests/fuzz/$t.cc ${SOURCES[$t]}; do
+    # The tables share sources (a target taking two groups lists some twice); link each once.
+    [[ -n ${seen[$src]+x} ]] && continue
+    seen[$src]=1
     obj=$out/obj/$(echo "${src%.cc}" | tr / _).o
     compile "$src" "$obj"
     objs+=("$obj")

@@ -38,6 +38,13 @@ TEST_CASE("a local job: oversubscribe allowed, no binding, wrapped ranks", "[com
         "/opt/bin/overlaprun --rank-wrapper -- ./train --lr 0.1");
 }
 
+TEST_CASE("the wrapper gets --peer-grace only when it is not the default", "[command]") {
+  CHECK(absl::StrContains(Command({"-np", "2", "--peer-grace", "0.5", "./train"}),
+                          "/opt/bin/overlaprun --rank-wrapper --peer-grace 0.5 -- ./train"));
+  CHECK_FALSE(absl::StrContains(Command({"-np", "2", "--peer-grace", "2", "./train"}),
+                                "--peer-grace"));
+}
+
 TEST_CASE("hosts, agent, interface, TCP only and root", "[command]") {
   CHECK(Command({"-np", "4", "-H", "a:2,b:2", "--rsh-agent", "/x/agent.sh", "--tcp-only",
                  "--network-interface", "10.77.0.0/24", "--no-rank-wrapper", "prog"},

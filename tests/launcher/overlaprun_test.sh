@@ -56,7 +56,7 @@ for opt in -np -H --hostfile --dry-run --network-interface -x --fusion-threshold
   --log-level --stall-warning --stall-timeout --collective-timeout --planner --compression \
   --cycle-time-ms --plan-after-steps --profile-steps --staleness --max-period --budget \
   --partition-mb --credit-mb --replan-drift StartForward \
-  --start-timeout --oversubscribe --rsh-agent --tcp-only --kill-grace --mpi-args examples:; do
+  --start-timeout --oversubscribe --rsh-agent --tcp-only --kill-grace --peer-grace --mpi-args examples:; do
   grep -q -- "$opt" "$T/help" || fail "--help does not mention $opt"
 done
 
@@ -116,8 +116,28 @@ report_re() { echo "^@@overlaprun-rank-end@@ rank=3 host=$(hostname) pid=[0-9]* 
 wrapper sh -c 'exit 0'; rc=$?
 [ "$rc" -eq 0 ] && [ "$(cat "$T/err")" = "@@overlaprun-rank-start@@ rank=3" ] ||
   fail "wrapper success: status $rc, stderr '$(cat "$T/err")'"
+start=$(date +%s%3N)
 wrapper sh -c 'exit 9'; rc=$?
+took=$(( $(date +%s%3N) - start ))
 [ "$rc" -eq 9 ] && grep -q "$(report_re exit 9 0)" "$T/err" || fail "wrapper exit: status $rc, '$(cat "$T/err")'"
+# After a failure the wrapper lingers for the peer grace (default 2 s) so that mpirun's abort
+# does not cut off the other ranks' own errors; --peer-grace 0 ends at once.
+[ "$took" -ge 1900 ] || fail "wrapper ended $took ms after its program failed, before the 2 s peer grace"
+start=$(date +%s%3N)
+OMPI_COMM_WORLD_RANK=3 timeout 30 "$O" --rank-wrapper --peer-grace 0 -- sh -c 'exit 9' 2>"$T/err"; rc=$?
+took=$(( $(date +%s%3N) - start ))
+[ "$rc" -eq 9 ] && [ "$took" -lt 1500 ] || fail "wrapper --peer-grace 0: status $rc after $took ms"
+# The report is written before the grace, and mpirun's SIGTERM ends the grace at once.
+OMPI_COMM_WORLD_RANK=3 "$O" --rank-wrapper --peer-grace 30 -- sh -c 'exit 9' 2>"$T/err" &
+pid=$!
+for _ in $(seq 50); do grep -q "how=exit" "$T/err" && break; sleep 0.1; done
+grep -q "$(report_re exit 9 0)" "$T/err" || fail "no report before the peer grace: '$(cat "$T/err")'"
+start=$(date +%s%3N)
+kill -TERM $pid
+wait $pid
+rc=$?
+took=$(( $(date +%s%3N) - start ))
+[ "$rc" -eq 9 ] && [ "$took" -lt 1000 ] || fail "wrapper in its peer grace: status $rc $took ms after SIGTERM"
 wrapper sh -c 'kill -9 $$'; rc=$?
 [ "$rc" -eq 137 ] && grep -q "$(report_re signal 9 0)" "$T/err" || fail "wrapper SIGKILL: status $rc, '$(cat "$T/err")'"
 wrapper /no/such/program; rc=$?

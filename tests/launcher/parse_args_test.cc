@@ -254,6 +254,13 @@ TEST_CASE("--help and the internal rank wrapper mode", "[parse]") {
   CHECK(wrapper->mode == ParsedCommand::Mode::kRankWrapper);
   CHECK(wrapper->options.program == std::vector<std::string>{"prog", "-np", "3"});
   CHECK(Parse({"--rank-wrapper"}).status().message() == "--rank-wrapper needs a program");
+  CHECK(wrapper->options.peer_grace_s == 2.0);
+  auto graced = Parse({"--rank-wrapper", "--peer-grace", "0.5", "--", "prog"});
+  REQUIRE(graced.ok());
+  CHECK(graced->options.peer_grace_s == 0.5);
+  CHECK(graced->options.program == std::vector<std::string>{"prog"});
+  CHECK(Parse({"--rank-wrapper", "--peer-grace", "-1", "--", "prog"}).status().message() ==
+        "--peer-grace '-1' is not a number of seconds in 0..60");
 }
 
 }  // namespace

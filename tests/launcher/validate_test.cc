@@ -37,6 +37,14 @@ TEST_CASE("the stall timeout cannot come before the warning", "[validate]") {
   CHECK(Check({"-np", "2", "--stall-warning", "10", "--stall-timeout", "10", "prog"}).empty());
 }
 
+TEST_CASE("the peer grace ends before the kill grace", "[validate]") {
+  CHECK(Check({"-np", "2", "--kill-grace", "2", "prog"}) ==
+        "--peer-grace 2 must be below --kill-grace 2");
+  CHECK(Check({"-np", "2", "--kill-grace", "2", "--peer-grace", "0", "prog"}).empty());
+  // Without the wrapper nothing lingers, so nothing to order.
+  CHECK(Check({"-np", "2", "--kill-grace", "1", "--no-rank-wrapper", "prog"}).empty());
+}
+
 }  // namespace
 TEST_CASE("elastic jobs: bounds, hosts and a program", "[validate][elastic]") {
   CHECK(Check({"--min-np", "2", "--host-discovery-script", "./h.sh", "prog"}).empty());
