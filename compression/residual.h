@@ -65,6 +65,8 @@ class ResidualMemory {
 
   // Null when the tensor has no state yet.
   const ResidualState* Find(int64_t tensor_id) const;
+  // Frees the tensor's state; its next Get starts from zeros. A no-op when it has none.
+  void Erase(int64_t tensor_id) { states_.erase(tensor_id); }
   size_t num_tensors() const { return states_.size(); }
 
   // Binary snapshot of every state (residual and aux, not scratch) plus the configuration.

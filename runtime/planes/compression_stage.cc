@@ -355,6 +355,23 @@ void CompressionStage::ReleaseDeviceState() {
   for (auto& [spec, config] : configs_) config.cuda.reset();
 }
 
+size_t CompressionStage::Release(const std::vector<std::string>& names) {
+  absl::MutexLock lock(&mu_);
+  size_t bytes = 0;
+  for (const std::string& name : names) {
+    const int64_t id = CompressionTensorId(name, 0);
+    for (auto& [spec, config] : configs_) {
+      if (const compress::ResidualState* state = config.memory->Find(id)) {
+        bytes += (state->size() + state->aux().size()) * sizeof(float);
+        config.memory->Erase(id);
+      }
+      if (config.cuda != nullptr) bytes += config.cuda->Release(id);
+      config.steps.erase(id);
+    }
+  }
+  return bytes;
+}
+
 absl::StatusOr<std::string> CompressionStage::Save() {
   absl::MutexLock lock(&mu_);
   for (auto& [spec, config] : configs_) {

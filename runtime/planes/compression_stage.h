@@ -95,6 +95,12 @@ class CompressionStage {
   // plane's shutdown): the next CUDA tensor starts from zero.
   void ReleaseDeviceState();
 
+  // Frees what the single-tensor operations `names` keep, under every configuration, on the host
+  // and the device: their residuals and reduction counts (a replaced plan's bucket keys, which
+  // no later plan reuses unless it has the same bucket). None of them may be in flight. Returns
+  // the host and device residual bytes freed.
+  size_t Release(const std::vector<std::string>& names);
+
   // Every residual (with the compressor configuration it belongs to), for a checkpoint: the
   // device's are copied to the host first, which can fail.
   absl::StatusOr<std::string> Save();

@@ -154,6 +154,15 @@ class Kernels : public CudaCompressor {
     return compress::cuda::EfSignDecodeAdd(payload, out, n, stream);
   }
 
+  size_t Release(int64_t id) override {
+    auto it = residuals_.find(id);
+    if (it == residuals_.end()) return 0;
+    cudaStreamSynchronize(it->second.stream);
+    const size_t bytes = it->second.n * sizeof(float);
+    residuals_.erase(it);
+    return bytes;
+  }
+
   absl::Status CopyResidualsTo(compress::ResidualMemory& memory) override {
     for (auto& [id, kept] : residuals_) {
       absl::StatusOr<compress::ResidualState*> state = memory.Get(id, kept.n);

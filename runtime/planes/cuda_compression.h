@@ -65,6 +65,10 @@ class CudaCompressor {
   // Copies every residual into `memory` (created there at its size), after the work queued on
   // the stream that last used it. For checkpoints, taken between steps.
   virtual absl::Status CopyResidualsTo(compress::ResidualMemory& memory) = 0;
+
+  // Frees tensor `id`'s residual once the work queued on the stream that last used it is done;
+  // its next Compress starts from zeros. Returns the bytes freed (0 when it had none).
+  virtual size_t Release(int64_t id) = 0;
 };
 
 }  // namespace overlap

@@ -87,6 +87,7 @@ PlaneContext PlannedMode::PlanesContext(const PlaneContext& context) {
 void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>& already_agreed,
                          absl::Duration step_time) {
   plan.Index();
+  if (plan_ != nullptr) ReleaseResiduals(*plan_, plan);
   plan_ = std::make_shared<const ExecutablePlan>(std::move(plan));
   entry_of_.clear();
   planned_ids_.clear();
@@ -132,6 +133,25 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
   wants_unfreeze_ = false;
   spdlog::info("overlap: rank {}: planned execution ({}) of {} tensors in {} buckets", rank_,
                plan_->source, plan_->entries.size(), plan_->buckets.size());
+}
+
+void PlannedMode::ReleaseResiduals(const ExecutablePlan& old_plan, const ExecutablePlan& new_plan) {
+  if (compression_ == nullptr) return;
+  absl::flat_hash_set<std::string> kept;
+  for (const ExecBucket& b : new_plan.buckets) {
+    if (!b.compression_key.empty()) kept.insert(b.compression_key);
+  }
+  std::vector<std::string> retired;
+  for (const ExecBucket& b : old_plan.buckets) {
+    if (!b.compression_key.empty() && !kept.contains(b.compression_key)) {
+      retired.push_back(b.compression_key);
+    }
+  }
+  if (retired.empty()) return;
+  const size_t bytes = compression_->Release(retired);
+  spdlog::info("overlap: rank {}: freed {} bytes of residuals of {} compressed buckets of the {} "
+               "plan the new one replaces",
+               rank_, bytes, retired.size(), old_plan.source);
 }
 
 std::vector<PendingOp> PlannedMode::Unfreeze() {

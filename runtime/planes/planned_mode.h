@@ -41,7 +41,9 @@
 // Buffers: a sliced bucket packs into (and an all-gather gathers into) a buffer on its tensors'
 // device kept for that bucket across passes (the bucket runner's pool), so a step pays the copy
 // but not a fresh allocation's zero-fill and page faults; the plan in force keeps about one
-// gradient's worth (buffer_bytes on the host, device_buffer_bytes on the GPU).
+// gradient's worth (buffer_bytes on the host, device_buffer_bytes on the GPU). A compressed
+// bucket's error-feedback residual (kept by the compression stage under the bucket's slices) is
+// freed when a plan without that bucket is frozen.
 //
 // Join: a joined rank starts each next bucket with zeros (and whatever it submitted before
 // joining). When a bucket's check shows every rank joined, that bucket was all zeros, nobody
@@ -282,6 +284,11 @@ class PlannedMode {
   // The context of the planes this executor makes: `context`'s, with the planned executor's
   // settings (PlaneConfig) and completions through OnDataDone.
   PlaneContext PlanesContext(const PlaneContext& context);
+  // At a freeze (nothing of the old plan in flight): frees the error-feedback residuals of
+  // `old_plan`'s compressed buckets that `new_plan` has no bucket for. They are keyed by their
+  // slices, so no other bucket would read them, and each replaced plan (auto's trials, a re-plan
+  // on drift) would otherwise keep up to a gradient's worth on its device.
+  void ReleaseResiduals(const ExecutablePlan& old_plan, const ExecutablePlan& new_plan);
   void Advance();
   // Delayed plans: moves `entry`'s next copy into the plan once its previous one is through.
   void Feed(int entry);

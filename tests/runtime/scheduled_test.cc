@@ -254,6 +254,9 @@ TEST_CASE("a scheduled plan is adopted by every rank and keeps every sum exact")
     absl::StatusOr<std::string> residuals = SaveCompressionState();
     REQUIRE(residuals.ok());
     REQUIRE(residuals->size() >= 2 * 4 * elements);
+    // And no more: a plan replaced on the way (auto's trials) left no residuals behind.
+    INFO("plans scheduled: " << stats.plans_scheduled);
+    REQUIRE(residuals->size() < 3 * 4 * elements);
   } else {
     REQUIRE(stats.plan_compressed_buckets == 0);
   }
