@@ -42,21 +42,22 @@ compression_srcs="runtime/planes/compression_stage.cc runtime/planes/no_cuda_com
 plan_checkpoint_srcs="runtime/plan/plan_checkpoint.cc runtime/planes/plan_delays.cc runtime/plan/executable_plan.cc
   runtime/planes/buffer_pool.cc runtime/plan/launch_units.cc runtime/api/tensor.cc collectives/scaling.cc
   collectives/buffer_ops.cc collectives/no_cuda.cc"
+# The scheduler's cost model, and the plan format on top of it: one group each, so a new
+# dependency of theirs is added once.
+cost_model_srcs="scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc
+  collectives/link_shares.cc collectives/dtype.cc"
+plan_srcs="scheduler/plan.cc $cost_model_srcs"
 declare -A SOURCES=(
   [messages_fuzz]="runtime/negotiation/messages.cc runtime/negotiation/matcher.cc collectives/dtype.cc"
-  [plan_fuzz]="scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc collectives/link_shares.cc
-    collectives/dtype.cc"
-  [profile_fuzz]="scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc collectives/link_shares.cc
-    collectives/dtype.cc"
+  [plan_fuzz]="$plan_srcs"
+  [profile_fuzz]="$cost_model_srcs"
   [compression_snapshot_fuzz]="$compression_srcs"
   [config_env_fuzz]="runtime/api/config.cc runtime/api/env_vars.cc $compression_srcs"
   [launcher_args_fuzz]="launcher/parse_args.cc launcher/hosts.cc launcher/runtime_flags.cc
     runtime/api/env_vars.cc"
   [hostfile_fuzz]="launcher/hosts.cc"
-  [plan_checkpoint_fuzz]="$plan_checkpoint_srcs $compression_srcs
-    scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc scheduler/cost_model.cc collectives/link_shares.cc"
-  [make_seeds]="runtime/negotiation/matcher.cc scheduler/plan.cc scheduler/profile.cc scheduler/json_util.cc
-    scheduler/cost_model.cc collectives/link_shares.cc $compression_srcs $plan_checkpoint_srcs"
+  [plan_checkpoint_fuzz]="$plan_checkpoint_srcs $compression_srcs $plan_srcs"
+  [make_seeds]="runtime/negotiation/matcher.cc $plan_srcs $compression_srcs $plan_checkpoint_srcs"
 )
 targets=("$@")
 if ((${#targets[@]} == 0)); then
