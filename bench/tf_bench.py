@@ -6,8 +6,11 @@ start the same way, one per host); rank 0 prints one JSON line.
   python3 bench/tf_bench.py --system overlap --model vgg16          # OVERLAP_PLANNER=deft ...
   python3 bench/tf_bench.py --system mwms --model vgg16 --workers 10.77.0.1,10.77.0.2,...
 
-overlap: a tf.function step with DistributedGradientTape (each gradient's allreduce starts when
-backward produces it) and the SleepOptimizer. mwms: the same model and optimizer built in the
+overlap: a tf.function step with the SleepOptimizer wrapped by the Keras DistributedOptimizer
+(`--api optimizer`, the default: each gradient's allreduce starts when backward produces it, and
+under the planners that plan forward windows each layer's update waits until just before its
+next forward, docs/tensorflow.md "Updates at forward"), or fed by DistributedGradientTape
+(`--api tape`: every update is applied in the step). mwms: the same model and optimizer built in the
 strategy's scope, the same step under strategy.run; Keras' optimizer sums the gradients with the
 strategy's collective all-reduce (ring, gRPC between workers), as model.fit would. The rank and
 size come from Open MPI's environment; MWMS's TF_CONFIG lists one worker per rank at
@@ -45,6 +48,8 @@ def parse_args(argv):
     p.add_argument("--workers", default="", help="mwms: the hosts of ranks 0..n-1, comma-separated "
                                                  "(default: 127.0.0.1 for every rank)")
     p.add_argument("--port", type=int, default=23456, help="mwms: rank r listens on port + r")
+    p.add_argument("--api", default="optimizer", choices=["optimizer", "tape"],
+                   help="overlap: the Keras DistributedOptimizer or DistributedGradientTape")
     return p.parse_args(argv)
 
 
@@ -54,9 +59,10 @@ def mpi_rank_size():
 
 
 class Overlap:
-    def __init__(self):
+    def __init__(self, api):
         import overlap.tensorflow as hvd
         self.hvd = hvd
+        self.api = api
         hvd.init()
         self.rank, self.size = hvd.rank(), hvd.size()
 
@@ -65,11 +71,18 @@ class Overlap:
 
     def make_step(self, model, optimizer, x):
         hvd = self.hvd
+        if self.api == "optimizer":
+            optimizer = hvd.DistributedOptimizer(optimizer)
+            self.update_at_forward = optimizer._overlap_deferred is not None
 
         @tf.function
         def step():
-            with hvd.DistributedGradientTape(tf.GradientTape()) as tape:
-                loss = tf.reduce_sum(model(x))
+            if self.api == "tape":
+                with hvd.DistributedGradientTape(tf.GradientTape()) as tape:
+                    loss = tf.reduce_sum(model(x))
+            else:
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_sum(model(x))
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return step
@@ -153,7 +166,7 @@ class Mwms:
 
 def main(argv):
     args = parse_args(argv)
-    system = Overlap() if args.system == "overlap" else Mwms(args.workers, args.port)
+    system = Overlap(args.api) if args.system == "overlap" else Mwms(args.workers, args.port)
     profile = tf_models.load_profile(args.model)
     rate = parse_rate(args.link_rate)
     ts, s = tf_models.choose_scaling(profile, system.size, rate, args.target_step_ms)
@@ -204,6 +217,9 @@ def main(argv):
               "grad_bytes": grad_bytes, "tensors": len(model.trainable_variables),
               "compute_ms": round(compute, 3), "comm_bound_ms": round(comm, 3),
               "ideal_ms": round(max(compute, comm), 3)}
+    if args.system == "overlap":
+        result["api"] = args.api
+        result["update_at_forward"] = getattr(system, "update_at_forward", False)
     stats = system.runtime_stats()
     if stats is not None:
         result["runtime"] = stats

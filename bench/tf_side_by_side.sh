@@ -3,14 +3,17 @@
 # namespace cluster, in one run (issue 12, "Side by side"). Needs root (or --localhost).
 #
 #   bench/tf_side_by_side.sh [--models vgg16,bert-base] [--systems overlap,mwms]
-#       [--planners LIST] [--rate 1gbit] [--steps N] [--warmup N] [--target-step-ms MS]
+#       [--planners LIST] [--apis optimizer,tape] [--rate 1gbit] [--steps N] [--warmup N] [--target-step-ms MS]
 #       [--out FILE] [--bazel-bin DIR] [--localhost] [--quiet-wait SECONDS] [--lock-wait SECONDS]
 #
 # Systems:
 #   overlap  overlap.tensorflow (python/, liboverlap.so, the op library compiled for this
-#            TensorFlow), DistributedGradientTape in tf.function, once per planner of --planners
+#            TensorFlow), a tf.function step, once per planner of --planners
 #            (default observed,wfbp,fusion,mgwfbp,bytescheduler,usbyte,dear,deft,deft-s1,auto;
-#            deft-sN: deft with staleness N and update periods up to 4, delayed updates)
+#            deft-sN: deft with staleness N and update periods up to 4, delayed updates) and API
+#            of --apis: "optimizer" (default), the Keras DistributedOptimizer, which updates at
+#            forward under the planners that plan forward windows; "tape",
+#            DistributedGradientTape feeding the optimizer, every update in the step
 #   mwms     tf.distribute.MultiWorkerMirroredStrategy (RING collectives over gRPC), TF_CONFIG
 #            with one worker per rank on the ranks' hosts, ports 23456 + rank
 # The model (bench/tf_models.py): the profile's layers with real shapes (first dimension scaled)
@@ -32,7 +35,7 @@ die() { echo "tf_side_by_side.sh: $*" >&2; exit 1; }
 note() { echo "tf_side_by_side.sh: $*" >&2; }
 
 models=vgg16,bert-base systems=overlap,mwms rate=1gbit steps=20 warmup=25 target=1000
-planners=observed,wfbp,fusion,mgwfbp,bytescheduler,usbyte,dear,deft,deft-s1,auto
+planners=observed,wfbp,fusion,mgwfbp,bytescheduler,usbyte,dear,deft,deft-s1,auto apis=optimizer
 out=$ROOT/docs/data/tf_side_by_side.jsonl bazel_bin="" localhost=0 quiet_wait=300 lock_wait=3600
 max_busy=0.25
 while (($#)); do
@@ -40,6 +43,7 @@ while (($#)); do
     --models) models=${2:-}; shift 2 || die "--models needs a list" ;;
     --systems) systems=${2:-}; shift 2 || die "--systems needs a list" ;;
     --planners) planners=${2:-}; shift 2 || die "--planners needs a list" ;;
+    --apis) apis=${2:-}; shift 2 || die "--apis needs a list" ;;
     --rate) rate=${2:-}; shift 2 || die "--rate needs a value like 1gbit" ;;
     --steps) steps=${2:-}; shift 2 || die "--steps needs a number" ;;
     --warmup) warmup=${2:-}; shift 2 || die "--warmup needs a number" ;;
@@ -49,7 +53,7 @@ while (($#)); do
     --localhost) localhost=1; shift ;;
     --quiet-wait) quiet_wait=${2:-}; shift 2 || die "--quiet-wait needs seconds" ;;
     --lock-wait) lock_wait=${2:-}; shift 2 || die "--lock-wait needs seconds" ;;
-    -h | --help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
@@ -57,6 +61,7 @@ done
 read -r -a model_list <<<"${models//,/ }"
 read -r -a system_list <<<"${systems//,/ }"
 read -r -a planner_list <<<"${planners//,/ }"
+read -r -a api_list <<<"${apis//,/ }"
 
 # ---- a private copy of everything a run needs: others edit and build in this tree meanwhile ----
 if [ -z "$bazel_bin" ]; then
@@ -118,15 +123,16 @@ wait_quiet() {  # until the shared CPU is mostly idle, at most quiet_wait second
 }
 
 failed=0
-# run SYSTEM PLANNER MODEL: one job of 4 ranks; appends its JSON line.
+# run SYSTEM PLANNER MODEL [API]: one job of 4 ranks; appends its JSON line.
 run() {
-  local system=$1 planner=$2 model=$3 env_args=(OMP_NUM_THREADS=1 TF_CPP_MIN_LOG_LEVEL=2
+  local system=$1 planner=$2 model=$3 api=${4:-} env_args=(OMP_NUM_THREADS=1 TF_CPP_MIN_LOG_LEVEL=2
     TF_NUM_INTRAOP_THREADS=1 TF_ENABLE_ONEDNN_OPTS=0) mpi_args="" args=()
   case $system in
     overlap)
       env_args+=(PYTHONPATH="$BIN/python" OVERLAP_LIBRARY="$BIN/liboverlap.so" OVERLAP_TF_OPS_LIBRARY="$ops")
       # The ring for non-blocking allreduce, as bench/torch_side_by_side.sh.
       mpi_args="--mca coll_libnbc_iallreduce_algorithm 1"
+      args+=(--api "$api")
       if [[ $planner =~ ^deft-s([0-9]+)$ ]]; then
         env_args+=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}" OVERLAP_MAX_PERIOD=4)
       else
@@ -135,9 +141,9 @@ run() {
     mwms) args+=(--workers "$workers") ;;
     *) die "unknown system '$system' (overlap, mwms)" ;;
   esac
-  local log=$LOG/$system-${planner:-none}-$model.log busy rc=0 line
+  local log=$LOG/$system-${planner:-none}${api:+-$api}-$model.log busy rc=0 line
   busy=$(wait_quiet)
-  note "$system ${planner:+($planner) }$model ($(date -u +%H:%M:%S) UTC, CPU busy before: $busy, load $(cut -d' ' -f1-3 /proc/loadavg))"
+  note "$system ${planner:+($planner${api:+, $api}) }$model ($(date -u +%H:%M:%S) UTC, CPU busy before: $busy, load $(cut -d' ' -f1-3 /proc/loadavg))"
   local limit=$((300 + (warmup + steps) * target * 4 / 1000))
   local cmd=("$BIN/overlaprun" "${mpi[@]}" --collective-timeout 120
     -x OMP_NUM_THREADS -x TF_CPP_MIN_LOG_LEVEL -x TF_NUM_INTRAOP_THREADS -x TF_ENABLE_ONEDNN_OPTS
@@ -160,15 +166,17 @@ run() {
     ((rc != 124)) || reason="timed out after ${limit} s; $reason"
     note "$system $planner $model failed (status $rc; log $log): $reason"
     failed=$((failed + 1))
-    "$PY" -c 'import json, sys; print(json.dumps({"system": sys.argv[1], "planner": sys.argv[2] or None, "model": sys.argv[3], "error": sys.argv[4]}))' \
-      "$system" "$planner" "$model" "$reason" | tee -a "$out"
+    "$PY" -c 'import json, sys; print(json.dumps({"system": sys.argv[1], "planner": sys.argv[2] or None, "model": sys.argv[3], "api": sys.argv[5] or None, "error": sys.argv[4]}))' \
+      "$system" "$planner" "$model" "$reason" "$api" | tee -a "$out"
   fi
 }
 
 for model in "${model_list[@]}"; do
   for system in "${system_list[@]}"; do
     if [ "$system" = overlap ]; then
-      for planner in "${planner_list[@]}"; do run overlap "$planner" "$model"; done
+      for planner in "${planner_list[@]}"; do
+        for api in "${api_list[@]}"; do run overlap "$planner" "$model" "$api"; done
+      done
     else
       run "$system" "" "$model"
     fi

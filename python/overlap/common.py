@@ -31,6 +31,14 @@ _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: 
              Product: "Product"}
 
 
+# Planners whose plans update each layer just before its forward (scheduler/plan.h,
+# layerwise_update: ByteScheduler's, US-Byte's, DeAR's and DeFT's semantics), and auto, which may
+# pick one of them: under them the adapters' DistributedOptimizers update at forward unless told
+# otherwise, so the runtime runs the plan the simulator predicted and profiles each layer's real
+# first use.
+FORWARD_WINDOW_PLANNERS = ("bytescheduler", "usbyte", "dear", "deft", "auto")
+
+
 def core_reduce_op(op):
     """The runtime's reduction code (overlap::ReduceOp) for one of Horovod's op values; Average
     when op is None. Unknown values raise ValueError naming the rank."""

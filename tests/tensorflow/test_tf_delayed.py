@@ -13,9 +13,10 @@ Every step is checked against this, the phase f of each variable being inferred 
 update and held to after. A step without an update must leave the variable and its momentum
 slot as they were; one with an update must move both as SGD with momentum does with exactly that
 gradient. A metric allreduced in every step must carry that step's own sum throughout (only
-gradients are delayed). The steps cycle through four ways of training that submit the same tensors:
-DistributedGradientTape feeding a plain Keras optimizer and the Keras DistributedOptimizer, each
-inside tf.function and eagerly (five entries, so that with p = 2 every way meets steps with and
+gradients are delayed). The steps cycle through six ways of training that submit the same tensors:
+DistributedGradientTape feeding a plain Keras optimizer, the Keras DistributedOptimizer, and
+the same with update_at_forward (its pending updates applied at the end of the step), each
+inside tf.function and eagerly (seven entries, so that with p = 2 every way meets steps with and
 without an update).
 """
 
@@ -28,7 +29,8 @@ import tensorflow as tf
 STEPS = 48
 LR = 0.1
 MOMENTUM = 0.9
-WAYS = ["tape-function", "tape-eager", "keras-function", "keras-eager", "tape-function"]
+WAYS = ["tape-function", "tape-eager", "keras-function", "keras-eager", "deferred-function",
+        "deferred-eager", "tape-function"]
 
 
 def schedule():
@@ -77,12 +79,21 @@ class Ways:
         self.hvd, self.variables = hvd, variables
         self.plain = keras.optimizers.SGD(LR, momentum=MOMENTUM)
         # Delivery is checked here, so no staleness correction (test_tf_staleness.py checks it).
+        # (deft would update at forward by default; this way applies in the step.)
         self.wrapped = hvd.DistributedOptimizer(keras.optimizers.SGD(LR, momentum=MOMENTUM),
-                                                staleness_correction="off")
+                                                staleness_correction="off",
+                                                update_at_forward=False)
+        # Updates at forward (layerwise.py), applied at the end of each step here (these
+        # variables belong to no layer): the flag comes from the deferred allreduce's finish.
+        self.deferred = hvd.DistributedOptimizer(keras.optimizers.SGD(LR, momentum=MOMENTUM),
+                                                 staleness_correction="off",
+                                                 update_at_forward=True)
         self.plain.build(variables)
         self.wrapped.build(variables)
+        self.deferred.build(variables)
         self.tape_function = tf.function(self.tape_step)
         self.keras_function = tf.function(self.keras_step)
+        self.deferred_function = tf.function(self.deferred_step)
 
     def tape_step(self, x, y):
         with self.hvd.DistributedGradientTape(tf.GradientTape(),
@@ -100,12 +111,23 @@ class Ways:
         self.wrapped.apply(grads, self.variables)
         return [tf.constant(True)]  # the wrapped optimizer keeps its flags to itself
 
+    def deferred_step(self, x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_of(self.variables, x, y)
+        grads = tape.gradient(loss, self.variables)
+        self.deferred.apply(grads, self.variables)
+        self.deferred.apply_pending_updates()
+        return [tf.constant(True)]
+
     def optimizer(self, way):
-        return self.plain if way.startswith("tape") else self.wrapped
+        return {"tape": self.plain, "keras": self.wrapped,
+                "deferred": self.deferred}[way.split("-")[0]]
 
     def run(self, way, x, y):
         step = {"tape-function": self.tape_function, "tape-eager": self.tape_step,
-                "keras-function": self.keras_function, "keras-eager": self.keras_step}[way]
+                "keras-function": self.keras_function, "keras-eager": self.keras_step,
+                "deferred-function": self.deferred_function,
+                "deferred-eager": self.deferred_step}[way]
         return [bool(f) for f in step(tf.constant(x), tf.constant(y))]
 
 

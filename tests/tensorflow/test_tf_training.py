@@ -216,6 +216,7 @@ def test_from_config_and_a_saved_model_give_working_distributed_optimizers(khvd,
         assert copy.get_config() == opt.get_config()
         v = tf.Variable([1.0])
         copy.apply_gradients([(tf.constant([float(r + 1)]), v)])
+        copy.apply_pending_updates()  # under a planner that updates at forward
         close(v.numpy(), [1.0 - 0.1 * sum(k + 1 for k in range(n))], "a from_config copy's step")
 
     x, y = data(r, rows=8, seed=5)
@@ -404,6 +405,7 @@ def test_keras_optimizer_local_variables(khvd):
     for step in range(2):
         opt.apply_gradients([(tf.constant([float(r), 1.0]), shared),
                              (tf.constant([float(r + 1)]), local)])
+        opt.apply_pending_updates()  # under a planner that updates at forward
         mean = sum(range(n)) / n
         close(shared.numpy(), [1.0 - (step + 1) * mean, 2.0 - (step + 1)], "shared variable")
         close(local.numpy(), [3.0 - (step + 1) * (r + 1) / n], "local variable")

@@ -14,9 +14,10 @@ DistributedOptimizer place step markers, so the runtime's planners see the step'
 
 from overlap import _core  # noqa: F401 (hvd._core: the binding, for tests and debugging)
 from overlap.basics import init as _init
+from overlap.basics import shutdown as _shutdown_runtime
 from overlap.basics import (cross_rank, cross_size, is_homogeneous, is_initialized,
                              local_rank, local_size, rank, restore_compression_state,
-                             save_compression_state, shutdown, size, start_timeline, stats,
+                             save_compression_state, size, start_timeline, stats,
                              stop_timeline)
 from overlap.common import (Adasum, Average, HorovodInternalError, HostsUpdatedInterrupt, Max,
                             Min, Product, ProcessSet, Sum, add_process_set, ccl_built,
@@ -47,6 +48,15 @@ def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=
     optimizers skip a variable in the steps that bring it none (delayed_updates.py)."""
     _init(comm, process_sets, planner=planner, staleness=staleness, max_period=max_period,
           compression=compression, profile_steps=profile_steps, timeline=timeline)
+
+
+def shutdown():
+    """Applies the updates the Keras DistributedOptimizer deferred (update_at_forward),
+    finishes pending operations and stops the runtime (collective)."""
+    if is_initialized():
+        from overlap.tensorflow import layerwise
+        layerwise.apply_all_pending_updates()
+    _shutdown_runtime()
 
 
 def __getattr__(name):

@@ -25,8 +25,8 @@ import tempfile
 LIBRARY_NAME = "liboverlap_tf_ops.so"
 KEY_NAME = LIBRARY_NAME + ".key"
 NATIVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native")
-SOURCES = ["ops.cc", "kernels.cc", "step_markers.cc", "waiter.cc"]
-HEADERS = ["core_tensor.h", "waiter.h"]
+SOURCES = ["ops.cc", "kernels.cc", "pending.cc", "step_markers.cc", "waiter.cc"]
+HEADERS = ["core_tensor.h", "pending.h", "waiter.h"]
 
 
 def c_api_header_dir():

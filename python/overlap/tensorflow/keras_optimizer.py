@@ -10,13 +10,17 @@ Inside model.fit's tf.function each gradient's allreduce starts when backward pr
 gradient. The wrapper places the step markers: the forward at the start of the step function,
 the backward at the first gradient backward produces (the last layer's), the update once all
 gradients are in.
+
+With update_at_forward (the default under the planners that plan forward windows), apply()
+submits the allreduces and returns; each variable's update is applied just before its layer's
+next forward (layerwise.py).
 """
 
 import tensorflow as tf
 
 from overlap import _core
-from overlap.common import Adasum, Average, global_process_set
-from overlap.tensorflow import step_markers
+from overlap.common import FORWARD_WINDOW_PLANNERS, Adasum, Average, global_process_set
+from overlap.tensorflow import delayed_updates, layerwise, step_markers
 from overlap.tensorflow.compression import Compression
 from overlap.tensorflow.gradients import GradientReducer
 
@@ -30,12 +34,63 @@ class _DistributedOptimizer:
                          else self._trainable_variables)
         if grads and self._overlap_reducer.op == Adasum:
             return self._apply_adasum(grads, variables, trainable_variables)
+        if grads and self._overlap_deferred is not None:
+            return self._apply_deferred(grads, variables)
         if grads:
             step_markers.forward()
             # Keras lists variables in layer order, so backward produces the last one's first.
             first = next((g for g in reversed(grads) if g is not None), None)
             grads = self._overlap_reducer.reduce(grads, variables, backward_after=[first])
         return super().apply(grads, trainable_variables)
+
+    _overlap_deferred = None       # layerwise.DeferredUpdates with update_at_forward
+    _overlap_learning_rate = None  # the pending step's learning rate, while it is applied
+
+    def build(self, variables):
+        super().build(variables)
+        if self._overlap_deferred is not None:
+            self._overlap_deferred.register(variables)
+
+    def _get_current_learning_rate(self):
+        if self._overlap_learning_rate is not None:
+            return self._overlap_learning_rate
+        return super()._get_current_learning_rate()
+
+    def apply_pending_updates(self):
+        """Applies the updates apply() deferred (update_at_forward) now. Needed only before
+        reading variables other than through a layer's forward, model.save(), save_weights()
+        or get_weights() right after a step (layerwise.py)."""
+        if self._overlap_deferred is not None:
+            self._overlap_deferred.apply_pending()
+
+    def _apply_deferred(self, grads, variables):
+        """update_at_forward: submits each gradient that can wait (dense, floating-point, not
+        local, not in a group) and applies the others now (layerwise.py)."""
+        import keras
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(variables)
+            self.built = True
+        reducer = self._overlap_reducer
+        step_markers.forward()
+        first = next((g for g in reversed(grads) if g is not None), None)
+        step_markers.backward(after=[first])
+        groups = reducer._group_of(variables)
+        deferrable = set()
+        for i, (g, v) in enumerate(zip(grads, variables)):
+            if (g is None or reducer.is_local(v) or i in groups or not tf.as_dtype(v.dtype).is_floating or
+                    (isinstance(g, tf.IndexedSlices) and not reducer.sparse_as_dense)):
+                continue
+            if isinstance(g, tf.IndexedSlices):
+                grads[i] = tf.convert_to_tensor(g)
+            deferrable.add(i)
+        others = [i for i, g in enumerate(grads) if g is not None and i not in deferrable]
+        if others:
+            done = reducer.reduce([grads[i] for i in others], [variables[i] for i in others])
+            for i, g in zip(others, done):
+                grads[i] = g
+        step_markers.update(after=[g for g in grads if isinstance(g, tf.Tensor)])
+        self._overlap_deferred.step(grads, variables, deferrable)
 
     def _apply_adasum(self, grads, variables, trainable_variables):
         """op=Adasum, as Horovod's Adasum optimizer: this rank's optimizer steps on its own
@@ -75,7 +130,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          average_aggregated_gradients=True, num_groups=0, groups=None,
                          process_set=global_process_set, scale_local_gradients=True,
-                         staleness_correction="auto"):
+                         staleness_correction="auto", update_at_forward=None):
     """Wraps a Keras 3 optimizer so that it applies gradients reduced over every rank.
 
     As horovod.tensorflow.keras.DistributedOptimizer: compression (Compression.fp16, or an
@@ -127,4 +182,44 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                                {"__module__": base.__module__,
                                 "_overlap_wrapping": (base, options)})
     optimizer._overlap_reducer = GradientReducer("gradient", **options)
+    refusals = _deferral_refusals(optimizer, op, backward_passes_per_step, staleness_correction)
+    if update_at_forward is None:
+        update_at_forward = (not refusals and
+                             _core.setting("OVERLAP_PLANNER", "observed") in
+                             FORWARD_WINDOW_PLANNERS)
+    elif update_at_forward and refusals:
+        raise ValueError("rank %d: update_at_forward=True cannot be used with %s" %
+                         (_core.rank(), "; ".join(refusals)))
+    options["update_at_forward"] = update_at_forward
+    if update_at_forward and optimizer._overlap_reducer.included:
+        optimizer._overlap_deferred = layerwise.DeferredUpdates(optimizer,
+                                                                optimizer._overlap_reducer,
+                                                                _keras_apply)
+        if optimizer.built:
+            optimizer._overlap_deferred.register(optimizer._trainable_variables)
     return optimizer
+
+
+def _keras_apply(optimizer, grads, variables):
+    """The Keras optimizer's own apply(), past the DistributedOptimizer."""
+    return super(_DistributedOptimizer, optimizer).apply(grads, variables)
+
+
+def _deferral_refusals(optimizer, op, backward_passes_per_step, staleness_correction):
+    """Why this optimizer cannot defer its updates to the next forward (empty if it can)."""
+    import keras
+    refusals = []
+    if op == Adasum:
+        refusals.append("op=hvd.Adasum (its optimizer steps before it reduces)")
+    if backward_passes_per_step > 1:
+        refusals.append("backward_passes_per_step > 1 (Keras gradient accumulation)")
+    if getattr(optimizer, "use_ema", False):
+        refusals.append("use_ema (it averages every variable at each apply)")
+    if getattr(optimizer, "global_clipnorm", None):
+        refusals.append("global_clipnorm (it clips with every gradient at once)")
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        refusals.append("a LossScaleOptimizer (it checks every gradient at once)")
+    if delayed_updates.enabled() and staleness_correction != "off":
+        refusals.append("a staleness correction under a delayed plan (staleness > 0 or "
+                        "max_period > 1; pass staleness_correction='off' to defer instead)")
+    return refusals

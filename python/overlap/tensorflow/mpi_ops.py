@@ -39,7 +39,8 @@ _lib = op_library.load()
 # broadcast's gradient, which non-root ranks replace with zeros). Barrier, join and the step
 # markers stay ordered.
 _INDEPENDENT = {"OverlapAllreduce", "OverlapGroupedAllreduce", "OverlapAllgather",
-                "OverlapBroadcast", "OverlapReducescatter", "OverlapAlltoall"}
+                "OverlapBroadcast", "OverlapReducescatter", "OverlapAlltoall",
+                "OverlapAllreduceStart", "OverlapAllreduceFinish"}
 auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = frozenset(
     auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS | _INDEPENDENT)
 
@@ -198,6 +199,30 @@ def allreduce_with_update(tensor, name, op=Average, compression=Compression.none
     name, set_id = _prepare("allreduce", name, process_set)
     return _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor,
                             set_id, gradient=True)
+
+
+def allreduce_start(tensor, name, op=Average, compression_spec="", prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Submits a floating-point gradient's allreduce and returns without waiting (the op, or
+    None eagerly): allreduce_finish(name, ...) collects the result, in this step or a later one
+    (updates at forward, layerwise.py; native/pending.h). Marked as a gradient, so a delayed
+    plan may deliver it late, as allreduce_with_update's."""
+    name, set_id = _prepare("allreduce", name, process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    if not tensor.dtype.is_floating:
+        raise ValueError(_here("allreduce '%s': a deferred allreduce takes a floating-point "
+                               "gradient, got %s" % (name, tensor.dtype.name)))
+    return _lib.overlap_allreduce_start(tensor, tensor_name=name, reduce_op=core_reduce_op(op),
+                                        prescale=float(prescale_factor),
+                                        postscale=float(postscale_factor),
+                                        compression=compression_spec or "",
+                                        process_set_id=set_id)
+
+
+def allreduce_finish(name, dtype, shape):
+    """(result, has_update) of the allreduce allreduce_start submitted under `name`: waits for
+    it; zeros and False when nothing is pending under that name (collected already)."""
+    return _lib.overlap_allreduce_finish(dtype=dtype, shape=shape, tensor_name=name)
 
 
 def _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor, set_id,

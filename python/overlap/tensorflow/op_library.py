@@ -77,6 +77,10 @@ def load():
             _native.overlap_tf_override_wait_bound.restype = None
             _native.overlap_tf_abandoned_waits.argtypes = []
             _native.overlap_tf_abandoned_waits.restype = ctypes.c_int
+            _native.overlap_tf_is_parked.argtypes = [ctypes.c_char_p]
+            _native.overlap_tf_is_parked.restype = ctypes.c_int
+            _native.overlap_tf_parked_reductions.argtypes = []
+            _native.overlap_tf_parked_reductions.restype = ctypes.c_int
         return _module
 
 
@@ -96,3 +100,16 @@ def abandoned_waits():
     kept until they end)."""
     load()
     return _native.overlap_tf_abandoned_waits()
+
+
+def is_parked(name):
+    """Whether a gradient allreduce submitted under `name` waits to be collected."""
+    load()
+    return bool(_native.overlap_tf_is_parked(name.encode()))
+
+
+def parked_reductions():
+    """Gradient allreduces submitted for an update at forward and not yet collected
+    (native/pending.h)."""
+    load()
+    return _native.overlap_tf_parked_reductions()

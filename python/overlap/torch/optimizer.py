@@ -16,18 +16,12 @@ import weakref
 import torch
 
 from overlap import _core, staleness
-from overlap.common import (Adasum, Average, RuntimeCompressor, Sum, global_process_set,
-                            process_set_id)
+from overlap.common import (FORWARD_WINDOW_PLANNERS, Adasum, Average, RuntimeCompressor, Sum,
+                            global_process_set, process_set_id)
 from overlap.torch import adasum_optimizer, compiled, layerwise, mpi_ops, step_markers
 from overlap.torch.staleness import StalenessCorrection
 from overlap.torch.compression import Compression
 
-
-# Planners whose plans update each layer just before its forward (scheduler/plan.h,
-# layerwise_update: ByteScheduler's, US-Byte's, DeAR's and DeFT's semantics), and auto, which may
-# pick one of them: under them DistributedOptimizer updates at forward unless told otherwise, so
-# the runtime runs the plan the simulator predicted and profiles each layer's real first use.
-_FORWARD_WINDOW_PLANNERS = ("bytescheduler", "usbyte", "dear", "deft", "auto")
 
 # Optimizers with deferred updates, which hvd.shutdown() applies first.
 _deferring = weakref.WeakSet()
@@ -122,7 +116,7 @@ class _DistributedOptimizer:
         self._markers = step_markers.install()
         if update_at_forward is None:
             update_at_forward = (_core.setting("OVERLAP_PLANNER", "observed")
-                                 in _FORWARD_WINDOW_PLANNERS)
+                                 in FORWARD_WINDOW_PLANNERS)
         self._deferred = None
         if update_at_forward and self._included:
             self._deferred = layerwise.DeferredUpdates(self._requires_update,

@@ -5,12 +5,15 @@
 // code and message (rank, tensor, cause), so they raise tf.errors.OpError on every rank that the
 // core fails.
 #include <chrono>
+#include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "c_api.h"
 #include "core_tensor.h"
+#include "pending.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "waiter.h"
@@ -126,6 +129,89 @@ class AllreduceOp : public AsyncOpKernel {
   Reduction reduction_;
   int process_set_ = 0;
   bool plan_may_delay_ = false;
+};
+
+// Submits a gradient's allreduce and parks it (pending.h); OverlapAllreduceFinish collects it.
+class AllreduceStartOp : public tensorflow::OpKernel {
+ public:
+  explicit AllreduceStartOp(OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    reduction_.Read(c, true);
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    PendingReduction pending;
+    pending.input = ctx->input(0);
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(pending.input.dtype(), pending.input.shape(),
+                                           &pending.output));
+    CoreTensor in(pending.input), out(pending.output);
+    int rc = overlap_allreduce_gradient(process_set_, name_.c_str(), in.desc(), out.desc(),
+                                        reduction_.op, reduction_.prescale, reduction_.postscale,
+                                        reduction_.compression.c_str(), &pending.handle);
+    OP_REQUIRES(ctx, rc == 0, CoreError(rc));
+    overlap_handle* handle = pending.handle;
+    absl::Status parked = Park(name_, std::move(pending));
+    if (!parked.ok()) {
+      // Not parked: its result goes nowhere, but the core may still write into its buffers, so
+      // they are held until the operation ends, as an abandoned wait's.
+      WhenDone(handle, "allreduce '" + name_ + "'", {ctx->input(0)},
+               [](overlap_handle*, const absl::Status&) {});
+    }
+    OP_REQUIRES_OK(ctx, parked);
+  }
+
+ private:
+  std::string name_;
+  Reduction reduction_;
+  int process_set_ = 0;
+};
+
+class AllreduceFinishOp : public AsyncOpKernel {
+ public:
+  explicit AllreduceFinishOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    OP_REQUIRES_OK(c, c->GetAttr("dtype", &dtype_));
+    tensorflow::PartialTensorShape shape;
+    OP_REQUIRES_OK(c, c->GetAttr("shape", &shape));
+    OP_REQUIRES(c, shape.AsTensorShape(&shape_),
+                absl::InvalidArgumentError("allreduce finish '" + name_ +
+                                           "': the variable's shape must be fully known"));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    Tensor* has_update = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(1, TensorShape({}), &has_update), done);
+    std::optional<PendingReduction> pending = Collect(name_);
+    if (!pending) {
+      Tensor* zeros = nullptr;
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, shape_, &zeros), done);
+      std::memset(const_cast<char*>(zeros->tensor_data().data()), 0, zeros->TotalBytes());
+      has_update->scalar<bool>()() = false;
+      done();
+      return;
+    }
+    OP_REQUIRES_ASYNC(
+        ctx, pending->output.dtype() == dtype_ && pending->output.shape() == shape_,
+        absl::InvalidArgumentError(
+            "overlap: rank " + std::to_string(overlap_rank()) + ": allreduce '" + name_ +
+            "' was submitted as " + tensorflow::DataTypeString(pending->output.dtype()) +
+            pending->output.shape().DebugString() + " and collected as " +
+            tensorflow::DataTypeString(dtype_) + shape_.DebugString()),
+        done);
+    Tensor output = pending->output;
+    Finish(ctx, std::move(done), 0, pending->handle, "allreduce '" + name_ + "'",
+           {pending->input, output}, [ctx, output, has_update](overlap_handle* h) {
+             ctx->set_output(0, output);
+             has_update->scalar<bool>()() = overlap_handle_has_update(h) != 0;
+             return absl::OkStatus();
+           });
+  }
+
+ private:
+  std::string name_;
+  tensorflow::DataType dtype_;
+  TensorShape shape_;
 };
 
 class GroupedAllreduceOp : public AsyncOpKernel {
@@ -308,6 +394,8 @@ class BarrierOp : public AsyncOpKernel {
 
 using tensorflow::DEVICE_CPU;
 REGISTER_KERNEL_BUILDER(Name("OverlapAllreduce").Device(DEVICE_CPU), AllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("OverlapAllreduceStart").Device(DEVICE_CPU), AllreduceStartOp);
+REGISTER_KERNEL_BUILDER(Name("OverlapAllreduceFinish").Device(DEVICE_CPU), AllreduceFinishOp);
 REGISTER_KERNEL_BUILDER(Name("OverlapGroupedAllreduce").Device(DEVICE_CPU), GroupedAllreduceOp);
 REGISTER_KERNEL_BUILDER(Name("OverlapAllgather").Device(DEVICE_CPU), AllgatherOp);
 REGISTER_KERNEL_BUILDER(Name("OverlapBroadcast").Device(DEVICE_CPU), BroadcastOp);

@@ -57,6 +57,39 @@ REGISTER_OP("OverlapAllreduce")
       return absl::OkStatus();
     });
 
+// Updates at forward (pending.h): the allreduce of a gradient, submitted and parked under its
+// name without waiting; a later OverlapAllreduceFinish of the same name collects the result
+// (`reduced` of `dtype` and `shape`, and has_update as OverlapAllreduce's). A finish that finds
+// nothing parked gives zeros and has_update false: its update was collected already.
+REGISTER_OP("OverlapAllreduceStart")
+    .Input("tensor: T")
+    .Attr("T: " OVERLAP_TYPES)
+    .Attr("tensor_name: string")
+    .Attr("reduce_op: int")
+    .Attr("prescale: float = 1.0")
+    .Attr("postscale: float = 1.0")
+    .Attr("compression: string = ''")
+    .Attr("process_set_id: int = 0")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs);
+
+REGISTER_OP("OverlapAllreduceFinish")
+    .Output("reduced: dtype")
+    .Output("has_update: bool")
+    .Attr("dtype: " OVERLAP_TYPES)
+    .Attr("shape: shape")
+    .Attr("tensor_name: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      tensorflow::PartialTensorShape shape;
+      TF_RETURN_IF_ERROR(c->GetAttr("shape", &shape));
+      ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->MakeShapeFromPartialTensorShape(shape, &out));
+      c->set_output(0, out);
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    });
+
 REGISTER_OP("OverlapGroupedAllreduce")
     .Input("tensors: T")
     .Output("reduced: T")
