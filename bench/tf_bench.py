@@ -7,10 +7,10 @@ start the same way, one per host); rank 0 prints one JSON line.
   python3 bench/tf_bench.py --system mwms --model vgg16 --workers 10.77.0.1,10.77.0.2,...
 
 overlap: a tf.function step with the SleepOptimizer wrapped by the Keras DistributedOptimizer
-(`--api optimizer`, the default: each gradient's allreduce starts when backward produces it, and
-under the planners that plan forward windows each layer's update waits until just before its
-next forward, docs/tensorflow.md "Updates at forward"), or fed by DistributedGradientTape
-(`--api tape`: every update is applied in the step). mwms: the same model and optimizer built in the
+(`--api optimizer`, the default: each gradient's allreduce starts when backward produces it and
+every update is applied in the step; `--api forward`: the same with update_at_forward=True, each
+layer's update waits until just before its next forward, docs/tensorflow.md "Updates at
+forward"), or fed by DistributedGradientTape (`--api tape`). mwms: the same model and optimizer built in the
 strategy's scope, the same step under strategy.run; Keras' optimizer sums the gradients with the
 strategy's collective all-reduce (ring, gRPC between workers), as model.fit would. The rank and
 size come from Open MPI's environment; MWMS's TF_CONFIG lists one worker per rank at
@@ -48,8 +48,9 @@ def parse_args(argv):
     p.add_argument("--workers", default="", help="mwms: the hosts of ranks 0..n-1, comma-separated "
                                                  "(default: 127.0.0.1 for every rank)")
     p.add_argument("--port", type=int, default=23456, help="mwms: rank r listens on port + r")
-    p.add_argument("--api", default="optimizer", choices=["optimizer", "tape"],
-                   help="overlap: the Keras DistributedOptimizer or DistributedGradientTape")
+    p.add_argument("--api", default="optimizer", choices=["optimizer", "forward", "tape"],
+                   help="overlap: the Keras DistributedOptimizer (with update_at_forward: "
+                        "forward) or DistributedGradientTape")
     return p.parse_args(argv)
 
 
@@ -71,8 +72,9 @@ class Overlap:
 
     def make_step(self, model, optimizer, x):
         hvd = self.hvd
-        if self.api == "optimizer":
-            optimizer = hvd.DistributedOptimizer(optimizer)
+        if self.api != "tape":
+            optimizer = hvd.DistributedOptimizer(optimizer,
+                                                 update_at_forward=self.api == "forward")
             self.update_at_forward = optimizer._overlap_deferred is not None
 
         @tf.function

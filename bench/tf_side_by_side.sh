@@ -3,7 +3,7 @@
 # namespace cluster, in one run (issue 12, "Side by side"). Needs root (or --localhost).
 #
 #   bench/tf_side_by_side.sh [--models vgg16,bert-base] [--systems overlap,mwms]
-#       [--planners LIST] [--apis optimizer,tape] [--rate 1gbit] [--steps N] [--warmup N] [--target-step-ms MS]
+#       [--planners LIST] [--apis optimizer,forward,tape] [--rate 1gbit] [--steps N] [--warmup N] [--target-step-ms MS]
 #       [--out FILE] [--bazel-bin DIR] [--localhost] [--quiet-wait SECONDS] [--lock-wait SECONDS]
 #
 # Systems:
@@ -11,9 +11,9 @@
 #            TensorFlow), a tf.function step, once per planner of --planners
 #            (default observed,wfbp,fusion,mgwfbp,bytescheduler,usbyte,dear,deft,deft-s1,auto;
 #            deft-sN: deft with staleness N and update periods up to 4, delayed updates) and API
-#            of --apis: "optimizer" (default), the Keras DistributedOptimizer, which updates at
-#            forward under the planners that plan forward windows; "tape",
-#            DistributedGradientTape feeding the optimizer, every update in the step
+#            of --apis: "optimizer" (default), the Keras DistributedOptimizer; "forward", the
+#            same with update_at_forward=True (each layer updated just before its next
+#            forward); "tape", DistributedGradientTape feeding the optimizer
 #   mwms     tf.distribute.MultiWorkerMirroredStrategy (RING collectives over gRPC), TF_CONFIG
 #            with one worker per rank on the ranks' hosts, ports 23456 + rank
 # The model (bench/tf_models.py): the profile's layers with real shapes (first dimension scaled)

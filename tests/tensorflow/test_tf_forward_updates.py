@@ -91,8 +91,11 @@ def test_custom_loop_equals_synchronous(khvd, mode, name):
     # The last step's updates are still pending; the next forward applies them.
     assert any(not np.array_equal(a, b) for a, b in
                zip(values(deferred_model), values(sync_model))), "nothing was deferred"
-    forward = tf.function(deferred_model) if mode == "function" else deferred_model
-    close(forward(x[STEPS]), sync_model(x[STEPS]), "forward after the last step")
+    # Inside a tf.function, on an eager tensor the function captures (not an argument).
+    last = tf.constant(x[STEPS])
+    forward = tf.function(lambda: deferred_model(last)) if mode == "function" else (
+        lambda: deferred_model(last))
+    close(forward(), sync_model(x[STEPS]), "forward after the last step")
     for i, (a, b) in enumerate(zip(values(deferred_model), values(sync_model))):
         close(a, b, f"variable {i} after the last forward")
     deferred.apply_pending_updates()
@@ -163,11 +166,9 @@ def test_model_fit_equals_synchronous(khvd, steps_per_execution):
 
 
 def test_default_and_refusals(khvd):
-    from overlap import _core
-    planner = _core.setting("OVERLAP_PLANNER", "observed")
+    # Off unless asked for (docs/tensorflow.md says why), under this suite's bytescheduler too.
     optimizer = khvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
-    assert (optimizer._overlap_deferred is not None) == (planner in (
-        "bytescheduler", "usbyte", "dear", "deft", "auto")), planner
+    assert optimizer._overlap_deferred is None
     with pytest.raises(ValueError, match="rank %d: update_at_forward=True cannot be used with "
                        "use_ema" % khvd.rank()):
         khvd.DistributedOptimizer(keras.optimizers.SGD(0.1, use_ema=True), update_at_forward=True)

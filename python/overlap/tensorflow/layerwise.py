@@ -144,8 +144,9 @@ class DeferredUpdates:
         if not keys:
             return
         graph = _graph_key()
-        after = [t for t in tf.nest.flatten(inputs)
-                 if isinstance(t, tf.Tensor) and graph is not None and t.graph is graph]
+        # (An eager tensor a tf.function captured has no graph: getattr's default.)
+        after = [t for t in tf.nest.flatten(inputs) if graph is not None and
+                 isinstance(t, tf.Tensor) and getattr(t, "graph", None) is graph]
         with tf.control_dependencies(after):
             self._collect(keys)
 
@@ -183,6 +184,7 @@ class DeferredUpdates:
             started = self._started.get(graph, {}).pop(key, None) if graph is not None else None
             with tf.control_dependencies([started] if started is not None else []):
                 reduced, has_update = mpi_ops.allreduce_finish(name, wire_dtype, variable.shape)
+            # Every compressor in overlap.tensorflow.compression decompresses by a cast back.
             grad = tf.cast(reduced, variable.dtype)
             if graph is None:
                 if bool(has_update):
