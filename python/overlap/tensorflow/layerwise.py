@@ -31,6 +31,7 @@ import weakref
 import tensorflow as tf
 
 from overlap import _core
+from overlap.tensorflow import step_markers
 
 # DistributedOptimizers whose updates are deferred; the forward hook asks each of them.
 _deferring = weakref.WeakSet()
@@ -147,6 +148,12 @@ class DeferredUpdates:
         # (An eager tensor a tf.function captured has no graph: getattr's default.)
         after = [t for t in tf.nest.flatten(inputs) if graph is not None and
                  isinstance(t, tf.Tensor) and getattr(t, "graph", None) is graph]
+        # The step's forward begins here, before the first wait, as overlap.torch marks it:
+        # the marker apply() places would run only after the forward (tf.function runs stateful
+        # ops in program order), and the waits would count in the previous step's update.
+        marker = step_markers.forward()
+        if marker is not None and graph is not None:
+            after.append(marker)
         with tf.control_dependencies(after):
             self._collect(keys)
 
