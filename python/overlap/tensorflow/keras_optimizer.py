@@ -194,7 +194,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     refusals = _deferral_refusals(optimizer, op, backward_passes_per_step, staleness_correction)
     if update_at_forward is None:
         # Off by default, unlike overlap.torch's: on the emulated cluster it pays on vgg16 but
-        # not yet on bert-base, where the runtime never settles on a plan (docs/tensorflow.md,
+        # not yet on bert-base, where applying in the step is faster (docs/tensorflow.md,
         # "Updates at forward").
         update_at_forward = False
     elif update_at_forward and refusals:
