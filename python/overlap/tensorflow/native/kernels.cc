@@ -151,11 +151,13 @@ class AllreduceStartOp : public tensorflow::OpKernel {
                                         reduction_.compression.c_str(), &pending.handle);
     OP_REQUIRES(ctx, rc == 0, CoreError(rc));
     overlap_handle* handle = pending.handle;
+    // References to both buffers outlive a refused Park, which drops its own.
+    std::vector<Tensor> buffers = {pending.input, pending.output};
     absl::Status parked = Park(name_, std::move(pending));
     if (!parked.ok()) {
-      // Not parked: its result goes nowhere, but the core may still write into its buffers, so
-      // they are held until the operation ends, as an abandoned wait's.
-      WhenDone(handle, "allreduce '" + name_ + "'", {ctx->input(0)},
+      // Not parked: its result goes nowhere, but the core may still read and write its buffers,
+      // so they are held until the operation ends, as an abandoned wait's.
+      WhenDone(handle, "allreduce '" + name_ + "'", std::move(buffers),
                [](overlap_handle*, const absl::Status&) {});
     }
     OP_REQUIRES_OK(ctx, parked);
@@ -175,7 +177,8 @@ class AllreduceFinishOp : public AsyncOpKernel {
     tensorflow::PartialTensorShape shape;
     OP_REQUIRES_OK(c, c->GetAttr("shape", &shape));
     OP_REQUIRES(c, shape.AsTensorShape(&shape_),
-                absl::InvalidArgumentError("allreduce finish '" + name_ +
+                absl::InvalidArgumentError("overlap: rank " + std::to_string(overlap_rank()) +
+                                           ": allreduce finish '" + name_ +
                                            "': the variable's shape must be fully known"));
   }
 
