@@ -5,14 +5,16 @@ helpers are reused): every layer of a bundled profile (scheduler/profiles/<model
 Keras layer that owns variables of the real layer's shapes (first dimension scaled), and whose
 forward and backward sleep the profile's (scaled) times, so the CPU stays free for the
 communication runtime as it would be while a GPU computes. The sleeps are tf.py_function calls
-chained through a one-element activation, inside tf.function: layer i's backward starts when
-layer i+1's has ended, and each variable's gradient (a constant, rank + 1, as in
+chained through a one-element activation, inside tf.function: layer i's forward starts when
+layer i-1's has ended and layer i's weights have been read (so after any update pending on them),
+its backward when layer i+1's has ended, and each variable's gradient (a constant, rank + 1, as in
 torch_models) appears when its layer's backward ends. That is when overlap's allreduce of that
 gradient can start; MultiWorkerMirroredStrategy, through the Keras optimizer, reduces them all
 once backward is done.
 
 SleepOptimizer is the GPU's optimizer step: a Keras 3 optimizer whose update_step sleeps the
-variable's share of the profile's update time and leaves the variable alone. It also records the
+variable's share of the profile's update time and then writes a zero into one element (so that,
+as after a real update, the variable's next read waits for it). It also records the
 smallest and largest gradient element it saw (first and last of each gradient), so the driver can
 check that what was applied was really reduced across ranks.
 """
@@ -98,7 +100,12 @@ class SleepLayer(keras.layers.Layer):
                     grads = [tf.fill(tf.shape(w), tf.constant(value, w.dtype)) for w in weights]
                 return [dx] + grads
 
-            return _sleep(x, forward_ms), grad
+            # A real layer's forward reads its weights, so it cannot run before their update
+            # lands; the sleep must wait for the reads too, or under updates at forward
+            # (docs/tensorflow.md) TensorFlow runs the next forward and backward while the
+            # updates are still pending, which no real model can.
+            with tf.control_dependencies(weights):
+                return _sleep(x, forward_ms), grad
 
         return block(x, *[tf.convert_to_tensor(p) for p in self.params])
 
@@ -135,5 +142,11 @@ class SleepOptimizer(keras.optimizers.Optimizer):
         flat = tf.reshape(gradient, [-1])
         ends = tf.stack([flat[0], flat[-1]])
         done = _sleep(ends, nbytes * self.ms_per_byte)
+        # A real update writes the variable, and TensorFlow orders the next read of it (the
+        # layer's forward) after that write. Adding a zero to one element keeps that order at
+        # the cost of one element, after the sleep, so no forward runs ahead of its update.
+        with tf.control_dependencies([done]):
+            target = variable.value if isinstance(variable.value, tf.Variable) else variable
+            target.scatter_nd_add([[0] * len(variable.shape)], tf.zeros([1], variable.dtype))
         self.seen_min.assign(tf.minimum(self.seen_min, tf.reduce_min(done)))
         self.seen_max.assign(tf.maximum(self.seen_max, tf.reduce_max(done)))
