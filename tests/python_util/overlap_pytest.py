@@ -18,6 +18,10 @@ import pytest
 
 TEST_TIMEOUT_S = float(os.environ.get("OVERLAP_TEST_TIMEOUT_S", "120"))
 _failed = []
+# The watchdog's stacks go to the rank's own stderr, duplicated now, before pytest captures fd 2:
+# written to sys.stderr inside a test they went to pytest's capture file, which the exit drops,
+# and a hung rank left no trace of where it hung.
+_WATCHDOG_OUT = os.fdopen(os.dup(2), "w")
 
 
 def mpi_rank():
@@ -47,7 +51,7 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(autouse=True)
 def watchdog():
-    faulthandler.dump_traceback_later(TEST_TIMEOUT_S, exit=True)
+    faulthandler.dump_traceback_later(TEST_TIMEOUT_S, exit=True, file=_WATCHDOG_OUT)
     yield
     faulthandler.cancel_dump_traceback_later()
 

@@ -11,15 +11,15 @@ gradient. The wrapper places the step markers: the forward at the start of the s
 the backward at the first gradient backward produces (the last layer's), the update once all
 gradients are in.
 
-With update_at_forward (by default on under the planners that plan forward windows, as in
-overlap.torch; docs/tensorflow.md), apply() submits the allreduces and returns; each variable's
-update is applied just before its layer's next forward (layerwise.py).
+With update_at_forward=True (overlap.torch's default under the planners that plan forward
+windows; opt-in here until a hang it can meet in model.fit is fixed, docs/tensorflow.md), apply() submits the allreduces and returns; each
+variable's update is applied just before its layer's next forward (layerwise.py).
 """
 
 import tensorflow as tf
 
 from overlap import _core
-from overlap.common import FORWARD_WINDOW_PLANNERS, Adasum, Average, global_process_set
+from overlap.common import Adasum, Average, global_process_set
 from overlap.tensorflow import delayed_updates, layerwise, step_markers
 from overlap.tensorflow.compression import Compression
 from overlap.tensorflow.gradients import GradientReducer
@@ -150,16 +150,14 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     "Staleness correction in the adapters"); optimizer.staleness_correction_bytes() reports its
     memory once it has applied delayed gradients.
 
-    update_at_forward (overlap's own; by default on under the bytescheduler, usbyte, dear, deft
-    and auto planners unless something below rules it out, off otherwise): apply() submits the
+    update_at_forward (overlap's own; off by default, True turns it on): apply() submits the
     allreduces and returns, and each variable's update is applied just before the next forward
     of the layer that owns it, so averaging overlaps the next forward (docs/tensorflow.md,
     "Updates at forward"), with the synchronous optimizer's values. Call
     optimizer.apply_pending_updates() before reading variables other than through a forward,
     save, save_weights or get_weights right after a step. Refused, naming why, with
     op=Adasum, gradient accumulation, use_ema, global_clipnorm, a LossScaleOptimizer, or a
-    staleness correction under a delayed plan (True raises; the default then applies in the
-    step)."""
+    staleness correction under a delayed plan."""
     _core.require_init("DistributedOptimizer")
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("rank %d: the optimizer is already a DistributedOptimizer" % _core.rank())
@@ -195,9 +193,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     optimizer._overlap_reducer = GradientReducer("gradient", **options)
     refusals = _deferral_refusals(optimizer, op, backward_passes_per_step, staleness_correction)
     if update_at_forward is None:
-        # As overlap.torch: on where the plan has next-forward windows to fill, unless ruled out.
-        update_at_forward = (not refusals and
-                             _core.setting("OVERLAP_PLANNER", "observed") in FORWARD_WINDOW_PLANNERS)
+        # Off by default, unlike overlap.torch's: with it on, model.fit under a plan can hang in
+        # MetricAverageCallback's eager allreduce at an epoch's end while the step's allreduces
+        # are parked (docs/tensorflow.md, "Updates at forward").
+        update_at_forward = False
     elif update_at_forward and refusals:
         raise ValueError("rank %d: update_at_forward=True cannot be used with %s" %
                          (_core.rank(), "; ".join(refusals)))
