@@ -146,7 +146,8 @@ class SleepOptimizer(keras.optimizers.Optimizer):
         # layer's forward) after that write. Adding a zero to one element keeps that order at
         # the cost of one element, after the sleep, so no forward runs ahead of its update.
         with tf.control_dependencies([done]):
-            target = variable.value if isinstance(variable.value, tf.Variable) else variable
+            value = variable.value
+            target = value if isinstance(value, tf.Variable) else variable
             target.scatter_nd_add([[0] * len(variable.shape)], tf.zeros([1], variable.dtype))
         self.seen_min.assign(tf.minimum(self.seen_min, tf.reduce_min(done)))
         self.seen_max.assign(tf.maximum(self.seen_max, tf.reduce_max(done)))

@@ -12,8 +12,9 @@ the backward at the first gradient backward produces (the last layer's), the upd
 gradients are in.
 
 With update_at_forward=True (overlap.torch's default under the planners that plan forward
-windows; opt-in here until a hang it can meet in model.fit is fixed, docs/tensorflow.md), apply() submits the allreduces and returns; each
-variable's update is applied just before its layer's next forward (layerwise.py).
+windows; opt-in here until a hang it can meet in model.fit is fixed, docs/tensorflow.md), apply()
+submits the allreduces and returns; each variable's update is applied just before its layer's
+next forward (layerwise.py).
 """
 
 import tensorflow as tf
@@ -193,9 +194,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     optimizer._overlap_reducer = GradientReducer("gradient", **options)
     refusals = _deferral_refusals(optimizer, op, backward_passes_per_step, staleness_correction)
     if update_at_forward is None:
-        # Off by default, unlike overlap.torch's: with it on, model.fit under a plan can hang in
-        # MetricAverageCallback's eager allreduce at an epoch's end while the step's allreduces
-        # are parked (docs/tensorflow.md, "Updates at forward").
+        # Off by default, unlike overlap.torch's: under a scheduled plan a parked allreduce was
+        # seen never to complete in model.fit, leaving the ranks in the deferred update's wait or
+        # in MetricAverageCallback's allreduce behind it (docs/tensorflow.md, "Updates at
+        # forward").
         update_at_forward = False
     elif update_at_forward and refusals:
         raise ValueError("rank %d: update_at_forward=True cannot be used with %s" %
