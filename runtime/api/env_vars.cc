@@ -352,6 +352,12 @@ constexpr Var kVars[] = {
         .Describe("test builds only (tests/runtime/plan_hooks_from_env.cc): \"delay,period\" for "
                   "every allreduce bucket of rank 0's plan")
         .Build(),
+    Def("OVERLAP_TEST_ROUND_IN_VOTE", Kind::kDouble, Reader::kTest)
+        .Range(0, 60000, "milliseconds")
+        .Describe("test builds only (tests/runtime/plan_hooks_from_env.cc): every rank asks for "
+                  "a negotiation round when it starts a plan vote it voted quiescent in, rank 0 "
+                  "after waiting this long")
+        .Build(),
     Def("OVERLAP_TEST_DRIFT", Kind::kString, Reader::kTest)
         .Describe("any value: tests/runtime/scheduled_test.cc slows its step down to test "
                   "re-planning")

@@ -423,6 +423,9 @@ absl::Status Runtime::TriggerRounds(bool dirty) {
   const bool shutting_down = loop_.shutdown_deadline != absl::InfiniteFuture();
   const bool urgent = negotiator_->NextStallCheck() <= now || (shutting_down && dirty);
   if (!everyone && !urgent && now - loop_.round_wanted < Cycle()) return absl::OkStatus();
+  // Not while a scheduler vote that may lead to blocking collectives is out: the round waits for
+  // it (PlanScheduler::holds_rounds).
+  if (plan_controller_->holds_rounds()) return absl::OkStatus();
   ++rounds_owed_;
   peers_asked_ = 0;
   loop_.own_work = false;
@@ -481,6 +484,7 @@ void Runtime::Loop() {
     if (s.ok() && plan_controller_->schedules()) {
       s = plan_controller_->ProgressSchedule(Quiescent(), &pending_);
       NoteHandedBack();
+      if (plan_controller_->TakeRoundWish()) loop_.resend = true;
     }
     if (s.ok() && plan_save_wanted_.load(std::memory_order_acquire)) AnswerPlanSave();
     counters_.launches.store(static_cast<int64_t>(planned_->launches()), std::memory_order_relaxed);

@@ -76,6 +76,8 @@ class PlanController {
   // A scheduler stage (a vote, the plan's broadcast) is in progress: submissions after the forward
   // marker that started it must wait.
   bool busy() const { return scheduler_ != nullptr && scheduler_->busy(); }
+  // Rank 0 must not start a negotiation round now (PlanScheduler::holds_rounds).
+  bool holds_rounds() const { return scheduler_ != nullptr && scheduler_->holds_rounds(); }
 
   // The plan's part of the next round (runtime/negotiation/negotiator.h). `wants_report`: a planned unit waits
   // on its peers (gather every rank's launch count); `shutting_down`: this rank announces its
@@ -95,6 +97,8 @@ class PlanController {
   void DropIfDiverged(PendingTable* pending);
   // Operations went back to `pending` since the last call: a round must send them whole.
   bool TakeHandedBack();
+  // A test hook asked for a round (PlanScheduler::TakeRoundWish).
+  bool TakeRoundWish() { return scheduler_ != nullptr && scheduler_->TakeRoundWish(); }
 
   // A forward marker (StartForward) reached the coordinator, in submission order (schedules()).
   void OnStep(int64_t step);

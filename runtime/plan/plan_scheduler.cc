@@ -165,6 +165,12 @@ void PlanScheduler::ScheduleDriftCheck() {
       drift_.enabled() ? step_ + drift_.NextCheckIn() : std::numeric_limits<int64_t>::max();
 }
 
+bool PlanScheduler::TakeRoundWish() {
+  const bool wanted = round_wanted_;
+  round_wanted_ = false;
+  return wanted;
+}
+
 bool PlanScheduler::TakeDropWish() {
   const bool wanted = drop_wanted_;
   drop_wanted_ = false;
@@ -187,6 +193,8 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
       return std::nullopt;
     }
     votes_[0] = quiescent || drift_check_ ? 1 : 0;
+    // A drift check votes without draining and runs nothing blocking after the vote.
+    voted_quiescent_ = quiescent && !drift_check_;
     votes_[1] = drift_check_ ? (drift_.Drifted(MeasuredWindow()) ? 0 : 1)
                 : adopting_ || profiler_->steady_steps() >= config_.profile_steps ? 1
                                                                                   : 0;
@@ -202,6 +210,11 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
         MpiCheck(rc, absl::StrCat("rank ", rank_, ": MPI_Iallreduce (starting the plan vote)"));
     if (!started.ok()) return started;
     stage_ = Stage::kVote;
+    const PlanTestHooks& hooks = InstalledPlanTestHooks();
+    if (voted_quiescent_ && hooks.round_in_vote != nullptr && hooks.round_in_vote(rank_)) {
+      round_wanted_ = true;
+      return std::nullopt;  // the round comes before this rank looks at the vote
+    }
   }
   if (stage_ != Stage::kVote) return std::nullopt;
   int done = 0;

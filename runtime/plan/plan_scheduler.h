@@ -110,6 +110,13 @@ class PlanScheduler {
   void OnStep(int64_t step);
   // A vote or exchange is in progress: submissions after the marker must wait.
   bool busy() const { return stage_ != Stage::kIdle; }
+  // This rank voted quiescent and the vote is still out: rank 0 must start no negotiation round
+  // until it is in. If every rank voted quiescent, each runs the stage's blocking collectives (the
+  // probe, the plan's broadcast, a trial's measurement) the moment it sees the vote, and one that
+  // sees it first would wait there for a peer held in a round, which waits for it in turn. No
+  // rank needs a round to reach the vote meanwhile: what a quiescent rank submitted before its
+  // marker is done, so its peers' matching submissions were agreed already.
+  bool holds_rounds() const { return stage_ == Stage::kVote && voted_quiescent_; }
 
   // Advances the stage. `quiescent`: nothing of this rank's is submitted and unfinished.
   // Returns a plan when every rank has just agreed to adopt it (all ranks at the same call), or
@@ -118,6 +125,8 @@ class PlanScheduler {
 
   // True once when every rank has just agreed that the step drifted: drop the plan now.
   bool TakeDropWish();
+  // True once when the test hook round_in_vote (plan_test_hooks.h) asked for a round.
+  bool TakeRoundWish();
 
   // The plan in force was dropped (divergence, a changed step): plan again later.
   void OnPlanDropped(int64_t step);
@@ -221,6 +230,8 @@ class PlanScheduler {
   // [0] quiescent, [1] steady (or not drifted), [2] minus this rank's step: combined by MIN, [2]
   // gives every rank the largest step, from which the next stage is scheduled (see Progress).
   int votes_[3] = {0, 0, 0};
+  bool voted_quiescent_ = false;  // this rank's votes_[0] (the buffer is MPI's while it runs)
+  bool round_wanted_ = false;     // TakeRoundWish
   MPI_Request vote_request_ = MPI_REQUEST_NULL;
 
   std::thread planner_;

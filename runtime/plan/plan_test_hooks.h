@@ -1,9 +1,10 @@
 // A seam for the tests of planned execution: rank 0 passes each plan it makes, and each plan it
-// broadcasts, through these hooks. The shipped library installs none, so liboverlap.so as users
+// broadcasts, through these hooks, and every rank tells them when it starts a vote. The shipped library installs none, so liboverlap.so as users
 // install it reads no OVERLAP_TEST_* variable and never alters a plan. Test builds link
 // //tests/runtime:plan_hooks_from_env, whose static initializer installs hooks driven by
 // OVERLAP_TEST_PLAN_SCHEDULE (every bucket delayed / sent periodically, whatever the planner
-// chose) and OVERLAP_TEST_CORRUPT_PLAN (a damaged broadcast, to test the refusal): the C++ test
+// chose), OVERLAP_TEST_CORRUPT_PLAN (a damaged broadcast, to test the refusal) and
+// OVERLAP_TEST_ROUND_IN_VOTE (a round wanted while a vote is out): the C++ test
 // binaries through //runtime:core_for_tests and //tests:mpi_catch_main, the Python suites through
 // //tests/runtime:liboverlap_testing.so.
 //
@@ -23,6 +24,10 @@ struct PlanTestHooks {
   void (*adjust_plan)(const sched::Profile& profile, sched::Plan* plan) = nullptr;
   // Rank 0, on the bytes of the plan it is about to broadcast (and the plan they encode).
   void (*damage_broadcast)(std::string* bytes, sched::Plan* plan) = nullptr;
+  // Each rank, right after it starts a plan vote in which it voted quiescent: true asks for a
+  // negotiation round while the vote is out (after whatever the hook waited, so that the peers
+  // may see the vote's result first), before the rank looks at the vote.
+  bool (*round_in_vote)(int rank) = nullptr;
 };
 
 void InstallPlanTestHooks(const PlanTestHooks& hooks);

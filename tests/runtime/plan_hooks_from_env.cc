@@ -1,10 +1,13 @@
-// Installs the plan test hooks (runtime/plan/plan_test_hooks.h) that OVERLAP_TEST_PLAN_SCHEDULE and
-// OVERLAP_TEST_CORRUPT_PLAN drive, when a test binary or liboverlap_testing.so is loaded. Each
-// hook reads its variable when it runs, so a test may set it after start-up.
+// Installs the plan test hooks (runtime/plan/plan_test_hooks.h) that OVERLAP_TEST_PLAN_SCHEDULE,
+// OVERLAP_TEST_CORRUPT_PLAN and OVERLAP_TEST_ROUND_IN_VOTE drive, when a test binary or
+// liboverlap_testing.so is loaded. Each hook reads its variable when it runs, so a test may set it
+// after start-up.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "runtime/plan/plan_test_hooks.h"
 
@@ -56,8 +59,22 @@ void ScheduleFromEnv(const sched::Profile& profile, sched::Plan* plan) {
   plan->staleness = std::max(plan->staleness, delay);
 }
 
+// OVERLAP_TEST_ROUND_IN_VOTE = milliseconds: every rank that has started a plan vote it voted
+// quiescent in asks for a negotiation round at once, except rank 0, which first waits that long
+// (its peers see the vote's result meanwhile and go on to the stage's collectives). With every
+// rank asking, rank 0 would start the round the moment it may.
+bool RoundInVoteFromEnv(int rank) {
+  const char* ms = std::getenv("OVERLAP_TEST_ROUND_IN_VOTE");
+  if (ms == nullptr) return false;
+  if (rank == 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(std::atof(ms)));
+  }
+  return true;
+}
+
 const bool kInstalled = [] {
   PlanTestHooks hooks;
+  hooks.round_in_vote = RoundInVoteFromEnv;
   hooks.adjust_plan = ScheduleFromEnv;
   hooks.damage_broadcast = DamageFromEnv;
   InstallPlanTestHooks(hooks);
