@@ -166,9 +166,12 @@ def test_model_fit_equals_synchronous(khvd, steps_per_execution):
 
 
 def test_default_and_refusals(khvd):
-    # Off unless asked for (docs/tensorflow.md says why), under this suite's bytescheduler too.
+    # On by default under this suite's bytescheduler (a planner with next-forward windows), as
+    # in overlap.torch; off when asked.
     optimizer = khvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
-    assert optimizer._overlap_deferred is None
+    assert optimizer._overlap_deferred is not None
+    assert khvd.DistributedOptimizer(keras.optimizers.SGD(0.1),
+                                     update_at_forward=False)._overlap_deferred is None
     with pytest.raises(ValueError, match="rank %d: update_at_forward=True cannot be used with "
                        "use_ema" % khvd.rank()):
         khvd.DistributedOptimizer(keras.optimizers.SGD(0.1, use_ema=True), update_at_forward=True)

@@ -11,16 +11,15 @@ gradient. The wrapper places the step markers: the forward at the start of the s
 the backward at the first gradient backward produces (the last layer's), the update once all
 gradients are in.
 
-With update_at_forward=True (overlap.torch's default under the planners that plan forward
-windows; opt-in here until a hang it can meet in model.fit is fixed, docs/tensorflow.md), apply()
-submits the allreduces and returns; each variable's update is applied just before its layer's
-next forward (layerwise.py).
+With update_at_forward (by default on under the planners that plan forward windows, as in
+overlap.torch; docs/tensorflow.md), apply() submits the allreduces and returns; each variable's
+update is applied just before its layer's next forward (layerwise.py).
 """
 
 import tensorflow as tf
 
 from overlap import _core
-from overlap.common import Adasum, Average, global_process_set
+from overlap.common import FORWARD_WINDOW_PLANNERS, Adasum, Average, global_process_set
 from overlap.tensorflow import delayed_updates, layerwise, step_markers
 from overlap.tensorflow.compression import Compression
 from overlap.tensorflow.gradients import GradientReducer
@@ -79,7 +78,8 @@ class _DistributedOptimizer:
         groups = reducer._group_of(variables)
         deferrable = set()
         for i, (g, v) in enumerate(zip(grads, variables)):
-            if (g is None or reducer.is_local(v) or i in groups or not tf.as_dtype(v.dtype).is_floating or
+            if (g is None or reducer.is_local(v) or i in groups or
+                    not tf.as_dtype(v.dtype).is_floating or
                     (isinstance(g, tf.IndexedSlices) and not reducer.sparse_as_dense)):
                 continue
             if isinstance(g, tf.IndexedSlices):
@@ -134,31 +134,33 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          staleness_correction="auto", update_at_forward=None):
     """Wraps a Keras 3 optimizer so that it applies gradients reduced over every rank.
 
-    As horovod.tensorflow.keras.DistributedOptimizer: compression (Compression.fp16, or an
-    overlap error-feedback compressor such as Compression.topk(0.01)), sparse_as_dense, op
-    Average, Sum or Adasum (each rank steps on its own gradients and the variables' deltas are
-    Adasum-reduced, the semantics of Horovod's Adasum optimizer), gradient_predivide_factor, groups (num_groups is the deprecated int
-    spelling). backward_passes_per_step > 1 uses Keras 3's own gradient accumulation
-    (gradient_accumulation_steps): gradients are reduced every pass and Keras applies their
-    average every backward_passes_per_step passes, the result of Horovod's local aggregation
-    with average_aggregated_gradients=True. Variables passed to register_local_var keep their
-    own gradient on each rank, divided by the set's size when scale_local_gradients (Horovod's
-    default). name, device_dense and device_sparse are accepted
-    for compatibility. The planner and staleness are hvd.init() options.
+    As horovod.tensorflow.keras.DistributedOptimizer: compression (Compression.fp16, or an overlap
+    error-feedback compressor such as Compression.topk(0.01)), sparse_as_dense, op Average, Sum or
+    Adasum (each rank steps on its own gradients and the variables' deltas are Adasum-reduced, the
+    semantics of Horovod's Adasum optimizer), gradient_predivide_factor, groups (num_groups is the
+    deprecated int spelling). backward_passes_per_step > 1 uses Keras 3's own gradient accumulation
+    (gradient_accumulation_steps): gradients are reduced every pass and Keras applies their average
+    every backward_passes_per_step passes, the result of Horovod's local aggregation with
+    average_aggregated_gradients=True. Variables passed to register_local_var keep their own
+    gradient on each rank, divided by the set's size when scale_local_gradients (Horovod's default).
+    name, device_dense and device_sparse are accepted for compatibility. The planner and staleness
+    are hvd.init() options.
 
     staleness_correction (overlap's own): "auto" (default; "predict"), "predict", "on" or
     "off", under a plan that delays gradients (overlap/tensorflow/staleness.py; docs/scheduler.md,
     "Staleness correction in the adapters"); optimizer.staleness_correction_bytes() reports its
     memory once it has applied delayed gradients.
 
-    update_at_forward (overlap's own; off by default, True turns it on): apply() submits the
+    update_at_forward (overlap's own; by default on under the bytescheduler, usbyte, dear, deft
+    and auto planners unless something below rules it out, off otherwise): apply() submits the
     allreduces and returns, and each variable's update is applied just before the next forward
     of the layer that owns it, so averaging overlaps the next forward (docs/tensorflow.md,
     "Updates at forward"), with the synchronous optimizer's values. Call
     optimizer.apply_pending_updates() before reading variables other than through a forward,
     save, save_weights or get_weights right after a step. Refused, naming why, with
     op=Adasum, gradient accumulation, use_ema, global_clipnorm, a LossScaleOptimizer, or a
-    staleness correction under a delayed plan."""
+    staleness correction under a delayed plan (True raises; the default then applies in the
+    step)."""
     _core.require_init("DistributedOptimizer")
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("rank %d: the optimizer is already a DistributedOptimizer" % _core.rank())
@@ -194,11 +196,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     optimizer._overlap_reducer = GradientReducer("gradient", **options)
     refusals = _deferral_refusals(optimizer, op, backward_passes_per_step, staleness_correction)
     if update_at_forward is None:
-        # Off by default, unlike overlap.torch's: under a scheduled plan a parked allreduce was
-        # seen never to complete in model.fit, leaving the ranks in the deferred update's wait or
-        # in MetricAverageCallback's allreduce behind it (docs/tensorflow.md, "Updates at
-        # forward").
-        update_at_forward = False
+        # As overlap.torch: on where the plan has next-forward windows to fill, unless ruled out.
+        planner = _core.setting("OVERLAP_PLANNER", "observed")
+        update_at_forward = not refusals and planner in FORWARD_WINDOW_PLANNERS
     elif update_at_forward and refusals:
         raise ValueError("rank %d: update_at_forward=True cannot be used with %s" %
                          (_core.rank(), "; ".join(refusals)))
