@@ -89,7 +89,9 @@ fi
 
 # Each rank writes its own log, printed rank by rank at the end: reports stay whole, and the
 # last lines of a rank that exits are not lost when overlaprun tears the job down. -rs prints
-# each skipped test's reason.
+# each skipped test's reason. --capture=tee-sys captures Python's output only: the runtime's own
+# log (stall warnings, plan adoption) goes straight to the rank's log, and is kept when the
+# per-test watchdog ends a hung rank (fd-level capture lost it with the capture file).
 logs=$(mktemp -d)
 export OVERLAP_TEST_LOG_DIR=$logs
 exports=()
@@ -97,7 +99,8 @@ for name in "${forwarded[@]}"; do exports+=(-x "$name"); done
 timeout -k 10 "$timeout_s" "$overlaprun" -np "$np" --mpi-args "--mca btl self,vader,tcp" \
   "${exports[@]}" \
   -- /bin/bash -c 'exec "$@" > "$OVERLAP_TEST_LOG_DIR/rank.${OMPI_COMM_WORLD_RANK:-x}.log" 2>&1' \
-  rank "$python" -m pytest -q -x -rs -p no:cacheprovider -p overlap_pytest --color=no "$suite" "$@" \
+  rank "$python" -m pytest -q -x -rs --capture=tee-sys -p no:cacheprovider -p overlap_pytest --color=no \
+  "$suite" "$@" \
   > "$logs/overlaprun.log" 2>&1
 rc=$?
 for rank_log in $(ls "$logs"/rank.*.log 2>/dev/null | sort -V); do
