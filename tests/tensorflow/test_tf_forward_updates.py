@@ -181,3 +181,31 @@ def test_default_and_refusals(khvd):
     # Ruled out and not asked for: synchronous, no error.
     plain = khvd.DistributedOptimizer(keras.optimizers.SGD(0.1, use_ema=True))
     assert plain._overlap_deferred is None
+
+
+def test_deferred_updates_that_outlive_their_optimizer_leave_forwards_alone(khvd):
+    # A traced function can keep an optimizer's deferred updates alive after the optimizer is
+    # collected; the forward hook then met a dead optimizer in a later test's model.fit
+    # (AttributeError: 'NoneType' object has no attribute '_var_key').
+    import gc
+
+    from overlap.tensorflow import layerwise
+    x, y = batches(khvd.rank(), steps=2)
+    x, y = x[:2].reshape(-1, 6), y[:2].reshape(-1, 2)
+    model = make_model()
+    optimizer = khvd.DistributedOptimizer(keras.optimizers.SGD(0.05), update_at_forward=True)
+    model.compile(optimizer=optimizer, loss="mse")
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    orphan = optimizer._overlap_deferred  # held, as a traced function's closure would
+    del model, optimizer
+    gc.collect()
+    assert orphan._optimizer() is None, "the optimizer was not collected; the test checks nothing"
+    assert orphan in layerwise._deferring
+    other = make_model(seed=4)
+    other.compile(optimizer=khvd.DistributedOptimizer(keras.optimizers.SGD(0.05),
+                                                      update_at_forward=True), loss="mse")
+    history = other.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    assert orphan not in layerwise._deferring  # it left the hook at the first forward
+    other.optimizer.apply_pending_updates()
+    layerwise.apply_all_pending_updates()  # skips the orphan too

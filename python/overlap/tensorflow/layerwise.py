@@ -138,7 +138,7 @@ class DeferredUpdates:
     # -- collection ----------------------------------------------------------------------------
     def before_forward(self, layer, inputs):
         """Applies the pending updates of `layer`'s own variables, after `inputs` exist."""
-        if self._applying or not self._by_key:
+        if self._applying or not self._by_key or not self._alive():
             return
         own = getattr(layer, "_trainable_variables", None) or []
         keys = [k for k in (self._key(v) for v in own) if self._maybe_parked(k)]
@@ -160,7 +160,7 @@ class DeferredUpdates:
     def apply_pending(self, count=True):
         """Applies every pending update; with `count`, also counts the step in the optimizer's
         iterations (as the next apply() would)."""
-        if self._pending_step is None:
+        if self._pending_step is None or not self._alive():
             return
         keys = [k for k in self._by_key if self._maybe_parked(k)]
         if keys:
@@ -215,6 +215,15 @@ class DeferredUpdates:
         finally:
             self._applying = False
             object.__setattr__(optimizer, "_overlap_learning_rate", None)
+
+    def _alive(self):
+        """Whether the optimizer still exists. This object can outlive it (a traced function
+        may hold it); once the optimizer is collected it has nothing to apply and leaves the
+        forward hook."""
+        if self._optimizer() is not None:
+            return True
+        _deferring.discard(self)
+        return False
 
     def _key(self, variable):
         return self._optimizer()._var_key(variable)
