@@ -230,7 +230,9 @@ class PlanScheduler {
   // [0] quiescent, [1] steady (or not drifted), [2] minus this rank's step: combined by MIN, [2]
   // gives every rank the largest step, from which the next stage is scheduled (see Progress).
   int votes_[3] = {0, 0, 0};
-  bool voted_quiescent_ = false;  // this rank's votes_[0] (the buffer is MPI's while it runs)
+  // This rank voted quiescent in the vote out (a drift check's forced 1 aside); kept apart from
+  // votes_, which is MPI's while the vote runs.
+  bool voted_quiescent_ = false;
   bool round_wanted_ = false;     // TakeRoundWish
   MPI_Request vote_request_ = MPI_REQUEST_NULL;
 

@@ -1,6 +1,7 @@
 // A seam for the tests of planned execution: rank 0 passes each plan it makes, and each plan it
-// broadcasts, through these hooks, and every rank tells them when it starts a vote. The shipped library installs none, so liboverlap.so as users
-// install it reads no OVERLAP_TEST_* variable and never alters a plan. Test builds link
+// broadcasts, through these hooks, and every rank tells them when it starts a vote. The shipped
+// library installs none, so liboverlap.so as users install it reads no OVERLAP_TEST_* variable
+// and never alters a plan. Test builds link
 // //tests/runtime:plan_hooks_from_env, whose static initializer installs hooks driven by
 // OVERLAP_TEST_PLAN_SCHEDULE (every bucket delayed / sent periodically, whatever the planner
 // chose), OVERLAP_TEST_CORRUPT_PLAN (a damaged broadcast, to test the refusal) and
