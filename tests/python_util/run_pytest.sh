@@ -99,8 +99,8 @@ for name in "${forwarded[@]}"; do exports+=(-x "$name"); done
 timeout -k 10 "$timeout_s" "$overlaprun" -np "$np" --mpi-args "--mca btl self,vader,tcp" \
   "${exports[@]}" \
   -- /bin/bash -c 'exec "$@" > "$OVERLAP_TEST_LOG_DIR/rank.${OMPI_COMM_WORLD_RANK:-x}.log" 2>&1' \
-  rank "$python" -m pytest -q -x -rs --capture=tee-sys -p no:cacheprovider -p overlap_pytest --color=no \
-  "$suite" "$@" \
+  rank "$python" -m pytest -q -x -rs --capture=tee-sys -p no:cacheprovider -p overlap_pytest \
+  --color=no "$suite" "$@" \
   > "$logs/overlaprun.log" 2>&1
 rc=$?
 for rank_log in $(ls "$logs"/rank.*.log 2>/dev/null | sort -V); do

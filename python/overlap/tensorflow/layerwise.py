@@ -33,15 +33,17 @@ import tensorflow as tf
 from overlap import _core
 from overlap.tensorflow import step_markers
 
-# DistributedOptimizers whose updates are deferred; the forward hook asks each of them.
+# Keras DistributedOptimizers whose updates are deferred; the forward hook asks each of them. Held
+# weakly, as overlap.torch's: one that is collected has nothing left to apply, although its
+# DeferredUpdates may live on in a traced function.
 _deferring = weakref.WeakSet()
 _installed = False
 
 
 def apply_all_pending_updates():
     """Applies every deferring optimizer's pending updates (saving, the end of fit, shutdown)."""
-    for deferred in list(_deferring):
-        deferred.apply_pending()
+    for optimizer in list(_deferring):
+        optimizer._overlap_deferred.apply_pending()
 
 
 def _graph_key():
@@ -68,7 +70,7 @@ class DeferredUpdates:
         self._pending_step = None    # bool variable: a step's updates are (maybe) pending
         self._learning_rate = None   # variable: the pending step's learning rate
         self._applying = False
-        _deferring.add(self)
+        _deferring.add(optimizer)
         install()
 
     # -- apply() -------------------------------------------------------------------------------
@@ -138,7 +140,7 @@ class DeferredUpdates:
     # -- collection ----------------------------------------------------------------------------
     def before_forward(self, layer, inputs):
         """Applies the pending updates of `layer`'s own variables, after `inputs` exist."""
-        if self._applying or not self._by_key or not self._alive():
+        if self._applying or not self._by_key:
             return
         own = getattr(layer, "_trainable_variables", None) or []
         keys = [k for k in (self._key(v) for v in own) if self._maybe_parked(k)]
@@ -160,7 +162,7 @@ class DeferredUpdates:
     def apply_pending(self, count=True):
         """Applies every pending update; with `count`, also counts the step in the optimizer's
         iterations (as the next apply() would)."""
-        if self._pending_step is None or not self._alive():
+        if self._pending_step is None:
             return
         keys = [k for k in self._by_key if self._maybe_parked(k)]
         if keys:
@@ -216,15 +218,6 @@ class DeferredUpdates:
             self._applying = False
             object.__setattr__(optimizer, "_overlap_learning_rate", None)
 
-    def _alive(self):
-        """Whether the optimizer still exists. This object can outlive it (a traced function
-        may hold it); once the optimizer is collected it has nothing to apply and leaves the
-        forward hook."""
-        if self._optimizer() is not None:
-            return True
-        _deferring.discard(self)
-        return False
-
     def _key(self, variable):
         return self._optimizer()._var_key(variable)
 
@@ -242,8 +235,8 @@ def install():
 
     def __call__(self, *args, **kwargs):
         if _deferring and not _symbolic(args, kwargs):
-            for deferred in list(_deferring):
-                deferred.before_forward(self, (args, kwargs))
+            for optimizer in list(_deferring):
+                optimizer._overlap_deferred.before_forward(self, (args, kwargs))
         return layer_call(self, *args, **kwargs)
 
     keras.layers.Layer.__call__ = __call__
