@@ -55,8 +55,10 @@ struct Config {
   // sets. OVERLAP_STALL_WARNING_S.
   double stall_warning_s = 60.0;
 
-  // Fail the handles of a tensor that has been stalled this long. OVERLAP_STALL_TIMEOUT_S; must be
-  // at least stall_warning_s.
+  // Fail the handles of a tensor that has been stalled this long, and stop the runtime when a
+  // plan vote has waited this long for a rank's forward marker (PlanScheduler::CheckVoteWait,
+  // which warns after stall_warning_s). OVERLAP_STALL_TIMEOUT_S; must be at least
+  // stall_warning_s.
   double stall_timeout_s = 300.0;
 
   // A negotiation round or collective that has not completed after this long means a peer process

@@ -136,7 +136,8 @@ constexpr Var kVars[] = {
         .Range(0, 1e7, "seconds")
         .AboveMin()
         .Default("60")
-        .Describe("warn, naming the ranks, about a tensor some ranks have submitted and others not")
+        .Describe("warn, naming the ranks, about a tensor some ranks have submitted and others "
+                  "not, and about a plan vote still waiting for a rank's forward marker")
         .Option("--stall-warning", "SECONDS",
                 "warn, naming the ranks, when a tensor is ready on some ranks but not others this "
                 "long")
@@ -146,7 +147,8 @@ constexpr Var kVars[] = {
         .AboveMin()
         .Default("300")
         .Describe(
-            "fail the handles of a tensor stalled this long; at least OVERLAP_STALL_WARNING_S")
+            "fail the handles of a tensor stalled this long, and the job when a plan vote waits "
+            "this long for a rank's forward marker; at least OVERLAP_STALL_WARNING_S")
         .Option("--stall-timeout", "SECONDS",
                 "fail the job when a tensor stays stalled this long (at least --stall-warning)")
         .Build(),
@@ -369,6 +371,10 @@ constexpr Var kVars[] = {
     Def("OVERLAP_TEST_UNSTEADY_TRIALS", Kind::kString, Reader::kTest)
         .Describe("any value: tests/runtime/scheduled_test.cc breaks every step's markers "
                   "during auto's trials, so that they end unmeasured")
+        .Build(),
+    Def("OVERLAP_TEST_STUCK_AT_STEP", Kind::kString, Reader::kTest)
+        .Describe("a step: tests/runtime/scheduled_test.cc's rank 1 waits before that step's "
+                  "forward marker on an allreduce rank 0 never submits, while rank 0 votes")
         .Build(),
     Def("OVERLAP_TEST_EXPECT_EXECUTOR", Kind::kString, Reader::kTest)
         .Describe("the executor tests/gpu/device_runtime_test.cc expects the runtime to choose")

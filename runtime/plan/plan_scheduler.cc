@@ -185,6 +185,33 @@ absl::Status PlanScheduler::Wait(int started, const char* call, MPI_Request* req
                           absl::StrCat("rank ", rank_, ": ", what), check_peers_);
 }
 
+absl::Status PlanScheduler::CheckVoteWait() {
+  // A vote this rank was not quiescent in holds no round back, and the stall inspector still
+  // sees whatever keeps a peer from its marker.
+  if (!voted_quiescent_) return absl::OkStatus();
+  const absl::Duration waited = absl::Now() - vote_since_;
+  if (waited >= absl::Seconds(config_.stall_timeout_s)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank ", rank_, ": step ", step_, ": some rank did not reach step ", step_,
+        "'s forward marker within ", config_.stall_timeout_s,
+        " s of this rank's plan vote (OVERLAP_STALL_TIMEOUT_S; planner ", config_.planner,
+        "). While the vote is out no negotiation round runs, so a rank that waits before its "
+        "marker on an operation the others never submitted, or that ran fewer steps than the "
+        "others, waits for good: every rank must submit the same operations between the same "
+        "markers"));
+  }
+  if (!vote_warned_ && waited >= absl::Seconds(config_.stall_warning_s)) {
+    vote_warned_ = true;
+    spdlog::warn(
+        "overlap: rank {}: step {}: the plan vote has waited {} s for every rank to reach step "
+        "{}'s forward marker, and no negotiation round runs until it is in: a rank that waits "
+        "before its marker on an operation the others never submitted, or that ran fewer "
+        "steps, stops the job, which fails after OVERLAP_STALL_TIMEOUT_S={} s",
+        rank_, step_, absl::ToInt64Seconds(waited), step_, config_.stall_timeout_s);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quiescent,
                                                                       const TableFn& table) {
   if (stage_ == Stage::kDrain) {
@@ -210,6 +237,8 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
         MpiCheck(rc, absl::StrCat("rank ", rank_, ": MPI_Iallreduce (starting the plan vote)"));
     if (!started.ok()) return started;
     stage_ = Stage::kVote;
+    vote_since_ = absl::Now();
+    vote_warned_ = false;
     const PlanTestHooks& hooks = InstalledPlanTestHooks();
     if (voted_quiescent_ && hooks.round_in_vote != nullptr && hooks.round_in_vote(rank_)) {
       round_wanted_ = true;
@@ -221,7 +250,11 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
   absl::Status voted = MpiCheck(MPI_Test(&vote_request_, &done, MPI_STATUS_IGNORE),
                                 absl::StrCat("rank ", rank_, ": MPI_Test (the plan vote)"));
   if (!voted.ok()) return voted;
-  if (!done) return std::nullopt;
+  if (!done) {
+    absl::Status waited = CheckVoteWait();
+    if (!waited.ok()) return waited;
+    return std::nullopt;
+  }
   stage_ = Stage::kIdle;
   // Every later stage is scheduled from this step, so it must be the same on every rank. A stage
   // normally starts at the same forward marker everywhere, but one scheduled from a drop at a

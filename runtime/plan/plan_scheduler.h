@@ -120,7 +120,8 @@ class PlanScheduler {
 
   // Advances the stage. `quiescent`: nothing of this rank's is submitted and unfinished.
   // Returns a plan when every rank has just agreed to adopt it (all ranks at the same call), or
-  // an error when a peer is lost (the runtime cannot go on).
+  // an error when a peer is lost or a quiescent vote outlasts OVERLAP_STALL_TIMEOUT_S
+  // (CheckVoteWait): the runtime cannot go on.
   absl::StatusOr<std::optional<ExecutablePlan>> Progress(bool quiescent, const TableFn& table);
 
   // True once when every rank has just agreed that the step drifted: drop the plan now.
@@ -188,6 +189,11 @@ class PlanScheduler {
   // What info() reports of a plan just adopted, and the log line saying so.
   void RecordAdopted(const ExecutablePlan& plan, double predicted_step_ms, const std::string& how)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A vote this rank voted quiescent in that is still out after OVERLAP_STALL_WARNING_S is
+  // warned about, and fails after OVERLAP_STALL_TIMEOUT_S: rank 0 holds every negotiation round
+  // meanwhile (holds_rounds), so the stall inspector cannot see what keeps a peer from its
+  // marker, and nothing else would end the wait.
+  absl::Status CheckVoteWait();
   // Checks `started`, the return code of `call` that started `request`, then waits for it.
   absl::Status Wait(int started, const char* call, MPI_Request* request, const char* what);
 
@@ -233,6 +239,8 @@ class PlanScheduler {
   // This rank voted quiescent in the vote out (a drift check's forced 1 aside); kept apart from
   // votes_, which is MPI's while the vote runs.
   bool voted_quiescent_ = false;
+  absl::Time vote_since_;     // when this rank started the vote out
+  bool vote_warned_ = false;  // CheckVoteWait has warned about it
   bool round_wanted_ = false;     // TakeRoundWish
   MPI_Request vote_request_ = MPI_REQUEST_NULL;
 

@@ -5,6 +5,7 @@
 // allgather. Run once per planner (tests/runtime/BUILD sets OVERLAP_PLANNER), and for some with
 // every bucket compressed to fp16 (OVERLAP_COMPRESSION).
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -134,11 +135,51 @@ TEST_CASE("a step that slows down for good is planned again, every sum exact", "
   REQUIRE(stats.plan_adopted_step > first_adopted + 14);
 }
 
+TEST_CASE("a rank stuck before a plan vote's marker ends the job on every rank", "[stuck]") {
+  // OVERLAP_TEST_STUCK_AT_STEP = S (scheduled_stuck_before_vote_test.sh): rank 1 stops before
+  // the forward marker of its loop step S, waiting on an allreduce rank 0 never submits, while
+  // rank 0 starts that marker's plan vote (the runtime counts markers from 1: S + 1 is the first
+  // attempt, OVERLAP_PLAN_AFTER_STEPS + OVERLAP_PROFILE_STEPS + 2). Rank 0 holds every negotiation round while that vote is out
+  // (PlanScheduler::holds_rounds), so the stall inspector cannot fail the lone allreduce; the
+  // vote's own deadline must end the job. The script reads what each rank prints.
+  const char* at = std::getenv("OVERLAP_TEST_STUCK_AT_STEP");
+  if (at == nullptr) return;
+  const int stuck_step = std::atoi(at);
+  std::vector<Layer> layers = MakeModel();
+  absl::Time since = absl::InfiniteFuture();  // when this rank reached step S
+  const auto report = [&](const std::string& what) {
+    std::printf("stuck: rank %d: %s after %.1f s: %s\n", Rank(), what.c_str(),
+                absl::ToDoubleSeconds(absl::Now() - since), Stats().planner.c_str());
+    std::fflush(stdout);
+  };
+  for (int step = 0; step < stuck_step + 20; ++step) {
+    if (step == stuck_step) since = absl::Now();
+    if (step == stuck_step && Rank() == 1) {
+      std::vector<float> lone(16, 1.0f);
+      absl::StatusOr<Handle> h =
+          Allreduce("lone.weight", testing::GradientTensor("lone.weight", lone.data(), 16),
+                    testing::GradientTensor("lone.weight", lone.data(), 16),
+                    testing::GradientOptions());
+      REQUIRE(h.ok());
+      const absl::Status s = h->Wait(absl::Seconds(110));
+      report(absl::StrCat("the lone allreduce returned (", s.message(), ")"));
+      return;
+    }
+    const std::string error = Step(layers, step);
+    if (!error.empty()) {
+      report(absl::StrCat("step ", step, " failed (", error, ")"));
+      return;
+    }
+  }
+  report("every step passed");
+}
+
 TEST_CASE("a scheduled plan is adopted by every rank and keeps every sum exact") {
   const char* planner = std::getenv("OVERLAP_PLANNER");
   REQUIRE(planner != nullptr);
   if (std::getenv("OVERLAP_TEST_CORRUPT_PLAN") != nullptr) return;
   if (std::getenv("OVERLAP_TEST_DRIFT") != nullptr) return;
+  if (std::getenv("OVERLAP_TEST_STUCK_AT_STEP") != nullptr) return;
   std::vector<Layer> layers = MakeModel();
   int step = 0;
   int64_t adopted = -1;
