@@ -134,7 +134,8 @@ run() {
       mpi_args="--mca coll_libnbc_iallreduce_algorithm 1"
       args+=(--api "$api")
       if [[ $planner =~ ^deft-s([0-9]+)$ ]]; then
-        env_args+=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}" OVERLAP_MAX_PERIOD=4)
+        env_args+=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}" OVERLAP_MAX_PERIOD=4
+                   OVERLAP_BUDGET=-1)  # at its bound: what delays buy in step time
       else
         env_args+=(OVERLAP_PLANNER="$planner")
       fi ;;

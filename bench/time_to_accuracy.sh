@@ -6,6 +6,7 @@
 #   bench/time_to_accuracy.sh [--quick] [--tasks fmnist,lm] [--rows LIST] [--rate fmnist=300mbit,lm=250mbit]
 #       [--epochs N] [--fmnist-limit N] [--lm-limit N] [--test-limit N] [--evals-per-epoch N]
 #       [--out FILE] [--no-build] [--quiet-wait SECONDS] [--library FILE] [--time-limit SECONDS]
+#       [--seed N]
 #
 # Tasks (--tasks, default both):
 #   fmnist  a CNN on Fashion-MNIST (/usr/share/datasets/fashion-mnist); quality: test accuracy
@@ -15,12 +16,14 @@
 #   horovod, horovod+yield (OMPI_MCA_mpi_yield_when_idle=1), ddp (gloo, bucket_cap_mb 25),
 #   ddp-tuned (the fastest bucket_cap_mb of a short sweep, chosen before the clock starts),
 #   overlap:observed, overlap:auto, overlap:deft-s1, overlap:deft-s1:off, overlap:deft-s2,
-#   overlap:deft-s2:off (deft with staleness bound N and update periods up to 4; ":off" without
+#   overlap:deft-s2:off (deft with staleness bound N, update periods up to 4 and the budget at its
+#   bound max(N, 1.5), OVERLAP_BUDGET=-1; ":off" without
 #   DistributedOptimizer's staleness correction, otherwise its default "auto"),
 #   overlap:covap (covap:R=auto), overlap:topk (topk:ratio=0.01, error feedback); plus `local`, a
 #   short run without communication that measures each task's compute floor. Only when named:
 #   overlap:deft-s1+fp16, overlap:deft-s2+fp16, overlap:auto+fp16 (OVERLAP_COMPRESSION=fp16: every
-#   bucket of the plan compressed, with error feedback).
+#   bucket of the plan compressed, with error feedback). Any deft row may end in @B (before :off),
+#   e.g. overlap:deft-s1@0.25: OVERLAP_BUDGET=B, deft's convergence budget (bench/budget_sweep.sh).
 # --rate: the tbf cap of every host link, one rate for both tasks or TASK=RATE per task (default
 #   fmnist=300mbit,lm=250mbit: communication about 1.1-1.4x each task's compute here; the cluster is
 #   brought up again at each task's rate).
@@ -34,6 +37,7 @@
 # (bench/time_to_accuracy_report.py). The target is ddp's final quality minus 0.5 point of
 # accuracy, or plus 1% of validation loss. Every run has a hard time limit; a failed or timed-out
 # row prints its "error" and the run carries on. The cluster is taken down on exit, whatever happens.
+# --seed: the initial weights' and the data order's seed, the same for every row (default 42).
 # --time-limit: each run's hard limit (default: quick 240 s fmnist / 300 s lm, else 1800 / 3600).
 # overlap's rows run with OVERLAP_STALL_TIMEOUT_S=90, so a stalled collective fails with the
 # runtime's own message before the hard limit.
@@ -51,7 +55,7 @@ ALL_ROWS="local,ddp,ddp-tuned,horovod,horovod+yield,overlap:observed,overlap:aut
 # Run only when --rows names them: deft's compressed plans (every bucket fp16, error feedback).
 EXTRA_ROWS="overlap:deft-s1+fp16,overlap:deft-s2+fp16,overlap:auto+fp16"
 quick=0 tasks=fmnist,lm rows=$ALL_ROWS rate=fmnist=300mbit,lm=250mbit epochs="" fmnist_limit="" lm_limit="" test_limit=""
-evals="" out="" build=1 quiet_wait="" time_limit="" max_busy=0.25 library=""
+evals="" out="" build=1 quiet_wait="" time_limit="" max_busy=0.25 library="" seed=42
 while (($#)); do
   case $1 in
     --quick) quick=1; shift ;;
@@ -68,6 +72,7 @@ while (($#)); do
     --library) library=${2:-}; shift 2 || die "--library needs a file" ;;
     --time-limit) time_limit=${2:-}; shift 2 || die "--time-limit needs seconds" ;;
     --quiet-wait) quiet_wait=${2:-}; shift 2 || die "--quiet-wait needs seconds" ;;
+    --seed) seed=${2:-}; shift 2 || die "--seed needs a number" ;;
     -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
@@ -76,6 +81,7 @@ has() { [[ ",$1," == *",$2,"* ]]; }
 for t in ${tasks//,/ }; do has fmnist,lm "$t" || die "--tasks: unknown task '$t' (fmnist, lm)"; done
 [ -n "$tasks" ] || die "--tasks is empty"
 for r in ${rows//,/ }; do
+  [[ ! $r =~ ^overlap:deft-s[0-9]+@[0-9]+(\.[0-9]+)?(:off)?$ ]] || continue
   has "$ALL_ROWS,$EXTRA_ROWS" "$r" || die "--rows: unknown row '$r' (known: $ALL_ROWS,$EXTRA_ROWS)"
 done
 has "$rows" ddp || die "--rows must include ddp: it sets every task's target"
@@ -86,7 +92,7 @@ else
   epochs=${epochs:-4} fmnist_limit=${fmnist_limit:-0} lm_limit=${lm_limit:-32768}
   test_limit=${test_limit:-0} evals=${evals:-8} sweep=sweep:0.1,0.25,0.5,1,5,25 quiet_wait=${quiet_wait:-120}
 fi
-for v in epochs fmnist_limit lm_limit test_limit evals quiet_wait ${time_limit:+time_limit}; do
+for v in epochs fmnist_limit lm_limit test_limit evals quiet_wait seed ${time_limit:+time_limit}; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "--${v//_/-} needs a whole number, got '${!v}'"
 done
 ((epochs > 0 && evals > 0)) || die "--epochs and --evals-per-epoch must be positive"
@@ -164,7 +170,7 @@ emit_error() {  # TASK ROW PLANNER CORRECTION REASON
 run() {
   local task=$1 row=$2 limit=$3
   local system=${row%%[:+-]*} py=$NEW_PY mpi_args="" env_args=(OMP_NUM_THREADS=1) planner="" correction=""
-  local args=(--task "$task" --epochs "$epochs" --evals-per-epoch "$evals" --data-dir /usr/share/datasets/fashion-mnist
+  local args=(--task "$task" --epochs "$epochs" --evals-per-epoch "$evals" --seed "$seed" --data-dir /usr/share/datasets/fashion-mnist
               --corpus "$BIN/data/corpus.txt" --test-limit "$test_limit")
   if [ "$task" = fmnist ]; then args+=(--train-limit "$fmnist_limit"); else args+=(--train-limit "$lm_limit"); fi
   case $row in
@@ -184,6 +190,10 @@ run() {
       local v=${row#overlap:}
       correction=auto
       if [[ $v == *:off ]]; then correction=off; v=${v%:off}; fi
+      # deft-sN@B: deft's convergence budget B; plain deft-sN runs at its bound (-1), as before
+      # the runtime's default budget became 0.
+      if [[ $v == *@* ]]; then env_args+=(OVERLAP_BUDGET="${v#*@}"); v=${v%@*};
+      elif [[ $v == deft-s* ]]; then env_args+=(OVERLAP_BUDGET=-1); fi
       args+=(--staleness-correction "$correction")
       # PLANNER+SPEC: the runtime's default compression, which a scheduled plan's buckets carry.
       if [[ $v == *+* ]]; then env_args+=(OVERLAP_COMPRESSION="${v#*+}"); v=${v%%+*}; fi

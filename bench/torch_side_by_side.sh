@@ -182,7 +182,8 @@ run() {
       [ "$base" = "$planner" ] || args+=(--update-at-forward off)
       # deft-sN: deft with staleness bound N and update periods up to 4 (delayed updates).
       if [[ $base =~ ^deft-s([0-9]+)$ ]]; then
-        env_args+=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}" OVERLAP_MAX_PERIOD=4)
+        env_args+=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}" OVERLAP_MAX_PERIOD=4
+                   OVERLAP_BUDGET=-1)  # at its bound: what delays buy in step time
       else
         env_args+=(OVERLAP_PLANNER="$base")
       fi ;;

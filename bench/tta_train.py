@@ -268,7 +268,7 @@ def main(argv):
             system.optimizer_options["compression"] = system.hvd.Compression.runtime(args.compression)
     task = (FashionTask if args.task == "fmnist" else LMTask)(args, system.size)
 
-    result = {"task": args.task, "system": args.label or args.system, "metric": task.metric,
+    result = {"task": args.task, "system": args.label or args.system, "metric": task.metric, "seed": args.seed,
               "epochs": args.epochs, "ranks": system.size, "batch_per_rank": task.batch,
               "train_examples": task.examples(), "torch": torch.__version__.split("+")[0]}
     bucket = None
@@ -323,7 +323,8 @@ def main(argv):
         result["sim_step_ms"] = round(predicted, 3) if predicted > 0 else None
         result["runtime"] = {k: s.get(k) for k in ("planner", "plan_adopted_step", "plans_frozen",
                                                    "plans_dropped", "plans_refused", "plan_buckets",
-                                                   "plan_mean_staleness", "predicted_step_ms")}
+                                                   "plan_mean_staleness", "plan_update_cycle",
+                                                   "predicted_step_ms")}
         result["correction_bytes"] = optimizer.staleness_correction_bytes()
 
     # Evaluation, after training: rank r evaluates points r, r + size, ...; a max gathers them.

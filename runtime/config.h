@@ -89,11 +89,13 @@ struct Config {
 
   // Planner options (scheduler/planner.h PlannerOptions). OVERLAP_STALENESS (0..16; plans with
   // delays are refused until delayed updates exist), OVERLAP_MAX_PERIOD (1..64),
-  // OVERLAP_BUDGET (-1: max(staleness, (max_period - 1) / 2), or in [0, 1e6]),
+  // OVERLAP_BUDGET (in [0, 1e6], or -1 for the planner's bound max(staleness, (max_period - 1)
+  // / 2); 0 by default: on the Fashion-MNIST sweep, docs/time_to_accuracy.md, every plan that
+  // delayed anything lost more than 0.5 point, so delays are the user's choice),
   // OVERLAP_PARTITION_BYTES and OVERLAP_CREDIT_BYTES (ByteScheduler; 0 tunes them by simulation).
   int staleness = 0;
   int max_period = 1;
-  double budget = -1;
+  double budget = 0;
   int64_t partition_bytes = 0;
   int64_t credit_bytes = 0;
 

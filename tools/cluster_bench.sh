@@ -77,7 +77,9 @@ for model in "${model_list[@]}"; do
     env_args=(OVERLAP_PLANNER="$name")
     [ "$name" != deft ] || env_args+=(OVERLAP_STALENESS=0)
     if [[ $name =~ ^deft-s([0-9]+)$ ]]; then
-      env_args=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}" OVERLAP_MAX_PERIOD=4)
+      # At its bound (OVERLAP_BUDGET=-1): the rows measure what delays buy in step time.
+      env_args=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}" OVERLAP_MAX_PERIOD=4
+                OVERLAP_BUDGET=-1)
     fi
     [ -z "$compression" ] || env_args+=(OVERLAP_COMPRESSION="$compression")
     log=$LOG/$model-$planner.log

@@ -48,7 +48,7 @@ for o in $optimizers; do
   for run in $runs; do
     planner=${run%%|*} correction=${run#*|}
     env_args=(OVERLAP_PLANNER="$planner" OVERLAP_LOG_LEVEL=info)
-    [ "$planner" != deft ] || env_args+=(OVERLAP_STALENESS=1 OVERLAP_MAX_PERIOD=4)
+    [ "$planner" != deft ] || env_args+=(OVERLAP_STALENESS=1 OVERLAP_MAX_PERIOD=4 OVERLAP_BUDGET=-1)
     [ "$planner" != deft ] || [ -z "$sync_steps" ] || env_args+=(OVERLAP_PLAN_AFTER_STEPS="$sync_steps")
     # shellcheck disable=SC2086  # flags are words
     out=$(env "${env_args[@]}" timeout -k 10 1800 "$CLUSTER" exec "$BIN/overlaprun" -np 4 \

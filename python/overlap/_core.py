@@ -744,7 +744,8 @@ def copy_bytes(dst_address, src_address, nbytes):
 
 # Settings an adapter's init() may take as arguments, by the OVERLAP_* setting each sets.
 _INIT_SETTINGS = {"planner": "OVERLAP_PLANNER", "staleness": "OVERLAP_STALENESS",
-                  "max_period": "OVERLAP_MAX_PERIOD", "compression": "OVERLAP_COMPRESSION",
+                  "max_period": "OVERLAP_MAX_PERIOD", "budget": "OVERLAP_BUDGET",
+                  "compression": "OVERLAP_COMPRESSION",
                   "profile_steps": "OVERLAP_PROFILE_STEPS", "timeline": "OVERLAP_TIMELINE"}
 
 

@@ -15,17 +15,18 @@ restore_compression_state = _core.restore_compression_state
 
 
 def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=None,
-         compression=None, profile_steps=None, timeline=None):
+         compression=None, profile_steps=None, timeline=None, budget=None):
     """Starts overlap on every rank (collective); a second call is a no-op.
 
     comm and process_sets are Horovod's: overlap always uses every rank (MPI_COMM_WORLD), so a
     comm naming a subset raises; process_sets (ProcessSet objects or rank lists) are registered
     in order, as add_process_set would (collective). overlap's options (each also an
-    OVERLAP_* variable, docs/tuning.md): planner, staleness, max_period, compression (the
+    OVERLAP_* variable, docs/tuning.md): planner, staleness, max_period, budget (deft's
+    convergence budget; 0 by default, which keeps its plans synchronous), compression (the
     default error-feedback compressor spec, e.g. "fp16"), profile_steps, timeline (a path)."""
     start_runtime(comm, process_sets, planner=planner, staleness=staleness,
-                  max_period=max_period, compression=compression, profile_steps=profile_steps,
-                  timeline=timeline)
+                  max_period=max_period, budget=budget, compression=compression,
+                  profile_steps=profile_steps, timeline=timeline)
 
 
 def shutdown():

@@ -236,13 +236,14 @@ constexpr Var kVars[] = {
         .Range(0, 1e6, "a number")
         .OrMinusOne()
         .Note("-1: max(staleness, (max_period - 1) / 2)")
-        .Default("-1")
+        .Default("0")
         .Describe("deft: the convergence budget, the byte-weighted mean number of steps a "
-                  "gradient may arrive late")
+                  "gradient may arrive late; 0 keeps the plan synchronous (measured: "
+                  "docs/time_to_accuracy.md, \"Convergence budget\")")
         .Option("--budget", "B",
                 "deft: the convergence budget, the byte-weighted mean number of steps a gradient "
-                "may arrive late, a number in [0, 1e6], or -1 (the default) for max(--staleness, "
-                "(--max-period - 1) / 2)")
+                "may arrive late, a number in [0, 1e6] (default 0: synchronous), or -1 for "
+                "max(--staleness, (--max-period - 1) / 2)")
         .Build(),
     Def("OVERLAP_PARTITION_BYTES", Kind::kInt)
         .Range(0, kMaxBytes, "a byte count")

@@ -86,7 +86,19 @@ PlanScheduler::PlanScheduler(const Config& config, int rank, int size, MPI_Comm 
       next_attempt_(config.plan_after_steps + config.profile_steps + 2),
       drift_(config.replan_drift, config.replan_min_ms,
              std::max<int64_t>(10, 2 * static_cast<int64_t>(config.profile_steps) + 2),
-             config.profile_steps + 1) {}
+             config.profile_steps + 1) {
+  // Bounds that the default budget keeps unused would otherwise pass unnoticed.
+  if (rank_ == 0 && config_.planner == "deft" && config_.budget == 0 &&
+      (config_.staleness > 0 || config_.max_period > 1)) {
+    spdlog::warn(
+        "overlap: OVERLAP_STALENESS={} and OVERLAP_MAX_PERIOD={} let deft delay updates, but "
+        "its convergence budget OVERLAP_BUDGET is 0 (the default: on Fashion-MNIST every delay "
+        "deft chose cost accuracy, docs/time_to_accuracy.md), so its plans stay synchronous; "
+        "set OVERLAP_BUDGET (the mean steps a gradient byte may arrive late, e.g. 0.25, or -1 "
+        "for max(staleness, (max_period - 1) / 2)) to let it use them",
+        config_.staleness, config_.max_period);
+  }
+}
 
 PlanScheduler::~PlanScheduler() {
   if (planner_.joinable()) planner_.join();

@@ -42,7 +42,7 @@ TEST_CASE("planner settings default to the observed plan", "[config]") {
   CHECK(config->profile_steps == 5);
   CHECK(config->staleness == 0);
   CHECK(config->max_period == 1);
-  CHECK(config->budget == -1);
+  CHECK(config->budget == 0);  // synchronous unless the user grants a budget
   CHECK(config->partition_bytes == 0);
   CHECK(config->credit_bytes == 0);
   CHECK(config->replan_drift == 0.25);

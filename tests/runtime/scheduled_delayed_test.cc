@@ -301,16 +301,27 @@ TEST_CASE("deft chooses delays on its own where the windows are too small", "[.d
                << stats.plan_adopted_step);
   REQUIRE(planned_steps == 10);
   REQUIRE(stats.planner == "deft");
-  // deft's own choice: some slice delayed, none beyond the staleness bound.
   int max_delay = 0;
   for (const auto& [name, slices] : schedule.tensors) {
     for (const ScheduledSlice& slice : slices) max_delay = std::max(max_delay, slice.delay);
   }
-  REQUIRE(max_delay == 1);
-  REQUIRE(stats.plan_mean_staleness > 0);
-  REQUIRE(stats.delayed_bytes > 0);
   RequireCompressedWhenAsked(stats);
-  REQUIRE(late_steps >= 1);  // the first planned step's delayed slices had nothing to deliver
+  const char* budget = std::getenv("OVERLAP_BUDGET");
+  if (budget != nullptr && std::string(budget) == "0") {
+    // A convergence budget of 0 (scheduled_deft_budget0_2ranks_test): the same windows, but no
+    // byte may arrive late, so the plan is synchronous and every step delivers its own average.
+    REQUIRE(max_delay == 0);
+    REQUIRE(stats.plan_mean_staleness == 0);
+    REQUIRE(stats.plan_update_cycle == 1);
+    REQUIRE(stats.delayed_bytes == 0);
+    REQUIRE(late_steps == 0);
+  } else {
+    // deft's own choice: some slice delayed, none beyond the staleness bound.
+    REQUIRE(max_delay == 1);
+    REQUIRE(stats.plan_mean_staleness > 0);
+    REQUIRE(stats.delayed_bytes > 0);
+    REQUIRE(late_steps >= 1);  // the first planned step's delayed slices had nothing to deliver
+  }
   for (int extra = 0; extra < 3; ++extra, ++step) {
     REQUIRE(Step(layers, step, adopted, /*flushing=*/true, /*read_at_once=*/false).error == "");
   }

@@ -4,9 +4,9 @@ runtime/c_api.h overlap_init_with_settings).
 
 tests/torch/BUILD runs this file twice, choosing the case by INIT_OPTIONS_CASE:
   given    OVERLAP_PLANNER=observed in the environment; init(planner="deft", staleness=1,
-           max_period=2, compression="fp16", profile_steps=3) must win over it: the core reports
-           them, an optimizer made afterwards updates at forward (deft's default), and an
-           allreduce is compressed to fp16.
+           max_period=2, budget=0.25, compression="fp16", profile_steps=3) must win over it:
+           the core reports them, an optimizer made afterwards updates at forward (deft's
+           default), and an allreduce is compressed to fp16.
   refused  init(staleness=-1) raises ValueError on every rank, naming the rank, the setting and
            that it was given in code.
 """
@@ -23,12 +23,14 @@ def given_case():
     import overlap.torch as hvd
     from overlap import _core
     assert os.environ["OVERLAP_PLANNER"] == "observed"
-    hvd.init(planner="deft", staleness=1, max_period=2, compression="fp16", profile_steps=3)
+    hvd.init(planner="deft", staleness=1, max_period=2, budget=0.25, compression="fp16",
+             profile_steps=3)
     try:
         config = _core.config()
         assert config["OVERLAP_PLANNER"] == "deft"
         assert config["OVERLAP_STALENESS"] == "1"
         assert config["OVERLAP_MAX_PERIOD"] == "2"
+        assert config["OVERLAP_BUDGET"] == "0.25"
         assert config["OVERLAP_COMPRESSION"] == "fp16"
         assert config["OVERLAP_PROFILE_STEPS"] == "3"
         # Not given in code: the environment's value (the test runner sets one), else the
@@ -38,8 +40,8 @@ def given_case():
         assert config["OVERLAP_NUM_CHANNELS"] == os.environ.get("OVERLAP_NUM_CHANNELS", "1")
         # The process's environment is as the launcher set it.
         assert os.environ["OVERLAP_PLANNER"] == "observed"
-        for name in ("OVERLAP_STALENESS", "OVERLAP_MAX_PERIOD", "OVERLAP_COMPRESSION",
-                     "OVERLAP_PROFILE_STEPS"):
+        for name in ("OVERLAP_STALENESS", "OVERLAP_MAX_PERIOD", "OVERLAP_BUDGET",
+                     "OVERLAP_COMPRESSION", "OVERLAP_PROFILE_STEPS"):
             assert name not in os.environ, name
 
         model = torch.nn.Linear(3, 2)
