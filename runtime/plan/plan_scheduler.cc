@@ -41,6 +41,11 @@ constexpr int64_t kHalvesSizes[] = {int64_t{64} << 10, int64_t{512} << 10, int64
 // before it started (its peers' first chunks were queued on the wire): on the namespace cluster
 // they fitted 11.9 ms/MB where raw back-to-back rings sustain 12.5.
 constexpr int64_t kSustainedBytes = int64_t{4} << 20;
+// No probe is larger than the step's gradient bytes (the largest bucket any plan makes), or
+// this when the step is smaller: sizes beyond it tell the fit nothing a plan uses, and they cost
+// the most. On a 300 Mbit/s link, six 16 MiB allreduces took about 4 s of every planning of a
+// 1.6 MB model (bench/time_to_accuracy.sh), more than a tenth of its run.
+constexpr int64_t kMinProbeCap = int64_t{1} << 20;
 constexpr int kProbeRepeats = 5;
 // auto's trials: runners-up simulated within this factor of the best plan are worth measuring.
 constexpr double kTrialMargin = 1.15;
@@ -62,6 +67,16 @@ sched::PlannerOptions OptionsFrom(const Config& config) {
   o.compressor = CompressionStage::CompressorName(compression);
   o.compression_ratio = CompressionStage::PayloadRatio(compression);
   return o;
+}
+
+// `sizes` up to `cap`, and `cap` itself in place of the sizes above it.
+std::vector<int64_t> SizesUpTo(absl::Span<const int64_t> sizes, int64_t cap) {
+  std::vector<int64_t> kept;
+  for (int64_t size : sizes) {
+    if (size <= cap) kept.push_back(size);
+  }
+  if (kept.size() < sizes.size() && (kept.empty() || kept.back() < cap)) kept.push_back(cap);
+  return kept;
 }
 
 // A plan with delayed updates or update periods: replacing it would discard the results it holds.
@@ -393,6 +408,7 @@ absl::StatusOr<std::vector<sched::CostSample>> PlanScheduler::MeasuredSamples() 
 }
 
 absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
+  const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<sched::CostSample>> measured = MeasuredSamples();
   if (!measured.ok()) return measured.status();
   std::vector<sched::CostSample> samples = *std::move(measured);
@@ -401,15 +417,25 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
   std::sort(sizes.begin(), sizes.end());
   const size_t distinct = std::unique(sizes.begin(), sizes.end()) - sizes.begin();
   const size_t from_training = samples.size();
+  // The largest probe: the step's gradient bytes, the same on every rank (the largest rank's).
+  int64_t cap = std::max(profiler_->step_bytes(), kMinProbeCap);
+  MPI_Request agree;
+  absl::Status agreed =
+      Wait(StartIallreduce(MPI_IN_PLACE, &cap, 1, MPI_INT64_T, MPI_MAX, comm_, &agree),
+           "MPI_Iallreduce", &agree, "agreeing on the largest probe");
+  if (!agreed.ok()) return agreed;
   // The same samples on every rank, so every rank takes the same branch of these collectives.
   // Both probes start with the smallest size, whose time floors the fitted intercept.
-  absl::Status probed =
-      Probe(distinct < 3 ? absl::Span<const int64_t>(kProbeSizes) : kLatencySizes, &samples);
+  absl::Status probed = Probe(
+      SizesUpTo(distinct < 3 ? absl::Span<const int64_t>(kProbeSizes) : kLatencySizes, cap),
+      &samples);
   if (!probed.ok()) return probed;
-  // The smallest probe (4 KiB) and a back-to-back one of kSustainedBytes: the sustained slope.
+  // The smallest probe (4 KiB) and a back-to-back one of kSustainedBytes (or the cap): the
+  // sustained slope.
   const sched::CostSample smallest = samples[from_training];
   std::vector<sched::CostSample> sustained;
-  probed = Probe(absl::Span<const int64_t>(&kSustainedBytes, 1), &sustained);
+  const int64_t sustained_bytes = std::min(kSustainedBytes, cap);
+  probed = Probe(absl::Span<const int64_t>(&sustained_bytes, 1), &sustained);
   if (!probed.ok()) return probed;
   const double min_beta = std::max(
       0.0, (sustained[0].seconds - smallest.seconds) / (sustained[0].bytes - smallest.bytes));
@@ -423,7 +449,7 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
          {std::pair{CollectiveKind::kReduceScatter, &fitted->reduce_scatter},
           std::pair{CollectiveKind::kAllgatherv, &fitted->allgather}}) {
       std::vector<sched::CostSample> kind_samples;
-      absl::Status probed_kind = Probe(kHalvesSizes, &kind_samples, kind);
+      absl::Status probed_kind = Probe(SizesUpTo(kHalvesSizes, cap), &kind_samples, kind);
       if (!probed_kind.ok()) return probed_kind;
       absl::StatusOr<sched::ChannelCost> line =
           sched::FitLinkCost(kind_samples, kind_samples.front().seconds);
@@ -449,9 +475,11 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
   fitted->name = "net";
   cost->channels = {*fitted};
   spdlog::info(
-      "overlap: rank {}: fitted link cost from {} collectives of training and {} probes: alpha "
-      "{:.1f} us, beta {:.3f} us/MB (sustained, back to back: {:.3f} us/MB)",
-      rank_, from_training, samples.size() - from_training + 1, ab[0] * 1e6, ab[1] * 1e12,
+      "overlap: rank {}: fitted link cost from {} collectives of training and {} probes of up to "
+      "{} bytes in {:.0f} ms: alpha {:.1f} us, beta {:.3f} us/MB (sustained, back to back: "
+      "{:.3f} us/MB)",
+      rank_, from_training, samples.size() - from_training + 1, cap,
+      absl::ToDoubleMilliseconds(absl::Now() - start), ab[0] * 1e6, ab[1] * 1e12,
       min_beta * 1e12);
   if (fitted->reduce_scatter.set()) {
     spdlog::info(

@@ -8,8 +8,9 @@
 //     fitted (sched::FitLinear) to the allreduces the runtime ran, each at its fastest rank's time,
 //     with a short probe of a few sizes only when those cover fewer than three sizes, or of two
 //     small sizes when none was below 64 KiB (they pin the per-collective latency), and always
-//     a back-to-back 4 MiB one (the sustained bandwidth floors the slope); rank 0's fit
-//     is broadcast. Rank 0 starts the planner (sched::MakePlan, the code the simulator runs) and
+//     a back-to-back 4 MiB one (the sustained bandwidth floors the slope); no probe is larger
+//     than the step's gradient bytes (or 1 MiB), the largest bucket a plan makes; rank 0's
+//     fit is broadcast. Rank 0 starts the planner (sched::MakePlan, the code the simulator runs) and
 //     the simulator's prediction on a thread of its own; training goes on meanwhile.
 //  2. Two steps later (the adopt step), after the same quiescence vote, rank 0 broadcasts
 //     Plan::Serialize() with the prediction; every rank decodes it and checks
@@ -162,7 +163,8 @@ class PlanScheduler {
   // when they cover fewer than three, else of 4 and 64 KiB; a back-to-back 4 MiB probe's slope
   // floors the fitted slope (sustained bandwidth); the 4 KiB probe's median time floors
   // the intercept (sched::FitLinkCost). Under dear and auto, reduce-scatters and allgathers of
-  // 64 KiB to 2 MiB are probed and fitted too (ChannelCost::reduce_scatter, allgather).
+  // 64 KiB to 2 MiB are probed and fitted too (ChannelCost::reduce_scatter, allgather). Sizes
+  // above the step's gradient bytes (at least 1 MiB) are probed at that size instead.
   absl::Status FitCost(sched::CostModel* cost);
   // No trials under way or to come (a plan dropped, or one restored from a checkpoint).
   void ForgetTrials();

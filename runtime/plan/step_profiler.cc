@@ -263,6 +263,14 @@ double StepProfiler::step_ms_spread() const {
   return values[(3 * n) / 4] - values[n / 4];
 }
 
+int64_t StepProfiler::step_bytes() const {
+  absl::MutexLock lock(&mu_);
+  if (closed_.empty()) return 0;
+  int64_t bytes = 0;
+  for (const sched::TensorMeasurement& t : closed_.back().tensors) bytes += t.bytes;
+  return bytes;
+}
+
 double StepProfiler::median_wall_ms() const {
   absl::MutexLock lock(&mu_);
   return MedianOf(closed_, [](const ClosedStep& s) { return s.wall_ms; });

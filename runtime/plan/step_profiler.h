@@ -102,6 +102,9 @@ class StepProfiler {
   // Interquartile range of the same steps' forward + backward + update time (ms), nearest rank; 0
   // if none: how far the median can move on noise alone (runtime/plan/drift_policy.h).
   double step_ms_spread() const;
+  // Bytes of every tensor the latest steady step submitted: the largest bucket a plan can make.
+  // 0 if no step has closed.
+  int64_t step_bytes() const;
   // Median wall time of the last steady steps, time blocked in Wait included (ms); 0 if none.
   // What a plan's communication costs shows here, not in median_step_ms.
   double median_wall_ms() const;

@@ -99,11 +99,14 @@ TEST_CASE("one step: phases, clamped ready and first-use times, layers", "[step_
 
   CHECK(p.OnPhase(StepPhase::kForward, At(45)) == 2);  // update_ms 15
   CHECK(p.steady_steps() == 0);
+  CHECK(p.step_bytes() == 0);  // no step closed yet
   absl::StatusOr<sched::Profile> none = p.MakeProfile("m");
   CHECK(none.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(p.OnPhase(StepPhase::kBackward, At(55)) == 2);  // closes step 1; forward_ms 10
   CHECK(p.steady_steps() == 1);
   CHECK(p.median_step_ms() == 10 + 20 + 15);
+  // Six tensors of 64 bytes, "mid" counted once: the largest bucket a plan of this step makes.
+  CHECK(p.step_bytes() == 6 * 64);
 
   absl::StatusOr<sched::Profile> profile = p.MakeProfile("m");
   REQUIRE(profile.ok());
