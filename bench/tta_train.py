@@ -339,6 +339,7 @@ def main(argv):
     result.update(steps=n, steps_per_epoch=steps_per_epoch, train_s=round(train_s, 3),
                   step_ms=round(statistics.median(slowest), 3),
                   step_ms_mean=round(statistics.fmean(slowest), 3),
+                  first_steps_ms=[round(x, 1) for x in slowest[:12]],  # start-up cost, step by step
                   final_quality=round(qualities[-1], 5),
                   curve=[[round(t, 3), k, round(q, 5)] for t, (_, k), q in zip(times, points, qualities)],
                   train_loss=[round(x, 4) for x in losses], loadavg_1m=round(os.getloadavg()[0], 2))

@@ -1,6 +1,7 @@
 // Allreduces that adapt to the links they run on (OVERLAP_ADAPTIVE_ALLREDUCE): the MPI executor
 // measures each rank's link (link_probe.h) before its first large allreduce on a channel and
-// again as MpiExecutorOptions::reprobe_every says, and while the measured rates make a weighted
+// again as MpiExecutorOptions::reprobe_every says (with cheap lateness checks between while a
+// verdict settles), and while the measured rates make a weighted
 // allreduce pay (link_shares.h), runs large allreduces as one (weighted_allreduce.h): a slow link gets a
 // small shard or none, instead of setting the pace of every ring step. Each rank also times its
 // adaptive allreduces from start to end; a rank whose allreduces end much sooner than the others'
@@ -43,6 +44,8 @@ absl::StatusOr<LinkAdaptation> ParseLinkAdaptation(absl::string_view name);
 struct LinkReport {
   int channel = 0;
   bool cross_host = false;     // probed among one rank per host (hierarchical) or all ranks
+  // false for a lateness check (link_probe.h), whose `rates` are the last probe's.
+  bool rates_measured = true;
   std::vector<double> rates;   // bytes/s, by rank of the probed communicator
   std::vector<double> shares;  // the weighted allreduce's shares; empty: allreduces run unweighted
   // Each rank's mean seconds from start to end of its allreduces since the last probe (0: none),
@@ -54,7 +57,7 @@ struct LinkReport {
 
 // Counts across executors (the runtime keeps one for all of its own). Any thread reads them.
 struct LinkCounters {
-  std::atomic<int64_t> probes{0};    // probes run
+  std::atomic<int64_t> probes{0};    // probes run that measured rates (not lateness checks)
   std::atomic<int64_t> weighted{0};  // allreduces that ran weighted
 };
 

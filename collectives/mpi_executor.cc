@@ -440,33 +440,45 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Timed(
 }
 
 void MpiExecutor::Judge(const LinkProbe& probe, LinkState* state) const {
-  state->rates = probe.rates();
+  const bool measured = probe.measures_rates();
   const std::vector<int> late = Stragglers(probe.waits());
-  const bool pays = WeightedPays(probe.rates());
-  // A verdict that repeats the last one's stands for reprobe_every allreduces; a new one
-  // (the first too) is checked soon, before it takes effect.
-  const bool settled = state->interval > 0 && pays == state->last_paid &&
-                       late == state->last_stragglers;
-  state->interval = settled ? options_.reprobe_every
-                           : std::min(kFirstReprobe, options_.reprobe_every);
-  state->last_paid = pays;
+  const bool pays = measured ? WeightedPays(probe.rates()) : state->last_paid;
+  // A verdict that repeats the last one's stands until the next rate probe is due; a new one is
+  // checked soon, before it takes effect. The first rate verdict is settled when it finds that
+  // weighting does not pay, which is how allreduces ran before any probe; the first lateness
+  // verdict never is, since nothing was timed before it.
+  state->rates_settled = pays == state->last_paid;
+  const bool settled =
+      state->rates_settled && state->interval > 0 && late == state->last_stragglers;
+  if (measured) {
+    state->rates = probe.rates();
+    state->since_rates = 0;
+    state->last_paid = pays;
+    state->paying_probes = pays ? state->paying_probes + 1 : 0;
+    const bool weighted = options_.adaptation == LinkAdaptation::kOn
+                              ? state->rates.size() >= 2
+                              : state->paying_probes >= 2;
+    state->shares = weighted ? LinkShares(state->rates) : std::vector<double>();
+  }
+  state->interval = settled ? std::max<int64_t>(1, options_.reprobe_every - state->since_rates)
+                            : std::min(kFirstReprobe, options_.reprobe_every);
+  ++state->since_rates;  // the allreduce this probe or check precedes
   state->stragglers = late == state->last_stragglers ? late : std::vector<int>();
   state->last_stragglers = late;
-  std::vector<double> sorted = probe.waits();
+  UpdateLateness(probe.waits(), state);
+}
+
+void MpiExecutor::UpdateLateness(const std::vector<double>& waits, LinkState* state) const {
+  std::vector<double> sorted = waits;
   std::sort(sorted.begin(), sorted.end());
   state->lateness_s = 0;
   for (int s : state->stragglers) {
-    const double behind = sorted[sorted.size() / 2] - probe.waits()[static_cast<size_t>(s)];
+    const double behind = sorted[sorted.size() / 2] - waits[static_cast<size_t>(s)];
     state->lateness_s = state->lateness_s == 0 ? behind : std::min(state->lateness_s, behind);
   }
-  state->paying_probes = pays ? state->paying_probes + 1 : 0;
-  const bool weighted = options_.adaptation == LinkAdaptation::kOn
-                            ? probe.rates().size() >= 2
-                            : state->paying_probes >= 2;
-  state->shares = weighted ? LinkShares(probe.rates()) : std::vector<double>();
-  state->late_shares = state->stragglers.empty()
-                          ? std::vector<double>()
-                          : LinkShares(probe.rates(), state->stragglers);
+  state->late_shares = state->stragglers.empty() || state->rates.empty()
+                           ? std::vector<double>()
+                           : LinkShares(state->rates, state->stragglers);
 }
 
 const std::vector<double>& MpiExecutor::SharesFor(const LinkState& link, size_t bytes) const {
@@ -485,8 +497,13 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAdaptive(int channel,
   LinkState& link = links_[static_cast<size_t>(channel)];
   if (link.since_probe >= 0 && link.since_probe < link.interval) {
     ++link.since_probe;
+    ++link.since_rates;
     return Timed(channel, StartAllreduce(channel, a, op, SharesFor(link, bytes)));
   }
+  // Rates again when never measured, when their verdict is unsettled, or when due; otherwise a
+  // lateness check.
+  const bool measure_rates = link.since_probe < 0 || !link.rates_settled ||
+                             link.since_rates >= options_.reprobe_every;
   // The cross-host communicator when hierarchical: its ranks are the hosts' links.
   const bool cross = hierarchical();
   MPI_Comm probed = cross ? host_comms_[static_cast<size_t>(channel)].cross
@@ -495,7 +512,7 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAdaptive(int channel,
   link.wait_sum = 0;
   link.waited = 0;
   absl::StatusOr<std::unique_ptr<LinkProbe>> probe =
-      LinkProbe::Start(probed, NextRingTag(channel), options_.probe_bytes, wait);
+      LinkProbe::Start(probed, NextRingTag(channel), measure_rates ? options_.probe_bytes : 0, wait);
   if (!probe.ok()) return probe.status();
   const absl::Time started = absl::Now();
   CollectiveArgs args = a;
@@ -504,15 +521,18 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAdaptive(int channel,
       [this, channel, cross, started, args, op, bytes](
           const LinkProbe& done) -> absl::StatusOr<std::unique_ptr<Work>> {
         LinkState& state = links_[static_cast<size_t>(channel)];
-        ++counters_.probes;
-        if (options_.counters != nullptr) ++options_.counters->probes;
+        if (done.measures_rates()) {
+          ++counters_.probes;
+          if (options_.counters != nullptr) ++options_.counters->probes;
+        }
         state.since_probe = 1;
         Judge(done, &state);
         if (options_.on_probe) {
           LinkReport report;
           report.channel = channel;
           report.cross_host = cross;
-          report.rates = done.rates();
+          report.rates_measured = done.measures_rates();
+          report.rates = state.rates;
           report.shares = state.stragglers.empty() ? state.shares : state.late_shares;
           report.waits = done.waits();
           report.stragglers = state.stragglers;

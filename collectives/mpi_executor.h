@@ -13,7 +13,7 @@
 //
 // With MpiExecutorOptions::adaptation, allreduces of at least kAdaptiveMinBytes adapt to the
 // measured link rates (collectives/link_adaptation.h): a probe before the first on each channel
-// and every reprobe_every after, and a weighted allreduce (collectives/weighted_allreduce.h) while
+// and every reprobe_every after (with lateness checks between while a verdict settles), and a weighted allreduce (collectives/weighted_allreduce.h) while
 // the rates make it pay; hierarchical allreduces weight their cross-host phase.
 //
 // Adasum allreduces run flat, hierarchy or not, as collectives/adasum.h's halving over
@@ -55,9 +55,13 @@ struct MpiExecutorOptions {
   // 3, and, when allreduces are flat, one rank per host: ranks sharing a host share its link, and
   // a flat weighted allreduce would send each rank's whole buffer through it.
   int hosts = 0;
-  // Eligible allreduces on a channel between two probes while the verdict holds: the first probe
-  // precedes the first allreduce, and a probe whose verdict differs from the last one's (the
-  // first included: lateness needs allreduces to judge by) is checked kFirstReprobe later.
+  // Eligible allreduces on a channel between two rate probes while the verdicts hold: the first
+  // probe precedes the first allreduce. A verdict not yet settled is checked again kFirstReprobe
+  // later: by a full probe when the rate verdict changed (weighting needs two probes in a row
+  // that find it pays), else by a lateness check that only gathers the ranks' waits (the first
+  // probe's verdict on lateness is never settled: nothing was timed before it). A first probe
+  // that finds equal links so costs one probe, not two or three (0.4 s each at 300 Mbit/s on 4
+  // hosts).
   int64_t reprobe_every = 256;
   size_t probe_bytes = LinkProbe::kDefaultBytes;
   // Called after every probe, on the thread that called Test.
@@ -126,14 +130,20 @@ class MpiExecutor : public Executor {
     std::vector<int> last_stragglers;
     bool last_paid = false;
     int64_t since_probe = -1;  // -1: never probed
-    int64_t interval = 0;      // eligible allreduces from the last probe to the next
+    int64_t interval = 0;      // eligible allreduces from the last probe or check to the next
+    int64_t since_rates = 0;   // eligible allreduces since the last probe that measured rates,
+                               // the one it preceded included
+    bool rates_settled = false;  // false: the next check measures rates again
     // Seconds from start to end of the adaptive allreduces since the last probe.
     double wait_sum = 0;
     int64_t waited = 0;
   };
-  // Takes a finished probe's rates and waits into `state`: the verdicts (with their hysteresis),
-  // the shares, and when to probe next.
+  // Takes a finished probe's rates (a lateness check has none: the last rates stand) and waits
+  // into `state`: the verdicts (with their hysteresis), the shares, and when and how to check
+  // next.
   void Judge(const LinkProbe& probe, LinkState* state) const;
+  // The stragglers' lateness and the shares that leave them dry, from `waits` and state->rates.
+  void UpdateLateness(const std::vector<double>& waits, LinkState* state) const;
   // The shares an allreduce of `bytes` on `link` runs with; empty: unweighted.
   const std::vector<double>& SharesFor(const LinkState& link, size_t bytes) const;
   // `work`, timed into the channel's LinkState when it ends.

@@ -53,7 +53,8 @@ void Runtime::NoteLinkProbe(const LinkReport& report) {
   const std::string rates = absl::StrJoin(parts, ", ");
   // The probe on the timeline's "link probe" track, named by what it measured.
   const absl::Time now = absl::Now();
-  timeline_.Span("link probe", absl::StrCat("link probe, channel ", report.channel, ": ", rates).c_str(),
+  const char* what = report.rates_measured ? "link probe" : "lateness check";
+  timeline_.Span("link probe", absl::StrCat(what, ", channel ", report.channel, ": ", rates).c_str(),
                  now - absl::Seconds(report.seconds), now);
   const int verdict = report.shares.empty() ? 0 : 1;
   bool changed = false;
@@ -65,7 +66,7 @@ void Runtime::NoteLinkProbe(const LinkReport& report) {
   }
   if (rank_ != 0) return;
   const std::string line = absl::StrFormat(
-      "overlap: link probe (channel %d, %.0f ms): %s; allreduces of 1 MiB and more run %s",
+      "overlap: %s (channel %d, %.0f ms): %s; allreduces of 1 MiB and more run %s", what,
       report.channel, 1e3 * report.seconds, rates,
       verdict == 1 ? "weighted by these shares (OVERLAP_ADAPTIVE_ALLREDUCE)" : "unweighted");
   if (changed) {

@@ -287,6 +287,47 @@ TEST_CASE("a rank that starts its allreduces late gets no shard, and sums stay e
   }
 }
 
+TEST_CASE("a first probe that finds no reason to weight is checked by a lateness check only") {
+  if (Size() < 3) {
+    WARN("needs 3 ranks or more: adaptation auto probes only among 3 hosts or more");
+    return;
+  }
+  Probes probes;
+  std::unique_ptr<MpiExecutor> executor =
+      AdaptiveExecutor(LinkAdaptation::kAuto, -1, Size(), &probes, /*reprobe_every=*/12);
+  const int64_t count = static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4) + 7;
+  for (int i = 0; i < 13; ++i) {
+    std::vector<float> data = Input(count);
+    absl::StatusOr<std::unique_ptr<Work>> work = executor->Start(0, FloatSum(data));
+    REQUIRE(work.ok());
+    RunToEnd(**work);
+    CHECK(WrongSums(data) == 0);
+  }
+  // A rate probe before the 1st allreduce and, as every 12, before the 13th; between them one
+  // or two checks (before the 5th, and the 9th if the 5th's lateness verdict was new). The check
+  // before the 5th measures rates again only if the first probe found that weighting pays (a
+  // noisy reading of these equal links), since that verdict needs a second probe.
+  REQUIRE(probes.reports.size() >= 3);
+  REQUIRE(probes.reports.size() <= 4);
+  CHECK(probes.reports.front().rates_measured);
+  CHECK(probes.reports.back().rates_measured);
+  const bool first_pays = WeightedPays(probes.reports.front().rates);
+  CHECK(probes.reports[1].rates_measured == first_pays);
+  int64_t measured = 0;
+  for (const LinkReport& report : probes.reports) {
+    measured += report.rates_measured ? 1 : 0;
+    REQUIRE(report.rates.size() == static_cast<size_t>(Size()));
+    REQUIRE(report.waits.size() == static_cast<size_t>(Size()));
+    if (!report.rates_measured) {
+      // A check reports the standing rates, the same on every rank, and what it gathered.
+      CHECK(report.rates == probes.reports.front().rates);
+      CHECK(SameOnEveryRank(report.waits.data(), report.waits.size() * sizeof(double)));
+    }
+  }
+  CHECK(executor->link_probes() == measured);
+  if (!first_pays) CHECK(measured == 2);
+}
+
 TEST_CASE("adaptation auto on one host probes nothing and runs as before") {
   Probes probes;
   std::unique_ptr<MpiExecutor> executor =
