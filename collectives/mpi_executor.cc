@@ -445,11 +445,12 @@ void MpiExecutor::Judge(const LinkProbe& probe, LinkState* state) const {
   const bool pays = measured ? WeightedPays(probe.rates()) : state->last_paid;
   // A verdict that repeats the last one's stands until the next rate probe is due; a new one is
   // checked soon, before it takes effect. The first rate verdict is settled when it finds that
-  // weighting does not pay, which is how allreduces ran before any probe; the first lateness
-  // verdict never is, since nothing was timed before it.
+  // weighting does not pay, which is how allreduces ran before any probe; a lateness verdict is
+  // not when nothing was timed before the probe (the first, unless first_probe_after held it).
   state->rates_settled = pays == state->last_paid;
-  const bool settled =
-      state->rates_settled && state->interval > 0 && late == state->last_stragglers;
+  const std::vector<double>& waits = probe.waits();
+  const bool timed = std::any_of(waits.begin(), waits.end(), [](double w) { return w > 0; });
+  const bool settled = state->rates_settled && timed && late == state->last_stragglers;
   if (measured) {
     state->rates = probe.rates();
     state->since_rates = 0;
@@ -495,14 +496,14 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAdaptive(int channel,
                                                                  MPI_Op op) {
   const size_t bytes = static_cast<size_t>(a.count) * DataTypeSize(a.dtype);
   LinkState& link = links_[static_cast<size_t>(channel)];
-  if (link.since_probe >= 0 && link.since_probe < link.interval) {
+  if (link.since_probe < link.interval) {
     ++link.since_probe;
     ++link.since_rates;
     return Timed(channel, StartAllreduce(channel, a, op, SharesFor(link, bytes)));
   }
   // Rates again when never measured, when their verdict is unsettled, or when due; otherwise a
   // lateness check.
-  const bool measure_rates = link.since_probe < 0 || !link.rates_settled ||
+  const bool measure_rates = link.rates.empty() || !link.rates_settled ||
                              link.since_rates >= options_.reprobe_every;
   // The cross-host communicator when hierarchical: its ranks are the hosts' links.
   const bool cross = hierarchical();

@@ -26,6 +26,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -55,14 +56,19 @@ struct MpiExecutorOptions {
   // 3, and, when allreduces are flat, one rank per host: ranks sharing a host share its link, and
   // a flat weighted allreduce would send each rank's whole buffer through it.
   int hosts = 0;
-  // Eligible allreduces on a channel between two rate probes while the verdicts hold: the first
-  // probe precedes the first allreduce. A verdict not yet settled is checked again kFirstReprobe
-  // later: by a full probe when the rate verdict changed (weighting needs two probes in a row
-  // that find it pays), else by a lateness check that only gathers the ranks' waits (the first
-  // probe's verdict on lateness is never settled: nothing was timed before it). A first probe
-  // that finds equal links so costs one probe, not two or three (0.4 s each at 300 Mbit/s on 4
-  // hosts).
+  // Eligible allreduces on a channel between two rate probes while the verdicts hold. A verdict
+  // not yet settled is checked again kFirstReprobe later: by a full probe when the rate verdict
+  // changed (weighting needs two probes in a row that find it pays), else by a lateness check
+  // that only gathers the ranks' waits (a lateness verdict is never settled by a probe before
+  // which nothing was timed). A first probe that finds equal links so costs one probe, not two or
+  // three (0.4 s each at 300 Mbit/s on 4 hosts).
   int64_t reprobe_every = 256;
+  // Eligible allreduces on a channel that run before its first probe. 0: the probe precedes the
+  // first. An executor that may carry only a job's first few steps (the runtime's negotiated one,
+  // before a plan takes over with an executor of its own, which probes) waits, so that a job
+  // does not pay for the same links twice; its first probe then judges lateness too. Ignored
+  // under LinkAdaptation::kOn, which weights from the first allreduce.
+  int64_t first_probe_after = 0;
   size_t probe_bytes = LinkProbe::kDefaultBytes;
   // Called after every probe, on the thread that called Test.
   std::function<void(const LinkReport&)> on_probe;
@@ -113,7 +119,10 @@ class MpiExecutor : public Executor {
       : comms_(std::move(comms)),
         ring_tags_(comms_.size(), 0),
         options_(options),
-        links_(comms_.size()) {}
+        links_(comms_.size()) {
+    if (options_.adaptation == LinkAdaptation::kOn) return;
+    for (LinkState& link : links_) link.interval = std::max<int64_t>(0, options_.first_probe_after);
+  }
 
   // Per channel: the last probe's verdict and the eligible allreduces since.
   struct LinkState {
@@ -129,7 +138,7 @@ class MpiExecutor : public Executor {
     int paying_probes = 0;
     std::vector<int> last_stragglers;
     bool last_paid = false;
-    int64_t since_probe = -1;  // -1: never probed
+    int64_t since_probe = 0;   // eligible allreduces since the last probe or check
     int64_t interval = 0;      // eligible allreduces from the last probe or check to the next
     int64_t since_rates = 0;   // eligible allreduces since the last probe that measured rates,
                                // the one it preceded included

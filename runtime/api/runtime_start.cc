@@ -18,6 +18,11 @@
 namespace overlap {
 namespace {
 
+// Large allreduces the negotiated executor runs before its first link probe
+// (MpiExecutorOptions::first_probe_after): more than a job's steps before its observed plan
+// freezes usually hold (3-4 steps of a few large buckets each).
+constexpr int64_t kNegotiatedFirstProbeAfter = 16;
+
 // A duplicate of `base` that returns errors instead of aborting, so that a failed peer becomes a
 // status naming the call (MPI_Comm_dup copies MPI_COMM_WORLD's fatal handler).
 absl::StatusOr<MPI_Comm> DupComm(MPI_Comm base, int rank, absl::string_view purpose) {
@@ -237,8 +242,13 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
       control_comm_, hosts_, absl::Seconds(config.start_timeout_s), PeerTimeout(config));
   if (!control.ok()) return control.status();
   control_ = std::move(*control);
+  // The negotiated executor carries a job's first steps until a plan takes over with an
+  // executor of its own, which probes the links at its first large allreduce; so this one probes
+  // only if it is still carrying large allreduces later (no plan froze, or it was dropped).
+  MpiExecutorOptions negotiated_options = executor_options;
+  negotiated_options.first_probe_after = kNegotiatedFirstProbeAfter;
   absl::StatusOr<std::unique_ptr<MpiExecutor>> executor =
-      MpiExecutor::Create(comm_, executor_options);
+      MpiExecutor::Create(comm_, negotiated_options);
   if (!executor.ok()) return executor.status();
   executor_ = std::move(*executor);
   if (!config.timeline_path.empty()) {

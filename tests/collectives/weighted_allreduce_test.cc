@@ -303,29 +303,65 @@ TEST_CASE("a first probe that finds no reason to weight is checked by a lateness
     RunToEnd(**work);
     CHECK(WrongSums(data) == 0);
   }
-  // A rate probe before the 1st allreduce and, as every 12, before the 13th; between them one
-  // or two checks (before the 5th, and the 9th if the 5th's lateness verdict was new). The check
-  // before the 5th measures rates again only if the first probe found that weighting pays (a
-  // noisy reading of these equal links), since that verdict needs a second probe.
+  // A rate probe before the 1st allreduce; between it and the 13th, one or two checks (before the
+  // 5th, and the 9th if the 5th's lateness verdict was new); before the 13th the rate probe due
+  // every 12. The check before the 5th measures rates again only if the first probe found that
+  // weighting pays (a noisy reading of these equal links), since that verdict needs a second
+  // probe, and from then on rates are due 12 after that one.
   REQUIRE(probes.reports.size() >= 3);
   REQUIRE(probes.reports.size() <= 4);
   CHECK(probes.reports.front().rates_measured);
-  CHECK(probes.reports.back().rates_measured);
   const bool first_pays = WeightedPays(probes.reports.front().rates);
   CHECK(probes.reports[1].rates_measured == first_pays);
+  if (!first_pays) CHECK(probes.reports.back().rates_measured);
   int64_t measured = 0;
+  std::vector<double> standing;
   for (const LinkReport& report : probes.reports) {
     measured += report.rates_measured ? 1 : 0;
     REQUIRE(report.rates.size() == static_cast<size_t>(Size()));
     REQUIRE(report.waits.size() == static_cast<size_t>(Size()));
-    if (!report.rates_measured) {
-      // A check reports the standing rates, the same on every rank, and what it gathered.
-      CHECK(report.rates == probes.reports.front().rates);
+    if (report.rates_measured) {
+      standing = report.rates;
+    } else {
+      // A check reports the standing rates and what it gathered, the same on every rank.
+      CHECK(report.rates == standing);
       CHECK(SameOnEveryRank(report.waits.data(), report.waits.size() * sizeof(double)));
     }
   }
   CHECK(executor->link_probes() == measured);
   if (!first_pays) CHECK(measured == 2);
+}
+
+TEST_CASE("first_probe_after: the first probe waits for that many allreduces and judges lateness") {
+  if (Size() < 3) {
+    WARN("needs 3 ranks or more: adaptation auto probes only among 3 hosts or more");
+    return;
+  }
+  Probes probes;
+  MpiExecutorOptions options;
+  options.num_channels = 1;
+  options.hosts = Size();
+  options.adaptation = LinkAdaptation::kAuto;
+  options.first_probe_after = 3;
+  options.probe_bytes = size_t{256} << 10;
+  options.on_probe = [&probes](const LinkReport& report) { probes.reports.push_back(report); };
+  absl::StatusOr<std::unique_ptr<MpiExecutor>> executor =
+      MpiExecutor::Create(MPI_COMM_WORLD, options);
+  REQUIRE(executor.ok());
+  const int64_t count = static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4) + 3;
+  for (int i = 0; i < 4; ++i) {
+    CHECK(probes.reports.empty());  // the probe, when due, runs as the 4th starts
+    std::vector<float> data = Input(count);
+    absl::StatusOr<std::unique_ptr<Work>> work = (*executor)->Start(0, FloatSum(data));
+    REQUIRE(work.ok());
+    RunToEnd(**work);
+    CHECK(WrongSums(data) == 0);
+  }
+  // Before the 4th: a rate probe, which also gathered the three allreduces' times.
+  REQUIRE(probes.reports.size() == 1);
+  CHECK(probes.reports[0].rates_measured);
+  for (double wait : probes.reports[0].waits) CHECK(wait > 0);
+  CHECK((*executor)->link_probes() == 1);
 }
 
 TEST_CASE("adaptation auto on one host probes nothing and runs as before") {
