@@ -18,10 +18,13 @@
 namespace overlap {
 namespace {
 
-// Large allreduces the negotiated executor runs before its first link probe
-// (MpiExecutorOptions::first_probe_after): more than a job's steps before its observed plan
-// freezes usually hold (3-4 steps of a few large buckets each).
-constexpr int64_t kNegotiatedFirstProbeAfter = 16;
+// Large allreduces that the negotiated executor and the scheduler's probe executor run before
+// their first link probe (MpiExecutorOptions::first_probe_after). The plan's executor probes the
+// same links at its first; the negotiated one carries only a job's first steps (3-4 steps of a
+// few large buckets each before the observed plan freezes), and the scheduler's runs a handful
+// of large cost probes per planning, which would run unweighted after a first probe anyway (a
+// weighted verdict needs two probes in a row).
+constexpr int64_t kSecondaryFirstProbeAfter = 16;
 
 // A duplicate of `base` that returns errors instead of aborting, so that a failed peer becomes a
 // status naming the call (MPI_Comm_dup copies MPI_COMM_WORLD's fatal handler).
@@ -246,7 +249,7 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   // executor of its own, which probes the links at its first large allreduce; so this one probes
   // only if it is still carrying large allreduces later (no plan froze, or it was dropped).
   MpiExecutorOptions negotiated_options = executor_options;
-  negotiated_options.first_probe_after = kNegotiatedFirstProbeAfter;
+  negotiated_options.first_probe_after = kSecondaryFirstProbeAfter;
   absl::StatusOr<std::unique_ptr<MpiExecutor>> executor =
       MpiExecutor::Create(comm_, negotiated_options);
   if (!executor.ok()) return executor.status();
@@ -308,6 +311,7 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
     // runs the allreduce the plan will run, flat or hierarchical, so the fitted cost is its.
     MpiExecutorOptions probe_options = executor_options;
     probe_options.num_channels = 1;
+    probe_options.first_probe_after = kSecondaryFirstProbeAfter;
     absl::StatusOr<std::unique_ptr<MpiExecutor>> probe = MpiExecutor::Create(comm_, probe_options);
     if (!probe.ok()) return probe.status();
     absl::StatusOr<MPI_Comm> plan_comm = DupComm(comm_, rank_, "the plan communicator");
