@@ -210,3 +210,45 @@ def test_deferred_updates_that_outlive_their_optimizer_leave_forwards_alone(khvd
     assert all(o._overlap_deferred is not orphan for o in layerwise._deferring)
     other.optimizer.apply_pending_updates()
     layerwise.apply_all_pending_updates()
+
+
+def test_an_optimizer_collected_with_updates_parked_gives_them_up(khvd):
+    # A custom loop that lets its optimizer go right after a step leaves that step's allreduces
+    # parked. They must not keep their names: a later optimizer whose gradients are named alike
+    # (layers named alike here; keras.utils.clear_session() does the same) failed at its first
+    # apply() with "submitted again while the update of its previous submission was never
+    # applied". The dropped updates are announced.
+    import gc
+
+    from overlap.tensorflow import op_library
+
+    def named_model(name="dropped"):
+        keras.utils.set_random_seed(5)
+        return keras.Sequential([keras.Input((6,)), keras.layers.Dense(3, name=name + "_a"),
+                                 keras.layers.Dense(2, name=name + "_b")], name=name)
+
+    x, y = batches(khvd.rank(), steps=3)
+    before = op_library.parked_reductions()
+    model = named_model()
+    optimizer = khvd.DistributedOptimizer(keras.optimizers.SGD(0.1), update_at_forward=True)
+    train_step_fn(model, optimizer, compiled=False)(x[0], y[0])
+    assert op_library.parked_reductions() == before + 4  # two kernels, two biases
+    with pytest.warns(RuntimeWarning, match=r"rank %d: a Keras DistributedOptimizer was "
+                      r"collected with 4 update\(s\) it had not applied" % khvd.rank()):
+        del optimizer
+        gc.collect()
+    assert op_library.parked_reductions() == before
+
+    # The same names again: two steps, applied at the next forward and at the end, with the
+    # values of the synchronous optimizer on a copy of the same model (the same seed).
+    again = named_model()
+    deferred = khvd.DistributedOptimizer(keras.optimizers.SGD(0.1), update_at_forward=True)
+    sync_model = named_model("kept")  # other names: only the deferred copy parks allreduces
+    sync = khvd.DistributedOptimizer(keras.optimizers.SGD(0.1), update_at_forward=False)
+    for s in range(2):
+        train_step_fn(again, deferred, compiled=False)(x[s], y[s])
+        train_step_fn(sync_model, sync, compiled=False)(x[s], y[s])
+    deferred.apply_pending_updates()
+    for a, e in zip(values(again), values(sync_model)):
+        close(a, e, "after the dropped optimizer's names were reused")
+    assert op_library.parked_reductions() == before

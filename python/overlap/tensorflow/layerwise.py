@@ -70,7 +70,13 @@ class DeferredUpdates:
         self._pending_step = None    # bool variable: a step's updates are (maybe) pending
         self._learning_rate = None   # variable: the pending step's learning rate
         self._applying = False
+        self._names = set()          # every name registered, for _abandon_parked
         _deferring.add(optimizer)
+        # An optimizer collected with updates parked can never apply them; they would hold their
+        # names, and the next optimizer whose gradients have the same names (layers named alike,
+        # or after keras.utils.clear_session()) would fail to submit ("submitted again").
+        finalizer = weakref.finalize(optimizer, _abandon_parked, self._names)
+        finalizer.atexit = False  # at exit nothing is submitted again
         install()
 
     # -- apply() -------------------------------------------------------------------------------
@@ -117,6 +123,7 @@ class DeferredUpdates:
             name = "%s.%s" % (self._reducer.prefix, gradients.variable_name(variable, index))
             wire, _ = self._reducer.compression.compress(tf.zeros([], variable.dtype))
             self._by_key[key] = (name, variable, wire.dtype)
+            self._names.add(name)
 
     def _start(self, grad, variable):
         from overlap.tensorflow import mpi_ops
@@ -220,6 +227,24 @@ class DeferredUpdates:
 
     def _key(self, variable):
         return self._optimizer()._var_key(variable)
+
+
+def _abandon_parked(names):
+    """A deferring optimizer was collected: gives up its parked allreduces (native/pending.h),
+    whose updates nothing can apply any more, and says so."""
+    import warnings
+
+    from overlap.tensorflow import op_library
+    dropped = sorted(n for n in names if op_library.abandon_parked(n))
+    if dropped:
+        rank = _core.rank() if _core.is_initialized() else "?"
+        warnings.warn(
+            "overlap: rank %s: a Keras DistributedOptimizer was collected with %d update(s) it "
+            "had not applied yet (%s); they are dropped. Call optimizer.apply_pending_updates() "
+            "(or run a forward) before letting an optimizer go."
+            % (rank, len(dropped), ", ".join(dropped[:3]) + (", ..." if len(dropped) > 3
+                                                                    else "")),
+            RuntimeWarning, stacklevel=2)
 
 
 def install():

@@ -79,6 +79,8 @@ def load():
             _native.overlap_tf_abandoned_waits.restype = ctypes.c_int
             _native.overlap_tf_is_parked.argtypes = [ctypes.c_char_p]
             _native.overlap_tf_is_parked.restype = ctypes.c_int
+            _native.overlap_tf_abandon_parked.argtypes = [ctypes.c_char_p]
+            _native.overlap_tf_abandon_parked.restype = ctypes.c_int
             _native.overlap_tf_parked_reductions.argtypes = []
             _native.overlap_tf_parked_reductions.restype = ctypes.c_int
         return _module
@@ -106,6 +108,13 @@ def is_parked(name):
     """Whether a gradient allreduce submitted under `name` waits to be collected."""
     load()
     return bool(_native.overlap_tf_is_parked(name.encode()))
+
+
+def abandon_parked(name):
+    """Gives up the gradient allreduce parked under `name`, if any (its optimizer was collected):
+    freed unread once it ends. Returns whether one was parked."""
+    load()
+    return bool(_native.overlap_tf_abandon_parked(name.encode()))
 
 
 def parked_reductions():

@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 namespace overlap_tf {
 namespace {
@@ -10,6 +11,7 @@ namespace {
 struct Table {
   std::mutex mu;
   std::map<std::string, PendingReduction> parked;
+  std::vector<PendingReduction> abandoned;  // until their allreduces end
 };
 
 Table& TheTable() {
@@ -17,11 +19,25 @@ Table& TheTable() {
   return *table;
 }
 
+// Frees the abandoned reductions whose allreduces have ended. Called with table.mu held.
+void Reap(Table& table) {
+  std::vector<PendingReduction> running;
+  for (PendingReduction& pending : table.abandoned) {
+    if (overlap_handle_poll(pending.handle) == 1) {
+      overlap_handle_free(pending.handle);
+    } else {
+      running.push_back(std::move(pending));
+    }
+  }
+  table.abandoned = std::move(running);
+}
+
 }  // namespace
 
 absl::Status Park(const std::string& name, PendingReduction pending) {
   Table& table = TheTable();
   std::lock_guard<std::mutex> lock(table.mu);
+  Reap(table);
   auto [it, added] = table.parked.emplace(name, std::move(pending));
   if (!added) {
     return absl::FailedPreconditionError(
@@ -42,6 +58,18 @@ std::optional<PendingReduction> Collect(const std::string& name) {
   return pending;
 }
 
+bool Abandon(const std::string& name) {
+  Table& table = TheTable();
+  std::lock_guard<std::mutex> lock(table.mu);
+  Reap(table);
+  auto it = table.parked.find(name);
+  if (it == table.parked.end()) return false;
+  table.abandoned.push_back(std::move(it->second));
+  table.parked.erase(it);
+  Reap(table);
+  return true;
+}
+
 bool IsParked(const std::string& name) {
   Table& table = TheTable();
   std::lock_guard<std::mutex> lock(table.mu);
@@ -58,6 +86,10 @@ int ParkedCount() {
 
 extern "C" int overlap_tf_is_parked(const char* name) {
   return name != nullptr && overlap_tf::IsParked(name) ? 1 : 0;
+}
+
+extern "C" int overlap_tf_abandon_parked(const char* name) {
+  return name != nullptr && overlap_tf::Abandon(name) ? 1 : 0;
 }
 
 extern "C" int overlap_tf_parked_reductions(void) { return overlap_tf::ParkedCount(); }

@@ -8,7 +8,7 @@
 // here until the finish, so they outlive the kernel that submitted them.
 //
 // Thread-safe. One table per process, never destroyed (kernels may run during static
-// destruction at exit); what was never finished is freed with the process.
+// destruction at exit); what was never finished or abandoned is freed with the process.
 #ifndef OVERLAP_TF_PENDING_H_
 #define OVERLAP_TF_PENDING_H_
 
@@ -36,6 +36,11 @@ absl::Status Park(const std::string& name, PendingReduction pending);
 // already, or none was submitted since).
 std::optional<PendingReduction> Collect(const std::string& name);
 
+// Gives up what is parked under `name`: its owner (a Keras optimizer that was collected) will
+// never collect it. The core still writes into its output until the allreduce ends, so it is kept
+// until then (reaped by later calls here) and freed unread. Returns whether anything was parked.
+bool Abandon(const std::string& name);
+
 // Whether something is parked under `name`.
 bool IsParked(const std::string& name);
 
@@ -45,6 +50,7 @@ int ParkedCount();
 }  // namespace overlap_tf
 
 extern "C" int overlap_tf_is_parked(const char* name);
+extern "C" int overlap_tf_abandon_parked(const char* name);
 extern "C" int overlap_tf_parked_reductions(void);
 
 #endif  // OVERLAP_TF_PENDING_H_
