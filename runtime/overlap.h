@@ -373,6 +373,10 @@ struct RuntimeStats {
   // The link cost fitted for planning, channel 0 allreduce: t = alpha + beta x bytes.
   double fitted_alpha_us = 0;
   double fitted_beta_us_per_mb = 0;
+  // Plannings that probed the links and fitted that cost, and plannings that kept the last fit
+  // because the collectives measured since agreed with it (a re-plan after a drift in compute).
+  int64_t link_cost_fits = 0;
+  int64_t link_cost_reuses = 0;
   // auto's trials (OVERLAP_AUTO_TRIALS): each tried plan's measured step, "auto:dear 545.7 ms,
   // auto:bytescheduler 528.8 ms"; and true while more are to come (a benchmark waits for the
   // plan to settle).

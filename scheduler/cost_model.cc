@@ -395,4 +395,19 @@ absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, do
   return fitted;
 }
 
+std::optional<double> FitStillHolds(absl::Span<const CostSample> samples, const ChannelCost& fit,
+                                    double tolerance) {
+  if (samples.size() < kMinSamplesForHeldFit || tolerance < 1) return std::nullopt;
+  std::vector<double> ratios;
+  for (const CostSample& sample : samples) {
+    const double predicted = fit.Seconds(Collective::kAllreduce, sample.bytes);
+    if (!(predicted > 0) || !std::isfinite(sample.seconds)) return std::nullopt;
+    ratios.push_back(sample.seconds / predicted);
+  }
+  std::nth_element(ratios.begin(), ratios.begin() + ratios.size() / 2, ratios.end());
+  const double median = ratios[ratios.size() / 2];
+  if (median < 1 / tolerance || median > tolerance) return std::nullopt;
+  return median;
+}
+
 }  // namespace overlap::sched

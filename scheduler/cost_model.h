@@ -45,6 +45,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,15 @@ absl::StatusOr<ChannelCost> FitLinear(absl::Span<const CostSample> samples);
 // InvalidArgument as FitLinear.
 absl::StatusOr<ChannelCost> FitLinkCost(absl::Span<const CostSample> samples, double min_alpha_s,
                                         double min_beta_s_per_byte = 0);
+
+// Whether `fit`, a link cost fitted earlier, still describes `samples`, allreduces measured since:
+// the median over them of measured time / fit's prediction, when it lies within
+// [1 / tolerance, tolerance] and there are at least kMinSamplesForHeldFit samples (fewer say
+// nothing); nullopt otherwise. A runtime that plans again after its steps changed keeps a fit
+// that still holds instead of probing the links again.
+inline constexpr size_t kMinSamplesForHeldFit = 3;
+std::optional<double> FitStillHolds(absl::Span<const CostSample> samples, const ChannelCost& fit,
+                                    double tolerance);
 
 }  // namespace overlap::sched
 

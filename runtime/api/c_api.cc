@@ -452,7 +452,8 @@ const char* overlap_stats_json(void) {
       "adopted_step\":%d,"
       "\"plans_scheduled\":%d,\"plans_refused\":%d,\"plan_layerwise_update\":%s,"
       "\"plan_mean_staleness\":%.6g,\"plan_update_cycle\":%d,"
-      "\"fitted_alpha_us\":%.6g,\"fitted_beta_us_per_mb\":%.6g,\"plan_trials\":\"%s\",\"plan_"
+      "\"fitted_alpha_us\":%.6g,\"fitted_beta_us_per_mb\":%.6g,\"link_cost_fits\":%d,"
+      "\"link_cost_reuses\":%d,\"plan_trials\":\"%s\",\"plan_"
       "trials_pending\":%s,"
       "\"cuda_executor\":\"%s\",\"hierarchy_hosts\":%d,\"comm_compute_ratio\":%.6g,"
       "\"link_probes\":%d,\"weighted_allreduces\":%d,\"link_rates\":\"%s\"}",
@@ -461,7 +462,8 @@ const char* overlap_stats_json(void) {
       s.steps, s.planner, s.plan_buckets, s.plan_compressed_buckets, s.predicted_step_ms,
       s.plan_adopted_step, s.plans_scheduled, s.plans_refused,
       s.plan_layerwise_update ? "true" : "false", s.plan_mean_staleness, s.plan_update_cycle,
-      s.fitted_alpha_us, s.fitted_beta_us_per_mb, s.plan_trials,
+      s.fitted_alpha_us, s.fitted_beta_us_per_mb, s.link_cost_fits, s.link_cost_reuses,
+      s.plan_trials,
       s.plan_trials_pending ? "true" : "false", s.cuda_executor, s.hierarchy_hosts,
       s.comm_compute_ratio, s.link_probes, s.weighted_allreduces,
       overlap::JsonEscape(s.link_rates));

@@ -294,6 +294,8 @@ void PlanController::AddStats(RuntimeStats* stats) const {
   stats->plan_update_cycle = info.update_cycle;
   stats->fitted_alpha_us = info.alpha_us;
   stats->fitted_beta_us_per_mb = info.beta_us_per_mb;
+  stats->link_cost_fits = info.cost_fits;
+  stats->link_cost_reuses = info.cost_reuses;
   stats->plan_trials = info.trials;
   stats->plan_trials_pending = info.trials_pending;
 }

@@ -48,6 +48,11 @@ constexpr int64_t kSustainedBytes = int64_t{4} << 20;
 // training ran fewer than three sizes, would take about 4 s more at that rate.
 constexpr int64_t kMinProbeCap = int64_t{1} << 20;
 constexpr int kProbeRepeats = 5;
+// A fitted link cost is kept for a later planning while the training collectives' median time is
+// within this factor of its prediction either way (sched::FitStillHolds). Training collectives,
+// timed on the rank that started last, run about 5% under a fit floored by back-to-back probes;
+// a link that lost a fifth of its rate or more is probed again.
+constexpr double kHeldFitTolerance = 1.25;
 // auto's trials: runners-up simulated within this factor of the best plan are worth measuring.
 constexpr double kTrialMargin = 1.15;
 
@@ -413,6 +418,23 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
   absl::StatusOr<std::vector<sched::CostSample>> measured = MeasuredSamples();
   if (!measured.ok()) return measured.status();
   std::vector<sched::CostSample> samples = *std::move(measured);
+  // The samples are the same on every rank (MeasuredSamples), and so is last_fit_: every rank
+  // takes the same branch, and none starts the probes' collectives alone.
+  if (last_fit_.has_value()) {
+    const std::optional<double> held =
+        sched::FitStillHolds(samples, *last_fit_, kHeldFitTolerance);
+    if (held.has_value()) {
+      cost->channels = {*last_fit_};
+      spdlog::info(
+          "overlap: rank {}: kept the fitted link cost (alpha {:.1f} us, beta {:.3f} us/MB): the "
+          "{} collectives measured since took {:.2f} of its prediction (median); nothing probed",
+          rank_, last_fit_->alpha_s * 1e6, last_fit_->beta_s_per_byte * 1e12, samples.size(),
+          *held);
+      absl::MutexLock lock(&mu_);
+      ++info_.cost_reuses;
+      return absl::OkStatus();
+    }
+  }
   std::vector<double> sizes;
   for (const sched::CostSample& c : samples) sizes.push_back(c.bytes);
   std::sort(sizes.begin(), sizes.end());
@@ -475,6 +497,7 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
   fitted->allgather = sched::LinearTerm{ab[4], ab[5]};
   fitted->name = "net";
   cost->channels = {*fitted};
+  last_fit_ = *fitted;
   spdlog::info(
       "overlap: rank {}: fitted link cost from {} collectives of training and {} probes of up to "
       "{} bytes in {:.0f} ms: alpha {:.1f} us, beta {:.3f} us/MB (sustained, back to back: "
@@ -491,6 +514,7 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
   absl::MutexLock lock(&mu_);
   info_.alpha_us = ab[0] * 1e6;
   info_.beta_us_per_mb = ab[1] * 1e12;
+  ++info_.cost_fits;
   return absl::OkStatus();
 }
 

@@ -84,6 +84,10 @@ struct ScheduleInfo {
   double mean_staleness = 0;  // RuntimeStats::plan_mean_staleness
   int64_t update_cycle = 1;   // RuntimeStats::plan_update_cycle
   double alpha_us = 0, beta_us_per_mb = 0;
+  // Plannings that probed the links and fitted their cost, and those that kept the last fit
+  // because the collectives measured since still agreed with it (RuntimeStats::link_cost_fits,
+  // link_cost_reuses).
+  int64_t cost_fits = 0, cost_reuses = 0;
   // auto's trials: each tried plan's measured step ("auto:dear 545.7 ms, ..."), and whether
   // more are to come (the plan in force may still change).
   std::string trials;
@@ -164,7 +168,10 @@ class PlanScheduler {
   // floors the fitted slope (sustained bandwidth); the 4 KiB probe's median time floors
   // the intercept (sched::FitLinkCost). Under dear and auto, reduce-scatters and allgathers of
   // 64 KiB to 2 MiB are probed and fitted too (ChannelCost::reduce_scatter, allgather). Sizes
-  // above the step's gradient bytes (at least 1 MiB) are probed at that size instead.
+  // above the step's gradient bytes (at least 1 MiB) are probed at that size instead. A
+  // planning after the first keeps the last fit, probing nothing, when the collectives measured
+  // since agree with it within kHeldFitTolerance (sched::FitStillHolds): a drift in the compute
+  // windows is no reason to measure unchanged links again (about 1 s at 300 Mbit/s on 4 hosts).
   absl::Status FitCost(sched::CostModel* cost);
   // No trials under way or to come (a plan dropped, or one restored from a checkpoint).
   void ForgetTrials();
@@ -204,6 +211,8 @@ class PlanScheduler {
   const int size_;
   MPI_Comm comm_;
   std::unique_ptr<Executor> probe_;
+  // The last fitted link cost, alike on every rank (rank 0's, broadcast); unset before the first.
+  std::optional<sched::ChannelCost> last_fit_;
   StepProfiler* const profiler_;
   const TimingsFn timings_;
   const std::function<absl::Status()> check_peers_;

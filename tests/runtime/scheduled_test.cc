@@ -133,6 +133,11 @@ TEST_CASE("a step that slows down for good is planned again, every sum exact", "
   REQUIRE(first_adopted >= 0);
   REQUIRE(stats.plans_scheduled == 2);
   REQUIRE(stats.plan_adopted_step > first_adopted + 14);
+  // Two plannings: the first fitted the link cost; the second fitted it again or, where the
+  // collectives measured since agreed with it (only the compute slowed), kept it.
+  INFO("link cost fits " << stats.link_cost_fits << ", kept " << stats.link_cost_reuses);
+  REQUIRE(stats.link_cost_fits >= 1);
+  REQUIRE(stats.link_cost_fits + stats.link_cost_reuses == 2);
 }
 
 TEST_CASE("a rank stuck before a plan vote's marker ends the job on every rank", "[stuck]") {

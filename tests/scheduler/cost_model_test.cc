@@ -191,5 +191,31 @@ TEST_CASE("A linear channel's reduce-scatter and allgather use their own lines w
   CHECK_THAT(std::string(bad.message()), Catch::Contains("allgather beta"));
 }
 
+TEST_CASE("FitStillHolds keeps a fit whose prediction the new samples' median stays near") {
+  ChannelCost fit;
+  fit.alpha_s = 1e-3;
+  fit.algorithm = Algorithm::kLinear;  // as FitLinkCost returns it
+  fit.beta_s_per_byte = 1e-8;  // 10 ms/MB
+  // Predicted: 2 ms, 11 ms, 21 ms.
+  const std::vector<CostSample> alike = {{1e5, 1.9e-3}, {1e6, 10e-3}, {2e6, 23e-3}};
+  const std::optional<double> held = FitStillHolds(alike, fit, 1.25);
+  REQUIRE(held.has_value());
+  CHECK(*held == Approx(0.95));  // the median of 0.95, 0.909 and 1.095
+  // The link lost half its rate: every collective takes about twice as long.
+  const std::vector<CostSample> slower = {{1e5, 3.5e-3}, {1e6, 21e-3}, {2e6, 41e-3}};
+  CHECK_FALSE(FitStillHolds(slower, fit, 1.25).has_value());
+  // Faster by more than the tolerance: not kept either.
+  const std::vector<CostSample> faster = {{1e5, 1e-3}, {1e6, 5e-3}, {2e6, 10e-3}};
+  CHECK_FALSE(FitStillHolds(faster, fit, 1.25).has_value());
+  // One outlier does not move the median.
+  const std::vector<CostSample> outlier = {{1e5, 2e-3}, {1e6, 90e-3}, {2e6, 21e-3}};
+  CHECK(FitStillHolds(outlier, fit, 1.25).has_value());
+  // Too few samples say nothing; nor does a tolerance below 1 or a sample that is not a time.
+  CHECK_FALSE(FitStillHolds({{{1e6, 11e-3}, {2e6, 21e-3}}}, fit, 1.25).has_value());
+  CHECK_FALSE(FitStillHolds(alike, fit, 0.9).has_value());
+  const std::vector<CostSample> nan = {{1e5, NAN}, {1e6, 11e-3}, {2e6, 21e-3}};
+  CHECK_FALSE(FitStillHolds(nan, fit, 1.25).has_value());
+}
+
 }  // namespace
 }  // namespace overlap::sched
