@@ -441,14 +441,14 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::Timed(
 
 void MpiExecutor::Judge(const LinkProbe& probe, LinkState* state) const {
   const bool measured = probe.measures_rates();
-  const std::vector<int> late = Stragglers(probe.waits());
+  const std::vector<double>& waits = probe.waits();
+  const std::vector<int> late = Stragglers(waits);
   const bool pays = measured ? WeightedPays(probe.rates()) : state->last_paid;
   // A verdict that repeats the last one's stands until the next rate probe is due; a new one is
   // checked soon, before it takes effect. The first rate verdict is settled when it finds that
   // weighting does not pay, which is how allreduces ran before any probe; a lateness verdict is
   // not when nothing was timed before the probe (the first, unless first_probe_after held it).
   state->rates_settled = pays == state->last_paid;
-  const std::vector<double>& waits = probe.waits();
   const bool timed = std::any_of(waits.begin(), waits.end(), [](double w) { return w > 0; });
   const bool settled = state->rates_settled && timed && late == state->last_stragglers;
   if (measured) {
@@ -466,7 +466,7 @@ void MpiExecutor::Judge(const LinkProbe& probe, LinkState* state) const {
   ++state->since_rates;  // the allreduce this probe or check precedes
   state->stragglers = late == state->last_stragglers ? late : std::vector<int>();
   state->last_stragglers = late;
-  UpdateLateness(probe.waits(), state);
+  UpdateLateness(waits, state);
 }
 
 void MpiExecutor::UpdateLateness(const std::vector<double>& waits, LinkState* state) const {

@@ -13,8 +13,9 @@
 //
 // With MpiExecutorOptions::adaptation, allreduces of at least kAdaptiveMinBytes adapt to the
 // measured link rates (collectives/link_adaptation.h): a probe before the first on each channel
-// and every reprobe_every after (with lateness checks between while a verdict settles), and a weighted allreduce (collectives/weighted_allreduce.h) while
-// the rates make it pay; hierarchical allreduces weight their cross-host phase.
+// and every reprobe_every after (with lateness checks between while a verdict settles), and a
+// weighted allreduce (collectives/weighted_allreduce.h) while the rates make it pay;
+// hierarchical allreduces weight their cross-host phase.
 //
 // Adasum allreduces run flat, hierarchy or not, as collectives/adasum.h's halving over
 // point-to-point messages, one tensor's coefficients per CollectiveArgs::segments entry.

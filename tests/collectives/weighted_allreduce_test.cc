@@ -200,8 +200,10 @@ struct Probes {
 };
 
 std::unique_ptr<MpiExecutor> AdaptiveExecutor(LinkAdaptation adaptation, int host, int hosts,
-                                              Probes* probes, int64_t reprobe_every = 256) {
+                                              Probes* probes, int64_t reprobe_every = 256,
+                                              int64_t first_probe_after = 0) {
   MpiExecutorOptions options;
+  options.first_probe_after = first_probe_after;
   options.num_channels = 2;
   options.host = host;
   options.hosts = hosts;
@@ -225,25 +227,24 @@ CollectiveArgs FloatSum(std::vector<float>& data) {
   return args;
 }
 
+// One float sum of `count` elements on `channel` of `executor`, run to its end, checked exact.
+void ExactSum(MpiExecutor& executor, int channel, int64_t count) {
+  std::vector<float> data = Input(count);
+  absl::StatusOr<std::unique_ptr<Work>> work = executor.Start(channel, FloatSum(data));
+  REQUIRE(work.ok());
+  RunToEnd(**work);
+  CHECK(WrongSums(data) == 0);
+}
+
 TEST_CASE("adaptation on: a probe, then weighted allreduces, and a probe again when due") {
   Probes probes;
   std::unique_ptr<MpiExecutor> executor =
       AdaptiveExecutor(LinkAdaptation::kOn, /*host=*/-1, /*hosts=*/1, &probes,
                        /*reprobe_every=*/2);
   const int64_t large = static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4) + 13;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<float> data = Input(large);
-    absl::StatusOr<std::unique_ptr<Work>> work = executor->Start(0, FloatSum(data));
-    REQUIRE(work.ok());
-    RunToEnd(**work);
-    CHECK(WrongSums(data) == 0);
-  }
+  for (int i = 0; i < 4; ++i) ExactSum(*executor, 0, large);
   // Probes before the 1st and the 3rd; small allreduces and channel 1's are not counted.
-  std::vector<float> small = Input(100);
-  absl::StatusOr<std::unique_ptr<Work>> work = executor->Start(0, FloatSum(small));
-  REQUIRE(work.ok());
-  RunToEnd(**work);
-  CHECK(WrongSums(small) == 0);
+  ExactSum(*executor, 0, 100);
   CHECK(executor->link_probes() == 2);
   CHECK(executor->weighted_allreduces() == 4);
   REQUIRE(probes.reports.size() == 2);
@@ -266,13 +267,9 @@ TEST_CASE("a rank that starts its allreduces late gets no shard, and sums stay e
   const int late = Size() - 1;
   const int64_t count = static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4) + 5;
   for (int i = 0; i < 13; ++i) {
-    std::vector<float> data = Input(count);
     MPI_Barrier(MPI_COMM_WORLD);
     if (Rank() == late) absl::SleepFor(absl::Milliseconds(40));
-    absl::StatusOr<std::unique_ptr<Work>> work = executor->Start(0, FloatSum(data));
-    REQUIRE(work.ok());
-    RunToEnd(**work);
-    CHECK(WrongSums(data) == 0);
+    ExactSum(*executor, 0, count);
   }
   // Probes before the 1st (nothing timed yet), the 5th (a first verdict, not yet trusted), the
   // 9th and the 13th allreduce (the same verdict again).
@@ -296,13 +293,7 @@ TEST_CASE("a first probe that finds no reason to weight is checked by a lateness
   std::unique_ptr<MpiExecutor> executor =
       AdaptiveExecutor(LinkAdaptation::kAuto, -1, Size(), &probes, /*reprobe_every=*/12);
   const int64_t count = static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4) + 7;
-  for (int i = 0; i < 13; ++i) {
-    std::vector<float> data = Input(count);
-    absl::StatusOr<std::unique_ptr<Work>> work = executor->Start(0, FloatSum(data));
-    REQUIRE(work.ok());
-    RunToEnd(**work);
-    CHECK(WrongSums(data) == 0);
-  }
+  for (int i = 0; i < 13; ++i) ExactSum(*executor, 0, count);
   // A rate probe before the 1st allreduce; between it and the 13th, one or two checks (before the
   // 5th, and the 9th if the 5th's lateness verdict was new); before the 13th the rate probe due
   // every 12. The check before the 5th measures rates again only if the first probe found that
@@ -338,41 +329,26 @@ TEST_CASE("first_probe_after: the first probe waits for that many allreduces and
     return;
   }
   Probes probes;
-  MpiExecutorOptions options;
-  options.num_channels = 1;
-  options.hosts = Size();
-  options.adaptation = LinkAdaptation::kAuto;
-  options.first_probe_after = 3;
-  options.probe_bytes = size_t{256} << 10;
-  options.on_probe = [&probes](const LinkReport& report) { probes.reports.push_back(report); };
-  absl::StatusOr<std::unique_ptr<MpiExecutor>> executor =
-      MpiExecutor::Create(MPI_COMM_WORLD, options);
-  REQUIRE(executor.ok());
+  std::unique_ptr<MpiExecutor> executor =
+      AdaptiveExecutor(LinkAdaptation::kAuto, -1, Size(), &probes, /*reprobe_every=*/256,
+                       /*first_probe_after=*/3);
   const int64_t count = static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4) + 3;
   for (int i = 0; i < 4; ++i) {
     CHECK(probes.reports.empty());  // the probe, when due, runs as the 4th starts
-    std::vector<float> data = Input(count);
-    absl::StatusOr<std::unique_ptr<Work>> work = (*executor)->Start(0, FloatSum(data));
-    REQUIRE(work.ok());
-    RunToEnd(**work);
-    CHECK(WrongSums(data) == 0);
+    ExactSum(*executor, 0, count);
   }
   // Before the 4th: a rate probe, which also gathered the three allreduces' times.
   REQUIRE(probes.reports.size() == 1);
   CHECK(probes.reports[0].rates_measured);
   for (double wait : probes.reports[0].waits) CHECK(wait > 0);
-  CHECK((*executor)->link_probes() == 1);
+  CHECK(executor->link_probes() == 1);
 }
 
 TEST_CASE("adaptation auto on one host probes nothing and runs as before") {
   Probes probes;
   std::unique_ptr<MpiExecutor> executor =
       AdaptiveExecutor(LinkAdaptation::kAuto, -1, /*hosts=*/1, &probes);
-  std::vector<float> data = Input(static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4) + 1);
-  absl::StatusOr<std::unique_ptr<Work>> work = executor->Start(1, FloatSum(data));
-  REQUIRE(work.ok());
-  RunToEnd(**work);
-  CHECK(WrongSums(data) == 0);
+  ExactSum(*executor, 1, static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4) + 1);
   CHECK(executor->link_probes() == 0);
   CHECK(probes.reports.empty());
 }
@@ -389,11 +365,7 @@ TEST_CASE("a hierarchical allreduce weights its cross-host phase") {
   const int64_t segment = static_cast<int64_t>(SegmentedAllreduce::kSegmentBytes / 4);
   for (const int64_t count :
        {static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4), 2 * segment + 3}) {
-    std::vector<float> data = Input(count);
-    absl::StatusOr<std::unique_ptr<Work>> work = executor->Start(1, FloatSum(data));
-    REQUIRE(work.ok());
-    RunToEnd(**work);
-    CHECK(WrongSums(data) == 0);
+    ExactSum(*executor, 1, count);
   }
   REQUIRE(probes.reports.size() == 1);
   CHECK(probes.reports[0].cross_host);

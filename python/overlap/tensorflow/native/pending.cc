@@ -61,13 +61,14 @@ std::optional<PendingReduction> Collect(const std::string& name) {
 bool Abandon(const std::string& name) {
   Table& table = TheTable();
   std::lock_guard<std::mutex> lock(table.mu);
-  Reap(table);
   auto it = table.parked.find(name);
-  if (it == table.parked.end()) return false;
-  table.abandoned.push_back(std::move(it->second));
-  table.parked.erase(it);
-  Reap(table);
-  return true;
+  const bool parked = it != table.parked.end();
+  if (parked) {
+    table.abandoned.push_back(std::move(it->second));
+    table.parked.erase(it);
+  }
+  Reap(table);  // this one too, if its allreduce has ended
+  return parked;
 }
 
 bool IsParked(const std::string& name) {
