@@ -51,6 +51,9 @@ def parse_args(argv):
     p.add_argument("--api", default="optimizer", choices=["optimizer", "forward", "tape"],
                    help="overlap: the Keras DistributedOptimizer (with update_at_forward: "
                         "forward) or DistributedGradientTape")
+    p.add_argument("--staleness-correction", default="auto",
+                   help="overlap: the adapters' staleness_correction under delayed plans "
+                        "(auto, predict, on, off)")
     return p.parse_args(argv)
 
 
@@ -60,10 +63,11 @@ def mpi_rank_size():
 
 
 class Overlap:
-    def __init__(self, api):
+    def __init__(self, api, correction):
         import overlap.tensorflow as hvd
         self.hvd = hvd
         self.api = api
+        self.correction = correction
         hvd.init()
         self.rank, self.size = hvd.rank(), hvd.size()
 
@@ -74,13 +78,15 @@ class Overlap:
         hvd = self.hvd
         if self.api != "tape":
             optimizer = hvd.DistributedOptimizer(optimizer,
-                                                 update_at_forward=self.api == "forward")
+                                                 update_at_forward=self.api == "forward",
+                                                 staleness_correction=self.correction)
             self.update_at_forward = optimizer._overlap_deferred is not None
 
         @tf.function
         def step():
             if self.api == "tape":
-                with hvd.DistributedGradientTape(tf.GradientTape()) as tape:
+                with hvd.DistributedGradientTape(tf.GradientTape(),
+                                                 staleness_correction=self.correction) as tape:
                     loss = tf.reduce_sum(model(x))
             else:
                 with tf.GradientTape() as tape:
@@ -168,7 +174,7 @@ class Mwms:
 
 def main(argv):
     args = parse_args(argv)
-    system = Overlap(args.api) if args.system == "overlap" else Mwms(args.workers, args.port)
+    system = Overlap(args.api, args.staleness_correction) if args.system == "overlap" else Mwms(args.workers, args.port)
     profile = tf_models.load_profile(args.model)
     rate = parse_rate(args.link_rate)
     ts, s = tf_models.choose_scaling(profile, system.size, rate, args.target_step_ms)
@@ -221,6 +227,7 @@ def main(argv):
               "ideal_ms": round(max(compute, comm), 3)}
     if args.system == "overlap":
         result["api"] = args.api
+        result["correction"] = args.staleness_correction
         result["update_at_forward"] = getattr(system, "update_at_forward", False)
     stats = system.runtime_stats()
     if stats is not None:

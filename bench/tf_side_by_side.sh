@@ -10,7 +10,8 @@
 #   overlap  overlap.tensorflow (python/, liboverlap.so, the op library compiled for this
 #            TensorFlow), a tf.function step, once per planner of --planners
 #            (default observed,wfbp,fusion,mgwfbp,bytescheduler,usbyte,dear,deft,deft-s1,auto;
-#            deft-sN: deft with staleness N and update periods up to 4, delayed updates) and API
+#            deft-sN: deft with staleness N and update periods up to 4, delayed updates;
+#            deft-sN:off: the same without the adapters' staleness correction) and API
 #            of --apis: "optimizer" (default), the Keras DistributedOptimizer; "forward", the
 #            same with update_at_forward=True (each layer updated just before its next
 #            forward); "tape", DistributedGradientTape feeding the optimizer
@@ -133,7 +134,8 @@ run() {
       # The ring for non-blocking allreduce, as bench/torch_side_by_side.sh.
       mpi_args="--mca coll_libnbc_iallreduce_algorithm 1"
       args+=(--api "$api")
-      if [[ $planner =~ ^deft-s([0-9]+)$ ]]; then
+      [[ $planner != *:off ]] || args+=(--staleness-correction off)
+      if [[ $planner =~ ^deft-s([0-9]+)(:off)?$ ]]; then
         env_args+=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}" OVERLAP_MAX_PERIOD=4
                    OVERLAP_BUDGET=-1)  # at its bound: what delays buy in step time
       else

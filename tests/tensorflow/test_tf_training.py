@@ -503,3 +503,78 @@ def test_a_traced_step_freezes_into_launch_units_of_several_tensors(hvd):
         assert not np.array_equal(mine, b)
         everyone = hvd.allgather(tf.reshape(v, [1, -1])).numpy()
         assert np.array_equal(everyone, np.repeat(everyone[:1], hvd.size(), axis=0)), v.name
+
+
+def _ancestors(op):
+    """Every op that `op` waits for: data and control inputs, transitively."""
+    seen, todo = set(), [op]
+    while todo:
+        current = todo.pop()
+        for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+            if parent not in seen:
+                seen.add(parent)
+                todo.append(parent)
+    return seen
+
+
+@pytest.mark.parametrize("api", ["optimizer", "tape"])
+def test_a_gradients_allreduce_waits_only_for_its_own_gradient(hvd, khvd, api):
+    """Inside a tf.function a gradient's allreduce starts once backward has produced it, even
+    when the model runs stateful ops (a tf.py_function) that tf.function orders by program order.
+    Before 2026-12-03 the step markers were among those ordered ops, and every allreduce waited
+    for the backward marker: the last layer's gradient waited for the first layer's backward,
+    and no communication overlapped backward."""
+    n, r = hvd.size(), hvd.rank()
+    w1 = tf.Variable(tf.ones([4, 4]), name="first")
+    w2 = tf.Variable(tf.ones([4, 1]), name="last")
+
+    @tf.custom_gradient
+    def slow(h):
+        def grad(dy):  # the first layer's backward runs after this stateful op
+            return tf.py_function(lambda t: t, [dy], tf.float32, name="slow_backward")
+        return tf.py_function(lambda t: t, [h], tf.float32, name="slow_forward"), grad
+
+    opt = khvd.DistributedOptimizer(keras.optimizers.SGD(0.1), update_at_forward=False)
+
+    def loss_of(x):
+        h = slow(x @ w1)
+        h.set_shape([None, 4])
+        return tf.reduce_sum(h @ w2)
+
+    @tf.function
+    def step(x):
+        if api == "tape":
+            with hvd.DistributedGradientTape(tf.GradientTape()) as tape:
+                loss = loss_of(x)
+            grads = tape.gradient(loss, [w1, w2])
+            for v, g in zip([w1, w2], grads):
+                v.assign_sub(0.1 * g)
+        else:
+            with tf.GradientTape() as tape:
+                loss = loss_of(x)
+            opt.apply_gradients(zip(tape.gradient(loss, [w1, w2]), [w1, w2]))
+        return loss
+
+    x = tf.fill([2, 4], float(r + 1))
+    graph = step.get_concrete_function(x).graph
+    slow_backward = [op for op in graph.get_operations()
+                     if op.type == "EagerPyFunc" and "slow_backward" in op.name]
+    assert len(slow_backward) == 1, [op.name for op in graph.get_operations()]
+    allreduces = {op.get_attr("tensor_name").decode(): op for op in graph.get_operations()
+                  if op.type == "OverlapAllreduce"}
+    last = [op for name, op in allreduces.items() if "last" in name]
+    first = [op for name, op in allreduces.items() if "first" in name]
+    assert len(last) == 1 and len(first) == 1, sorted(allreduces)
+    assert slow_backward[0] in _ancestors(first[0]), "the first layer's gradient needs it"
+    assert slow_backward[0] not in _ancestors(last[0]), (
+        "the last layer's allreduce waits for the first layer's backward")
+    markers = [op for op in graph.get_operations() if op.type == "OverlapStepMarker"]
+    kinds = [op.get_attr("kind").decode() for op in markers]
+    assert kinds == ["forward", "backward", "update"], kinds
+    for earlier, later in zip(markers, markers[1:]):
+        assert earlier in _ancestors(later), "markers keep their order among themselves"
+
+    # The step still computes the averaged gradient's update.
+    step(x)
+    mean = sum(k + 1 for k in range(n)) / n
+    close(w2.numpy(), np.ones([4, 1]) - 0.1 * 2 * 4 * mean, "the last layer after one step")

@@ -36,11 +36,14 @@ _lib = op_library.load()
 # allreduce would wait for every earlier one instead of starting when the gradient is ready.
 # TensorFlow's "must run, order insensitive" class is what they are: unchained, and still run
 # when a rank does not use the result (every rank must submit what the others wait for, e.g. a
-# broadcast's gradient, which non-root ranks replace with zeros). Barrier, join and the step
-# markers stay ordered.
+# broadcast's gradient, which non-root ranks replace with zeros). The step markers too: chained,
+# a marker waited for every stateful op traced before it (a tf.py_function in the model, an
+# Assert), and the gradients' allreduces, which wait for the backward marker, then started only
+# after the whole backward; step_markers.py orders the markers among themselves. Barrier and
+# join stay ordered.
 _INDEPENDENT = {"OverlapAllreduce", "OverlapGroupedAllreduce", "OverlapAllgather",
                 "OverlapBroadcast", "OverlapReducescatter", "OverlapAlltoall",
-                "OverlapAllreduceStart", "OverlapAllreduceFinish"}
+                "OverlapAllreduceStart", "OverlapAllreduceFinish", "OverlapStepMarker"}
 auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = frozenset(
     auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS | _INDEPENDENT)
 

@@ -6,7 +6,15 @@ a marker with no inputs runs as the function starts (the forward), one that depe
 runs as the backward starts, one that depends on every gradient runs as the update starts. The
 op library's state machine supplies a missing phase and drops repeats, so a training loop that
 places only some markers still gives the runtime forward -> backward -> update.
+
+tf.function runs the stateful ops that take no resource in program order, but not the markers
+(mpi_ops.py lists them as order-insensitive): chained, the optimizer's forward marker, traced
+after the model, waited for every tf.py_function or Assert of the forward and backward, and every
+gradient's allreduce waited with it. So each graph chains its markers only among themselves,
+here: a marker waits for the one traced before it in the same graph, and for its `after`.
 """
+
+import weakref
 
 import tensorflow as tf
 
@@ -14,14 +22,24 @@ from overlap import _core
 from overlap.tensorflow import mpi_ops
 
 
+# graph -> the last marker traced in it.
+_last_marker = weakref.WeakKeyDictionary()
+
+
 def _mark(kind, after):
     if not _core.is_initialized():
         return None
-    after = [t for t in (after or []) if t is not None]
-    if after and not tf.executing_eagerly():
-        with tf.control_dependencies([t.op if hasattr(t, "op") else t for t in after]):
-            return mpi_ops.step_marker(kind)
-    return mpi_ops.step_marker(kind)
+    if tf.executing_eagerly():
+        return mpi_ops.step_marker(kind)
+    graph = tf.compat.v1.get_default_graph()
+    deps = [t.op if hasattr(t, "op") else t for t in (after or []) if t is not None]
+    previous = _last_marker.get(graph)
+    if previous is not None:
+        deps.append(previous)
+    with tf.control_dependencies(deps):
+        marker = mpi_ops.step_marker(kind)
+    _last_marker[graph] = marker
+    return marker
 
 
 def forward():
