@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 // The ABI version; bumped when a signature below changes. Python checks it at load time.
-#define OVERLAP_C_API_VERSION 10
+#define OVERLAP_C_API_VERSION 11
 int overlap_c_api_version(void);
 
 typedef struct overlap_handle overlap_handle;
@@ -95,6 +95,15 @@ int overlap_allreduce_delayed(const char* name, const overlap_tensor* input,
 int overlap_allreduce_gradient(int32_t process_set, const char* name, const overlap_tensor* input,
                                const overlap_tensor* output, int32_t op, double prescale,
                                double postscale, const char* compression, overlap_handle** handle);
+// An allreduce with AllreduceOptions' flags: OVERLAP_ALLREDUCE_GRADIENT sets plan_may_delay (as
+// overlap_allreduce_gradient), OVERLAP_ALLREDUCE_INDEPENDENT_OF_RESULTS independent_of_results
+// (the input needs no result the program waited for; overlap.tensorflow's traced steps).
+#define OVERLAP_ALLREDUCE_GRADIENT 1
+#define OVERLAP_ALLREDUCE_INDEPENDENT_OF_RESULTS 2
+int overlap_allreduce_flags(int32_t process_set, const char* name, const overlap_tensor* input,
+                            const overlap_tensor* output, int32_t op, double prescale,
+                            double postscale, const char* compression, int32_t flags,
+                            overlap_handle** handle);
 int overlap_grouped_allreduce(int32_t count, const char* const* names, const overlap_tensor* inputs,
                               const overlap_tensor* outputs, int32_t op, double prescale,
                               double postscale, const char* compression, overlap_handle** handle);

@@ -27,7 +27,7 @@ C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT, C_ADASUM = range(6)
 # absl::StatusCode values the binding tells apart.
 _OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _FAILED_PRECONDITION = 0, 3, 4, 5, 9
 
-_C_API_VERSION = 10
+_C_API_VERSION = 11
 _MAX_NDIM = 32
 
 

@@ -163,6 +163,17 @@ int overlap_allreduce_gradient(int32_t process_set, const char* name, const over
   return SubmitAllreduce(name, input, output, options, handle);
 }
 
+int overlap_allreduce_flags(int32_t process_set, const char* name, const overlap_tensor* input,
+                            const overlap_tensor* output, int32_t op, double prescale,
+                            double postscale, const char* compression, int32_t flags,
+                            overlap_handle** handle) {
+  overlap::AllreduceOptions options = AllreduceOptionsOf(op, prescale, postscale, compression);
+  options.process_set = process_set;
+  options.plan_may_delay = (flags & OVERLAP_ALLREDUCE_GRADIENT) != 0;
+  options.independent_of_results = (flags & OVERLAP_ALLREDUCE_INDEPENDENT_OF_RESULTS) != 0;
+  return SubmitAllreduce(name, input, output, options, handle);
+}
+
 int overlap_allreduce(const char* name, const overlap_tensor* input, const overlap_tensor* output,
                       int32_t op, double prescale, double postscale, const char* compression,
                       overlap_handle** handle) {

@@ -25,6 +25,9 @@ struct PendingOp {
   // The program's observations (internal::Observations) when it submitted this: two operations
   // with different counts may depend on each other, and never share a launch unit.
   uint64_t observed = 0;
+  // AllreduceOptions::independent_of_results: `observed` is then the previous submission's, so
+  // no launch unit is cut before this one.
+  bool independent_of_results = false;
   int cache_id = -1;  // >= 0: announced by setting this bit every round
   bool sent = false;  // the full request already went to rank 0
   // A delayed plan's runtime-owned copy of the program's submission number `plan_pass` of this
@@ -63,6 +66,7 @@ inline PendingOp AllreduceOp(const std::string& name, const Tensor& input, const
   op.request.postscale = options.postscale;
   op.request.compression = options.compression;
   op.request.plan_may_delay = options.plan_may_delay;
+  op.independent_of_results = options.independent_of_results;
   op.inputs.push_back(input);
   op.outputs.push_back(output);
   return op;

@@ -188,7 +188,8 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
     in_flight_.insert(name);
     op.handle = state;
     op.enqueued = absl::Now();
-    op.observed = observations_->load();
+    op.observed = op.independent_of_results ? last_submission_observed_ : observations_->load();
+    last_submission_observed_ = op.observed;
     incoming_.push_back(std::move(op));
   }
   // A coordinator that is spinning looks at incoming_ anyway; only a sleeping one needs waking.

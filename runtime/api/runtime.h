@@ -270,6 +270,8 @@ class Runtime {
 
   mutable absl::Mutex mu_;
   std::deque<PendingOp> incoming_ ABSL_GUARDED_BY(mu_);
+  // The last submission's PendingOp::observed, which one independent of results takes.
+  uint64_t last_submission_observed_ ABSL_GUARDED_BY(mu_) = 0;
   // Forward markers for the scheduler, each with the number of incoming_ operations before it.
   struct Marker {
     int64_t step = 0;

@@ -578,3 +578,94 @@ def test_a_gradients_allreduce_waits_only_for_its_own_gradient(hvd, khvd, api):
     step(x)
     mean = sum(k + 1 for k in range(n)) / n
     close(w2.numpy(), np.ones([4, 1]) - 0.1 * 2 * 4 * mean, "the last layer after one step")
+
+
+def _slow_backward(ms):
+    """Identity whose backward sleeps `ms` in a tf.py_function (stateful, so tf.function runs it
+    in program order)."""
+    import time
+
+    @tf.custom_gradient
+    def block(h):
+        def grad(dy):
+            def sleep(t):
+                time.sleep(ms / 1e3)
+                return t
+            out = tf.py_function(sleep, [dy], tf.float32)
+            out.set_shape(dy.shape)
+            return out
+        return tf.identity(h), grad
+    return block
+
+
+def test_a_traced_step_is_one_launch_unit_though_results_arrive_during_backward(hvd):
+    """Each gradient's allreduce finishes while backward is still producing the next ones (60 ms
+    of backward between two layers here), and TensorFlow's waiter sees each finish at once. The
+    allreduces are marked independent of results (graph_deps.py: no collective upstream of any
+    gradient), so those finishes cut no launch unit: the step's tiny gradients freeze into one.
+    Before 2026-12-03 every finish cut the step, about one unit per layer."""
+    if os.environ.get("TEST_OVERLAP_INIT"):  # a scheduled plan's buckets are its planner's
+        pytest.skip("runs with TEST_OVERLAP_INIT=" + os.environ["TEST_OVERLAP_INIT"])
+    weights = [tf.Variable(tf.fill([4, 4], 0.1 * (i + 1)), name="indep_w%d" % i) for i in range(6)]
+    slow = _slow_backward(60)
+
+    @tf.function
+    def step(x):
+        with hvd.DistributedGradientTape(tf.GradientTape()) as tape:
+            h = x
+            for w in weights:
+                h = slow(h @ w)
+            loss = tf.reduce_sum(h)
+        grads = tape.gradient(loss, weights)
+        for w, g in zip(weights, grads):
+            w.assign_sub(1e-4 * g)
+        return loss
+
+    x = tf.fill([2, 4], 1.0)
+    graph = step.get_concrete_function(x).graph
+    flags = [op.get_attr("independent_of_results") for op in graph.get_operations()
+             if op.type == "OverlapAllreduce"]
+    assert flags == [True] * 6, flags
+    for _ in range(20):
+        step(x)
+    stats = hvd.stats()
+    assert stats["planned_tensors"] == 6, stats
+    assert stats["planned_units"] == 1, stats
+    # Every rank applied the same averaged gradients.
+    for w in weights:
+        everyone = hvd.allgather(tf.reshape(w, [1, -1])).numpy()
+        assert np.array_equal(everyone, np.repeat(everyone[:1], hvd.size(), axis=0)), w.name
+
+
+def test_an_allreduce_that_needs_another_result_is_marked_and_runs(hvd):
+    """An allreduce whose input needs an earlier allreduce's result, through data or through
+    tf.function's program order of stateful ops (a tf.print of the result, then a tf.py_function
+    on the input's path), is not marked independent; the observed plan then keeps the two in
+    different launch units and the steps run, with the right values, instead of waiting for
+    ever."""
+    if os.environ.get("TEST_OVERLAP_INIT"):
+        pytest.skip("runs with TEST_OVERLAP_INIT=" + os.environ["TEST_OVERLAP_INIT"])
+    n, r = hvd.size(), hvd.rank()
+
+    @tf.function
+    def step(x):
+        a = hvd.allreduce(x, name="dep.a", op=hvd.Sum)
+        b = hvd.allreduce(a + 1.0, name="dep.b", op=hvd.Sum)  # needs a's result
+        tf.print(a, output_stream="file:///dev/null")  # chained: runs after a, in order
+        c_input = tf.py_function(lambda t: t, [x * 2.0], tf.float32)  # chained after the print
+        c = hvd.allreduce(c_input, name="dep.c", op=hvd.Sum)
+        d = hvd.allreduce(x * 3.0, name="dep.d", op=hvd.Sum)  # needs nothing
+        return a, b, c, d
+
+    x = tf.fill([3], float(r + 1))
+    graph = step.get_concrete_function(x).graph
+    flags = {op.get_attr("tensor_name").decode(): op.get_attr("independent_of_results")
+             for op in graph.get_operations() if op.type == "OverlapAllreduce"}
+    assert flags == {"dep.a": True, "dep.b": False, "dep.c": False, "dep.d": True}, flags
+    total = float(sum(k + 1 for k in range(n)))
+    for _ in range(20):
+        a, b, c, d = step(x)
+        close(a.numpy(), [total] * 3, "a")
+        close(b.numpy(), [n * (total + 1.0)] * 3, "b")
+        close(c.numpy(), [2 * total] * 3, "c")
+        close(d.numpy(), [3 * total] * 3, "d")

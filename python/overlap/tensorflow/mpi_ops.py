@@ -26,7 +26,7 @@ from tensorflow.python.framework import auto_control_deps, ops as tf_ops
 from overlap import _core
 from overlap.common import (_OP_NAMES, Average, Sum, core_reduce_op, global_process_set,
                             process_set_id)
-from overlap.tensorflow import op_library
+from overlap.tensorflow import graph_deps, op_library
 from overlap.tensorflow.compression import Compression
 
 _lib = op_library.load()
@@ -141,10 +141,10 @@ def _allreduce(tensor, name, c_op, prescale, postscale, compression_spec, set_id
                                % (name, set_id)))
     tensor, original = _stage(tensor, "allreduce '%s'" % name)
     tensor, prescale, postscale, rescale = _scaled_in_float64(tensor, prescale, postscale)
-    out, has_update = _lib.overlap_allreduce(tensor, tensor_name=name, reduce_op=c_op,
-                                             prescale=prescale, postscale=postscale,
-                                             compression=compression_spec or "",
-                                             process_set_id=set_id, plan_may_delay=gradient)
+    out, has_update = _lib.overlap_allreduce(
+        tensor, tensor_name=name, reduce_op=c_op, prescale=prescale, postscale=postscale,
+        compression=compression_spec or "", process_set_id=set_id, plan_may_delay=gradient,
+        independent_of_results=graph_deps.independent_of_results(tensor))
     return _unstage(rescale(out), original), has_update
 
 

@@ -98,6 +98,7 @@ class AllreduceOp : public AsyncOpKernel {
     reduction_.Read(c, true);
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
     OP_REQUIRES_OK(c, c->GetAttr("plan_may_delay", &plan_may_delay_));
+    OP_REQUIRES_OK(c, c->GetAttr("independent_of_results", &independent_of_results_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -111,10 +112,12 @@ class AllreduceOp : public AsyncOpKernel {
     CoreTensor in(input), out(*output);
     overlap_handle* handle = nullptr;
     // A gradient (plan_may_delay) may come from an earlier step under a delayed plan.
-    const auto allreduce = plan_may_delay_ ? overlap_allreduce_gradient : overlap_allreduce_ps;
-    int rc = allreduce(process_set_, name_.c_str(), in.desc(), out.desc(), reduction_.op,
-                       reduction_.prescale, reduction_.postscale, reduction_.compression.c_str(),
-                       &handle);
+    const int32_t flags =
+        (plan_may_delay_ ? OVERLAP_ALLREDUCE_GRADIENT : 0) |
+        (independent_of_results_ ? OVERLAP_ALLREDUCE_INDEPENDENT_OF_RESULTS : 0);
+    int rc = overlap_allreduce_flags(process_set_, name_.c_str(), in.desc(), out.desc(),
+                                     reduction_.op, reduction_.prescale, reduction_.postscale,
+                                     reduction_.compression.c_str(), flags, &handle);
     // Read once the operation has ended: only then does the core know whether the plan
     // delivered anything to this submission.
     Finish(ctx, std::move(done), rc, handle, "allreduce '" + name_ + "'", {input, *output},
@@ -129,6 +132,7 @@ class AllreduceOp : public AsyncOpKernel {
   Reduction reduction_;
   int process_set_ = 0;
   bool plan_may_delay_ = false;
+  bool independent_of_results_ = false;
 };
 
 // Submits a gradient's allreduce and parks it (pending.h); OverlapAllreduceFinish collects it.

@@ -38,6 +38,8 @@ absl::Status UnknownFirstDim(InferenceContext* c) {
 // `has_update`: false when a delayed plan (deft with staleness > 0 or update periods,
 // runtime/planes/plan_delays.h) brings this tensor no update this step; `reduced` is zeros then, and the
 // optimizer must skip the variable rather than apply them. True in every other case.
+// `independent_of_results`: the input needs no collective's result (mpi_ops.py works it out from
+// the graph; AllreduceOptions::independent_of_results).
 REGISTER_OP("OverlapAllreduce")
     .Input("tensor: T")
     .Output("reduced: T")
@@ -50,6 +52,7 @@ REGISTER_OP("OverlapAllreduce")
     .Attr("compression: string = ''")
     .Attr("process_set_id: int = 0")
     .Attr("plan_may_delay: bool = false")
+    .Attr("independent_of_results: bool = false")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(0));
