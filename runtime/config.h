@@ -66,6 +66,13 @@ struct Config {
   // OVERLAP_COLLECTIVE_TIMEOUT_S.
   double collective_timeout_s = 300.0;
 
+  // How the coordinator waits while its collectives are in flight and nothing has finished for a
+  // millisecond (runtime/control/host_load.h): "spin" keeps calling MPI, yielding the core between
+  // calls (the fastest progress where each rank has a core of its own); "nap" sleeps 100 us
+  // between calls, waking at once for new work; "auto" naps while the host is oversubscribed
+  // (its load average at least its CPUs), else spins. OVERLAP_COORDINATOR_WAIT.
+  std::string coordinator_wait = "auto";
+
   // Rank 0 starts a negotiation round once every rank has new work, or this long after the
   // first one did, so that tensors submitted close together are negotiated and fused together.
   // OVERLAP_CYCLE_TIME_MS, 0..1000; 0 starts a round at once.

@@ -53,6 +53,7 @@ const Field kFields[] = {
     {"OVERLAP_COMPRESSION", &Config::compression},
     {"OVERLAP_EXECUTOR", &Config::executor},
     {"OVERLAP_CYCLE_TIME_MS", &Config::cycle_time_ms},
+    {"OVERLAP_COORDINATOR_WAIT", &Config::coordinator_wait},
     {"OVERLAP_PLAN_AFTER_STEPS", &Config::plan_after_steps},
     {"OVERLAP_PROFILE_STEPS", &Config::profile_steps},
     {"OVERLAP_STALENESS", &Config::staleness},

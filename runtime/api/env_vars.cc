@@ -193,6 +193,14 @@ constexpr Var kVars[] = {
         .Describe("what moves CUDA tensors: auto is NCCL when every rank has its own GPU, else MPI "
                   "through pinned host memory (docs/gpu.md)")
         .Build(),
+    Def("OVERLAP_COORDINATOR_WAIT", Kind::kEnum)
+        .Values("auto, spin, nap")
+        .Default("auto")
+        .Describe("how the coordinator waits while its collectives run and nothing finished for 1 "
+                  "ms: spin calls MPI in a loop, yielding the core; nap sleeps 100 us between "
+                  "calls; auto naps while the host's load average is at least its CPU count "
+                  "(ranks outnumber cores), else spins")
+        .Build(),
     Def("OVERLAP_CYCLE_TIME_MS", Kind::kDouble)
         .Range(0, 1000, "milliseconds")
         .Default("0.5")

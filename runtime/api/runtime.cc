@@ -15,6 +15,8 @@ namespace overlap {
 namespace {
 
 constexpr absl::Duration kSpinAfterActivity = absl::Microseconds(300);
+constexpr absl::Duration kSpinBeforeNap = absl::Milliseconds(1);
+constexpr absl::Duration kNapInFlight = absl::Microseconds(100);
 // How often a started planned unit asks which ranks have started it while another rank shuts
 // down.
 constexpr absl::Duration kShutdownProbe = absl::Milliseconds(50);
@@ -204,6 +206,7 @@ void Runtime::CompleteOp(PendingOp& op, const absl::Status& status) {
     if (op.request.kind == OpKind::kJoin) joined_ = false;
   }
   op.handle->Complete(Scoped(status));
+  completions_.fetch_add(1, std::memory_order_relaxed);
 }
 
 absl::Status Runtime::ReadControl(absl::Duration timeout, bool local) {
@@ -439,11 +442,19 @@ absl::Duration Runtime::IdleTimeout() const {
   // wake-up from poll() costs a context switch on every rank that the next submission would
   // otherwise pay. While collectives are in flight MPI needs our calls to make progress.
   const absl::Time now = absl::Now();
-  if (rounds_owed_ > 0 || loop_.resend || !PlanesIdle() || !planned_->idle() ||
-      plan_controller_->busy() || plan_save_wanted_.load() ||
-      now - loop_.last_activity < kSpinAfterActivity) {
+  if (rounds_owed_ > 0 || loop_.resend || plan_controller_->busy() || plan_save_wanted_.load()) {
     return absl::ZeroDuration();
   }
+  if (!PlanesIdle() || !planned_->idle()) {
+    // Nothing finished for a while: a long collective. Where ranks outnumber cores, spinning
+    // on MPI takes the core compute needs (runtime/control/host_load.h).
+    if (may_nap_ && now - loop_.last_progress > kSpinBeforeNap &&
+        (nap_always_ || host_load_.Oversubscribed(now))) {
+      return kNapInFlight;
+    }
+    return absl::ZeroDuration();
+  }
+  if (now - loop_.last_activity < kSpinAfterActivity) return absl::ZeroDuration();
   // Otherwise no timer but the stall inspector's, the plan's, the cycle, the shutdown deadline and
   // the warning of a long shutdown drain.
   absl::Time next =
@@ -473,6 +484,11 @@ void Runtime::Loop() {
       if (!RunRounds()) return;
     }
     if (dirty || !PlanesIdle() || !planned_->idle()) loop_.last_activity = absl::Now();
+    const uint64_t completions = completions_.load(std::memory_order_relaxed);
+    if (dirty || completions != loop_.completions_seen) {
+      loop_.completions_seen = completions;
+      loop_.last_progress = absl::Now();
+    }
     // Many cheap MPI_Test calls per syscall: MPI moves large messages a fragment per call.
     std::vector<PendingOp> renegotiate;
     for (int i = 0; i < 64 && s.ok(); ++i) {

@@ -33,6 +33,7 @@
 #include "runtime/api/timeline.h"
 #include "runtime/config.h"
 #include "runtime/control/control_plane.h"
+#include "runtime/control/host_load.h"
 #include "runtime/negotiation/negotiator.h"
 #include "runtime/overlap.h"
 #include "runtime/plan/comm_meter.h"
@@ -266,7 +267,17 @@ class Runtime {
     // nothing more.
     bool shutdown_announced = false;
     absl::Time last_activity = absl::InfinitePast();
+    // The last submission taken or operation completed, while collectives are in flight.
+    absl::Time last_progress = absl::InfinitePast();
+    uint64_t completions_seen = 0;
   } loop_;
+  // Operations completed (CompleteOp), for the loop's progress.
+  std::atomic<uint64_t> completions_{0};
+  // The coordinator's wait while collectives are in flight (Config::coordinator_wait): whether it
+  // may nap, and the host's load for "auto". Coordinator thread only.
+  bool may_nap_ = false;
+  bool nap_always_ = false;
+  mutable HostLoad host_load_;
 
   mutable absl::Mutex mu_;
   std::deque<PendingOp> incoming_ ABSL_GUARDED_BY(mu_);

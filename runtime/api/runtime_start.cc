@@ -197,6 +197,8 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Launch(std::unique_ptr<Runtime
     return rt->Scoped(agreed);
   }
   rt->config_ = *config;
+  rt->may_nap_ = rt->config_.coordinator_wait != "spin";
+  rt->nap_always_ = rt->config_.coordinator_wait == "nap";
   spdlog::set_level(spdlog::level::from_str(rt->config_.log_level));
   absl::Status connected = rt->Connect(comm, rt->config_);
   if (!connected.ok()) return rt->Scoped(connected);
