@@ -194,8 +194,8 @@ constexpr Var kVars[] = {
                   "through pinned host memory (docs/gpu.md)")
         .Build(),
     Def("OVERLAP_COORDINATOR_WAIT", Kind::kEnum)
-        .Values("auto, spin, nap")
-        .Default("auto")
+        .Values("spin, nap, auto")
+        .Default("spin")
         .Describe("how the coordinator waits while its collectives run and nothing finished for 1 "
                   "ms: spin calls MPI in a loop, yielding the core; nap sleeps 100 us between "
                   "calls; auto naps while the host's load average is at least its CPU count "
