@@ -12,7 +12,7 @@ namespace overlap {
 namespace {
 
 std::string WriteLoad(const std::string& text) {
-  const std::string path =
+  std::string path =
       std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
       "/host_load_test_loadavg";
   std::ofstream(path) << text;
