@@ -84,7 +84,9 @@ def _is_chained(op):
     """Whether tf.function runs `op` in program order with the other such ops."""
     if op.type in auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS:
         return False
-    if not auto_control_deps.op_is_stateful(op):
+    is_stateful = getattr(auto_control_deps, "op_is_stateful", None)  # TensorFlow 2.16-2.21
+    stateful = is_stateful(op) if is_stateful else op._is_stateful  # pylint: disable=W0212
+    if not stateful:
         return False
     return not any(t.dtype == tf.resource for t in op.inputs)
 
