@@ -174,7 +174,10 @@ class Mwms:
 
 def main(argv):
     args = parse_args(argv)
-    system = Overlap(args.api, args.staleness_correction) if args.system == "overlap" else Mwms(args.workers, args.port)
+    if args.system == "overlap":
+        system = Overlap(args.api, args.staleness_correction)
+    else:
+        system = Mwms(args.workers, args.port)
     profile = tf_models.load_profile(args.model)
     rate = parse_rate(args.link_rate)
     ts, s = tf_models.choose_scaling(profile, system.size, rate, args.target_step_ms)

@@ -71,8 +71,8 @@ struct Config {
   // calls (the fastest progress where each rank has a core of its own); "nap" sleeps 100 us
   // between calls, waking at once for new work; "auto" naps while the host is oversubscribed
   // (its load average at least its CPUs), else spins. OVERLAP_COORDINATOR_WAIT. "spin" is the
-  // default: napping paid 1.3x on TensorFlow's emulated steps but cost 3-9% on real CPU compute
-  // (docs/tuning.md, "Coordinator wait").
+  // default: napping paid 1.3x on TensorFlow's emulated steps but cost 5-15% of the step on
+  // real CPU compute (docs/tuning.md, "Coordinator wait").
   std::string coordinator_wait = "spin";
 
   // Rank 0 starts a negotiation round once every rank has new work, or this long after the

@@ -146,23 +146,6 @@ int overlap_start_update(void) { return Fail(overlap::StartUpdate()); }
 int overlap_start_timeline(const char* path) { return Fail(overlap::StartTimeline(Str(path))); }
 int overlap_stop_timeline(void) { return Fail(overlap::StopTimeline()); }
 
-int overlap_allreduce_ps(int32_t process_set, const char* name, const overlap_tensor* input,
-                         const overlap_tensor* output, int32_t op, double prescale,
-                         double postscale, const char* compression, overlap_handle** handle) {
-  overlap::AllreduceOptions options = AllreduceOptionsOf(op, prescale, postscale, compression);
-  options.process_set = process_set;
-  return SubmitAllreduce(name, input, output, options, handle);
-}
-
-int overlap_allreduce_gradient(int32_t process_set, const char* name, const overlap_tensor* input,
-                               const overlap_tensor* output, int32_t op, double prescale,
-                               double postscale, const char* compression, overlap_handle** handle) {
-  overlap::AllreduceOptions options = AllreduceOptionsOf(op, prescale, postscale, compression);
-  options.process_set = process_set;
-  options.plan_may_delay = true;
-  return SubmitAllreduce(name, input, output, options, handle);
-}
-
 int overlap_allreduce_flags(int32_t process_set, const char* name, const overlap_tensor* input,
                             const overlap_tensor* output, int32_t op, double prescale,
                             double postscale, const char* compression, int32_t flags,
@@ -172,6 +155,20 @@ int overlap_allreduce_flags(int32_t process_set, const char* name, const overlap
   options.plan_may_delay = (flags & OVERLAP_ALLREDUCE_GRADIENT) != 0;
   options.independent_of_results = (flags & OVERLAP_ALLREDUCE_INDEPENDENT_OF_RESULTS) != 0;
   return SubmitAllreduce(name, input, output, options, handle);
+}
+
+int overlap_allreduce_ps(int32_t process_set, const char* name, const overlap_tensor* input,
+                         const overlap_tensor* output, int32_t op, double prescale,
+                         double postscale, const char* compression, overlap_handle** handle) {
+  return overlap_allreduce_flags(process_set, name, input, output, op, prescale, postscale,
+                                 compression, 0, handle);
+}
+
+int overlap_allreduce_gradient(int32_t process_set, const char* name, const overlap_tensor* input,
+                               const overlap_tensor* output, int32_t op, double prescale,
+                               double postscale, const char* compression, overlap_handle** handle) {
+  return overlap_allreduce_flags(process_set, name, input, output, op, prescale, postscale,
+                                 compression, OVERLAP_ALLREDUCE_GRADIENT, handle);
 }
 
 int overlap_allreduce(const char* name, const overlap_tensor* input, const overlap_tensor* output,

@@ -9,7 +9,9 @@
 // about one core between them, and bert-base's emulated step ran at 1064 ms against 725 ms with
 // short naps. Open MPI makes the same call for its own blocking waits (mpi_yield_when_idle when a
 // node is oversubscribed); a host's rank count cannot tell here, since the emulated hosts share
-// one kernel's cores, so the load does.
+// one kernel's cores, so the load does. The check is used only when asked for ("auto"): on real
+// CPU compute a napping coordinator woke late to short collectives and the step got slower
+// (docs/tuning.md), so spinning stays the default.
 //
 // Oversubscribed means the 1-minute load average (threads running or waiting for a CPU,
 // /proc/loadavg) is at least the number of CPUs this process may run on (sched_getaffinity). A
