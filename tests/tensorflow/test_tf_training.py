@@ -517,6 +517,24 @@ def _ancestors(op):
     return seen
 
 
+def _slow_backward(ms):
+    """Identity whose backward sleeps `ms` in a tf.py_function named "slow_backward" (stateful,
+    so tf.function runs it in program order)."""
+    import time
+
+    @tf.custom_gradient
+    def block(h):
+        def grad(dy):
+            def sleep(t):
+                time.sleep(ms / 1e3)
+                return t
+            out = tf.py_function(sleep, [dy], tf.float32, name="slow_backward")
+            out.set_shape(dy.shape)
+            return out
+        return tf.identity(h), grad
+    return block
+
+
 @pytest.mark.parametrize("api", ["optimizer", "tape"])
 def test_a_gradients_allreduce_waits_only_for_its_own_gradient(hvd, khvd, api):
     """Inside a tf.function a gradient's allreduce starts once backward has produced it, even
@@ -528,18 +546,12 @@ def test_a_gradients_allreduce_waits_only_for_its_own_gradient(hvd, khvd, api):
     w1 = tf.Variable(tf.ones([4, 4]), name="first")
     w2 = tf.Variable(tf.ones([4, 1]), name="last")
 
-    @tf.custom_gradient
-    def slow(h):
-        def grad(dy):  # the first layer's backward runs after this stateful op
-            return tf.py_function(lambda t: t, [dy], tf.float32, name="slow_backward")
-        return tf.py_function(lambda t: t, [h], tf.float32, name="slow_forward"), grad
+    slow = _slow_backward(0)  # the first layer's backward runs after its stateful op
 
     opt = khvd.DistributedOptimizer(keras.optimizers.SGD(0.1), update_at_forward=False)
 
     def loss_of(x):
-        h = slow(x @ w1)
-        h.set_shape([None, 4])
-        return tf.reduce_sum(h @ w2)
+        return tf.reduce_sum(slow(x @ w1) @ w2)
 
     @tf.function
     def step(x):
@@ -578,24 +590,6 @@ def test_a_gradients_allreduce_waits_only_for_its_own_gradient(hvd, khvd, api):
     step(x)
     mean = sum(k + 1 for k in range(n)) / n
     close(w2.numpy(), np.ones([4, 1]) - 0.1 * 2 * 4 * mean, "the last layer after one step")
-
-
-def _slow_backward(ms):
-    """Identity whose backward sleeps `ms` in a tf.py_function (stateful, so tf.function runs it
-    in program order)."""
-    import time
-
-    @tf.custom_gradient
-    def block(h):
-        def grad(dy):
-            def sleep(t):
-                time.sleep(ms / 1e3)
-                return t
-            out = tf.py_function(sleep, [dy], tf.float32)
-            out.set_shape(dy.shape)
-            return out
-        return tf.identity(h), grad
-    return block
 
 
 def test_a_traced_step_is_one_launch_unit_though_results_arrive_during_backward(hvd):
