@@ -276,10 +276,12 @@ constexpr Var kVars[] = {
         .Range(1, 8, "an integer")
         .Default("3")
         .Describe("auto: how many of the best-simulated synchronous plans run for a few steps each "
-                  "before the fastest measured one is kept; 1 trusts the simulator")
+                  "before the fastest measured one is kept, or the observed plan where it was "
+                  "measured faster than all of them; 1 trusts the simulator")
         .Option("--auto-trials", "N",
                 "auto: try the N best-simulated synchronous plans on live steps and keep the "
-                "fastest (1..8, default 3; 1: the simulator's choice)")
+                "fastest, or the observed plan where that was faster (1..8, default 3; 1: the "
+                "simulator's choice)")
         .Build(),
     Def("OVERLAP_REPLAN_DRIFT", Kind::kDouble)
         .Range(0, 10, "a fraction")

@@ -192,9 +192,8 @@ absl::Status PlanController::ProgressSchedule(bool quiescent, PendingTable* pend
   if (plan->has_value()) {
     AdoptScheduled(std::move(**plan), absl::Milliseconds(profiler_->median_step_ms()), pending);
   }
-  if (scheduler_->TakeDropWish() && planned_->frozen()) {
-    DropPlan("the measured step drifted (OVERLAP_REPLAN_DRIFT); planning again", pending);
-  }
+  const char* drop = scheduler_->TakeDropWish();
+  if (drop != nullptr && planned_->frozen()) DropPlan(drop, pending);
   return absl::OkStatus();
 }
 

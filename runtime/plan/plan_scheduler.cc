@@ -143,7 +143,7 @@ std::shared_ptr<const std::vector<sched::SimEvent>> PlanScheduler::predicted_ste
 
 void PlanScheduler::OnStep(int64_t step) {
   step_ = step;
-  if (given_up_) return;
+  if (given_up_ || kept_observed_) return;
   if (step == adopt_step_) {
     adopting_ = true;
   } else if (adopt_step_ < 0 && step >= next_attempt_) {
@@ -166,7 +166,7 @@ void PlanScheduler::OnPlanDropped(int64_t step) {
   drop_step_ = -1;
   drift_check_ = dropping_ = false;
   ForgetTrials();
-  if (given_up_) return;
+  if (given_up_ || kept_observed_) return;
   profiler_->Reset();
   next_attempt_ = step + config_.profile_steps + 2;
   absl::MutexLock lock(&mu_);
@@ -184,7 +184,7 @@ void PlanScheduler::ForgetTrials() {
   trial_ = -1;
   trial_ms_.clear();
   trial_end_step_ = trial_give_up_step_ = -1;
-  trial_check_ = settling_ = false;
+  trial_check_ = settling_ = compare_observed_ = false;
   chosen_ = 0;
 }
 
@@ -204,10 +204,10 @@ bool PlanScheduler::TakeRoundWish() {
   return wanted;
 }
 
-bool PlanScheduler::TakeDropWish() {
-  const bool wanted = drop_wanted_;
-  drop_wanted_ = false;
-  return wanted;
+const char* PlanScheduler::TakeDropWish() {
+  const char* why = drop_wanted_;
+  drop_wanted_ = nullptr;
+  return why;
 }
 
 absl::Status PlanScheduler::Wait(int started, const char* call, MPI_Request* request,
@@ -345,7 +345,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
       drop_step_ = step_ + 1;  // a rank was busy: at the next step
     } else {
       drop_step_ = -1;
-      drop_wanted_ = true;
+      drop_wanted_ = "the measured step drifted (OVERLAP_REPLAN_DRIFT); planning again";
     }
     return std::nullopt;
   }
@@ -369,7 +369,9 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
                  rank_, step_);
     return std::nullopt;
   }
-  // Every rank is quiet: probe the network, then plan in the background.
+  // Every rank is quiet: measure what runs now, probe the network, then plan in the background.
+  absl::Status measured = AgreeObservedStep();
+  if (!measured.ok()) return measured;
   sched::CostModel cost;
   absl::Status probed = FitCost(&cost);
   if (!probed.ok()) return probed;
@@ -386,6 +388,43 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     }
   }
   return std::nullopt;
+}
+
+absl::Status PlanScheduler::AgreeObservedStep() {
+  observed_ms_ = 0;
+  if (config_.planner != "auto" || config_.auto_trials <= 1) return absl::OkStatus();
+  // The largest median and the smallest, in one call: MAX of (ms, -ms).
+  const double ms = profiler_->median_wall_ms();
+  double both[2] = {ms, -ms};
+  MPI_Request request;
+  const int rc = StartIallreduce(MPI_IN_PLACE, both, 2, MPI_DOUBLE, MPI_MAX, comm_, &request);
+  absl::Status s = Wait(rc, "MPI_Iallreduce", &request, "combining the observed plan's step times");
+  if (!s.ok()) return s;
+  if (-both[1] > 0) observed_ms_ = both[0];
+  return absl::OkStatus();
+}
+
+void PlanScheduler::KeepObserved(double fastest_trial_ms) {
+  trials_ = 0;
+  trial_ = -1;
+  compare_observed_ = false;
+  kept_observed_ = true;
+  drop_wanted_ =
+      "auto measured the plan it started from faster than every plan it tried; keeping that";
+  spdlog::info(
+      "overlap: rank {}: step {}: the observed plan ({:.1f} ms per step) beat every plan auto "
+      "tried (fastest {:.1f} ms): it is learned again and kept, and nothing more is planned",
+      rank_, step_, observed_ms_, fastest_trial_ms);
+  absl::MutexLock lock(&mu_);
+  info_.planner = "auto:observed";
+  info_.buckets = info_.compressed_buckets = 0;
+  info_.predicted_step_ms = 0;
+  info_.adopted_step = step_;
+  info_.layerwise_update = false;
+  info_.mean_staleness = 0;
+  info_.update_cycle = 1;
+  info_.trials_pending = false;
+  predicted_step_.reset();
 }
 
 absl::StatusOr<std::vector<sched::CostSample>> PlanScheduler::MeasuredSamples() {
@@ -671,6 +710,10 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::EndTrial(const Tabl
   } else {
     chosen_ =
         static_cast<int>(std::min_element(trial_ms_.begin(), trial_ms_.end()) - trial_ms_.begin());
+    if (compare_observed_ && observed_ms_ < trial_ms_[static_cast<size_t>(chosen_)]) {
+      KeepObserved(trial_ms_[static_cast<size_t>(chosen_)]);
+      return std::nullopt;
+    }
     if (chosen_ == trial_) {  // the fastest is in force: keep it
       trials_ = 0;
       trial_ = -1;
@@ -782,11 +825,19 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   next_attempt_ = std::numeric_limits<int64_t>::max();  // until the plan is dropped
   // The first drift check measures the step under the plan; later ones compare with it.
   drift_.OnAdopted();
-  if (trial_ < 0 && header[2] > 1) {  // auto's first candidate: the trials begin
+  // auto's first candidate: the trials begin, against the observed plan's measured step too
+  // where the candidate is synchronous (every rank decodes the same plan, so all agree).
+  const bool compare = observed_ms_ > 0 && !Delayed(*decoded);
+  if (trial_ < 0 && (header[2] > 1 || compare)) {
     trials_ = static_cast<int>(header[2]);
     trial_ms_.clear();
+    compare_observed_ = compare;
+    if (compare) {
+      absl::MutexLock lock(&mu_);
+      info_.trials = absl::StrFormat("auto:observed %.1f ms", observed_ms_);
+    }
   }
-  const bool trying = trials_ > 1 && !settling_;
+  const bool trying = Trying() && !settling_;
   if (trying) {
     trial_ = chosen_;
     trial_end_step_ = step_ + TrialSteps();
@@ -831,7 +882,9 @@ void PlanScheduler::OnRestored(const ExecutablePlan& plan, double predicted_step
   adopting_ = false;
   next_attempt_ = std::numeric_limits<int64_t>::max();  // until the plan is dropped
   drop_step_ = -1;
-  drift_check_ = dropping_ = drop_wanted_ = false;
+  drift_check_ = dropping_ = false;
+  drop_wanted_ = nullptr;
+  kept_observed_ = false;  // the restored plan is in force, with its drift checks
   drift_.OnAdopted();
   replanning_after_drift_ = false;
   plan_shape_.clear();

@@ -31,6 +31,13 @@
 //     2 x TrialSteps() steps later ends the trials, keeping the plan in force. The simulator
 //     ranks; the measurement decides, since the model misses costs (copies, CPU contention)
 //     that differ between plans by a few percent.
+//     The plan that ran before (the observed plan, or negotiation) is one of the plans measured:
+//     at the attempt step every rank agrees on the slowest rank's median wall step under it,
+//     and when the best candidate is synchronous the trials run even for one candidate. If
+//     none of them beat it, every rank drops the plan at the trials' end (TakeDropWish), learns
+//     the observed plan again and keeps it for the rest of the run ("auto:observed"); no
+//     planning follows. So auto never keeps a plan measured slower than the one it started
+//     from (within the noise of two medians).
 //  3. Drift (OVERLAP_REPLAN_DRIFT > 0): every max(10, 2 x OVERLAP_PROFILE_STEPS + 2) steps after
 //     adoption (times the back-off), every rank votes (without draining) whether its measured
 //     step (the step profiler's median compute windows) drifted from the first such measurement
@@ -129,8 +136,9 @@ class PlanScheduler {
   // (CheckVoteWait): the runtime cannot go on.
   absl::StatusOr<std::optional<ExecutablePlan>> Progress(bool quiescent, const TableFn& table);
 
-  // True once when every rank has just agreed that the step drifted: drop the plan now.
-  bool TakeDropWish();
+  // Once when every rank has just agreed to drop the plan in force (the step drifted, or auto
+  // measured the observed plan faster than every candidate): why, for the log; else null.
+  const char* TakeDropWish();
   // True once when the test hook round_in_vote (plan_test_hooks.h) asked for a round.
   bool TakeRoundWish();
 
@@ -191,6 +199,16 @@ class PlanScheduler {
                                                         const sched::CostModel& cost) const;
   // Steps a trial runs: a step or two to settle, then OVERLAP_PROFILE_STEPS measured.
   int64_t TrialSteps() const { return config_.profile_steps + 3; }
+  // auto's trials are under way or to come: several candidates, or one to measure against the
+  // observed plan.
+  bool Trying() const { return trials_ > 1 || (trials_ == 1 && compare_observed_); }
+  // The attempt step, every rank: the slowest rank's median wall step under the plan in force
+  // (not a scheduled one), which auto's trials are measured against; 0 where some rank has
+  // none.
+  absl::Status AgreeObservedStep();
+  // The trials' end found the observed plan fastest: every rank drops the candidate in force
+  // (TakeDropWish) and plans no more.
+  void KeepObserved(double fastest_trial_ms);
   // A trial ended (every rank, after its vote): records every rank's slowest measured step and
   // moves on to the next candidate, or settles on the fastest.
   absl::StatusOr<std::optional<ExecutablePlan>> EndTrial(const TableFn& table);
@@ -226,13 +244,19 @@ class PlanScheduler {
   bool drift_check_ = false;  // the stage is a drift check, not an attempt or an adoption
   int64_t drop_step_ = -1;    // drift agreed: the step at which every rank drops the plan
   bool dropping_ = false;     // the stage is that drop's quiescence vote
-  bool drop_wanted_ = false;
+  const char* drop_wanted_ = nullptr;  // TakeDropWish's answer
   DriftPolicy drift_;
   // The plan in force, as the planner made it (Plan::Serialize without its model name and budget
   // spent), and whether it was dropped for a drift: the next plan tells whether re-planning paid.
   std::string plan_shape_;
   bool replanning_after_drift_ = false;
   bool given_up_ = false;
+  // auto kept the observed plan (KeepObserved): like given_up_, nothing more is planned.
+  bool kept_observed_ = false;
+  // The slowest rank's median wall step before the plan (AgreeObservedStep), and whether the
+  // trials under way compare with it.
+  double observed_ms_ = 0;
+  bool compare_observed_ = false;
   // auto's trials, alike on every rank: the candidates rank 0 announced (0: no trials), the one
   // in force, each tried one's measured step, and the step at which the current trial ends.
   int trials_ = 0;
