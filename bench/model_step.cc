@@ -413,13 +413,16 @@ std::string PlannerLabel() {
   return label;
 }
 
+// auto measured the observed plan faster than its candidates and runs it again.
+bool KeptObserved(const RuntimeStats& stats) { return stats.planner == "auto:observed"; }
+
 bool ScheduledPlanInForce(const RuntimeStats& stats) {
-  return !stats.planner.empty() && stats.planner != "observed";
+  return !stats.planner.empty() && stats.planner != "observed" && !KeptObserved(stats);
 }
 
 bool Adopted(const std::string& planner, const RuntimeStats& stats) {
   if (planner == "observed") return stats.plans_frozen > 0;
-  return ScheduledPlanInForce(stats) && stats.plan_adopted_step >= 0;
+  return (ScheduledPlanInForce(stats) || KeptObserved(stats)) && stats.plan_adopted_step >= 0;
 }
 
 double Median(std::vector<double> values) {
