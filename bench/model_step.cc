@@ -413,16 +413,15 @@ std::string PlannerLabel() {
   return label;
 }
 
-// auto measured the observed plan faster than its candidates and runs it again.
-bool KeptObserved(const RuntimeStats& stats) { return stats.planner == "auto:observed"; }
+// A scheduled plan has buckets; none is in force before adoption, after a drop, or where auto
+// kept the observed plan ("auto:observed").
+bool ScheduledPlanInForce(const RuntimeStats& stats) { return stats.plan_buckets > 0; }
 
-bool ScheduledPlanInForce(const RuntimeStats& stats) {
-  return !stats.planner.empty() && stats.planner != "observed" && !KeptObserved(stats);
-}
-
+// The scheduler settled on a plan: one it adopted, or auto's verdict to keep the observed plan
+// (a dropped plan clears the planner's name).
 bool Adopted(const std::string& planner, const RuntimeStats& stats) {
   if (planner == "observed") return stats.plans_frozen > 0;
-  return (ScheduledPlanInForce(stats) || KeptObserved(stats)) && stats.plan_adopted_step >= 0;
+  return !stats.planner.empty() && stats.plan_adopted_step >= 0;
 }
 
 double Median(std::vector<double> values) {

@@ -7,8 +7,9 @@
 // (runtime/plan/plan_scheduler.h: votes, rank 0's plan broadcast, auto's trials, re-planning on
 // drift) and adopts the plan every rank agreed on. It drops the plan in force when a rank waited
 // on it past its patience, a tensor was submitted differently from it, the measured step drifted,
-// auto measured the observed plan faster than its candidates, or a new plan replaces it. It saves the scheduled plan in force for a checkpoint and adopts one
-// restored from a checkpoint (runtime/plan/plan_checkpoint.h). It publishes the per-tensor schedule of
+// auto measured the observed plan faster than its candidates, or a new plan replaces it. It saves
+// the scheduled plan in force for a checkpoint and adopts one restored from a checkpoint
+// (runtime/plan/plan_checkpoint.h). It publishes the per-tensor schedule of
 // the plan in force and the clock the adapters read it by (PlanSchedule, PlanClock: overlap.h).
 //
 // The Runtime routes operations and runs negotiation. It asks the controller whether the plan runs

@@ -710,8 +710,9 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::EndTrial(const Tabl
   } else {
     chosen_ =
         static_cast<int>(std::min_element(trial_ms_.begin(), trial_ms_.end()) - trial_ms_.begin());
-    if (compare_observed_ && observed_ms_ < trial_ms_[static_cast<size_t>(chosen_)]) {
-      KeepObserved(trial_ms_[static_cast<size_t>(chosen_)]);
+    const double fastest_ms = trial_ms_[static_cast<size_t>(chosen_)];
+    if (compare_observed_ && observed_ms_ < fastest_ms) {
+      KeepObserved(fastest_ms);
       return std::nullopt;
     }
     if (chosen_ == trial_) {  // the fastest is in force: keep it
