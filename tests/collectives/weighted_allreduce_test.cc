@@ -298,13 +298,19 @@ TEST_CASE("a first probe that finds no reason to weight is checked by a lateness
   // 5th, and the 9th if the 5th's lateness verdict was new); before the 13th the rate probe due
   // every 12. The check before the 5th measures rates again only if the first probe found that
   // weighting pays (a noisy reading of these equal links), since that verdict needs a second
-  // probe, and from then on rates are due 12 after that one.
-  REQUIRE(probes.reports.size() >= 3);
+  // probe, and from then on rates are due 12 after that one: past the 13th when that second probe
+  // agreed (weighting pays twice in a row on a noisy, oversubscribed machine), so two reports.
+  REQUIRE(probes.reports.size() >= 2);
   REQUIRE(probes.reports.size() <= 4);
   CHECK(probes.reports.front().rates_measured);
   const bool first_pays = WeightedPays(probes.reports.front().rates);
   CHECK(probes.reports[1].rates_measured == first_pays);
-  if (!first_pays) CHECK(probes.reports.back().rates_measured);
+  if (!first_pays) {
+    REQUIRE(probes.reports.size() >= 3);
+    CHECK(probes.reports.back().rates_measured);
+  } else if (probes.reports.size() == 2) {
+    CHECK(WeightedPays(probes.reports[1].rates));
+  }
   int64_t measured = 0;
   std::vector<double> standing;
   for (const LinkReport& report : probes.reports) {
