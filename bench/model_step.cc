@@ -481,43 +481,60 @@ void TraceStep(const StepOptions& options, const char* phase, int step, absl::Ti
                static_cast<long long>(s.plans_refused));
 }
 
+// A MIN over ranks of one int per step, through overlap itself, waited for one step later so that
+// no step waits for the others. (A raw MPI_Iallreduce here would run whichever libnbc algorithm
+// the runtime selected last on this rank, which can differ between ranks: docs/architecture.md,
+// "Open MPI tuning".) The measured steps keep submitting it after the warm-up: the observed plan
+// learned during the warm-up holds it, and a plan tensor that stops coming leaves the plan blocked
+// until its patience (a second) runs out and the plan is dropped and learned again.
+class StepVote {
+ public:
+  // Waits for the previous step's vote; returns its minimum over ranks (-1 before the first).
+  int32_t Collect() {
+    if (!pending_.has_value()) return -1;
+    Check(pending_->Wait(absl::Seconds(300)));
+    pending_.reset();
+    return value_;
+  }
+  void Submit(int32_t value) {
+    value_ = value;
+    const Tensor t = MakeTensor(&value_, {1});
+    AllreduceOptions min;
+    min.op = ReduceOp::kMin;
+    absl::StatusOr<Handle> h = Allreduce("model_step.settled", t, t, min);
+    Check(h.status());
+    pending_ = *h;
+  }
+
+ private:
+  std::optional<Handle> pending_;
+  int32_t value_ = 0;  // in flight while pending_ is set
+};
+
 // Warm-up until every rank has had the plan in force, unchanged, for settle_steps steps (a
-// runtime may re-plan once it measures steps under its first plan). Each step's local answer is
-// combined with a MIN allreduce through overlap itself, waited for one step later, so no step
-// waits for the others and every rank leaves after the same step. (A raw MPI_Iallreduce here
-// would run whichever libnbc algorithm the runtime selected last on this rank, which can differ
-// between ranks: docs/architecture.md, "Open MPI tuning".) Returns false after max_warmup_steps.
+// runtime may re-plan once it measures steps under its first plan), every rank leaving after the
+// same step. Returns false after max_warmup_steps.
 bool WarmUp(EmulatedModel& model, const std::string& planner, const StepOptions& options,
-            int* steps_run) {
-  std::optional<Handle> pending;
-  int32_t settled = 0;  // this rank's answer, then the minimum over ranks
+            StepVote& vote, int* steps_run) {
   PlanSignature last(Stats());
   int unchanged = 0;  // steps the signature has held
-  AllreduceOptions min;
-  min.op = ReduceOp::kMin;
   for (int step = 0; step < options.max_warmup_steps; ++step) {
     const bool global_update = GlobalUpdate(Stats());
     const absl::Time start = model.Step(global_update);
     TraceStep(options, "warm-up", step, start, global_update);
     *steps_run = step + 1;
-    if (pending.has_value()) {
-      Check(pending->Wait(absl::Seconds(300)));
-      if (settled == 1) return true;
-    }
+    const bool settled_before = vote.Collect() == 1;
     const RuntimeStats stats = Stats();
     const PlanSignature now(stats);
     unchanged = now == last ? unchanged + 1 : 0;
     last = now;
-    settled =
-        Adopted(planner, stats) && !stats.plan_trials_pending && unchanged >= options.settle_steps
-            ? 1
-            : 0;
-    const Tensor t = MakeTensor(&settled, {1});
-    absl::StatusOr<Handle> h = Allreduce("model_step.settled", t, t, min);
-    Check(h.status());
-    pending = *h;
+    const bool settled =
+        Adopted(planner, stats) && !stats.plan_trials_pending && unchanged >= options.settle_steps;
+    // Submitted even on the way out, as every measured step does, so the plan's step stays.
+    vote.Submit(settled ? 1 : 0);
+    if (settled_before) return true;
   }
-  if (pending.has_value()) Check(pending->Wait(absl::Seconds(300)));
+  vote.Collect();
   return false;
 }
 
@@ -566,7 +583,8 @@ int Main(int argc, char** argv) {
   }
 
   int warmup_steps = 0;
-  if (!WarmUp(model, planner, *options, &warmup_steps)) {
+  StepVote vote;
+  if (!WarmUp(model, planner, *options, vote, &warmup_steps)) {
     model.WaitForAll();
     const RuntimeStats stats = Stats();
     if (Rank() == 0) {
@@ -599,7 +617,10 @@ int Main(int argc, char** argv) {
     const absl::Time start = model.Step(GlobalUpdate(now));
     TraceStep(*options, "measured", step, start, GlobalUpdate(now));
     starts.push_back(absl::ToUnixMicros(start) / 1e3);
+    vote.Collect();
+    vote.Submit(1);
   }
+  vote.Collect();
   model.WaitForAll();
   const RuntimeStats stats = Stats();
   if (!(PlanSignature(stats) == signature)) held = 0;

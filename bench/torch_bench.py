@@ -59,6 +59,8 @@ def parse_args(argv):
     p.add_argument("--update-at-forward", default="auto", choices=["auto", "on", "off"],
                    help="overlap: DistributedOptimizer(update_at_forward=...); auto: the planner's "
                         "default")
+    p.add_argument("--staleness-correction", default="auto", choices=["auto", "predict", "on", "off"],
+                   help="overlap: DistributedOptimizer(staleness_correction=...)")
     p.add_argument("--sweep-steps", type=int, default=6, help="measured steps per sweep candidate")
     p.add_argument("--master-addr", default="127.0.0.1", help="DDP: rank 0's address")
     p.add_argument("--master-port", type=int, default=29500)
@@ -185,6 +187,8 @@ def main(argv):
     torch.set_num_threads(1)  # four ranks share two cores: one compute thread each
     system = torch_systems.make_system(args.system, args.master_addr, args.master_port,
                                        args.update_at_forward)
+    if args.system == "overlap" and args.staleness_correction != "auto":
+        system.optimizer_options["staleness_correction"] = args.staleness_correction
     workload = Workload(args, system.rank, system.size)
 
     result = {"system": args.label or args.system,
@@ -214,6 +218,8 @@ def main(argv):
     if args.system == "overlap":
         # With updates at forward the last step's averages are still in flight: apply them.
         result["update_at_forward"] = getattr(optimizer, "_deferred", None) is not None
+        result["staleness_correction"] = args.staleness_correction
+        result["correction_bytes"] = optimizer.staleness_correction_bytes()
         optimizer.apply_pending_updates()
     if args.mode == "emulated":
         # A delayed deft plan (staleness > 0) applies an earlier step's averages; the others

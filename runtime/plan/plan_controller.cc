@@ -64,7 +64,10 @@ absl::Status PlanController::OnRound(const RoundResult& round,
   // Changes need every rank to have started the same planned collectives (agreed_launches):
   // then none is left waiting for a rank that stops following the plan.
   if (planned_->frozen() && round.unfreeze_wanted && round.agreed_launches.has_value()) {
-    DropPlan("a rank waited on it longer than its patience", pending);
+    DropPlan(
+        "a rank is blocked on it (its program went on without a tensor the plan waits for, or "
+        "waited past its patience)",
+        pending);
   }
   if (!learned.has_value()) return absl::OkStatus();
   if (scheduler_ != nullptr && !warned_no_markers_ && !profiler_->used()) {

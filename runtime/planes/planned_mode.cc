@@ -128,6 +128,7 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
   frozen_ = true;
   must_unfreeze_ = false;
   patience_ = std::max(absl::Seconds(1), 4 * step_time);
+  moved_on_grace_ = std::min(patience_, std::max(absl::Milliseconds(20), step_time / 4));
   blocked_since_ = absl::InfiniteFuture();
   blocked_warned_ = false;
   wants_unfreeze_ = false;
@@ -256,6 +257,27 @@ bool PlannedMode::HasUnlaunched() const {
     if (active.launched < plan_->buckets_of[static_cast<size_t>(entry)].size()) return true;
   }
   return false;
+}
+
+std::optional<std::pair<int, int>> PlannedMode::MovedOn() const {
+  // Under a delayed plan copies of the next steps' submissions wait in line by design.
+  if (delays_ != nullptr) return std::nullopt;
+  for (const auto& [entry, op] : waiting_) {
+    // Bucket b starts only once all its tensors are here, so a waiting tensor whose first bucket
+    // lies behind the next one is its next step's submission; so is one that negotiation agreed
+    // for the step in progress when the plan froze (the first pass skips it).
+    if (plan_->buckets_of[static_cast<size_t>(entry)].front() >= next_bucket_ &&
+        !skip_.contains(plan_->entries[static_cast<size_t>(entry)].cache_id)) {
+      continue;
+    }
+    for (const ExecSlice& slice : plan_->buckets[static_cast<size_t>(next_bucket_)].slices) {
+      if (skip_.contains(plan_->entries[static_cast<size_t>(slice.entry)].cache_id)) continue;
+      if (!waiting_.contains(slice.entry) && !active_.contains(slice.entry)) {
+        return std::make_pair(entry, slice.entry);
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 bool PlannedMode::FirstBucketOf(int entry) const {
@@ -536,7 +558,18 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
     wants_unfreeze_ = false;
   } else {
     if (blocked_since_ == absl::InfiniteFuture()) blocked_since_ = now;
-    if (now - blocked_since_ >= patience_) wants_unfreeze_ = true;
+    const absl::Duration blocked_for = now - blocked_since_;
+    if (!wants_unfreeze_ && blocked_for >= moved_on_grace_) {
+      const std::optional<std::pair<int, int>> moved_on = MovedOn();
+      if (moved_on.has_value()) {
+        wants_unfreeze_ = true;
+        spdlog::info(
+            "overlap: rank {}: the program went on to its next step ({} submitted again) without "
+            "{}, which the frozen plan's next unit waits for: asking to drop the plan",
+            rank_, QuotedName(moved_on->first), QuotedName(moved_on->second));
+      }
+    }
+    if (blocked_for >= patience_) wants_unfreeze_ = true;
     if (now - blocked_since_ >= absl::Seconds(config_.stall_warning_s) && !blocked_warned_) {
       blocked_warned_ = true;
       std::vector<std::string> missing;

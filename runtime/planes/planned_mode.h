@@ -60,6 +60,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -145,8 +146,12 @@ class PlannedMode {
   // A unit's check found a diverged tensor: the runtime must Unfreeze now.
   bool must_unfreeze() const { return must_unfreeze_; }
   // Blocked on the plan (no unit running, and the next one waits for a tensor this rank has not
-  // submitted while others are here) for longer than the patience: ask (in a round) to drop it.
-  // True once per patience interval, so that the caller asks for a round each time.
+  // submitted while others are here) for longer than the patience (4 steps, at least 1 s), or for
+  // a moment (a quarter step, 20 ms at least) once the program has gone on to its next step
+  // without that tensor (a tensor the plan already ran this step was submitted again; not under a
+  // delayed plan): ask (in a round) to drop it. A tensor that stops being submitted (a metric
+  // reduced only while warming up) then costs about a step, not the patience. True once per
+  // patience interval, so that the caller asks for a round each time.
   bool TakeUnfreezeWish();
   bool wants_unfreeze() const { return wants_unfreeze_; }
 
@@ -267,6 +272,9 @@ class PlannedMode {
   std::string QuotedName(int entry) const;
   // The bucket about to start is the first of `entry`'s buckets in the plan.
   bool FirstBucketOf(int entry) const;
+  // The program went on without a tensor the next bucket waits for: (an entry submitted for the
+  // next step, an entry the next bucket still lacks), or nullopt.
+  std::optional<std::pair<int, int>> MovedOn() const;
   absl::Status LaunchNext();
   // Hands a sliced bucket to its device's runner (or, off its period, folds it).
   absl::Status LaunchSliced(Launch* launch);
@@ -353,6 +361,7 @@ class PlannedMode {
   std::optional<PendingOp> held_join_;
 
   absl::Duration patience_ = absl::Seconds(1);
+  absl::Duration moved_on_grace_ = absl::Milliseconds(20);
   absl::Time blocked_since_ = absl::InfiniteFuture();
   bool blocked_warned_ = false;
   bool wants_unfreeze_ = false;

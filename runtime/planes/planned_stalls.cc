@@ -99,6 +99,7 @@ absl::Time PlannedMode::NextDeadline() const {
   }
   if (blocked_since_ == absl::InfiniteFuture()) return probe;
   absl::Time next = wants_unfreeze_ ? last_wish_ + patience_ : blocked_since_ + patience_;
+  if (!wants_unfreeze_ && MovedOn().has_value()) next = blocked_since_ + moved_on_grace_;
   if (!blocked_warned_) {
     next = std::min(next, blocked_since_ + absl::Seconds(config_.stall_warning_s));
   }

@@ -206,6 +206,41 @@ TEST_CASE("a planned tensor that no rank submits any more drops the plan instead
   CHECK(Stats().plans_dropped > dropped);
 }
 
+TEST_CASE("a tensor the program stops submitting at the end of its step costs about a step, "
+          "not the plan's patience",
+          "[plan]") {
+  // Each step: 400 ms of compute, the gradients (waited for), then a metric in a unit of its own
+  // (a loss reduced for logging while warming up, say). The plan's patience is 4 steps (1.6 s);
+  // once the program submits the next step's gradients without the metric the plan waits for,
+  // the ranks drop it within a quarter step.
+  std::vector<Grad> grads = MakeGrads("p.moved", {100, 200});
+  const absl::Duration compute = absl::Milliseconds(400);
+  auto metric = [](int step) {
+    float loss = static_cast<float>(step + Rank());
+    absl::StatusOr<Handle> h = Allreduce("p.moved.metric", MakeTensor(&loss, {1}),
+                                         MakeTensor(&loss, {1}), {ReduceOp::kSum});
+    REQUIRE(h.ok());
+    REQUIRE(h->Wait(kWait).ok());
+    CHECK(loss == static_cast<float>(Size() * step + Size() * (Size() - 1) / 2));
+  };
+  int step = 0;
+  for (; step < 12 && !(step >= 5 && Stats().planned_tensors == 3); ++step) {
+    absl::SleepFor(compute);
+    REQUIRE(RunStep(grads, step) == "");
+    metric(step);
+  }
+  REQUIRE(Stats().planned_tensors == 3);  // the gradients and the metric
+  const int64_t dropped = Stats().plans_dropped;
+  const auto start = std::chrono::steady_clock::now();
+  for (int last = step + 2; step < last; ++step) {
+    absl::SleepFor(compute);
+    REQUIRE(RunStep(grads, step) == "");
+  }
+  // Two steps of compute and a quarter step of grace; waiting out the patience takes 2.4 s.
+  CHECK(Seconds(start) < 1.8);
+  CHECK(Stats().plans_dropped == dropped + 1);
+}
+
 TEST_CASE("Join under a plan: the ranks with data get exact sums of theirs", "[plan][join]") {
   std::vector<Grad> grads = MakeGrads("p.join", {50, 600});
   // Rank 0 has 12 batches, the others 7: after their last one they join and send zeros.
