@@ -359,7 +359,9 @@ struct RuntimeStats {
   // made it ("auto:dear" for auto), its number of buckets, the simulator's iteration time for it
   // on the measured profile and fitted cost, and the step at which it took effect. auto that
   // measured the observed plan faster than every candidate says "auto:observed", with no buckets
-  // and no prediction: the observed plan runs again (planned_units).
+  // and no prediction: the observed plan runs again (planned_units). After a scheduled plan is
+  // dropped these say none is in force (planner "", no buckets, prediction 0, update cycle 1),
+  // but plan_adopted_step keeps the step at which the last one took effect.
   std::string planner;
   int64_t plan_buckets = 0;
   // Of them, those that compress their payload (the default compression, OVERLAP_COMPRESSION,

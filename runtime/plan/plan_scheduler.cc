@@ -170,11 +170,17 @@ void PlanScheduler::OnPlanDropped(int64_t step) {
   profiler_->Reset();
   next_attempt_ = step + config_.profile_steps + 2;
   absl::MutexLock lock(&mu_);
-  info_.planner.clear();
-  info_.buckets = 0;
-  info_.compressed_buckets = 0;
-  info_.mean_staleness = 0;
+  ReportNoScheduledPlan("");
   info_.trials.clear();
+}
+
+void PlanScheduler::ReportNoScheduledPlan(const std::string& planner) {
+  info_.planner = planner;
+  info_.buckets = info_.compressed_buckets = 0;
+  info_.predicted_step_ms = 0;
+  info_.layerwise_update = false;
+  info_.mean_staleness = 0;
+  info_.update_cycle = 1;
   info_.trials_pending = false;
   predicted_step_.reset();
 }
@@ -416,15 +422,8 @@ void PlanScheduler::KeepObserved(double fastest_trial_ms) {
       "tried (fastest {:.1f} ms): it is learned again and kept, and nothing more is planned",
       rank_, step_, observed_ms_, fastest_trial_ms);
   absl::MutexLock lock(&mu_);
-  info_.planner = "auto:observed";
-  info_.buckets = info_.compressed_buckets = 0;
-  info_.predicted_step_ms = 0;
+  ReportNoScheduledPlan("auto:observed");
   info_.adopted_step = step_;
-  info_.layerwise_update = false;
-  info_.mean_staleness = 0;
-  info_.update_cycle = 1;
-  info_.trials_pending = false;
-  predicted_step_.reset();
 }
 
 absl::StatusOr<std::vector<sched::CostSample>> PlanScheduler::MeasuredSamples() {

@@ -183,6 +183,10 @@ class PlanScheduler {
   absl::Status FitCost(sched::CostModel* cost);
   // No trials under way or to come (a plan dropped, or one restored from a checkpoint).
   void ForgetTrials();
+  // Stats() reports no scheduled plan in force (planner `planner`: "" after a drop,
+  // "auto:observed" when auto keeps the observed plan): no buckets, prediction or staleness, one
+  // step per update cycle, updates after the whole backward. Callers hold mu_.
+  void ReportNoScheduledPlan(const std::string& planner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // This rank's latest steps, for the drift policy.
   StepWindow MeasuredWindow() const;
   // Schedules the next drift check, if the policy is on.

@@ -118,16 +118,28 @@ TEST_CASE("a step that slows down for good is planned again, every sum exact", "
   if (std::getenv("OVERLAP_TEST_DRIFT") == nullptr) return;
   std::vector<Layer> layers = MakeModel();
   int64_t first_adopted = -1;
+  bool saw_dropped = false;
   int step = 0;
   for (; step < 120 && testing::AgreedMax(Stats().plans_scheduled) < 2; ++step) {
     const bool slow = first_adopted >= 0 && Stats().steps > first_adopted + 14;
     INFO("rank " << Rank() << " step " << step);
     REQUIRE(Step(layers, step, slow) == "");
     if (first_adopted < 0) first_adopted = testing::AgreedMax(Stats().plan_adopted_step);
+    const RuntimeStats now = Stats();
+    if (first_adopted >= 0 && now.plans_dropped > 0 && now.planner.empty()) {
+      // Between the drop and the next plan, Stats() reports none in force, nothing of the old one.
+      saw_dropped = true;
+      CHECK(now.plan_buckets == 0);
+      CHECK(now.predicted_step_ms == 0);
+      CHECK(!now.plan_layerwise_update);
+      CHECK(now.plan_mean_staleness == 0);
+      CHECK(now.plan_update_cycle == 1);
+    }
   }
   for (Layer& layer : layers) {
     if (layer.pending) REQUIRE(Check(layer, step - 1) == "");
   }
+  CHECK(saw_dropped);  // a re-plan takes OVERLAP_PROFILE_STEPS + 2 steps or more
   const RuntimeStats stats = Stats();
   INFO("rank " << Rank() << ": first adopted at " << first_adopted << ", now at "
                << stats.plan_adopted_step << ", " << stats.plans_dropped << " dropped");

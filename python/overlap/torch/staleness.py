@@ -5,9 +5,15 @@ Per step, for each parameter whose gradient the plan in force delays or updates 
   update: its group's momentum / beta1 is lowered for its mean staleness (mode "on" and
           "predict"); with "predict" and SGD with momentum, a period's summed gradient is applied
           as p momentum steps; then its update is recorded (new value - old value);
-  next training forward of its module: it is saved and moved ahead by (updates still to come
-          before this step's gradient is applied) x (its last update) ("predict");
-  step() / synchronize(): the saved values come back before anything reads or updates them.
+  next training forward of its module: it is moved ahead by (updates still to come before this
+          step's gradient is applied) x (its last update) ("predict"): the moved-ahead value is
+          written into a second buffer and the parameter's data swapped to it, so its true
+          value stays untouched in its own storage;
+  step() / synchronize(): the true values come back (the data swapped back, no copy) before
+          anything reads or updates them.
+Per delayed parameter and step that is an add at the forward, and a copy and a subtraction around
+the update (the update recorded); a copy out and a copy back around the forward cost 30-40% more
+CPU, which shows where ranks share cores with spinning threads (docs/torch_side_by_side.md).
 Parameters the plan runs synchronously (and every parameter under a synchronous plan, or with
 mode "off") go through the wrapped optimizer's own step untouched, bit for bit.
 
@@ -56,7 +62,9 @@ class _State:
     __slots__ = ("saved", "last", "shifted", "due")
 
     def __init__(self):
-        self.saved = None    # the true value while shifted; the value before an update otherwise
+        # The true value's storage while shifted (the parameter's data is the moved-ahead
+        # buffer then); the value before the last update otherwise.
+        self.saved = None
         self.last = None     # its last update
         self.shifted = False
         self.due = False     # to be shifted at its module's next training forward
@@ -151,8 +159,7 @@ class StalenessCorrection:
         self._viewed = False
         for p, state in self._states.items():
             if state.shifted:
-                with torch.no_grad():
-                    p.copy_(state.saved)
+                p.data, state.saved = state.saved, p.data
                 state.shifted = False
             # Every step's forward moves it ahead, with or without an update in between (an
             # off-period step still has updates to come before its gradient is applied).
@@ -260,12 +267,23 @@ class StalenessCorrection:
             slices = self._slices(p)
             if slices is None or current < 0 or state.last is None:
                 continue
+            aheads = [(offset, count, staleness.updates_before_applied(current, delay, period,
+                                                                       phase))
+                      for offset, count, delay, period, phase in slices]
+            if not any(ahead for _, _, ahead in aheads):
+                continue
             with torch.no_grad():
-                state.saved.copy_(p)
                 flat, last = p.data.view(-1), state.last.view(-1)
-                for offset, count, delay, period, phase in slices:
-                    ahead = staleness.updates_before_applied(current, delay, period, phase)
+                moved = state.saved.view(-1)
+                whole = sum(count for _, count, _ in aheads) == flat.numel()
+                if not whole:
+                    moved.copy_(flat)
+                for offset, count, ahead in aheads:
+                    end = offset + count
                     if ahead:
-                        flat[offset:offset + count].add_(last[offset:offset + count],
-                                                         alpha=float(ahead))
+                        torch.add(flat[offset:end], last[offset:end], alpha=float(ahead),
+                                  out=moved[offset:end])
+                    elif whole:
+                        moved[offset:end].copy_(flat[offset:end])
+            p.data, state.saved = state.saved, p.data
             state.shifted = True
