@@ -255,3 +255,60 @@ def test_correction_changes_nothing_under_a_synchronous_plan(hvd):
                 assert np.array_equal(a.numpy(), b.numpy()), f"{kinds[i]} differs at step {k}"
     stats = hvd.stats()
     assert stats["plans_scheduled"] >= 1 and stats["plan_mean_staleness"] == 0, stats
+
+
+class _FakeView:
+    """A plan's schedule as ScheduleView gives it (the runtime is not the point here): per
+    tensor name, its slices (offset, count, delay, period, phase); the pass now running."""
+
+    def __init__(self, slices, current):
+        self._slices, self._current = slices, current
+
+    def refresh(self):
+        pass
+
+    def current_pass(self):
+        return self._current
+
+    def slices(self, name):
+        return self._slices.get(name)
+
+
+def test_moving_ahead_takes_one_multiplier_per_variable_or_one_per_slice(hvd):
+    """A variable whose slices share their delay and period is moved ahead by one multiplier
+    (computed once, broadcast); one whose slices differ by one per slice; a variable that had no
+    update this step keeps its last update. Checked eagerly against numpy."""
+    from overlap import staleness as maths
+    from overlap.tensorflow import staleness as tf_staleness
+
+    correction = tf_staleness.Correction("predict")
+    # "a": two slices alike (delay 1); "b": delay 1, then delay 2; "c": not delayed.
+    correction._view = _FakeView({"a": [(0, 2, 1, 1, 0), (2, 4, 1, 1, 0)],
+                                  "b": [(0, 3, 1, 1, 0), (3, 3, 2, 1, 0)]}, current=6)
+    out = correction._factors_numpy(["a", "b", "c"], [(2, 3), (6,), (4,)])
+    delayed, aheads = out[0], out[1:4]
+    assert delayed
+    one = maths.updates_before_applied(7, 1, 1, 0)
+    assert aheads[0].shape == (1,) and aheads[0][0] == one
+    two = maths.updates_before_applied(7, 2, 1, 0)
+    assert one != two
+    np.testing.assert_array_equal(aheads[1], [one] * 3 + [two] * 3)
+    assert aheads[2].shape == (1,) and aheads[2][0] == 0
+
+    rng = np.random.default_rng(3)
+    olds = [rng.normal(size=s).astype(np.float32) for s in [(2, 3), (6,), (4,)]]
+    news = [o + rng.normal(size=o.shape).astype(np.float32) for o in olds]
+    variables = [tf.Variable(n) for n in news]
+    keys = ["a", "b", "c"]
+    correction.prepare(keys, variables)
+    stale_last = np.full((4,), 5.0, np.float32)
+    correction._last["c"].assign(stale_last)
+    flags = [tf.constant(True), tf.constant(True), tf.constant(False)]
+    correction.shift_ahead(tf.constant(True), keys, variables, [tf.constant(o) for o in olds],
+                           flags, [tf.reshape(tf.constant(a), [-1]) for a in aheads])
+    lasts = [news[0] - olds[0], news[1] - olds[1], stale_last]
+    for variable, new, last, ahead, key in zip(variables, news, lasts, aheads, keys):
+        np.testing.assert_array_equal(correction._last[key].numpy(), last)
+        moved = (last.reshape(-1) * ahead).reshape(new.shape)
+        np.testing.assert_array_equal(correction._shift[key].numpy(), moved)
+        np.testing.assert_array_equal(variable.numpy(), new + moved)

@@ -63,13 +63,18 @@ class Correction:
                 key = (id(slices), tuple(shape), counts)
             cached = self._cache.get(key)
             if cached is None:
-                flat = np.zeros(int(np.prod(shape)), np.float32)
-                for (offset, count, _, _, _), ahead in zip(slices or [], counts):
-                    flat[offset:offset + count] = ahead
+                if len(set(counts)) <= 1:
+                    # One multiplier for the whole variable (the usual case: one slice, or
+                    # slices alike): a single element, broadcast, not a copy of its size.
+                    flat = np.full(1, counts[0] if counts else 0, np.float32)
+                else:
+                    flat = np.zeros(int(np.prod(shape)), np.float32)
+                    for (offset, count, _, _, _), ahead in zip(slices, counts):
+                        flat[offset:offset + count] = ahead
                 if len(self._cache) > 4096:
                     self._cache.clear()
                 # The slices are kept with their array so that their id is not reused.
-                cached = self._cache[key] = (flat.reshape(shape), slices)
+                cached = self._cache[key] = (flat, slices)
             aheads.append(cached[0])
             stale.append(np.float32(0 if slices is None else staleness.mean_staleness(slices)))
         return [_BOOL(delayed)] + aheads + stale
@@ -84,7 +89,7 @@ class Correction:
                                 [tf.stack([tf.cast(f, tf.bool) for f in flags])],
                                 [tf.bool] + [tf.float32] * (2 * n), stateful=True)
         delayed = tf.reshape(out[0], [])
-        aheads = [tf.reshape(a, v.shape) for a, v in zip(out[1:n + 1], variables)]
+        aheads = [tf.reshape(a, [-1]) for a in out[1:n + 1]]  # one element, or one per element
         stale = [tf.reshape(s, []) for s in out[n + 1:]]
         return delayed, aheads, stale
 
@@ -125,9 +130,17 @@ class Correction:
         def shift():
             for key, variable, old, flag, ahead in zip(keys, variables, before, flags, aheads):
                 last = self._last[key]
-                last.assign(tf.where(flag, tf.cast(variable, last.dtype) - old, last))
-                self._shift[key].assign(tf.cast(ahead, last.dtype) * last)
-                variable.assign_add(self._shift[key])
+
+                def record(last=last, variable=variable, old=old):
+                    last.assign(tf.cast(variable, last.dtype) - old)
+                    return tf.constant(True)
+                # A cond, not a where over the whole variable: a step without an update for it
+                # leaves its last update as it was.
+                tf.cond(tf.cast(flag, tf.bool), record, lambda: tf.constant(False))
+                moved = tf.reshape(tf.reshape(last, [-1]) * tf.cast(ahead, last.dtype),
+                                   tf.shape(last))
+                self._shift[key].assign(moved)
+                variable.assign_add(moved)
             return tf.constant(True)
         tf.cond(delayed, shift, lambda: tf.constant(False))
 
