@@ -6,6 +6,8 @@
 2. docs/gpu.md's latest "Runs on an NVIDIA H200" entry is not older than the newest change to
    the GPU data path, unless the page says which later changes have not run on a GPU
    ("not yet run on a GPU").
+3. docs/architecture.md's "no file in runtime/ over 800 lines" (issue 37's layout): every source
+   file under runtime/ stays within RUNTIME_MAX_LINES.
 
 Prints one line per finding and exits 1 if there is any; prints a summary line otherwise.
 """
@@ -17,6 +19,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODULES = ("numeric", "collectives", "runtime", "scheduler", "compression", "launcher")
 SOURCES = ("*.h", "*.cc", "*.cu")
+RUNTIME_MAX_LINES = 800
 
 
 def module_table():
@@ -77,13 +80,26 @@ def gpu_findings():
     return []
 
 
+def length_findings():
+    findings = []
+    for pattern in SOURCES:
+        for path in sorted((ROOT / "runtime").rglob(pattern)):
+            lines = len(path.read_text(errors="replace").splitlines())
+            if lines > RUNTIME_MAX_LINES:
+                findings.append("%s: %d lines, over the %d that runtime/'s files keep to (split it "
+                                "by job, as runtime/planes/planned_*.cc are)"
+                                % (path.relative_to(ROOT), lines, RUNTIME_MAX_LINES))
+    return findings
+
+
 def main():
-    findings = include_findings() + gpu_findings()
+    findings = include_findings() + gpu_findings() + length_findings()
     for finding in findings:
         print("check_docs: " + finding)
     if findings:
         return 1
-    print("check_docs: module dependencies and the GPU run date agree with the code")
+    print("check_docs: module dependencies, the GPU run date and runtime/'s file lengths agree "
+          "with the docs")
     return 0
 
 
