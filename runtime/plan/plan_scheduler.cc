@@ -105,8 +105,12 @@ std::shared_ptr<const std::vector<sched::SimEvent>> PlanScheduler::predicted_ste
 
 void PlanScheduler::OnStep(int64_t step) {
   step_ = step;
-  if (given_up_ || kept_observed_) return;
-  if (step == adopt_step_) {
+  if (given_up_) return;
+  if (kept_observed_) {
+    // The observed plan auto kept has its drift checks, and nothing else, scheduled.
+    if (step < next_drift_check_) return;
+    drift_check_ = true;
+  } else if (step == adopt_step_) {
     adopting_ = true;
   } else if (adopt_step_ < 0 && step >= next_attempt_) {
     adopting_ = false;
@@ -128,7 +132,15 @@ void PlanScheduler::OnPlanDropped(int64_t step) {
   drop_step_ = -1;
   drift_check_ = dropping_ = false;
   ForgetTrials();
-  if (given_up_ || kept_observed_) return;
+  if (given_up_) return;
+  if (kept_observed_) {
+    // The last candidate went for the observed plan, learned again from here: its steps are the
+    // drift checks' baseline.
+    profiler_->Reset();
+    drift_.OnAdopted();
+    ScheduleDriftCheck();
+    return;
+  }
   profiler_->Reset();
   next_attempt_ = step + config_.profile_steps + 2;
   absl::MutexLock lock(&mu_);
@@ -269,7 +281,22 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     spdlog::debug("overlap: rank {}: step {}: drift check: {} ({} steady steps){}", rank_, step_,
                   explained, profiler_->steady_steps(),
                   votes_[1] == 0 ? "; some rank drifted" : "");
-    if (drift_.OnChecked(votes_[1] == 0, now)) {
+    const bool drifted = drift_.OnChecked(votes_[1] == 0, now);
+    if (drifted && kept_observed_) {
+      spdlog::info(
+          "overlap: rank {}: step {}: the measured step drifted on some rank at two checks in a "
+          "row (here {}; OVERLAP_REPLAN_DRIFT={}, OVERLAP_REPLAN_MIN_MS={}) under the observed "
+          "plan auto kept; planning again",
+          rank_, step_, explained, config_.replan_drift, config_.replan_min_ms);
+      kept_observed_ = false;
+      replanning_after_drift_ = true;
+      next_drift_check_ = std::numeric_limits<int64_t>::max();
+      profiler_->Reset();
+      next_attempt_ = step_ + config_.profile_steps + 2;
+      absl::MutexLock lock(&mu_);
+      ReportNoScheduledPlan("");
+      info_.trials.clear();
+    } else if (drifted) {
       spdlog::info(
           "overlap: rank {}: step {}: the measured step drifted on some rank at two checks in a "
           "row (here {}; OVERLAP_REPLAN_DRIFT={}, OVERLAP_REPLAN_MIN_MS={}); the plan is dropped "
@@ -377,11 +404,15 @@ void PlanScheduler::KeepObserved(double fastest_trial_ms) {
   trial_ = -1;
   compare_observed_ = false;
   kept_observed_ = true;
+  if (replanning_after_drift_) {  // planned again after a drift, and kept the same plan
+    replanning_after_drift_ = false;
+    drift_.OnReplanned(/*changed=*/false);
+  }
   drop_wanted_ =
       "auto measured the plan it started from faster than every plan it tried; keeping that";
   spdlog::info(
       "overlap: rank {}: step {}: the observed plan ({:.1f} ms per step) beat every plan auto "
-      "tried (fastest {:.1f} ms): it is learned again and kept, and nothing more is planned",
+      "tried (fastest {:.1f} ms): it is learned again and kept until its step drifts",
       rank_, step_, observed_ms_, fastest_trial_ms);
   absl::MutexLock lock(&mu_);
   ReportNoScheduledPlan("auto:observed");

@@ -211,7 +211,7 @@ class PlanScheduler {
   // none.
   absl::Status AgreeObservedStep();
   // The trials' end found the observed plan fastest: every rank drops the candidate in force
-  // (TakeDropWish) and plans no more.
+  // (TakeDropWish) and keeps the observed plan, with drift checks only: a drift plans again.
   void KeepObserved(double fastest_trial_ms);
   // A trial ended (every rank, after its vote): records every rank's slowest measured step and
   // moves on to the next candidate, or settles on the fastest.
@@ -255,7 +255,8 @@ class PlanScheduler {
   std::string plan_shape_;
   bool replanning_after_drift_ = false;
   bool given_up_ = false;
-  // auto kept the observed plan (KeepObserved): like given_up_, nothing more is planned.
+  // auto kept the observed plan (KeepObserved): nothing is planned until its step drifts
+  // (OVERLAP_REPLAN_DRIFT), which plans again, trials and all.
   bool kept_observed_ = false;
   // The slowest rank's median wall step before the plan (AgreeObservedStep), and whether the
   // trials under way compare with it.

@@ -116,6 +116,7 @@ TEST_CASE("a step that slows down for good is planned again, every sum exact", "
   // adoption; the drift checks (OVERLAP_REPLAN_DRIFT) must drop the plan and a new one must be
   // adopted.
   if (std::getenv("OVERLAP_TEST_DRIFT") == nullptr) return;
+  if (std::getenv("OVERLAP_TEST_SLOW_TRIALS") != nullptr) return;  // the case below
   std::vector<Layer> layers = MakeModel();
   int64_t first_adopted = -1;
   bool saw_dropped = false;
@@ -151,6 +152,52 @@ TEST_CASE("a step that slows down for good is planned again, every sum exact", "
   INFO("link cost fits " << stats.link_cost_fits << ", kept " << stats.link_cost_reuses);
   REQUIRE(stats.link_cost_fits >= 1);
   REQUIRE(stats.link_cost_fits + stats.link_cost_reuses == 2);
+}
+
+TEST_CASE("auto that kept the observed plan plans again when the step drifts", "[drift]") {
+  // OVERLAP_TEST_DRIFT with OVERLAP_TEST_SLOW_TRIALS=all under auto: every trial runs slow steps,
+  // so auto keeps the observed plan; 14 steps later backward becomes 0.5 s longer for good, and
+  // the drift checks that follow the kept observed plan must start auto again: candidates
+  // adopted for new trials, whichever plan these then keep.
+  if (std::getenv("OVERLAP_TEST_DRIFT") == nullptr) return;
+  const char* slow_spec = std::getenv("OVERLAP_TEST_SLOW_TRIALS");
+  if (slow_spec == nullptr || std::string(slow_spec) != "all") return;
+  std::vector<Layer> layers = MakeModel();
+  int64_t kept_at = -1;        // the step at which every rank had kept the observed plan
+  int64_t scheduled_then = -1;  // candidates adopted by then
+  bool trying = false;
+  int step = 0;
+  for (; step < 200; ++step) {
+    const bool slow = trying || (kept_at >= 0 && step > kept_at + 14);
+    INFO("rank " << Rank() << " step " << step);
+    REQUIRE(Step(layers, step, slow) == "");
+    trying = testing::AgreedMax(Stats().plan_trials_pending ? 1 : 0) != 0;
+    const bool kept = testing::AgreedMax(Stats().planner == "auto:observed" ? 0 : 1) == 0;
+    if (kept_at < 0 && kept && !trying) {
+      kept_at = step;
+      scheduled_then = Stats().plans_scheduled;
+      REQUIRE(scheduled_then >= 1);
+    }
+    // Planned again, and the new trials are over.
+    if (kept_at >= 0 && testing::AgreedMax(Stats().plans_scheduled) > scheduled_then && !trying &&
+        step > kept_at + 14) {
+      ++step;  // the step just run is the last
+      break;
+    }
+  }
+  for (Layer& layer : layers) {
+    if (layer.pending) REQUIRE(Check(layer, step - 1) == "");
+  }
+  const RuntimeStats stats = Stats();
+  INFO("rank " << Rank() << ": kept the observed plan at step " << kept_at << " after "
+               << scheduled_then << " candidates; now planner '" << stats.planner << "', "
+               << stats.plans_scheduled << " candidates adopted, trials " << stats.plan_trials);
+  REQUIRE(kept_at >= 0);
+  REQUIRE(stats.plans_scheduled > scheduled_then);
+  REQUIRE_FALSE(stats.plan_trials_pending);
+  // The new trials measured the observed plan first, under the slower step.
+  REQUIRE(absl::StartsWith(stats.plan_trials, "auto:observed "));
+  REQUIRE(absl::StartsWith(stats.planner, "auto:"));
 }
 
 TEST_CASE("a rank stuck before a plan vote's marker ends the job on every rank", "[stuck]") {
