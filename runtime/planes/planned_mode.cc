@@ -132,6 +132,7 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
   blocked_since_ = absl::InfiniteFuture();
   blocked_warned_ = false;
   wants_unfreeze_ = false;
+  last_wish_ = absl::InfinitePast();  // a wish about the plan this one replaces holds none back
   spdlog::info("overlap: rank {}: planned execution ({}) of {} tensors in {} buckets", rank_,
                plan_->source, plan_->entries.size(), plan_->buckets.size());
 }
