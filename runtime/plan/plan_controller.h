@@ -5,12 +5,13 @@
 // agreed round, freezes it into launch units (runtime/plan/launch_units.h: the observed plan). With a
 // scheduler planner (OVERLAP_PLANNER) it hands the profiled steps to the plan scheduler
 // (runtime/plan/plan_scheduler.h: votes, rank 0's plan broadcast, auto's trials, re-planning on
-// drift) and adopts the plan every rank agreed on. It drops the plan in force when a rank waited
-// on it past its patience, a tensor was submitted differently from it, the measured step drifted,
-// auto measured the observed plan faster than its candidates, or a new plan replaces it. It saves
-// the scheduled plan in force for a checkpoint and adopts one restored from a checkpoint
-// (runtime/plan/plan_checkpoint.h). It publishes the per-tensor schedule of
-// the plan in force and the clock the adapters read it by (PlanSchedule, PlanClock: overlap.h).
+// drift) and adopts the plan every rank agreed on. It drops the plan in force when a rank is
+// blocked on it (its program went on without a tensor the plan waits for, or waited past its
+// patience: runtime/planes/planned_mode.h), a tensor was submitted differently from it, the
+// measured step drifted, auto measured the observed plan faster than its candidates, or a new plan
+// replaces it. It saves the scheduled plan in force for a checkpoint and adopts one restored from
+// a checkpoint (runtime/plan/plan_checkpoint.h). It publishes the per-tensor schedule of the plan
+// in force and the clock the adapters read it by (PlanSchedule, PlanClock: overlap.h).
 //
 // The Runtime routes operations and runs negotiation. It asks the controller whether the plan runs
 // an operation (Owns), what the plan adds to the next round (Vote), and hands it each round's

@@ -141,6 +141,10 @@ void PlanScheduler::OnPlanDropped(int64_t step) {
     ScheduleDriftCheck();
     return;
   }
+  PlanAgainFrom(step);
+}
+
+void PlanScheduler::PlanAgainFrom(int64_t step) {
   profiler_->Reset();
   next_attempt_ = step + config_.profile_steps + 2;
   absl::MutexLock lock(&mu_);
@@ -291,11 +295,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
       kept_observed_ = false;
       replanning_after_drift_ = true;
       next_drift_check_ = std::numeric_limits<int64_t>::max();
-      profiler_->Reset();
-      next_attempt_ = step_ + config_.profile_steps + 2;
-      absl::MutexLock lock(&mu_);
-      ReportNoScheduledPlan("");
-      info_.trials.clear();
+      PlanAgainFrom(step_);
     } else if (drifted) {
       spdlog::info(
           "overlap: rank {}: step {}: the measured step drifted on some rank at two checks in a "

@@ -183,6 +183,9 @@ class PlanScheduler {
   absl::Status FitCost(sched::CostModel* cost);
   // No trials under way or to come (a plan dropped, or one restored from a checkpoint).
   void ForgetTrials();
+  // With no scheduled plan in force (one dropped, or auto's kept observed plan drifted): measure
+  // the steps afresh and plan at the attempt OVERLAP_PROFILE_STEPS + 2 steps after `step`.
+  void PlanAgainFrom(int64_t step);
   // Stats() reports no scheduled plan in force (planner `planner`: "" after a drop,
   // "auto:observed" when auto keeps the observed plan): no buckets, prediction or staleness, one
   // step per update cycle, updates after the whole backward. Callers hold mu_.

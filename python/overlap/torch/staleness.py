@@ -12,8 +12,9 @@ Per step, for each parameter whose gradient the plan in force delays or updates 
   step() / synchronize(): the true values come back (the data swapped back, no copy) before
           anything reads or updates them.
 Per delayed parameter and step that is an add at the forward, and a copy and a subtraction around
-the update (the update recorded); a copy out and a copy back around the forward cost 30-40% more
-CPU, which shows where ranks share cores with spinning threads (docs/torch_side_by_side.md).
+the update (the update recorded), with no copy out before the forward and back after it: those
+two had slowed deft's steps where ranks share cores with spinning threads
+(docs/torch_side_by_side.md).
 Parameters the plan runs synchronously (and every parameter under a synchronous plan, or with
 mode "off") go through the wrapped optimizer's own step untouched, bit for bit.
 
