@@ -38,7 +38,7 @@ from torch_bench import parse_rate, planner_label, settle_trials  # noqa: E402
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--system", required=True, choices=["overlap", "mwms"])
+    p.add_argument("--system", required=True, choices=["overlap", "mwms", "local"])
     p.add_argument("--label", help="the 'system' field of the output (default: --system)")
     p.add_argument("--model", default="vgg16", help="vgg16, resnet50 or bert-base")
     p.add_argument("--warmup-steps", type=int, default=25)
@@ -112,6 +112,40 @@ class Overlap:
         self.hvd.shutdown()
 
 
+class Local:
+    """No communication: each rank trains its own copy of the same model (sized for the launched
+    rank count), so the step is the emulation's own floor on this machine, with every rank's
+    TensorFlow threads sharing its cores as in the other systems' runs. Rank 0 reports its own
+    steps."""
+
+    def __init__(self):
+        self.rank, self.size = mpi_rank_size()
+
+    def scope(self):
+        return _NoScope()
+
+    def make_step(self, model, optimizer, x):
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(model(x))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return step
+
+    def max_over_ranks(self, values):
+        return list(values)
+
+    def expected_gradient(self):
+        return float(self.rank + 1)  # this rank's own constant, not reduced
+
+    def runtime_stats(self):
+        return None
+
+    def shutdown(self):
+        pass
+
+
 class _NoScope:
     def __enter__(self):
         return self
@@ -176,6 +210,8 @@ def main(argv):
     args = parse_args(argv)
     if args.system == "overlap":
         system = Overlap(args.api, args.staleness_correction)
+    elif args.system == "local":
+        system = Local()
     else:
         system = Mwms(args.workers, args.port)
     profile = tf_models.load_profile(args.model)

@@ -53,6 +53,7 @@ struct LinkReport {
   std::vector<double> waits;
   std::vector<int> stragglers;
   double seconds = 0;          // how long the probe took on this rank
+  size_t bytes = 0;            // each round's exchange (MpiExecutorOptions::probe_bytes); 0: a check
 };
 
 // Counts across executors (the runtime keeps one for all of its own). Any thread reads them.

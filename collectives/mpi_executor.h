@@ -70,6 +70,8 @@ struct MpiExecutorOptions {
   // does not pay for the same links twice; its first probe then judges lateness too. Ignored
   // under LinkAdaptation::kOn, which weights from the first allreduce.
   int64_t first_probe_after = 0;
+  // Bytes each rate probe's rounds exchange: at most the allreduce the probe precedes, except the
+  // probe that confirms a new verdict, which exchanges all of them.
   size_t probe_bytes = LinkProbe::kDefaultBytes;
   // Called after every probe, on the thread that called Test.
   std::function<void(const LinkReport&)> on_probe;

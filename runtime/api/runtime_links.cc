@@ -66,8 +66,9 @@ void Runtime::NoteLinkProbe(const LinkReport& report) {
   }
   if (rank_ != 0) return;
   const std::string line = absl::StrFormat(
-      "overlap: %s (channel %d, %.0f ms): %s; allreduces of 1 MiB and more run %s", what,
-      report.channel, 1e3 * report.seconds, rates,
+      "overlap: %s (channel %d, %.0f ms%s): %s; allreduces of 1 MiB and more run %s", what,
+      report.channel, 1e3 * report.seconds,
+      report.bytes > 0 ? absl::StrFormat(", rounds of %d KiB", report.bytes >> 10) : "", rates,
       verdict == 1 ? "weighted by these shares (OVERLAP_ADAPTIVE_ALLREDUCE)" : "unweighted");
   if (changed) {
     spdlog::info("{}", line);

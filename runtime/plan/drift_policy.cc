@@ -32,10 +32,19 @@ bool DriftPolicy::Drifted(const StepWindow& now) const {
   return std::abs(now.median_ms - baseline_.median_ms) > Threshold(now);
 }
 
-bool DriftPolicy::OnChecked(bool some_rank_drifted, const StepWindow& now) {
+bool DriftPolicy::OnChecked(bool some_rank_drifted, const StepWindow& now, double job_wall_ms) {
+  if (judging_) {  // the first check under a changed re-plan: did it shorten the step?
+    judging_ = false;
+    const bool measured = drifted_wall_ms_ > 0 && job_wall_ms > 0;
+    const bool paid =
+        !measured ||
+        drifted_wall_ms_ - job_wall_ms >= std::max(min_ms_, kPaidFraction * drifted_wall_ms_);
+    backoff_ = paid ? 1 : std::min(kMaxBackoff, 2 * backoff_);
+  }
   drifted_checks_ = some_rank_drifted ? drifted_checks_ + 1 : 0;
   if (drifted_checks_ >= 2) {  // twice in a row: a change, not one noisy window
     drifted_checks_ = 0;
+    drifted_wall_ms_ = job_wall_ms;
     return true;
   }
   if (!has_baseline_ && !some_rank_drifted && now.median_ms > 0) {
@@ -50,7 +59,11 @@ int64_t DriftPolicy::NextCheckIn() const {
 }
 
 void DriftPolicy::OnReplanned(bool changed) {
-  backoff_ = changed ? 1 : std::min(kMaxBackoff, 2 * backoff_);
+  if (changed) {
+    judging_ = true;
+  } else {
+    backoff_ = std::min(kMaxBackoff, 2 * backoff_);
+  }
 }
 
 std::string DriftPolicy::Explain(const StepWindow& now) const {

@@ -12,9 +12,13 @@
 //  - by more than twice the steps' interquartile spread, at the baseline or now (outside the noise),
 //  - by at least `min_ms` (OVERLAP_REPLAN_MIN_MS: a change that small cannot win back a re-plan),
 // and some rank finds it at two checks in a row. Checks come every `interval` steps, the
-// confirming one `confirm_interval` after the first. A re-plan that did not pay (the planner made
-// the plan it dropped) doubles the interval, up to kMaxBackoff times; one that changed the plan
-// brings it back.
+// confirming one `confirm_interval` after the first. A re-plan that did not pay doubles the
+// interval, up to kMaxBackoff times; one that paid brings it back. A re-plan did not pay when the
+// planner made the plan it dropped, or when the new plan's wall step (the job's: the slowest
+// rank's median, at the first check under it) is not shorter than the dropped plan's at the drift
+// by kPaidFraction of it and by `min_ms`. Without that measure, a 2-core machine whose compute
+// times wander with its load re-planned 17 times in 937 steps (the Fashion-MNIST CNN of
+// bench/time_to_accuracy.sh under auto), each new plan a different one that ran no faster.
 //
 // Pure bookkeeping, no MPI: the plan scheduler feeds it the agreed outcome of each check.
 #ifndef OVERLAP_RUNTIME_PLAN_DRIFT_POLICY_H_
@@ -34,6 +38,8 @@ struct StepWindow {
 class DriftPolicy {
  public:
   static constexpr int kMaxBackoff = 64;
+  // A re-plan pays when it shortens the job's wall step by at least this share (and min_ms).
+  static constexpr double kPaidFraction = 0.05;
 
   // relative <= 0 disables the policy: Drifted is never true.
   DriftPolicy(double relative, double min_ms, int64_t interval, int64_t confirm_interval);
@@ -46,17 +52,23 @@ class DriftPolicy {
   // This rank's verdict on `now`: false while no baseline is measured.
   bool Drifted(const StepWindow& now) const;
 
-  // The agreed outcome of a check (some rank drifted). Takes `now` as the baseline at the first
-  // check under a plan. True when the plan should be dropped: the second drift in a row.
-  bool OnChecked(bool some_rank_drifted, const StepWindow& now);
+  // The agreed outcome of a check (some rank drifted) and the job's median wall step at it, the
+  // same on every rank (0: not measured). Takes `now` as the baseline at the first check under a
+  // plan, and there judges a changed re-plan (OnReplanned) against the drift it answered. True
+  // when the plan should be dropped: the second drift in a row.
+  bool OnChecked(bool some_rank_drifted, const StepWindow& now, double job_wall_ms = 0);
 
   // Steps from a check to the next one.
   int64_t NextCheckIn() const;
 
-  // A plan adopted after a drift's drop: `changed` when it differs from the dropped one.
+  // A plan adopted after a drift's drop: `changed` when it differs from the dropped one. The same
+  // plan doubles the interval at once; a changed one is judged at its first check (OnChecked).
   void OnReplanned(bool changed);
 
   int backoff() const { return backoff_; }
+  // A changed re-plan's first check is still to come.
+  bool judging() const { return judging_; }
+  double drifted_wall_ms() const { return drifted_wall_ms_; }
   const StepWindow& baseline() const { return baseline_; }
   bool has_baseline() const { return has_baseline_; }
   // Why `now` is or is not a drift, for the log: "moved 0.4 ms of 1.2 ms; needs 5.0 ms".
@@ -74,6 +86,8 @@ class DriftPolicy {
   bool has_baseline_ = false;
   int drifted_checks_ = 0;  // agreed drifts in a row
   int backoff_ = 1;
+  double drifted_wall_ms_ = 0;  // the job's wall step when the last drift was confirmed
+  bool judging_ = false;        // a changed re-plan waits for its first check's verdict
 };
 
 }  // namespace overlap

@@ -246,10 +246,15 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     // has nothing to compare yet.
     if (trial_check_ && profiler_->median_wall_ms() <= 0) votes_[1] = 0;
     votes_[2] = -static_cast<int>(step_);
+    // A drift check also agrees on the job's wall step (the slowest rank's median, in us), which
+    // judges whether a re-plan paid (drift_policy.h).
+    votes_[3] = drift_check_ ? -static_cast<int>(std::min(
+                                   2e9, std::max(0.0, 1e3 * profiler_->median_wall_ms())))
+                             : 0;
     // Open MPI's non-blocking allreduce algorithm is a process-wide setting: every rank must
     // select the same one for this call, whatever it ran last.
     const int rc =
-        StartIallreduce(MPI_IN_PLACE, votes_, 3, MPI_INT, MPI_MIN, comm_, &vote_request_);
+        StartIallreduce(MPI_IN_PLACE, votes_, 4, MPI_INT, MPI_MIN, comm_, &vote_request_);
     absl::Status started =
         MpiCheck(rc, absl::StrCat("rank ", rank_, ": MPI_Iallreduce (starting the plan vote)"));
     if (!started.ok()) return started;
@@ -285,7 +290,16 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     spdlog::debug("overlap: rank {}: step {}: drift check: {} ({} steady steps){}", rank_, step_,
                   explained, profiler_->steady_steps(),
                   votes_[1] == 0 ? "; some rank drifted" : "");
-    const bool drifted = drift_.OnChecked(votes_[1] == 0, now);
+    const double job_wall_ms = -votes_[3] / 1e3;
+    const bool judged = drift_.judging();
+    const bool drifted = drift_.OnChecked(votes_[1] == 0, now, job_wall_ms);
+    if (judged && drift_.backoff() > 1) {
+      spdlog::info(
+          "overlap: rank {}: step {}: re-planning after the drift did not pay (the new plan's "
+          "step {:.1f} ms against {:.1f} ms at the drift, the slowest rank's median); drift "
+          "checks now {} times further apart",
+          rank_, step_, job_wall_ms, drift_.drifted_wall_ms(), drift_.backoff());
+    }
     if (drifted && kept_observed_) {
       spdlog::info(
           "overlap: rank {}: step {}: the measured step drifted on some rank at two checks in a "

@@ -54,6 +54,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -236,6 +237,8 @@ class PlanScheduler {
   const int size_;
   MPI_Comm comm_;
   std::unique_ptr<Executor> probe_;
+  // Which collective kinds (CollectiveKind's values) probe_ has run once untimed (Probe).
+  std::array<bool, 8> probe_warmed_{};
   // The last fitted link cost, alike on every rank (rank 0's, broadcast); unset before the first.
   std::optional<sched::ChannelCost> last_fit_;
   StepProfiler* const profiler_;
@@ -276,9 +279,10 @@ class PlanScheduler {
   int chosen_ = 0;                   // the candidate the next Exchange adopts
   bool settling_ = false;            // that Exchange re-adopts the fastest tried one
   absl::Time drain_since_;
-  // [0] quiescent, [1] steady (or not drifted), [2] minus this rank's step: combined by MIN, [2]
-  // gives every rank the largest step, from which the next stage is scheduled (see Progress).
-  int votes_[3] = {0, 0, 0};
+  // [0] quiescent, [1] steady (or not drifted), [2] minus this rank's step, [3] at a drift check
+  // minus its median wall step in us: combined by MIN, [2] gives every rank the largest step,
+  // from which the next stage is scheduled (see Progress), [3] the job's wall step.
+  int votes_[4] = {0, 0, 0, 0};
   // This rank voted quiescent in the vote out (a drift check's forced 1 aside); kept apart from
   // votes_, which is MPI's while the vote runs.
   bool voted_quiescent_ = false;

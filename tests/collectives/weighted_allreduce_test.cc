@@ -201,7 +201,8 @@ struct Probes {
 
 std::unique_ptr<MpiExecutor> AdaptiveExecutor(LinkAdaptation adaptation, int host, int hosts,
                                               Probes* probes, int64_t reprobe_every = 256,
-                                              int64_t first_probe_after = 0) {
+                                              int64_t first_probe_after = 0,
+                                              size_t probe_bytes = size_t{256} << 10) {
   MpiExecutorOptions options;
   options.first_probe_after = first_probe_after;
   options.num_channels = 2;
@@ -209,7 +210,7 @@ std::unique_ptr<MpiExecutor> AdaptiveExecutor(LinkAdaptation adaptation, int hos
   options.hosts = hosts;
   options.adaptation = adaptation;
   options.reprobe_every = reprobe_every;
-  options.probe_bytes = size_t{256} << 10;
+  options.probe_bytes = probe_bytes;
   options.on_probe = [probes](const LinkReport& report) { probes->reports.push_back(report); };
   absl::StatusOr<std::unique_ptr<MpiExecutor>> executor =
       MpiExecutor::Create(MPI_COMM_WORLD, options);
@@ -254,6 +255,31 @@ TEST_CASE("adaptation on: a probe, then weighted allreduces, and a probe again w
   REQUIRE(report.shares.size() == static_cast<size_t>(Size()));
   CHECK(SameOnEveryRank(report.shares.data(), report.shares.size() * sizeof(double)));
   CHECK(report.seconds > 0);
+}
+
+TEST_CASE("a probe exchanges no more than its allreduce, unless it confirms a new verdict") {
+  Probes probes;
+  const size_t probe_bytes = size_t{4} << 20;
+  std::unique_ptr<MpiExecutor> executor =
+      AdaptiveExecutor(LinkAdaptation::kOn, /*host=*/-1, /*hosts=*/1, &probes,
+                       /*reprobe_every=*/2, /*first_probe_after=*/0, probe_bytes);
+  const int64_t count = static_cast<int64_t>(MpiExecutor::kAdaptiveMinBytes / 4) + 11;
+  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+  for (int i = 0; i < 3; ++i) ExactSum(*executor, 0, count);
+  REQUIRE(probes.reports.size() == 2);
+  CHECK(probes.reports[0].bytes == bytes);
+  // The second probe (before the 3rd allreduce) confirms the first one's verdict when that
+  // verdict was new (weighting pays, where allreduces ran unweighted before), else it is the
+  // probe due every 2.
+  const bool confirms = WeightedPays(probes.reports[0].rates);
+  CHECK(probes.reports[1].bytes == (confirms ? probe_bytes : bytes));
+  // An allreduce larger than probe_bytes probes with probe_bytes.
+  Probes large_probes;
+  std::unique_ptr<MpiExecutor> large_executor =
+      AdaptiveExecutor(LinkAdaptation::kOn, -1, 1, &large_probes, 2, 0, size_t{1} << 20);
+  ExactSum(*large_executor, 0, 2 * count);
+  REQUIRE(large_probes.reports.size() == 1);
+  CHECK(large_probes.reports[0].bytes == (size_t{1} << 20));
 }
 
 TEST_CASE("a rank that starts its allreduces late gets no shard, and sums stay exact") {

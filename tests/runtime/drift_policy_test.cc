@@ -148,8 +148,53 @@ TEST_CASE("checks confirm a drift sooner, and back off after re-plans that did n
   for (int i = 0; i < 10; ++i) policy.OnReplanned(false);
   CHECK(policy.backoff() == DriftPolicy::kMaxBackoff);
   CHECK(policy.NextCheckIn() == DriftPolicy::kMaxBackoff * kInterval);
-  policy.OnReplanned(true);  // a different plan: re-planning paid
+  policy.OnReplanned(true);  // a different plan: judged at its first check
+  CHECK(policy.judging());
+  policy.OnAdopted();
+  REQUIRE_FALSE(policy.OnChecked(false, {100, 1}, 0));  // its step unmeasured: taken as paid
   CHECK(policy.NextCheckIn() == kInterval);
+}
+
+TEST_CASE("a changed re-plan that ran no faster backs the checks off; one that did does not",
+          "[drift]") {
+  DriftPolicy policy(0.25, 5, kInterval, kConfirm);
+  // The job's wall step at the drift: 100 ms.
+  auto drift = [&policy] {
+    policy.OnAdopted();
+    REQUIRE_FALSE(policy.OnChecked(false, {50, 1}, 90));
+    REQUIRE_FALSE(policy.OnChecked(true, {80, 1}, 100));
+    REQUIRE(policy.OnChecked(true, {80, 1}, 100));
+    CHECK(policy.drifted_wall_ms() == 100);
+    policy.OnAdopted();
+  };
+  drift();
+  policy.OnReplanned(true);  // a different plan, judged at its first check
+  CHECK(policy.judging());
+  CHECK(policy.NextCheckIn() == kInterval);
+  REQUIRE_FALSE(policy.OnChecked(false, {60, 1}, 97));  // 3 ms shorter: under 5 ms and 5%
+  CHECK_FALSE(policy.judging());
+  CHECK(policy.backoff() == 2);
+  CHECK(policy.NextCheckIn() == 2 * kInterval);
+
+  drift();
+  policy.OnReplanned(true);
+  REQUIRE_FALSE(policy.OnChecked(false, {60, 1}, 101));  // slower: did not pay
+  CHECK(policy.backoff() == 4);
+
+  drift();
+  policy.OnReplanned(true);
+  REQUIRE_FALSE(policy.OnChecked(false, {60, 1}, 90));  // 10 ms shorter: paid
+  CHECK(policy.backoff() == 1);
+
+  drift();
+  policy.OnReplanned(false);  // the same plan: backed off at once, nothing to judge
+  CHECK_FALSE(policy.judging());
+  CHECK(policy.backoff() == 2);
+
+  drift();
+  policy.OnReplanned(true);
+  REQUIRE_FALSE(policy.OnChecked(false, {60, 1}, 0));  // not measured: taken as paid
+  CHECK(policy.backoff() == 1);
 }
 
 TEST_CASE("OVERLAP_REPLAN_DRIFT=0 never finds a drift", "[drift]") {
