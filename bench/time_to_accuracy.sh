@@ -23,7 +23,8 @@
 #   short run without communication that measures each task's compute floor. Only when named:
 #   overlap:deft-s1+fp16, overlap:deft-s2+fp16, overlap:auto+fp16 (OVERLAP_COMPRESSION=fp16: every
 #   bucket of the plan compressed, with error feedback). Any deft row may end in @B (before :off),
-#   e.g. overlap:deft-s1@0.25: OVERLAP_BUDGET=B, deft's convergence budget (bench/budget_sweep.sh).
+#   e.g. overlap:deft-s1@0.25: OVERLAP_BUDGET=B, deft's convergence budget (bench/budget_sweep.sh);
+#   and deft-sNpK, e.g. overlap:deft-s1p1: update periods up to K instead of 4 (p1: delays only).
 # --rate: the tbf cap of every host link, one rate for both tasks or TASK=RATE per task (default
 #   fmnist=300mbit,lm=250mbit: communication about 1.1-1.4x each task's compute here; the cluster is
 #   brought up again at each task's rate).
@@ -81,7 +82,7 @@ has() { [[ ",$1," == *",$2,"* ]]; }
 for t in ${tasks//,/ }; do has fmnist,lm "$t" || die "--tasks: unknown task '$t' (fmnist, lm)"; done
 [ -n "$tasks" ] || die "--tasks is empty"
 for r in ${rows//,/ }; do
-  [[ ! $r =~ ^overlap:deft-s[0-9]+@[0-9]+(\.[0-9]+)?(:off)?$ ]] || continue
+  [[ ! $r =~ ^overlap:deft-s[0-9]+(p[0-9]+)?(@[0-9]+(\.[0-9]+)?)?(:off)?$ ]] || continue
   has "$ALL_ROWS,$EXTRA_ROWS" "$r" || die "--rows: unknown row '$r' (known: $ALL_ROWS,$EXTRA_ROWS)"
 done
 has "$rows" ddp || die "--rows must include ddp: it sets every task's target"
@@ -198,6 +199,9 @@ run() {
       # PLANNER+SPEC: the runtime's default compression, which a scheduled plan's buckets carry.
       if [[ $v == *+* ]]; then env_args+=(OVERLAP_COMPRESSION="${v#*+}"); v=${v%%+*}; fi
       case $v in
+        deft-s*p*) planner=$v  # deft-sNpK: update periods up to K (1: delays only)
+          env_args+=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="$(sed 's/deft-s\([0-9]*\)p.*/\1/' <<<"$v")"
+                     OVERLAP_MAX_PERIOD="${v##*p}") ;;
         deft-s*) planner=$v
           env_args+=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${v#deft-s}" OVERLAP_MAX_PERIOD=4) ;;
         covap) planner=observed; args+=(--compression "covap:R=auto") ;;

@@ -17,8 +17,9 @@
 // planner made the plan it dropped, or when the new plan's wall step (the job's: the slowest
 // rank's median, at the first check under it) is not shorter than the dropped plan's at the drift
 // by kPaidFraction of it and by `min_ms`. Without that measure, a 2-core machine whose compute
-// times wander with its load re-planned 17 times in 937 steps (the Fashion-MNIST CNN of
-// bench/time_to_accuracy.sh under auto), each new plan a different one that ran no faster.
+// times wander with its load dropped deft's delayed plan 16 times in 936 steps (the
+// Fashion-MNIST CNN of bench/time_to_accuracy.sh), each re-plan a slightly different plan (from
+// slightly different fitted link costs) that ran no faster.
 //
 // Pure bookkeeping, no MPI: the plan scheduler feeds it the agreed outcome of each check.
 #ifndef OVERLAP_RUNTIME_PLAN_DRIFT_POLICY_H_
