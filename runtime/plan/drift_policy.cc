@@ -18,6 +18,8 @@ void DriftPolicy::OnAdopted() {
   has_baseline_ = false;
   baseline_ = {};
   drifted_checks_ = 0;
+  first_check_ = true;
+  baseline_wall_ms_ = 0;
 }
 
 double DriftPolicy::Threshold(const StepWindow& now) const {
@@ -41,10 +43,18 @@ bool DriftPolicy::OnChecked(bool some_rank_drifted, const StepWindow& now, doubl
         drifted_wall_ms_ - job_wall_ms >= std::max(min_ms_, kPaidFraction * drifted_wall_ms_);
     backoff_ = paid ? 1 : std::min(kMaxBackoff, 2 * backoff_);
   }
+  if (first_check_) {
+    first_check_ = false;
+    baseline_wall_ms_ = job_wall_ms;
+  }
   drifted_checks_ = some_rank_drifted ? drifted_checks_ + 1 : 0;
   if (drifted_checks_ >= 2) {  // twice in a row: a change, not one noisy window
     drifted_checks_ = 0;
-    drifted_wall_ms_ = job_wall_ms;
+    // What the dropped plan ran at: the lower of its first check's step and the drift's, so that
+    // a re-plan is not credited with a slow spell that would have passed anyway.
+    drifted_wall_ms_ = baseline_wall_ms_ > 0 && job_wall_ms > 0
+                           ? std::min(baseline_wall_ms_, job_wall_ms)
+                           : job_wall_ms;
     return true;
   }
   if (!has_baseline_ && !some_rank_drifted && now.median_ms > 0) {

@@ -15,8 +15,9 @@
 // confirming one `confirm_interval` after the first. A re-plan that did not pay doubles the
 // interval, up to kMaxBackoff times; one that paid brings it back. A re-plan did not pay when the
 // planner made the plan it dropped, or when the new plan's wall step (the job's: the slowest
-// rank's median, at the first check under it) is not shorter than the dropped plan's at the drift
-// by kPaidFraction of it and by `min_ms`. Without that measure, a 2-core machine whose compute
+// rank's median, at the first check under it) is not shorter than the dropped plan's (the lower
+// of its wall step at its own first check and at the drift: a slow spell that passes by itself
+// is not the re-plan's doing) by kPaidFraction of it and by `min_ms`. Without that measure, a 2-core machine whose compute
 // times wander with its load dropped deft's delayed plan 16 times in 936 steps (the
 // Fashion-MNIST CNN of bench/time_to_accuracy.sh), each re-plan a slightly different plan (from
 // slightly different fitted link costs) that ran no faster.
@@ -69,6 +70,7 @@ class DriftPolicy {
   int backoff() const { return backoff_; }
   // A changed re-plan's first check is still to come.
   bool judging() const { return judging_; }
+  // The dropped plan's wall step that the re-plan is judged against (0: not measured).
   double drifted_wall_ms() const { return drifted_wall_ms_; }
   const StepWindow& baseline() const { return baseline_; }
   bool has_baseline() const { return has_baseline_; }
@@ -87,8 +89,10 @@ class DriftPolicy {
   bool has_baseline_ = false;
   int drifted_checks_ = 0;  // agreed drifts in a row
   int backoff_ = 1;
-  double drifted_wall_ms_ = 0;  // the job's wall step when the last drift was confirmed
-  bool judging_ = false;        // a changed re-plan waits for its first check's verdict
+  double drifted_wall_ms_ = 0;   // the dropped plan's wall step a re-plan must beat
+  bool judging_ = false;         // a changed re-plan waits for its first check's verdict
+  bool first_check_ = false;     // the plan's first check is still to come
+  double baseline_wall_ms_ = 0;  // the job's wall step at the plan's first check
 };
 
 }  // namespace overlap

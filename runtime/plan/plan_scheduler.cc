@@ -296,8 +296,8 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     if (judged && drift_.backoff() > 1) {
       spdlog::info(
           "overlap: rank {}: step {}: re-planning after the drift did not pay (the new plan's "
-          "step {:.1f} ms against {:.1f} ms at the drift, the slowest rank's median); drift "
-          "checks now {} times further apart",
+          "step {:.1f} ms against the dropped plan's {:.1f} ms, the slowest rank's median); "
+          "drift checks now {} times further apart",
           rank_, step_, job_wall_ms, drift_.drifted_wall_ms(), drift_.backoff());
     }
     if (drifted && kept_observed_) {

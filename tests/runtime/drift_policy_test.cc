@@ -158,10 +158,11 @@ TEST_CASE("checks confirm a drift sooner, and back off after re-plans that did n
 TEST_CASE("a changed re-plan that ran no faster backs the checks off; one that did does not",
           "[drift]") {
   DriftPolicy policy(0.25, 5, kInterval, kConfirm);
-  // The job's wall step at the drift: 100 ms.
+  // The dropped plan's wall step: 110 ms at its first check, 100 ms at the drift; a re-plan is
+  // judged against the lower.
   auto drift = [&policy] {
     policy.OnAdopted();
-    REQUIRE_FALSE(policy.OnChecked(false, {50, 1}, 90));
+    REQUIRE_FALSE(policy.OnChecked(false, {50, 1}, 110));
     REQUIRE_FALSE(policy.OnChecked(true, {80, 1}, 100));
     REQUIRE(policy.OnChecked(true, {80, 1}, 100));
     CHECK(policy.drifted_wall_ms() == 100);
@@ -195,6 +196,18 @@ TEST_CASE("a changed re-plan that ran no faster backs the checks off; one that d
   policy.OnReplanned(true);
   REQUIRE_FALSE(policy.OnChecked(false, {60, 1}, 0));  // not measured: taken as paid
   CHECK(policy.backoff() == 1);
+
+  // A slow spell: the plan ran 90 ms at its first check and 100 ms at the drift. A re-plan that
+  // runs 92 ms gained nothing the spell's end would not have given: judged against 90 ms.
+  policy.OnAdopted();
+  REQUIRE_FALSE(policy.OnChecked(false, {50, 1}, 90));
+  REQUIRE_FALSE(policy.OnChecked(true, {80, 1}, 100));
+  REQUIRE(policy.OnChecked(true, {80, 1}, 100));
+  CHECK(policy.drifted_wall_ms() == 90);
+  policy.OnAdopted();
+  policy.OnReplanned(true);
+  REQUIRE_FALSE(policy.OnChecked(false, {60, 1}, 92));
+  CHECK(policy.backoff() == 2);
 }
 
 TEST_CASE("OVERLAP_REPLAN_DRIFT=0 never finds a drift", "[drift]") {
