@@ -49,6 +49,11 @@ struct CollectiveArgs {
   // Adasum allreduce: the element counts of the tensors packed one after another in the buffer,
   // each combined with its own coefficients; empty means one tensor of `count` elements.
   std::vector<int64_t> segments;
+  // Allreduce (a sum, min, max or product): run in two link classes, within each host and then
+  // across hosts (collectives/hierarchical_allreduce.h), whatever its size, where the executor
+  // splits its ranks by host (MpiExecutor with a host); elsewhere it runs as it would have, with
+  // the same result up to the order of the sums. A plan's two-stage bucket (scheduler/plan.h).
+  bool two_stage = false;
 };
 
 // A started collective.
@@ -88,6 +93,11 @@ class Executor {
   // the next collective, and the copies around it, before the last one finished. False where
   // the host drives a collective to its end (MPI, and MPI staged through host memory).
   virtual bool stream_ordered() const { return false; }
+
+  // Whether CollectiveArgs::two_stage runs an allreduce in another form than it would run
+  // otherwise (an MpiExecutor split by host whose allreduces are flat unasked): a planner may
+  // then choose the form per bucket, and a probe can time it.
+  virtual bool offers_two_stage() const { return false; }
 
   // Called once when the job cannot continue (a collective failed or timed out): abandons the
   // collectives in flight so that nothing waits on a dead peer (NCCL: ncclCommAbort). Work

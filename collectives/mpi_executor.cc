@@ -366,23 +366,30 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAllreduce(
   const MPI_Datatype type = MpiDataType(a.dtype);
   const size_t elem_bytes = DataTypeSize(a.dtype);
   const size_t bytes = static_cast<size_t>(a.count) * elem_bytes;
-  if (!shares.empty()) {
+  const bool two_level_form =
+      splits_by_host() && (a.two_stage || (hierarchical() && bytes >= kHierarchicalMinBytes));
+  // Shares are per host only where the probes measured the cross-host links (hierarchical); a
+  // plan's two-stage bucket on an executor that is flat otherwise runs its cross-host phase
+  // unweighted.
+  const std::vector<double> kUnweighted;
+  const std::vector<double>& used = two_level_form && !hierarchical() ? kUnweighted : shares;
+  if (!used.empty()) {
     ++counters_.weighted;
     if (options_.counters != nullptr) ++options_.counters->weighted;
   }
-  if (hierarchical() && bytes >= kHierarchicalMinBytes) {
+  if (two_level_form) {
     const int tags[2] = {NextRingTag(channel), NextRingTag(channel)};
     absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> two_level =
         HierarchicalAllreduce::Start(host_comms_[static_cast<size_t>(channel)], tags, a.recv,
-                                     a.count, type, elem_bytes, op, shares);
+                                     a.count, type, elem_bytes, op, used);
     if (!two_level.ok()) return two_level.status();
     return std::unique_ptr<Work>(std::move(*two_level));
   }
   MPI_Comm comm = comms_[static_cast<size_t>(channel)];
-  if (!shares.empty()) {
+  if (!used.empty()) {
     const int tags[2] = {NextRingTag(channel), NextRingTag(channel)};
     absl::StatusOr<std::unique_ptr<WeightedAllreduce>> weighted =
-        WeightedAllreduce::Start(comm, tags, a.recv, a.count, type, elem_bytes, op, shares);
+        WeightedAllreduce::Start(comm, tags, a.recv, a.count, type, elem_bytes, op, used);
     if (!weighted.ok()) return weighted.status();
     return std::unique_ptr<Work>(std::move(*weighted));
   }

@@ -9,7 +9,9 @@
 //
 // With a host layout (MpiExecutorOptions::host), allreduces of at least kHierarchicalMinBytes run
 // hierarchically: within each host, across hosts, within each host again
-// (collectives/hierarchical_allreduce.h), on two communicators of each channel's own.
+// (collectives/hierarchical_allreduce.h), on two communicators of each channel's own; or, with
+// MpiExecutorOptions::hierarchical false, only those whose CollectiveArgs::two_stage asks (a
+// plan's two-stage buckets), the rest flat.
 //
 // With MpiExecutorOptions::adaptation, allreduces of at least kAdaptiveMinBytes adapt to the
 // measured link rates (collectives/link_adaptation.h): a probe before the first on each channel
@@ -51,6 +53,10 @@ struct MpiExecutorOptions {
   // asked); every host must hold the same number of ranks (InvalidArgument on every rank
   // otherwise).
   int host = -1;
+  // With a host: true, every allreduce of at least kHierarchicalMinBytes runs hierarchically
+  // (OVERLAP_HIERARCHICAL_ALLREDUCE); false, only those CollectiveArgs::two_stage asks for (a
+  // plan's choice, OVERLAP_TWO_STAGE). Every rank passes the same.
+  bool hierarchical = true;
   // Allreduces shaped by measured link rates (link_adaptation.h). Every rank passes the same.
   LinkAdaptation adaptation = LinkAdaptation::kOff;
   // Distinct hosts among the communicator's ranks (0: unknown). kAuto adapts only with at least
@@ -111,8 +117,11 @@ class MpiExecutor : public Executor {
   static constexpr size_t kAdaptiveMinBytes = kWeightedMinBytes;
   static constexpr int64_t kFirstReprobe = 4;
 
-  // Whether allreduces of at least kHierarchicalMinBytes run hierarchically.
-  bool hierarchical() const { return !host_comms_.empty(); }
+  // Whether the ranks are split by host: two-stage allreduces can run.
+  bool splits_by_host() const { return !host_comms_.empty(); }
+  // Whether allreduces of at least kHierarchicalMinBytes run hierarchically unasked.
+  bool hierarchical() const { return splits_by_host() && options_.hierarchical; }
+  bool offers_two_stage() const override { return splits_by_host() && !options_.hierarchical; }
   // Allreduces that ran weighted, and probes run, on every channel so far. Any thread.
   int64_t weighted_allreduces() const { return counters_.weighted.load(); }
   int64_t link_probes() const { return counters_.probes.load(); }
@@ -187,7 +196,7 @@ class MpiExecutor : public Executor {
   }
 
   std::vector<MPI_Comm> comms_;
-  // Per channel, when hierarchical; else empty.
+  // Per channel, when split by host; else empty.
   std::vector<HostComms> host_comms_;
   // Per channel: rings (reduce-scatters and allgathers) started, which numbers their tags.
   std::vector<int> ring_tags_;

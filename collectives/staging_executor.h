@@ -33,6 +33,7 @@ class StagingExecutor : public Executor {
   absl::StatusOr<std::unique_ptr<Work>> Start(int channel, const CollectiveArgs& args) override;
   void* channel_stream(int channel) const override;
   void Poke() override { host_->Poke(); }
+  bool offers_two_stage() const override { return host_->offers_two_stage(); }
   void Abort() override { host_->Abort(); }
 
   struct Channel;

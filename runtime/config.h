@@ -46,6 +46,15 @@ struct Config {
   // OVERLAP_ADAPTIVE_ALLREDUCE.
   std::string adaptive_allreduce = "auto";
 
+  // Two-stage buckets in scheduled plans (scheduler/plan.h): where ranks share hosts (the same
+  // number on each of two or more; OVERLAP_HOST_ID or the host names) and allreduces are not
+  // hierarchical already, the runtime fits the two-stage allreduce's cost beside the flat one's
+  // and the planners run a bucket two-stage where that is predicted cheaper ("auto"), every
+  // uncompressed allreduce bucket ("on"), or none ("off"). Host tensors and CUDA tensors staged
+  // through MPI; under NCCL the buckets run flat (NCCL's own algorithms follow the topology).
+  // Every rank must set the same value. OVERLAP_TWO_STAGE.
+  std::string two_stage = "auto";
+
   // The host this rank counts as for the hierarchical allreduce; empty: the MPI processor name
   // (the host name). For ranks in containers that share a machine but not a hostname, and for
   // tests. OVERLAP_HOST_ID.

@@ -367,6 +367,9 @@ struct RuntimeStats {
   // Of them, those that compress their payload (the default compression, OVERLAP_COMPRESSION,
   // where a plan can run it; docs/scheduler.md, "Compression").
   int64_t plan_compressed_buckets = 0;
+  // Of them, those whose allreduce runs in two link classes, within each host and then across
+  // hosts (OVERLAP_TWO_STAGE; docs/tuning.md, "Two-stage buckets").
+  int64_t plan_two_stage_buckets = 0;
   double predicted_step_ms = 0;
   int64_t plan_adopted_step = -1;
   int64_t plans_scheduled = 0;  // scheduled plans adopted (first plan and re-plans)
@@ -386,6 +389,10 @@ struct RuntimeStats {
   // The link cost fitted for planning, channel 0 allreduce: t = alpha + beta x bytes.
   double fitted_alpha_us = 0;
   double fitted_beta_us_per_mb = 0;
+  // The same for the two-stage allreduce, where ranks share hosts (OVERLAP_TWO_STAGE); 0 where no
+  // two-stage form was fitted.
+  double fitted_two_stage_alpha_us = 0;
+  double fitted_two_stage_beta_us_per_mb = 0;
   // Plannings that probed the links and fitted that cost, and plannings that kept the last fit
   // because the collectives measured since agreed with it (a re-plan after a drift in compute).
   int64_t link_cost_fits = 0;

@@ -150,7 +150,32 @@ void ChannelCost::DivideBandwidth(double factor) {
   set_host_bandwidth_bytes_per_s(std::move(rates));
 }
 
+bool ChannelCost::OffersTwoStage() const {
+  if (algorithm == Algorithm::kLinear) return two_stage.set();
+  return algorithm == Algorithm::kRing && ranks_per_host > 1 && workers / ranks_per_host >= 2 &&
+         intra_bandwidth_bytes_per_s > 0 && host_links_ == nullptr;
+}
+
+bool ChannelCost::TwoStagePays(double bytes) const {
+  return OffersTwoStage() && FormSeconds(Collective::kAllreduce, bytes, true) <
+                                 FlatSeconds(Collective::kAllreduce, bytes);
+}
+
 double ChannelCost::Seconds(Collective op, double bytes) const {
+  return FormSeconds(op, bytes, op == Collective::kAllreduce && TwoStagePays(bytes));
+}
+
+double ChannelCost::FormSeconds(Collective op, double bytes, bool two_stage_form) const {
+  if (!two_stage_form || op != Collective::kAllreduce || !OffersTwoStage()) {
+    return FlatSeconds(op, bytes);
+  }
+  if (algorithm == Algorithm::kLinear) {
+    return two_stage.alpha_s + two_stage.beta_s_per_byte * bytes;
+  }
+  return HierarchicalAllreduceSeconds(*this, bandwidth_bytes_per_s, nullptr, false, bytes);
+}
+
+double ChannelCost::FlatSeconds(Collective op, double bytes) const {
   if (algorithm == Algorithm::kLinear) {
     const double full = alpha_s + beta_s_per_byte * bytes;
     if (op == Collective::kAllreduce) return full;
@@ -284,7 +309,8 @@ absl::Status CostModel::Validate() const {
       return bad("latency", c.latency_s);
     }
     for (const auto& [term, what] :
-         {std::pair{&c.reduce_scatter, "reduce_scatter"}, std::pair{&c.allgather, "allgather"}}) {
+         {std::pair{&c.reduce_scatter, "reduce_scatter"}, std::pair{&c.allgather, "allgather"},
+          std::pair{&c.two_stage, "two_stage"}}) {
       if (!term->set()) continue;
       if (std::isinf(term->alpha_s)) {
         return bad(absl::StrCat(what, " alpha").c_str(), term->alpha_s);
@@ -301,7 +327,8 @@ absl::Status CostModel::Validate() const {
       return absl::InvalidArgumentError(absl::StrCat("cost model channel ", i, " '", c.name,
                                                      "': workers must be >= 1, got ", c.workers));
     }
-    if (c.algorithm == Algorithm::kHierarchical) {
+    if (c.algorithm == Algorithm::kHierarchical ||
+        (c.algorithm == Algorithm::kRing && c.ranks_per_host != 1)) {
       if (c.ranks_per_host < 1 || c.workers % c.ranks_per_host != 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("cost model channel ", i, " '", c.name, "': ", c.ranks_per_host,
@@ -314,6 +341,13 @@ absl::Status CostModel::Validate() const {
         return absl::InvalidArgumentError(absl::StrCat("cost model channel ", i, " '", c.name,
                                                        "': intra-host bandwidth must be > 0"));
       }
+    }
+    if (c.algorithm == Algorithm::kRing && c.ranks_per_host > 1 &&
+        !c.host_bandwidth_bytes_per_s().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost model channel ", i, " '", c.name,
+                       "': host link rates need one rank per host on a ring channel (", 
+                       c.ranks_per_host, " given); use a hierarchical channel"));
     }
     absl::Status rates = ValidateHostRates(c);
     if (!rates.ok()) {

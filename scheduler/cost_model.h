@@ -39,6 +39,18 @@
 // the closed forms above with B = the lowest rate. Not modelled: the link probes (about one
 // 4 MiB exchange every 256 allreduces), the two probes the runtime waits for before a verdict
 // takes effect, and stragglers (the simulator's hosts compute alike).
+// Two-stage allreduces. A bucket of a plan may run its allreduce in two link classes instead of
+// one (Bucket::two_stage): a reduce-scatter among the ranks of each host, an allreduce of each
+// shard across hosts, an allgather within each host (collectives/hierarchical_allreduce.h, which
+// pipelines the three over segments). A channel offers the form when
+//  - linear: `two_stage` is set, the line a runtime fits from two-stage probes when its ranks
+//    share hosts (runtime/plan/plan_link_cost.cc);
+//  - ring: ranks_per_host R > 1 with an intra-host link, hosts N / R >= 2 and no host rates: the
+//    flat ring over N ranks, host by host, sends 2(N-1)/N m through each host's link, the
+//    two-stage form 2(H-1)/H m (1.75 against 1.5 gradients for 4 hosts of 2), and its cost is the
+//    hierarchical closed form above.
+// Seconds() of an allreduce is then the cheaper form's (what planners plan with), FormSeconds()
+// a given form's (what the simulator charges a bucket), and TwoStagePays() says which is cheaper.
 // All times are in seconds here; profiles and plans speak milliseconds.
 #ifndef OVERLAP_SCHEDULER_COST_MODEL_H_
 #define OVERLAP_SCHEDULER_COST_MODEL_H_
@@ -88,7 +100,8 @@ struct ChannelCost {
   double latency_s = 0;              // algorithmic: per message step
   double bandwidth_bytes_per_s = 0;  // algorithmic: link bandwidth; +inf allowed
   int workers = 2;                   // algorithmic: N
-  // hierarchical: ranks per host (R, dividing N) and the links between a host's ranks.
+  // hierarchical: ranks per host (R, dividing N) and the links between a host's ranks; ring:
+  // the same, where R > 1, offers two-stage allreduces (see "Two-stage allreduces" above).
   int ranks_per_host = 1;
   double intra_latency_s = 0;
   double intra_bandwidth_bytes_per_s = 0;
@@ -101,9 +114,19 @@ struct ChannelCost {
   // (their implementations differ from the allreduce's, and each pays a whole launch).
   LinearTerm reduce_scatter;
   LinearTerm allgather;
+  // linear: the fitted line of a two-stage allreduce of the full tensor size; unset: the channel
+  // offers no two-stage form.
+  LinearTerm two_stage;
 
-  // Seconds for `op` over `bytes` bytes (the full tensor size, not per-rank chunk).
+  // Seconds for `op` over `bytes` bytes (the full tensor size, not per-rank chunk); an allreduce
+  // in the cheaper of its forms where the channel offers two (see "Two-stage allreduces").
   double Seconds(Collective op, double bytes) const;
+  // The same in a given form: flat (the one-level collective), or, for an allreduce on a channel
+  // that OffersTwoStage(), two-stage.
+  double FormSeconds(Collective op, double bytes, bool two_stage) const;
+  // Whether allreduces may run two-stage here, and whether one of `bytes` is cheaper so.
+  bool OffersTwoStage() const;
+  bool TwoStagePays(double bytes) const;
   // The model's own fixed cost (bytes -> 0 limit) of `op`; what infinite bandwidth leaves.
   double LatencySeconds(Collective op) const { return Seconds(op, 0); }
   // ring and hierarchical: each host's link rate in bytes/s, by host (hosts() entries); empty:
@@ -121,6 +144,9 @@ struct ChannelCost {
   void DivideBandwidth(double factor);
 
  private:
+  // The flat form of `op` (the closed forms and lines above).
+  double FlatSeconds(Collective op, double bytes) const;
+
   // The host rates and the runtime's verdict on them; null: uniform. Never changed once made, so
   // copies of a channel share it, across threads too.
   std::shared_ptr<const HostLinks> host_links_;
@@ -144,13 +170,17 @@ struct CostModel {
   double Ms(int channel, Collective op, double bytes) const {
     return 1e3 * channels[channel].Seconds(op, bytes);
   }
+  double FormMs(int channel, Collective op, double bytes, bool two_stage) const {
+    return 1e3 * channels[channel].FormSeconds(op, bytes, two_stage);
+  }
   // A copy with every algorithmic channel set to `workers`; host rates, where given, are kept for
   // the hosts that remain, and hosts added run at bandwidth_bytes_per_s.
   CostModel WithWorkers(int workers) const;
   // InvalidArgument naming the channel and field when a parameter is negative, NaN, or a worker
-  // count is < 1, a hierarchical channel's ranks per host do not divide its workers, or there is
-  // no channel; host rates naming the channel and the host when one is not a finite number > 0,
-  // their count is not hosts(), or the channel is not a ring or hierarchical.
+  // count is < 1, a hierarchical channel's ranks per host do not divide its workers (a ring's,
+  // where more than one), or there is no channel; host rates naming the channel and the host when
+  // one is not a finite number > 0, their count is not hosts(), or the channel is not a ring or
+  // hierarchical, or a ring with more than one rank per host.
   absl::Status Validate() const;
 };
 

@@ -41,6 +41,7 @@ std::string Plan::ToJson() const {
     bj["phase"] = b.phase;
     bj["compressor"] = b.compressor;
     bj["ratio"] = b.ratio;
+    bj["two_stage"] = b.two_stage;
     bj["bytes"] = b.bytes;
     bj["slices"] = nlohmann::json::array();
     for (const TensorSlice& s : b.slices) {
@@ -57,7 +58,8 @@ std::string Plan::ToJson() const {
 namespace {
 
 constexpr char kMagic[4] = {'O', 'V', 'P', 'L'};
-constexpr uint32_t kVersion = 1;
+// 2: buckets carry two_stage. Version 1 (before it) is still read.
+constexpr uint32_t kVersion = 2;
 // Bounds that keep a corrupt length field from allocating gigabytes.
 constexpr uint64_t kMaxString = 1 << 16;
 constexpr uint64_t kMaxBuckets = 1 << 22;
@@ -145,6 +147,7 @@ std::string Plan::Serialize() const {
     w.Pod<int32_t>(b.phase);
     w.Str(b.compressor);
     w.Pod(b.ratio);
+    w.Pod<uint8_t>(b.two_stage ? 1 : 0);
     w.Pod<int64_t>(b.bytes);
     w.Pod<uint64_t>(b.slices.size());
     for (const TensorSlice& s : b.slices) {
@@ -168,7 +171,7 @@ absl::StatusOr<Plan> Plan::Deserialize(absl::string_view bytes) {
   }
   uint32_t version = 0;
   OVERLAP_RETURN_IF_ERROR(r.Pod("version", &version));
-  if (version != kVersion) {
+  if (version != kVersion && version != 1) {
     return r.Error("version", absl::StrCat("unsupported version ", version));
   }
   Plan plan;
@@ -221,6 +224,14 @@ absl::StatusOr<Plan> Plan::Deserialize(absl::string_view bytes) {
     OVERLAP_RETURN_IF_ERROR(r.Pod("ratio", &b.ratio));
     if (!(b.ratio > 0 && b.ratio <= 1)) {
       return r.Error("ratio", "must be in (0, 1]");
+    }
+    if (version >= 2) {
+      uint8_t two_stage = 0;
+      OVERLAP_RETURN_IF_ERROR(r.Pod("two_stage", &two_stage));
+      if (two_stage > 1) {
+        return r.Error("two_stage", "must be 0 or 1");
+      }
+      b.two_stage = two_stage == 1;
     }
     OVERLAP_RETURN_IF_ERROR(r.Pod("bytes", &b.bytes));
     uint64_t ns = 0;
@@ -297,6 +308,13 @@ absl::Status ValidatePlan(const Plan& plan, const Profile& profile, const CostMo
     }
     if (!(b.ratio > 0 && b.ratio <= 1)) {
       return error("ratio must be in (0, 1]");
+    }
+    if (b.two_stage && b.op != Collective::kAllreduce) {
+      return error(absl::StrCat("a ", CollectiveName(b.op), " cannot run two-stage"));
+    }
+    if (b.two_stage && !cost.channels[b.channel].OffersTwoStage()) {
+      return error(absl::StrCat("two-stage on channel ", b.channel,
+                                ", which offers no two-stage allreduce"));
     }
     if (b.slices.empty()) {
       return error("no slices");

@@ -17,6 +17,8 @@
 //  - window says where the planner meant the bucket to run (this backward or the next forward);
 //    it documents intent and is shown in traces, it does not constrain execution.
 //  - compressor/ratio: the payload is bytes x ratio; "none" has ratio 1.
+//  - two_stage: the allreduce runs in two link classes, within each host and then across hosts
+//    (cost_model.h, "Two-stage allreduces"), on a channel that offers the form; the same sums.
 #ifndef OVERLAP_SCHEDULER_PLAN_H_
 #define OVERLAP_SCHEDULER_PLAN_H_
 
@@ -53,6 +55,7 @@ struct Bucket {
   int phase = 0;
   std::string compressor = "none";
   double ratio = 1.0;
+  bool two_stage = false;
   int64_t bytes = 0;  // uncompressed bytes of all slices (kept consistent by ValidatePlan)
 };
 
@@ -68,16 +71,18 @@ struct Plan {
   // Human-readable JSON (one object; buckets as an array). Bytes in names that are not UTF-8
   // print as U+FFFD.
   std::string ToJson() const;
-  // Compact, versioned bytes for an MPI broadcast.
+  // Compact, versioned bytes for an MPI broadcast (and a checkpoint).
   std::string Serialize() const;
-  // Parses Serialize() output. InvalidArgument naming the field and offset for truncated,
+  // Parses Serialize() output, this version's or the one before (plans of checkpoints written
+  // before buckets had a form: every bucket flat). InvalidArgument naming the field and offset for truncated,
   // oversized or out-of-range data; never reads past `bytes`.
   static absl::StatusOr<Plan> Deserialize(absl::string_view bytes);
 };
 
 // Checks a plan against the profile and cost model it will run with: channels exist, delays and
 // lags within [0, staleness], periods >= 1 with 0 <= phase < period, ratio in (0, 1], slices in
-// range with matching names, bucket bytes consistent, and every element of every tensor covered
+// range with matching names, bucket bytes consistent, two-stage buckets only allreduces on channels
+// that offer the form, and every element of every tensor covered
 // exactly once by an allreduce, or exactly once by a reduce-scatter and once by a later allgather
 // of the same slices. InvalidArgument naming the bucket and the cause.
 absl::Status ValidatePlan(const Plan& plan, const Profile& profile, const CostModel& cost);

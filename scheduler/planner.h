@@ -45,13 +45,19 @@ struct PlannerOptions {
   // tunes them online with Bayesian optimisation).
   int64_t partition_bytes = 0;
   int64_t credit_bytes = 0;
+  // Every uncompressed allreduce bucket two-stage wherever its channel offers the form, not only
+  // where the cost model finds it cheaper (OVERLAP_TWO_STAGE=on: tests, and a cost model a user
+  // does not trust).
+  bool two_stage_always = false;
 };
 
 // "wfbp", "fusion", "mgwfbp", "bytescheduler", "usbyte", "dear", "deft", "auto".
 const std::vector<std::string>& PlannerNames();
 
 // Runs the named planner. InvalidArgument listing the valid names for an unknown name, or
-// naming the field for invalid options or cost model. The returned plan passes ValidatePlan.
+// naming the field for invalid options or cost model. The returned plan passes ValidatePlan, and
+// its buckets' forms are set (two-stage where the channel offers it and it pays; the planners
+// themselves plan with each allreduce's cheaper form, ChannelCost::Seconds).
 absl::StatusOr<Plan> MakePlan(absl::string_view planner, const Profile& profile,
                               const CostModel& cost, const PlannerOptions& options);
 

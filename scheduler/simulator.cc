@@ -51,8 +51,9 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
   double comm_ms = 0;
   for (int b = 0; b < nb; ++b) {
     const Bucket& bucket = plan.buckets[b];
-    facts[b].duration_ms =
-        cost.Ms(bucket.channel, bucket.op, static_cast<double>(bucket.bytes) * bucket.ratio);
+    facts[b].duration_ms = cost.FormMs(bucket.channel, bucket.op,
+                                       static_cast<double>(bucket.bytes) * bucket.ratio,
+                                       bucket.two_stage);
     comm_ms += facts[b].duration_ms / bucket.period;
     std::vector<std::pair<int, int64_t>> key;
     for (const TensorSlice& s : bucket.slices) {

@@ -42,6 +42,7 @@ const Field kFields[] = {
     {"OVERLAP_NUM_CHANNELS", &Config::num_channels},
     {"OVERLAP_HIERARCHICAL_ALLREDUCE", &Config::hierarchical_allreduce},
     {"OVERLAP_ADAPTIVE_ALLREDUCE", &Config::adaptive_allreduce},
+    {"OVERLAP_TWO_STAGE", &Config::two_stage},
     {"OVERLAP_HOST_ID", &Config::host_id},
     {"OVERLAP_TIMELINE", &Config::timeline_path},
     {"OVERLAP_LOG_LEVEL", &Config::log_level},

@@ -115,9 +115,20 @@ constexpr Var kVars[] = {
                 "measure each host's link and give a slow one less of every large allreduce "
                 "(auto: where that pays)")
         .Build(),
+    Def("OVERLAP_TWO_STAGE", Kind::kEnum)
+        .Values("auto, on, off")
+        .Default("auto")
+        .Describe(
+            "where ranks share hosts: scheduled plans run a bucket's allreduce within each host, "
+            "across hosts, within each host again where the fitted costs say that is faster "
+            "(auto), for every bucket (on), or never (off) (docs/tuning.md)")
+        .Option("--two-stage", "auto|on|off",
+                "let scheduled plans run buckets in two link classes, within and across hosts "
+                "(auto: where the fitted costs say it pays)")
+        .Build(),
     Def("OVERLAP_HOST_ID", Kind::kString)
-        .Describe("the host this rank counts as for the hierarchical allreduce; unset: its host "
-                  "name")
+        .Describe("the host this rank counts as for the hierarchical allreduce and two-stage "
+                  "buckets; unset: its host name")
         .Build(),
     Def("OVERLAP_TIMELINE", Kind::kPath)
         .Describe("Chrome trace of every tensor's life; rank r > 0 writes `<path>.rank<r>`; empty: "

@@ -81,10 +81,12 @@ absl::StatusOr<std::vector<std::string>> GatherHosts(MPI_Comm comm, int rank, in
 // (collectives/hierarchical_allreduce.h), or -1 for flat allreduces. Every rank learns every rank's
 // setting and host, so all decide alike.
 // `*rank_hosts` gets every rank's host as the layout names it (OVERLAP_HOST_ID or the host name),
-// `*distinct_hosts` their number.
+// `*distinct_hosts` their number, and `*two_stage_host` this rank's host where the layout allows
+// two-stage allreduces (-1 where it does not: one host, one rank per host, uneven hosts).
 absl::StatusOr<int> HierarchyHostOf(MPI_Comm comm, int rank, int size, const Config& config,
                                     const std::string& host_name, int* hosts,
-                                    std::vector<std::string>* rank_hosts, int* distinct_hosts) {
+                                    std::vector<std::string>* rank_hosts, int* distinct_hosts,
+                                    int* two_stage_host) {
   absl::StatusOr<std::vector<std::string>> words =
       AllgatherStrings(comm, rank, size,
                        HierarchyWord(config.hierarchical_allreduce,
@@ -103,6 +105,8 @@ absl::StatusOr<int> HierarchyHostOf(MPI_Comm comm, int rank, int size, const Con
     spdlog::warn("overlap: OVERLAP_HIERARCHICAL_ALLREDUCE=1, but allreduces stay flat: {}",
                  why_flat);
   }
+  std::string why_not_two_stage;
+  *two_stage_host = HierarchyHost(*layout, rank, /*requested=*/true, &why_not_two_stage);
   *hosts = host >= 0 ? static_cast<int>(layout->hosts.size()) : 0;
   *distinct_hosts = static_cast<int>(layout->hosts.size());
   rank_hosts->clear();
@@ -225,11 +229,15 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   absl::StatusOr<std::vector<std::string>> hosts = GatherHosts(control_comm_, rank_, size_);
   if (!hosts.ok()) return hosts.status();
   hosts_ = *std::move(hosts);
-  int distinct_hosts = 0;
+  int distinct_hosts = 0, two_stage_host = -1;
   absl::StatusOr<int> host =
       HierarchyHostOf(control_comm_, rank_, size_, config, hosts_[static_cast<size_t>(rank_)],
-                      &hierarchy_hosts_, &link_hosts_, &distinct_hosts);
+                      &hierarchy_hosts_, &link_hosts_, &distinct_hosts, &two_stage_host);
   if (!host.ok()) return host.status();
+  // Every rank splits its plan's communicators by host, or none does.
+  absl::Status same_two_stage =
+      AgreeOnValue(control_comm_, rank_, size_, config, "OVERLAP_TWO_STAGE", config.two_stage);
+  if (!same_two_stage.ok()) return same_two_stage;
   absl::StatusOr<LinkAdaptation> adaptation = ParseLinkAdaptation(config.adaptive_allreduce);
   if (!adaptation.ok()) return adaptation.status();  // Config::Validate refused it already
   absl::Status same = AgreeOnValue(control_comm_, rank_, size_, config,
@@ -293,7 +301,14 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   };
   cuda_plane_ = std::make_unique<CudaPlane>(comm_, planes, cuda_device, executor_options.host);
   // Planned collectives and their checks get communicators of their own: ranks start them
-  // without negotiation, so they must not share a sequence with negotiated ones.
+  // without negotiation, so they must not share a sequence with negotiated ones. Where ranks
+  // share hosts and allreduces are flat, a scheduled plan may run buckets two-stage: the plan's
+  // executor (and the probe's below, which fits that form's cost) splits its ranks by host.
+  if (*host < 0 && two_stage_host >= 0 && config.two_stage != "off" &&
+      config.planner != "observed") {
+    executor_options.host = two_stage_host;
+    executor_options.hierarchical = false;
+  }
   absl::StatusOr<std::unique_ptr<MpiExecutor>> planned_executor =
       MpiExecutor::Create(comm_, executor_options);
   if (!planned_executor.ok()) return planned_executor.status();
@@ -303,14 +318,15 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
       std::move(*planned_executor),
       std::make_unique<MpiControlCollectives>(*check_comm, rank_, size_,
                                               MpiControlCollectives::Ownership::kOwned),
-      planes, hosts_, [this, cuda_device, host = executor_options.host](PlaneContext context) {
+      planes, hosts_, [this, cuda_device, host = *host](PlaneContext context) {
         return std::make_unique<CudaPlane>(comm_, std::move(context), cuda_device, host);
       });
   profiler_ = std::make_unique<StepProfiler>(config.profile_steps);
   std::unique_ptr<PlanScheduler> scheduler;  // none for OVERLAP_PLANNER=observed
   if (config.planner != "observed") {
     // The scheduler's votes, broadcasts and link probe get communicators of their own; the probe
-    // runs the allreduce the plan will run, flat or hierarchical, so the fitted cost is its.
+    // runs the allreduces the plan will run, flat, hierarchical or two-stage, so the fitted costs
+    // are theirs.
     MpiExecutorOptions probe_options = executor_options;
     probe_options.num_channels = 1;
     probe_options.first_probe_after = kSecondaryFirstProbeAfter;

@@ -153,6 +153,7 @@ absl::StatusOr<ExecutablePlan> ScheduledPlan(
     bucket.delay = in.delay;
     bucket.period = in.period;
     bucket.phase = in.phase;
+    bucket.two_stage = in.two_stage && in.op == sched::Collective::kAllreduce;
     switch (in.op) {
       case sched::Collective::kAllreduce:
         bucket.kind = BucketKind::kAllreduce;

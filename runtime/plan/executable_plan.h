@@ -53,6 +53,9 @@ struct ExecBucket {
   // restored plan) finds the same one.
   std::string compression = "none";
   std::string compression_key;
+  // The allreduce runs in two link classes, within each host and then across hosts
+  // (CollectiveArgs::two_stage; scheduler/plan.h).
+  bool two_stage = false;
   bool delayed() const { return delay != 0 || period != 1; }
 };
 

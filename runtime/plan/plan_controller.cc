@@ -287,6 +287,7 @@ void PlanController::AddStats(RuntimeStats* stats) const {
   stats->planner = info.planner;
   stats->plan_buckets = info.buckets;
   stats->plan_compressed_buckets = info.compressed_buckets;
+  stats->plan_two_stage_buckets = info.two_stage_buckets;
   stats->predicted_step_ms = info.predicted_step_ms;
   stats->plan_adopted_step = info.adopted_step;
   stats->plans_scheduled = info.adopted;
@@ -296,6 +297,8 @@ void PlanController::AddStats(RuntimeStats* stats) const {
   stats->plan_update_cycle = info.update_cycle;
   stats->fitted_alpha_us = info.alpha_us;
   stats->fitted_beta_us_per_mb = info.beta_us_per_mb;
+  stats->fitted_two_stage_alpha_us = info.two_stage_alpha_us;
+  stats->fitted_two_stage_beta_us_per_mb = info.two_stage_beta_us_per_mb;
   stats->link_cost_fits = info.cost_fits;
   stats->link_cost_reuses = info.cost_reuses;
   stats->plan_trials = info.trials;

@@ -26,6 +26,11 @@ constexpr int64_t kLatencySizes[] = {int64_t{4} << 10, int64_t{64} << 10};
 // Reduce-scatter and allgather probes (dear, auto): sizes the ring reduce-scatter runs
 // (MpiExecutor::kRingReduceScatterBytes and up), as DeAR's buckets are.
 constexpr int64_t kHalvesSizes[] = {int64_t{64} << 10, int64_t{512} << 10, int64_t{2} << 20};
+// Two-stage allreduces, where the probe executor offers them (ranks sharing hosts): from the
+// size the hierarchical allreduce is worth trying at (MpiExecutor::kHierarchicalMinBytes) up,
+// the smallest floors the line's intercept as the 4 KiB allreduce floors the flat one's.
+constexpr int64_t kTwoStageSizes[] = {int64_t{64} << 10, int64_t{1} << 20, int64_t{4} << 20,
+                                      int64_t{16} << 20};
 // Always probed too, back to back: the link's sustained per-byte cost floors the fitted one
 // (sched::FitLinkCost). Training collectives timed on the rank that started last ran partly
 // before it started (its peers' first chunks were queued on the wire): on the namespace cluster
@@ -49,6 +54,16 @@ constexpr int64_t kLargeProbeBytes = int64_t{1} << 20;
 // timed on the rank that started last, run about 5% under a fit floored by back-to-back probes;
 // a link that lost a fifth of its rate or more is probed again.
 constexpr double kHeldFitTolerance = 1.25;
+// From which size a fitted channel's two-stage allreduce is the cheaper form, for the log:
+// "N bytes", "every size" or "no size".
+std::string TwoStageFromText(const sched::ChannelCost& c) {
+  const double d_alpha = c.two_stage.alpha_s - c.alpha_s;
+  const double d_beta = c.beta_s_per_byte - c.two_stage.beta_s_per_byte;
+  if (d_alpha <= 0 && d_beta >= 0) return "every size";
+  if (d_beta <= 0) return "no size";
+  return absl::StrCat(static_cast<int64_t>(std::ceil(d_alpha / d_beta)), " bytes");
+}
+
 // `sizes` up to `cap`, and `cap` itself in place of the sizes above it.
 std::vector<int64_t> SizesUpTo(absl::Span<const int64_t> sizes, int64_t cap) {
   std::vector<int64_t> kept;
@@ -152,21 +167,38 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
       *term = sched::LinearTerm{line->alpha_s, line->beta_s_per_byte};
     }
   }
+  // The two-stage allreduce's own line, where ranks share hosts (the same on every rank: the
+  // executors split alike). Its samples stay out of the flat fit: the two forms move different
+  // bytes through different links.
+  if (probe_->offers_two_stage()) {
+    std::vector<sched::CostSample> two_stage_samples;
+    absl::Status probed_two_stage =
+        Probe(SizesUpTo(kTwoStageSizes, std::max(cap, kTwoStageSizes[0])), &two_stage_samples,
+              CollectiveKind::kAllreduce, /*two_stage=*/true);
+    if (!probed_two_stage.ok()) return probed_two_stage;
+    absl::StatusOr<sched::ChannelCost> line =
+        sched::FitLinkCost(two_stage_samples, two_stage_samples.front().seconds);
+    if (!line.ok()) return line.status();
+    fitted->two_stage = sched::LinearTerm{line->alpha_s, line->beta_s_per_byte};
+  }
   // Every rank uses rank 0's fit, so that the plan and the prediction agree everywhere.
-  double ab[6] = {fitted->alpha_s,
+  double ab[8] = {fitted->alpha_s,
                   fitted->beta_s_per_byte,
                   fitted->reduce_scatter.alpha_s,
                   fitted->reduce_scatter.beta_s_per_byte,
                   fitted->allgather.alpha_s,
-                  fitted->allgather.beta_s_per_byte};
+                  fitted->allgather.beta_s_per_byte,
+                  fitted->two_stage.alpha_s,
+                  fitted->two_stage.beta_s_per_byte};
   MPI_Request request;
-  absl::Status s = Wait(MPI_Ibcast(ab, 6, MPI_DOUBLE, 0, comm_, &request), "MPI_Ibcast", &request,
+  absl::Status s = Wait(MPI_Ibcast(ab, 8, MPI_DOUBLE, 0, comm_, &request), "MPI_Ibcast", &request,
                         "broadcasting the fitted link cost");
   if (!s.ok()) return s;
   fitted->alpha_s = ab[0];
   fitted->beta_s_per_byte = ab[1];
   fitted->reduce_scatter = sched::LinearTerm{ab[2], ab[3]};
   fitted->allgather = sched::LinearTerm{ab[4], ab[5]};
+  fitted->two_stage = sched::LinearTerm{ab[6], ab[7]};
   fitted->name = "net";
   cost->channels = {*fitted};
   last_fit_ = *fitted;
@@ -182,15 +214,24 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
         "alpha {:.1f} us, beta {:.3f} us/MB (of the full tensor)",
         rank_, ab[2] * 1e6, ab[3] * 1e12, ab[4] * 1e6, ab[5] * 1e12);
   }
+  if (fitted->two_stage.set()) {
+    spdlog::info(
+        "overlap: rank {}: fitted two-stage allreduce (within each host, across hosts, within "
+        "each host): alpha {:.1f} us, beta {:.3f} us/MB; the cheaper form from {}",
+        rank_, ab[6] * 1e6, ab[7] * 1e12, TwoStageFromText(*fitted));
+  }
   absl::MutexLock lock(&mu_);
   info_.alpha_us = ab[0] * 1e6;
   info_.beta_us_per_mb = ab[1] * 1e12;
+  info_.two_stage_alpha_us = fitted->two_stage.set() ? ab[6] * 1e6 : 0;
+  info_.two_stage_beta_us_per_mb = fitted->two_stage.set() ? ab[7] * 1e12 : 0;
   ++info_.cost_fits;
   return absl::OkStatus();
 }
 
 absl::Status PlanScheduler::Probe(absl::Span<const int64_t> sizes,
-                                  std::vector<sched::CostSample>* samples, CollectiveKind kind) {
+                                  std::vector<sched::CostSample>* samples, CollectiveKind kind,
+                                  bool two_stage) {
   for (int64_t size : sizes) {
     // A reduce-scatter's input and an allgather's output hold `size` bytes, in equal shares.
     const int64_t count = size / static_cast<int64_t>(sizeof(float));
@@ -201,6 +242,7 @@ absl::Status PlanScheduler::Probe(absl::Span<const int64_t> sizes,
     args.kind = kind;
     args.dtype = DataType::kFloat32;
     args.op = ReduceOp::kSum;
+    args.two_stage = two_stage;
     if (kind == CollectiveKind::kAllreduce) {
       args.count = count;
       args.recv = buffer.data();
@@ -214,8 +256,9 @@ absl::Status PlanScheduler::Probe(absl::Span<const int64_t> sizes,
     }
     // An untimed first run of each kind on this executor (connections, libnbc's schedules); the
     // same sizes and kinds on every rank, so every rank runs the same number of collectives.
-    const bool warm_up = !probe_warmed_[static_cast<size_t>(kind)];
-    probe_warmed_[static_cast<size_t>(kind)] = true;
+    const size_t slot = two_stage ? kTwoStageWarmSlot : static_cast<size_t>(kind);
+    const bool warm_up = !probe_warmed_[slot];
+    probe_warmed_[slot] = true;
     const int repeats = size >= kLargeProbeBytes ? kLargeProbeRepeats : kProbeRepeats;
     std::vector<double> times;
     for (int repeat = warm_up ? 0 : 1; repeat <= repeats; ++repeat) {

@@ -44,6 +44,7 @@ sched::PlannerOptions OptionsFrom(const Config& config) {
   const std::string compression = CompressionStage::Plannable(config.compression);
   o.compressor = CompressionStage::CompressorName(compression);
   o.compression_ratio = CompressionStage::PayloadRatio(compression);
+  o.two_stage_always = config.two_stage == "on";
   return o;
 }
 
@@ -154,7 +155,7 @@ void PlanScheduler::PlanAgainFrom(int64_t step) {
 
 void PlanScheduler::ReportNoScheduledPlan(const std::string& planner) {
   info_.planner = planner;
-  info_.buckets = info_.compressed_buckets = 0;
+  info_.buckets = info_.compressed_buckets = info_.two_stage_buckets = 0;
   info_.predicted_step_ms = 0;
   info_.layerwise_update = false;
   info_.mean_staleness = 0;
@@ -732,6 +733,8 @@ void PlanScheduler::RecordAdopted(const ExecutablePlan& plan, double predicted_s
   info_.compressed_buckets =
       std::count_if(plan.buckets.begin(), plan.buckets.end(),
                     [](const ExecBucket& b) { return b.compression != "none"; });
+  info_.two_stage_buckets = std::count_if(plan.buckets.begin(), plan.buckets.end(),
+                                          [](const ExecBucket& b) { return b.two_stage; });
   info_.predicted_step_ms = predicted_step_ms;
   info_.adopted_step = step_;
   info_.layerwise_update = plan.layerwise_update;
@@ -749,9 +752,9 @@ void PlanScheduler::RecordAdopted(const ExecutablePlan& plan, double predicted_s
     // The plan itself, for reading a timeline against it (OVERLAP_LOG_LEVEL=debug).
     spdlog::debug(
         "overlap: rank {}: plan bucket {}: {} of {} slices, {} elements, channel {}, delay {}, "
-        "period {}, phase {}",
+        "period {}, phase {}{}",
         rank_, k, BucketKindName(b.kind), b.slices.size(), count, b.channel, b.delay, b.period,
-        b.phase);
+        b.phase, b.two_stage ? ", two-stage" : "");
     // An allgather moves what its reduce-scatter already counted.
     if (b.kind == BucketKind::kAllgather) continue;
     weighted += static_cast<double>(count) * (b.delay + (b.period - 1) / 2.0);
@@ -761,8 +764,9 @@ void PlanScheduler::RecordAdopted(const ExecutablePlan& plan, double predicted_s
   info_.update_cycle = cycle;
   spdlog::info(
       "overlap: rank {}: step {}: {} the {} plan ({} buckets, {} delayed, {} with an update "
-      "period; predicted step {:.1f} ms)",
-      rank_, step_, how, plan.source, plan.buckets.size(), delayed, periodic, predicted_step_ms);
+      "period, {} two-stage; predicted step {:.1f} ms)",
+      rank_, step_, how, plan.source, plan.buckets.size(), delayed, periodic,
+      info_.two_stage_buckets, predicted_step_ms);
 }
 
 }  // namespace overlap

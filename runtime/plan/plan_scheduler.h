@@ -84,6 +84,7 @@ struct ScheduleInfo {
   std::string planner;  // of the adopted plan
   int64_t buckets = 0;
   int64_t compressed_buckets = 0;  // RuntimeStats::plan_compressed_buckets
+  int64_t two_stage_buckets = 0;   // RuntimeStats::plan_two_stage_buckets
   double predicted_step_ms = 0;
   int64_t adopted_step = -1;
   int64_t adopted = 0;
@@ -92,6 +93,8 @@ struct ScheduleInfo {
   double mean_staleness = 0;  // RuntimeStats::plan_mean_staleness
   int64_t update_cycle = 1;   // RuntimeStats::plan_update_cycle
   double alpha_us = 0, beta_us_per_mb = 0;
+  // The two-stage allreduce's fitted line; 0 where the plan's executor offers no two-stage form.
+  double two_stage_alpha_us = 0, two_stage_beta_us_per_mb = 0;
   // Plannings that probed the links and fitted their cost, and those that kept the last fit
   // because the collectives measured since still agreed with it (RuntimeStats::link_cost_fits,
   // link_cost_reuses).
@@ -196,10 +199,11 @@ class PlanScheduler {
   // Schedules the next drift check, if the policy is on.
   void ScheduleDriftCheck();
   absl::StatusOr<std::vector<sched::CostSample>> MeasuredSamples();
-  // Times collectives of `kind` (allreduce, reduce-scatter or allgatherv) over each of `sizes`
-  // bytes (the median of a few runs) on the probe executor.
+  // Times collectives of `kind` (allreduce, reduce-scatter or allgatherv; with `two_stage`, a
+  // two-stage allreduce) over each of `sizes` bytes (the median of a few runs) on the probe
+  // executor.
   absl::Status Probe(absl::Span<const int64_t> sizes, std::vector<sched::CostSample>* samples,
-                     CollectiveKind kind = CollectiveKind::kAllreduce);
+                     CollectiveKind kind = CollectiveKind::kAllreduce, bool two_stage = false);
   void StartPlanning(sched::Profile profile, sched::CostModel cost);
   // Rank 0's planner thread: the plans to adopt, best first (more than one only for auto's
   // trials), each simulated.
@@ -237,7 +241,9 @@ class PlanScheduler {
   const int size_;
   MPI_Comm comm_;
   std::unique_ptr<Executor> probe_;
-  // Which collective kinds (CollectiveKind's values) probe_ has run once untimed (Probe).
+  // Which collective kinds (CollectiveKind's values; kTwoStageWarmSlot for the two-stage
+  // allreduce) probe_ has run once untimed (Probe).
+  static constexpr size_t kTwoStageWarmSlot = 7;
   std::array<bool, 8> probe_warmed_{};
   // The last fitted link cost, alike on every rank (rank 0's, broadcast); unset before the first.
   std::optional<sched::ChannelCost> last_fit_;

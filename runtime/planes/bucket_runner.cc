@@ -254,6 +254,8 @@ absl::Status BucketRunner::Prepare(BucketJob* job, const BucketInput* input) {
       if (bucket.compression != "none") {
         absl::Status s = BeginCompressed(job, total, ops, &args);
         if (!s.ok()) return fail(s);
+      } else {
+        args.two_stage = bucket.two_stage;
       }
     } else {
       args.kind = CollectiveKind::kReduceScatter;

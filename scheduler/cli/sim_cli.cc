@@ -21,7 +21,8 @@ const char* CliUsage() {
   return "usage: overlap-sim (--profile FILE | --model NAME) (--workers N | --sweep-workers "
          "4,8,...,2048) --planners LIST|all (--cost linear --alpha-us A --beta-us-per-mb B | "
          "--cost ring|tree|rd|hierarchical --latency-us L --bandwidth-gbit G [--ranks-per-host R "
-         "[--intra-latency-us LI] [--intra-bandwidth-gbit GI]]) [--staleness S] [--budget B] "
+         "[--intra-latency-us LI] [--intra-bandwidth-gbit GI] [--two-stage auto|on|off]]) "
+         "[--staleness S] [--budget B] "
          "[--max-period P] [--channels K] [--compressor NAME [--compression-ratio R]] "
          "[--slow-link HOST:FRACTION]... [--adaptive-allreduce auto|off] [--json] "
          "[--timeline FILE] [--plan-json FILE]";
@@ -153,7 +154,8 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
                                     "--intra-latency-us",
                                     "--intra-bandwidth-gbit",
                                     "--slow-link",
-                                    "--adaptive-allreduce"};
+                                    "--adaptive-allreduce",
+                                    "--two-stage"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued)) {
       return FlagError(flag, "unknown flag (see --help)");
     }
@@ -269,6 +271,12 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
         return FlagError(flag, absl::StrCat("expected auto or off, got '", v, "'"));
       }
       o.adaptive_allreduce = v == "auto";
+    } else if (flag == "--two-stage") {
+      if (v != "auto" && v != "on" && v != "off") {
+        return FlagError(flag, absl::StrCat("expected auto, on or off, got '", v, "'"));
+      }
+      o.two_stage = v;
+      o.planner_options.two_stage_always = v == "on";
     } else if (flag == "--timeline") {
       o.timeline_path = v;
     } else if (flag == "--plan-json") {
@@ -291,10 +299,15 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
   if (!have_cost) {
     return FlagError("--cost", "required (linear, ring, tree, rd or hierarchical)");
   }
-  if ((o.cost == Algorithm::kHierarchical) != (o.ranks_per_host > 0)) {
-    return FlagError("--ranks-per-host", o.ranks_per_host > 0
-                                             ? "only with --cost hierarchical"
-                                             : "required with --cost hierarchical");
+  if (o.cost == Algorithm::kHierarchical && o.ranks_per_host == 0) {
+    return FlagError("--ranks-per-host", "required with --cost hierarchical");
+  }
+  if (o.ranks_per_host > 0 && o.cost != Algorithm::kHierarchical && o.cost != Algorithm::kRing) {
+    return FlagError("--ranks-per-host", "only with --cost hierarchical or ring");
+  }
+  if (o.cost == Algorithm::kRing && o.ranks_per_host > 1 && !o.slow_links.empty()) {
+    return FlagError("--slow-link",
+                     "with --cost ring, only at one rank per host (use --cost hierarchical)");
   }
   for (int w : o.workers) {
     if (o.ranks_per_host > 0 && w % o.ranks_per_host != 0) {
@@ -360,6 +373,12 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
             ? CostModel::Hierarchical(workers, o.ranks_per_host, o.latency_us, o.bandwidth_gbit,
                                       o.intra_latency_us, o.intra_bandwidth_gbit)
             : CostModel::Algorithmic(o.cost, workers, o.latency_us, o.bandwidth_gbit);
+    if (o.cost == Algorithm::kRing && o.ranks_per_host > 1 && o.two_stage != "off") {
+      // The flat ring over every rank, offering two-stage allreduces on the same links.
+      cost = CostModel::Hierarchical(workers, o.ranks_per_host, o.latency_us, o.bandwidth_gbit,
+                                     o.intra_latency_us, o.intra_bandwidth_gbit);
+      cost.channels[0].algorithm = Algorithm::kRing;
+    }
     ChannelCost& net = cost.channels[0];
     net.adaptive_allreduce = o.adaptive_allreduce;
     if (!o.slow_links.empty()) {
@@ -408,6 +427,8 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
         }
       }
       const double efficiency = ideal_ms / sim->iteration_ms;
+      const auto two_stage_buckets = std::count_if(plan->buckets.begin(), plan->buckets.end(),
+                                                   [](const Bucket& b) { return b.two_stage; });
       if (o.json) {
         nlohmann::ordered_json line = {
             // keys in the documented order
@@ -424,16 +445,18 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
             {"max_delay", plan->MaxDelay()},
             {"budget_used", plan->budget_used},
             {"sync_bound_ms", sync_bound_ms},
+            {"two_stage_buckets", two_stage_buckets},
         };
         out << line.dump() << "\n";
       } else {
         out << absl::StrFormat(
             "%-12s N=%-5d %-20s iter %9.2f ms  compute %8.2f  comm %9.2f  exposed %9.2f  "
-            "ideal %9.2f  eff %.3f  sync-bound %9.2f  buckets %4zu  delay<=%d  budget %.2f  "
-            "(%d iterations%s)\n",
+            "ideal %9.2f  eff %.3f  sync-bound %9.2f  buckets %4zu  two-stage %4d  delay<=%d  "
+            "budget %.2f  (%d iterations%s)\n",
             profile->model, workers, plan->planner, sim->iteration_ms, sim->compute_ms,
             sim->comm_ms, sim->exposed_comm_ms, ideal_ms, efficiency, sync_bound_ms,
-            plan->buckets.size(), plan->MaxDelay(), plan->budget_used, sim->iterations,
+            plan->buckets.size(), static_cast<int>(two_stage_buckets), plan->MaxDelay(),
+            plan->budget_used, sim->iterations,
             sim->converged ? "" : ", not steady");
       }
     }

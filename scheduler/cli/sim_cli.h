@@ -46,7 +46,12 @@ struct CliOptions {
   Algorithm cost = Algorithm::kRing;
   double alpha_us = -1, beta_us_per_mb = -1;
   double latency_us = -1, bandwidth_gbit = -1;
-  int ranks_per_host = 0;  // --cost hierarchical only
+  // --cost hierarchical (every allreduce in three phases), or ring (allreduce buckets may run
+  // two-stage: cost_model.h, "Two-stage allreduces"); 0: one rank per host.
+  int ranks_per_host = 0;
+  // --two-stage auto|on|off, with --cost ring --ranks-per-host: two-stage buckets where they pay,
+  // every allreduce bucket, or none (the flat ring alone, as before the form existed).
+  std::string two_stage = "auto";
   double intra_latency_us = 1, intra_bandwidth_gbit = 100;
   int channels = 1;
   std::map<int, double> slow_links;  // --slow-link: host -> fraction of the bandwidth

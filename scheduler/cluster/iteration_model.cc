@@ -17,7 +17,7 @@ CostModel Slower(const CostModel& cost, double factor) {
   for (ChannelCost& c : out.channels) {
     c.alpha_s *= factor;
     c.beta_s_per_byte *= factor;
-    for (LinearTerm* term : {&c.reduce_scatter, &c.allgather}) {
+    for (LinearTerm* term : {&c.reduce_scatter, &c.allgather, &c.two_stage}) {
       if (!term->set()) continue;
       term->alpha_s *= factor;
       term->beta_s_per_byte *= factor;

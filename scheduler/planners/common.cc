@@ -102,8 +102,19 @@ Plan NewPlan(const char* planner, const Profile& profile, int staleness) {
   return plan;
 }
 
+void MarkTwoStage(Plan* plan, const CostModel& cost, bool always) {
+  for (Bucket& b : plan->buckets) {
+    const ChannelCost& channel = cost.channels[static_cast<size_t>(b.channel)];
+    b.two_stage = b.op == Collective::kAllreduce && b.compressor == "none" &&
+                  channel.OffersTwoStage() &&
+                  (always || channel.TwoStagePays(static_cast<double>(b.bytes)));
+  }
+}
+
 double SimulatedMs(const Profile& profile, const Plan& plan, const CostModel& cost) {
-  absl::StatusOr<SimResult> r = Simulate(profile, plan, cost);
+  Plan marked = plan;
+  MarkTwoStage(&marked, cost, /*always=*/false);
+  absl::StatusOr<SimResult> r = Simulate(profile, marked, cost);
   if (!r.ok()) {
     return std::numeric_limits<double>::infinity();
   }

@@ -46,7 +46,15 @@ double FirstUseMs(const Profile& profile, const std::vector<Piece>& pieces);
 // Plan skeleton with planner name, model and staleness filled in.
 Plan NewPlan(const char* planner, const Profile& profile, int staleness);
 
-// Simulated iteration time of `plan`, or +inf when it does not validate or simulate.
+// Sets each bucket's two_stage: an uncompressed allreduce on a channel that offers the form runs
+// two-stage where that is cheaper (ChannelCost::TwoStagePays), or, with `always`, wherever the
+// channel offers it; every other bucket runs flat. Compressed payloads stay flat: their
+// compressors combine whole allreduces.
+void MarkTwoStage(Plan* plan, const CostModel& cost, bool always);
+
+// Simulated iteration time of `plan` with its buckets' forms as MarkTwoStage would set them
+// (planners compare candidates before they are marked), or +inf when it does not validate or
+// simulate.
 double SimulatedMs(const Profile& profile, const Plan& plan, const CostModel& cost);
 
 // The order in which a priority scheduler with credit sends `buckets` in one iteration: a bucket

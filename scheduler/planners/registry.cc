@@ -91,6 +91,7 @@ CostModel ScaledForPayload(const CostModel& cost, double ratio) {
   CostModel scaled = cost;
   for (ChannelCost& c : scaled.channels) {
     c.beta_s_per_byte *= ratio;
+    c.two_stage.beta_s_per_byte *= ratio;
     c.DivideBandwidth(ratio);
   }
   return scaled;
@@ -143,6 +144,7 @@ absl::StatusOr<Plan> MakePlan(absl::string_view planner, const Profile& profile,
       b.compressor = options.compressor;
       b.ratio = *ratio;
     }
+    internal::MarkTwoStage(&*plan, cost, options.two_stage_always);
     status = ValidatePlan(*plan, profile, cost);
     if (!status.ok()) {
       return absl::InternalError(

@@ -3,7 +3,9 @@
 // multiple of 3): sums against references computed on every rank, for counts that do not divide
 // into shards, shards of zero elements, fp16 through its user-defined operation, min/max on
 // integers, buffers of several segments, hosts whose ranks are not consecutive, two channels in
-// flight at once, and the refusal of hosts of different sizes.
+// flight at once, and the refusal of hosts of different sizes; and the same algorithm as a plan's
+// two-stage buckets run it (CollectiveArgs::two_stage on an executor flat otherwise), every size
+// and dtype.
 #include "collectives/hierarchical_allreduce.h"
 
 #include <mpi.h>
@@ -93,6 +95,79 @@ TEST_CASE("a hierarchical allreduce sums every element, whatever the shards") {
       if (!in_place) CHECK(send == Input(count));
     }
   }
+}
+
+TEST_CASE("an executor split by host but flat unasked runs two-stage exactly where asked") {
+  // A plan's two-stage buckets (OVERLAP_TWO_STAGE): every size, the smallest included, runs
+  // two-stage when CollectiveArgs::two_stage asks, and flat otherwise, with the same sums; every
+  // dtype the plan's buckets carry.
+  MpiExecutorOptions options;
+  options.host = Rank() / RanksPerHost();
+  options.hierarchical = false;
+  absl::StatusOr<std::unique_ptr<MpiExecutor>> created =
+      MpiExecutor::Create(MPI_COMM_WORLD, options);
+  REQUIRE(created.ok());
+  MpiExecutor& executor = **created;
+  CHECK(executor.offers_two_stage());
+  CHECK_FALSE(executor.hierarchical());
+  const int64_t segment_floats = SegmentedAllreduce::kSegmentBytes / 4;
+  for (const int64_t count : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{40001},
+                              segment_floats + 13}) {
+    for (const bool two_stage : {true, false}) {
+      INFO("count " << count << (two_stage ? " two-stage" : " flat"));
+      std::vector<float> data = Input(count);
+      CollectiveArgs args = FloatSum(data);
+      args.two_stage = two_stage;
+      absl::StatusOr<std::unique_ptr<Work>> work = executor.Start(0, args);
+      REQUIRE(work.ok());
+      CHECK((dynamic_cast<HierarchicalAllreduce*>(work->get()) != nullptr) == two_stage);
+      RunToEnd(**work);
+      CHECK(WrongElements(data) == 0);
+    }
+  }
+  // float64 and int32 sums, ragged.
+  const int64_t count = 3001;
+  std::vector<double> doubles(static_cast<size_t>(count));
+  std::vector<int32_t> ints(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    doubles[static_cast<size_t>(i)] = 0.5 * Value(Rank(), i);
+    ints[static_cast<size_t>(i)] = static_cast<int32_t>(Value(Rank(), i)) - 7;
+  }
+  CollectiveArgs args;
+  args.kind = CollectiveKind::kAllreduce;
+  args.op = ReduceOp::kSum;
+  args.count = count;
+  args.two_stage = true;
+  args.dtype = DataType::kFloat64;
+  args.recv = doubles.data();
+  absl::StatusOr<std::unique_ptr<Work>> work = executor.Start(0, args);
+  REQUIRE(work.ok());
+  RunToEnd(**work);
+  args.dtype = DataType::kInt32;
+  args.recv = ints.data();
+  work = executor.Start(0, args);
+  REQUIRE(work.ok());
+  RunToEnd(**work);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (doubles[static_cast<size_t>(i)] != 0.5 * Sum(i)) ++wrong;
+    if (ints[static_cast<size_t>(i)] != static_cast<int32_t>(Sum(i)) - 7 * Size()) ++wrong;
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("an executor that is not split by host ignores two_stage and runs flat") {
+  absl::StatusOr<std::unique_ptr<MpiExecutor>> created = MpiExecutor::Create(MPI_COMM_WORLD, 1);
+  REQUIRE(created.ok());
+  CHECK_FALSE((*created)->offers_two_stage());
+  std::vector<float> data = Input(5000);
+  CollectiveArgs args = FloatSum(data);
+  args.two_stage = true;
+  absl::StatusOr<std::unique_ptr<Work>> work = (*created)->Start(0, args);
+  REQUIRE(work.ok());
+  CHECK(dynamic_cast<HierarchicalAllreduce*>(work->get()) == nullptr);
+  RunToEnd(**work);
+  CHECK(WrongElements(data) == 0);
 }
 
 TEST_CASE("hierarchical allreduce with shards of zero elements, called directly") {

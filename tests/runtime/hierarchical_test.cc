@@ -3,9 +3,9 @@
 // runtime must agree on the layout, report it, and give exact sums through negotiated, fused and
 // planned steps.
 //
-// With --mismatch, rank 1 asks for flat allreduces while the others ask for hierarchical ones:
-// Init must fail on every rank, naming rank 1, instead of leaving the ranks in different
-// collectives.
+// With --mismatch, rank 1 asks for flat allreduces while the others ask for hierarchical ones
+// (with --two-stage-mismatch, for no two-stage buckets while the others ask for them): Init must
+// fail on every rank, naming rank 1, instead of leaving the ranks in different collectives.
 #define CATCH_CONFIG_RUNNER
 #include <mpi.h>
 #include <stdlib.h>
@@ -47,14 +47,25 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   setenv("OVERLAP_HOST_ID", absl::StrCat("pretend-host-", rank / 2).c_str(), 1);
   const bool mismatch = argc > 1 && std::string(argv[1]) == "--mismatch";
-  if (mismatch) {
-    setenv("OVERLAP_HIERARCHICAL_ALLREDUCE", rank == 1 ? "0" : "1", 1);
+  const bool two_stage_mismatch = argc > 1 && std::string(argv[1]) == "--two-stage-mismatch";
+  if (mismatch || two_stage_mismatch) {
+    if (mismatch) {
+      setenv("OVERLAP_HIERARCHICAL_ALLREDUCE", rank == 1 ? "0" : "1", 1);
+    } else {
+      // Ranks that would split their plan's communicators by host and one that would not.
+      setenv("OVERLAP_PLANNER", "mgwfbp", 1);
+      setenv("OVERLAP_TWO_STAGE", rank == 1 ? "off" : "on", 1);
+    }
     absl::Status init = overlap::Init();
     const std::string message(init.message());
     const bool named =
         !init.ok() &&
-        message.find("OVERLAP_HIERARCHICAL_ALLREDUCE differs between ranks") != std::string::npos &&
-        message.find("rank 0 has 1, rank 1 has 0") != std::string::npos;
+        (mismatch ? message.find("OVERLAP_HIERARCHICAL_ALLREDUCE differs between ranks") !=
+                            std::string::npos &&
+                        message.find("rank 0 has 1, rank 1 has 0") != std::string::npos
+                  : message.find("OVERLAP_TWO_STAGE must be the same on every rank") !=
+                            std::string::npos &&
+                        message.find("rank 0 has on, rank 1 has off") != std::string::npos);
     std::fprintf(stderr, "rank %d: Init: %s\n", rank, init.ok() ? "ok" : message.c_str());
     int bad = named ? 0 : 1, any = 0;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

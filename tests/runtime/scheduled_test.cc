@@ -2,8 +2,9 @@
 // calls the step markers gets the plan of OVERLAP_PLANNER, made by rank 0 from the measured steps
 // and adopted by every rank at the same step. Every step's sums must be exact before, during and
 // after the switch, whatever the planner slices, fuses, reorders or splits into reduce-scatter and
-// allgather. Run once per planner (tests/runtime/BUILD sets OVERLAP_PLANNER), and for some with
-// every bucket compressed to fp16 (OVERLAP_COMPRESSION).
+// allgather. Run once per planner (tests/runtime/BUILD sets OVERLAP_PLANNER), for some with every
+// bucket compressed to fp16 (OVERLAP_COMPRESSION), and for some on pretend hosts of two ranks with
+// every allreduce bucket two-stage (OVERLAP_TWO_STAGE=on).
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -402,6 +403,21 @@ TEST_CASE("a scheduled plan is adopted by every rank and keeps every sum exact")
     REQUIRE(residuals->size() < 3 * 4 * elements);
   } else {
     REQUIRE(stats.plan_compressed_buckets == 0);
+  }
+  // Pretend hosts (OVERLAP_TEST_RANKS_PER_HOST) with OVERLAP_TWO_STAGE=on (tests/runtime/BUILD):
+  // the two-stage form was fitted beside the flat one, every allreduce bucket of the plan ran
+  // two-stage (dear's reduce-scatters and allgathers stay one-level), and the sums above are
+  // exact. Otherwise no bucket is two-stage: one pretend host, or none set.
+  const char* two_stage = std::getenv("OVERLAP_TWO_STAGE");
+  const bool hosts_shared = std::getenv("OVERLAP_TEST_RANKS_PER_HOST") != nullptr;
+  if (two_stage != nullptr && std::string(two_stage) == "on" && hosts_shared && !kept_observed) {
+    REQUIRE(stats.fitted_two_stage_beta_us_per_mb > 0);
+    if (std::string(planner) != "dear" && stats.planner != "auto:dear") {
+      REQUIRE(stats.plan_two_stage_buckets == stats.plan_buckets - stats.plan_compressed_buckets);
+    }
+  } else if (!hosts_shared) {
+    REQUIRE(stats.plan_two_stage_buckets == 0);
+    REQUIRE(stats.fitted_two_stage_beta_us_per_mb == 0);
   }
 }
 

@@ -74,7 +74,11 @@ TEST_CASE("Bad CLI arguments name the flag and the problem") {
       {base + kRing + " --channels 0", "--channels: expected an integer >= 1"},
       {base + " --cost hierarchical --latency-us 5 --bandwidth-gbit 10",
        "--ranks-per-host: required with --cost hierarchical"},
-      {base + kRing + " --ranks-per-host 2", "--ranks-per-host: only with --cost hierarchical"},
+      {base + " --cost tree --latency-us 5 --bandwidth-gbit 10 --ranks-per-host 2",
+       "--ranks-per-host: only with --cost hierarchical or ring"},
+      {base + kRing + " --ranks-per-host 2 --slow-link 1:0.5",
+       "--slow-link: with --cost ring, only at one rank per host"},
+      {base + kRing + " --ranks-per-host 2 --two-stage maybe", "expected auto, on or off"},
       {base + " --cost hierarchical --latency-us 5 --bandwidth-gbit 10 --ranks-per-host 3",
        "3 ranks per host do not divide 8 workers"},
       {base + " --cost hierarchical --latency-us 5 --bandwidth-gbit 10 --ranks-per-host 2 "
@@ -131,6 +135,37 @@ TEST_CASE("--cost hierarchical plans with the two-level allreduce's cost") {
   // 4 hosts of 4: 2(H-1)/H = 1.5 buffers through each NIC against the ring's 2(N-1)/N = 1.875.
   CHECK(two_level < flat);
   CHECK(two_level > 0.7 * flat);
+}
+
+TEST_CASE("--cost ring --ranks-per-host offers two-stage buckets where they pay") {
+  auto run = [](const std::string& extra) {
+    auto o = ParseCliArgs(Split(
+        "--model bert-base --workers 8 --planners mgwfbp --json --cost ring --latency-us 5 "
+        "--bandwidth-gbit 10 --ranks-per-host 2 --intra-bandwidth-gbit 400 " +
+        extra));
+    REQUIRE(o.ok());
+    std::ostringstream out;
+    REQUIRE(RunCli(*o, out).ok());
+    const std::string line = out.str();
+    auto field = [&](const std::string& key) {
+      const size_t at = line.find("\"" + key + "\":");
+      REQUIRE(at != std::string::npos);
+      return std::stod(line.substr(at + key.size() + 3));
+    };
+    return std::pair{field("iter_ms"), static_cast<int>(field("two_stage_buckets"))};
+  };
+  const auto [flat_ms, flat_two] = run("--two-stage off");
+  const auto [auto_ms, auto_two] = run("");
+  const auto [on_ms, on_two] = run("--two-stage on");
+  CHECK(flat_two == 0);
+  // 4 hosts of 2 at 10 Gbit/s, 400 Gbit/s within a host: the two-stage form sends 1.5 gradients
+  // through each host link against the flat ring's 1.75, so bert-base's large buckets take it,
+  // and the step is no slower than the flat ring's.
+  CHECK(auto_two > 0);
+  CHECK(auto_ms <= flat_ms);
+  CHECK(auto_ms < 0.99 * flat_ms);
+  CHECK(on_two >= auto_two);
+  CHECK(auto_ms <= on_ms + 1e-9);
 }
 
 TEST_CASE("--channels gives deft more links and splits the ideal's fused collective") {

@@ -75,6 +75,63 @@ TEST_CASE("Hierarchical closed form: pipelined host, cross-host and host phases"
              Catch::Contains("intra-host bandwidth must be > 0"));
 }
 
+TEST_CASE("Two-stage allreduces: a ring with ranks per host, a linear channel's fitted line") {
+  // 4 hosts of 2 ranks; NIC 10 us and 1 GB/s, within the host 1 us and 10 GB/s: the flat ring
+  // over the 8 ranks, which may also run an allreduce two-stage (the hierarchical closed form).
+  CostModel model = CostModel::Hierarchical(8, 2, 10, 8, 1, 80);
+  model.channels[0].algorithm = Algorithm::kRing;
+  REQUIRE(model.Validate().ok());
+  const ChannelCost& c = model.channels[0];
+  const ChannelCost hier = CostModel::Hierarchical(8, 2, 10, 8, 1, 80).channels[0];
+  const ChannelCost flat = CostModel::Algorithmic(Algorithm::kRing, 8, 10, 8).channels[0];
+  REQUIRE(c.OffersTwoStage());
+  CHECK_FALSE(flat.OffersTwoStage());
+  CHECK_FALSE(hier.OffersTwoStage());  // a hierarchical channel runs every allreduce so already
+  for (const double m : {1e3, 1e5, 1e6, 40.0 * 1024 * 1024}) {
+    INFO(m << " bytes");
+    const double one = flat.Seconds(Collective::kAllreduce, m);
+    const double two = hier.Seconds(Collective::kAllreduce, m);
+    CHECK(c.FormSeconds(Collective::kAllreduce, m, false) == Approx(one));
+    CHECK(c.FormSeconds(Collective::kAllreduce, m, true) == Approx(two));
+    CHECK(c.TwoStagePays(m) == (two < one));
+    CHECK(c.Seconds(Collective::kAllreduce, m) == Approx(std::min(one, two)));
+    // Reduce-scatters and allgathers have one form.
+    CHECK(c.FormSeconds(Collective::kReduceScatter, m, true) ==
+          Approx(flat.Seconds(Collective::kReduceScatter, m)));
+  }
+  // Two-stage pays at every size here: 2(H-1) = 6 NIC latencies instead of the ring's 14, and
+  // 1.5 instead of 1.75 buffers through each NIC. With slow steps within the host, small
+  // allreduces stay flat.
+  CHECK(c.TwoStagePays(1e3));
+  CHECK(c.TwoStagePays(40.0 * 1024 * 1024));
+  CostModel slow_local = model;
+  slow_local.channels[0].intra_latency_s = 100e-6;
+  CHECK_FALSE(slow_local.channels[0].TwoStagePays(1e3));
+  CHECK(slow_local.channels[0].TwoStagePays(40.0 * 1024 * 1024));
+  // One host, or one rank per host: nothing to split.
+  CostModel one_host = CostModel::Hierarchical(2, 2, 10, 8, 1, 80);
+  one_host.channels[0].algorithm = Algorithm::kRing;
+  CHECK_FALSE(one_host.channels[0].OffersTwoStage());
+  // Host link rates on such a ring are refused (hierarchical channels take them).
+  model.channels[0].set_host_bandwidth_bytes_per_s({1e9, 1e9, 5e8, 1e9});
+  CHECK_THAT(std::string(model.Validate().message()), Catch::Contains("one rank per host"));
+
+  // A linear channel: the runtime's two fitted lines, the cheaper one where each is.
+  CostModel lin = CostModel::Linear(100, 1000);
+  CHECK_FALSE(lin.channels[0].OffersTwoStage());
+  lin.channels[0].two_stage = LinearTerm{300e-6, 800e-12};
+  REQUIRE(lin.Validate().ok());
+  CHECK(lin.channels[0].OffersTwoStage());
+  // Break-even at 200 us / 200 us per MB = 1 MB.
+  CHECK_FALSE(lin.channels[0].TwoStagePays(0.5e6));
+  CHECK(lin.channels[0].TwoStagePays(2e6));
+  CHECK(lin.Ms(0, Collective::kAllreduce, 2e6) == Approx(0.3 + 1.6));
+  CHECK(lin.FormMs(0, Collective::kAllreduce, 2e6, false) == Approx(0.1 + 2.0));
+  CHECK(lin.Ms(0, Collective::kAllreduce, 0.5e6) == Approx(0.1 + 0.5));
+  lin.channels[0].two_stage.beta_s_per_byte = -1;
+  CHECK_THAT(std::string(lin.Validate().message()), Catch::Contains("two_stage beta"));
+}
+
 TEST_CASE("Linear model: alpha + beta bytes, halves for reduce-scatter and allgather") {
   CostModel lin = CostModel::Linear(100, 1000);  // 100 us + 1000 us per MB
   CHECK(lin.Ms(0, Collective::kAllreduce, 2e6) == Approx(0.1 + 2.0));

@@ -1,6 +1,7 @@
 #include "scheduler/plan.h"
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <random>
 
 #include "scheduler/planner.h"
@@ -46,6 +47,48 @@ TEST_CASE("Serialize and Deserialize round-trip a plan") {
   CHECK(back->buckets[1].compressor == "fp16");
   CHECK(back->buckets[1].slices[1].name == "t0");
   CHECK_THAT(plan.ToJson(), Catch::Contains("\"next_forward\""));
+}
+
+TEST_CASE("A bucket's form survives the round trip; plans of the version before read as flat") {
+  const Profile p = MakeProfile({1, 1}, {1, 1}, {16, 16}, 0);
+  CostModel cost = CostModel::Linear(1, 1);
+  cost.channels[0].two_stage = LinearTerm{2e-6, 0.5e-12};
+  Plan plan = TwoBucketPlan(p);
+  plan.buckets[0].two_stage = true;
+  REQUIRE(ValidatePlan(plan, p, cost).ok());
+  const std::string bytes = plan.Serialize();
+  auto back = Plan::Deserialize(bytes);
+  REQUIRE(back.ok());
+  CHECK(back->buckets[0].two_stage);
+  CHECK_FALSE(back->buckets[1].two_stage);
+  CHECK_THAT(plan.ToJson(), Catch::Contains("\"two_stage\": true"));
+  // Version 1 (a checkpoint written before buckets had a form): no form byte after each ratio.
+  std::string v1 = bytes;
+  const uint32_t one = 1;
+  std::memcpy(&v1[4], &one, sizeof(one));
+  for (const double ratio : {0.5, 1.0}) {
+    char pattern[sizeof(double)];
+    std::memcpy(pattern, &ratio, sizeof(ratio));
+    const size_t at = v1.find(std::string(pattern, sizeof(pattern)), 8);
+    REQUIRE(at != std::string::npos);
+    v1.erase(at + sizeof(double), 1);
+  }
+  auto old = Plan::Deserialize(v1);
+  REQUIRE(old.ok());
+  CHECK_FALSE(old->buckets[0].two_stage);
+  CHECK(old->buckets[1].slices[1].name == "t0");
+  CHECK(old->buckets[1].ratio == 0.5);
+  // A form byte other than 0 or 1 is refused, naming it.
+  std::string bad = bytes;
+  char pattern[sizeof(double)];
+  const double ratio = 1.0;
+  std::memcpy(pattern, &ratio, sizeof(ratio));
+  bad[bad.find(std::string(pattern, sizeof(pattern)), 8) + sizeof(double)] = 7;
+  CHECK_THAT(std::string(Plan::Deserialize(bad).status().message()),
+             Catch::Contains("two_stage"));
+  // A channel that offers no two-stage form, and a collective that has none, are refused.
+  CHECK_THAT(std::string(ValidatePlan(plan, p, CostModel::Linear(1, 1)).message()),
+             Catch::Contains("bucket 0: two-stage on channel 0, which offers no two-stage"));
 }
 
 TEST_CASE("Deserialize rejects garbage without reading past the end") {
