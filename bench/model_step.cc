@@ -405,6 +405,12 @@ std::string Compression() {
   return compression == nullptr || *compression == '\0' ? "none" : compression;
 }
 
+// OVERLAP_TWO_STAGE as set (the runtime's default, "auto", when unset).
+std::string TwoStage() {
+  const char* two_stage = std::getenv("OVERLAP_TWO_STAGE");
+  return two_stage == nullptr || *two_stage == '\0' ? "auto" : two_stage;
+}
+
 // "deft-s1", and "+fp16" after it under OVERLAP_COMPRESSION=fp16.
 std::string PlannerLabel() {
   std::string label = PlannerName();
@@ -674,7 +680,8 @@ int Main(int argc, char** argv) {
         "\"grad_bytes\":%lld,\"time_scale\":%.6g,\"bytes_scale\":%.6g,\"link_rate\":%s,"
         "\"fitted_alpha_us\":%s,\"fitted_beta_us_per_mb\":%s,\"trials\":%s,"
         "\"sync_bound_ms\":%.3f,\"sync_efficiency\":%s,\"weighted_allreduces\":%lld,"
-        "\"link_rates\":%s,\"compression\":%s,\"plan_compressed_buckets\":%lld}\n",
+        "\"link_rates\":%s,\"compression\":%s,\"plan_compressed_buckets\":%lld,"
+        "\"two_stage\":%s,\"plan_two_stage_buckets\":%lld,\"fitted_two_stage_beta_us_per_mb\":%s}\n",
         JsonString(model.profile().model).c_str(), JsonString(PlannerLabel()).c_str(), step_ms,
         JsonNumber(sim_ms, has_sim).c_str(),
         JsonNumber((sim_ms - compared_ms) / compared_ms, has_sim, 4).c_str(), cycle, ideal_ms,
@@ -692,7 +699,11 @@ int Main(int argc, char** argv) {
         JsonString(stats.plan_trials).c_str(), sync_bound_ms,
         JsonNumber(sync_bound_ms / step_ms, synchronous, 4).c_str(),
         static_cast<long long>(stats.weighted_allreduces), JsonString(stats.link_rates).c_str(),
-        JsonString(Compression()).c_str(), static_cast<long long>(stats.plan_compressed_buckets));
+        JsonString(Compression()).c_str(), static_cast<long long>(stats.plan_compressed_buckets),
+        JsonString(TwoStage()).c_str(), static_cast<long long>(stats.plan_two_stage_buckets),
+        JsonNumber(stats.fitted_two_stage_beta_us_per_mb,
+                   scheduled && stats.fitted_two_stage_beta_us_per_mb > 0)
+            .c_str());
     std::fflush(stdout);
   }
   return FinishJob(kProgram, 0);

@@ -528,7 +528,7 @@ absl::StatusOr<std::unique_ptr<Work>> MpiExecutor::StartAdaptive(int channel,
   const size_t probe_bytes =
       confirming ? options_.probe_bytes : std::min(options_.probe_bytes, bytes);
   absl::StatusOr<std::unique_ptr<LinkProbe>> probe =
-      LinkProbe::Start(probed, NextRingTag(channel), measure_rates ? probe_bytes : 0, wait);
+      LinkProbe::Start(probed, NextProbeTag(channel), measure_rates ? probe_bytes : 0, wait);
   if (!probe.ok()) return probe.status();
   const absl::Time started = absl::Now();
   CollectiveArgs args = a;

@@ -130,6 +130,7 @@ class MpiExecutor : public Executor {
   MpiExecutor(std::vector<MPI_Comm> comms, const MpiExecutorOptions& options)
       : comms_(std::move(comms)),
         ring_tags_(comms_.size(), 0),
+        probe_tags_(comms_.size(), 0),
         options_(options),
         links_(comms_.size()) {
     if (options_.adaptation == LinkAdaptation::kOn) return;
@@ -194,12 +195,24 @@ class MpiExecutor : public Executor {
     tag = tag % 32000 + 1;
     return tag;
   }
+  // The next link probe's tag on `channel`, from a range of its own (32001..32700). Probes follow
+  // each rank's own verdicts, and where allreduces are hierarchical the two ranks of a host
+  // belong to different cross-host groups whose verdicts may differ: a probe tag drawn from the
+  // ring sequence would shift one rank's ring tags on the host communicator against its peer's,
+  // and their rings would never match (measured: a hang in one run of three, 8 ranks on 4 hosts).
+  int NextProbeTag(int channel) {
+    int& tag = probe_tags_[static_cast<size_t>(channel)];
+    tag = tag % 700 + 1;
+    return 32000 + tag;
+  }
 
   std::vector<MPI_Comm> comms_;
   // Per channel, when split by host; else empty.
   std::vector<HostComms> host_comms_;
-  // Per channel: rings (reduce-scatters and allgathers) started, which numbers their tags.
+  // Per channel: rings (reduce-scatters and allgathers) started, which numbers their tags, and
+  // link probes started, which number theirs.
   std::vector<int> ring_tags_;
+  std::vector<int> probe_tags_;
   const MpiExecutorOptions options_;
   std::vector<LinkState> links_;  // per channel
   LinkCounters counters_;

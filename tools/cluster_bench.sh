@@ -5,11 +5,14 @@
 #
 #   tools/cluster_bench.sh [--quick] [--models vgg16,resnet50,bert-base] [--planners LIST]
 #                          [--rate 1gbit] [--steps N] [--target-step-ms MS] [--out FILE] [--no-build]
+#                          [--ranks-per-host K]
 #
 # --planners: comma- or space-separated; default observed,wfbp,fusion,mgwfbp,bytescheduler,usbyte,
 #   dear,deft,auto (deft runs with OVERLAP_STALENESS=0; deft-s1, deft-s2: staleness 1 or 2 and
 #   update periods up to 4, the runtime running the delayed plan); NAME+SPEC: NAME with
-#   OVERLAP_COMPRESSION=SPEC, e.g. deft-s1+fp16. --quick: resnet50 only, 10 measured
+#   OVERLAP_COMPRESSION=SPEC, e.g. deft-s1+fp16; NAME@flat: NAME with OVERLAP_TWO_STAGE=off (no
+#   two-stage buckets where ranks share hosts). --ranks-per-host K: 4 x K ranks, K on each host
+#   (one by default). --quick: resnet50 only, 10 measured
 #   steps, 0.5 s steps, at most 30 warm-up steps (about 3-5 minutes for the nine planners).
 # Scaling: the cluster comes up once, with one rate for every model (--rate, default 1gbit); each
 # model gets its own time scale (the ideal step is --target-step-ms, default 1000) and bytes scale
@@ -22,7 +25,7 @@ CLUSTER=$ROOT/tools/cluster/cluster.sh
 
 die() { echo "cluster_bench.sh: $*" >&2; exit 1; }
 
-quick=0 models="" planners="" rate=1gbit steps="" target="" out="" out_given="" build=1
+quick=0 models="" planners="" rate=1gbit steps="" target="" out="" out_given="" build=1 per_host=1
 while (($#)); do
   case $1 in
     --quick) quick=1; shift ;;
@@ -33,7 +36,8 @@ while (($#)); do
     --target-step-ms) target=${2:-}; shift 2 || die "--target-step-ms needs a number" ;;
     --out) out=${2:-}; out_given=1; shift 2 || die "--out needs a file" ;;
     --no-build) build=0; shift ;;
-    -h | --help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --ranks-per-host) per_host=${2:-}; shift 2 || die "--ranks-per-host needs a number" ;;
+    -h | --help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
@@ -55,13 +59,14 @@ planners=${planners:-observed,wfbp,fusion,mgwfbp,bytescheduler,usbyte,dear,deft,
 read -r -a model_list <<<"${models//,/ }"
 read -r -a planner_list <<<"${planners//,/ }"
 [[ $steps =~ ^[1-9][0-9]*$ ]] || die "--steps needs a positive integer, got '$steps'"
+[[ $per_host =~ ^[1-9]$ ]] || die "--ranks-per-host needs an integer 1..9, got '$per_host'"
 
 # shellcheck source=cluster/session.sh
 source "$ROOT/tools/cluster/session.sh"
 copy_binaries "$build" bench/model_step launcher/overlaprun
 
 # One cluster per machine: the same lock as the cluster tests (tests/cluster/BUILD).
-cluster_session "$rate"
+cluster_session "$rate" "$per_host"
 
 mkdir -p "$(dirname "$out")"
 : >"$out"
@@ -72,8 +77,11 @@ for model in "${model_list[@]}"; do
   for planner in "${planner_list[@]}"; do
     # deft-sN: deft with staleness bound N and update periods up to 4 (delayed updates).
     # NAME+SPEC: NAME with OVERLAP_COMPRESSION=SPEC (e.g. deft-s1+fp16).
-    name=${planner%%+*} compression=""
-    [ "$name" = "$planner" ] || compression=${planner#*+}
+    # NAME@flat: no two-stage buckets.
+    spec=${planner%@flat} two_stage=auto
+    [ "$spec" = "$planner" ] || two_stage=off
+    name=${spec%%+*} compression=""
+    [ "$name" = "$spec" ] || compression=${spec#*+}
     env_args=(OVERLAP_PLANNER="$name")
     [ "$name" != deft ] || env_args+=(OVERLAP_STALENESS=0)
     if [[ $name =~ ^deft-s([0-9]+)$ ]]; then
@@ -82,12 +90,14 @@ for model in "${model_list[@]}"; do
                 OVERLAP_BUDGET=-1)
     fi
     [ -z "$compression" ] || env_args+=(OVERLAP_COMPRESSION="$compression")
+    env_args+=(OVERLAP_TWO_STAGE="$two_stage")
     log=$LOG/$model-$planner.log
     echo "cluster_bench.sh: $model / $planner ($(date -u +%H:%M:%S) UTC)" >&2
     # The ring allreduce (libnbc algorithm 1) drives tbf-capped links at the cap, the default
     # Rabenseifner well below it (tests/cluster/bandwidth_test.sh), and the ideal is a ring.
     set +e
-    env "${env_args[@]}" timeout -k 10 "$run_timeout" "$CLUSTER" exec "$BIN/overlaprun" -np 4 \
+    env "${env_args[@]}" timeout -k 10 "$run_timeout" "$CLUSTER" exec "$BIN/overlaprun" \
+      -np $((4 * per_host)) \
       --hostfile "$HOSTFILE" --tcp-only --collective-timeout 60 \
       --mpi-args "--mca coll_libnbc_iallreduce_algorithm 1" \
       -- "$BIN/model_step" --model "$model" --link-rate "$rate" --steps "$steps" \

@@ -17,6 +17,7 @@
 
 #include "numeric/half.h"
 #include "collectives/mpi_executor.h"
+#include "absl/time/clock.h"
 #include "collectives/segmented_allreduce.h"
 #include "tests/collectives/mpi_world.h"
 
@@ -168,6 +169,38 @@ TEST_CASE("an executor that is not split by host ignores two_stage and runs flat
   CHECK(dynamic_cast<HierarchicalAllreduce*>(work->get()) == nullptr);
   RunToEnd(**work);
   CHECK(WrongElements(data) == 0);
+}
+
+TEST_CASE("the ranks of a host whose cross-host groups probe on different schedules still meet") {
+  // Each local rank's cross-host group keeps its own link verdicts, so one group may probe
+  // before an allreduce where the other does not. Here local rank 0's group probes before every
+  // allreduce and the others' rarely: their host rings must still match (they did not when
+  // probes took their tags from the rings' sequence: a hang, found on the namespace cluster).
+  MpiExecutorOptions options;
+  options.host = Rank() / RanksPerHost();
+  options.adaptation = LinkAdaptation::kOn;
+  options.reprobe_every = Rank() % RanksPerHost() == 0 ? 1 : 1000;
+  options.probe_bytes = 64 << 10;
+  absl::StatusOr<std::unique_ptr<MpiExecutor>> created =
+      MpiExecutor::Create(MPI_COMM_WORLD, options);
+  REQUIRE(created.ok());
+  const int64_t count = (MpiExecutor::kAdaptiveMinBytes / 4) * 2 + 5;
+  for (int round = 0; round < 6; ++round) {
+    INFO("allreduce " << round);
+    std::vector<float> data = Input(count);
+    absl::StatusOr<std::unique_ptr<Work>> work = (*created)->Start(0, FloatSum(data));
+    REQUIRE(work.ok());
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    bool done = false;
+    while (!done && absl::Now() < deadline) {
+      absl::StatusOr<bool> finished = (*work)->Test();
+      REQUIRE(finished.ok());
+      done = *finished;
+    }
+    REQUIRE(done);  // else the host's rings are waiting on tags their peers never send
+    CHECK(WrongElements(data) == 0);
+  }
+  CHECK((*created)->link_probes() >= (Rank() % RanksPerHost() == 0 ? 6 : 1));
 }
 
 TEST_CASE("hierarchical allreduce with shards of zero elements, called directly") {
