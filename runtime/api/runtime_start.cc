@@ -299,7 +299,7 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
     const int claimed = cuda_device_.load();
     return claimed >= 0 ? claimed : std::max(0, local_rank_) % std::max(1, Devices().DeviceCount());
   };
-  cuda_plane_ = std::make_unique<CudaPlane>(comm_, planes, cuda_device, executor_options.host);
+  cuda_plane_ = std::make_unique<CudaPlane>(comm_, planes, cuda_device, HostSplit{*host, true});
   // Planned collectives and their checks get communicators of their own: ranks start them
   // without negotiation, so they must not share a sequence with negotiated ones. Where ranks
   // share hosts and allreduces are flat, a scheduled plan may run buckets two-stage: the plan's
@@ -318,8 +318,10 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
       std::move(*planned_executor),
       std::make_unique<MpiControlCollectives>(*check_comm, rank_, size_,
                                               MpiControlCollectives::Ownership::kOwned),
-      planes, hosts_, [this, cuda_device, host = *host](PlaneContext context) {
-        return std::make_unique<CudaPlane>(comm_, std::move(context), cuda_device, host);
+      planes, hosts_,
+      [this, cuda_device, split = HostSplit{executor_options.host, executor_options.hierarchical}](
+          PlaneContext context) {
+        return std::make_unique<CudaPlane>(comm_, std::move(context), cuda_device, split);
       });
   profiler_ = std::make_unique<StepProfiler>(config.profile_steps);
   std::unique_ptr<PlanScheduler> scheduler;  // none for OVERLAP_PLANNER=observed

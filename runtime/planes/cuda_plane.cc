@@ -24,13 +24,13 @@ absl::StatusOr<bool> EveryRankHasCuda(MPI_Comm comm, int rank, int device) {
 }  // namespace
 
 CudaPlane::CudaPlane(MPI_Comm comm, PlaneContext context, std::function<int()> default_device,
-                     int hierarchy_host)
+                     HostSplit split)
     : comm_(comm),
       config_(std::move(context.config)),
       rank_(context.rank),
       size_(context.size),
       default_device_(std::move(default_device)),
-      hierarchy_host_(hierarchy_host),
+      split_(split),
       timeline_(context.timeline),
       compression_(context.compression),
       complete_(std::move(context.complete)),
@@ -55,7 +55,7 @@ absl::Status CudaPlane::SetUp(int device) {
   }
   std::string nccl_refusal;
   absl::StatusOr<std::unique_ptr<Executor>> executor =
-      Devices().CreateExecutor(comm_, rank_, device, config_, hierarchy_host_, &nccl_refusal);
+      Devices().CreateExecutor(comm_, rank_, device, config_, split_, &nccl_refusal);
   if (!executor.ok()) return executor.status();
   executor_ = *std::move(executor);
   if (!nccl_refusal.empty() && rank_ == 0) {
@@ -69,8 +69,12 @@ absl::Status CudaPlane::SetUp(int device) {
   if (!plane.ok()) return plane.status();
   plane_ = std::move(*plane);
   spdlog::info("overlap: rank {} moves CUDA tensors on cuda:{} with {}{}", rank_, device,
-               executor_->name(), hierarchy_host_ >= 0 ? ", hierarchical allreduce" : "");
-  if (hierarchy_host_ >= 0 && std::string(executor_->name()) == "nccl" && rank_ == 0) {
+               executor_->name(),
+               split_.host < 0         ? ""
+               : split_.hierarchical ? ", hierarchical allreduce"
+                                     : ", two-stage buckets");
+  if (split_.host >= 0 && split_.hierarchical && std::string(executor_->name()) == "nccl" &&
+      rank_ == 0) {
     spdlog::info(
         "overlap: CUDA tensors on NCCL reduce flat under the hierarchical allreduce: "
         "NCCL's rings and trees already keep each host's traffic on its own links");

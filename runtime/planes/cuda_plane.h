@@ -21,6 +21,7 @@
 #include "collectives/executor.h"
 #include "runtime/config.h"
 #include "runtime/planes/data_plane.h"
+#include "runtime/planes/device_backend.h"
 #include "runtime/planes/plane_context.h"
 #include "runtime/api/timeline.h"
 
@@ -32,12 +33,12 @@ class CudaPlane {
   // the setup duplicates and must outlive the plane; `context.rank` and `context.size` are this
   // rank's place in it.
   // `default_device` names the GPU a rank sets up on when it has no tensor to take the device
-  // from (its first CUDA operation is a joined rank's zeros, or SetUpOnce). `hierarchy_host` is
-  // this rank's host for a hierarchical allreduce (MpiExecutorOptions::host), or -1 for flat: the
-  // MPI path staged through host memory follows it; NCCL stays flat, since its own rings and trees
-  // already keep each host's share of the traffic on the host's links.
+  // from (its first CUDA operation is a joined rank's zeros, or SetUpOnce). `split` is how the
+  // ranks split by host for hierarchical allreduces or a plan's two-stage buckets
+  // (device_backend.h): the MPI path staged through host memory follows it; NCCL stays flat,
+  // since its own rings and trees already keep each host's share of the traffic on its links.
   CudaPlane(MPI_Comm comm, PlaneContext context, std::function<int()> default_device,
-            int hierarchy_host);
+            HostSplit split);
   ~CudaPlane();
 
   // Sets the plane up on `default_device` now, unless it is already: a collective call, made by
@@ -70,7 +71,7 @@ class CudaPlane {
   const int rank_;
   const int size_;
   const std::function<int()> default_device_;
-  const int hierarchy_host_;
+  const HostSplit split_;
   Timeline* const timeline_;
   CompressionStage* const compression_;
   const DataPlane::CompleteFn complete_;

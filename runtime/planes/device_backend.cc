@@ -22,7 +22,8 @@ class CudaBackend : public DeviceBackend {
     return overlap::CreateBufferOps(device, stream);
   }
   absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(MPI_Comm comm, int rank, int device,
-                                                           const Config& config, int hierarchy_host,
+                                                           const Config& config,
+                                                           const HostSplit& split,
                                                            std::string* note) const override {
     if (config.executor != "mpi") {
       MPI_Comm dup;
@@ -44,7 +45,8 @@ class CudaBackend : public DeviceBackend {
     }
     MpiExecutorOptions options;
     options.num_channels = config.num_channels;
-    options.host = hierarchy_host;
+    options.host = split.host;
+    options.hierarchical = split.hierarchical;
     absl::StatusOr<std::unique_ptr<MpiExecutor>> mpi = MpiExecutor::Create(comm, options);
     if (!mpi.ok()) return mpi.status();
     absl::StatusOr<std::unique_ptr<StagingExecutor>> staged =

@@ -27,6 +27,15 @@
 
 namespace overlap {
 
+// How an executor over MPI splits its ranks by host (MpiExecutorOptions::host, ::hierarchical):
+// host -1 is flat; otherwise every allreduce of 64 KiB or more runs hierarchically
+// (OVERLAP_HIERARCHICAL_ALLREDUCE), or, with `hierarchical` false, only a plan's two-stage buckets
+// (OVERLAP_TWO_STAGE).
+struct HostSplit {
+  int host = -1;
+  bool hierarchical = true;
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -39,11 +48,12 @@ class DeviceBackend {
   virtual absl::StatusOr<std::unique_ptr<BufferOps>> CreateBufferOps(Device device,
                                                                      void* stream) const = 0;
   // An executor over `device` buffers for the ranks of `comm` (this rank is `rank`): a collective
-  // setup every rank makes at the same point. `hierarchy_host` as MpiExecutorOptions::host.
+  // setup every rank makes at the same point. `split` as MpiExecutorOptions::host and
+  // ::hierarchical, for an executor over MPI (NCCL follows the topology itself).
   // `note` receives a line for the log when the executor is a fallback (NCCL refused).
   virtual absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(MPI_Comm comm, int rank,
                                                                    int device, const Config& config,
-                                                                   int hierarchy_host,
+                                                                   const HostSplit& split,
                                                                    std::string* note) const = 0;
 };
 

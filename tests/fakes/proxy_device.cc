@@ -228,11 +228,12 @@ class ProxyBackend : public DeviceBackend {
   }
   absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(MPI_Comm comm, int /*rank*/,
                                                            int /*device*/, const Config& config,
-                                                           int hierarchy_host,
+                                                           const HostSplit& split,
                                                            std::string* /*note*/) const override {
     MpiExecutorOptions options;
     options.num_channels = config.num_channels;
-    options.host = hierarchy_host;
+    options.host = split.host;
+    options.hierarchical = split.hierarchical;
     absl::StatusOr<std::unique_ptr<MpiExecutor>> mpi = MpiExecutor::Create(comm, options);
     if (!mpi.ok()) return mpi.status();
     return CreateProxyExecutor(std::move(*mpi));
