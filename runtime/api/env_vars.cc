@@ -382,6 +382,10 @@ constexpr Var kVars[] = {
                   "a negotiation round when it starts a plan vote it voted quiescent in, rank 0 "
                   "after waiting this long")
         .Build(),
+    Def("OVERLAP_TEST_RANKS_PER_HOST", Kind::kString, Reader::kTest)
+        .Describe("k: tests/mpi_catch_main.cc puts every k consecutive ranks on a pretend host "
+                  "(OVERLAP_HOST_ID) before Init")
+        .Build(),
     Def("OVERLAP_TEST_DRIFT", Kind::kString, Reader::kTest)
         .Describe("any value: tests/runtime/scheduled_test.cc slows its step down to test "
                   "re-planning")
