@@ -80,6 +80,43 @@ TEST_CASE("mgwfbp finds the optimal merge: brute force over all contiguous group
   }
 }
 
+TEST_CASE("mgwfbp with two forms: brute force over groupings and each bucket's form") {
+  // Two links' worth of cost on one channel: flat cheaper for small buckets (a lower fixed
+  // cost), two-stage for large ones (a lower per-byte cost). No grouping of the ready order with
+  // any choice of forms beats mgwfbp's plan with MakePlan's marks.
+  const Profile q = MakeProfile({1, 2, 1, 1, 2, 1}, {2, 1, 3, 1, 2, 1},
+                                {400'000, 4'000, 2'000'000, 40'000, 8'000, 1'000'000}, 0.5);
+  for (auto [flat_alpha_us, two_alpha_us] :
+       {std::pair<double, double>{100, 600}, {500, 2500}, {1000, 1000}}) {
+    CostModel c = CostModel::Linear(flat_alpha_us, 2000);
+    c.channels[0].two_stage = LinearTerm{two_alpha_us * 1e-6, 1200e-12};
+    const Plan wfbp = *MakePlan("wfbp", q, c, {});
+    const int n = static_cast<int>(wfbp.buckets.size());
+    double best = std::numeric_limits<double>::infinity();
+    for (int mask = 0; mask < (1 << (n - 1)); ++mask) {  // bit i: cut after bucket i
+      Plan grouped = wfbp;
+      grouped.buckets.clear();
+      Bucket current;
+      for (int i = 0; i < n; ++i) {
+        current.slices.push_back(wfbp.buckets[i].slices[0]);
+        current.bytes += wfbp.buckets[i].bytes;
+        if (i == n - 1 || (mask >> i & 1)) {
+          grouped.buckets.push_back(current);
+          current = Bucket();
+        }
+      }
+      const int m = static_cast<int>(grouped.buckets.size());
+      for (int forms = 0; forms < (1 << m); ++forms) {
+        for (int b = 0; b < m; ++b) grouped.buckets[b].two_stage = (forms >> b & 1) != 0;
+        best = std::min(best, Simulate(q, grouped, c)->iteration_ms);
+      }
+    }
+    INFO("flat alpha " << flat_alpha_us << " us, two-stage alpha " << two_alpha_us << " us");
+    const Plan mg = *MakePlan("mgwfbp", q, c, {});
+    CHECK(Simulate(q, mg, c)->iteration_ms == Approx(best));
+  }
+}
+
 TEST_CASE("No communication gives the compute time, for every planner") {
   const CostModel free_comm = CostModel::Linear(0, 0);
   for (const char* model : {"resnet50", "vgg16", "bert-base"}) {
