@@ -162,7 +162,9 @@ bool ChannelCost::TwoStagePays(double bytes) const {
 }
 
 double ChannelCost::Seconds(Collective op, double bytes) const {
-  return FormSeconds(op, bytes, op == Collective::kAllreduce && TwoStagePays(bytes));
+  const double flat = FlatSeconds(op, bytes);
+  if (op != Collective::kAllreduce || !OffersTwoStage()) return flat;
+  return std::min(flat, FormSeconds(op, bytes, true));
 }
 
 double ChannelCost::FormSeconds(Collective op, double bytes, bool two_stage_form) const {
@@ -346,7 +348,7 @@ absl::Status CostModel::Validate() const {
         !c.host_bandwidth_bytes_per_s().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("cost model channel ", i, " '", c.name,
-                       "': host link rates need one rank per host on a ring channel (", 
+                       "': host link rates need one rank per host on a ring channel (",
                        c.ranks_per_host, " given); use a hierarchical channel"));
     }
     absl::Status rates = ValidateHostRates(c);

@@ -99,14 +99,14 @@ absl::StatusOr<int> HierarchyHostOf(MPI_Comm comm, int rank, int size, const Con
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, ": Init failed: ", layout.status().message()));
   }
+  // The layout decides once whether ranks can split by host; the setting whether they do.
   std::string why_flat;
-  const int host = HierarchyHost(*layout, rank, hierarchical, &why_flat);
-  if (!why_flat.empty() && rank == 0) {
+  *two_stage_host = HierarchyHost(*layout, rank, /*requested=*/true, &why_flat);
+  const int host = hierarchical ? *two_stage_host : -1;
+  if (hierarchical && !why_flat.empty() && rank == 0) {
     spdlog::warn("overlap: OVERLAP_HIERARCHICAL_ALLREDUCE=1, but allreduces stay flat: {}",
                  why_flat);
   }
-  std::string why_not_two_stage;
-  *two_stage_host = HierarchyHost(*layout, rank, /*requested=*/true, &why_not_two_stage);
   *hosts = host >= 0 ? static_cast<int>(layout->hosts.size()) : 0;
   *distinct_hosts = static_cast<int>(layout->hosts.size());
   rank_hosts->clear();

@@ -54,14 +54,18 @@ constexpr int64_t kLargeProbeBytes = int64_t{1} << 20;
 // timed on the rank that started last, run about 5% under a fit floored by back-to-back probes;
 // a link that lost a fifth of its rate or more is probed again.
 constexpr double kHeldFitTolerance = 1.25;
-// From which size a fitted channel's two-stage allreduce is the cheaper form, for the log:
-// "N bytes", "every size" or "no size".
+// Where a fitted channel's two-stage allreduce is the cheaper form, for the log: "from N bytes",
+// "below N bytes", "at every size" or "at no size". It is at m bytes when d_alpha < d_beta x m.
 std::string TwoStageFromText(const sched::ChannelCost& c) {
   const double d_alpha = c.two_stage.alpha_s - c.alpha_s;
   const double d_beta = c.beta_s_per_byte - c.two_stage.beta_s_per_byte;
-  if (d_alpha <= 0 && d_beta >= 0) return "every size";
-  if (d_beta <= 0) return "no size";
-  return absl::StrCat(static_cast<int64_t>(std::ceil(d_alpha / d_beta)), " bytes");
+  if (d_beta > 0) {
+    if (d_alpha <= 0) return "at every size";
+    return absl::StrCat("from ", static_cast<int64_t>(std::ceil(d_alpha / d_beta)), " bytes");
+  }
+  if (d_alpha >= 0) return "at no size";
+  if (d_beta == 0) return "at every size";
+  return absl::StrCat("below ", static_cast<int64_t>(std::floor(d_alpha / d_beta)), " bytes");
 }
 
 // `sizes` up to `cap`, and `cap` itself in place of the sizes above it.
@@ -217,7 +221,7 @@ absl::Status PlanScheduler::FitCost(sched::CostModel* cost) {
   if (fitted->two_stage.set()) {
     spdlog::info(
         "overlap: rank {}: fitted two-stage allreduce (within each host, across hosts, within "
-        "each host): alpha {:.1f} us, beta {:.3f} us/MB; the cheaper form from {}",
+        "each host): alpha {:.1f} us, beta {:.3f} us/MB; it is the cheaper form {}",
         rank_, ab[6] * 1e6, ab[7] * 1e12, TwoStageFromText(*fitted));
   }
   absl::MutexLock lock(&mu_);

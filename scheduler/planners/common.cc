@@ -112,9 +112,16 @@ void MarkTwoStage(Plan* plan, const CostModel& cost, bool always) {
 }
 
 double SimulatedMs(const Profile& profile, const Plan& plan, const CostModel& cost) {
-  Plan marked = plan;
-  MarkTwoStage(&marked, cost, /*always=*/false);
-  absl::StatusOr<SimResult> r = Simulate(profile, marked, cost);
+  // Planners call this in their search loops: copy the plan to mark it only where a channel
+  // offers the form at all.
+  const bool forms = std::any_of(cost.channels.begin(), cost.channels.end(),
+                                 [](const ChannelCost& c) { return c.OffersTwoStage(); });
+  Plan marked;
+  if (forms) {
+    marked = plan;
+    MarkTwoStage(&marked, cost, /*always=*/false);
+  }
+  absl::StatusOr<SimResult> r = Simulate(profile, forms ? marked : plan, cost);
   if (!r.ok()) {
     return std::numeric_limits<double>::infinity();
   }

@@ -40,6 +40,23 @@ TEST_CASE("wfbp and mgwfbp reproduce MG-WFBP's iteration model exactly under lin
   }
 }
 
+// wfbp's one-tensor buckets merged into contiguous groups: bit i of `cuts` cuts after bucket i.
+Plan Grouped(const Plan& wfbp, int cuts) {
+  Plan grouped = wfbp;
+  grouped.buckets.clear();
+  Bucket current;
+  const int n = static_cast<int>(wfbp.buckets.size());
+  for (int i = 0; i < n; ++i) {
+    current.slices.push_back(wfbp.buckets[i].slices[0]);
+    current.bytes += wfbp.buckets[i].bytes;
+    if (i == n - 1 || (cuts >> i & 1)) {
+      grouped.buckets.push_back(current);
+      current = Bucket();
+    }
+  }
+  return grouped;
+}
+
 TEST_CASE("mgwfbp finds the optimal merge: brute force over all contiguous groupings") {
   // Tensors ready at 1, 2, 3 ms with a 1 ms startup: wfbp ends at 1 + 3 x 1.01 = 4.03 ms; the
   // best grouping is {t0}, {t1, t2}: t0 ends at 2.01, the pair starts at 3 and ends at 4.02.
@@ -61,18 +78,8 @@ TEST_CASE("mgwfbp finds the optimal merge: brute force over all contiguous group
     const Plan wfbp = *MakePlan("wfbp", q, c, {});
     double best = std::numeric_limits<double>::infinity();
     const int n = static_cast<int>(wfbp.buckets.size());
-    for (int mask = 0; mask < (1 << (n - 1)); ++mask) {  // bit i: cut after bucket i
-      Plan grouped = wfbp;
-      grouped.buckets.clear();
-      Bucket current;
-      for (int i = 0; i < n; ++i) {
-        current.slices.push_back(wfbp.buckets[i].slices[0]);
-        current.bytes += wfbp.buckets[i].bytes;
-        if (i == n - 1 || (mask >> i & 1)) {
-          grouped.buckets.push_back(current);
-          current = Bucket();
-        }
-      }
+    for (int mask = 0; mask < (1 << (n - 1)); ++mask) {
+      Plan grouped = Grouped(wfbp, mask);
       best = std::min(best, MgwfbpModelMs(q, grouped, c));
     }
     INFO("alpha " << alpha_us);
@@ -93,18 +100,8 @@ TEST_CASE("mgwfbp with two forms: brute force over groupings and each bucket's f
     const Plan wfbp = *MakePlan("wfbp", q, c, {});
     const int n = static_cast<int>(wfbp.buckets.size());
     double best = std::numeric_limits<double>::infinity();
-    for (int mask = 0; mask < (1 << (n - 1)); ++mask) {  // bit i: cut after bucket i
-      Plan grouped = wfbp;
-      grouped.buckets.clear();
-      Bucket current;
-      for (int i = 0; i < n; ++i) {
-        current.slices.push_back(wfbp.buckets[i].slices[0]);
-        current.bytes += wfbp.buckets[i].bytes;
-        if (i == n - 1 || (mask >> i & 1)) {
-          grouped.buckets.push_back(current);
-          current = Bucket();
-        }
-      }
+    for (int mask = 0; mask < (1 << (n - 1)); ++mask) {
+      Plan grouped = Grouped(wfbp, mask);
       const int m = static_cast<int>(grouped.buckets.size());
       for (int forms = 0; forms < (1 << m); ++forms) {
         for (int b = 0; b < m; ++b) grouped.buckets[b].two_stage = (forms >> b & 1) != 0;
