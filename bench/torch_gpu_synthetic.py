@@ -1,12 +1,17 @@
-"""overlap.torch training on a GPU: a torchvision model on synthetic data, in the style of
-Horovod's synthetic benchmark, against the same model trained with no communication in the same
-process (this rank's GPU alone: the ceiling).
+"""overlap.torch training on a GPU: a torchvision model (or BERT-base) on synthetic data, in the
+style of Horovod's synthetic benchmark, against the same model trained with no communication in
+the same process (this rank's GPU alone: the ceiling).
 
-    overlaprun -np N python bench/torch_gpu_synthetic.py [--model resnet50] [--batch-size 64]
-        [--steps 20] [--warmup 10] [--compression none,fp16_ef,topk] [--ddp]
+    overlaprun -np N python bench/torch_gpu_synthetic.py [--model resnet50|bert-base]
+        [--batch-size 64] [--steps 20] [--warmup 10] [--compression none,fp16_ef,topk] [--ddp]
 
 With OVERLAP_PLAN_AFTER_STEPS=0 every gradient is negotiated every step; by default the runtime
-freezes the repeating step into a plan after 3 steps (docs/gpu.md compares the two).
+freezes the repeating step into a plan after 3 steps (docs/gpu.md compares the two). The
+scheduler's planners run as everywhere else: OVERLAP_PLANNER=auto, or deft with
+OVERLAP_STALENESS=1 (the JSON line names the planner and staleness; one process per planner).
+`bert-base` is BERT-base's encoder (12 layers, 768 wide, 12 heads, 3072 feed-forward, 30,522
+tokens, 110M parameters) built from torch.nn, trained to predict every token of random
+sequences (--seq-len, default 128; --batch-size counts sequences).
 
 Each phase builds the model afresh, takes --warmup steps, then times --steps steps between two
 torch.cuda.synchronize() calls. Phases: `local` (plain SGD), with --ddp torch's
@@ -19,6 +24,7 @@ after training, checks that every rank holds the same weights. Without a GPU it 
 """
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -40,7 +46,9 @@ COMPRESSORS = {
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="resnet50", help="a torchvision.models name")
+    p.add_argument("--model", default="resnet50",
+                   help="a torchvision.models name, or bert-base")
+    p.add_argument("--seq-len", type=int, default=128, help="bert-base's tokens per sequence")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--steps", type=int, default=20)
@@ -58,10 +66,44 @@ def parse_args(argv):
     return args
 
 
+class BertBase(torch.nn.Module):
+    """BERT-base's shape: token and position embeddings, 12 post-norm encoder layers, and an
+    output layer over the vocabulary."""
+
+    VOCAB = 30522
+
+    def __init__(self, seq_len):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(self.VOCAB, 768)
+        self.positions = torch.nn.Embedding(seq_len, 768)
+        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.1, activation="gelu",
+                                                 batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False)
+        self.norm = torch.nn.LayerNorm(768)
+        self.out = torch.nn.Linear(768, self.VOCAB)
+
+    def forward(self, ids):
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        x = self.encoder(self.tokens(ids) + self.positions(positions))
+        return self.out(self.norm(x)).flatten(0, 1)
+
+
 def new_model(args, device):
-    import torchvision  # imported here: only this benchmark needs it
     torch.manual_seed(0)
+    if args.model == "bert-base":
+        return BertBase(args.seq_len).to(device)
+    import torchvision  # imported here: only the image models need it
     return getattr(torchvision.models, args.model)(num_classes=1000).to(device)
+
+
+def synthetic_batch(args, device):
+    """The batch every step trains on, and its labels (one per token for bert-base)."""
+    if args.model == "bert-base":
+        data = torch.randint(0, BertBase.VOCAB, (args.batch_size, args.seq_len), device=device)
+        return data, torch.randint(0, BertBase.VOCAB, (args.batch_size * args.seq_len,),
+                                   device=device)
+    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
+    return data, torch.randint(0, 1000, (args.batch_size,), device=device)
 
 
 def init_ddp(device):
@@ -135,8 +177,9 @@ def main(argv):
         device = torch.device("cuda", torch.cuda.current_device())
     else:
         device = torch.device("cpu")
-    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
-    target = torch.randint(0, 1000, (args.batch_size,), device=device)
+    data, target = synthetic_batch(args, device)
+    planner = os.environ.get("OVERLAP_PLANNER", "observed")
+    staleness = int(os.environ.get("OVERLAP_STALENESS", "0") or 0)
     phases = [("local", None)] + ([("ddp", "ddp")] if args.ddp else []) + [
         (c, c) for c in args.compression.split(",")]
     local = None
@@ -149,14 +192,20 @@ def main(argv):
         if hvd.rank() == 0:
             gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
             stats = hvd._core.stats()
-            print("%-10s %9.1f img/s on %d ranks (%.3f of local)%s"
+            overlap_phase = compression not in (None, "ddp")
+            print("%-10s %9.1f samples/s on %d ranks (%.3f of local)%s"
                   % (label, total, hvd.size(), total / local,
-                     "  executor %s, %d tensors in %d units on the frozen plan"
-                     % (stats["cuda_executor"] or "-", stats["planned_tensors"],
-                        stats.get("planned_units", -1))
-                     if compression not in (None, "ddp") else ""))
+                     "  planner %s (staleness %d, adopted: %s), executor %s, %d tensors in %d "
+                     "units on the plan" % (planner, staleness, stats["planner"] or "no",
+                                            stats["cuda_executor"] or "-",
+                                            stats["planned_tensors"],
+                                            stats.get("planned_units", -1))
+                     if overlap_phase else ""))
             print(json.dumps({"bench": "torch_gpu_synthetic", "model": args.model,
                               "batch_size": args.batch_size, "ranks": hvd.size(), "phase": label,
+                              "planner": planner if overlap_phase else None,
+                              "staleness": staleness if overlap_phase else None,
+                              "plan_adopted": stats["planner"] if overlap_phase else None,
                               "img_per_s": round(total, 1), "of_local": round(total / local, 3),
                               "planned_tensors": stats["planned_tensors"],
                               "planned_units": stats.get("planned_units", -1),

@@ -31,8 +31,8 @@ def assert_models_close(a, b, what):
 class Pair:
     """The deferred and the reference copy, their optimizers and schedulers."""
 
-    def __init__(self, hvd, tag, make_optimizer, scheduler=False):
-        self.deferred, self.reference = make_model(), make_model()
+    def __init__(self, hvd, tag, make_optimizer, scheduler=False, model=make_model):
+        self.deferred, self.reference = model(), model()
         self.opt_d = hvd.DistributedOptimizer(
             make_optimizer(self.deferred.parameters()),
             named_parameters=[(f"{tag}.d.{n}", p) for n, p in self.deferred.named_parameters()],
@@ -76,6 +76,34 @@ def test_deferred_updates_equal_synchronous_ones(hvd, name, make):
         assert_models_close(pair.deferred, pair.reference, f"{name} step {step}")
     # The learning rate moved under the scheduler, and both copies saw the same rates.
     assert pair.opt_d.param_groups[0]["lr"] == pair.opt_r.param_groups[0]["lr"] < 0.1 * 0.8 ** 10
+
+
+class Attention(torch.nn.Module):
+    """mlp()'s shape around a transformer encoder layer, whose nn.MultiheadAttention reads its
+    out_proj's weight and bias in its own forward and never calls out_proj's."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp = torch.nn.Linear(6, 16)
+        self.layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.out = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.out(self.layer(self.inp(x).view(2, -1, 16)).reshape(x.shape[0], 16))
+
+
+def test_a_submodule_used_by_its_parent_updates_before_the_parent_forward(hvd):
+    """out_proj's update must land before MultiheadAttention's forward reads it, not at a later
+    module's forward after autograd saved the old value (which fails backward, or trains on
+    a parameter changed under it)."""
+    pair = Pair(hvd, "uaf.attention", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+                model=Attention)
+    for step in range(8):
+        pair.step(hvd, step)
+        with torch.no_grad():
+            pair.deferred(batch(hvd, 100 + step)[0])
+        assert_models_close(pair.deferred, pair.reference, f"step {step}")
 
 
 def test_each_layer_updates_just_before_its_forward(hvd):

@@ -82,6 +82,7 @@ class DeferredUpdates:
         self._before_forward = before_forward
         self._by_param = {}
         self._seen_modules = weakref.WeakSet()
+        self._reached = weakref.WeakKeyDictionary()  # module -> _reached_params(module)
         self._hooks = []
         register = torch.nn.modules.module.register_module_forward_pre_hook
         self._hooks.append(register(compiled.module_hook(self._on_forward)))
@@ -125,15 +126,32 @@ class DeferredUpdates:
     def _on_forward(self, module, inputs):
         if module not in self._seen_modules:
             self._seen_modules.add(module)
+            self._reached.clear()  # a module ran its own forward: it no longer needs a parent's
             register = getattr(module, "register_state_dict_pre_hook", None)
             if register is not None and any(p in self._params
-                                            for p in module._parameters.values()):
+                                            for p in self._reached_params(module)):
                 # Saving the model right after step() must save the updated parameters.
                 self._hooks.append(register(lambda *_: self.apply()))
         if not self._by_param:
             return
-        own = [p for p in module._parameters.values() if p is not None and p in self._by_param]
+        own = [p for p in self._reached_params(module) if p in self._by_param]
         if not own:
             return
         self._before_forward(module, inputs)
         self.apply(own)
+
+    def _reached_params(self, module):
+        """The parameters `module`'s forward may read: its own, and those of submodules that
+        have never run a forward of their own (nn.MultiheadAttention reads its out_proj's weight
+        directly), since no hook of theirs would apply the update before that read. A submodule
+        that does run its forward keeps its parameters, and they update just before it."""
+        params = self._reached.get(module)
+        if params is None:
+            params, stack = [], [module]
+            while stack:
+                m = stack.pop()
+                params.extend(p for p in m._parameters.values() if p is not None)
+                stack.extend(c for c in m._modules.values()
+                             if c is not None and c not in self._seen_modules)
+            self._reached[module] = params
+        return params
