@@ -1,16 +1,50 @@
 #include "collectives/staging_executor.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
 
 namespace overlap {
 
-// A channel's stream and its pinned host buffers, grown to the largest collective seen. The data
-// plane runs one collective per channel at a time, so a channel's buffers are never shared.
+// A channel's stream and the pinned host buffers its collectives stage through. Each collective
+// takes buffers of its own: several may be in flight on one channel (a plan's bucket runner and a
+// data plane share the executor), and one collective's copy-in must not overwrite another's
+// payload (on an H200 a DeAR plan's buckets summed other buckets' bytes when the channel had one
+// pair). A finished collective's buffers go back to the channel for the next one.
 struct StagingExecutor::Channel {
   std::unique_ptr<BufferOps> ops;
-  std::unique_ptr<DeviceMemory> send, recv;
+  std::vector<std::unique_ptr<DeviceMemory>> free;     // pinned, ready for reuse
+  std::vector<std::unique_ptr<DeviceMemory>> retired;  // of collectives dropped in flight
+
+  // A pinned buffer of at least `bytes`: the smallest free one that fits, else a new one.
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> Take(size_t bytes) {
+    bytes = std::max<size_t>(bytes, 1);
+    auto best = free.end();
+    for (auto it = free.begin(); it != free.end(); ++it) {
+      if ((*it)->size() >= bytes && (best == free.end() || (*it)->size() < (*best)->size())) {
+        best = it;
+      }
+    }
+    if (best != free.end()) {
+      std::unique_ptr<DeviceMemory> taken = std::move(*best);
+      free.erase(best);
+      return taken;
+    }
+    return ops->AllocateHost(bytes);
+  }
+  // Keeps a buffer for reuse; the smallest go once more than kKeep are kept.
+  void Give(std::unique_ptr<DeviceMemory> buffer) {
+    if (buffer == nullptr) return;
+    free.push_back(std::move(buffer));
+    constexpr size_t kKeep = 8;
+    if (free.size() > kKeep) {
+      auto smallest = std::min_element(free.begin(), free.end(), [](const auto& a, const auto& b) {
+        return a->size() < b->size();
+      });
+      free.erase(smallest);
+    }
+  }
 };
 
 namespace {
@@ -40,28 +74,37 @@ Extent ExtentOf(const CollectiveArgs& a, int rank) {
   return {0, 0};
 }
 
-absl::Status Grow(BufferOps* ops, std::unique_ptr<DeviceMemory>* buffer, size_t bytes) {
-  if (*buffer != nullptr && (*buffer)->size() >= bytes) return absl::OkStatus();
-  buffer->reset();
-  absl::StatusOr<std::unique_ptr<DeviceMemory>> grown = ops->AllocateHost(std::max<size_t>(bytes, 1));
-  if (!grown.ok()) return grown.status();
-  *buffer = std::move(*grown);
-  return absl::OkStatus();
-}
+}  // namespace
 
 // Device to host, the host collective, host to device: each phase starts when the one before it
-// is done, checked by Test().
-class StagedWork : public Work {
+// is done, checked by Test(). Holds its pinned buffers until the copy back is done, then gives
+// them back to the channel; dropped before that (a failed job), it retires them instead, since
+// MPI or a queued copy may still use them.
+class StagingExecutor::StagedWork : public Work {
  public:
-  StagedWork(Executor* host, int channel, CollectiveArgs host_args, BufferOps* ops,
-             void* device_recv, size_t out_bytes, std::unique_ptr<Work> copied_in)
+  StagedWork(Executor* host, int channel, CollectiveArgs host_args, Channel* ch,
+             void* device_recv, size_t out_bytes, std::unique_ptr<DeviceMemory> send,
+             std::unique_ptr<DeviceMemory> recv, std::unique_ptr<Work> copied_in)
       : host_(host),
         channel_(channel),
         host_args_(std::move(host_args)),
-        ops_(ops),
+        ch_(ch),
+        ops_(ch->ops.get()),
         device_recv_(device_recv),
         out_bytes_(out_bytes),
+        send_(std::move(send)),
+        recv_(std::move(recv)),
         pending_(std::move(copied_in)) {}
+  ~StagedWork() override {
+    pending_.reset();
+    if (phase_ == Phase::kFinished) {
+      ch_->Give(std::move(send_));
+      ch_->Give(std::move(recv_));
+      return;
+    }
+    if (send_ != nullptr) ch_->retired.push_back(std::move(send_));
+    if (recv_ != nullptr) ch_->retired.push_back(std::move(recv_));
+  }
 
   absl::StatusOr<bool> Test() override {
     while (true) {
@@ -87,33 +130,51 @@ class StagedWork : public Work {
           break;
         }
         case Phase::kCopyOut:
+          phase_ = Phase::kFinished;
+          return true;
+        case Phase::kFinished:
           return true;
       }
     }
   }
 
  private:
-  enum class Phase { kCopyIn, kCollective, kCopyOut };
+  enum class Phase { kCopyIn, kCollective, kCopyOut, kFinished };
   Executor* const host_;
   const int channel_;
   const CollectiveArgs host_args_;
+  Channel* const ch_;
   BufferOps* const ops_;
   void* const device_recv_;
   const size_t out_bytes_;
+  std::unique_ptr<DeviceMemory> send_, recv_;
   Phase phase_ = Phase::kCopyIn;
   std::unique_ptr<Work> pending_;
 };
 
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<StagingExecutor>> StagingExecutor::Create(
     std::unique_ptr<Executor> host, Device device, int rank) {
-  std::unique_ptr<StagingExecutor> executor(new StagingExecutor(std::move(host), rank));
-  for (int c = 0; c < executor->host_->num_channels(); ++c) {
+  std::vector<std::unique_ptr<BufferOps>> channel_ops;
+  for (int c = 0; c < host->num_channels(); ++c) {
     absl::StatusOr<std::unique_ptr<BufferOps>> ops = CreateBufferOps(device, nullptr);
     if (!ops.ok()) return ops.status();
+    channel_ops.push_back(*std::move(ops));
+  }
+  return Create(std::move(host), std::move(channel_ops), rank);
+}
+
+absl::StatusOr<std::unique_ptr<StagingExecutor>> StagingExecutor::Create(
+    std::unique_ptr<Executor> host, std::vector<std::unique_ptr<BufferOps>> channel_ops,
+    int rank) {
+  if (static_cast<int>(channel_ops.size()) != host->num_channels()) {
+    return absl::InvalidArgumentError(absl::StrCat("staging executor: ", channel_ops.size(),
+                                                   " streams for ", host->num_channels(),
+                                                   " channels"));
+  }
+  std::unique_ptr<StagingExecutor> executor(new StagingExecutor(std::move(host), rank));
+  for (std::unique_ptr<BufferOps>& ops : channel_ops) {
     auto channel = std::make_unique<Channel>();
-    channel->ops = std::move(*ops);
+    channel->ops = std::move(ops);
     executor->channels_.push_back(std::move(channel));
   }
   return executor;
@@ -140,23 +201,35 @@ absl::StatusOr<std::unique_ptr<Work>> StagingExecutor::Start(int channel_index,
   const size_t elem = DataTypeSize(args.dtype);
   const size_t in_bytes = static_cast<size_t>(extent.in) * elem;
   const size_t out_bytes = static_cast<size_t>(extent.out) * elem;
-  absl::Status s = Grow(ch.ops.get(), &ch.send, in_bytes);
-  if (s.ok()) s = Grow(ch.ops.get(), &ch.recv, out_bytes);
-  if (!s.ok()) return s;
-  CollectiveArgs host_args = args;
   const bool in_place = args.send == nullptr;
+  std::unique_ptr<DeviceMemory> send;
+  if (!in_place) {
+    absl::StatusOr<std::unique_ptr<DeviceMemory>> taken = ch.Take(in_bytes);
+    if (!taken.ok()) return taken.status();
+    send = *std::move(taken);
+  }
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> recv =
+      ch.Take(in_place ? std::max(in_bytes, out_bytes) : out_bytes);
+  if (!recv.ok()) {
+    ch.Give(std::move(send));
+    return recv.status();
+  }
+  CollectiveArgs host_args = args;
   // In place, the input is the output buffer; the host collective then runs in place too.
   const void* device_in = in_place ? args.recv : args.send;
-  void* host_in = in_place ? ch.recv->data() : ch.send->data();
-  host_args.send = in_place ? nullptr : ch.send->data();
-  host_args.recv = args.kind == CollectiveKind::kBarrier ? nullptr : ch.recv->data();
+  void* host_in = in_place ? (*recv)->data() : send->data();
+  host_args.send = in_place ? nullptr : send->data();
+  host_args.recv = args.kind == CollectiveKind::kBarrier ? nullptr : (*recv)->data();
+  absl::Status s;
   if (in_bytes > 0) s = ch.ops->CopyToHost(host_in, device_in, in_bytes);
-  if (!s.ok()) return s;
-  absl::StatusOr<std::unique_ptr<Work>> copied_in = ch.ops->Fence();
+  absl::StatusOr<std::unique_ptr<Work>> copied_in =
+      s.ok() ? ch.ops->Fence() : absl::StatusOr<std::unique_ptr<Work>>(s);
+  // Built before the error checks, so that buffers a queued copy may still read are retired.
+  auto work = std::make_unique<StagedWork>(
+      host_.get(), channel_index, std::move(host_args), &ch, args.recv, out_bytes,
+      std::move(send), *std::move(recv), copied_in.ok() ? *std::move(copied_in) : nullptr);
   if (!copied_in.ok()) return copied_in.status();
-  return std::unique_ptr<Work>(new StagedWork(host_.get(), channel_index, std::move(host_args),
-                                              ch.ops.get(), args.recv, out_bytes,
-                                              std::move(*copied_in)));
+  return std::unique_ptr<Work>(std::move(work));
 }
 
 }  // namespace overlap

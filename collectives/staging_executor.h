@@ -4,7 +4,9 @@
 // without NCCL, or OVERLAP_EXECUTOR=mpi. Each collective copies its device input to a pinned host
 // buffer on the channel's stream, starts the host collective once that copy is done, and copies
 // the result back on the same stream; Work::Test() advances these phases without blocking, so the
-// runtime's data plane drives it like any other executor.
+// runtime's data plane drives it like any other executor. Each collective stages through pinned
+// buffers of its own (pooled per channel), so several may be in flight on one channel, as when a
+// plan's bucket runner and a data plane share the executor.
 //
 // Threading: one thread (the runtime's coordinator) calls Start and Test, as for every executor.
 #ifndef OVERLAP_COLLECTIVES_STAGING_EXECUTOR_H_
@@ -27,6 +29,10 @@ class StagingExecutor : public Executor {
   // of `host`. Unavailable when the device cannot be used.
   static absl::StatusOr<std::unique_ptr<StagingExecutor>> Create(std::unique_ptr<Executor> host,
                                                                  Device device, int rank);
+  // The same with the channels' streams given: `channel_ops[c]` copies for channel c (one per
+  // channel of `host`, else InvalidArgument). The tests' proxy device stages through its own.
+  static absl::StatusOr<std::unique_ptr<StagingExecutor>> Create(
+      std::unique_ptr<Executor> host, std::vector<std::unique_ptr<BufferOps>> channel_ops, int rank);
 
   const char* name() const override { return name_.c_str(); }
   int num_channels() const override { return host_->num_channels(); }
@@ -37,6 +43,7 @@ class StagingExecutor : public Executor {
   void Abort() override { host_->Abort(); }
 
   struct Channel;
+  class StagedWork;
   ~StagingExecutor() override;
 
  private:

@@ -386,6 +386,11 @@ constexpr Var kVars[] = {
         .Describe("k: tests/mpi_catch_main.cc puts every k consecutive ranks on a pretend host "
                   "(OVERLAP_HOST_ID) before Init")
         .Build(),
+    Def("OVERLAP_TEST_PROXY_STAGED", Kind::kString, Reader::kTest)
+        .Describe("any value: the tests' proxy device (tests/fakes/proxy_device.cc) runs its "
+                  "collectives through the MPI executor staged through host memory, as ranks "
+                  "sharing a GPU do, instead of a stream-ordered one")
+        .Build(),
     Def("OVERLAP_TEST_DRIFT", Kind::kString, Reader::kTest)
         .Describe("any value: tests/runtime/scheduled_test.cc slows its step down to test "
                   "re-planning")

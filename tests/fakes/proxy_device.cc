@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/mpi_executor.h"
+#include "collectives/staging_executor.h"
 
 namespace overlap::fake {
 namespace {
@@ -226,7 +227,7 @@ class ProxyBackend : public DeviceBackend {
     std::shared_ptr<ProxyStream> borrowed(AsStream(stream), [](ProxyStream*) {});
     return std::unique_ptr<BufferOps>(new ProxyBufferOps(std::move(borrowed)));
   }
-  absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(MPI_Comm comm, int /*rank*/,
+  absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(MPI_Comm comm, int rank,
                                                            int /*device*/, const Config& config,
                                                            const HostSplit& split,
                                                            std::string* /*note*/) const override {
@@ -236,6 +237,16 @@ class ProxyBackend : public DeviceBackend {
     options.hierarchical = split.hierarchical;
     absl::StatusOr<std::unique_ptr<MpiExecutor>> mpi = MpiExecutor::Create(comm, options);
     if (!mpi.ok()) return mpi.status();
+    if (std::getenv("OVERLAP_TEST_PROXY_STAGED") != nullptr) {
+      // As ranks sharing a GPU: each collective copied to host memory, reduced by MPI and copied
+      // back, phase by phase, on a stream per channel.
+      std::vector<std::unique_ptr<BufferOps>> streams;
+      for (int c = 0; c < (*mpi)->num_channels(); ++c) streams.push_back(CreateProxyBufferOps());
+      absl::StatusOr<std::unique_ptr<StagingExecutor>> staged =
+          StagingExecutor::Create(*std::move(mpi), std::move(streams), rank);
+      if (!staged.ok()) return staged.status();
+      return std::unique_ptr<Executor>(*std::move(staged));
+    }
     return CreateProxyExecutor(std::move(*mpi));
   }
 };

@@ -68,6 +68,10 @@ class DeviceBuffer {
   uint8_t* get() const { return static_cast<uint8_t*>(data_); }
   void Upload(const std::vector<uint8_t>& host) {
     CUDA_REQUIRE(cudaMemcpy(data_, host.data(), host.size(), cudaMemcpyHostToDevice));
+    // From pageable memory cudaMemcpy may return before the DMA lands, and the copy kernels run
+    // on a non-blocking stream that does not wait for it (seen on an H200: a source element
+    // read as the fresh allocation's zero).
+    CUDA_REQUIRE(cudaDeviceSynchronize());
   }
   std::vector<uint8_t> Download() const {
     std::vector<uint8_t> host(bytes_);

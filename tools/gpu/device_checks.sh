@@ -5,6 +5,7 @@
 #             //runtime:liboverlap.so //tests/runtime:liboverlap_testing.so //launcher:overlaprun \
 #             && tools/gpu/device_checks.sh --bundle
 #   there:  tools/gpu/device_checks.sh   (the device tool's run, carrying .gpu)
+#           tools/gpu/device_checks.sh --only 'dear|buffer_ops'   (those commands alone)
 # Each check is what its Bazel target runs (tests/gpu/BUILD), with OVERLAP_REQUIRE_GPU=1 so that
 # none can pass by skipping; then overlap.torch with CUDA tensors, then the benchmarks: the
 # kernels, compressed allreduce on the GPU against a host copy (1 rank on NCCL, 2 staged), and
@@ -38,7 +39,7 @@ synthetic="python3 bench/torch_gpu_synthetic.py"
 # The planners profile and adopt during the warm-up, so their runs warm up longer.
 planned="OVERLAP_PROFILE_STEPS=5 OVERLAP_REPLAN_DRIFT=0"
 long="--warmup 40 --steps 30"
-exec ${DRY_RUN:+printf "%s\n"} .gpu/run_on_device.sh \
+commands=(\
   "$b/tests/compression/cuda_kernels_test" \
   "$b/tests/gpu/cuda_buffer_ops_test" \
   "$run 1 -- $b/tests/gpu/nccl_executor_test_bin" \
@@ -64,3 +65,14 @@ exec ${DRY_RUN:+printf "%s\n"} .gpu/run_on_device.sh \
   "$planned OVERLAP_PLANNER=deft OVERLAP_STALENESS=1 $run 1 -- $synthetic --model bert-base --batch-size 32 $long" \
   "$run 2 -- $synthetic --ddp" \
   "$planned OVERLAP_PLANNER=auto $run 2 -- $synthetic $long"
+  "$planned OVERLAP_PLANNER=deft OVERLAP_STALENESS=1 OVERLAP_BUDGET=-1 $run 2 -- $synthetic $long"
+)
+# --only REGEX: just the commands that match (a rerun of what failed), checks and benchmarks alike.
+if [ "${1:-}" = --only ]; then
+  chosen=()
+  for c in "${commands[@]}"; do
+    if [ "$c" = --serial ] || [[ $c =~ $2 ]]; then chosen+=("$c"); fi
+  done
+  commands=("${chosen[@]}")
+fi
+exec ${DRY_RUN:+printf "%s\n"} .gpu/run_on_device.sh "${commands[@]}"
