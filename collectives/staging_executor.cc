@@ -1,6 +1,7 @@
 #include "collectives/staging_executor.h"
 
 #include <algorithm>
+#include <deque>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -12,8 +13,15 @@ namespace overlap {
 // data plane share the executor), and one collective's copy-in must not overwrite another's
 // payload (on an H200 a DeAR plan's buckets summed other buckets' bytes when the channel had one
 // pair). A finished collective's buffers go back to the channel for the next one.
+//
+// A channel's host collectives start in the order of Start, whatever order their copy-ins are
+// found done in: MPI pairs the collectives of a communicator by the order each rank starts them,
+// and on a GPU the copies finish, and the owners (a bucket runner, a data plane) test their work,
+// at times that differ between ranks. Started out of order, two collectives of one size summed
+// each other's payloads across ranks (on an H200, the first step of a DeAR plan).
 struct StagingExecutor::Channel {
   std::unique_ptr<BufferOps> ops;
+  std::deque<StagedWork*> waiting;  // copying in, in Start order; their collectives not started
   std::vector<std::unique_ptr<DeviceMemory>> free;     // pinned, ready for reuse
   std::vector<std::unique_ptr<DeviceMemory>> retired;  // of collectives dropped in flight
 
@@ -96,6 +104,8 @@ class StagingExecutor::StagedWork : public Work {
         recv_(std::move(recv)),
         pending_(std::move(copied_in)) {}
   ~StagedWork() override {
+    auto queued = std::find(ch_->waiting.begin(), ch_->waiting.end(), this);
+    if (queued != ch_->waiting.end()) ch_->waiting.erase(queued);
     pending_.reset();
     if (phase_ == Phase::kFinished) {
       ch_->Give(std::move(send_));
@@ -106,18 +116,41 @@ class StagingExecutor::StagedWork : public Work {
     if (recv_ != nullptr) ch_->retired.push_back(std::move(recv_));
   }
 
+  // Starts the host collectives of the channel's waiting works, from the first, while their
+  // copy-ins are done. A failure is kept by the work it belongs to, for its own Test.
+  static void StartInOrder(Channel& ch) {
+    while (!ch.waiting.empty()) {
+      StagedWork* w = ch.waiting.front();
+      absl::StatusOr<bool> copied = w->pending_->Test();
+      if (copied.ok() && !*copied) return;
+      ch.waiting.pop_front();
+      if (!copied.ok()) {
+        w->error_ = copied.status();
+        continue;
+      }
+      absl::StatusOr<std::unique_ptr<Work>> work = w->host_->Start(w->channel_, w->host_args_);
+      if (!work.ok()) {
+        w->error_ = work.status();
+        continue;
+      }
+      w->pending_ = std::move(*work);
+      w->phase_ = Phase::kCollective;
+    }
+  }
+
   absl::StatusOr<bool> Test() override {
+    if (!error_.ok()) return error_;
+    if (phase_ == Phase::kCopyIn) {
+      StartInOrder(*ch_);
+      if (!error_.ok()) return error_;
+      if (phase_ == Phase::kCopyIn) return false;  // copying in, or behind an earlier Start
+    }
     while (true) {
       absl::StatusOr<bool> done = pending_->Test();
       if (!done.ok() || !*done) return done;
       switch (phase_) {
-        case Phase::kCopyIn: {
-          absl::StatusOr<std::unique_ptr<Work>> work = host_->Start(channel_, host_args_);
-          if (!work.ok()) return work.status();
-          pending_ = std::move(*work);
-          phase_ = Phase::kCollective;
-          break;
-        }
+        case Phase::kCopyIn:  // started by StartInOrder above
+          return false;
         case Phase::kCollective: {
           absl::Status s = out_bytes_ == 0 ? absl::OkStatus()
                                            : ops_->CopyFromHost(device_recv_, host_args_.recv,
@@ -150,6 +183,7 @@ class StagingExecutor::StagedWork : public Work {
   std::unique_ptr<DeviceMemory> send_, recv_;
   Phase phase_ = Phase::kCopyIn;
   std::unique_ptr<Work> pending_;
+  absl::Status error_;
 };
 
 absl::StatusOr<std::unique_ptr<StagingExecutor>> StagingExecutor::Create(
@@ -229,6 +263,7 @@ absl::StatusOr<std::unique_ptr<Work>> StagingExecutor::Start(int channel_index,
       host_.get(), channel_index, std::move(host_args), &ch, args.recv, out_bytes,
       std::move(send), *std::move(recv), copied_in.ok() ? *std::move(copied_in) : nullptr);
   if (!copied_in.ok()) return copied_in.status();
+  ch.waiting.push_back(work.get());
   return std::unique_ptr<Work>(std::move(work));
 }
 

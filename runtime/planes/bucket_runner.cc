@@ -35,16 +35,19 @@ std::string UnitNames(const std::vector<std::shared_ptr<const Response>>& respon
 // Buffers a plan's buckets reuse step after step (as runtime/planes/buffer_pool.h, on any device):
 // a new allocation of tens of MiB costs more than the copy into it. A buffer is free again once the
 // pool holds the only reference; up to four per slot are kept.
+// Buffers by slot (a bucket's packed values or chunk), kept across passes. A new one is allocated
+// on the stream that first writes it, the bucket's channel stream: on a GPU, memory from
+// cudaMallocAsync belongs to its stream from that point on, and another stream using it at once
+// may write into a block the pool handed out again while that stream's earlier work still uses
+// it (the proxy device plays this: tests/fakes/proxy_device.h).
 class BucketRunner::Pool {
  public:
-  explicit Pool(BufferOps* ops) : ops_(ops) {}
-
-  absl::StatusOr<std::shared_ptr<DeviceMemory>> Take(int64_t slot, size_t bytes) {
+  absl::StatusOr<std::shared_ptr<DeviceMemory>> Take(int64_t slot, size_t bytes, BufferOps& ops) {
     std::vector<std::shared_ptr<DeviceMemory>>& kept = slots_[slot];
     for (const std::shared_ptr<DeviceMemory>& b : kept) {
       if (b.use_count() == 1 && b->size() == bytes) return b;
     }
-    absl::StatusOr<std::unique_ptr<DeviceMemory>> made = ops_->Allocate(bytes);
+    absl::StatusOr<std::unique_ptr<DeviceMemory>> made = ops.Allocate(bytes);
     if (!made.ok()) return made.status();
     std::shared_ptr<DeviceMemory> buffer(std::move(*made));
     if (kept.size() < kMaxPerSlot) {
@@ -61,7 +64,6 @@ class BucketRunner::Pool {
 
  private:
   static constexpr size_t kMaxPerSlot = 4;
-  BufferOps* const ops_;
   absl::flat_hash_map<int64_t, std::vector<std::shared_ptr<DeviceMemory>>> slots_;
   int64_t held_bytes_ = 0;
 };
@@ -96,7 +98,7 @@ BucketRunner::BucketRunner(Executor* executor, std::vector<std::unique_ptr<Buffe
       timeline_(timeline),
       timeout_(timeout),
       compression_(compression),
-      pool_(std::make_unique<Pool>(deliver_.get())),
+      pool_(std::make_unique<Pool>()),
       channel_jobs_(ops_.size()) {}
 
 BucketRunner::~BucketRunner() = default;
@@ -180,7 +182,7 @@ absl::Status BucketRunner::Prepare(BucketJob* job, const BucketInput* input) {
     job->chunk = std::move(chunk->second);
     chunks_.erase(chunk);
     absl::StatusOr<std::shared_ptr<DeviceMemory>> buffer =
-        pool_->Take(Slot(job->bucket, kPacked), static_cast<size_t>(total) * elem);
+        pool_->Take(Slot(job->bucket, kPacked), static_cast<size_t>(total) * elem, ops);
     if (!buffer.ok()) return fail(buffer.status());
     job->buffer = *std::move(buffer);
     args.kind = CollectiveKind::kAllgatherv;
@@ -217,7 +219,7 @@ absl::Status BucketRunner::Prepare(BucketJob* job, const BucketInput* input) {
       args.recv = out.data;
     } else {
       absl::StatusOr<std::shared_ptr<DeviceMemory>> buffer =
-          pool_->Take(Slot(job->bucket, kPacked), static_cast<size_t>(total) * elem);
+          pool_->Take(Slot(job->bucket, kPacked), static_cast<size_t>(total) * elem, ops);
       if (!buffer.ok()) return fail(buffer.status());
       job->buffer = *std::move(buffer);
       // One batched copy per prescale factor (usually one for the whole bucket).
@@ -262,7 +264,7 @@ absl::Status BucketRunner::Prepare(BucketJob* job, const BucketInput* input) {
       args.recv_counts = counts;
       absl::StatusOr<std::shared_ptr<DeviceMemory>> chunk =
           pool_->Take(Slot(job->bucket, kChunk),
-                      static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * elem);
+                      static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * elem, ops);
       if (!chunk.ok()) return fail(chunk.status());
       job->chunk = *std::move(chunk);
       args.send = job->buffer->data();

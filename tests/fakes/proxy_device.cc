@@ -2,13 +2,17 @@
 
 #include <cstdlib>
 #include <cstring>
+
+#include <unistd.h>
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <random>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "collectives/mpi_executor.h"
 #include "collectives/staging_executor.h"
 
@@ -43,6 +47,7 @@ class ProxyStream {
   // Runs steps in order until one is not finished; true once the step at `position` has run.
   absl::StatusOr<bool> RunTo(int64_t position) {
     std::lock_guard<std::recursive_mutex> lock(ProxyLock());
+    if (late_ && error_.ok() && executed_ < position && Coin()) return false;  // not there yet
     while (error_.ok() && executed_ < position && !steps_.empty() && !running_) {
       running_ = true;  // a step that waits on this stream again must not re-enter
       absl::StatusOr<bool> done = steps_.front()();
@@ -58,8 +63,18 @@ class ProxyStream {
     if (!error_.ok()) return error_;
     return executed_ >= position;
   }
+  // A late stream reaches what it was asked about only every other time, at random, as a GPU's
+  // copies finish at times the host does not choose and that differ between ranks.
+  void set_late() { late_ = true; }
 
  private:
+  static bool Coin() {
+    static std::mt19937 bits(static_cast<uint32_t>(getpid()) ^
+                             static_cast<uint32_t>(absl::ToUnixNanos(absl::Now())));
+    return (bits() & 1) != 0;
+  }
+
+  bool late_ = false;
   std::deque<Step> steps_;
   int64_t enqueued_ = 0;
   int64_t executed_ = 0;
@@ -95,6 +110,7 @@ class ProxyMemory : public DeviceMemory {
   }
   void* data() const override { return bytes_.get(); }
   size_t size() const override { return size_; }
+  std::shared_ptr<unsigned char> bytes() const { return bytes_; }
 
  private:
   const std::shared_ptr<ProxyStream> stream_;
@@ -112,8 +128,20 @@ class ProxyBufferOps : public BufferOps {
   Device device() const override { return Device::Cuda(0); }
   void* stream() const override { return stream_.get(); }
 
+  // As cudaMallocAsync, the memory is this stream's from the point the allocation is queued at:
+  // work queued on the stream before it (a delivery still reading the block a pool handed out
+  // again) may still scribble on it until the stream gets there, which a step queued here plays
+  // by poisoning the block once more. Another stream that uses the memory must wait for this
+  // one first (WaitForStream), or that late poison overwrites what it wrote.
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(size_t bytes) override {
-    return std::unique_ptr<DeviceMemory>(new ProxyMemory(stream_, bytes));
+    auto memory = std::make_unique<ProxyMemory>(stream_, bytes);
+    void* data = memory->data();
+    std::shared_ptr<unsigned char> keep = memory->bytes();
+    stream_->Enqueue([data, bytes, keep]() -> absl::StatusOr<bool> {
+      std::memset(data, kPoison, bytes);
+      return true;
+    });
+    return std::unique_ptr<DeviceMemory>(std::move(memory));
   }
 
   absl::Status WaitForStream(void* stream) override {
@@ -240,8 +268,13 @@ class ProxyBackend : public DeviceBackend {
     if (std::getenv("OVERLAP_TEST_PROXY_STAGED") != nullptr) {
       // As ranks sharing a GPU: each collective copied to host memory, reduced by MPI and copied
       // back, phase by phase, on a stream per channel.
+      // Its streams are late, so that collectives' copies finish in an order of their own.
       std::vector<std::unique_ptr<BufferOps>> streams;
-      for (int c = 0; c < (*mpi)->num_channels(); ++c) streams.push_back(CreateProxyBufferOps());
+      for (int c = 0; c < (*mpi)->num_channels(); ++c) {
+        auto stream = std::make_shared<ProxyStream>();
+        stream->set_late();
+        streams.push_back(std::make_unique<ProxyBufferOps>(std::move(stream)));
+      }
       absl::StatusOr<std::unique_ptr<StagingExecutor>> staged =
           StagingExecutor::Create(*std::move(mpi), std::move(streams), rank);
       if (!staged.ok()) return staged.status();
