@@ -21,8 +21,9 @@
 //  4. Deliver(): once every slice of a tensor is in, its pieces are copied into its output with
 //     the finishing scale (postscale, average); the operation completes when that copy is done.
 //
-// Device ordering. Each channel packs through a BufferOps queued on the executor's stream for that
-// channel (Executor::channel_stream), so a stream-ordered executor (NCCL) runs packing, collective
+// Device ordering. A bucket's buffers are allocated on its channel's stream, which writes them
+// first (stream-ordered memory is its stream's from the allocation on). Each channel packs through
+// a BufferOps queued on the executor's stream for that channel (Executor::channel_stream), so a stream-ordered executor (NCCL) runs packing, collective
 // and the next bucket's packing in queue order without the host waiting. Where the pack stream is
 // not the one the collective reads on (an executor that reads device memory from the host), the
 // runner fences the packing and starts the collective only once the fence is done. Inputs written
