@@ -53,6 +53,8 @@ def parse_args(argv):
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--warmup-cap", type=int, default=300,
+                   help="at most this many more warm-up steps while auto's trials are pending")
     p.add_argument("--compression", default="none",
                    help="comma-separated: " + ",".join(COMPRESSORS))
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -150,6 +152,15 @@ def run_phase(args, device, data, target, compression):
 
     for _ in range(args.warmup):
         step()
+    if compression not in (None, "ddp"):
+        # auto's live trials are not what it settles on: warm up until they are over (and its
+        # plan adopted), so the timed steps run one plan. Every rank agrees when to stop.
+        for _ in range(args.warmup_cap):
+            pending = 1 if hvd._core.stats().get("plan_trials_pending") else 0
+            if hvd.allreduce(torch.tensor([pending]), op=hvd.Max,
+                             name="synthetic.trials").item() == 0:
+                break
+            step()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()
     start = time.perf_counter()
