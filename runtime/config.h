@@ -124,6 +124,13 @@ struct Config {
   double replan_drift = 0.25;
   double replan_min_ms = 5;
 
+  // What each bucket of a plan costs the coordinator beyond its collective when the step's
+  // gradients are on a GPU (an event wait, a copy kernel, a collective launch, a fence: about
+  // 0.2 ms on an H200, docs/gpu.md), added to the fitted latency the planners plan with, so that
+  // they do not cut a step into more buckets than that cost repays. OVERLAP_DEVICE_BUCKET_US,
+  // 0..1e6.
+  double device_bucket_us = 200;
+
   // auto: the number of its best-simulated synchronous candidates (within 15% of the best) that
   // each run a few steps before the fastest measured one is kept; 1 keeps the simulator's choice.
   // OVERLAP_AUTO_TRIALS, 1..8.

@@ -313,6 +313,13 @@ constexpr Var kVars[] = {
         .Option("--replan-min-ms", "MS",
                 "re-plan on a drift of at least this many ms only (default 5)")
         .Build(),
+    Def("OVERLAP_DEVICE_BUCKET_US", Kind::kDouble)
+        .Range(0, 1e6, "microseconds")
+        .Default("200")
+        .Describe("what a plan's bucket costs the coordinator beyond its collective when the "
+                  "gradients are on a GPU (about 0.2 ms on an H200), added to the fitted latency "
+                  "the planners cut buckets by")
+        .Build(),
 
     // Read outside the runtime; listed so that it does not warn about them.
     Def("OVERLAP_LIBRARY", Kind::kPath, Reader::kPython)
@@ -390,6 +397,10 @@ constexpr Var kVars[] = {
         .Describe("any value: the tests' proxy device (tests/fakes/proxy_device.cc) runs its "
                   "collectives through the MPI executor staged through host memory, as ranks "
                   "sharing a GPU do, instead of a stream-ordered one")
+        .Build(),
+    Def("OVERLAP_TEST_EXPECT_PLAN_BUCKETS", Kind::kString, Reader::kTest)
+        .Describe("n: tests/runtime/scheduled_test.cc requires the adopted plan to have n "
+                  "buckets")
         .Build(),
     Def("OVERLAP_TEST_DRIFT", Kind::kString, Reader::kTest)
         .Describe("any value: tests/runtime/scheduled_test.cc slows its step down to test "

@@ -385,6 +385,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
   sched::CostModel cost;
   absl::Status probed = FitCost(&cost);
   if (!probed.ok()) return probed;
+  AddDeviceBucketCost(&cost);
   adopt_step_ = step_ + 2;
   if (rank_ == 0) {
     absl::StatusOr<sched::Profile> profile = profiler_->MakeProfile("measured");

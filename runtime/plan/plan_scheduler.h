@@ -185,6 +185,10 @@ class PlanScheduler {
   // since agree with it within kHeldFitTolerance (sched::FitStillHolds): a drift in the compute
   // windows is no reason to measure unchanged links again (about 1 s at 300 Mbit/s on 4 hosts).
   absl::Status FitCost(sched::CostModel* cost);
+  // Where the step's gradients are on a GPU, adds OVERLAP_DEVICE_BUCKET_US to every fitted
+  // latency of `cost` (what a bucket costs the coordinator beyond its collective); the fit kept
+  // for the next planning stays the link's alone.
+  void AddDeviceBucketCost(sched::CostModel* cost) const;
   // No trials under way or to come (a plan dropped, or one restored from a checkpoint).
   void ForgetTrials();
   // With no scheduled plan in force (one dropped, or auto's kept observed plan drifted): measure

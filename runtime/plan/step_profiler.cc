@@ -204,13 +204,20 @@ void StepProfiler::Close(const OpenStep& previous, const OpenStep& next) {
 }
 
 void StepProfiler::OnSubmit(const std::string& name, int64_t bytes, DataType dtype,
-                            FirstWaitFn first_wait, absl::Time now, bool may_delay) {
+                            FirstWaitFn first_wait, absl::Time now, bool may_delay,
+                            bool on_device) {
   absl::MutexLock lock(&mu_);
   if (open_.empty()) return;  // before the first forward: part of no step
+  device_tensors_ = device_tensors_ || on_device;
   OpenStep& current = open_.back();
   if (!current.names.insert(name).second) return;
   current.submissions.push_back(
       Submission{name, bytes, dtype, std::move(first_wait), now, may_delay});
+}
+
+bool StepProfiler::saw_device_tensors() const {
+  absl::MutexLock lock(&mu_);
+  return device_tensors_;
 }
 
 bool StepProfiler::used() const {

@@ -85,8 +85,11 @@ class StepProfiler {
   // submitted twice in one step keeps its first submission. Ignored before the first forward.
   // `may_delay`: a gradient a delayed plan may deliver late (AllreduceOptions::plan_may_delay);
   // false for a tensor the step reads at once, which the profile marks so no planner delays it.
+  // `on_device`: the tensor is a GPU's (saw_device_tensors).
   void OnSubmit(const std::string& name, int64_t bytes, DataType dtype, FirstWaitFn first_wait,
-                absl::Time now, bool may_delay = true);
+                absl::Time now, bool may_delay = true, bool on_device = false);
+  // Whether any tensor submitted in a step was on a GPU, ever (Reset keeps it).
+  bool saw_device_tensors() const;
 
   // True once OnPhase has been called at least once (the program uses the step API).
   bool used() const;
@@ -149,6 +152,7 @@ class StepProfiler {
   mutable absl::Mutex mu_;
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   bool used_ ABSL_GUARDED_BY(mu_) = false;
+  bool device_tensors_ ABSL_GUARDED_BY(mu_) = false;
   // The current step is open_.back() (from its forward marker on); while open_.size() == 2,
   // open_.front() is the previous step, waiting for the current one's backward marker.
   std::vector<OpenStep> open_ ABSL_GUARDED_BY(mu_);
