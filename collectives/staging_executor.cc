@@ -256,13 +256,20 @@ absl::StatusOr<std::unique_ptr<Work>> StagingExecutor::Start(int channel_index,
   host_args.recv = args.kind == CollectiveKind::kBarrier ? nullptr : (*recv)->data();
   absl::Status s;
   if (in_bytes > 0) s = ch.ops->CopyToHost(host_in, device_in, in_bytes);
-  absl::StatusOr<std::unique_ptr<Work>> copied_in =
-      s.ok() ? ch.ops->Fence() : absl::StatusOr<std::unique_ptr<Work>>(s);
-  // Built before the error checks, so that buffers a queued copy may still read are retired.
-  auto work = std::make_unique<StagedWork>(
-      host_.get(), channel_index, std::move(host_args), &ch, args.recv, out_bytes,
-      std::move(send), *std::move(recv), copied_in.ok() ? *std::move(copied_in) : nullptr);
-  if (!copied_in.ok()) return copied_in.status();
+  std::unique_ptr<Work> copied_in;
+  if (s.ok()) {
+    absl::StatusOr<std::unique_ptr<Work>> fence = ch.ops->Fence();
+    if (fence.ok()) {
+      copied_in = *std::move(fence);
+    } else {
+      s = fence.status();
+    }
+  }
+  // Built before the error check, so that buffers a queued copy may still read are retired.
+  auto work = std::make_unique<StagedWork>(host_.get(), channel_index, std::move(host_args), &ch,
+                                           args.recv, out_bytes, std::move(send),
+                                           *std::move(recv), std::move(copied_in));
+  if (!s.ok()) return s;
   ch.waiting.push_back(work.get());
   return std::unique_ptr<Work>(std::move(work));
 }
