@@ -8,7 +8,14 @@
 // that WaitForStream joined to it. So a caller that reads a result before fencing the copy that
 // writes it, or starts a collective on a buffer another stream is still packing without joining
 // the streams, reads stale bytes and the test's values come out wrong. Fresh allocations are filled
-// with a poison pattern (0xA5 bytes), so a buffer read before it is written shows too.
+// with a poison pattern (0xA5 bytes), so a buffer read before it is written shows too; and, as
+// memory from cudaMallocAsync belongs to its stream from the allocation on, the allocating
+// stream poisons it again when it reaches that point, so another stream that writes it without
+// waiting for the allocating one loses what it wrote.
+//
+// With OVERLAP_TEST_PROXY_STAGED set, the backend's executor is the MPI executor staged through
+// host memory (collectives/staging_executor.h), as for ranks sharing a GPU, on streams that reach
+// a fence only every other time asked, at random, so copies finish in an order of their own.
 //
 // The executor wraps the MPI executor (one duplicated communicator per channel): each channel has
 // a stream, and a collective queued there starts on MPI when its stream reaches it and finishes
