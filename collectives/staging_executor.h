@@ -32,7 +32,8 @@ class StagingExecutor : public Executor {
   // The same with the channels' streams given: `channel_ops[c]` copies for channel c (one per
   // channel of `host`, else InvalidArgument). The tests' proxy device stages through its own.
   static absl::StatusOr<std::unique_ptr<StagingExecutor>> Create(
-      std::unique_ptr<Executor> host, std::vector<std::unique_ptr<BufferOps>> channel_ops, int rank);
+      std::unique_ptr<Executor> host, std::vector<std::unique_ptr<BufferOps>> channel_ops,
+      int rank);
 
   const char* name() const override { return name_.c_str(); }
   int num_channels() const override { return host_->num_channels(); }

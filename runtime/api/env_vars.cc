@@ -399,8 +399,8 @@ constexpr Var kVars[] = {
                   "sharing a GPU do, instead of a stream-ordered one")
         .Build(),
     Def("OVERLAP_TEST_EXPECT_PLAN_BUCKETS", Kind::kString, Reader::kTest)
-        .Describe("n: tests/runtime/scheduled_test.cc requires the adopted plan to have n "
-                  "buckets")
+        .Describe("n or >=n: tests/runtime/scheduled_test.cc requires the adopted plan to have "
+                  "n buckets, or at least n")
         .Build(),
     Def("OVERLAP_TEST_DRIFT", Kind::kString, Reader::kTest)
         .Describe("any value: tests/runtime/scheduled_test.cc slows its step down to test "

@@ -32,14 +32,13 @@ std::string UnitNames(const std::vector<std::shared_ptr<const Response>>& respon
   return text;
 }
 
-// Buffers a plan's buckets reuse step after step (as runtime/planes/buffer_pool.h, on any device):
-// a new allocation of tens of MiB costs more than the copy into it. A buffer is free again once the
-// pool holds the only reference; up to four per slot are kept.
-// Buffers by slot (a bucket's packed values or chunk), kept across passes. A new one is allocated
-// on the stream that first writes it, the bucket's channel stream: on a GPU, memory from
-// cudaMallocAsync belongs to its stream from that point on, and another stream using it at once
-// may write into a block the pool handed out again while that stream's earlier work still uses
-// it (the proxy device plays this: tests/fakes/proxy_device.h).
+// Buffers a plan's buckets reuse step after step, by slot (a bucket's packed values or chunk; as
+// runtime/planes/buffer_pool.h, on any device): a new allocation of tens of MiB costs more than the
+// copy into it. A buffer is free again once the pool holds the only reference; up to four per slot
+// are kept. A new one is allocated on the stream that first writes it, the bucket's channel
+// stream: on a GPU, memory from cudaMallocAsync belongs to its stream from that point on, and
+// another stream using it at once may write into a block the pool handed out again while that
+// stream's earlier work still uses it (the proxy device plays this: tests/fakes/proxy_device.h).
 class BucketRunner::Pool {
  public:
   absl::StatusOr<std::shared_ptr<DeviceMemory>> Take(int64_t slot, size_t bytes, BufferOps& ops) {

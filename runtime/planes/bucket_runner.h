@@ -23,15 +23,16 @@
 //
 // Device ordering. A bucket's buffers are allocated on its channel's stream, which writes them
 // first (stream-ordered memory is its stream's from the allocation on). Each channel packs through
-// a BufferOps queued on the executor's stream for that channel (Executor::channel_stream), so a stream-ordered executor (NCCL) runs packing, collective
-// and the next bucket's packing in queue order without the host waiting. Where the pack stream is
-// not the one the collective reads on (an executor that reads device memory from the host), the
-// runner fences the packing and starts the collective only once the fence is done. Inputs written
-// on a producer's stream (Tensor::stream) are waited for before packing. Delivery copies run on a
-// stream of their own and complete the operation only after a fence; the buffers they read are held
-// until then, so the pool never hands out a buffer with work still queued on it. On the host every
-// copy runs at once, in pieces with Executor::Poke between them so that MPI collectives in flight
-// keep moving (the same arithmetic as collectives/scaling.h, so results are bit-identical).
+// a BufferOps queued on the executor's stream for that channel (Executor::channel_stream), so a
+// stream-ordered executor (NCCL) runs packing, collective and the next bucket's packing in queue
+// order without the host waiting. Where the pack stream is not the one the collective reads on (an
+// executor that reads device memory from the host), the runner fences the packing and starts the
+// collective only once the fence is done. Inputs written on a producer's stream (Tensor::stream)
+// are waited for before packing. Delivery copies run on a stream of their own and complete the
+// operation only after a fence; the buffers they read are held until then, so the pool never hands
+// out a buffer with work still queued on it. On the host every copy runs at once, in pieces with
+// Executor::Poke between them so that MPI collectives in flight keep moving (the same arithmetic as
+// collectives/scaling.h, so results are bit-identical).
 //
 // Errors name the rank, the bucket's tensors and the cause; a collective that runs past `timeout`
 // fails with DeadlineExceeded. After an error the job cannot continue (the caller fails

@@ -267,8 +267,8 @@ class ProxyBackend : public DeviceBackend {
     if (!mpi.ok()) return mpi.status();
     if (std::getenv("OVERLAP_TEST_PROXY_STAGED") != nullptr) {
       // As ranks sharing a GPU: each collective copied to host memory, reduced by MPI and copied
-      // back, phase by phase, on a stream per channel.
-      // Its streams are late, so that collectives' copies finish in an order of their own.
+      // back, phase by phase, on a stream per channel; late streams, so that the collectives'
+      // copies finish in an order of their own.
       std::vector<std::unique_ptr<BufferOps>> streams;
       for (int c = 0; c < (*mpi)->num_channels(); ++c) {
         auto stream = std::make_shared<ProxyStream>();
