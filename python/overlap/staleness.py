@@ -100,6 +100,12 @@ class ScheduleView:
         runs it synchronously."""
         return self._schedule["tensors"].get(name)
 
+    def covers(self, step):
+        """Whether the plan in force ran the submissions of the step of forward marker `step`:
+        a plan is adopted while the program runs on, so an update applied after its adoption
+        may still carry a gradient reduced before it (synchronously)."""
+        return self.delayed and step >= self._schedule["first_step"]
+
     def current_pass(self):
         """The plan pass of the submissions of the step whose forward marker was last read."""
         return self._schedule["first_pass"] + self.step - self._schedule["first_step"]

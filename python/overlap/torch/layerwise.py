@@ -29,14 +29,16 @@ class PendingUpdate:
 
     params: the parameters it updates; resolve(): waits for the reduction and returns
     {param: averaged gradient, or None when the plan brings no update this step}; snapshot: the
-    param groups' settings when step() deferred it."""
+    param groups' settings when step() deferred it; step: the forward marker of the step whose
+    gradients it reduces (the staleness correction classifies its update by it), or None."""
 
-    __slots__ = ("params", "resolve", "snapshot")
+    __slots__ = ("params", "resolve", "snapshot", "step")
 
-    def __init__(self, params, resolve, snapshot):
+    def __init__(self, params, resolve, snapshot, step=None):
         self.params = params
         self.resolve = resolve
         self.snapshot = snapshot
+        self.step = step
 
 
 def snapshot_settings(param_groups):

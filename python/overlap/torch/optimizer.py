@@ -386,9 +386,10 @@ class _DistributedOptimizer:
             return False
         self._correction.active()  # its forward hook, while a plan delays
         snapshot = layerwise.snapshot_settings(self.param_groups)
+        submitted = self._correction.step_now()
         for p, entry in self._reductions():
             params, resolve = self._resolver(p, entry)
-            self._deferred.add(layerwise.PendingUpdate(params, resolve, snapshot))
+            self._deferred.add(layerwise.PendingUpdate(params, resolve, snapshot, submitted))
         self._end_step()
         return True
 
@@ -401,7 +402,7 @@ class _DistributedOptimizer:
             base = super(_DistributedOptimizer, self)
             # The correction steps parameters the plan runs synchronously exactly as
             # step_subset does, and corrects the delayed ones.
-            self._correction.step(base.step, grads, entries[0].snapshot)
+            self._correction.step(base.step, grads, entries[0].snapshot, entries[0].step)
 
     def apply_pending_updates(self):
         """Applies now every update that step() deferred (update_at_forward). Needed only before
@@ -467,7 +468,7 @@ class _DistributedOptimizer:
         if closure is None and self._correction.active():
             grads = {p: p.grad for group in self.param_groups for p in group["params"]
                      if p.grad is not None}
-            self._correction.step(base.step, grads, None)
+            self._correction.step(base.step, grads, None, self._correction.step_now())
             return None
         return base.step(closure)
 

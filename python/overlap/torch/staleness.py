@@ -114,6 +114,11 @@ class StalenessCorrection:
             self._watch_forwards(delayed)
         return delayed
 
+    def step_now(self):
+        """The forward marker of the step in progress as active() last read it: the step whose
+        gradients step() hands over now."""
+        return self._view.step
+
     def bytes(self):
         """Bytes of extra state the correction holds now (saved values and last updates)."""
         total = 0
@@ -166,13 +171,22 @@ class StalenessCorrection:
             # off-period step still has updates to come before its gradient is applied).
             state.due = state.last is not None
 
-    def step(self, base_step, grads, snapshot):
+    def step(self, base_step, grads, snapshot, submitted_step=None):
         """Runs the wrapped optimizer's step on `grads` ({param: gradient}) with the group
-        settings `snapshot` (layerwise.snapshot_settings), corrected where the plan delays."""
+        settings `snapshot` (layerwise.snapshot_settings), corrected where the plan delays.
+        `submitted_step`: the forward marker of the step that submitted the gradients these
+        updates carry (step_now() then). The coordinator adopts a plan while the program runs
+        on, so an update applied just after the adoption may carry a gradient reduced before
+        it, synchronously: that one is not corrected (and records no last update), whatever the
+        moment this runs at, so that every rank, and every copy of a model, corrects the same
+        updates."""
         if self.mode == "off":
             self._plain(base_step, grads, snapshot)
             return
         self._view.refresh()  # the update of a plan adopted or dropped since the forward
+        if submitted_step is not None and not self._view.covers(submitted_step):
+            self._plain(base_step, grads, snapshot)
+            return
         classes = {}
         for p in grads:
             slices = self._slices(p)
