@@ -1,0 +1,103 @@
+"""What a delay costs the maths alone: bench/time_to_accuracy.sh's fmnist task trained in one
+process, with no runtime and no communication, on gradients applied `--delay` steps late, with
+the staleness corrections of the adapters (overlap/staleness.py) done by hand here. It separates
+what delayed updates cost in accuracy from anything overlap's runtime does (docs/time_to_accuracy.md,
+"What a delay costs without overlap").
+
+  python3 bench/delayed_sgd_reference.py --delay 0                  # synchronous
+  python3 bench/delayed_sgd_reference.py --delay 1 --correction predict --seed 2
+
+The model, data and normalisation are bench/tta_train.py's; the batch is the 4-rank global batch
+(4 x 64) and the learning rate its 0.01 x 4, SGD with momentum 0.9. Corrections:
+  off      the delayed gradient applied as it is;
+  on       momentum lowered to max(0, 1 - (1 - m)(1 + delay));
+  predict  "on", and each forward run at W + delay x (last update), as "predict" does for a
+           delay with no update period;
+  predict-keep  the prediction with the momentum kept (lowered for delay - 1 steps only).
+Prints one JSON line: the settings and the final test accuracy on all 10,000 test images.
+"""
+
+import argparse
+import collections
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tta_train  # noqa: E402
+
+
+def load(data_dir, name):
+    x = tta_train.read_idx(os.path.join(data_dir, name + "-images-idx3-ubyte.gz"))
+    y = tta_train.read_idx(os.path.join(data_dir, name + "-labels-idx1-ubyte.gz"))
+    x = (torch.tensor(x, dtype=torch.float32) / 255.0 - 0.2860) / 0.3530
+    return x.unsqueeze(1), torch.tensor(y).long()
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--delay", type=int, default=1)
+    p.add_argument("--correction", default="off", choices=["off", "on", "predict", "predict-keep"])
+    p.add_argument("--epochs", type=float, default=2)
+    p.add_argument("--lr", type=float, default=0.04)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    x, y = load(args.data_dir, "train")
+    x_test, y_test = load(args.data_dir, "t10k")
+
+    torch.manual_seed(args.seed)
+    model = tta_train.FashionCNN()
+    params = list(model.parameters())
+    momentum = args.momentum
+    lowered_for = {"off": 0, "predict-keep": args.delay - 1}.get(args.correction, args.delay)
+    if lowered_for > 0:
+        momentum = max(0.0, 1.0 - (1.0 - momentum) * (1 + lowered_for))
+    opt = torch.optim.SGD(params, lr=args.lr, momentum=momentum)
+    predict = args.correction.startswith("predict") and args.delay > 0
+    pending = collections.deque()  # gradients not yet applied, oldest first
+    last = None                    # the last update, for prediction
+    order = torch.Generator().manual_seed(args.seed)
+    per_epoch = len(x) // args.batch
+    steps = int(args.epochs * per_epoch)
+    for step in range(steps):
+        if step % per_epoch == 0:
+            perm = torch.randperm(len(x), generator=order)
+        batch = perm[(step % per_epoch) * args.batch:(step % per_epoch + 1) * args.batch]
+        saved = None
+        if predict and last is not None:
+            saved = [q.detach().clone() for q in params]
+            with torch.no_grad():
+                for q, u in zip(params, last):
+                    q.add_(u, alpha=args.delay)
+        opt.zero_grad()
+        F.cross_entropy(model(x[batch]), y[batch]).backward()
+        if saved is not None:
+            with torch.no_grad():
+                for q, s in zip(params, saved):
+                    q.copy_(s)
+        pending.append([q.grad.detach().clone() for q in params])
+        if len(pending) <= args.delay:
+            continue  # the first `delay` steps bring no update
+        for q, g in zip(params, pending.popleft()):
+            q.grad = g
+        before = [q.detach().clone() for q in params] if predict else None
+        opt.step()
+        if predict:
+            last = [q.detach() - b for q, b in zip(params, before)]
+    with torch.no_grad():
+        accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
+    print(json.dumps({"delay": args.delay, "correction": args.correction, "epochs": args.epochs,
+                      "lr": args.lr, "batch": args.batch, "seed": args.seed,
+                      "accuracy": round(accuracy, 4)}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
