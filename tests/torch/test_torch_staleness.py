@@ -10,7 +10,9 @@ Suites (tests/torch/BUILD):
   delayed optimizer; "on" lowers momentum / beta1 to max(0, 1 - (1 - m)(1 + s)) for the
   staleness s = delay + (period - 1) / 2; "predict" (and the default "auto") also runs each
   forward at W + U x (last update), U the updates still to come before that gradient is
-  applied, and applies SGD's period sums as p momentum steps.
+  applied, and applies SGD's period sums as p momentum steps; except that "auto" with SGD on a
+  tensor with delay 1 and no period looks ahead: momentum kept, and the forward of pass n >= 2
+  runs at W - lr (m buf + g), g this rank's own gradient of the previous step.
 - staleness_sync: a synchronous scheduled plan; the default correction must leave every value
   bit for bit as "off" does.
 """
@@ -106,19 +108,20 @@ def train(hvd, runs, steps):
     return at_forward, after, updated, [o.staleness_correction_bytes() for o in optimizers]
 
 
-def average_gradient(hvd, params, step):
+def average_gradient(hvd, params, step, ranks=None):
     """The average over ranks of the gradients at `params` (float64), from every rank's data
-    (made here: batch() depends on the rank and the step only)."""
+    (made here: batch() depends on the rank and the step only); of `ranks` only, if given."""
     model = make_model().double()
     with torch.no_grad():
         for p, value in zip(model.parameters(), params):
             p.copy_(value)
     loss = 0
-    for rank in range(hvd.size()):
+    ranks = range(hvd.size()) if ranks is None else ranks
+    for rank in ranks:
         x = floats((BATCH, 5), 1000 + step, rank).float().double()
         y = floats((BATCH, 3), 2000 + step, rank).float().double()
         loss = loss + F.mse_loss(model(x), y)
-    (loss / hvd.size()).backward()
+    (loss / len(ranks)).backward()
     return [p.grad.detach().clone() for p in model.parameters()]
 
 
@@ -155,13 +158,23 @@ class Reference:
         self.predict = correction in ("auto", "predict")
         self.lower = correction != "off"
         self.d, self.p = schedule
+        self.lookahead = kind == "sgd" and correction == "auto" and schedule == (1, 1)
+        self.local = {}  # look-ahead: each rank's own gradient of the last forward
         self.f = None  # found from its first update under the plan
         self.w = start.clone()
         self.state = {}
         self.last = None
 
-    def forward_point(self, n):
-        """Where the forward of pass n (None: before the plan) runs."""
+    def forward_point(self, n, rank):
+        """Where rank `rank`'s forward of pass n (None: before the plan) runs: under look-ahead
+        each rank's own, from its own gradient."""
+        if self.lookahead:
+            if n is None or n < 2 or rank not in self.local:
+                return self.w.clone()
+            buf = self.state.get("buf")
+            local = self.local[rank]
+            step = local if buf is None else MOMENTUM * buf + local
+            return self.w - LR["sgd"] * step
         if n is None or not (self.predict and self.last is not None):
             return self.w.clone()
         return self.w + updates_before_applied(n, self.d, self.p, self.f) * self.last
@@ -174,7 +187,8 @@ class Reference:
 
     def update(self, g, delayed):
         before = self.w.clone()
-        staleness = self.d + (self.p - 1) / 2.0 if delayed and self.lower else 0.0
+        lower = delayed and self.lower and not self.lookahead
+        staleness = self.d + (self.p - 1) / 2.0 if lower else 0.0
         b1, m = lowered(BETAS[0], staleness), lowered(MOMENTUM, staleness)
         w, state = self.w, self.state
         if self.kind == "sgd":
@@ -196,7 +210,7 @@ class Reference:
             state["v"] = BETAS[1] * state.get("v", torch.zeros_like(w)) + (1 - BETAS[1]) * g * g
             denom = (state["v"].sqrt() / (1 - BETAS[1] ** t) ** 0.5) + EPS
             w -= lr / (1 - b1 ** t) * state["m"] / denom
-        if delayed and self.predict:
+        if delayed and self.predict and not self.lookahead:
             self.last = w - before
 
 
@@ -227,11 +241,21 @@ def test_correction_matches_a_reference_by_hand_under_the_forced_plan(hvd):
         history = {}
         for k in range(STEPS):
             n = k - adopted if k >= adopted else None
-            points = [ref.forward_point(n) for ref in refs]
+            by_rank = [[ref.forward_point(n, rank) for ref in refs]
+                       for rank in range(hvd.size())]
+            points = by_rank[hvd.rank()]
             for i in range(tensors):
                 close(at_forward[r][k][i], points[i],
                       f"{what} step {k} (pass {n}): tensor {i} at forward")
-            grads = average_gradient(hvd, points, k)
+            if refs[0].lookahead:
+                # Each rank's gradient at its own point; the runtime averages those.
+                local = [average_gradient(hvd, by_rank[rank], k, ranks=[rank])
+                         for rank in range(hvd.size())]
+                grads = [sum(g[i] for g in local) / hvd.size() for i in range(tensors)]
+                for i, ref in enumerate(refs):
+                    ref.local = {rank: local[rank][i] for rank in range(hvd.size())}
+            else:
+                grads = average_gradient(hvd, points, k)
             history[k] = grads
             for i, ref in enumerate(refs):
                 if n is None:

@@ -127,7 +127,8 @@ class _DistributedOptimizer:
         # Off on a rank outside the process set: its gradients are never delayed.
         self._correction = StalenessCorrection(
             self, [(r.p, r.name) for r in self._params],
-            correction_mode if self._included else "off")
+            correction_mode if self._included else "off",
+            lookahead=staleness_correction is True or staleness_correction == "auto")
         weakref.finalize(self, self._correction.close)
         if self._included:
             self._register_hooks()
@@ -211,6 +212,8 @@ class _DistributedOptimizer:
         r.passes_left -= 1
         if r.passes_left > 0:
             return
+        if r.p.grad is not None:
+            self._correction.keep_local(r.p, r.p.grad)
         if r.group is not None:
             self._on_group_member(r)
         else:

@@ -15,11 +15,21 @@ Per delayed parameter and step that is an add at the forward, and a copy and a s
 the update (the update recorded), with no copy out before the forward and back after it: those
 two had slowed deft's steps where ranks share cores with spinning threads
 (docs/torch_side_by_side.md).
+Look-ahead ("auto" for torch.optim.SGD with plain momentum, on a parameter whose every slice
+has delay 1 and no update period): the delayed gradient is applied by the optimizer's own step
+(momentum not lowered), and the forward of pass n >= 2 runs at W - lr (m buf + g), the update
+that the next step will apply with g, this rank's own gradient of the previous step, standing in
+for the average it will bring (buf: the momentum buffer now). Where the last update only
+extrapolates, this one is the next update itself up to the other ranks' share of g: on the
+time-to-accuracy task without overlap it closed a one-step delay's loss from 2.5 points to 0.1
+(docs/time_to_accuracy.md, "What a delay costs without overlap"). Each local gradient is kept
+from the gradient hook until the next forward, which uses it once.
 Parameters the plan runs synchronously (and every parameter under a synchronous plan, or with
 mode "off") go through the wrapped optimizer's own step untouched, bit for bit.
 
 Memory (staleness_correction_bytes()): with "predict", two copies of each delayed parameter (its
-saved value while shifted, and its last update); with "on", none.
+saved value while shifted, and its last update, or under look-ahead its local gradient); with
+"on", none.
 """
 
 import weakref
@@ -60,7 +70,7 @@ def _lowered_settings(group_settings, s):
 
 
 class _State:
-    __slots__ = ("saved", "last", "shifted", "due")
+    __slots__ = ("saved", "last", "shifted", "due", "local", "local_kept")
 
     def __init__(self):
         # The true value's storage while shifted (the parameter's data is the moved-ahead
@@ -69,6 +79,8 @@ class _State:
         self.last = None     # its last update
         self.shifted = False
         self.due = False     # to be shifted at its module's next training forward
+        self.local = None    # look-ahead: this rank's gradient of the previous step
+        self.local_kept = False  # `local` holds one the next forward has not used yet
 
 
 class StalenessCorrection:
@@ -76,7 +88,7 @@ class StalenessCorrection:
     param_groups and state); `params`: [(parameter, gradient name)]; `mode`: "predict", "on" or
     "off" (staleness.check_mode)."""
 
-    def __init__(self, optimizer, params, mode):
+    def __init__(self, optimizer, params, mode, lookahead=False):
         self._optimizer_ref = weakref.ref(optimizer)  # its forward hook must not keep it alive
         self._name = {p: name for p, name in params}
         self._group = {}
@@ -85,6 +97,8 @@ class StalenessCorrection:
                 self._group[p] = index
         self.mode = mode
         self._predict = mode == "predict"
+        # Look-ahead where it applies ("auto" with SGD): the module docstring.
+        self._lookahead = self._predict and lookahead and _is_sgd(optimizer)
         self._view = staleness.ScheduleView()
         self._states = {}
         self._viewed = False  # the view was refreshed after this step's forward marker
@@ -123,7 +137,7 @@ class StalenessCorrection:
         """Bytes of extra state the correction holds now (saved values and last updates)."""
         total = 0
         for state in self._states.values():
-            for t in (state.saved, state.last):
+            for t in (state.saved, state.last, state.local):
                 if t is not None:
                     total += t.numel() * t.element_size()
         return total
@@ -131,25 +145,57 @@ class StalenessCorrection:
     def state_dict(self, params):
         """The state a checkpoint must carry for a resumed run to repeat this one bit for bit:
         {position in `params`: the parameter's last update} for every parameter that the next
-        forward moves ahead ("predict"); {} otherwise."""
+        forward moves ahead ("predict"), and {"local:<position>": its local gradient} for every
+        one it looks ahead; {} otherwise."""
         position = {p: i for i, p in enumerate(params)}
-        return {position[p]: state.last.detach().clone() for p, state in self._states.items()
-                if state.last is not None and p in position}
+        saved = {position[p]: state.last.detach().clone() for p, state in self._states.items()
+                 if state.last is not None and p in position}
+        saved.update({"local:%d" % position[p]: state.local.detach().clone()
+                      for p, state in self._states.items()
+                      if state.local_kept and p in position})
+        return saved
 
     def load_state_dict(self, params, saved):
         """Takes back what state_dict() gave, in a fresh process before its first forward: the
         forward hook is armed at once, since no step() has run yet to arm it."""
         self._states = {}
-        for index, last in saved.items():
-            p = params[int(index)]
+        for index, value in saved.items():
+            local = isinstance(index, str) and index.startswith("local:")
+            p = params[int(index[len("local:"):]) if local else int(index)]
             state = self._states.setdefault(p, _State())
             state.saved = torch.empty_like(p)
-            state.last = last.to(device=p.device, dtype=p.dtype).clone()
-            state.due = True
+            value = value.to(device=p.device, dtype=p.dtype).clone()
+            if local:
+                state.local, state.local_kept = value, True
+            else:
+                state.last, state.due = value, True
         if self._predict and self._states:
             self._watch_forwards(True)
 
     # -- schedule ---------------------------------------------------------------------------
+
+    def _looks_ahead(self, p):
+        """Whether parameter `p` is corrected by look-ahead under the plan in force."""
+        if not self._lookahead:
+            return False
+        slices = self._slices(p)
+        if not slices or any(s[2] != 1 or s[3] != 1 for s in slices):
+            return False
+        group = self._optimizer.param_groups[self._group[p]]
+        return self._spreadable(group)
+
+    def keep_local(self, p, grad):
+        """The gradient hook's: keeps this rank's gradient of `p`, before it is reduced, for the
+        next forward's look-ahead."""
+        if not self._lookahead or not self._view.delayed or not self._looks_ahead(p):
+            return
+        state = self._states.setdefault(p, _State())
+        with torch.no_grad():
+            if state.local is None or state.local.shape != grad.shape:
+                state.local = grad.detach().clone()
+            else:
+                state.local.copy_(grad)
+        state.local_kept = True
 
     def _slices(self, p):
         if self.mode == "off":
@@ -189,7 +235,7 @@ class StalenessCorrection:
             return
         classes = {}
         for p in grads:
-            slices = self._slices(p)
+            slices = None if self._looks_ahead(p) else self._slices(p)
             s = 0.0 if slices is None else staleness.mean_staleness(slices)
             classes.setdefault(s, {})[p] = grads[p]
         plain = classes.pop(0.0, None)
@@ -264,11 +310,31 @@ class StalenessCorrection:
 
     # -- weight prediction ------------------------------------------------------------------
 
+    def _look_ahead(self, p, current):
+        """Runs this forward of `p` at W - lr (m buf + g) (the module docstring), from pass 2 on:
+        the local gradient of pass 0 may have been kept or not, depending on when this rank saw
+        the plan, and every rank must shift alike."""
+        state = self._states[p]
+        state.local_kept = False  # used once, by this forward
+        if current < 2 or not self._looks_ahead(p):
+            return
+        group = self._optimizer.param_groups[self._group[p]]
+        buf = self._optimizer.state.get(p, {}).get("momentum_buffer")
+        if state.saved is None or state.saved.shape != p.shape:
+            state.saved = torch.empty_like(p)
+        with torch.no_grad():
+            next_buf = state.local if buf is None else torch.add(
+                state.local, buf, alpha=float(group["momentum"]))
+            torch.add(p.data, next_buf, alpha=-float(group["lr"]), out=state.saved)
+        p.data, state.saved = state.saved, p.data
+        state.shifted = True
+
     def _on_forward(self, module, inputs):
         if not (module.training and torch.is_grad_enabled()):
             return
         own = [p for p in module._parameters.values()
-               if p is not None and p in self._states and self._states[p].due]
+               if p is not None and p in self._states and
+               (self._states[p].due or self._states[p].local_kept)]
         if not own:
             return
         if not self._viewed:
@@ -276,6 +342,10 @@ class StalenessCorrection:
             self._view.refresh()
             self._viewed = True
         current = self._view.current_pass()
+        ahead_of = [p for p in own if self._states[p].local_kept]
+        own = [p for p in own if not self._states[p].local_kept and self._states[p].due]
+        for p in ahead_of:
+            self._look_ahead(p, current)
         for p in own:
             state = self._states[p]
             state.due = False
