@@ -13,7 +13,10 @@ The model, data and normalisation are bench/tta_train.py's; the batch is the 4-r
   on       momentum lowered to max(0, 1 - (1 - m)(1 + delay));
   predict  "on", and each forward run at W + delay x (last update), as "predict" does for a
            delay with no update period;
-  predict-keep  the prediction with the momentum kept (lowered for delay - 1 steps only).
+  predict-keep  the prediction with the momentum kept (lowered for delay - 1 steps only);
+  lookahead  overlap.torch's "auto" for SGD at delay 1: the momentum kept, and each forward run at
+           W - lr (m buf + g), g one rank's share of the previous step's batch (its first
+           batch / --ranks examples) standing in for the average the next update brings.
 Prints one JSON line: the settings and the final test accuracy on all 10,000 test images.
 """
 
@@ -41,7 +44,9 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--delay", type=int, default=1)
-    p.add_argument("--correction", default="off", choices=["off", "on", "predict", "predict-keep"])
+    p.add_argument("--correction", default="off",
+                   choices=["off", "on", "predict", "predict-keep", "lookahead"])
+    p.add_argument("--ranks", type=int, default=4, help="lookahead: the batch's share of one rank")
     p.add_argument("--epochs", type=float, default=2)
     p.add_argument("--lr", type=float, default=0.04)
     p.add_argument("--batch", type=int, default=256)
@@ -57,13 +62,16 @@ def main(argv):
     model = tta_train.FashionCNN()
     params = list(model.parameters())
     momentum = args.momentum
-    lowered_for = {"off": 0, "predict-keep": args.delay - 1}.get(args.correction, args.delay)
+    lowered_for = {"off": 0, "predict-keep": args.delay - 1,
+                   "lookahead": 0}.get(args.correction, args.delay)
     if lowered_for > 0:
         momentum = max(0.0, 1.0 - (1.0 - momentum) * (1 + lowered_for))
     opt = torch.optim.SGD(params, lr=args.lr, momentum=momentum)
     predict = args.correction.startswith("predict") and args.delay > 0
     pending = collections.deque()  # gradients not yet applied, oldest first
     last = None                    # the last update, for prediction
+    lookahead = args.correction == "lookahead" and args.delay == 1
+    local = None                   # lookahead: one rank's gradient of the previous step
     order = torch.Generator().manual_seed(args.seed)
     per_epoch = len(x) // args.batch
     steps = int(args.epochs * per_epoch)
@@ -77,6 +85,17 @@ def main(argv):
             with torch.no_grad():
                 for q, u in zip(params, last):
                     q.add_(u, alpha=args.delay)
+        if lookahead and local is not None:
+            saved = [q.detach().clone() for q in params]
+            with torch.no_grad():
+                for q, g in zip(params, local):
+                    buf = opt.state[q].get("momentum_buffer")
+                    q.add_(g if buf is None else buf * momentum + g, alpha=-args.lr)
+        if lookahead:
+            share = batch[:args.batch // args.ranks]
+            opt.zero_grad()
+            F.cross_entropy(model(x[share]), y[share]).backward()
+            local = [q.grad.detach().clone() for q in params]
         opt.zero_grad()
         F.cross_entropy(model(x[batch]), y[batch]).backward()
         if saved is not None:
