@@ -16,7 +16,9 @@ The model, data and normalisation are bench/tta_train.py's; the batch is the 4-r
   predict-keep  the prediction with the momentum kept (lowered for delay - 1 steps only);
   lookahead  overlap.torch's "auto" for SGD at delay 1: the momentum kept, and each forward run at
            W - lr (m buf + g), g one rank's share of the previous step's batch (its first
-           batch / --ranks examples) standing in for the average the next update brings.
+           batch / --ranks examples) standing in for the average the next update brings; at
+           delay d (not in overlap.torch yet), the d updates still to come, each from the
+           rank's share of its step.
 Prints one JSON line: the settings and the final test accuracy on all 10,000 test images.
 """
 
@@ -70,8 +72,8 @@ def main(argv):
     predict = args.correction.startswith("predict") and args.delay > 0
     pending = collections.deque()  # gradients not yet applied, oldest first
     last = None                    # the last update, for prediction
-    lookahead = args.correction == "lookahead" and args.delay == 1
-    local = None                   # lookahead: one rank's gradient of the previous step
+    lookahead = args.correction == "lookahead" and args.delay > 0
+    local = collections.deque()    # lookahead: one rank's gradients of the last `delay` steps
     order = torch.Generator().manual_seed(args.seed)
     per_epoch = len(x) // args.batch
     steps = int(args.epochs * per_epoch)
@@ -85,17 +87,21 @@ def main(argv):
             with torch.no_grad():
                 for q, u in zip(params, last):
                     q.add_(u, alpha=args.delay)
-        if lookahead and local is not None:
+        if lookahead and len(local) == args.delay:
             saved = [q.detach().clone() for q in params]
             with torch.no_grad():
-                for q, g in zip(params, local):
+                for i, q in enumerate(params):
                     buf = opt.state[q].get("momentum_buffer")
-                    q.add_(g if buf is None else buf * momentum + g, alpha=-args.lr)
+                    for grads in local:  # oldest first: the order the updates come in
+                        buf = grads[i] if buf is None else buf * momentum + grads[i]
+                        q.add_(buf, alpha=-args.lr)
         if lookahead:
             share = batch[:args.batch // args.ranks]
             opt.zero_grad()
             F.cross_entropy(model(x[share]), y[share]).backward()
-            local = [q.grad.detach().clone() for q in params]
+            local.append([q.grad.detach().clone() for q in params])
+            if len(local) > args.delay:
+                local.popleft()
         opt.zero_grad()
         F.cross_entropy(model(x[batch]), y[batch]).backward()
         if saved is not None:

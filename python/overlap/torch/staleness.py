@@ -190,6 +190,8 @@ class StalenessCorrection:
         if not self._lookahead or not self._view.delayed or not self._looks_ahead(p):
             return
         state = self._states.setdefault(p, _State())
+        # A last update from an earlier plan's prediction must not move a later forward too.
+        state.last, state.due = None, False
         with torch.no_grad():
             if state.local is None or state.local.shape != grad.shape:
                 state.local = grad.detach().clone()
