@@ -11,8 +11,9 @@ Suites (tests/torch/BUILD):
   staleness s = delay + (period - 1) / 2; "predict" (and the default "auto") also runs each
   forward at W + U x (last update), U the updates still to come before that gradient is
   applied, and applies SGD's period sums as p momentum steps; except that "auto" with SGD on a
-  tensor with delay 1 and no period looks ahead: momentum kept, and the forward of pass n >= 2
-  runs at W - lr (m buf + g), g this rank's own gradient of the previous step.
+  tensor with delay d and no period looks ahead: momentum kept, and the forward of pass n >= d + 1
+  runs where the d updates to come put it, each from this rank's own gradient of its step.
+- staleness_delay2 (2,1): the same with delay 2.
 - staleness_sync: a synchronous scheduled plan; the default correction must leave every value
   bit for bit as "off" does.
 """
@@ -158,8 +159,8 @@ class Reference:
         self.predict = correction in ("auto", "predict")
         self.lower = correction != "off"
         self.d, self.p = schedule
-        self.lookahead = kind == "sgd" and correction == "auto" and schedule == (1, 1)
-        self.local = {}  # look-ahead: each rank's own gradient of the last forward
+        self.lookahead = kind == "sgd" and correction == "auto" and self.p == 1
+        self.local = {}  # look-ahead: each rank's own gradients of the last d forwards
         self.f = None  # found from its first update under the plan
         self.w = start.clone()
         self.state = {}
@@ -169,12 +170,14 @@ class Reference:
         """Where rank `rank`'s forward of pass n (None: before the plan) runs: under look-ahead
         each rank's own, from its own gradient."""
         if self.lookahead:
-            if n is None or n < 2 or rank not in self.local:
+            local = self.local.get(rank, [])
+            if n is None or n < self.d + 1 or len(local) < self.d:
                 return self.w.clone()
-            buf = self.state.get("buf")
-            local = self.local[rank]
-            step = local if buf is None else MOMENTUM * buf + local
-            return self.w - LR["sgd"] * step
+            buf, point = self.state.get("buf"), self.w.clone()
+            for g in local:
+                buf = g if buf is None else MOMENTUM * buf + g
+                point = point - LR["sgd"] * buf
+            return point
         if n is None or not (self.predict and self.last is not None):
             return self.w.clone()
         return self.w + updates_before_applied(n, self.d, self.p, self.f) * self.last
@@ -253,7 +256,8 @@ def test_correction_matches_a_reference_by_hand_under_the_forced_plan(hvd):
                          for rank in range(hvd.size())]
                 grads = [sum(g[i] for g in local) / hvd.size() for i in range(tensors)]
                 for i, ref in enumerate(refs):
-                    ref.local = {rank: local[rank][i] for rank in range(hvd.size())}
+                    for rank in range(hvd.size()):
+                        ref.local[rank] = (ref.local.get(rank, []) + [local[rank][i]])[-ref.d:]
             else:
                 grads = average_gradient(hvd, points, k)
             history[k] = grads
@@ -272,7 +276,9 @@ def test_correction_matches_a_reference_by_hand_under_the_forced_plan(hvd):
                 close(after[r][k][i], ref.w, f"{what} step {k} (pass {n}): tensor {i} after")
         params = sum(t.numel() for t in start)
         if correction in ("auto", "predict"):
-            assert correction_bytes[r] == 2 * 4 * params, (what, correction_bytes[r])
+            # The saved value, and the last update or (look-ahead) the last d local gradients.
+            copies = 1 + (refs[0].d if refs[0].lookahead else 1)
+            assert correction_bytes[r] == copies * 4 * params, (what, correction_bytes[r])
         else:
             assert correction_bytes[r] == 0, (what, correction_bytes[r])
     # The correction does change the values: predict and off part ways.

@@ -16,19 +16,21 @@ the update (the update recorded), with no copy out before the forward and back a
 two had slowed deft's steps where ranks share cores with spinning threads
 (docs/torch_side_by_side.md).
 Look-ahead ("auto" for torch.optim.SGD with plain momentum, on a parameter whose every slice
-has delay 1 and no update period): the delayed gradient is applied by the optimizer's own step
-(momentum not lowered), and the forward of pass n >= 2 runs at W - lr (m buf + g), the update
-that the next step will apply with g, this rank's own gradient of the previous step, standing in
-for the average it will bring (buf: the momentum buffer now). Where the last update only
-extrapolates, this one is the next update itself up to the other ranks' share of g: on the
-time-to-accuracy task without overlap it closed a one-step delay's loss from 2.5 points to 0.1
-(docs/time_to_accuracy.md, "What a delay costs without overlap"). Each local gradient is kept
-from the gradient hook until the next forward, which uses it once.
+has the same delay d and no update period): the delayed gradient is applied by the optimizer's
+own step (momentum not lowered), and the forward of pass n >= d + 1 runs where the d updates
+still to come will put the parameter, each computed as torch's SGD would (buf = m buf + g,
+W -= lr buf) from g, this rank's own gradient of that step, standing in for the average it will
+bring. Where the last update only extrapolates, these are the next updates themselves up to the
+other ranks' share of g: on the time-to-accuracy task without overlap they closed a one-step
+delay's loss from 2.5 points to 0.1 (docs/time_to_accuracy.md, "What a delay costs without
+overlap"). The rank's gradients of the last d steps are kept from the gradient hook; a step
+without one empties them. Passes before d + 1 run unshifted, since whether the gradients of
+pass 0 were kept depends on when this rank saw the plan, and every rank must shift alike.
 Parameters the plan runs synchronously (and every parameter under a synchronous plan, or with
 mode "off") go through the wrapped optimizer's own step untouched, bit for bit.
 
 Memory (staleness_correction_bytes()): with "predict", two copies of each delayed parameter (its
-saved value while shifted, and its last update, or under look-ahead its local gradient); with
+saved value while shifted, and its last update, or under look-ahead d local gradients); with
 "on", none.
 """
 
@@ -70,7 +72,7 @@ def _lowered_settings(group_settings, s):
 
 
 class _State:
-    __slots__ = ("saved", "last", "shifted", "due", "local", "local_kept")
+    __slots__ = ("saved", "last", "shifted", "due", "local", "local_fresh")
 
     def __init__(self):
         # The true value's storage while shifted (the parameter's data is the moved-ahead
@@ -79,8 +81,8 @@ class _State:
         self.last = None     # its last update
         self.shifted = False
         self.due = False     # to be shifted at its module's next training forward
-        self.local = None    # look-ahead: this rank's gradient of the previous step
-        self.local_kept = False  # `local` holds one the next forward has not used yet
+        self.local = []      # look-ahead: this rank's gradients of the last steps, oldest first
+        self.local_fresh = False  # one was kept since the last forward
 
 
 class StalenessCorrection:
@@ -137,7 +139,7 @@ class StalenessCorrection:
         """Bytes of extra state the correction holds now (saved values and last updates)."""
         total = 0
         for state in self._states.values():
-            for t in (state.saved, state.last, state.local):
+            for t in [state.saved, state.last] + state.local:
                 if t is not None:
                     total += t.numel() * t.element_size()
         return total
@@ -145,59 +147,75 @@ class StalenessCorrection:
     def state_dict(self, params):
         """The state a checkpoint must carry for a resumed run to repeat this one bit for bit:
         {position in `params`: the parameter's last update} for every parameter that the next
-        forward moves ahead ("predict"), and {"local:<position>": its local gradient} for every
-        one it looks ahead; {} otherwise."""
+        forward moves ahead ("predict"), and {"local:<position>:<i>": its i-th kept local gradient}
+        for every one it looks ahead; {} otherwise."""
         position = {p: i for i, p in enumerate(params)}
         saved = {position[p]: state.last.detach().clone() for p, state in self._states.items()
                  if state.last is not None and p in position}
-        saved.update({"local:%d" % position[p]: state.local.detach().clone()
-                      for p, state in self._states.items()
-                      if state.local_kept and p in position})
+        for p, state in self._states.items():
+            if state.local_fresh and p in position:
+                for i, g in enumerate(state.local):
+                    saved["local:%d:%d" % (position[p], i)] = g.detach().clone()
         return saved
 
     def load_state_dict(self, params, saved):
         """Takes back what state_dict() gave, in a fresh process before its first forward: the
         forward hook is armed at once, since no step() has run yet to arm it."""
         self._states = {}
+        locals_ = {}
         for index, value in saved.items():
             local = isinstance(index, str) and index.startswith("local:")
-            p = params[int(index[len("local:"):]) if local else int(index)]
+            where = index.split(":")[1:] if local else [index, 0]
+            p = params[int(where[0])]
             state = self._states.setdefault(p, _State())
             state.saved = torch.empty_like(p)
             value = value.to(device=p.device, dtype=p.dtype).clone()
             if local:
-                state.local, state.local_kept = value, True
+                locals_.setdefault(p, []).append((int(where[1]), value))
             else:
                 state.last, state.due = value, True
+        for p, kept in locals_.items():
+            self._states[p].local = [g for _, g in sorted(kept, key=lambda e: e[0])]
+            self._states[p].local_fresh = True
         if self._predict and self._states:
             self._watch_forwards(True)
 
     # -- schedule ---------------------------------------------------------------------------
 
-    def _looks_ahead(self, p):
-        """Whether parameter `p` is corrected by look-ahead under the plan in force."""
+    def _look_ahead_delay(self, p):
+        """The delay d by which parameter `p` looks ahead under the plan in force, or 0 when it
+        does not (the module docstring)."""
         if not self._lookahead:
-            return False
+            return 0
         slices = self._slices(p)
-        if not slices or any(s[2] != 1 or s[3] != 1 for s in slices):
-            return False
+        if not slices or any(s[2] < 1 or s[2] != slices[0][2] or s[3] != 1 for s in slices):
+            return 0
         group = self._optimizer.param_groups[self._group[p]]
-        return self._spreadable(group)
+        return slices[0][2] if self._spreadable(group) else 0
+
+    def _looks_ahead(self, p):
+        return self._look_ahead_delay(p) > 0
 
     def keep_local(self, p, grad):
         """The gradient hook's: keeps this rank's gradient of `p`, before it is reduced, for the
         next forward's look-ahead."""
-        if not self._lookahead or not self._view.delayed or not self._looks_ahead(p):
+        if not self._lookahead or not self._view.delayed:
+            return
+        d = self._look_ahead_delay(p)
+        if d == 0:
             return
         state = self._states.setdefault(p, _State())
         # A last update from an earlier plan's prediction must not move a later forward too.
         state.last, state.due = None, False
         with torch.no_grad():
-            if state.local is None or state.local.shape != grad.shape:
-                state.local = grad.detach().clone()
+            if len(state.local) >= d and state.local[0].shape == grad.shape:
+                reuse = state.local.pop(0)  # the oldest one's buffer
+                reuse.copy_(grad)
+                state.local.append(reuse)
             else:
-                state.local.copy_(grad)
-        state.local_kept = True
+                state.local.append(grad.detach().clone())
+            del state.local[:-d]
+        state.local_fresh = True
 
     def _slices(self, p):
         if self.mode == "off":
@@ -313,21 +331,26 @@ class StalenessCorrection:
     # -- weight prediction ------------------------------------------------------------------
 
     def _look_ahead(self, p, current):
-        """Runs this forward of `p` at W - lr (m buf + g) (the module docstring), from pass 2 on:
-        the local gradient of pass 0 may have been kept or not, depending on when this rank saw
-        the plan, and every rank must shift alike."""
+        """Runs this forward of `p` where the d updates still to come will put it (the module
+        docstring), from pass d + 1 on."""
         state = self._states[p]
-        state.local_kept = False  # used once, by this forward
-        if current < 2 or not self._looks_ahead(p):
+        if not state.local_fresh:
+            state.local = []  # a step without a kept gradient: the window starts again
+            return
+        state.local_fresh = False
+        d = self._look_ahead_delay(p)
+        if d == 0 or current < d + 1 or len(state.local) < d:
             return
         group = self._optimizer.param_groups[self._group[p]]
+        m, lr = float(group["momentum"]), float(group["lr"])
         buf = self._optimizer.state.get(p, {}).get("momentum_buffer")
         if state.saved is None or state.saved.shape != p.shape:
             state.saved = torch.empty_like(p)
         with torch.no_grad():
-            next_buf = state.local if buf is None else torch.add(
-                state.local, buf, alpha=float(group["momentum"]))
-            torch.add(p.data, next_buf, alpha=-float(group["lr"]), out=state.saved)
+            state.saved.copy_(p.data)
+            for g in state.local:  # oldest first: the order the updates come in
+                buf = g.clone() if buf is None else torch.add(g, buf, alpha=m)
+                state.saved.add_(buf, alpha=-lr)
         p.data, state.saved = state.saved, p.data
         state.shifted = True
 
@@ -336,7 +359,7 @@ class StalenessCorrection:
             return
         own = [p for p in module._parameters.values()
                if p is not None and p in self._states and
-               (self._states[p].due or self._states[p].local_kept)]
+               (self._states[p].due or self._states[p].local)]
         if not own:
             return
         if not self._viewed:
@@ -344,8 +367,8 @@ class StalenessCorrection:
             self._view.refresh()
             self._viewed = True
         current = self._view.current_pass()
-        ahead_of = [p for p in own if self._states[p].local_kept]
-        own = [p for p in own if not self._states[p].local_kept and self._states[p].due]
+        ahead_of = [p for p in own if self._states[p].local]
+        own = [p for p in own if not self._states[p].local and self._states[p].due]
         for p in ahead_of:
             self._look_ahead(p, current)
         for p in own:
