@@ -521,9 +521,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     another way right after step().
 
     staleness_correction (overlap's own): "auto" (the default, the best measured choice:
-    "predict", and for torch.optim.SGD with momentum at delay 1 a look-ahead: the momentum
-    kept, and each forward run at the parameters the next step will make, with this rank's
-    own gradient standing in for the average it has not received), "predict", "on" or "off".
+    "predict", and for torch.optim.SGD with momentum at a delay without update periods a
+    look-ahead: the momentum kept, and each forward run at the parameters the coming updates
+    will make, with this rank's own gradients standing in for the averages it has not
+    received), "predict", "on" or "off".
     Under a plan that delays gradients or gives them an
     update period (planner deft with staleness or max_period; docs/scheduler.md, "Staleness
     correction in the adapters"), "on" lowers the momentum (SGD) or beta1 (Adam, AdamW) of each
