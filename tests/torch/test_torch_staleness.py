@@ -65,6 +65,7 @@ def make_optimizer(hvd, kind, model, tag, correction, update_at_forward):
 RUNS = [
     ("sgd", "auto", False),
     ("sgd", "off", False),
+    ("sgd", "auto", True),
     ("sgd", "predict", True),
     ("sgd", "on", False),
     ("adam", "auto", False),
