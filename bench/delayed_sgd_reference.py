@@ -14,11 +14,10 @@ The model, data and normalisation are bench/tta_train.py's; the batch is the 4-r
   predict  "on", and each forward run at W + delay x (last update), as "predict" does for a
            delay with no update period;
   predict-keep  the prediction with the momentum kept (lowered for delay - 1 steps only);
-  lookahead  overlap.torch's "auto" for SGD at delay 1: the momentum kept, and each forward run at
-           W - lr (m buf + g), g one rank's share of the previous step's batch (its first
-           batch / --ranks examples) standing in for the average the next update brings; at
-           delay d (not in overlap.torch yet), the d updates still to come, each from the
-           rank's share of its step.
+  lookahead  overlap.torch's "auto" for SGD with momentum: the momentum kept, and each forward run
+           where the `delay` updates still to come will put the weights (at delay 1,
+           W - lr (m buf + g)), each from g, one rank's share of its step's batch (its first
+           batch / --ranks examples), standing in for the average that update brings.
 Prints one JSON line: the settings and the final test accuracy on all 10,000 test images.
 """
 

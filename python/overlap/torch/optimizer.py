@@ -524,8 +524,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     "predict", and for torch.optim.SGD with momentum at a delay without update periods a
     look-ahead: the momentum kept, and each forward run at the parameters the coming updates
     will make, with this rank's own gradients standing in for the averages it has not
-    received), "predict", "on" or "off".
-    Under a plan that delays gradients or gives them an
+    received), "predict", "on" or "off". Under a plan that delays gradients or gives them an
     update period (planner deft with staleness or max_period; docs/scheduler.md, "Staleness
     correction in the adapters"), "on" lowers the momentum (SGD) or beta1 (Adam, AdamW) of each
     delayed parameter for its mean staleness, and "predict" also runs each forward at the

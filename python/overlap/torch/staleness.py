@@ -30,8 +30,8 @@ Parameters the plan runs synchronously (and every parameter under a synchronous 
 mode "off") go through the wrapped optimizer's own step untouched, bit for bit.
 
 Memory (staleness_correction_bytes()): with "predict", two copies of each delayed parameter (its
-saved value while shifted, and its last update, or under look-ahead d local gradients); with
-"on", none.
+saved value while shifted, and its last update), 1 + d under look-ahead (its saved value and d
+local gradients); with "on", none.
 """
 
 import weakref
@@ -136,7 +136,8 @@ class StalenessCorrection:
         return self._view.step
 
     def bytes(self):
-        """Bytes of extra state the correction holds now (saved values and last updates)."""
+        """Bytes of extra state the correction holds now (saved values, last updates and kept
+        local gradients)."""
         total = 0
         for state in self._states.values():
             for t in [state.saved, state.last] + state.local:
@@ -349,7 +350,7 @@ class StalenessCorrection:
         with torch.no_grad():
             state.saved.copy_(p.data)
             for g in state.local:  # oldest first: the order the updates come in
-                buf = g.clone() if buf is None else torch.add(g, buf, alpha=m)
+                buf = g if buf is None else torch.add(g, buf, alpha=m)  # g itself: only read
                 state.saved.add_(buf, alpha=-lr)
         p.data, state.saved = state.saved, p.data
         state.shifted = True
