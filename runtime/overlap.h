@@ -397,6 +397,9 @@ struct RuntimeStats {
   // because the collectives measured since agreed with it (a re-plan after a drift in compute).
   int64_t link_cost_fits = 0;
   int64_t link_cost_reuses = 0;
+  // Drifts (OVERLAP_REPLAN_DRIFT) after which planning from the drifted step made the plan in
+  // force again, so it stayed, nothing dropped (runtime/plan/plan_scheduler.h, step 3).
+  int64_t plan_drifts_kept = 0;
   // auto's trials (OVERLAP_AUTO_TRIALS): each tried plan's measured step, the plan it started
   // from first where it was measured, "auto:observed 560.2 ms, auto:dear 545.7 ms,
   // auto:bytescheduler 528.8 ms"; and true while more are to come (a benchmark waits for the

@@ -464,7 +464,7 @@ const char* overlap_stats_json(void) {
       "\"fitted_alpha_us\":%.6g,\"fitted_beta_us_per_mb\":%.6g,"
       "\"fitted_two_stage_alpha_us\":%.6g,\"fitted_two_stage_beta_us_per_mb\":%.6g,"
       "\"link_cost_fits\":%d,"
-      "\"link_cost_reuses\":%d,\"plan_trials\":\"%s\",\"plan_"
+      "\"link_cost_reuses\":%d,\"plan_drifts_kept\":%d,\"plan_trials\":\"%s\",\"plan_"
       "trials_pending\":%s,"
       "\"cuda_executor\":\"%s\",\"hierarchy_hosts\":%d,\"comm_compute_ratio\":%.6g,"
       "\"link_probes\":%d,\"weighted_allreduces\":%d,\"link_rates\":\"%s\"}",
@@ -475,7 +475,7 @@ const char* overlap_stats_json(void) {
       s.plan_adopted_step, s.plans_scheduled, s.plans_refused,
       s.plan_layerwise_update ? "true" : "false", s.plan_mean_staleness, s.plan_update_cycle,
       s.fitted_alpha_us, s.fitted_beta_us_per_mb, s.fitted_two_stage_alpha_us,
-      s.fitted_two_stage_beta_us_per_mb, s.link_cost_fits, s.link_cost_reuses,
+      s.fitted_two_stage_beta_us_per_mb, s.link_cost_fits, s.link_cost_reuses, s.plan_drifts_kept,
       s.plan_trials,
       s.plan_trials_pending ? "true" : "false", s.cuda_executor, s.hierarchy_hosts,
       s.comm_compute_ratio, s.link_probes, s.weighted_allreduces,

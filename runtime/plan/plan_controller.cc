@@ -301,6 +301,7 @@ void PlanController::AddStats(RuntimeStats* stats) const {
   stats->fitted_two_stage_beta_us_per_mb = info.two_stage_beta_us_per_mb;
   stats->link_cost_fits = info.cost_fits;
   stats->link_cost_reuses = info.cost_reuses;
+  stats->plan_drifts_kept = info.drifts_kept;
   stats->plan_trials = info.trials;
   stats->plan_trials_pending = info.trials_pending;
 }

@@ -54,6 +54,16 @@ bool Delayed(const sched::Plan& plan) {
                      [](const sched::Bucket& b) { return b.delay > 0 || b.period > 1; });
 }
 
+// What tells two serialized plans apart: not the model's name or the budget spent ("" for bytes
+// that do not decode).
+std::string PlanShape(const std::string& bytes) {
+  absl::StatusOr<sched::Plan> decoded = sched::Plan::Deserialize(bytes);
+  if (!decoded.ok()) return "";
+  decoded->model.clear();
+  decoded->budget_used = 0;
+  return decoded->Serialize();
+}
+
 }  // namespace
 
 PlanScheduler::PlanScheduler(const Config& config, int rank, int size, MPI_Comm comm,
@@ -117,6 +127,8 @@ void PlanScheduler::OnStep(int64_t step) {
     adopting_ = false;
   } else if (step == drop_step_) {
     dropping_ = true;
+  } else if (step == replan_check_step_) {
+    replan_check_ = true;
   } else if (step == trial_end_step_) {
     trial_check_ = true;
   } else if (step >= next_drift_check_) {
@@ -130,8 +142,8 @@ void PlanScheduler::OnStep(int64_t step) {
 
 void PlanScheduler::OnPlanDropped(int64_t step) {
   next_drift_check_ = std::numeric_limits<int64_t>::max();
-  drop_step_ = -1;
-  drift_check_ = dropping_ = false;
+  drop_step_ = replan_check_step_ = -1;
+  drift_check_ = dropping_ = replan_check_ = false;
   ForgetTrials();
   if (given_up_) return;
   if (kept_observed_) {
@@ -233,14 +245,16 @@ absl::Status PlanScheduler::CheckVoteWait() {
 absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quiescent,
                                                                       const TableFn& table) {
   if (stage_ == Stage::kDrain) {
-    // A drift check only compares numbers: it holds nothing back for long.
-    if (!drift_check_ && !quiescent && absl::Now() - drain_since_ < kDrainLimit) {
+    // A drift check or a re-plan check only compares numbers: it holds nothing back for long.
+    const bool checking = drift_check_ || replan_check_;
+    if (!checking && !quiescent && absl::Now() - drain_since_ < kDrainLimit) {
       return std::nullopt;
     }
-    votes_[0] = quiescent || drift_check_ ? 1 : 0;
-    // A drift check votes without draining and runs nothing blocking after the vote.
-    voted_quiescent_ = quiescent && !drift_check_;
-    votes_[1] = drift_check_ ? (drift_.Drifted(MeasuredWindow()) ? 0 : 1)
+    votes_[0] = quiescent || checking ? 1 : 0;
+    // A check votes without draining and runs nothing blocking after the vote.
+    voted_quiescent_ = quiescent && !checking;
+    votes_[1] = replan_check_  ? (rank_ != 0 || ReplanCheckSame() ? 1 : 0)
+                : drift_check_ ? (drift_.Drifted(MeasuredWindow()) ? 0 : 1)
                 : adopting_ || profiler_->steady_steps() >= config_.profile_steps ? 1
                                                                                   : 0;
     // A trial compares wall steps: a rank whose steps closed without one (markers out of order)
@@ -249,9 +263,13 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     votes_[2] = -static_cast<int>(step_);
     // A drift check also agrees on the job's wall step (the slowest rank's median, in us), which
     // judges whether a re-plan paid (drift_policy.h).
-    votes_[3] = drift_check_ ? -static_cast<int>(std::min(
-                                   2e9, std::max(0.0, 1e3 * profiler_->median_wall_ms())))
-                             : 0;
+    votes_[3] = 0;
+    if (drift_check_) {
+      votes_[3] =
+          -static_cast<int>(std::min(2e9, std::max(0.0, 1e3 * profiler_->median_wall_ms())));
+    } else if (replan_check_ && rank_ == 0 && !ReplanCheckReady()) {
+      votes_[3] = -1;
+    }
     // Open MPI's non-blocking allreduce algorithm is a process-wide setting: every rank must
     // select the same one for this call, whatever it ran last.
     const int rc =
@@ -284,6 +302,36 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
   // negotiation round (which markers do not line up with) may start a step apart; the largest
   // step, which no rank has passed (markers wait while a stage runs), realigns them.
   step_ = std::max<int64_t>(step_, -static_cast<int64_t>(votes_[2]));
+  if (replan_check_) {
+    replan_check_ = false;
+    if (votes_[3] < 0) {  // rank 0's planning still runs
+      replan_check_step_ = step_ + 1;
+      return std::nullopt;
+    }
+    replan_check_step_ = -1;
+    if (votes_[1] == 1) {
+      // The drifted step is the plan's own now: the checks measure their baseline again.
+      drift_.OnAdopted();
+      drift_.OnReplanned(/*changed=*/false);
+      ScheduleDriftCheck();
+      {
+        absl::MutexLock lock(&mu_);
+        ++info_.drifts_kept;
+      }
+      spdlog::info(
+          "overlap: rank {}: step {}: planning from the drifted step made the plan in force "
+          "again: it stays; drift checks now {} times further apart",
+          rank_, step_, drift_.backoff());
+    } else {
+      spdlog::info(
+          "overlap: rank {}: step {}: planning from the drifted step made another plan: the "
+          "plan is dropped at the next step, to measure and plan again",
+          rank_, step_);
+      drop_step_ = step_ + 1;  // with nothing in flight on any rank, like an adoption
+      replanning_after_drift_ = true;
+    }
+    return std::nullopt;
+  }
   if (drift_check_) {
     drift_check_ = false;
     const StepWindow now = MeasuredWindow();
@@ -311,6 +359,13 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
       replanning_after_drift_ = true;
       next_drift_check_ = std::numeric_limits<int64_t>::max();
       PlanAgainFrom(step_);
+    } else if (drifted && last_fit_.has_value()) {
+      spdlog::info(
+          "overlap: rank {}: step {}: the measured step drifted on some rank at two checks in a "
+          "row (here {}; OVERLAP_REPLAN_DRIFT={}, OVERLAP_REPLAN_MIN_MS={}); planning from it "
+          "before dropping anything",
+          rank_, step_, explained, config_.replan_drift, config_.replan_min_ms);
+      StartReplanCheck();
     } else if (drifted) {
       spdlog::info(
           "overlap: rank {}: step {}: the measured step drifted on some rank at two checks in a "
@@ -399,6 +454,35 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     }
   }
   return std::nullopt;
+}
+
+void PlanScheduler::StartReplanCheck() {
+  next_drift_check_ = std::numeric_limits<int64_t>::max();
+  replan_check_step_ = step_ + 2;  // as an adoption after planning: time for the planner
+  if (rank_ != 0) return;
+  absl::StatusOr<sched::Profile> profile = profiler_->MakeProfile("measured");
+  if (!profile.ok()) {
+    absl::MutexLock lock(&mu_);
+    outcome_ = Outcome();
+    outcome_.done = true;
+    outcome_.status = profile.status();
+    return;
+  }
+  sched::CostModel cost;
+  cost.channels = {*last_fit_};
+  AddDeviceBucketCost(&cost);
+  StartPlanning(*std::move(profile), cost);
+}
+
+bool PlanScheduler::ReplanCheckReady() const {
+  absl::MutexLock lock(&mu_);
+  return outcome_.done;
+}
+
+bool PlanScheduler::ReplanCheckSame() const {
+  absl::MutexLock lock(&mu_);
+  if (!outcome_.done || !outcome_.status.ok() || outcome_.candidates.empty()) return false;
+  return PlanShape(outcome_.candidates.front().bytes) == plan_shape_;
 }
 
 absl::Status PlanScheduler::AgreeObservedStep() {
@@ -599,15 +683,12 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   // Every rank checks the plan against its own tensors; all verdicts are gathered.
   std::string verdict;
   std::optional<ExecutablePlan> plan;
-  std::string shape;  // what tells two plans apart: not the model's name or the budget spent
+  std::string shape;  // PlanShape
   absl::StatusOr<sched::Plan> decoded = sched::Plan::Deserialize(bytes);
   if (!decoded.ok()) {
     verdict = std::string(decoded.status().message());
   } else {
-    sched::Plan bare = *decoded;
-    bare.model.clear();
-    bare.budget_used = 0;
-    shape = bare.Serialize();
+    shape = PlanShape(bytes);
     std::vector<std::string> names;
     for (const sched::Bucket& b : decoded->buckets) {
       for (const sched::TensorSlice& slice : b.slices) names.push_back(slice.name);
@@ -710,8 +791,8 @@ void PlanScheduler::OnRestored(const ExecutablePlan& plan, double predicted_step
   adopt_step_ = -1;
   adopting_ = false;
   next_attempt_ = std::numeric_limits<int64_t>::max();  // until the plan is dropped
-  drop_step_ = -1;
-  drift_check_ = dropping_ = false;
+  drop_step_ = replan_check_step_ = -1;
+  drift_check_ = dropping_ = replan_check_ = false;
   drop_wanted_ = nullptr;
   kept_observed_ = false;  // the restored plan is in force, with its drift checks
   drift_.OnAdopted();

@@ -44,9 +44,16 @@
 //     under the plan, as runtime/plan/drift_policy.h defines it: by more than that fraction, more
 //     than twice the steps' spread and OVERLAP_REPLAN_MIN_MS. If any rank's did, twice in a row
 //     (the second check comes OVERLAP_PROFILE_STEPS + 1 steps after the first, on fresh steps),
-//     then at the next step, after the same quiescence vote as an adoption, every rank drops the
-//     plan (TakeDropWish), and it is measured and made anew. When the new plan is the dropped one
-//     again, the checks back off (twice as far apart, up to 64 times).
+//     then rank 0 first plans again from the step measured under the plan in force, with the
+//     link fit kept (nothing is dropped or probed meanwhile), and two steps later (the re-plan
+//     check, a vote that drains nothing) every rank learns whether that made the plan in force
+//     again: then it stays, the checks take the drifted step as their new baseline and back
+//     off (twice as far apart, up to 64 times). Otherwise (or where no fit is kept yet), at the
+//     next step, after the same quiescence vote as an adoption, every rank drops the plan
+//     (TakeDropWish), and it is measured and made anew; when that new plan is the dropped one
+//     again, the checks back off too. A drop costs the steps until the next adoption and,
+//     under a delayed plan, redoes its held steps synchronously: on a 2-core machine whose
+//     compute windows wander with its load, most drifts made the same plan again.
 //
 // Threading: the coordinator thread, except that the planner runs on a thread of its own.
 #ifndef OVERLAP_RUNTIME_PLAN_PLAN_SCHEDULER_H_
@@ -99,6 +106,7 @@ struct ScheduleInfo {
   // because the collectives measured since still agreed with it (RuntimeStats::link_cost_fits,
   // link_cost_reuses).
   int64_t cost_fits = 0, cost_reuses = 0;
+  int64_t drifts_kept = 0;  // RuntimeStats::plan_drifts_kept
   // auto's trials: each tried plan's measured step ("auto:dear 545.7 ms, ..."), and whether
   // more are to come (the plan in force may still change).
   std::string trials;
@@ -191,6 +199,14 @@ class PlanScheduler {
   void AddDeviceBucketCost(sched::CostModel* cost) const;
   // No trials under way or to come (a plan dropped, or one restored from a checkpoint).
   void ForgetTrials();
+  // A drift was agreed under a scheduled plan: rank 0 plans from the steps measured under it
+  // with the kept link fit, and the re-plan check at replan_check_step_ tells every rank
+  // whether the plan would change (the header comment, step 3).
+  void StartReplanCheck();
+  // Rank 0: whether its re-plan check's planning is done (false while it runs), and whether it
+  // made the plan in force again.
+  bool ReplanCheckReady() const;
+  bool ReplanCheckSame() const;
   // With no scheduled plan in force (one dropped, or auto's kept observed plan drifted): measure
   // the steps afresh and plan at the attempt OVERLAP_PROFILE_STEPS + 2 steps after `step`.
   void PlanAgainFrom(int64_t step);
@@ -264,6 +280,8 @@ class PlanScheduler {
   bool drift_check_ = false;  // the stage is a drift check, not an attempt or an adoption
   int64_t drop_step_ = -1;    // drift agreed: the step at which every rank drops the plan
   bool dropping_ = false;     // the stage is that drop's quiescence vote
+  int64_t replan_check_step_ = -1;  // StartReplanCheck: the step of its vote
+  bool replan_check_ = false;       // the stage is that vote
   const char* drop_wanted_ = nullptr;  // TakeDropWish's answer
   DriftPolicy drift_;
   // The plan in force, as the planner made it (Plan::Serialize without its model name and budget
@@ -289,9 +307,11 @@ class PlanScheduler {
   int chosen_ = 0;                   // the candidate the next Exchange adopts
   bool settling_ = false;            // that Exchange re-adopts the fastest tried one
   absl::Time drain_since_;
-  // [0] quiescent, [1] steady (or not drifted), [2] minus this rank's step, [3] at a drift check
-  // minus its median wall step in us: combined by MIN, [2] gives every rank the largest step,
-  // from which the next stage is scheduled (see Progress), [3] the job's wall step.
+  // [0] quiescent, [1] steady (or not drifted; at a re-plan check, rank 0: the same plan), [2]
+  // minus this rank's step, [3] at a drift check minus its median wall step in us (at a re-plan
+  // check, rank 0: -1 while its planning runs): combined by MIN, [2] gives every rank the
+  // largest step, from which the next stage is scheduled (see Progress), [3] the job's wall
+  // step.
   int votes_[4] = {0, 0, 0, 0};
   // This rank voted quiescent in the vote out (a drift check's forced 1 aside); kept apart from
   // votes_, which is MPI's while the vote runs.
