@@ -8,16 +8,19 @@ what delayed updates cost in accuracy from anything overlap's runtime does (docs
   python3 bench/delayed_sgd_reference.py --delay 1 --correction predict --seed 2
 
 The model, data and normalisation are bench/tta_train.py's; the batch is the 4-rank global batch
-(4 x 64) and the learning rate its 0.01 x 4, SGD with momentum 0.9. Corrections:
+(4 x 64) and the learning rate its 0.01 x 4, SGD with momentum 0.9 (`--optimizer adam|adamw`:
+Adam / AdamW, lr 1e-3, AdamW's weight decay 0.01 as the lm task's; momentum means beta1).
+Corrections:
   off      the delayed gradient applied as it is;
   on       momentum lowered to max(0, 1 - (1 - m)(1 + delay));
   predict  "on", and each forward run at W + delay x (last update), as "predict" does for a
            delay with no update period;
   predict-keep  the prediction with the momentum kept (lowered for delay - 1 steps only);
-  lookahead  overlap.torch's "auto" for SGD with momentum: the momentum kept, and each forward run
-           where the `delay` updates still to come will put the weights (at delay 1,
-           W - lr (m buf + g)), each from g, one rank's share of its step's batch (its first
-           batch / --ranks examples), standing in for the average that update brings.
+  lookahead  overlap.torch's "auto": the momentum kept, and each forward run where the `delay`
+           updates still to come will put the weights (for SGD at delay 1, W - lr (m buf + g)),
+           each the optimizer's own step on a scratch copy of its state from g, one rank's
+           share of its step's batch (its first batch / --ranks examples), standing in for
+           the average that update brings.
 Prints one JSON line: the settings and the final test accuracy on all 10,000 test images.
 """
 
@@ -49,7 +52,8 @@ def main(argv):
                    choices=["off", "on", "predict", "predict-keep", "lookahead"])
     p.add_argument("--ranks", type=int, default=4, help="lookahead: the batch's share of one rank")
     p.add_argument("--epochs", type=float, default=2)
-    p.add_argument("--lr", type=float, default=0.04)
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"])
+    p.add_argument("--lr", type=float, default=None, help="default: 0.04 (SGD), 1e-3 (Adam)")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=42)
@@ -67,7 +71,14 @@ def main(argv):
                    "lookahead": 0}.get(args.correction, args.delay)
     if lowered_for > 0:
         momentum = max(0.0, 1.0 - (1.0 - momentum) * (1 + lowered_for))
-    opt = torch.optim.SGD(params, lr=args.lr, momentum=momentum)
+    if args.lr is None:
+        args.lr = 0.04 if args.optimizer == "sgd" else 1e-3
+    if args.optimizer == "sgd":
+        opt = torch.optim.SGD(params, lr=args.lr, momentum=momentum)
+    elif args.optimizer == "adam":
+        opt = torch.optim.Adam(params, lr=args.lr, betas=(momentum, 0.999))
+    else:
+        opt = torch.optim.AdamW(params, lr=args.lr, betas=(momentum, 0.999), weight_decay=0.01)
     predict = args.correction.startswith("predict") and args.delay > 0
     pending = collections.deque()  # gradients not yet applied, oldest first
     last = None                    # the last update, for prediction
@@ -88,12 +99,19 @@ def main(argv):
                     q.add_(u, alpha=args.delay)
         if lookahead and len(local) == args.delay:
             saved = [q.detach().clone() for q in params]
-            with torch.no_grad():
-                for i, q in enumerate(params):
-                    buf = opt.state[q].get("momentum_buffer")
-                    for grads in local:  # oldest first: the order the updates come in
-                        buf = grads[i] if buf is None else buf * momentum + grads[i]
-                        q.add_(buf, alpha=-args.lr)
+            kept = {q: opt.state[q] for q in params if q in opt.state}
+            for q in params:  # a scratch copy of the optimizer's state
+                opt.state[q] = {k: v.clone() if torch.is_tensor(v) else v
+                                for k, v in kept.get(q, {}).items()}
+            for grads in local:  # oldest first: the order the updates come in
+                for q, g in zip(params, grads):
+                    q.grad = g
+                opt.step()
+            for q in params:
+                if q in kept:
+                    opt.state[q] = kept[q]
+                else:
+                    del opt.state[q]
         if lookahead:
             share = batch[:args.batch // args.ranks]
             opt.zero_grad()
@@ -118,7 +136,8 @@ def main(argv):
             last = [q.detach() - b for q, b in zip(params, before)]
     with torch.no_grad():
         accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
-    print(json.dumps({"delay": args.delay, "correction": args.correction, "epochs": args.epochs,
+    print(json.dumps({"optimizer": args.optimizer, "delay": args.delay,
+                      "correction": args.correction, "epochs": args.epochs,
                       "lr": args.lr, "batch": args.batch, "seed": args.seed,
                       "accuracy": round(accuracy, 4)}))
 

@@ -10,9 +10,10 @@ Suites (tests/torch/BUILD):
   delayed optimizer; "on" lowers momentum / beta1 to max(0, 1 - (1 - m)(1 + s)) for the
   staleness s = delay + (period - 1) / 2; "predict" (and the default "auto") also runs each
   forward at W + U x (last update), U the updates still to come before that gradient is
-  applied, and applies SGD's period sums as p momentum steps; except that "auto" with SGD on a
-  tensor with delay d and no period looks ahead: momentum kept, and the forward of pass n >= d + 1
-  runs where the d updates to come put it, each from this rank's own gradient of its step.
+  applied, and applies SGD's period sums as p momentum steps; except that "auto" on a tensor
+  with delay d and no period looks ahead: momentum / beta1 kept, and the forward of pass
+  n >= d + 1 runs where the d updates to come put it (SGD's and Adam's own steps, on a copy of
+  their state), each from this rank's own gradient of its step.
 - staleness_delay2 (2,1): the same with delay 2.
 - staleness_sync: a synchronous scheduled plan; the default correction must leave every value
   bit for bit as "off" does.
@@ -70,6 +71,7 @@ RUNS = [
     ("sgd", "on", False),
     ("adam", "auto", False),
     ("adam", "off", True),
+    ("adamw", "auto", True),
     ("adamw", "predict", True),
     ("adamw", "off", False),
 ]
@@ -160,7 +162,7 @@ class Reference:
         self.predict = correction in ("auto", "predict")
         self.lower = correction != "off"
         self.d, self.p = schedule
-        self.lookahead = kind == "sgd" and correction == "auto" and self.p == 1
+        self.lookahead = correction == "auto" and self.p == 1
         self.local = {}  # look-ahead: each rank's own gradients of the last d forwards
         self.f = None  # found from its first update under the plan
         self.w = start.clone()
@@ -174,10 +176,10 @@ class Reference:
             local = self.local.get(rank, [])
             if n is None or n < self.d + 1 or len(local) < self.d:
                 return self.w.clone()
-            buf, point = self.state.get("buf"), self.w.clone()
-            for g in local:
-                buf = g if buf is None else MOMENTUM * buf + g
-                point = point - LR["sgd"] * buf
+            point = self.w.clone()
+            state = {k: v.clone() if torch.is_tensor(v) else v for k, v in self.state.items()}
+            for g in local:  # the optimizer's own steps, oldest first, on a copy of its state
+                self.step(point, state, g, BETAS[0], MOMENTUM, False)
             return point
         if n is None or not (self.predict and self.last is not None):
             return self.w.clone()
@@ -193,29 +195,32 @@ class Reference:
         before = self.w.clone()
         lower = delayed and self.lower and not self.lookahead
         staleness = self.d + (self.p - 1) / 2.0 if lower else 0.0
-        b1, m = lowered(BETAS[0], staleness), lowered(MOMENTUM, staleness)
-        w, state = self.w, self.state
+        self.step(self.w, self.state, g, lowered(BETAS[0], staleness),
+                  lowered(MOMENTUM, staleness), delayed and self.predict and self.p > 1)
+        if delayed and self.predict and not self.lookahead:
+            self.last = self.w - before
+
+    def step(self, w, state, g, b1, m, period_sum):
+        """One step of the run's optimizer on `w` and `state` in place (b1 / m: its beta1 or
+        momentum; period_sum: SGD's period sum as p momentum steps)."""
         if self.kind == "sgd":
             buf = state.get("buf")
-            if delayed and self.predict and self.p > 1:
+            if period_sum:
                 move, state["buf"] = period_steps(m, self.p)(
                     torch.zeros_like(g) if buf is None else buf, g)
                 w -= LR["sgd"] * move
             else:
                 state["buf"] = g.clone() if buf is None else m * buf + g
                 w -= LR["sgd"] * state["buf"]
-        else:
-            lr = LR[self.kind]
-            if self.kind == "adamw":
-                w *= 1 - lr * DECAY
-            t = state.get("t", 0) + 1
-            state["t"] = t
-            state["m"] = b1 * state.get("m", torch.zeros_like(w)) + (1 - b1) * g
-            state["v"] = BETAS[1] * state.get("v", torch.zeros_like(w)) + (1 - BETAS[1]) * g * g
-            denom = (state["v"].sqrt() / (1 - BETAS[1] ** t) ** 0.5) + EPS
-            w -= lr / (1 - b1 ** t) * state["m"] / denom
-        if delayed and self.predict and not self.lookahead:
-            self.last = w - before
+            return
+        lr = LR[self.kind]
+        if self.kind == "adamw":
+            w *= 1 - lr * DECAY
+        t = state["t"] = state.get("t", 0) + 1
+        state["m"] = b1 * state.get("m", torch.zeros_like(w)) + (1 - b1) * g
+        state["v"] = BETAS[1] * state.get("v", torch.zeros_like(w)) + (1 - BETAS[1]) * g * g
+        denom = (state["v"].sqrt() / (1 - BETAS[1] ** t) ** 0.5) + EPS
+        w -= lr / (1 - b1 ** t) * state["m"] / denom
 
 
 def close(actual, expected, what, rtol=2e-4, atol=2e-5):

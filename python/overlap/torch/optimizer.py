@@ -64,6 +64,12 @@ class _Param:
 _CORRECTION_KEY = "overlap_staleness_correction"
 
 
+def _base_step(optimizer):
+    """The wrapped optimizer class's own step (no closure), as the correction's look-ahead runs
+    it on scratch state."""
+    return super(_DistributedOptimizer, optimizer).step()
+
+
 class _DistributedOptimizer:
     def _overlap_setup(self, named_parameters, compression, backward_passes_per_step, op,
                        gradient_predivide_factor, groups, sparse_as_dense, process_set,
@@ -128,7 +134,8 @@ class _DistributedOptimizer:
         self._correction = StalenessCorrection(
             self, [(r.p, r.name) for r in self._params],
             correction_mode if self._included else "off",
-            lookahead=staleness_correction is True or staleness_correction == "auto")
+            base_step=(_base_step if staleness_correction is True or
+                       staleness_correction == "auto" else None))
         weakref.finalize(self, self._correction.close)
         if self._included:
             self._register_hooks()
@@ -416,9 +423,10 @@ class _DistributedOptimizer:
             self._deferred.apply()
 
     def staleness_correction_bytes(self):
-        """Bytes of extra state the staleness correction holds now: with "predict" (and "auto"),
-        two copies of each parameter the plan in force delays (its true value while its forward
-        runs ahead, and its last update); 0 with "on" or "off", or while no plan delays."""
+        """Bytes of extra state the staleness correction holds now: with "predict", two copies
+        of each parameter the plan in force delays (its true value while its forward runs
+        ahead, and its last update), with "auto"'s look-ahead 1 + d (its true value and this
+        rank's gradients of the last d steps); 0 with "on" or "off", or while no plan delays."""
         return self._correction.bytes()
 
     def state_dict(self, *args, **kwargs):
@@ -521,10 +529,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     another way right after step().
 
     staleness_correction (overlap's own): "auto" (the default, the best measured choice:
-    "predict", and for torch.optim.SGD with momentum at a delay without update periods a
-    look-ahead: the momentum kept, and each forward run at the parameters the coming updates
-    will make, with this rank's own gradients standing in for the averages it has not
-    received), "predict", "on" or "off". Under a plan that delays gradients or gives them an
+    "predict", and at a delay without update periods a look-ahead: the momentum / beta1 kept,
+    and each forward run at the parameters the coming updates will make, computed by the
+    wrapped optimizer's own step on a copy of its state, with this rank's own gradients standing
+    in for the averages it has not received), "predict", "on" or "off". Under a plan that delays gradients or gives them an
     update period (planner deft with staleness or max_period; docs/scheduler.md, "Staleness
     correction in the adapters"), "on" lowers the momentum (SGD) or beta1 (Adam, AdamW) of each
     delayed parameter for its mean staleness, and "predict" also runs each forward at the

@@ -15,23 +15,27 @@ Per delayed parameter and step that is an add at the forward, and a copy and a s
 the update (the update recorded), with no copy out before the forward and back after it: those
 two had slowed deft's steps where ranks share cores with spinning threads
 (docs/torch_side_by_side.md).
-Look-ahead ("auto" for torch.optim.SGD with plain momentum, on a parameter whose every slice
-has the same delay d and no update period): the delayed gradient is applied by the optimizer's
-own step (momentum not lowered), and the forward of pass n >= d + 1 runs where the d updates
-still to come will put the parameter, each computed as torch's SGD would (buf = m buf + g,
-W -= lr buf) from g, this rank's own gradient of that step, standing in for the average it will
-bring. Where the last update only extrapolates, these are the next updates themselves up to the
-other ranks' share of g: on the time-to-accuracy task without overlap they closed a one-step
-delay's loss from 2.5 points to 0.1 (docs/time_to_accuracy.md, "What a delay costs without
-overlap"). The rank's gradients of the last d steps are kept from the gradient hook; a step
-without one empties them. Passes before d + 1 run unshifted, since whether the gradients of
-pass 0 were kept depends on when this rank saw the plan, and every rank must shift alike.
+Look-ahead ("auto", on a parameter whose every slice has the same delay d and no update period;
+any optimizer that steps without a closure): the delayed gradient is applied by the optimizer's
+own step (momentum / beta1 not lowered), and the forward of pass n >= d + 1 runs where the d
+updates still to come will put the parameter: the wrapped optimizer's own step, run d times on
+a scratch copy of the parameter's optimizer state (torch's SGD: buf = m buf + g, W -= lr buf;
+Adam's moments and step count alike), each from g, this rank's own gradient of that step,
+standing in for the average it will bring. Where the last update only extrapolates, these are
+the next updates themselves up to the other ranks' share of g: on the time-to-accuracy task
+without overlap they closed a one-step delay's loss from 2.5 points to 0.1 for SGD with momentum
+(docs/time_to_accuracy.md, "What a delay costs without overlap"). The rank's gradients of the
+last d steps are kept from the gradient hook; a step without one empties them. Passes before
+d + 1 run unshifted, since whether the gradients of pass 0 were kept depends on when this rank
+saw the plan, and every rank must shift alike. The scratch steps run the optimizer class's own
+step, with the groups' settings of now; they call its step hooks, not an LR scheduler's count.
 Parameters the plan runs synchronously (and every parameter under a synchronous plan, or with
 mode "off") go through the wrapped optimizer's own step untouched, bit for bit.
 
 Memory (staleness_correction_bytes()): with "predict", two copies of each delayed parameter (its
 saved value while shifted, and its last update), 1 + d under look-ahead (its saved value and d
-local gradients); with "on", none.
+local gradients; the scratch optimizer state lives only during its module's forward hook); with
+"on", none.
 """
 
 import weakref
@@ -44,6 +48,11 @@ from overlap.torch import compiled, layerwise, step_markers
 
 def _is_sgd(optimizer):
     return isinstance(optimizer, torch.optim.SGD)
+
+
+def _steps_without_closure(optimizer):
+    """Whether optimizer.step() can run with no closure (LBFGS re-evaluates the loss)."""
+    return not isinstance(optimizer, torch.optim.LBFGS)
 
 
 def _momentum_key(group):
@@ -88,9 +97,10 @@ class _State:
 class StalenessCorrection:
     """The correction of one DistributedOptimizer. `optimizer`: the wrapped optimizer (its
     param_groups and state); `params`: [(parameter, gradient name)]; `mode`: "predict", "on" or
-    "off" (staleness.check_mode)."""
+    "off" (staleness.check_mode); `base_step(optimizer)`: the wrapped optimizer class's own step,
+    which look-ahead runs on scratch state (None: no look-ahead)."""
 
-    def __init__(self, optimizer, params, mode, lookahead=False):
+    def __init__(self, optimizer, params, mode, base_step=None):
         self._optimizer_ref = weakref.ref(optimizer)  # its forward hook must not keep it alive
         self._name = {p: name for p, name in params}
         self._group = {}
@@ -99,8 +109,10 @@ class StalenessCorrection:
                 self._group[p] = index
         self.mode = mode
         self._predict = mode == "predict"
-        # Look-ahead where it applies ("auto" with SGD): the module docstring.
-        self._lookahead = self._predict and lookahead and _is_sgd(optimizer)
+        # Look-ahead where it applies ("auto"): the module docstring.
+        self._base_step = base_step
+        self._lookahead = (self._predict and base_step is not None and
+                           _steps_without_closure(optimizer))
         self._view = staleness.ScheduleView()
         self._states = {}
         self._viewed = False  # the view was refreshed after this step's forward marker
@@ -191,8 +203,7 @@ class StalenessCorrection:
         slices = self._slices(p)
         if not slices or any(s[2] < 1 or s[2] != slices[0][2] or s[3] != 1 for s in slices):
             return 0
-        group = self._optimizer.param_groups[self._group[p]]
-        return slices[0][2] if self._spreadable(group) else 0
+        return slices[0][2]
 
     def _looks_ahead(self, p):
         return self._look_ahead_delay(p) > 0
@@ -331,29 +342,50 @@ class StalenessCorrection:
 
     # -- weight prediction ------------------------------------------------------------------
 
-    def _look_ahead(self, p, current):
-        """Runs this forward of `p` where the d updates still to come will put it (the module
-        docstring), from pass d + 1 on."""
-        state = self._states[p]
-        if not state.local_fresh:
-            state.local = []  # a step without a kept gradient: the window starts again
-            return
-        state.local_fresh = False
-        d = self._look_ahead_delay(p)
-        if d == 0 or current < d + 1 or len(state.local) < d:
-            return
-        group = self._optimizer.param_groups[self._group[p]]
-        m, lr = float(group["momentum"]), float(group["lr"])
-        buf = self._optimizer.state.get(p, {}).get("momentum_buffer")
-        if state.saved is None or state.saved.shape != p.shape:
-            state.saved = torch.empty_like(p)
+    def _look_ahead(self, params, current):
+        """Runs this forward of `params` (one module's) where the d updates still to come will
+        put them (the module docstring), from pass d + 1 on."""
+        ready = {}
+        for p in params:
+            state = self._states[p]
+            if not state.local_fresh:
+                state.local = []  # a step without a kept gradient: the window starts again
+                continue
+            state.local_fresh = False
+            d = self._look_ahead_delay(p)
+            if d > 0 and current >= d + 1 and len(state.local) >= d:
+                ready.setdefault(d, []).append(p)
+        for d, members in ready.items():
+            self._run_ahead(members, d)
+
+    def _run_ahead(self, params, d):
+        """Moves `params` by d steps of the wrapped optimizer on their kept gradients, oldest
+        first, on a copy of each (its true value stays in its own storage, in `saved`) and on a
+        scratch copy of its optimizer state (the real state is put back untouched)."""
+        optimizer = self._optimizer
+        kept = {p: optimizer.state[p] for p in params if p in optimizer.state}
         with torch.no_grad():
-            state.saved.copy_(p.data)
-            for g in state.local:  # oldest first: the order the updates come in
-                buf = g if buf is None else torch.add(g, buf, alpha=m)  # g itself: only read
-                state.saved.add_(buf, alpha=-lr)
-        p.data, state.saved = state.saved, p.data
-        state.shifted = True
+            for p in params:
+                state = self._states[p]
+                if state.saved is None or state.saved.shape != p.shape:
+                    state.saved = torch.empty_like(p)
+                state.saved.copy_(p.data)
+                p.data, state.saved = state.saved, p.data
+                state.shifted = True
+                optimizer.state[p] = {k: (v.clone() if torch.is_tensor(v) else v)
+                                      for k, v in kept.get(p, {}).items()}
+        try:
+            settings = layerwise.snapshot_settings(optimizer.param_groups)
+            for i in range(d):
+                layerwise.step_subset(optimizer.param_groups,
+                                      lambda: self._base_step(optimizer),
+                                      {p: self._states[p].local[i] for p in params}, settings)
+        finally:
+            for p in params:
+                if p in kept:
+                    optimizer.state[p] = kept[p]
+                else:
+                    optimizer.state.pop(p, None)
 
     def _on_forward(self, module, inputs):
         if not (module.training and torch.is_grad_enabled()):
@@ -370,8 +402,8 @@ class StalenessCorrection:
         current = self._view.current_pass()
         ahead_of = [p for p in own if self._states[p].local]
         own = [p for p in own if not self._states[p].local and self._states[p].due]
-        for p in ahead_of:
-            self._look_ahead(p, current)
+        if ahead_of:
+            self._look_ahead(ahead_of, current)
         for p in own:
             state = self._states[p]
             state.due = False
