@@ -262,13 +262,14 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     if (trial_check_ && profiler_->median_wall_ms() <= 0) votes_[1] = 0;
     votes_[2] = -static_cast<int>(step_);
     // A drift check also agrees on the job's wall step (the slowest rank's median, in us), which
-    // judges whether a re-plan paid (drift_policy.h).
+    // judges whether a re-plan paid (drift_policy.h); a re-plan check on whether rank 0's
+    // planning is done, and its prediction.
     votes_[3] = 0;
     if (drift_check_) {
       votes_[3] =
           -static_cast<int>(std::min(2e9, std::max(0.0, 1e3 * profiler_->median_wall_ms())));
-    } else if (replan_check_ && rank_ == 0 && !ReplanCheckReady()) {
-      votes_[3] = -1;
+    } else if (replan_check_ && rank_ == 0) {
+      votes_[3] = ReplanCheckVote();
     }
     // Open MPI's non-blocking allreduce algorithm is a process-wide setting: every rank must
     // select the same one for this call, whatever it ran last.
@@ -304,19 +305,26 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
   step_ = std::max<int64_t>(step_, -static_cast<int64_t>(votes_[2]));
   if (replan_check_) {
     replan_check_ = false;
-    if (votes_[3] < 0) {  // rank 0's planning still runs
+    if (votes_[3] == -1) {  // rank 0's planning still runs
       replan_check_step_ = step_ + 1;
       return std::nullopt;
     }
     replan_check_step_ = -1;
     if (votes_[1] == 1) {
-      // The drifted step is the plan's own now: the checks measure their baseline again.
+      // The drifted step is the plan's own now: the checks measure their baseline again, and
+      // the plan's prediction is the one for the drifted step.
       drift_.OnAdopted();
       drift_.OnReplanned(/*changed=*/false);
       ScheduleDriftCheck();
       {
         absl::MutexLock lock(&mu_);
         ++info_.drifts_kept;
+        const double predicted_ms = (-static_cast<double>(votes_[3]) - 2) / 1e3;
+        if (predicted_ms > 0) info_.predicted_step_ms = predicted_ms;
+        if (rank_ == 0 && !outcome_.candidates.empty()) {
+          predicted_step_ = std::make_shared<const std::vector<sched::SimEvent>>(
+              outcome_.candidates.front().predicted_step);
+        }
       }
       spdlog::info(
           "overlap: rank {}: step {}: planning from the drifted step made the plan in force "
@@ -474,12 +482,19 @@ void PlanScheduler::StartReplanCheck() {
   StartPlanning(*std::move(profile), cost);
 }
 
-bool PlanScheduler::ReplanCheckReady() const {
+int PlanScheduler::ReplanCheckVote() const {
   absl::MutexLock lock(&mu_);
-  return outcome_.done;
+  if (!outcome_.done) return -1;
+  const double ms = outcome_.status.ok() && !outcome_.candidates.empty()
+                        ? outcome_.candidates.front().predicted_ms
+                        : 0;
+  return -static_cast<int>(2 + std::min(2e9, std::max(0.0, 1e3 * ms)));
 }
 
 bool PlanScheduler::ReplanCheckSame() const {
+  if (const auto differs = InstalledPlanTestHooks().replan_differs; differs && differs()) {
+    return false;
+  }
   absl::MutexLock lock(&mu_);
   if (!outcome_.done || !outcome_.status.ok() || outcome_.candidates.empty()) return false;
   return PlanShape(outcome_.candidates.front().bytes) == plan_shape_;

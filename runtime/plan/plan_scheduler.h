@@ -203,9 +203,9 @@ class PlanScheduler {
   // with the kept link fit, and the re-plan check at replan_check_step_ tells every rank
   // whether the plan would change (the header comment, step 3).
   void StartReplanCheck();
-  // Rank 0: whether its re-plan check's planning is done (false while it runs), and whether it
-  // made the plan in force again.
-  bool ReplanCheckReady() const;
+  // Rank 0: its vote [3] at the re-plan check: -1 while its planning runs, else -(2 + the new
+  // plan's simulated step in us); and whether that planning made the plan in force again.
+  int ReplanCheckVote() const;
   bool ReplanCheckSame() const;
   // With no scheduled plan in force (one dropped, or auto's kept observed plan drifted): measure
   // the steps afresh and plan at the attempt OVERLAP_PROFILE_STEPS + 2 steps after `step`.
@@ -309,9 +309,9 @@ class PlanScheduler {
   absl::Time drain_since_;
   // [0] quiescent, [1] steady (or not drifted; at a re-plan check, rank 0: the same plan), [2]
   // minus this rank's step, [3] at a drift check minus its median wall step in us (at a re-plan
-  // check, rank 0: -1 while its planning runs): combined by MIN, [2] gives every rank the
-  // largest step, from which the next stage is scheduled (see Progress), [3] the job's wall
-  // step.
+  // check, rank 0's ReplanCheckVote): combined by MIN, [2] gives every rank the largest step,
+  // from which the next stage is scheduled (see Progress), [3] the job's wall step (or rank 0's
+  // planning state and prediction).
   int votes_[4] = {0, 0, 0, 0};
   // This rank voted quiescent in the vote out (a drift check's forced 1 aside); kept apart from
   // votes_, which is MPI's while the vote runs.

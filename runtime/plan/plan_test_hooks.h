@@ -5,7 +5,8 @@
 // //tests/runtime:plan_hooks_from_env, whose static initializer installs hooks driven by
 // OVERLAP_TEST_PLAN_SCHEDULE (every bucket delayed / sent periodically, whatever the planner
 // chose), OVERLAP_TEST_CORRUPT_PLAN (a damaged broadcast, to test the refusal) and
-// OVERLAP_TEST_ROUND_IN_VOTE (a round wanted while a vote is out): the C++ test
+// OVERLAP_TEST_ROUND_IN_VOTE (a round wanted while a vote is out) and OVERLAP_TEST_REPLAN_DIFFERS
+// (every re-plan check after a drift drops the plan): the C++ test
 // binaries through //runtime:core_for_tests and //tests:mpi_catch_main, the Python suites through
 // //tests/runtime:liboverlap_testing.so.
 //
@@ -29,6 +30,9 @@ struct PlanTestHooks {
   // negotiation round while the vote is out (after whatever the hook waited, so that the peers
   // may see the vote's result first), before the rank looks at the vote.
   bool (*round_in_vote)(int rank) = nullptr;
+  // Rank 0, at a re-plan check after a drift: true counts the plan made from the drifted step as
+  // another plan, whatever it is, so that the drop and the full re-plan run.
+  bool (*replan_differs)() = nullptr;
 };
 
 void InstallPlanTestHooks(const PlanTestHooks& hooks);

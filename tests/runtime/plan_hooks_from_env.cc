@@ -72,8 +72,12 @@ bool RoundInVoteFromEnv(int rank) {
   return true;
 }
 
+// OVERLAP_TEST_REPLAN_DIFFERS set: a re-plan check after a drift always drops the plan.
+bool ReplanDiffersFromEnv() { return std::getenv("OVERLAP_TEST_REPLAN_DIFFERS") != nullptr; }
+
 const bool kInstalled = [] {
   PlanTestHooks hooks;
+  hooks.replan_differs = ReplanDiffersFromEnv;
   hooks.round_in_vote = RoundInVoteFromEnv;
   hooks.adjust_plan = ScheduleFromEnv;
   hooks.damage_broadcast = DamageFromEnv;

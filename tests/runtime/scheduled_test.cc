@@ -119,8 +119,8 @@ TEST_CASE("a damaged plan is refused on every rank and training goes on", "[corr
 
 TEST_CASE("a step that slows down for good is planned again, every sum exact", "[drift]") {
   // OVERLAP_TEST_DRIFT (tests/runtime/BUILD): backward becomes 0.5 s longer 14 steps after
-  // adoption; the drift checks (OVERLAP_REPLAN_DRIFT) must drop the plan and a new one must be
-  // adopted.
+  // adoption; the drift checks (OVERLAP_REPLAN_DRIFT) must drop the plan (the re-plan check
+  // counts the plan as changed: OVERLAP_TEST_REPLAN_DIFFERS) and a new one must be adopted.
   if (std::getenv("OVERLAP_TEST_DRIFT") == nullptr) return;
   if (std::getenv("OVERLAP_TEST_SLOW_TRIALS") != nullptr) return;  // the case below
   if (PlannerIs("wfbp")) return;  // its plan does not change with the compute: the next case
@@ -170,6 +170,7 @@ TEST_CASE("a drift that plans the plan in force again keeps it, nothing dropped"
   std::vector<Layer> layers = MakeModel();
   int64_t first_adopted = -1;
   int64_t dropped_then = -1;  // plans dropped when the plan was adopted (the observed one's)
+  double first_predicted = 0;
   int step = 0;
   for (; step < 120 && testing::AgreedMax(Stats().plan_drifts_kept) < 1; ++step) {
     const bool slow = first_adopted >= 0 && Stats().steps > first_adopted + 14;
@@ -177,7 +178,10 @@ TEST_CASE("a drift that plans the plan in force again keeps it, nothing dropped"
     REQUIRE(Step(layers, step, slow) == "");
     if (first_adopted < 0) {
       first_adopted = testing::AgreedMax(Stats().plan_adopted_step);
-      if (first_adopted >= 0) dropped_then = Stats().plans_dropped;
+      if (first_adopted >= 0) {
+        dropped_then = Stats().plans_dropped;
+        first_predicted = Stats().predicted_step_ms;
+      }
     }
   }
   // A few slow steps more under the kept plan.
@@ -195,6 +199,8 @@ TEST_CASE("a drift that plans the plan in force again keeps it, nothing dropped"
   REQUIRE(stats.plan_adopted_step == first_adopted);
   REQUIRE(stats.plans_dropped == dropped_then);
   REQUIRE(stats.planner == "wfbp");
+  // The kept plan's prediction is made for the slow steps now (0.5 s more backward).
+  REQUIRE(stats.predicted_step_ms > first_predicted + 300);
 }
 
 TEST_CASE("auto that kept the observed plan plans again when the step drifts", "[drift]") {

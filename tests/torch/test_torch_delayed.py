@@ -32,16 +32,15 @@ def batch(hvd, step):
 
 
 def reference_gradients(hvd, model, step):
-    """The average over ranks of each rank's gradient at `model`'s current weights. Called after
-    the step's own forward, so that the copy's forward is not taken for the step's start."""
+    """The average over ranks of each rank's gradient at its own current weights (under the
+    default correction's look-ahead each rank's forward runs at a point of its own). Called
+    after the step's own forward, so that the copy's forward is not taken for the step's start."""
     x, y = batch(hvd, step)
-    xs = hvd.allgather(x, name="data.x").split(BATCH)
-    ys = hvd.allgather(y, name="data.y").split(BATCH)
     copy_ = copy.deepcopy(model)
     copy_.zero_grad()
-    loss = sum(F.mse_loss(copy_(a), b) for a, b in zip(xs, ys)) / hvd.size()
-    loss.backward()
-    return [p.grad.detach().clone() for p in copy_.parameters()]
+    F.mse_loss(copy_(x), y).backward()
+    return [hvd.allreduce(p.grad.detach().clone(), name="reference.%d" % i)
+            for i, p in enumerate(copy_.parameters())]
 
 
 def matches(grads, reference):
