@@ -321,9 +321,10 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
         ++info_.drifts_kept;
         const double predicted_ms = (-static_cast<double>(votes_[3]) - 2) / 1e3;
         if (predicted_ms > 0) info_.predicted_step_ms = predicted_ms;
-        if (rank_ == 0 && !outcome_.candidates.empty()) {
-          predicted_step_ = std::make_shared<const std::vector<sched::SimEvent>>(
-              outcome_.candidates.front().predicted_step);
+        const Candidate* match = rank_ == 0 ? ReplanMatch() : nullptr;
+        if (match != nullptr) {
+          predicted_step_ =
+              std::make_shared<const std::vector<sched::SimEvent>>(match->predicted_step);
         }
       }
       spdlog::info(
@@ -482,12 +483,21 @@ void PlanScheduler::StartReplanCheck() {
   StartPlanning(*std::move(profile), cost);
 }
 
+const PlanScheduler::Candidate* PlanScheduler::ReplanMatch() const {
+  if (!outcome_.done || !outcome_.status.ok()) return nullptr;
+  // auto's candidates are the plans its trials would measure again: where the plan in force,
+  // the fastest they measured last time, is among them, it stays.
+  for (const Candidate& c : outcome_.candidates) {
+    if (PlanShape(c.bytes) == plan_shape_) return &c;
+  }
+  return nullptr;
+}
+
 int PlanScheduler::ReplanCheckVote() const {
   absl::MutexLock lock(&mu_);
   if (!outcome_.done) return -1;
-  const double ms = outcome_.status.ok() && !outcome_.candidates.empty()
-                        ? outcome_.candidates.front().predicted_ms
-                        : 0;
+  const Candidate* match = ReplanMatch();
+  const double ms = match != nullptr ? match->predicted_ms : 0;
   return -static_cast<int>(2 + std::min(2e9, std::max(0.0, 1e3 * ms)));
 }
 
@@ -496,8 +506,7 @@ bool PlanScheduler::ReplanCheckSame() const {
     return false;
   }
   absl::MutexLock lock(&mu_);
-  if (!outcome_.done || !outcome_.status.ok() || outcome_.candidates.empty()) return false;
-  return PlanShape(outcome_.candidates.front().bytes) == plan_shape_;
+  return ReplanMatch() != nullptr;
 }
 
 absl::Status PlanScheduler::AgreeObservedStep() {

@@ -47,7 +47,7 @@
 //     then rank 0 first plans again from the step measured under the plan in force, with the
 //     link fit kept (nothing is dropped or probed meanwhile), and two steps later (the re-plan
 //     check, a vote that drains nothing) every rank learns whether that made the plan in force
-//     again: then it stays, the checks take the drifted step as their new baseline and back
+//     again (under auto: among the candidates its trials would measure): then it stays, the checks take the drifted step as their new baseline and back
 //     off (twice as far apart, up to 64 times). Otherwise (or where no fit is kept yet), at the
 //     next step, after the same quiescence vote as an adoption, every rank drops the plan
 //     (TakeDropWish), and it is measured and made anew; when that new plan is the dropped one
@@ -204,9 +204,12 @@ class PlanScheduler {
   // whether the plan would change (the header comment, step 3).
   void StartReplanCheck();
   // Rank 0: its vote [3] at the re-plan check: -1 while its planning runs, else -(2 + the new
-  // plan's simulated step in us); and whether that planning made the plan in force again.
+  // plan's simulated step in us); and whether that planning made the plan in force again (for
+  // auto: among the candidates its trials would measure).
   int ReplanCheckVote() const;
   bool ReplanCheckSame() const;
+  // The re-plan check's candidate that is the plan in force, or null. Callers hold mu_.
+  const Candidate* ReplanMatch() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With no scheduled plan in force (one dropped, or auto's kept observed plan drifted): measure
   // the steps afresh and plan at the attempt OVERLAP_PROFILE_STEPS + 2 steps after `step`.
   void PlanAgainFrom(int64_t step);
