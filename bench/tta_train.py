@@ -324,7 +324,8 @@ def main(argv):
         result["runtime"] = {k: s.get(k) for k in ("planner", "plan_adopted_step", "plans_frozen",
                                                    "plans_dropped", "plans_refused", "plan_buckets",
                                                    "plan_mean_staleness", "plan_update_cycle",
-                                                   "predicted_step_ms")}
+                                                   "predicted_step_ms", "plans_scheduled",
+                                                   "plan_drifts_kept")}
         result["correction_bytes"] = optimizer.staleness_correction_bytes()
 
     # Evaluation, after training: rank r evaluates points r, r + size, ...; a max gathers them.
