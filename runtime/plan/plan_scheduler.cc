@@ -25,45 +25,6 @@ namespace {
 // How long a rank waits for its own work to finish before voting "not quiescent".
 constexpr absl::Duration kDrainLimit = absl::Seconds(2);
 
-// auto's trials: runners-up simulated within this factor of the best plan are worth measuring.
-constexpr double kTrialMargin = 1.15;
-
-sched::PlannerOptions OptionsFrom(const Config& config) {
-  sched::PlannerOptions o;
-  o.staleness = config.staleness;
-  o.max_period = config.max_period;
-  o.budget = config.budget;
-  o.partition_bytes = config.partition_bytes;
-  o.credit_bytes = config.credit_bytes;
-  // Horovod's fusion as this runtime configures it.
-  o.fusion_threshold_bytes =
-      config.fusion_threshold_bytes > 0 ? config.fusion_threshold_bytes : o.fusion_threshold_bytes;
-  o.cycle_time_ms = config.cycle_time_ms;
-  // Planned tensors carry the default compression where a plan can run it (runtime/api/
-  // runtime.cc), so every bucket gets its compressor and the costs its payload.
-  const std::string compression = CompressionStage::Plannable(config.compression);
-  o.compressor = CompressionStage::CompressorName(compression);
-  o.compression_ratio = CompressionStage::PayloadRatio(compression);
-  o.two_stage_always = config.two_stage == "on";
-  return o;
-}
-
-// A plan with delayed updates or update periods: replacing it would discard the results it holds.
-bool Delayed(const sched::Plan& plan) {
-  return std::any_of(plan.buckets.begin(), plan.buckets.end(),
-                     [](const sched::Bucket& b) { return b.delay > 0 || b.period > 1; });
-}
-
-// What tells two serialized plans apart: not the model's name or the budget spent ("" for bytes
-// that do not decode).
-std::string PlanShape(const std::string& bytes) {
-  absl::StatusOr<sched::Plan> decoded = sched::Plan::Deserialize(bytes);
-  if (!decoded.ok()) return "";
-  decoded->model.clear();
-  decoded->budget_used = 0;
-  return decoded->Serialize();
-}
-
 }  // namespace
 
 PlanScheduler::PlanScheduler(const Config& config, int rank, int size, MPI_Comm comm,
@@ -465,50 +426,6 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
   return std::nullopt;
 }
 
-void PlanScheduler::StartReplanCheck() {
-  next_drift_check_ = std::numeric_limits<int64_t>::max();
-  replan_check_step_ = step_ + 2;  // as an adoption after planning: time for the planner
-  if (rank_ != 0) return;
-  absl::StatusOr<sched::Profile> profile = profiler_->MakeProfile("measured");
-  if (!profile.ok()) {
-    absl::MutexLock lock(&mu_);
-    outcome_ = Outcome();
-    outcome_.done = true;
-    outcome_.status = profile.status();
-    return;
-  }
-  sched::CostModel cost;
-  cost.channels = {*last_fit_};
-  AddDeviceBucketCost(&cost);
-  StartPlanning(*std::move(profile), cost);
-}
-
-const PlanScheduler::Candidate* PlanScheduler::ReplanMatch() const {
-  if (!outcome_.done || !outcome_.status.ok()) return nullptr;
-  // auto's candidates are the plans its trials would measure again: where the plan in force,
-  // the fastest they measured last time, is among them, it stays.
-  for (const Candidate& c : outcome_.candidates) {
-    if (PlanShape(c.bytes) == plan_shape_) return &c;
-  }
-  return nullptr;
-}
-
-int PlanScheduler::ReplanCheckVote() const {
-  absl::MutexLock lock(&mu_);
-  if (!outcome_.done) return -1;
-  const Candidate* match = ReplanMatch();
-  const double ms = match != nullptr ? match->predicted_ms : 0;
-  return -static_cast<int>(2 + std::min(2e9, std::max(0.0, 1e3 * ms)));
-}
-
-bool PlanScheduler::ReplanCheckSame() const {
-  if (const auto differs = InstalledPlanTestHooks().replan_differs; differs && differs()) {
-    return false;
-  }
-  absl::MutexLock lock(&mu_);
-  return ReplanMatch() != nullptr;
-}
-
 absl::Status PlanScheduler::AgreeObservedStep() {
   observed_ms_ = 0;
   if (config_.planner != "auto" || config_.auto_trials <= 1) return absl::OkStatus();
@@ -541,86 +458,6 @@ void PlanScheduler::KeepObserved(double fastest_trial_ms) {
   absl::MutexLock lock(&mu_);
   ReportNoScheduledPlan("auto:observed");
   info_.adopted_step = step_;
-}
-
-void PlanScheduler::StartPlanning(sched::Profile profile, sched::CostModel cost) {
-  if (planner_.joinable()) planner_.join();
-  {
-    absl::MutexLock lock(&mu_);
-    outcome_ = Outcome();
-  }
-  planner_ = std::thread([this, profile = std::move(profile), cost = std::move(cost)] {
-    Outcome outcome;
-    outcome.done = true;
-    absl::StatusOr<std::vector<Candidate>> candidates = MakeCandidates(profile, cost);
-    if (candidates.ok()) {
-      outcome.candidates = *std::move(candidates);
-    } else {
-      outcome.status = candidates.status();
-    }
-    absl::MutexLock lock(&mu_);
-    outcome_ = std::move(outcome);
-  });
-}
-
-absl::StatusOr<std::vector<PlanScheduler::Candidate>> PlanScheduler::MakeCandidates(
-    const sched::Profile& profile, const sched::CostModel& cost) const {
-  const absl::Time start = absl::Now();
-  std::vector<sched::Plan> plans;
-  if (config_.planner == "auto" && config_.auto_trials > 1) {
-    absl::StatusOr<std::vector<sched::RankedPlan>> ranked =
-        sched::RankPlans(profile, cost, OptionsFrom(config_));
-    if (!ranked.ok()) return ranked.status();
-    const double best_ms = ranked->front().simulated_ms;
-    // Planners often agree (deft at staleness 0 may return dear's plan): each plan is tried once.
-    auto same_buckets = [](sched::Plan a, sched::Plan b) {
-      a.planner = b.planner = "";
-      a.staleness = b.staleness = 0;
-      a.budget_used = b.budget_used = 0;
-      return a.Serialize() == b.Serialize();
-    };
-    for (sched::RankedPlan& r : *ranked) {
-      if (static_cast<int>(plans.size()) == config_.auto_trials) break;
-      if (!plans.empty() &&
-          (r.simulated_ms > kTrialMargin * best_ms || Delayed(r.plan) || Delayed(plans.front()))) {
-        continue;
-      }
-      if (std::any_of(plans.begin(), plans.end(),
-                      [&](const sched::Plan& p) { return same_buckets(p, r.plan); })) {
-        continue;
-      }
-      plans.push_back(std::move(r.plan));
-    }
-  } else {
-    absl::StatusOr<sched::Plan> plan =
-        sched::MakePlan(config_.planner, profile, cost, OptionsFrom(config_));
-    if (!plan.ok()) return plan.status();
-    plans.push_back(*std::move(plan));
-  }
-  std::vector<Candidate> candidates;
-  for (sched::Plan& plan : plans) {
-    if (const auto adjust = InstalledPlanTestHooks().adjust_plan) adjust(profile, &plan);
-    // The test schedule delays every plan: trials would replace delayed plans.
-    if (Delayed(plan) && !candidates.empty()) break;
-    Candidate c;
-    sched::SimOptions options;
-    options.record_iteration = true;  // drawn beside the measured steps in the timeline
-    absl::StatusOr<sched::SimResult> sim = sched::Simulate(profile, plan, cost, options);
-    if (sim.ok()) {
-      c.predicted_ms = sim->iteration_ms;
-      c.predicted_step = std::move(sim->iteration_events);
-    }
-    c.bytes = plan.Serialize();
-    if (const auto damage = InstalledPlanTestHooks().damage_broadcast) damage(&c.bytes, &plan);
-    spdlog::info(
-        "overlap: rank 0: planner {} made {} buckets for a measured step of {:.1f} ms compute; "
-        "simulated step {:.1f} ms",
-        plan.planner, plan.buckets.size(), profile.compute_ms(), c.predicted_ms);
-    candidates.push_back(std::move(c));
-  }
-  spdlog::info("overlap: rank 0: {} candidate plan(s) made in {:.1f} ms", candidates.size(),
-               absl::ToDoubleMilliseconds(absl::Now() - start));
-  return candidates;
 }
 
 absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::EndTrial(const TableFn& table) {

@@ -208,6 +208,12 @@ class PlanScheduler {
   // auto: among the candidates its trials would measure).
   int ReplanCheckVote() const;
   bool ReplanCheckSame() const;
+  // A plan with delayed updates or update periods: replacing it would discard the results it
+  // holds.
+  static bool Delayed(const sched::Plan& plan);
+  // What tells two serialized plans apart: not the model's name or the budget spent ("" for
+  // bytes that do not decode).
+  static std::string PlanShape(const std::string& bytes);
   // The re-plan check's candidate that is the plan in force, or null. Callers hold mu_.
   const Candidate* ReplanMatch() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With no scheduled plan in force (one dropped, or auto's kept observed plan drifted): measure
