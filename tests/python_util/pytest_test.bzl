@@ -11,7 +11,8 @@ def overlap_pytest_test(name, framework, np, suite, data = [], env = {}, timeout
     """
     # Suites that set a plan test hook load the test build of the library, which has the hooks
     # installed (runtime/plan/plan_test_hooks.h); the shipped liboverlap.so reads no OVERLAP_TEST_*.
-    hooked = [k for k in env if k in ("OVERLAP_TEST_PLAN_SCHEDULE", "OVERLAP_TEST_CORRUPT_PLAN")]
+    hooked = [k for k in env if k in ("OVERLAP_TEST_PLAN_SCHEDULE", "OVERLAP_TEST_CORRUPT_PLAN",
+                                      "OVERLAP_TEST_REPLAN_DIFFERS")]
     library = "//tests/runtime:liboverlap_testing.so" if hooked else "//runtime:liboverlap.so"
     native.sh_test(
         name = name,
