@@ -59,18 +59,10 @@ void PlanScheduler::StartReplanCheck() {
   next_drift_check_ = std::numeric_limits<int64_t>::max();
   replan_check_step_ = step_ + 2;  // as an adoption after planning: time for the planner
   if (rank_ != 0) return;
-  absl::StatusOr<sched::Profile> profile = profiler_->MakeProfile("measured");
-  if (!profile.ok()) {
-    absl::MutexLock lock(&mu_);
-    outcome_ = Outcome();
-    outcome_.done = true;
-    outcome_.status = profile.status();
-    return;
-  }
   sched::CostModel cost;
   cost.channels = {*last_fit_};
   AddDeviceBucketCost(&cost);
-  StartPlanning(*std::move(profile), cost);
+  PlanFromMeasuredSteps(cost);
 }
 
 const PlanScheduler::Candidate* PlanScheduler::ReplanMatch() const {
@@ -83,20 +75,29 @@ const PlanScheduler::Candidate* PlanScheduler::ReplanMatch() const {
   return nullptr;
 }
 
-int PlanScheduler::ReplanCheckVote() const {
+void PlanScheduler::VoteOnReplanCheck() {
+  const auto differs = InstalledPlanTestHooks().replan_differs;
   absl::MutexLock lock(&mu_);
-  if (!outcome_.done) return -1;
-  const Candidate* match = ReplanMatch();
+  if (!outcome_.done) {
+    votes_[3] = -1;
+    return;
+  }
+  const Candidate* match = differs != nullptr && differs() ? nullptr : ReplanMatch();
+  votes_[1] = match != nullptr ? 1 : 0;
   const double ms = match != nullptr ? match->predicted_ms : 0;
-  return -static_cast<int>(2 + std::min(2e9, std::max(0.0, 1e3 * ms)));
+  votes_[3] = -static_cast<int>(2 + std::min(2e9, std::max(0.0, 1e3 * ms)));
 }
 
-bool PlanScheduler::ReplanCheckSame() const {
-  if (const auto differs = InstalledPlanTestHooks().replan_differs; differs && differs()) {
-    return false;
+void PlanScheduler::PlanFromMeasuredSteps(const sched::CostModel& cost) {
+  absl::StatusOr<sched::Profile> profile = profiler_->MakeProfile("measured");
+  if (!profile.ok()) {
+    absl::MutexLock lock(&mu_);
+    outcome_ = Outcome();
+    outcome_.done = true;
+    outcome_.status = profile.status();
+    return;
   }
-  absl::MutexLock lock(&mu_);
-  return ReplanMatch() != nullptr;
+  StartPlanning(*std::move(profile), cost);
 }
 
 void PlanScheduler::StartPlanning(sched::Profile profile, sched::CostModel cost) {

@@ -214,7 +214,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
     votes_[0] = quiescent || checking ? 1 : 0;
     // A check votes without draining and runs nothing blocking after the vote.
     voted_quiescent_ = quiescent && !checking;
-    votes_[1] = replan_check_  ? (rank_ != 0 || ReplanCheckSame() ? 1 : 0)
+    votes_[1] = replan_check_  ? 1  // rank 0's own vote below
                 : drift_check_ ? (drift_.Drifted(MeasuredWindow()) ? 0 : 1)
                 : adopting_ || profiler_->steady_steps() >= config_.profile_steps ? 1
                                                                                   : 0;
@@ -230,7 +230,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
       votes_[3] =
           -static_cast<int>(std::min(2e9, std::max(0.0, 1e3 * profiler_->median_wall_ms())));
     } else if (replan_check_ && rank_ == 0) {
-      votes_[3] = ReplanCheckVote();
+      VoteOnReplanCheck();
     }
     // Open MPI's non-blocking allreduce algorithm is a process-wide setting: every rank must
     // select the same one for this call, whatever it ran last.
@@ -412,17 +412,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
   if (!probed.ok()) return probed;
   AddDeviceBucketCost(&cost);
   adopt_step_ = step_ + 2;
-  if (rank_ == 0) {
-    absl::StatusOr<sched::Profile> profile = profiler_->MakeProfile("measured");
-    if (!profile.ok()) {
-      absl::MutexLock lock(&mu_);
-      outcome_ = Outcome();
-      outcome_.done = true;
-      outcome_.status = profile.status();
-    } else {
-      StartPlanning(*std::move(profile), cost);
-    }
-  }
+  if (rank_ == 0) PlanFromMeasuredSteps(cost);
   return std::nullopt;
 }
 

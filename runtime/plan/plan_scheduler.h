@@ -203,11 +203,13 @@ class PlanScheduler {
   // with the kept link fit, and the re-plan check at replan_check_step_ tells every rank
   // whether the plan would change (the header comment, step 3).
   void StartReplanCheck();
-  // Rank 0: its vote [3] at the re-plan check: -1 while its planning runs, else -(2 + the new
-  // plan's simulated step in us); and whether that planning made the plan in force again (for
-  // auto: among the candidates its trials would measure).
-  int ReplanCheckVote() const;
-  bool ReplanCheckSame() const;
+  // Rank 0, at the re-plan check: votes [3] -1 while its planning runs, else [1] whether that
+  // planning made the plan in force again (for auto: among the candidates its trials would
+  // measure) and [3] -(2 + that plan's simulated step in us, 0 if another plan).
+  void VoteOnReplanCheck();
+  // Rank 0: plans in the background from the last steady steps (StartPlanning) with `cost`; a
+  // profile it cannot make becomes the planning's outcome, an error.
+  void PlanFromMeasuredSteps(const sched::CostModel& cost);
   // A plan with delayed updates or update periods: replacing it would discard the results it
   // holds.
   static bool Delayed(const sched::Plan& plan);
@@ -318,7 +320,7 @@ class PlanScheduler {
   absl::Time drain_since_;
   // [0] quiescent, [1] steady (or not drifted; at a re-plan check, rank 0: the same plan), [2]
   // minus this rank's step, [3] at a drift check minus its median wall step in us (at a re-plan
-  // check, rank 0's ReplanCheckVote): combined by MIN, [2] gives every rank the largest step,
+  // check, rank 0's VoteOnReplanCheck): combined by MIN, [2] gives every rank the largest step,
   // from which the next stage is scheduled (see Progress), [3] the job's wall step (or rank 0's
   // planning state and prediction).
   int votes_[4] = {0, 0, 0, 0};
