@@ -30,6 +30,7 @@ from overlap import _core
 _ATTR = "_overlap_has_update"
 _NAME = "_overlap_name"            # the gradient's allreduce name, for its schedule
 _CORRECTION = "_overlap_correction"  # the staleness correction mode its reducer asks for
+_LOCAL = "_overlap_local"          # this rank's gradient before the reduction (look-ahead)
 _installed = False
 
 
@@ -44,14 +45,16 @@ def enabled():
     return bool(test_hook is not None and test_hook())
 
 
-def tag(gradient, flag, name=None, correction="off"):
+def tag(gradient, flag, name=None, correction="off", local=None):
     """Marks `gradient` (a reduced tensor) with its has_update flag (a bool scalar tensor), and
-    with the allreduce name and the staleness correction mode (overlap/staleness.py) the
-    optimizer uses for its variable."""
+    with the allreduce name, the staleness correction mode the optimizer uses for its variable
+    ("auto", "predict", "on" or "off"; overlap/staleness.py) and, for "auto"'s look-ahead, this
+    rank's gradient before the reduction, scaled as the reduction scales it."""
     install()
     setattr(gradient, _ATTR, flag)
     setattr(gradient, _NAME, name)
     setattr(gradient, _CORRECTION, correction)
+    setattr(gradient, _LOCAL, local)
     return gradient
 
 
@@ -163,10 +166,13 @@ def _corrected(optimizer, grads, variables):
                          "staleness corrections: %s" % ", ".join(sorted(modes)))
     mode = modes.pop()
     if optimizer._overlap_staleness is None:
-        optimizer._overlap_staleness = tf_staleness.Correction(mode)
-    elif optimizer._overlap_staleness.mode != mode:
+        optimizer._overlap_staleness = tf_staleness.Correction(
+            "predict" if mode == "auto" else mode, lookahead=mode == "auto",
+            most_delay=_core.setting("OVERLAP_STALENESS", 1))
+    elif optimizer._overlap_staleness.requested != mode:
         raise ValueError("overlap.tensorflow: the optimizer's staleness correction is %r; its "
-                         "gradients now ask for %r" % (optimizer._overlap_staleness.mode, mode))
+                         "gradients now ask for %r" % (optimizer._overlap_staleness.requested,
+                                                       mode))
     return optimizer._overlap_staleness, [(i, n, v) for i, n, v, _ in chosen]
 
 
@@ -176,12 +182,14 @@ def _apply_corrected(optimizer, original, grads, trainable_variables, corrected)
     variables = [v for _, _, v in chosen]
     keys = [optimizer._var_key(v) for v in variables]
     flags = [optimizer._overlap_flags[k] for k in keys]
+    local = [getattr(grads[i], _LOCAL, None) for i, _, _ in chosen]
     correction.prepare(keys, variables)
-    delayed, aheads, stale = correction.factors(names, variables, flags)
+    delayed, aheads, stale, keep, run = correction.factors(names, variables, flags)
     optimizer._overlap_stale = dict(zip(keys, stale))
-    before = correction.take_off_shift(delayed, keys, variables)
+    before = correction.take_off_shift(keys, variables)
     result = original(optimizer, grads, trainable_variables)
-    correction.shift_ahead(delayed, keys, variables, before, flags, aheads)
+    correction.shift_ahead(delayed, keys, variables, before, flags, aheads, keep, run,
+                           optimizer, local)
     return result
 
 

@@ -66,7 +66,8 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     set's size when scale_local_gradients (Horovod's default). device_dense and device_sparse
     are accepted for compatibility. The planner and staleness are hvd.init() options.
 
-    staleness_correction (overlap's own): "auto" (default; "predict"), "predict", "on" or
+    staleness_correction (overlap's own): "auto" (default: look-ahead where a variable's
+    schedule allows, else "predict"), "predict", "on" or
     "off": what the Keras optimizer that applies these gradients does under a plan that delays
     them (overlap/tensorflow/staleness.py; docs/scheduler.md, "Staleness correction in the
     adapters"). Only with delayed updates configured (staleness or max_period at init)."""

@@ -16,7 +16,9 @@ Delayed updates (delayed_updates.py): when they are configured, every dense grad
 explicit group goes out as its own allreduce, eagerly too (through one internal tf.function per
 set of names, so they still run concurrently), since the runtime plans, and so delays,
 single-tensor allreduces only; each result is tagged with its has_update flag, so that the
-optimizer skips a variable in a step that brings it no update.
+optimizer skips a variable in a step that brings it no update, and, under
+staleness_correction="auto", with this rank's own gradient, from which the optimizer looks ahead
+(staleness.py).
 
 Every single-tensor gradient allreduce is marked as a gradient (plan_may_delay; runtime/overlap.h):
 only those may be delayed, and the planners plan those alone, leaving the step's other
@@ -56,7 +58,9 @@ class GradientReducer:
                              "has %d" % (_core.rank(), ranks))
         self.prefix = prefix
         # Carried to the optimizer on each delayed gradient's tag (delayed_updates.py).
-        self.correction = staleness.check_mode(staleness_correction, "the gradient reducer")
+        # "auto" stays itself (look-ahead where it applies: overlap/tensorflow/staleness.py).
+        mode = staleness.check_mode(staleness_correction, "the gradient reducer")
+        self.correction = "auto" if staleness_correction in (True, "auto") else mode
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense
         self.op = op
@@ -121,10 +125,13 @@ class GradientReducer:
         step_markers.update(after=[g for g in grads if isinstance(g, tf.Tensor)])
         return reduced
 
+    def _set_size(self):
+        return self.process_set.size() if self.process_set is not None else _core.size()
+
     def _scale_local(self, grad):
         if grad is None:
             return None
-        size = float(self.process_set.size() if self.process_set is not None else _core.size())
+        size = float(self._set_size())
         if isinstance(grad, tf.IndexedSlices):
             return tf.IndexedSlices(grad.values / size, grad.indices, grad.dense_shape)
         return grad / size
@@ -147,8 +154,13 @@ class GradientReducer:
         groups = self._group_of(variables)
         if delayed_updates.enabled():
             single = [(i, g) for i, g in dense if i not in groups]
-            for (i, _), (r, flag) in zip(single, self._reduce_with_updates(single, names)):
-                out[i] = delayed_updates.tag(r, flag, names[i], self.correction)
+            # Look-ahead's stand-in for the reduced gradient: this rank's, as the op scales it.
+            scale = float(self._set_size()) if self.op == Sum else 1.0
+            for (i, g), (r, flag) in zip(single, self._reduce_with_updates(single, names)):
+                local = g if self.correction == "auto" else None
+                if local is not None and scale != 1.0:
+                    local = local * scale
+                out[i] = delayed_updates.tag(r, flag, names[i], self.correction, local)
             dense = [(i, g) for i, g in dense if i in groups]
         elif not groups and tf.executing_eagerly():
             groups = {i: 0 for i, _ in dense}

@@ -146,7 +146,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     name, device_dense and device_sparse are accepted for compatibility. The planner and staleness
     are hvd.init() options.
 
-    staleness_correction (overlap's own): "auto" (default; "predict"), "predict", "on" or
+    staleness_correction (overlap's own): "auto" (default: look-ahead where a variable's
+    schedule allows, else "predict"), "predict", "on" or
     "off", under a plan that delays gradients (overlap/tensorflow/staleness.py; docs/scheduler.md,
     "Staleness correction in the adapters"); optimizer.staleness_correction_bytes() reports its
     memory once it has applied delayed gradients.

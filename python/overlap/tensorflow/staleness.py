@@ -5,20 +5,29 @@ It runs inside the Keras optimizer's apply() that delayed_updates.py wraps, so i
 DistributedGradientTape (feeding any Keras optimizer) and the Keras DistributedOptimizer, eagerly
 and inside tf.function (the plan's schedule is read when the step runs, by tf.numpy_function).
 Per apply(), for each variable whose gradient the plan in force delays:
-  1. its shift (below) is taken off, so the optimizer updates the true value;
+  1. a variable moved ahead by the last apply() gets its true value back (a copy, exact);
   2. the update runs with momentum (SGD) or beta1 (Adam, AdamW) lowered for the variable's mean
-     staleness (modes "on" and "predict");
+     staleness (modes "on" and "predict"), or as the optimizer's own step (look-ahead);
   3. "predict": its last update is recorded (when it had one), and the variable is moved ahead by
      (updates still to come before the next step's gradient is applied) x (last update), so the
-     next forward, and the gradient it takes, run where that gradient will be applied.
-So between two steps the variables hold the extrapolated values: code that reads them between
+     next forward, and the gradient it takes, run where that gradient will be applied;
+     look-ahead ("auto", on a variable whose every slice has the same delay d <= the configured
+     staleness and no update period): this rank's gradient of this step is kept (the last d are),
+     and from pass d + 1 on the variable is moved to where the d updates still to come will put
+     it: the Keras optimizer's own update (clipping, weight decay, its slots, its step count),
+     run d times from this rank's kept gradients, oldest first, standing in for the averages
+     they will bring; its slots, step count and other state are then put back as they were.
+     As overlap.torch's look-ahead (overlap/torch/staleness.py), whose measurements it shares.
+So between two steps the variables hold the moved-ahead values: code that reads them between
 steps under a delayed plan (evaluation, a checkpoint) reads those, unless it calls
 restore_variables(optimizer) first (the next apply() then moves on from the true values).
 While no plan delays a variable nothing above runs for it, and values are bit for bit those
 without the correction.
 
-Memory (staleness_correction_bytes()): two variables the size of each corrected variable (its
-last update and its shift), made at the first apply() with tagged gradients, whatever the plan.
+Memory (staleness_correction_bytes()): "predict", per variable with tagged gradients, whatever
+the plan, made at the first apply(): two copies of it (its true value while moved ahead, and its
+last update); "auto" adds one per step of the configured staleness (its kept gradients). The
+scratch slots of look-ahead live only during apply().
 """
 
 import numpy as np
@@ -29,38 +38,76 @@ from overlap import staleness
 _BOOL = np.bool_
 
 
-class Correction:
-    """One Keras optimizer's correction; `mode` "predict" or "on"."""
+def _slot_lists(optimizer):
+    """The optimizer's per-variable state: its attributes that are lists of Keras variables,
+    one entry (or None) per trainable variable, in the optimizer's variable order (momentums,
+    Adam's moments, RMSprop's averages, EMA copies, ...). Found by shape rather than by name, so
+    that any Keras optimizer's look-ahead puts back what its scratch steps changed."""
+    import keras
+    trainable = list(optimizer._trainable_variables)
+    own = {id(v) for v in trainable}
+    found = []
+    for value in vars(optimizer).values():
+        if (isinstance(value, list) and value and len(value) == len(trainable) and
+                all(e is None or isinstance(e, keras.Variable) for e in value) and
+                any(e is not None for e in value) and
+                not any(id(e) in own for e in value if e is not None)):
+            found.append(value)
+    return found
 
-    def __init__(self, mode):
+
+class Correction:
+    """One Keras optimizer's correction; `mode` "predict" or "on"; `lookahead`: "auto", which
+    looks ahead where a variable's schedule allows and predicts elsewhere; `most_delay`: the
+    configured staleness, the most gradients a variable keeps for it."""
+
+    def __init__(self, mode, lookahead=False, most_delay=1):
         self.mode = mode
+        self.lookahead = bool(lookahead) and mode == "predict"
+        self.most_delay = max(1, int(most_delay))
+        self.requested = "auto" if self.lookahead else mode  # as the gradients' tags say
         self._view = staleness.ScheduleView()
-        self._last = {}   # variable key -> tf.Variable
-        self._shift = {}  # variable key -> tf.Variable
+        self._last = {}     # variable key -> tf.Variable: its last update
+        self._saved = {}    # variable key -> tf.Variable: its true value while moved ahead
+        self._shifted = {}  # variable key -> bool tf.Variable: it is moved ahead now
+        self._local = {}    # variable key -> tf.Variable [most_delay, *shape]: newest first
+        self._kept = {}     # variable key -> int32 tf.Variable: consecutive steps kept
         self._cache = {}
 
     def bytes(self):
         return sum(int(np.prod(v.shape)) * v.dtype.size
-                   for store in (self._last, self._shift) for v in store.values())
+                   for store in (self._last, self._saved, self._local) for v in store.values())
 
     # -- the schedule, read when the step runs --------------------------------------------------
 
+    def _look_ahead_delay(self, slices):
+        """The delay d by which a variable with these slices looks ahead, or 0."""
+        if not self.lookahead or not slices:
+            return 0
+        d = slices[0][2]
+        if any(s[2] != d or s[3] != 1 for s in slices) or not 1 <= d <= self.most_delay:
+            return 0
+        return d
+
     def _factors_numpy(self, names, shapes):
         """(delayed, [ahead multiplier of the next step per element, per variable],
-        [mean staleness, per variable]) for the step running now."""
+        [mean staleness, per variable], [look-ahead delay: its gradients are kept, per
+        variable], [look-ahead delay if the next forward looks ahead, else 0, per variable])
+        for the step running now."""
         self._view.refresh()
         next_pass = self._view.current_pass() + 1
-        aheads, stale = [], []
+        aheads, stale, keep, run = [], [], [], []
         delayed = False
         for name, shape in zip(names, shapes):
             slices = self._view.slices(name)
-            if slices is None:
-                counts, key = (), ("synchronous", tuple(shape))
+            d = self._look_ahead_delay(slices)
+            if slices is None or d:
+                counts, key = (), ("none", tuple(shape))
             else:
-                delayed = True
-                counts = tuple(staleness.updates_before_applied(next_pass, d, p, f)
-                               if next_pass >= 0 else 0 for _, _, d, p, f in slices)
+                counts = tuple(staleness.updates_before_applied(next_pass, d_, p, f)
+                               if next_pass >= 0 else 0 for _, _, d_, p, f in slices)
                 key = (id(slices), tuple(shape), counts)
+            delayed = delayed or slices is not None
             cached = self._cache.get(key)
             if cached is None:
                 if len(set(counts)) <= 1:
@@ -76,31 +123,40 @@ class Correction:
                 # The slices are kept with their array so that their id is not reused.
                 cached = self._cache[key] = (flat, slices)
             aheads.append(cached[0])
-            stale.append(np.float32(0 if slices is None else staleness.mean_staleness(slices)))
-        return [_BOOL(delayed)] + aheads + stale
+            stale.append(np.float32(0 if slices is None or d else
+                                    staleness.mean_staleness(slices)))
+            keep.append(np.int32(d))
+            # Passes before d + 1 run unshifted: whether this rank kept the gradients of pass 0
+            # depends on when it saw the plan, and every rank must move alike.
+            run.append(np.int32(d if next_pass >= d + 1 else 0))
+        return [_BOOL(delayed)] + aheads + stale + keep + run
 
     def factors(self, names, variables, flags):
-        """Tensors (delayed, aheads, staleness) of _factors_numpy, read when the step runs: after
-        this step's reductions (`flags`, their has_update outputs), so after its forward marker
-        (a tf.function runs the py function by data dependence, not in program order)."""
+        """Tensors (delayed, aheads, staleness, keep, run) of _factors_numpy, read when the step
+        runs: after this step's reductions (`flags`, their has_update outputs), so after its
+        forward marker (a tf.function runs the py function by data dependence, not in program
+        order)."""
         shapes = [tuple(v.shape) for v in variables]
         n = len(variables)
         out = tf.numpy_function(lambda *_: self._factors_numpy(names, shapes),
                                 [tf.stack([tf.cast(f, tf.bool) for f in flags])],
-                                [tf.bool] + [tf.float32] * (2 * n), stateful=True)
+                                [tf.bool] + [tf.float32] * (2 * n) + [tf.int32] * (2 * n),
+                                stateful=True)
         delayed = tf.reshape(out[0], [])
         aheads = [tf.reshape(a, [-1]) for a in out[1:n + 1]]  # one element, or one per element
-        stale = [tf.reshape(s, []) for s in out[n + 1:]]
-        return delayed, aheads, stale
+        stale = [tf.reshape(s, []) for s in out[n + 1:2 * n + 1]]
+        keep = [tf.reshape(k, []) for k in out[2 * n + 1:3 * n + 1]]
+        run = [tf.reshape(r, []) for r in out[3 * n + 1:]]
+        return delayed, aheads, stale, keep, run
 
     # -- state ----------------------------------------------------------------------------------
 
-    def _state(self, store, key, variable):
+    @staticmethod
+    def _state(store, key, shape, dtype, name="overlap_staleness"):
         found = store.get(key)
         if found is None:
             with tf.init_scope():
-                found = tf.Variable(tf.zeros(variable.shape, variable.dtype), trainable=False,
-                                    name="overlap_staleness")
+                found = tf.Variable(tf.zeros(shape, dtype), trainable=False, name=name)
             store[key] = found
         return found
 
@@ -109,21 +165,32 @@ class Correction:
         if self.mode != "predict":
             return
         for key, variable in zip(keys, variables):
-            self._state(self._last, key, variable)
-            self._state(self._shift, key, variable)
+            self._state(self._last, key, variable.shape, variable.dtype)
+            self._state(self._saved, key, variable.shape, variable.dtype)
+            self._state(self._shifted, key, [], tf.bool)
+            if self.lookahead:
+                self._state(self._local, key, [self.most_delay] + list(variable.shape),
+                            variable.dtype)
+                self._state(self._kept, key, [], tf.int32)
 
-    def take_off_shift(self, delayed, keys, variables):
-        """Step 1: every variable back to its true value; returns them as they are now."""
+    def take_off_shift(self, keys, variables):
+        """Step 1: every variable back to its true value; returns them as they are now. Whatever
+        the plan now: one dropped since the last step leaves nothing moved ahead."""
         if self.mode == "predict":
-            def restore():
-                for key, variable in zip(keys, variables):
-                    variable.assign_sub(self._shift[key])
-                return tf.constant(True)
-            tf.cond(delayed, restore, lambda: tf.constant(False))
+            for key, variable in zip(keys, variables):
+                shifted, saved = self._shifted[key], self._saved[key]
+
+                def restore(variable=variable, shifted=shifted, saved=saved):
+                    variable.assign(saved)
+                    shifted.assign(False)
+                    return tf.constant(True)
+                tf.cond(shifted, restore, lambda: tf.constant(False))
         return [tf.identity(v) for v in variables]
 
-    def shift_ahead(self, delayed, keys, variables, before, flags, aheads):
-        """Step 3."""
+    def shift_ahead(self, delayed, keys, variables, before, flags, aheads, keep=None, run=None,
+                    optimizer=None, local=None):
+        """Step 3. `keep`, `run`: factors()'s; `local`: this rank's gradient of each variable
+        (look-ahead only); `optimizer`: the Keras optimizer whose own update looks ahead."""
         if self.mode != "predict":
             return
 
@@ -137,20 +204,86 @@ class Correction:
                 # A cond, not a where over the whole variable: a step without an update for it
                 # leaves its last update as it was.
                 tf.cond(tf.cast(flag, tf.bool), record, lambda: tf.constant(False))
+                self._saved[key].assign(variable)
+                self._shifted[key].assign(True)
                 moved = tf.reshape(tf.reshape(last, [-1]) * tf.cast(ahead, last.dtype),
                                    tf.shape(last))
-                self._shift[key].assign(moved)
                 variable.assign_add(moved)
+            if self.lookahead and optimizer is not None:
+                self._look_ahead(optimizer, keys, variables, keep, run, local)
             return tf.constant(True)
         tf.cond(delayed, shift, lambda: tf.constant(False))
 
-    def restore_variables(self, variables, key_of):
-        """Takes every shift off (eagerly), leaving the true values and no shift in force."""
+    # -- look-ahead -----------------------------------------------------------------------------
+
+    def _keep_local(self, keys, variables, keep, local):
+        """Keeps this step's gradient of each look-ahead variable (newest first); a step that
+        keeps none for a variable starts its window again. Returns, per variable, how many
+        consecutive steps' gradients it holds."""
+        held = []
+        for key, variable, k, g in zip(keys, variables, keep, local):
+            buffer, kept = self._local[key], self._kept[key]
+
+            def store(buffer=buffer, kept=kept, g=g):
+                g = tf.cast(tf.convert_to_tensor(g), buffer.dtype)[None]
+                if self.most_delay > 1:
+                    g = tf.concat([g, buffer[:-1]], 0)
+                buffer.assign(g)
+                kept.assign(tf.minimum(kept + 1, self.most_delay))
+                return tf.constant(True)
+
+            def forget(kept=kept):
+                kept.assign(0)
+                return tf.constant(False)
+            tf.cond(k > 0 if g is not None else tf.constant(False), store, forget)
+            held.append(tf.identity(kept))
+        return held
+
+    def _look_ahead(self, optimizer, keys, variables, keep, run, local):
+        held = self._keep_local(keys, variables, keep, local)
+        moving = [tf.logical_and(r > 0, h >= r) for r, h in zip(run, held)]
+        lists = _slot_lists(optimizer)
+        slots = []
         for variable in variables:
-            shift = self._shift.get(key_of(variable))
-            if shift is not None:
-                variable.assign_sub(shift)
-                shift.assign(tf.zeros_like(shift))
+            i = optimizer._get_variable_index(variable)
+            slots += [lst[i] for lst in lists if lst[i] is not None]
+        per_variable = {id(s) for lst in lists for s in lst if s is not None}
+        shared = [v for v in optimizer.variables if id(v) not in per_variable]
+        kept_slots = [tf.identity(s) for s in slots]
+        kept_shared = [tf.identity(v) for v in shared]
+        scale = getattr(optimizer, "loss_scale_factor", None)
+        saved_flags, saved_stale = optimizer._overlap_flags, optimizer._overlap_stale
+        use_ema = getattr(optimizer, "use_ema", False)
+        optimizer.use_ema = False  # the moving averages see true updates only
+        try:
+            for j in range(self.most_delay):
+                # Scratch update j + 1 of d: the kept gradient of d - 1 - j steps ago; the step
+                # count moves as the real updates' will.
+                grads = []
+                for key, r in zip(keys, run):
+                    g = tf.gather(self._local[key], tf.maximum(r - 1 - j, 0))
+                    grads.append(g if scale is None else g / scale)
+                optimizer._overlap_flags = {key: tf.logical_and(m, j < r)
+                                            for key, m, r in zip(keys, moving, run)}
+                optimizer._overlap_stale = None
+                optimizer._backend_apply_gradients(grads, list(variables))
+                optimizer._iterations.assign_add(1)
+        finally:
+            optimizer._overlap_flags, optimizer._overlap_stale = saved_flags, saved_stale
+            optimizer.use_ema = use_ema
+        for s, value in zip(slots, kept_slots):
+            s.assign(value)
+        for v, value in zip(shared, kept_shared):
+            v.assign(value)
+
+    def restore_variables(self, variables, key_of):
+        """Puts every moved-ahead variable back (eagerly), leaving the true values."""
+        for variable in variables:
+            key = key_of(variable)
+            shifted = self._shifted.get(key)
+            if shifted is not None and bool(shifted.numpy()):
+                variable.assign(self._saved[key])
+                shifted.assign(False)
 
 
 def lowered(momentum, stale):
