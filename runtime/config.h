@@ -123,6 +123,12 @@ struct Config {
   // OVERLAP_REPLAN_DRIFT, 0..10; 0 never re-plans on drift. OVERLAP_REPLAN_MIN_MS, 0..1e6.
   double replan_drift = 0.25;
   double replan_min_ms = 5;
+  // After a drift, a plan made from the drifted steps replaces the plan in force only if the
+  // simulator gives it a step at least this fraction shorter than the plan in force's on the
+  // same drifted profile; otherwise the plan in force stays (a drop costs its held steps, a
+  // new profiling and auto's trials). OVERLAP_REPLAN_MIN_GAIN, 0..100; 0: only a plan made
+  // again exactly stays.
+  double replan_min_gain = 0.05;
 
   // What each bucket of a plan costs the coordinator beyond its collective when the step's
   // gradients are on a GPU (an event wait, a copy kernel, a collective launch, a fence: about

@@ -64,6 +64,7 @@ const Field kFields[] = {
     {"OVERLAP_CREDIT_BYTES", &Config::credit_bytes},
     {"OVERLAP_REPLAN_DRIFT", &Config::replan_drift},
     {"OVERLAP_REPLAN_MIN_MS", &Config::replan_min_ms},
+    {"OVERLAP_REPLAN_MIN_GAIN", &Config::replan_min_gain},
     {"OVERLAP_DEVICE_BUCKET_US", &Config::device_bucket_us},
     {"OVERLAP_AUTO_TRIALS", &Config::auto_trials},
 };

@@ -313,6 +313,17 @@ constexpr Var kVars[] = {
         .Option("--replan-min-ms", "MS",
                 "re-plan on a drift of at least this many ms only (default 5)")
         .Build(),
+    Def("OVERLAP_REPLAN_MIN_GAIN", Kind::kDouble)
+        .Range(0, 100, "a fraction")
+        .Note("0: only a plan made again exactly stays")
+        .Default("0.05")
+        .Describe("after a drift, the plan made from the drifted steps replaces the plan in "
+                  "force only if the simulator gives it a step at least this fraction shorter "
+                  "than the plan in force's on the drifted profile; otherwise the plan stays")
+        .Option("--replan-min-gain", "F",
+                "after a drift, replace the plan only if the new one is simulated at least this "
+                "fraction faster (default 0.05)")
+        .Build(),
     Def("OVERLAP_DEVICE_BUCKET_US", Kind::kDouble)
         .Range(0, 1e6, "microseconds")
         .Default("200")

@@ -4,7 +4,9 @@
 // re-plan check after a drift, which plans from the steps measured under the plan in force and
 // tells whether that made the same plan.
 #include <algorithm>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/plan/plan_scheduler.h"
@@ -62,33 +64,52 @@ void PlanScheduler::StartReplanCheck() {
   sched::CostModel cost;
   cost.channels = {*last_fit_};
   AddDeviceBucketCost(&cost);
-  PlanFromMeasuredSteps(cost);
+  PlanFromMeasuredSteps(cost, plan_shape_);
 }
 
 const PlanScheduler::Candidate* PlanScheduler::ReplanMatch() const {
   if (!outcome_.done || !outcome_.status.ok()) return nullptr;
   // auto's candidates are the plans its trials would measure again: where the plan in force,
   // the fastest they measured last time, is among them, it stays.
+  const auto differs = InstalledPlanTestHooks().replan_differs;
   for (const Candidate& c : outcome_.candidates) {
-    if (PlanShape(c.bytes) == plan_shape_) return &c;
+    if (PlanShape(c.bytes) == plan_shape_ && (differs == nullptr || !differs())) return &c;
   }
-  return nullptr;
+  // Plans that differ a little (a bucket boundary moved with the compute windows) are not
+  // worth a drop: it costs the held steps, a new profiling and auto's trials.
+  if (!outcome_.in_force.has_value() || outcome_.in_force->predicted_ms <= 0 ||
+      config_.replan_min_gain <= 0) {
+    return nullptr;
+  }
+  double best_ms = std::numeric_limits<double>::infinity();
+  for (const Candidate& c : outcome_.candidates) {
+    if (c.predicted_ms > 0) best_ms = std::min(best_ms, c.predicted_ms);
+  }
+  const bool pays = outcome_.in_force->predicted_ms > (1 + config_.replan_min_gain) * best_ms;
+  return pays ? nullptr : &*outcome_.in_force;
 }
 
 void PlanScheduler::VoteOnReplanCheck() {
-  const auto differs = InstalledPlanTestHooks().replan_differs;
   absl::MutexLock lock(&mu_);
   if (!outcome_.done) {
     votes_[3] = -1;
     return;
   }
-  const Candidate* match = differs != nullptr && differs() ? nullptr : ReplanMatch();
+  const Candidate* match = ReplanMatch();
+  if (outcome_.in_force.has_value() && !outcome_.candidates.empty()) {
+    spdlog::info(
+        "overlap: rank 0: step {}: on the drifted step the plan in force is simulated at {:.1f} "
+        "ms, the best plan made from it at {:.1f} ms (OVERLAP_REPLAN_MIN_GAIN={})",
+        step_, outcome_.in_force->predicted_ms, outcome_.candidates.front().predicted_ms,
+        config_.replan_min_gain);
+  }
   votes_[1] = match != nullptr ? 1 : 0;
   const double ms = match != nullptr ? match->predicted_ms : 0;
   votes_[3] = -static_cast<int>(2 + std::min(2e9, std::max(0.0, 1e3 * ms)));
 }
 
-void PlanScheduler::PlanFromMeasuredSteps(const sched::CostModel& cost) {
+void PlanScheduler::PlanFromMeasuredSteps(const sched::CostModel& cost,
+                                          const std::string& in_force) {
   absl::StatusOr<sched::Profile> profile = profiler_->MakeProfile("measured");
   if (!profile.ok()) {
     absl::MutexLock lock(&mu_);
@@ -97,27 +118,49 @@ void PlanScheduler::PlanFromMeasuredSteps(const sched::CostModel& cost) {
     outcome_.status = profile.status();
     return;
   }
-  StartPlanning(*std::move(profile), cost);
+  StartPlanning(*std::move(profile), cost, in_force);
 }
 
-void PlanScheduler::StartPlanning(sched::Profile profile, sched::CostModel cost) {
+void PlanScheduler::StartPlanning(sched::Profile profile, sched::CostModel cost,
+                                  std::string in_force) {
   if (planner_.joinable()) planner_.join();
   {
     absl::MutexLock lock(&mu_);
     outcome_ = Outcome();
   }
-  planner_ = std::thread([this, profile = std::move(profile), cost = std::move(cost)] {
-    Outcome outcome;
-    outcome.done = true;
-    absl::StatusOr<std::vector<Candidate>> candidates = MakeCandidates(profile, cost);
-    if (candidates.ok()) {
-      outcome.candidates = *std::move(candidates);
-    } else {
-      outcome.status = candidates.status();
-    }
-    absl::MutexLock lock(&mu_);
-    outcome_ = std::move(outcome);
-  });
+  planner_ = std::thread(
+      [this, profile = std::move(profile), cost = std::move(cost), in_force = std::move(in_force)] {
+        Outcome outcome = MakeOutcome(profile, cost, in_force);
+        absl::MutexLock lock(&mu_);
+        outcome_ = std::move(outcome);
+      });
+}
+
+PlanScheduler::Outcome PlanScheduler::MakeOutcome(const sched::Profile& profile,
+                                                  const sched::CostModel& cost,
+                                                  const std::string& in_force) const {
+  Outcome outcome;
+  outcome.done = true;
+  absl::StatusOr<std::vector<Candidate>> candidates = MakeCandidates(profile, cost);
+  if (candidates.ok()) {
+    outcome.candidates = *std::move(candidates);
+  } else {
+    outcome.status = candidates.status();
+  }
+  if (in_force.empty()) return outcome;
+  absl::StatusOr<sched::Plan> plan = sched::Plan::Deserialize(in_force);
+  if (!plan.ok()) return outcome;
+  sched::SimOptions options;
+  options.record_iteration = true;
+  absl::StatusOr<sched::SimResult> sim = sched::Simulate(profile, *plan, cost, options);
+  if (sim.ok()) {
+    Candidate c;
+    c.bytes = in_force;
+    c.predicted_ms = sim->iteration_ms;
+    c.predicted_step = std::move(sim->iteration_events);
+    outcome.in_force = std::move(c);
+  }
+  return outcome;
 }
 
 absl::StatusOr<std::vector<PlanScheduler::Candidate>> PlanScheduler::MakeCandidates(

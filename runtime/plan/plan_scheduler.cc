@@ -290,7 +290,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Progress(bool quies
       }
       spdlog::info(
           "overlap: rank {}: step {}: planning from the drifted step made the plan in force "
-          "again: it stays; drift checks now {} times further apart",
+          "again, or none worth a drop: it stays; drift checks now {} times further apart",
           rank_, step_, drift_.backoff());
     } else {
       spdlog::info(

@@ -47,8 +47,10 @@
 //     then rank 0 first plans again from the step measured under the plan in force, with the
 //     link fit kept (nothing is dropped or probed meanwhile), and two steps later (the re-plan
 //     check, a vote that drains nothing) every rank learns whether that made the plan in force
-//     again (under auto: among the candidates its trials would measure): then it stays, the checks take the drifted step as their new baseline and back
-//     off (twice as far apart, up to 64 times). Otherwise (or where no fit is kept yet), at the
+//     again (under auto: among the candidates its trials would measure), or a plan the
+//     simulator, on the drifted profile, gives a step less than OVERLAP_REPLAN_MIN_GAIN (5%)
+//     shorter than the plan in force's: then the plan in force stays, the checks take the
+//     drifted step as their new baseline and back off (twice as far apart, up to 64 times). Otherwise (or where no fit is kept yet), at the
 //     next step, after the same quiescence vote as an adoption, every rank drops the plan
 //     (TakeDropWish), and it is measured and made anew; when that new plan is the dropped one
 //     again, the checks back off too. A drop costs the steps until the next adoption and,
@@ -180,6 +182,8 @@ class PlanScheduler {
     absl::Status status;
     // [0] is adopted first; auto's further trials follow (OVERLAP_AUTO_TRIALS).
     std::vector<Candidate> candidates;
+    // At a re-plan check: the plan in force simulated on the same profile (bytes: its shape).
+    std::optional<Candidate> in_force;
   };
 
   // The link cost: fitted to the collectives the runtime ran while profiling (each one's time on
@@ -203,20 +207,23 @@ class PlanScheduler {
   // with the kept link fit, and the re-plan check at replan_check_step_ tells every rank
   // whether the plan would change (the header comment, step 3).
   void StartReplanCheck();
-  // Rank 0, at the re-plan check: votes [3] -1 while its planning runs, else [1] whether that
-  // planning made the plan in force again (for auto: among the candidates its trials would
-  // measure) and [3] -(2 + that plan's simulated step in us, 0 if another plan).
+  // Rank 0, at the re-plan check: votes [3] -1 while its planning runs, else [1] whether the
+  // plan in force stays (ReplanMatch) and [3] -(2 + its simulated step on the drifted profile
+  // in us, 0 if it goes).
   void VoteOnReplanCheck();
   // Rank 0: plans in the background from the last steady steps (StartPlanning) with `cost`; a
-  // profile it cannot make becomes the planning's outcome, an error.
-  void PlanFromMeasuredSteps(const sched::CostModel& cost);
+  // profile it cannot make becomes the planning's outcome, an error. `in_force`: the plan in
+  // force (its PlanShape) at a re-plan check, simulated on the same profile; "" otherwise.
+  void PlanFromMeasuredSteps(const sched::CostModel& cost, const std::string& in_force = "");
   // A plan with delayed updates or update periods: replacing it would discard the results it
   // holds.
   static bool Delayed(const sched::Plan& plan);
   // What tells two serialized plans apart: not the model's name or the budget spent ("" for
   // bytes that do not decode).
   static std::string PlanShape(const std::string& bytes);
-  // The re-plan check's candidate that is the plan in force, or null. Callers hold mu_.
+  // At the re-plan check: the plan in force, with its simulated step on the drifted profile,
+  // where it stays: a candidate made is that plan (under auto: one of them), or no candidate
+  // is simulated OVERLAP_REPLAN_MIN_GAIN shorter than it. Null where it goes. Callers hold mu_.
   const Candidate* ReplanMatch() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With no scheduled plan in force (one dropped, or auto's kept observed plan drifted): measure
   // the steps afresh and plan at the attempt OVERLAP_PROFILE_STEPS + 2 steps after `step`.
@@ -235,9 +242,13 @@ class PlanScheduler {
   // executor.
   absl::Status Probe(absl::Span<const int64_t> sizes, std::vector<sched::CostSample>* samples,
                      CollectiveKind kind = CollectiveKind::kAllreduce, bool two_stage = false);
-  void StartPlanning(sched::Profile profile, sched::CostModel cost);
-  // Rank 0's planner thread: the plans to adopt, best first (more than one only for auto's
-  // trials), each simulated.
+  void StartPlanning(sched::Profile profile, sched::CostModel cost,
+                     std::string in_force = "");
+  // Rank 0's planner thread: the candidates (MakeCandidates) and, where `in_force` (a plan's
+  // PlanShape) is given, that plan simulated on the same profile.
+  Outcome MakeOutcome(const sched::Profile& profile, const sched::CostModel& cost,
+                      const std::string& in_force) const;
+  // The plans to adopt, best first (more than one only for auto's trials), each simulated.
   absl::StatusOr<std::vector<Candidate>> MakeCandidates(const sched::Profile& profile,
                                                         const sched::CostModel& cost) const;
   // Steps a trial runs: a step or two to settle, then OVERLAP_PROFILE_STEPS measured.

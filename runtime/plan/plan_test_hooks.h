@@ -30,8 +30,9 @@ struct PlanTestHooks {
   // negotiation round while the vote is out (after whatever the hook waited, so that the peers
   // may see the vote's result first), before the rank looks at the vote.
   bool (*round_in_vote)(int rank) = nullptr;
-  // Rank 0, at a re-plan check after a drift: true counts the plan made from the drifted step as
-  // another plan, whatever it is, so that the drop and the full re-plan run.
+  // Rank 0, at a re-plan check after a drift: true counts no plan made from the drifted step as
+  // the plan in force, whatever it is (as if its buckets had moved), so that the plan in force
+  // stays only by OVERLAP_REPLAN_MIN_GAIN (0: the drop and the full re-plan run).
   bool (*replan_differs)() = nullptr;
 };
 

@@ -72,7 +72,8 @@ bool RoundInVoteFromEnv(int rank) {
   return true;
 }
 
-// OVERLAP_TEST_REPLAN_DIFFERS set: a re-plan check after a drift always drops the plan.
+// OVERLAP_TEST_REPLAN_DIFFERS set: a re-plan check after a drift finds no plan made again
+// (OVERLAP_REPLAN_MIN_GAIN=0 then drops the plan).
 bool ReplanDiffersFromEnv() { return std::getenv("OVERLAP_TEST_REPLAN_DIFFERS") != nullptr; }
 
 const bool kInstalled = [] {
