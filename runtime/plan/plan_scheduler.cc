@@ -479,9 +479,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::EndTrial(const Tabl
       return std::nullopt;
     }
     if (chosen_ == trial_) {  // the fastest is in force: keep it
-      trials_ = 0;
-      trial_ = -1;
-      ScheduleDriftCheck();
+      Settle(trial_shape_);
       absl::MutexLock lock(&mu_);
       info_.trials_pending = false;
       spdlog::info("overlap: rank {}: keeping {}, the fastest of the plans tried ({})", rank_,
@@ -599,6 +597,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
     }
   }
   const bool trying = Trying() && !settling_;
+  trial_shape_ = shape;
   if (trying) {
     trial_ = chosen_;
     trial_end_step_ = step_ + TrialSteps();
@@ -606,22 +605,7 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
     next_drift_check_ = std::numeric_limits<int64_t>::max();
     profiler_->Reset();  // the trial measures steps under this plan only
   } else {
-    trials_ = 0;
-    trial_ = -1;
-    settling_ = false;
-    if (replanning_after_drift_) {
-      replanning_after_drift_ = false;
-      const bool changed = shape != plan_shape_;
-      drift_.OnReplanned(changed);
-      if (!changed) {
-        spdlog::info(
-            "overlap: rank {}: step {}: re-planning after the drift made the same plan again; "
-            "drift checks now {} times further apart",
-            rank_, step_, drift_.backoff());
-      }
-    }
-    plan_shape_ = shape;
-    ScheduleDriftCheck();
+    Settle(shape);
   }
   absl::MutexLock lock(&mu_);
   info_.trials_pending = trying;
@@ -635,6 +619,25 @@ absl::StatusOr<std::optional<ExecutablePlan>> PlanScheduler::Exchange(const Tabl
   }
   RecordAdopted(*plan, header[1], "adopted");
   return plan;
+}
+
+void PlanScheduler::Settle(const std::string& shape) {
+  trials_ = 0;
+  trial_ = -1;
+  settling_ = false;
+  if (replanning_after_drift_) {
+    replanning_after_drift_ = false;
+    const bool changed = shape != plan_shape_;
+    drift_.OnReplanned(changed);
+    if (!changed) {
+      spdlog::info(
+          "overlap: rank {}: step {}: re-planning after the drift made the same plan again; "
+          "drift checks now {} times further apart",
+          rank_, step_, drift_.backoff());
+    }
+  }
+  plan_shape_ = shape;
+  ScheduleDriftCheck();
 }
 
 void PlanScheduler::OnRestored(const ExecutablePlan& plan, double predicted_step_ms) {

@@ -50,12 +50,14 @@
 //     again (under auto: among the candidates its trials would measure), or a plan the
 //     simulator, on the drifted profile, gives a step less than OVERLAP_REPLAN_MIN_GAIN (5%)
 //     shorter than the plan in force's: then the plan in force stays, the checks take the
-//     drifted step as their new baseline and back off (twice as far apart, up to 64 times). Otherwise (or where no fit is kept yet), at the
-//     next step, after the same quiescence vote as an adoption, every rank drops the plan
-//     (TakeDropWish), and it is measured and made anew; when that new plan is the dropped one
-//     again, the checks back off too. A drop costs the steps until the next adoption and,
-//     under a delayed plan, redoes its held steps synchronously: on a 2-core machine whose
-//     compute windows wander with its load, most drifts made the same plan again.
+//     drifted step as their new baseline and back off (twice as far apart, up to 64 times).
+//     Otherwise (or where no fit is kept yet), at the next step, after the same quiescence vote
+//     as an adoption, every rank drops the plan (TakeDropWish), and it is measured and made
+//     anew; when that new plan is the dropped one again, the checks back off too. A drop costs
+//     the steps until the next adoption (under auto, its trials too) and, under a delayed plan,
+//     redoes its held steps synchronously: on a 2-core machine whose compute windows wander
+//     with its load, most drifts made the same plan again, or one whose buckets had moved a
+//     little.
 //
 // Threading: the coordinator thread, except that the planner runs on a thread of its own.
 #ifndef OVERLAP_RUNTIME_PLAN_PLAN_SCHEDULER_H_
@@ -207,6 +209,10 @@ class PlanScheduler {
   // with the kept link fit, and the re-plan check at replan_check_step_ tells every rank
   // whether the plan would change (the header comment, step 3).
   void StartReplanCheck();
+  // No trials (left): the plan of `shape` (PlanShape) is the one in force, whether adopted now or
+  // kept as the fastest trial; after a drop for a drift, the drift policy learns whether
+  // re-planning changed the plan. Then the drift checks start.
+  void Settle(const std::string& shape);
   // Rank 0, at the re-plan check: votes [3] -1 while its planning runs, else [1] whether the
   // plan in force stays (ReplanMatch) and [3] -(2 + its simulated step on the drifted profile
   // in us, 0 if it goes).
@@ -242,8 +248,7 @@ class PlanScheduler {
   // executor.
   absl::Status Probe(absl::Span<const int64_t> sizes, std::vector<sched::CostSample>* samples,
                      CollectiveKind kind = CollectiveKind::kAllreduce, bool two_stage = false);
-  void StartPlanning(sched::Profile profile, sched::CostModel cost,
-                     std::string in_force = "");
+  void StartPlanning(sched::Profile profile, sched::CostModel cost, std::string in_force = "");
   // Rank 0's planner thread: the candidates (MakeCandidates) and, where `in_force` (a plan's
   // PlanShape) is given, that plan simulated on the same profile.
   Outcome MakeOutcome(const sched::Profile& profile, const sched::CostModel& cost,
@@ -309,6 +314,7 @@ class PlanScheduler {
   // The plan in force, as the planner made it (Plan::Serialize without its model name and budget
   // spent), and whether it was dropped for a drift: the next plan tells whether re-planning paid.
   std::string plan_shape_;
+  std::string trial_shape_;  // PlanShape of the plan adopted last (a trial's, under auto)
   bool replanning_after_drift_ = false;
   bool given_up_ = false;
   // auto kept the observed plan (KeepObserved): nothing is planned until its step drifts
