@@ -80,7 +80,8 @@ class _SkipsWithoutUpdate:
 
     def staleness_correction_bytes(self):
         """Bytes of extra state the staleness correction holds (overlap/tensorflow/staleness.py):
-        two copies of each corrected variable with "predict" (and "auto"), none otherwise."""
+        two copies of each corrected variable with "predict", 2 + the configured staleness with
+        "auto" (its kept gradients), none otherwise."""
         return 0 if self._overlap_staleness is None else self._overlap_staleness.bytes()
 
     def restore_staleness_shift(self):
