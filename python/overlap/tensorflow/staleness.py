@@ -235,7 +235,10 @@ class Correction:
             def forget(kept=kept):
                 kept.assign(0)
                 return tf.constant(False)
-            tf.cond(k > 0 if g is not None else tf.constant(False), store, forget)
+            if g is None:  # no gradient of this rank's to keep (not a dense reduction)
+                forget()
+            else:
+                tf.cond(k > 0, store, forget)
             held.append(tf.identity(kept))
         return held
 
