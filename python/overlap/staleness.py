@@ -34,6 +34,21 @@ def check_mode(mode, who):
     return "predict" if mode == "auto" else mode
 
 
+def looks_ahead(requested):
+    """Whether the staleness_correction argument `requested` asks for look-ahead where a tensor's
+    schedule allows it ("auto", the default, or True)."""
+    return requested is True or requested == "auto"
+
+
+def uniform_delay(slices):
+    """The delay d >= 1 every slice of a tensor shares, with no update period: what look-ahead
+    needs; 0 for any other schedule (none, mixed delays, a period)."""
+    if not slices:
+        return 0
+    d = slices[0][2]
+    return d if d >= 1 and all(s[2] == d and s[3] == 1 for s in slices) else 0
+
+
 def updates_before_applied(pass_, delay, period, phase):
     """How many updates a tensor slice (delay, period, phase) takes between the forward of its
     submission `pass_` (counted from the plan's adoption) and the update that applies that

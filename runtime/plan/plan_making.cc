@@ -49,6 +49,28 @@ bool PlanScheduler::Delayed(const sched::Plan& plan) {
                      [](const sched::Bucket& b) { return b.delay > 0 || b.period > 1; });
 }
 
+PlanScheduler::Candidate PlanScheduler::Simulated(const sched::Profile& profile,
+                                                  const sched::Plan& plan,
+                                                  const sched::CostModel& cost) {
+  Candidate c;
+  sched::SimOptions options;
+  options.record_iteration = true;
+  absl::StatusOr<sched::SimResult> sim = sched::Simulate(profile, plan, cost, options);
+  if (sim.ok()) {
+    c.predicted_ms = sim->iteration_ms;
+    c.predicted_step = std::move(sim->iteration_events);
+  }
+  return c;
+}
+
+double PlanScheduler::BestPredictedMs(const std::vector<Candidate>& candidates) {
+  double best_ms = std::numeric_limits<double>::infinity();
+  for (const Candidate& c : candidates) {
+    if (c.predicted_ms > 0) best_ms = std::min(best_ms, c.predicted_ms);
+  }
+  return best_ms;
+}
+
 std::string PlanScheduler::PlanShape(const std::string& bytes) {
   absl::StatusOr<sched::Plan> decoded = sched::Plan::Deserialize(bytes);
   if (!decoded.ok()) return "";
@@ -81,11 +103,8 @@ const PlanScheduler::Candidate* PlanScheduler::ReplanMatch() const {
       config_.replan_min_gain <= 0) {
     return nullptr;
   }
-  double best_ms = std::numeric_limits<double>::infinity();
-  for (const Candidate& c : outcome_.candidates) {
-    if (c.predicted_ms > 0) best_ms = std::min(best_ms, c.predicted_ms);
-  }
-  const bool pays = outcome_.in_force->predicted_ms > (1 + config_.replan_min_gain) * best_ms;
+  const bool pays = outcome_.in_force->predicted_ms >
+                    (1 + config_.replan_min_gain) * BestPredictedMs(outcome_.candidates);
   return pays ? nullptr : &*outcome_.in_force;
 }
 
@@ -96,11 +115,12 @@ void PlanScheduler::VoteOnReplanCheck() {
     return;
   }
   const Candidate* match = ReplanMatch();
-  if (outcome_.in_force.has_value() && !outcome_.candidates.empty()) {
+  if (outcome_.in_force.has_value() && outcome_.in_force->predicted_ms > 0 &&
+      !outcome_.candidates.empty()) {
     spdlog::info(
         "overlap: rank 0: step {}: on the drifted step the plan in force is simulated at {:.1f} "
         "ms, the best plan made from it at {:.1f} ms (OVERLAP_REPLAN_MIN_GAIN={})",
-        step_, outcome_.in_force->predicted_ms, outcome_.candidates.front().predicted_ms,
+        step_, outcome_.in_force->predicted_ms, BestPredictedMs(outcome_.candidates),
         config_.replan_min_gain);
   }
   votes_[1] = match != nullptr ? 1 : 0;
@@ -150,16 +170,8 @@ PlanScheduler::Outcome PlanScheduler::MakeOutcome(const sched::Profile& profile,
   if (in_force.empty()) return outcome;
   absl::StatusOr<sched::Plan> plan = sched::Plan::Deserialize(in_force);
   if (!plan.ok()) return outcome;
-  sched::SimOptions options;
-  options.record_iteration = true;
-  absl::StatusOr<sched::SimResult> sim = sched::Simulate(profile, *plan, cost, options);
-  if (sim.ok()) {
-    Candidate c;
-    c.bytes = in_force;
-    c.predicted_ms = sim->iteration_ms;
-    c.predicted_step = std::move(sim->iteration_events);
-    outcome.in_force = std::move(c);
-  }
+  outcome.in_force = Simulated(profile, *plan, cost);
+  outcome.in_force->bytes = in_force;
   return outcome;
 }
 
@@ -202,14 +214,7 @@ absl::StatusOr<std::vector<PlanScheduler::Candidate>> PlanScheduler::MakeCandida
     if (const auto adjust = InstalledPlanTestHooks().adjust_plan) adjust(profile, &plan);
     // The test schedule delays every plan: trials would replace delayed plans.
     if (Delayed(plan) && !candidates.empty()) break;
-    Candidate c;
-    sched::SimOptions options;
-    options.record_iteration = true;  // drawn beside the measured steps in the timeline
-    absl::StatusOr<sched::SimResult> sim = sched::Simulate(profile, plan, cost, options);
-    if (sim.ok()) {
-      c.predicted_ms = sim->iteration_ms;
-      c.predicted_step = std::move(sim->iteration_events);
-    }
+    Candidate c = Simulated(profile, plan, cost);
     c.bytes = plan.Serialize();
     if (const auto damage = InstalledPlanTestHooks().damage_broadcast) damage(&c.bytes, &plan);
     spdlog::info(

@@ -224,6 +224,12 @@ class PlanScheduler {
   // A plan with delayed updates or update periods: replacing it would discard the results it
   // holds.
   static bool Delayed(const sched::Plan& plan);
+  // `plan` as a candidate: its simulated step (0 where the simulator refuses it) and that step's
+  // spans, drawn beside the measured steps in the timeline; `bytes` is the caller's.
+  static Candidate Simulated(const sched::Profile& profile, const sched::Plan& plan,
+                             const sched::CostModel& cost);
+  // The shortest simulated step among `candidates` (infinity where none was simulated).
+  static double BestPredictedMs(const std::vector<Candidate>& candidates);
   // What tells two serialized plans apart: not the model's name or the budget spent ("" for
   // bytes that do not decode).
   static std::string PlanShape(const std::string& bytes);

@@ -65,7 +65,6 @@ class Correction:
         self.mode = mode
         self.lookahead = bool(lookahead) and mode == "predict"
         self.most_delay = max(1, int(most_delay))
-        self.requested = "auto" if self.lookahead else mode  # as the gradients' tags say
         self._view = staleness.ScheduleView()
         self._last = {}     # variable key -> tf.Variable: its last update
         self._saved = {}    # variable key -> tf.Variable: its true value while moved ahead
@@ -73,6 +72,11 @@ class Correction:
         self._local = {}    # variable key -> tf.Variable [most_delay, *shape]: newest first
         self._kept = {}     # variable key -> int32 tf.Variable: consecutive steps kept
         self._cache = {}
+
+    @property
+    def requested(self):
+        """The mode as the gradients' tags name it ("auto" where it looks ahead)."""
+        return "auto" if self.lookahead else self.mode
 
     def bytes(self):
         return sum(int(np.prod(v.shape)) * v.dtype.size
@@ -82,12 +86,8 @@ class Correction:
 
     def _look_ahead_delay(self, slices):
         """The delay d by which a variable with these slices looks ahead, or 0."""
-        if not self.lookahead or not slices:
-            return 0
-        d = slices[0][2]
-        if any(s[2] != d or s[3] != 1 for s in slices) or not 1 <= d <= self.most_delay:
-            return 0
-        return d
+        d = staleness.uniform_delay(slices) if self.lookahead else 0
+        return d if d <= self.most_delay else 0
 
     def _factors_numpy(self, names, shapes):
         """(delayed, [ahead multiplier of the next step per element, per variable],

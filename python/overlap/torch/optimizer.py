@@ -134,8 +134,7 @@ class _DistributedOptimizer:
         self._correction = StalenessCorrection(
             self, [(r.p, r.name) for r in self._params],
             correction_mode if self._included else "off",
-            base_step=(_base_step if staleness_correction is True or
-                       staleness_correction == "auto" else None))
+            base_step=_base_step if staleness.looks_ahead(staleness_correction) else None)
         weakref.finalize(self, self._correction.close)
         if self._included:
             self._register_hooks()

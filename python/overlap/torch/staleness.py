@@ -198,12 +198,7 @@ class StalenessCorrection:
     def _look_ahead_delay(self, p):
         """The delay d by which parameter `p` looks ahead under the plan in force, or 0 when it
         does not (the module docstring)."""
-        if not self._lookahead:
-            return 0
-        slices = self._slices(p)
-        if not slices or any(s[2] < 1 or s[2] != slices[0][2] or s[3] != 1 for s in slices):
-            return 0
-        return slices[0][2]
+        return staleness.uniform_delay(self._slices(p)) if self._lookahead else 0
 
     def _looks_ahead(self, p):
         return self._look_ahead_delay(p) > 0
