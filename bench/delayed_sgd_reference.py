@@ -21,6 +21,14 @@ Corrections:
            each the optimizer's own step on a scratch copy of its state from g, one rank's
            share of its step's batch (its first batch / --ranks examples), standing in for
            the average that update brings.
+With `--period P` every gradient is also summed locally over P steps and sent once per P
+(phase 0, as a deft item of period P: the first update carries one step, the later ones P), and
+applied `--delay` steps after its last step:
+  off      the summed gradient applied as one step (what the runtime delivers);
+  spread   applied as one optimizer step per step it carries, each with their mean;
+  lookahead  "spread", and each forward run where the updates of every step not yet applied
+           (the delay's and the period's, up to delay + P - 1) will put the weights, each the
+           optimizer's own step from one rank's share of that step's batch.
 Prints one JSON line: the settings and the final test accuracy on all 10,000 test images.
 """
 
@@ -48,8 +56,9 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--delay", type=int, default=1)
+    p.add_argument("--period", type=int, default=1)
     p.add_argument("--correction", default="off",
-                   choices=["off", "on", "predict", "predict-keep", "lookahead"])
+                   choices=["off", "on", "predict", "predict-keep", "lookahead", "spread"])
     p.add_argument("--ranks", type=int, default=4, help="lookahead: the batch's share of one rank")
     p.add_argument("--epochs", type=float, default=2)
     p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"])
@@ -79,6 +88,12 @@ def main(argv):
         opt = torch.optim.Adam(params, lr=args.lr, betas=(momentum, 0.999))
     else:
         opt = torch.optim.AdamW(params, lr=args.lr, betas=(momentum, 0.999), weight_decay=0.01)
+    if args.period > 1:
+        if args.correction not in ("off", "spread", "lookahead"):
+            p.error("--period takes --correction off, spread or lookahead")
+        train_periodic(args, model, opt, x, y)
+        report(args, model, x_test, y_test)
+        return
     predict = args.correction.startswith("predict") and args.delay > 0
     pending = collections.deque()  # gradients not yet applied, oldest first
     last = None                    # the last update, for prediction
@@ -134,12 +149,85 @@ def main(argv):
         opt.step()
         if predict:
             last = [q.detach() - b for q, b in zip(params, before)]
+    report(args, model, x_test, y_test)
+
+
+def report(args, model, x_test, y_test):
     with torch.no_grad():
         accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
-    print(json.dumps({"optimizer": args.optimizer, "delay": args.delay,
-                      "correction": args.correction, "epochs": args.epochs,
-                      "lr": args.lr, "batch": args.batch, "seed": args.seed,
-                      "accuracy": round(accuracy, 4)}))
+    line = {"optimizer": args.optimizer, "delay": args.delay, "correction": args.correction,
+            "epochs": args.epochs, "lr": args.lr, "batch": args.batch, "seed": args.seed,
+            "accuracy": round(accuracy, 4)}
+    if args.period > 1:
+        line["period"] = args.period
+    print(json.dumps(line))
+
+
+def scratch_steps(opt, params, steps):
+    """Runs opt's own step once per gradient list in `steps` (oldest first) on a scratch copy
+    of its state, leaving the parameters moved and the real state as it was."""
+    kept = {q: opt.state[q] for q in params if q in opt.state}
+    for q in params:
+        opt.state[q] = {k: v.clone() if torch.is_tensor(v) else v
+                        for k, v in kept.get(q, {}).items()}
+    for grads in steps:
+        for q, g in zip(params, grads):
+            q.grad = g
+        opt.step()
+    for q in params:
+        if q in kept:
+            opt.state[q] = kept[q]
+        else:
+            del opt.state[q]
+
+
+def train_periodic(args, model, opt, x, y):
+    """The --period > 1 loop (the module docstring): pass k sends at k % period == 0 what it
+    summed since the last send, and that sum is applied at pass k + delay."""
+    params = list(model.parameters())
+    residual, count = None, 0
+    in_flight = collections.deque()  # (the pass it applies at, summed gradient, steps in it)
+    local = collections.deque()      # lookahead: one rank's gradients of the passes not applied
+    order = torch.Generator().manual_seed(args.seed)
+    per_epoch = len(x) // args.batch
+    for step in range(int(args.epochs * per_epoch)):
+        if step % per_epoch == 0:
+            perm = torch.randperm(len(x), generator=order)
+        batch = perm[(step % per_epoch) * args.batch:(step % per_epoch + 1) * args.batch]
+        saved = None
+        if args.correction == "lookahead" and local:
+            saved = [q.detach().clone() for q in params]
+            scratch_steps(opt, params, list(local))
+        if args.correction == "lookahead":
+            share = batch[:args.batch // args.ranks]
+            opt.zero_grad()
+            F.cross_entropy(model(x[share]), y[share]).backward()
+            local.append([q.grad.detach().clone() for q in params])
+        opt.zero_grad()
+        F.cross_entropy(model(x[batch]), y[batch]).backward()
+        if saved is not None:
+            with torch.no_grad():
+                for q, s in zip(params, saved):
+                    q.copy_(s)
+        grads = [q.grad.detach().clone() for q in params]
+        residual = grads if residual is None else [r + g for r, g in zip(residual, grads)]
+        count += 1
+        if step % args.period == 0:
+            in_flight.append((step + args.delay, residual, count))
+            residual, count = None, 0
+        if not in_flight or in_flight[0][0] != step:
+            continue
+        _, summed, carried = in_flight.popleft()
+        if args.correction == "off":
+            steps = [summed]
+        else:
+            steps = [[g / carried for g in summed]] * carried
+        for grads in steps:
+            for q, g in zip(params, grads):
+                q.grad = g
+            opt.step()
+        for _ in range(carried if args.correction == "lookahead" else 0):
+            local.popleft()  # those passes are applied now
 
 
 if __name__ == "__main__":

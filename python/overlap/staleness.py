@@ -41,12 +41,47 @@ def looks_ahead(requested):
 
 
 def uniform_delay(slices):
-    """The delay d >= 1 every slice of a tensor shares, with no update period: what look-ahead
-    needs; 0 for any other schedule (none, mixed delays, a period)."""
+    """The delay d >= 1 every slice of a tensor shares, with no update period: what
+    overlap.tensorflow's look-ahead needs; 0 for any other schedule (none, mixed delays, a
+    period)."""
     if not slices:
         return 0
     d = slices[0][2]
     return d if d >= 1 and all(s[2] == d and s[3] == 1 for s in slices) else 0
+
+
+def uniform_schedule(slices):
+    """(delay, period, phase) when every slice of a tensor shares one schedule that is not
+    synchronous: what overlap.torch's look-ahead needs; None for any other (none, mixed)."""
+    if not slices:
+        return None
+    schedule = tuple(slices[0][2:5])
+    if schedule[:2] == (0, 1) or any(tuple(s[2:5]) != schedule for s in slices):
+        return None
+    return schedule
+
+
+def pending_passes(pass_, delay, period, phase):
+    """How many passes just before `pass_` (counted from the plan's adoption) a tensor slice
+    (delay, period, phase) has computed gradients for that no update has applied yet by the
+    forward of `pass_`: the passes after the last communicating one whose update came, at most
+    delay + period - 1. 0 while no communicating pass has been applied (then whether a rank
+    kept the gradients of the first passes depends on when it saw the plan)."""
+    # Pass c's update comes in the step of pass c + delay, after that pass's forward.
+    newest_applied = pass_ - 1 - delay
+    if newest_applied < 0:
+        return 0
+    last = newest_applied - (newest_applied - phase) % period
+    return pass_ - 1 - last if last >= 0 else 0
+
+
+def carried_passes(pass_, period, phase):
+    """How many passes' gradients the communicating pass `pass_` of a slice (period, phase)
+    sends summed: its own and those since the last one, `period` but for the first (phase + 1);
+    0 when `pass_` does not communicate."""
+    if pass_ < 0 or (pass_ - phase) % period:
+        return 0
+    return min(period, pass_ + 1)
 
 
 def updates_before_applied(pass_, delay, period, phase):
@@ -123,4 +158,8 @@ class ScheduleView:
 
     def current_pass(self):
         """The plan pass of the submissions of the step whose forward marker was last read."""
-        return self._schedule["first_pass"] + self.step - self._schedule["first_step"]
+        return self.pass_of(self.step)
+
+    def pass_of(self, step):
+        """The plan pass of the submissions of the step of forward marker `step`."""
+        return self._schedule["first_pass"] + step - self._schedule["first_step"]

@@ -10,11 +10,12 @@ Suites (tests/torch/BUILD):
   delayed optimizer; "on" lowers momentum / beta1 to max(0, 1 - (1 - m)(1 + s)) for the
   staleness s = delay + (period - 1) / 2; "predict" (and the default "auto") also runs each
   forward at W + U x (last update), U the updates still to come before that gradient is
-  applied, and applies SGD's period sums as p momentum steps; except that "auto" on a tensor
-  with delay d and no period looks ahead: momentum / beta1 kept, and the forward of pass
-  n >= d + 1 runs where the d updates to come put it (SGD's and Adam's own steps, on a copy of
-  their state), each from this rank's own gradient of its step.
-- staleness_delay2 (2,1): the same with delay 2.
+  applied, and applies SGD's period sums as p momentum steps; except that "auto" looks ahead:
+  momentum / beta1 kept, the forward of pass n runs where the updates of the passes not yet
+  applied put it (d of them, up to d + p - 1 with a period; SGD's and Adam's own steps, on a
+  copy of their state), each from this rank's own gradient of its pass, and a period's sum of k
+  passes is applied as k steps of their mean.
+- staleness_delay2 (2,1) and staleness_delay2_period4 (2,4): the same with delay 2, and period 4.
 - staleness_sync: a synchronous scheduled plan; the default correction must leave every value
   bit for bit as "off" does.
 """
@@ -140,6 +141,14 @@ def updates_before_applied(n, d, p, f):
     return sum(1 for j in range(n, c + d) if j >= d and (j - d) % p == f)
 
 
+def pending_passes(n, d, p, f):
+    """Passes before n whose gradient no update has applied by the forward of pass n, counted
+    after the last communicating pass whose update came (pass c's comes in pass c + d); 0 before
+    the first such update. By enumeration."""
+    applied = [c for c in range(0, n - d) if c % p == f]
+    return n - 1 - applied[-1] if applied else 0
+
+
 def period_steps(m, p):
     """p torch SGD momentum steps of G / p each, from velocity v: (x change / -lr, new v) as
     functions of (v, G), by running them."""
@@ -162,8 +171,8 @@ class Reference:
         self.predict = correction in ("auto", "predict")
         self.lower = correction != "off"
         self.d, self.p = schedule
-        self.lookahead = correction == "auto" and self.p == 1
-        self.local = {}  # look-ahead: each rank's own gradients of the last d forwards
+        self.lookahead = correction == "auto"
+        self.local = {}  # look-ahead: each rank's own gradients of the last d + p - 1 forwards
         self.f = None  # found from its first update under the plan
         self.w = start.clone()
         self.state = {}
@@ -174,16 +183,21 @@ class Reference:
         each rank's own, from its own gradient."""
         if self.lookahead:
             local = self.local.get(rank, [])
-            if n is None or n < self.d + 1 or len(local) < self.d:
-                return self.w.clone()
+            pending = 0 if n is None or self.f is None else pending_passes(n, self.d, self.p,
+                                                                            self.f)
+            assert len(local) >= pending, (n, pending, len(local))
             point = self.w.clone()
             state = {k: v.clone() if torch.is_tensor(v) else v for k, v in self.state.items()}
-            for g in local:  # the optimizer's own steps, oldest first, on a copy of its state
-                self.step(point, state, g, BETAS[0], MOMENTUM, False)
+            for g in local[len(local) - pending:]:  # the optimizer's own steps, oldest first,
+                self.step(point, state, g, BETAS[0], MOMENTUM, False)  # on a copy of its state
             return point
         if n is None or not (self.predict and self.last is not None):
             return self.w.clone()
         return self.w + updates_before_applied(n, self.d, self.p, self.f) * self.last
+
+    def carried(self, n):
+        """How many passes the update of pass n sums."""
+        return min(self.p, n - self.d + 1)
 
     def delivered(self, history, adopted, n):
         if n < self.d or (n - self.d) % self.p != self.f:
@@ -195,6 +209,11 @@ class Reference:
         before = self.w.clone()
         lower = delayed and self.lower and not self.lookahead
         staleness = self.d + (self.p - 1) / 2.0 if lower else 0.0
+        if delayed and self.lookahead and self.p > 1:
+            for _ in range(self.carried(self.n)):  # the period's sum as steps of its mean
+                self.step(self.w, self.state, g / self.carried(self.n), BETAS[0], MOMENTUM,
+                          False)
+            return
         self.step(self.w, self.state, g, lowered(BETAS[0], staleness),
                   lowered(MOMENTUM, staleness), delayed and self.predict and self.p > 1)
         if delayed and self.predict and not self.lookahead:
@@ -263,7 +282,8 @@ def test_correction_matches_a_reference_by_hand_under_the_forced_plan(hvd):
                 grads = [sum(g[i] for g in local) / hvd.size() for i in range(tensors)]
                 for i, ref in enumerate(refs):
                     for rank in range(hvd.size()):
-                        ref.local[rank] = (ref.local.get(rank, []) + [local[rank][i]])[-ref.d:]
+                        kept = ref.d + ref.p - 1
+                        ref.local[rank] = (ref.local.get(rank, []) + [local[rank][i]])[-kept:]
             else:
                 grads = average_gradient(hvd, points, k)
             history[k] = grads
@@ -278,12 +298,14 @@ def test_correction_matches_a_reference_by_hand_under_the_forced_plan(hvd):
                 assert (g is not None) == moved[k][i], (
                     f"{what} step {k}: tensor {i} moved {moved[k][i]} against the schedule")
                 if g is not None:
+                    ref.n = n
                     ref.update(g, delayed=True)
                 close(after[r][k][i], ref.w, f"{what} step {k} (pass {n}): tensor {i} after")
         params = sum(t.numel() for t in start)
         if correction in ("auto", "predict"):
-            # The saved value, and the last update or (look-ahead) the last d local gradients.
-            copies = 1 + (refs[0].d if refs[0].lookahead else 1)
+            # The saved value, and the last update or (look-ahead) the last d + p - 1 local
+            # gradients.
+            copies = 1 + (refs[0].d + refs[0].p - 1 if refs[0].lookahead else 1)
             assert correction_bytes[r] == copies * 4 * params, (what, correction_bytes[r])
         else:
             assert correction_bytes[r] == 0, (what, correction_bytes[r])
@@ -313,3 +335,26 @@ def test_correction_mode_is_checked(hvd):
         hvd.DistributedOptimizer(base, named_parameters=model.named_parameters(),
                                  staleness_correction="sometimes")
     assert type(base) is torch.optim.SGD  # refused: still the user's optimizer
+
+
+def test_look_ahead_pass_counts_match_enumeration():
+    from overlap import staleness
+    for d in range(0, 4):
+        for p in (1, 2, 4, 8):
+            for f in range(p):
+                if (d, p) == (0, 1):
+                    continue
+                most = 0
+                for n in range(0, 40):
+                    pending = staleness.pending_passes(n, d, p, f)
+                    assert pending == pending_passes(n, d, p, f), (n, d, p, f)
+                    most = max(most, pending)
+                    carried = staleness.carried_passes(n, p, f)
+                    expected = min(p, n + 1) if n % p == f else 0
+                    assert carried == expected, (n, p, f)
+                # The kept gradients suffice: the bound keep_local keeps.
+                assert most == d + p - 1, (d, p, f, most)
+    assert staleness.uniform_schedule([[0, 4, 1, 2, 1], [4, 4, 1, 2, 1]]) == (1, 2, 1)
+    assert staleness.uniform_schedule([[0, 4, 1, 2, 1], [4, 4, 1, 2, 0]]) is None
+    assert staleness.uniform_schedule([[0, 4, 0, 1, 0]]) is None
+    assert staleness.uniform_schedule(None) is None

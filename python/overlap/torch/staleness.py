@@ -15,27 +15,32 @@ Per delayed parameter and step that is an add at the forward, and a copy and a s
 the update (the update recorded), with no copy out before the forward and back after it: those
 two had slowed deft's steps where ranks share cores with spinning threads
 (docs/torch_side_by_side.md).
-Look-ahead ("auto", on a parameter whose every slice has the same delay d and no update period;
-any optimizer that steps without a closure): the delayed gradient is applied by the optimizer's
-own step (momentum / beta1 not lowered), and the forward of pass n >= d + 1 runs where the d
-updates still to come will put the parameter: the wrapped optimizer's own step, run d times on
-a scratch copy of the parameter's optimizer state (torch's SGD: buf = m buf + g, W -= lr buf;
-Adam's moments and step count alike), each from g, this rank's own gradient of that step,
-standing in for the average it will bring. Where the last update only extrapolates, these are
+Look-ahead ("auto", on a parameter whose every slice has the same schedule: delay d, period p,
+phase f; any optimizer that steps without a closure): the delayed gradient is applied by the
+optimizer's own step (momentum / beta1 not lowered), and the forward of pass n runs where the
+updates still to come will put the parameter: the wrapped optimizer's own step, run once for each
+pass before n whose gradient no update has applied yet (overlap/staleness.py's pending_passes: d
+of them with no period, between d and d + p - 1 with one), on a scratch copy of the parameter's
+optimizer state (torch's SGD: buf = m buf + g, W -= lr buf; Adam's moments and step count alike),
+each from g, this rank's own gradient of that pass, standing in for the average it will bring.
+With a period, an update carrying the sum of k passes' gradients (k = p but for the first,
+carried_passes) is applied as k steps of the optimizer, each with their mean: the steps a
+synchronous run would have taken, had the k averages been equal, where one step of the sum would
+be a k-times step for SGD and a single step for Adam. Where the last update only extrapolates, these are
 the next updates themselves up to the other ranks' share of g: on the time-to-accuracy task
 without overlap they closed a one-step delay's loss from 2.5 points to 0.1 for SGD with momentum
 (docs/time_to_accuracy.md, "What a delay costs without overlap"). The rank's gradients of the
-last d steps are kept from the gradient hook; a step without one empties them. Passes before
-d + 1 run unshifted, since whether the gradients of pass 0 were kept depends on when this rank
-saw the plan, and every rank must shift alike. The scratch steps run the optimizer class's own
+last d + p - 1 passes are kept from the gradient hook; a step without one empties them. Passes
+before the first applied update run unshifted, since whether the gradients of pass 0 were kept
+depends on when this rank saw the plan, and every rank must shift alike. The scratch steps run the optimizer class's own
 step, with the groups' settings of now; they call its step hooks, not an LR scheduler's count.
 Parameters the plan runs synchronously (and every parameter under a synchronous plan, or with
 mode "off") go through the wrapped optimizer's own step untouched, bit for bit.
 
 Memory (staleness_correction_bytes()): with "predict", two copies of each delayed parameter (its
-saved value while shifted, and its last update), 1 + d under look-ahead (its saved value and d
-local gradients; the scratch optimizer state lives only during its module's forward hook); with
-"on", none.
+saved value while shifted, and its last update), 1 + d + p - 1 under look-ahead (its saved value
+and up to d + p - 1 local gradients; the scratch optimizer state lives only during its module's
+forward hook); with "on", none.
 """
 
 import weakref
@@ -195,33 +200,35 @@ class StalenessCorrection:
 
     # -- schedule ---------------------------------------------------------------------------
 
-    def _look_ahead_delay(self, p):
-        """The delay d by which parameter `p` looks ahead under the plan in force, or 0 when it
-        does not (the module docstring)."""
-        return staleness.uniform_delay(self._slices(p)) if self._lookahead else 0
+    def _look_ahead_schedule(self, p):
+        """(delay, period, phase) by which parameter `p` looks ahead under the plan in force,
+        or None when it does not (the module docstring)."""
+        return staleness.uniform_schedule(self._slices(p)) if self._lookahead else None
 
     def _looks_ahead(self, p):
-        return self._look_ahead_delay(p) > 0
+        return self._look_ahead_schedule(p) is not None
 
     def keep_local(self, p, grad):
         """The gradient hook's: keeps this rank's gradient of `p`, before it is reduced, for the
         next forward's look-ahead."""
         if not self._lookahead or not self._view.delayed:
             return
-        d = self._look_ahead_delay(p)
-        if d == 0:
+        schedule = self._look_ahead_schedule(p)
+        if schedule is None:
             return
+        delay, period, _ = schedule
+        most = delay + period - 1  # pending_passes' bound
         state = self._states.setdefault(p, _State())
         # A last update from an earlier plan's prediction must not move a later forward too.
         state.last, state.due = None, False
         with torch.no_grad():
-            if len(state.local) >= d and state.local[0].shape == grad.shape:
+            if len(state.local) >= most and state.local[0].shape == grad.shape:
                 reuse = state.local.pop(0)  # the oldest one's buffer
                 reuse.copy_(grad)
                 state.local.append(reuse)
             else:
                 state.local.append(grad.detach().clone())
-            del state.local[:-d]
+            del state.local[:-most]
         state.local_fresh = True
 
     def _slices(self, p):
@@ -260,9 +267,18 @@ class StalenessCorrection:
         if submitted_step is not None and not self._view.covers(submitted_step):
             self._plain(base_step, grads, snapshot)
             return
-        classes = {}
+        classes, spread = {}, {}
         for p in grads:
-            slices = None if self._looks_ahead(p) else self._slices(p)
+            schedule = self._look_ahead_schedule(p)
+            carried = 1
+            if schedule is not None and submitted_step is not None:
+                delay, period, phase = schedule
+                passed = self._view.pass_of(submitted_step) - delay
+                carried = max(1, staleness.carried_passes(passed, period, phase))
+            if carried > 1:
+                spread.setdefault(carried, {})[p] = grads[p]
+                continue
+            slices = None if schedule is not None else self._slices(p)
             s = 0.0 if slices is None else staleness.mean_staleness(slices)
             classes.setdefault(s, {})[p] = grads[p]
         plain = classes.pop(0.0, None)
@@ -270,6 +286,17 @@ class StalenessCorrection:
             self._plain(base_step, plain, snapshot)
         for s, members in classes.items():
             self._corrected(base_step, members, snapshot, s)
+        for carried, members in spread.items():
+            self._spread(base_step, members, snapshot, carried)
+
+    def _spread(self, base_step, grads, snapshot, carried):
+        """Look-ahead's update under a period: the sum of `carried` passes' gradients applied
+        as `carried` steps of the wrapped optimizer, each with their mean (the module
+        docstring)."""
+        with torch.no_grad():
+            means = {p: g / carried for p, g in grads.items()}  # p.grad keeps the sum
+        for _ in range(carried):
+            self._plain(base_step, means, snapshot)
 
     def _plain(self, base_step, grads, snapshot):
         if snapshot is None:
@@ -347,16 +374,18 @@ class StalenessCorrection:
                 state.local = []  # a step without a kept gradient: the window starts again
                 continue
             state.local_fresh = False
-            d = self._look_ahead_delay(p)
-            if d > 0 and current >= d + 1 and len(state.local) >= d:
-                ready.setdefault(d, []).append(p)
-        for d, members in ready.items():
-            self._run_ahead(members, d)
+            schedule = self._look_ahead_schedule(p)
+            pending = 0 if schedule is None else staleness.pending_passes(current, *schedule)
+            if pending > 0 and len(state.local) >= pending:
+                ready.setdefault(pending, []).append(p)
+        for pending, members in ready.items():
+            self._run_ahead(members, pending)
 
-    def _run_ahead(self, params, d):
-        """Moves `params` by d steps of the wrapped optimizer on their kept gradients, oldest
-        first, on a copy of each (its true value stays in its own storage, in `saved`) and on a
-        scratch copy of its optimizer state (the real state is put back untouched)."""
+    def _run_ahead(self, params, pending):
+        """Moves `params` by `pending` steps of the wrapped optimizer on their last `pending`
+        kept gradients, oldest first, on a copy of each (its true value stays in its own
+        storage, in `saved`) and on a scratch copy of its optimizer state (the real state is put
+        back untouched)."""
         optimizer = self._optimizer
         kept = {p: optimizer.state[p] for p in params if p in optimizer.state}
         with torch.no_grad():
@@ -371,7 +400,7 @@ class StalenessCorrection:
                                       for k, v in kept.get(p, {}).items()}
         try:
             settings = layerwise.snapshot_settings(optimizer.param_groups)
-            for i in range(d):
+            for i in range(-pending, 0):
                 layerwise.step_subset(optimizer.param_groups,
                                       lambda: self._base_step(optimizer),
                                       {p: self._states[p].local[i] for p in params}, settings)
