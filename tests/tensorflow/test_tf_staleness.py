@@ -4,17 +4,19 @@ by value against a reference computed here.
 The suites that run this file (tests/tensorflow/BUILD) each train from one process, because the
 runtime adopts one plan per process and a step is one reduction (one tape, or one Keras
 DistributedOptimizer): TEST_STALENESS="way:correction" picks the way and the correction.
-- tape:<c> (with OVERLAP_TEST_PLAN_SCHEDULE=d,1, every gradient bucket delay d once the plan
-  is adopted at step A, found from the has_update flags: the d steps that bring nothing): one
-  DistributedGradientTape(staleness_correction=c) over three models' variables, applied by a
-  plain Keras SGD (momentum), Adam and AdamW each; keras:<c>: one model with the Keras
-  DistributedOptimizer(SGD with momentum). Steps alternate between tf.function and eager. Each
-  model is replayed by hand in float64 with Keras's update rules: "off" is the uncorrected
-  delayed optimizer; "predict" lowers momentum / beta1 to max(0, 1 - (1 - m)(1 + d)) for the
-  delayed updates and runs the forward of a step after the first delayed update at W_k + U x
-  (the last update); "auto" looks ahead: the optimizer's own updates, and the forward of step
-  k >= A + d + 1 at the point d more updates from this rank's own gradients of steps k - d ..
-  k - 1 (on a copy of the optimizer's state) would put W_k.
+- tape:<c> (with OVERLAP_TEST_PLAN_SCHEDULE=d,p: every gradient bucket delay d and period p,
+  phases staggered by bucket, once the plan is adopted at step A, found from the has_update
+  flags: the d steps that bring nothing): one DistributedGradientTape(staleness_correction=c)
+  over three models' variables, applied by a plain Keras SGD (momentum), Adam and AdamW each;
+  keras:<c>: one model with the Keras DistributedOptimizer(SGD with momentum). Steps alternate
+  between tf.function and eager. Each model is replayed by hand in float64 with Keras's update
+  rules, each variable with its own phase: "off" is the uncorrected delayed optimizer;
+  "predict" lowers momentum / beta1 to max(0, 1 - (1 - m)(1 + d + (p - 1) / 2)) for the delayed
+  updates and runs each forward after a variable's first delayed update at W_k + U x (its last
+  update); "auto" looks ahead: the optimizer's own updates (a period's sum of k passes as k
+  updates of their mean), and each forward at the point that the optimizer's own updates from
+  this rank's gradients of the passes not yet applied (d of them, d to d + p - 1 with a
+  period; none before the first update) would put W_k, on a copy of the optimizer's state.
 - sync (OVERLAP_TEST_PLAN_SCHEDULE=0,1: a synchronous scheduled plan, delayed updates
   configured, so the gradients carry their tags): the default correction must leave every value
   bit for bit as a plain Keras optimizer fed the same gradients (untagged) leaves its twin.
@@ -29,6 +31,7 @@ import tensorflow as tf
 
 SCHEDULE = os.environ.get("OVERLAP_TEST_PLAN_SCHEDULE", "0,1")
 DELAY = int(SCHEDULE.split(",")[0])
+PERIOD = int(SCHEDULE.split(",")[1])
 DELAYED = DELAY != 0
 STEPS = 40
 MOMENTUM = 0.9
@@ -114,7 +117,8 @@ class Runs:
 
 def train(hvd, way, correction, kinds, steps):
     """The variables of each model at each step's forward, their true values at the end, whether
-    each step brought an update (tape only) and each optimizer's correction bytes."""
+    each step brought each variable an update (all models' variables in order) and each
+    optimizer's correction bytes."""
     runs = Runs(hvd, way, correction, kinds)
     at_forward = [[] for _ in kinds]
     updated = []
@@ -122,13 +126,14 @@ def train(hvd, way, correction, kinds, steps):
         x, y = (tf.constant(a) for a in batch(hvd.rank(), step))
         for r, values in enumerate(runs.values()):
             at_forward[r].append(values)
-        flags = runs.step(step, x, y)
-        updated.append(any(flags))
-        if way == "keras" and step > 0:
+        updated.append(runs.step(step, x, y))
+        if way == "keras":
             # The Keras wrapper keeps its flags to itself: a step that brought nothing left the
-            # variables where they were (no update, and no shift yet at the plan's first step).
-            updated[-1] = not all(np.array_equal(a, b) for a, b in
-                                  zip(at_forward[0][-1], runs.values()[0]))
+            # variables where they were (no update, and no shift yet at the plan's first step;
+            # its suite has no period, so every variable updates alike).
+            changed = step == 0 or not all(np.array_equal(a, b) for a, b in
+                                           zip(at_forward[0][-1], runs.values()[0]))
+            updated[-1] = [changed] * len(SHAPES)
     for optimizer in runs.optimizers:
         if hasattr(optimizer, "restore_staleness_shift"):
             optimizer.restore_staleness_shift()
@@ -151,12 +156,21 @@ def gradients(hvd, points, step):
 
 
 def lowered(m):
-    return max(0.0, 1.0 - (1.0 - m) * (1.0 + DELAY))
+    return max(0.0, 1.0 - (1.0 - m) * (1.0 + DELAY + (PERIOD - 1) / 2.0))
+
+
+def pending_passes(n, f):
+    """Passes before n whose gradient no update has applied by the forward of pass n (a variable
+    of phase f), counted after the last communicating pass whose update came; by enumeration."""
+    applied = [c for c in range(0, n - DELAY) if c % PERIOD == f]
+    return n - 1 - applied[-1] if applied else 0
 
 
 class Reference:
     """Keras's SGD (m = mu m - lr g; w += m), Adam and AdamW (bias correction counting every
-    apply, eps outside the root) under delay DELAY from step A, with the correction by hand."""
+    apply, eps outside the root) under delay DELAY and period PERIOD from step A, with the
+    correction by hand; each variable has its own phase (its bucket's), found from its first
+    update."""
 
     def __init__(self, kind, correction, start):
         self.kind = kind
@@ -166,42 +180,62 @@ class Reference:
         self.w = [w.copy() for w in start]
         self.m = [np.zeros_like(w) for w in start]
         self.v = [np.zeros_like(w) for w in start]
-        self.last = None
+        self.phase = [None] * len(start)
+        self.last = [None] * len(start)
 
-    def forward_point(self, ahead, local, t):
-        """The point of a forward: `ahead` (predict: U, the updates to come; 0: none), `local`
-        (look-ahead: this rank's last DELAY gradients, oldest first, or None), `t` the count the
-        next update will use."""
-        if self.lookahead and local is not None:
-            scratch = Reference(self.kind, "off", self.w)
-            scratch.m = [m.copy() for m in self.m]
-            scratch.v = [v.copy() for v in self.v]
-            for i, g in enumerate(local):
-                scratch.update(g, False, t + i)
-            return scratch.w
-        if ahead and self.predict and self.last is not None:
-            return [w + ahead * d for w, d in zip(self.w, self.last)]
-        return [w.copy() for w in self.w]
-
-    def update(self, grads, delayed, t):
-        before = [w.copy() for w in self.w]
-        mu, b1 = MOMENTUM, BETAS[0]
-        if delayed and self.lower:
-            mu, b1 = lowered(mu), lowered(b1)
-        for i, g in enumerate(grads):
-            if self.kind == "sgd":
-                self.m[i] = mu * self.m[i] - LR["sgd"] * g
-                self.w[i] = self.w[i] + self.m[i]
+    def forward_point(self, n, own, t):
+        """The point of the forward of pass n (None: before the plan) of the rank whose own
+        gradients of every step so far are `own` (oldest first); `t` the count the next update
+        will use. Look-ahead: each variable moved by the optimizer's own steps from that rank's
+        gradients of the passes not yet applied; predict: W + U x (its last update)."""
+        point = [w.copy() for w in self.w]
+        if n is None:
+            return point
+        for i, f in enumerate(self.phase):
+            if f is None:
                 continue
-            lr = LR[self.kind]
+            if self.lookahead:
+                pending = pending_passes(n, f)
+                scratch = Reference(self.kind, "off", [self.w[i]])
+                scratch.m, scratch.v = [self.m[i].copy()], [self.v[i].copy()]
+                for j, g in enumerate(own[len(own) - pending:]):
+                    scratch.step(0, g[i], False, t + j)
+                point[i] = scratch.w[0]
+            elif self.predict and self.last[i] is not None:
+                from overlap import staleness as maths
+                ahead = maths.updates_before_applied(n, DELAY, PERIOD, f)
+                point[i] = self.w[i] + ahead * self.last[i]
+        return point
+
+    def update(self, i, g, delayed, t, carried=1):
+        """Variable i's update by the averaged gradient (a sum of `carried` passes' under a
+        period); look-ahead applies it as `carried` updates of their mean: the decays, then the
+        steps, all at count t."""
+        before = self.w[i].copy()
+        if delayed and self.lookahead and carried > 1:
             if self.kind == "adamw":
-                self.w[i] = self.w[i] - self.w[i] * DECAY * lr
-            alpha = lr * np.sqrt(1 - BETAS[1] ** t) / (1 - b1 ** t)
-            self.m[i] = self.m[i] + (g - self.m[i]) * (1 - b1)
-            self.v[i] = self.v[i] + (g * g - self.v[i]) * (1 - BETAS[1])
-            self.w[i] = self.w[i] - self.m[i] * alpha / (np.sqrt(self.v[i]) + EPS)
+                for _ in range(carried):
+                    self.w[i] = self.w[i] - self.w[i] * DECAY * LR["adamw"]
+            for _ in range(carried):
+                self.step(i, g / carried, False, t, decay=False)
+        else:
+            self.step(i, g, delayed and self.lower, t)
         if delayed and self.predict:
-            self.last = [w - b for w, b in zip(self.w, before)]
+            self.last[i] = self.w[i] - before
+
+    def step(self, i, g, lower, t, decay=True):
+        mu, b1 = (lowered(MOMENTUM), lowered(BETAS[0])) if lower else (MOMENTUM, BETAS[0])
+        if self.kind == "sgd":
+            self.m[i] = mu * self.m[i] - LR["sgd"] * g
+            self.w[i] = self.w[i] + self.m[i]
+            return
+        lr = LR[self.kind]
+        if self.kind == "adamw" and decay:
+            self.w[i] = self.w[i] - self.w[i] * DECAY * lr
+        alpha = lr * np.sqrt(1 - BETAS[1] ** t) / (1 - b1 ** t)
+        self.m[i] = self.m[i] + (g - self.m[i]) * (1 - b1)
+        self.v[i] = self.v[i] + (g * g - self.v[i]) * (1 - BETAS[1])
+        self.w[i] = self.w[i] - self.m[i] * alpha / (np.sqrt(self.v[i]) + EPS)
 
 
 def close(actual, expected, what):
@@ -211,36 +245,47 @@ def close(actual, expected, what):
 
 @pytest.mark.skipif(not DELAYED, reason="needs the forced delayed plan")
 def test_correction_matches_a_reference_by_hand_under_a_delay(hvd):
-    from overlap import staleness as maths
     way, correction = way_and_correction()
     kinds = ["sgd"] if way == "keras" else ["sgd", "adam", "adamw"]
     at_forward, final, updated, sizes = train(hvd, way, correction, kinds, STEPS)
-    none = [k for k, u in enumerate(updated) if not u]
-    assert len(none) == DELAY and none == list(range(none[0], none[0] + DELAY)), (
-        f"expected {DELAY} steps in a row without updates (the plan's first): {updated}")
+    # The plan's first DELAY steps bring no variable an update (with a period, neither do the
+    # steps whose pass - DELAY no bucket sent: the buckets' phases are staggered).
+    none = [k for k, u in enumerate(updated) if not any(u)]
     adopted = none[0]
+    assert none[:DELAY] == list(range(adopted, adopted + DELAY)), (
+        f"expected {DELAY} steps in a row without updates (the plan's first): {updated}")
     assert STEPS - adopted >= 12, f"the plan came too late (step {adopted}) to test much"
     start = at_forward[0][0]
     elements = sum(int(np.prod(s)) for s in SHAPES)
     for r, kind in enumerate(kinds):
         what = f"rank {hvd.rank()} {kind} ({way}, {correction}; plan from step {adopted})"
         ref = Reference(kind, correction, start)
-        pending, own = [], []  # own[k][rank]: each rank's gradient of step k
+        averaged, own = [], []  # own[k][rank]: each rank's gradient of step k
         for k in range(STEPS):
-            ahead = maths.updates_before_applied(k - adopted, DELAY, 1, 0) if k > adopted else 0
-            points = [ref.forward_point(ahead, [g[rank] for g in own[-DELAY:]]
-                                        if k >= adopted + DELAY + 1 else None, k + 1)
+            n = k - adopted if k >= adopted else None
+            points = [ref.forward_point(n, [g[rank] for g in own], k + 1)
                       for rank in range(hvd.size())]
             close(at_forward[r][k], points[hvd.rank()], f"{what} step {k}: variables at forward")
             grads, each = gradients(hvd, points, k)
             own.append(each)
-            if k < adopted:
-                ref.update(grads, False, k + 1)
-            elif k >= adopted + DELAY:
-                ref.update(pending[k - DELAY], True, k + 1)
-            pending.append(grads)
+            averaged.append(grads)
+            for i in range(len(SHAPES)):
+                if n is None:
+                    ref.update(i, grads[i], False, k + 1)
+                    continue
+                flag = updated[k][len(SHAPES) * r + i]
+                if flag and ref.phase[i] is None:
+                    ref.phase[i] = (n - DELAY) % PERIOD
+                f = ref.phase[i]
+                due = f is not None and n >= DELAY and (n - DELAY) % PERIOD == f
+                assert flag == due, f"{what} step {k}: variable {i} updated {flag}, due {due}"
+                if due:
+                    sent = n - DELAY
+                    first = max(0, sent - PERIOD + 1)
+                    g = sum(averaged[adopted + j][i] for j in range(first, sent + 1))
+                    ref.update(i, g, True, k + 1, carried=sent - first + 1)
         close(final[r], ref.w, f"{what}: true variables at the end")
-        copies = {"auto": 2 + DELAY, "predict": 2}.get(correction, 0)
+        copies = {"auto": 2 + DELAY + PERIOD - 1, "predict": 2}.get(correction, 0)
         assert sizes[r] == copies * 4 * elements, (what, sizes[r], copies * 4 * elements)
     stats = hvd.stats()
     assert stats["plans_scheduled"] == 1 and stats["plan_mean_staleness"] > 0, stats
@@ -364,14 +409,36 @@ def test_look_ahead_factors_follow_each_variables_schedule(hvd):
         out = correction._factors_numpy(names, shapes)
         n = len(names)
         aheads, stale = out[1:n + 1], out[n + 1:2 * n + 1]
-        keep, run = out[2 * n + 1:3 * n + 1], out[3 * n + 1:]
+        keep, run = out[2 * n + 1:3 * n + 1], out[3 * n + 1:4 * n + 1]
         assert list(keep) == [1, 0, 0, 0, 2, 0], current
         assert list(run) == runs, current
+        assert list(out[4 * n + 1:]) == [1] * n, current  # no period looks ahead
         # Look-ahead variables are neither predicted nor lowered.
         for i in (0, 4, 5):
             assert aheads[i].shape == (1,) and aheads[i][0] == 0 and stale[i] == 0
         assert aheads[3][0] == maths.updates_before_applied(current + 1, 3, 1, 0)
         assert stale[3] == 3 and stale[2] == 1.5
+
+
+def test_look_ahead_under_a_period_runs_the_passes_not_yet_applied(hvd):
+    """With max_period 4, a variable of delay 1, period 2 (phase 0) looks ahead: it keeps 2
+    gradients, its next forward runs ahead by the passes whose update has not come (1 or 2), and
+    an update carries 1 pass (the first) or 2; period 8 is beyond the configured bound."""
+    from overlap.tensorflow import staleness as tf_staleness
+
+    correction = tf_staleness.Correction("predict", lookahead=True, most_delay=1, most_period=4)
+    assert correction.depth == 4
+    slices = {"p": [(0, 4, 1, 2, 0)], "wide": [(0, 4, 1, 8, 0)]}
+    names, shapes = ["p", "wide"], [(4,), (4,)]
+    # current pass -> (runs ahead at the next forward, passes this step's update carries)
+    for current, run, carried in [(0, 0, 1), (1, 1, 1), (2, 2, 1), (3, 1, 2), (4, 2, 1),
+                                  (5, 1, 2)]:
+        correction._view = _FakeView(slices, current=current)
+        out = correction._factors_numpy(names, shapes)
+        keep, runs, spread = out[5:7], out[7:9], out[9:11]
+        assert list(keep) == [2, 0] and list(runs) == [run, 0], current
+        assert list(spread) == [carried, 1], current
+        assert out[4] > 0  # "wide" keeps its prediction, and its lowered momentum
 
 
 @pytest.mark.parametrize("kind", ["sgd", "nesterov", "adam", "adamw", "rmsprop", "nadam",
@@ -431,3 +498,22 @@ def reference_before(start, grads, make):
     for g in grads:
         optimizer.apply(g, variables)
     return variables[1].numpy()
+
+
+def test_mixed_or_changed_corrections_are_refused_naming_the_rank_and_gradients(hvd):
+    from overlap.tensorflow import delayed_updates
+
+    variables = [tf.Variable(np.zeros(3, np.float32)), tf.Variable(np.zeros(2, np.float32))]
+    optimizer = keras.optimizers.SGD(0.1)
+    optimizer.build(variables)
+
+    def tagged(modes):
+        return [delayed_updates.tag(tf.ones_like(v), tf.constant(True), name="g%d" % i,
+                                    correction=m) for i, (v, m) in enumerate(zip(variables, modes))]
+    with pytest.raises(ValueError, match=r"rank %d: .*auto, predict \(g0: auto, g1: predict\)"
+                       % hvd.rank()):
+        optimizer.apply(tagged(["auto", "predict"]), variables)
+    delayed_updates._corrected(optimizer, tagged(["on", "on"]), variables)
+    with pytest.raises(ValueError, match=r"rank %d: .* is 'on'; its gradients \(g0, g1\) now "
+                       r"ask for 'auto'" % hvd.rank()):
+        optimizer.apply(tagged(["auto", "auto"]), variables)

@@ -70,7 +70,10 @@ def test_function_ranks_blocked_in_different_operations_all_fail(hvd, capfd):
     step.get_concrete_function(x)  # traced before the clock starts
     message, elapsed = timed_error(tf.errors.FailedPreconditionError, lambda: step(x))
     assert re.search(stall_error(me, kind, name, [me], [1 - me]), message), message
-    assert TIMEOUT_S <= elapsed < TIMEOUT_S + SLACK_S, f"rank {me} failed after {elapsed:.1f} s"
+    # A stall counts from the first rank's submission: the peer's allgather may have gone in a
+    # little before this rank's call, so the error may come a little under TIMEOUT_S after it.
+    assert TIMEOUT_S - 1 <= elapsed < TIMEOUT_S + SLACK_S, (
+        f"rank {me} failed after {elapsed:.3f} s")
     if me == 0:
         log = runtime_log(capfd)
         assert re.search(stall_warning("allreduce", "stall.tf.function.allreduce", [0], [1]),

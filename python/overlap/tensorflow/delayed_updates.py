@@ -73,6 +73,9 @@ class _SkipsWithoutUpdate:
 
     _overlap_flags = None
     _overlap_stale = None          # variable key -> its mean staleness (float32 scalar tensor)
+    # variable key -> how many passes its update carries (int32 scalar tensor; look-ahead under
+    # a period: applied as that many updates of their mean), or None
+    _overlap_spread = None
     _overlap_staleness = None      # its staleness.Correction, once one is asked for
 
     def _overlap_flag(self, variable):
@@ -97,8 +100,9 @@ class _SkipsWithoutUpdate:
         if flag is None:
             return parent.update_step(gradient, variable, learning_rate)
         stale = (self._overlap_stale or {}).get(self._var_key(variable))
+        spread = (self._overlap_spread or {}).get(self._var_key(variable))
 
-        def update():
+        def one(gradient):
             if stale is None:
                 parent.update_step(gradient, variable, learning_rate)
             else:
@@ -107,6 +111,21 @@ class _SkipsWithoutUpdate:
                 tf.cond(stale > 0, lambda: self._overlap_lowered_step(
                     gradient, variable, learning_rate, stale),
                     lambda: parent.update_step(gradient, variable, learning_rate))
+
+        def update():
+            if spread is None:
+                one(gradient)
+                return
+            # A period's sum of `spread` passes as that many updates of their mean (x / 1 is
+            # exact: a variable without a period updates as before).
+            if isinstance(gradient, tf.IndexedSlices):
+                mean = tf.IndexedSlices(gradient.values / tf.cast(spread, gradient.dtype),
+                                        gradient.indices, gradient.dense_shape)
+            else:
+                mean = gradient / tf.cast(spread, gradient.dtype)
+            one(mean)
+            for j in range(1, self._overlap_staleness.most_period):
+                tf.cond(j < spread, lambda: one(mean), lambda: None)
 
         tf.cond(flag, update, lambda: None)
         return None
@@ -144,6 +163,10 @@ class _SkipsWithoutUpdate:
                 parent._apply_weight_decay([variable])
 
             tf.cond(flag, decay, lambda: None)
+            spread = (self._overlap_spread or {}).get(self._var_key(variable))
+            for j in range(1, 0 if spread is None else self._overlap_staleness.most_period):
+                # Look-ahead under a period: the decay of each update the sum stands for.
+                tf.cond(tf.logical_and(flag, j < spread), decay, lambda: None)
 
 
 def _adopt(optimizer):
@@ -163,17 +186,23 @@ def _corrected(optimizer, grads, variables):
         return None
     modes = {m for _, _, _, m in chosen}
     if len(modes) > 1:
-        raise ValueError("overlap.tensorflow: one optimizer's gradients ask for different "
-                         "staleness corrections: %s" % ", ".join(sorted(modes)))
+        raise ValueError("overlap.tensorflow: rank %d: one optimizer's gradients ask for "
+                         "different staleness corrections: %s (%s): give every "
+                         "DistributedGradientTape feeding it the same staleness_correction" %
+                         (_core.rank(), ", ".join(sorted(modes)),
+                          ", ".join("%s: %s" % (n, m) for _, n, _, m in chosen)))
     mode = modes.pop()
     if optimizer._overlap_staleness is None:
         optimizer._overlap_staleness = tf_staleness.Correction(
             "predict" if mode == "auto" else mode, lookahead=mode == "auto",
-            most_delay=_core.setting("OVERLAP_STALENESS", 1))
+            most_delay=_core.setting("OVERLAP_STALENESS", 1),
+            most_period=_core.setting("OVERLAP_MAX_PERIOD", 1))
     elif optimizer._overlap_staleness.requested != mode:
-        raise ValueError("overlap.tensorflow: the optimizer's staleness correction is %r; its "
-                         "gradients now ask for %r" % (optimizer._overlap_staleness.requested,
-                                                       mode))
+        raise ValueError("overlap.tensorflow: rank %d: the optimizer's staleness correction is "
+                         "%r; its gradients (%s) now ask for %r: one optimizer keeps the "
+                         "correction it started with" %
+                         (_core.rank(), optimizer._overlap_staleness.requested,
+                          ", ".join(n for _, n, _, _ in chosen), mode))
     return optimizer._overlap_staleness, [(i, n, v) for i, n, v, _ in chosen]
 
 
@@ -185,8 +214,10 @@ def _apply_corrected(optimizer, original, grads, trainable_variables, corrected)
     flags = [optimizer._overlap_flags[k] for k in keys]
     local = [getattr(grads[i], _LOCAL, None) for i, _, _ in chosen]
     correction.prepare(keys, variables)
-    delayed, aheads, stale, keep, run = correction.factors(names, variables, flags)
+    delayed, aheads, stale, keep, run, spread = correction.factors(names, variables, flags)
     optimizer._overlap_stale = dict(zip(keys, stale))
+    if correction.lookahead and correction.most_period > 1:
+        optimizer._overlap_spread = dict(zip(keys, spread))
     before = correction.take_off_shift(keys, variables)
     result = original(optimizer, grads, trainable_variables)
     correction.shift_ahead(delayed, keys, variables, before, flags, aheads, keep, run,
@@ -211,10 +242,10 @@ def install():
             return original(self, grads, trainable_variables)
         if getattr(self, "gradient_accumulation_steps", None):
             raise ValueError(
-                "overlap.tensorflow: delayed updates (staleness > 0 or max_period > 1) cannot be "
-                "combined with gradient accumulation (backward_passes_per_step > 1, Keras "
-                "gradient_accumulation_steps): an accumulated step would mix steps with and "
-                "without an update")
+                "overlap.tensorflow: rank %d: delayed updates (staleness > 0 or max_period > 1) "
+                "cannot be combined with gradient accumulation (backward_passes_per_step > 1, "
+                "Keras gradient_accumulation_steps): an accumulated step would mix steps with "
+                "and without an update" % _core.rank())
         variables = (list(trainable_variables) if trainable_variables is not None
                      else list(self._trainable_variables))
         _adopt(self)
@@ -228,6 +259,7 @@ def install():
         finally:
             self._overlap_flags = None
             self._overlap_stale = None
+            self._overlap_spread = None
 
     keras.optimizers.Optimizer.apply = apply
     _installed = True

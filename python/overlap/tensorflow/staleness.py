@@ -11,13 +11,18 @@ Per apply(), for each variable whose gradient the plan in force delays:
   3. "predict": its last update is recorded (when it had one), and the variable is moved ahead by
      (updates still to come before the next step's gradient is applied) x (last update), so the
      next forward, and the gradient it takes, run where that gradient will be applied;
-     look-ahead ("auto", on a variable whose every slice has the same delay d <= the configured
-     staleness and no update period): this rank's gradient of this step is kept (the last d are),
-     and from pass d + 1 on the variable is moved to where the d updates still to come will put
-     it: the Keras optimizer's own update (clipping, weight decay, its slots, its step count),
-     run d times from this rank's kept gradients, oldest first, standing in for the averages
-     they will bring; its slots, step count and other state are then put back as they were.
-     As overlap.torch's look-ahead (overlap/torch/staleness.py), whose measurements it shares.
+     look-ahead ("auto", on a variable whose every slice has the same schedule: delay d <= the
+     configured staleness, period p <= the configured max_period, phase f): this rank's
+     gradient of this step is kept (the last d + p - 1 are), and the variable is moved to where
+     the updates of the passes not yet applied will put it (overlap/staleness.py's
+     pending_passes: d of them with no period, d to d + p - 1 with one; none before the first
+     update): the Keras optimizer's own update (clipping, weight decay, its slots, its step
+     count), run once per such pass from this rank's kept gradient of it, oldest first,
+     standing in for the averages they will bring; its slots, step count and other state are
+     then put back as they were. With a period, an update that carries the sum of k passes'
+     gradients is applied as k updates of the optimizer (weight decay k times, then k steps),
+     each with their mean, at the step count of that apply(). As overlap.torch's look-ahead
+     (overlap/torch/staleness.py), whose measurements it shares.
 So between two steps the variables hold the moved-ahead values: code that reads them between
 steps under a delayed plan (evaluation, a checkpoint) reads those, unless it calls
 restore_variables(optimizer) first (the next apply() then moves on from the true values).
@@ -26,8 +31,8 @@ without the correction.
 
 Memory (staleness_correction_bytes()): "predict", per variable with tagged gradients, whatever
 the plan, made at the first apply(): two copies of it (its true value while moved ahead, and its
-last update); "auto" adds one per step of the configured staleness (its kept gradients). The
-scratch slots of look-ahead live only during apply().
+last update); "auto" adds staleness + max_period - 1 (its kept gradients, configured values).
+The scratch slots of look-ahead live only during apply().
 """
 
 import numpy as np
@@ -58,18 +63,21 @@ def _slot_lists(optimizer):
 
 class Correction:
     """One Keras optimizer's correction; `mode` "predict" or "on"; `lookahead`: "auto", which
-    looks ahead where a variable's schedule allows and predicts elsewhere; `most_delay`: the
-    configured staleness, the most gradients a variable keeps for it."""
+    looks ahead where a variable's schedule allows and predicts elsewhere; `most_delay`,
+    `most_period`: the configured staleness and max_period, which bound the schedules that look
+    ahead and so the gradients a variable keeps (most_delay + most_period - 1)."""
 
-    def __init__(self, mode, lookahead=False, most_delay=1):
+    def __init__(self, mode, lookahead=False, most_delay=1, most_period=1):
         self.mode = mode
         self.lookahead = bool(lookahead) and mode == "predict"
         self.most_delay = max(1, int(most_delay))
+        self.most_period = max(1, int(most_period))
+        self.depth = self.most_delay + self.most_period - 1
         self._view = staleness.ScheduleView()
         self._last = {}     # variable key -> tf.Variable: its last update
         self._saved = {}    # variable key -> tf.Variable: its true value while moved ahead
         self._shifted = {}  # variable key -> bool tf.Variable: it is moved ahead now
-        self._local = {}    # variable key -> tf.Variable [most_delay, *shape]: newest first
+        self._local = {}    # variable key -> tf.Variable [depth, *shape]: newest first
         self._kept = {}     # variable key -> int32 tf.Variable: consecutive steps kept
         self._cache = {}
 
@@ -84,24 +92,28 @@ class Correction:
 
     # -- the schedule, read when the step runs --------------------------------------------------
 
-    def _look_ahead_delay(self, slices):
-        """The delay d by which a variable with these slices looks ahead, or 0."""
-        d = staleness.uniform_delay(slices) if self.lookahead else 0
-        return d if d <= self.most_delay else 0
+    def _look_ahead_schedule(self, slices):
+        """(delay, period, phase) by which a variable with these slices looks ahead, or None."""
+        schedule = staleness.uniform_schedule(slices) if self.lookahead else None
+        if schedule is None or schedule[0] > self.most_delay or schedule[1] > self.most_period:
+            return None
+        return schedule
 
     def _factors_numpy(self, names, shapes):
         """(delayed, [ahead multiplier of the next step per element, per variable],
-        [mean staleness, per variable], [look-ahead delay: its gradients are kept, per
-        variable], [look-ahead delay if the next forward looks ahead, else 0, per variable])
-        for the step running now."""
+        [mean staleness, per variable], [look-ahead: how many gradients it keeps (d + p - 1),
+        else 0, per variable], [look-ahead: how many passes the next forward runs ahead, per
+        variable], [look-ahead under a period: how many passes this step's update carries, else
+        1, per variable]) for the step running now."""
         self._view.refresh()
-        next_pass = self._view.current_pass() + 1
-        aheads, stale, keep, run = [], [], [], []
+        current = self._view.current_pass()
+        next_pass = current + 1
+        aheads, stale, keep, run, spread = [], [], [], [], []
         delayed = False
         for name, shape in zip(names, shapes):
             slices = self._view.slices(name)
-            d = self._look_ahead_delay(slices)
-            if slices is None or d:
+            schedule = self._look_ahead_schedule(slices)
+            if slices is None or schedule:
                 counts, key = (), ("none", tuple(shape))
             else:
                 counts = tuple(staleness.updates_before_applied(next_pass, d_, p, f)
@@ -123,31 +135,35 @@ class Correction:
                 # The slices are kept with their array so that their id is not reused.
                 cached = self._cache[key] = (flat, slices)
             aheads.append(cached[0])
-            stale.append(np.float32(0 if slices is None or d else
+            stale.append(np.float32(0 if slices is None or schedule else
                                     staleness.mean_staleness(slices)))
-            keep.append(np.int32(d))
-            # Passes before d + 1 run unshifted: whether this rank kept the gradients of pass 0
-            # depends on when it saw the plan, and every rank must move alike.
-            run.append(np.int32(d if next_pass >= d + 1 else 0))
-        return [_BOOL(delayed)] + aheads + stale + keep + run
+            d, p, f = schedule or (0, 1, 0)
+            keep.append(np.int32(d + p - 1 if schedule else 0))
+            # No pass runs ahead before the first update: whether this rank kept the gradients
+            # of pass 0 depends on when it saw the plan, and every rank must move alike.
+            run.append(np.int32(staleness.pending_passes(next_pass, d, p, f) if schedule else 0))
+            spread.append(np.int32(max(1, staleness.carried_passes(current - d, p, f))
+                                   if schedule else 1))
+        return [_BOOL(delayed)] + aheads + stale + keep + run + spread
 
     def factors(self, names, variables, flags):
-        """Tensors (delayed, aheads, staleness, keep, run) of _factors_numpy, read when the step
-        runs: after this step's reductions (`flags`, their has_update outputs), so after its
-        forward marker (a tf.function runs the py function by data dependence, not in program
-        order)."""
+        """Tensors (delayed, aheads, staleness, keep, run, spread) of _factors_numpy, read when
+        the step runs: after this step's reductions (`flags`, their has_update outputs), so after
+        its forward marker (a tf.function runs the py function by data dependence, not in
+        program order)."""
         shapes = [tuple(v.shape) for v in variables]
         n = len(variables)
         out = tf.numpy_function(lambda *_: self._factors_numpy(names, shapes),
                                 [tf.stack([tf.cast(f, tf.bool) for f in flags])],
-                                [tf.bool] + [tf.float32] * (2 * n) + [tf.int32] * (2 * n),
+                                [tf.bool] + [tf.float32] * (2 * n) + [tf.int32] * (3 * n),
                                 stateful=True)
         delayed = tf.reshape(out[0], [])
         aheads = [tf.reshape(a, [-1]) for a in out[1:n + 1]]  # one element, or one per element
         stale = [tf.reshape(s, []) for s in out[n + 1:2 * n + 1]]
         keep = [tf.reshape(k, []) for k in out[2 * n + 1:3 * n + 1]]
-        run = [tf.reshape(r, []) for r in out[3 * n + 1:]]
-        return delayed, aheads, stale, keep, run
+        run = [tf.reshape(r, []) for r in out[3 * n + 1:4 * n + 1]]
+        spread = [tf.reshape(c, []) for c in out[4 * n + 1:]]
+        return delayed, aheads, stale, keep, run, spread
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -169,7 +185,7 @@ class Correction:
             self._state(self._saved, key, variable.shape, variable.dtype)
             self._state(self._shifted, key, [], tf.bool)
             if self.lookahead:
-                self._state(self._local, key, [self.most_delay] + list(variable.shape),
+                self._state(self._local, key, [self.depth] + list(variable.shape),
                             variable.dtype)
                 self._state(self._kept, key, [], tf.int32)
 
@@ -217,19 +233,19 @@ class Correction:
     # -- look-ahead -----------------------------------------------------------------------------
 
     def _keep_local(self, keys, variables, keep, local):
-        """Keeps this step's gradient of each look-ahead variable (newest first); a step that
-        keeps none for a variable starts its window again. Returns, per variable, how many
-        consecutive steps' gradients it holds."""
+        """Keeps this step's gradient of each look-ahead variable (newest first, at most
+        `depth`); a step that keeps none for a variable starts its window again. Returns, per
+        variable, how many consecutive steps' gradients it holds."""
         held = []
         for key, variable, k, g in zip(keys, variables, keep, local):
             buffer, kept = self._local[key], self._kept[key]
 
             def store(buffer=buffer, kept=kept, g=g):
                 g = tf.cast(tf.convert_to_tensor(g), buffer.dtype)[None]
-                if self.most_delay > 1:
+                if self.depth > 1:
                     g = tf.concat([g, buffer[:-1]], 0)
                 buffer.assign(g)
-                kept.assign(tf.minimum(kept + 1, self.most_delay))
+                kept.assign(tf.minimum(kept + 1, self.depth))
                 return tf.constant(True)
 
             def forget(kept=kept):
@@ -256,12 +272,14 @@ class Correction:
         kept_shared = [tf.identity(v) for v in shared]
         scale = getattr(optimizer, "loss_scale_factor", None)
         saved_flags, saved_stale = optimizer._overlap_flags, optimizer._overlap_stale
+        saved_spread = optimizer._overlap_spread
         use_ema = getattr(optimizer, "use_ema", False)
         optimizer.use_ema = False  # the moving averages see true updates only
         try:
-            for j in range(self.most_delay):
-                # Scratch update j + 1 of d: the kept gradient of d - 1 - j steps ago; the step
-                # count moves as the real updates' will.
+            optimizer._overlap_spread = None
+            for j in range(self.depth):
+                # Scratch update j + 1 of r (the passes to run ahead): the kept gradient of
+                # r - 1 - j steps ago; the step count moves as the real updates' will.
                 grads = []
                 for key, r in zip(keys, run):
                     g = tf.gather(self._local[key], tf.maximum(r - 1 - j, 0))
@@ -273,6 +291,7 @@ class Correction:
                 optimizer._iterations.assign_add(1)
         finally:
             optimizer._overlap_flags, optimizer._overlap_stale = saved_flags, saved_stale
+            optimizer._overlap_spread = saved_spread
             optimizer.use_ema = use_ema
         for s, value in zip(slots, kept_slots):
             s.assign(value)
