@@ -23,17 +23,19 @@ pass before n whose gradient no update has applied yet (overlap/staleness.py's p
 of them with no period, between d and d + p - 1 with one), on a scratch copy of the parameter's
 optimizer state (torch's SGD: buf = m buf + g, W -= lr buf; Adam's moments and step count alike),
 each from g, this rank's own gradient of that pass, standing in for the average it will bring.
-With a period, an update carrying the sum of k passes' gradients (k = p but for the first,
+Where the last update only extrapolates, these are the next updates themselves up to the other
+ranks' share of g: on the time-to-accuracy task without overlap they closed a one-step delay's
+loss from 2.5 points to 0.1 for SGD with momentum (docs/time_to_accuracy.md, "What a delay costs
+without overlap"), and a period 4's from 4.5-17.8 points (uncorrected) to 0.1-1.2. With a
+period, an update carrying the sum of k passes' gradients (k = p but for the first,
 carried_passes) is applied as k steps of the optimizer, each with their mean: the steps a
 synchronous run would have taken, had the k averages been equal, where one step of the sum would
-be a k-times step for SGD and a single step for Adam. Where the last update only extrapolates, these are
-the next updates themselves up to the other ranks' share of g: on the time-to-accuracy task
-without overlap they closed a one-step delay's loss from 2.5 points to 0.1 for SGD with momentum
-(docs/time_to_accuracy.md, "What a delay costs without overlap"). The rank's gradients of the
-last d + p - 1 passes are kept from the gradient hook; a step without one empties them. Passes
-before the first applied update run unshifted, since whether the gradients of pass 0 were kept
-depends on when this rank saw the plan, and every rank must shift alike. The scratch steps run the optimizer class's own
-step, with the groups' settings of now; they call its step hooks, not an LR scheduler's count.
+be a k-times step for SGD and a single step for Adam. The rank's gradients of the last
+d + p - 1 passes are kept from the gradient hook; a step without one empties them. Passes before
+the first applied update run unshifted, since whether the gradients of pass 0 were kept depends
+on when this rank saw the plan, and every rank must shift alike. The scratch steps run the
+optimizer class's own step, with the groups' settings of now; they call its step hooks, not an
+LR scheduler's count.
 Parameters the plan runs synchronously (and every parameter under a synchronous plan, or with
 mode "off") go through the wrapped optimizer's own step untouched, bit for bit.
 
