@@ -22,7 +22,9 @@ def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=
     comm naming a subset raises; process_sets (ProcessSet objects or rank lists) are registered
     in order, as add_process_set would (collective). overlap's options (each also an
     OVERLAP_* variable, docs/tuning.md): planner, staleness, max_period, budget (deft's
-    convergence budget; 0 by default, which keeps its plans synchronous), compression (the
+    convergence budget; here -1 by default, the bound max(staleness, (max_period - 1) / 2),
+    measured under the default staleness correction's look-ahead; 0 keeps deft's plans
+    synchronous, as the C++ runtime's default does), compression (the
     default error-feedback compressor spec, e.g. "fp16"), profile_steps, timeline (a path)."""
     start_runtime(comm, process_sets, planner=planner, staleness=staleness,
                   max_period=max_period, budget=budget, compression=compression,

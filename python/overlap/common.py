@@ -53,6 +53,15 @@ def core_reduce_op(op):
     return codes[op]
 
 
+# Whether the running job's convergence budget is the adapters' default (start_runtime), not one
+# the user gave: a staleness correction that does not look ahead then warns (overlap/staleness.py).
+_budget_defaulted = [False]
+
+
+def budget_defaulted():
+    return _budget_defaulted[0]
+
+
 def start_runtime(comm=None, process_sets=None, **settings):
     """The body of every adapter's init(): the runtime starts on every rank with overlap's
     options (planner, staleness, ...) over the OVERLAP_* environment (collective; a second call
@@ -60,8 +69,19 @@ def start_runtime(comm=None, process_sets=None, **settings):
     (MPI_COMM_WORLD), so a comm naming a subset raises. process_sets, as Horovod's: a list of
     ProcessSet objects (of rank lists or mpi4py communicators) or rank lists, registered at
     once, in order, as add_process_set would (collective), or "dynamic" (accepted and ignored:
-    add_process_set always works)."""
+    add_process_set always works).
+
+    deft's convergence budget defaults to its bound (-1) here, where the C++ runtime's is 0: the
+    adapters' default staleness correction looks ahead, and under it the bound kept synchronous
+    quality in every measured run (docs/time_to_accuracy.md, "Convergence budget"); it matters
+    only with staleness > 0 or max_period > 1. budget=0 or OVERLAP_BUDGET keeps a plan
+    synchronous."""
     from overlap import _core
+    if not _core.is_initialized():
+        _budget_defaulted[0] = (settings.get("budget") is None and
+                                os.environ.get("OVERLAP_BUDGET") in (None, ""))
+        if _budget_defaulted[0]:
+            settings["budget"] = -1
     is_rank_list = isinstance(comm, (list, tuple))
     if comm is not None and not is_rank_list and not hasattr(comm, "Get_size"):
         raise ValueError("init(comm=...): expected an mpi4py communicator or a list of ranks")

@@ -40,6 +40,23 @@ def looks_ahead(requested):
     return requested is True or requested == "auto"
 
 
+def warn_unless_looking_ahead(requested, who):
+    """Warns (each rank) when `who`'s staleness_correction `requested` does not look ahead while
+    deft may delay under the adapters' default budget (overlap/common.py start_runtime): that
+    default was measured with look-ahead only."""
+    from overlap import common
+    if looks_ahead(requested) or not common.budget_defaulted() or not _core.is_initialized():
+        return
+    if _core.setting("OVERLAP_STALENESS", 0) <= 0 and _core.setting("OVERLAP_MAX_PERIOD", 1) <= 1:
+        return
+    import warnings
+    warnings.warn("rank %d: %s: staleness_correction=%r does not look ahead, but deft's "
+                  "convergence budget is the adapters' default, its bound, measured with "
+                  "look-ahead only: keep the default correction (\"auto\"), or pass init(budget=0) "
+                  "(or a budget you measured) for this one (docs/time_to_accuracy.md, "
+                  "\"Convergence budget\")" % (_core.rank(), who, requested), stacklevel=3)
+
+
 def uniform_delay(slices):
     """The delay d >= 1 every slice of a tensor shares, with no update period: what
     overlap.tensorflow's look-ahead needs; 0 for any other schedule (none, mixed delays, a

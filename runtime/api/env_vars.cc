@@ -257,8 +257,9 @@ constexpr Var kVars[] = {
         .Note("-1: max(staleness, (max_period - 1) / 2)")
         .Default("0")
         .Describe("deft: the convergence budget, the byte-weighted mean number of steps a "
-                  "gradient may arrive late; 0 keeps the plan synchronous (measured: "
-                  "docs/time_to_accuracy.md, \"Convergence budget\")")
+                  "gradient may arrive late; 0 keeps the plan synchronous; overlap.torch's and "
+                  "overlap.tensorflow's init() default it to -1, under their look-ahead "
+                  "(measured: docs/time_to_accuracy.md, \"Convergence budget\")")
         .Option("--budget", "B",
                 "deft: the convergence budget, the byte-weighted mean number of steps a gradient "
                 "may arrive late, a number in [0, 1e6] (default 0: synchronous), or -1 for "

@@ -47,10 +47,10 @@ PlanScheduler::PlanScheduler(const Config& config, int rank, int size, MPI_Comm 
       (config_.staleness > 0 || config_.max_period > 1)) {
     spdlog::warn(
         "overlap: OVERLAP_STALENESS={} and OVERLAP_MAX_PERIOD={} let deft delay updates, but "
-        "its convergence budget OVERLAP_BUDGET is 0 (the default: on Fashion-MNIST every delay "
-        "deft chose cost accuracy, docs/time_to_accuracy.md), so its plans stay synchronous; "
-        "set OVERLAP_BUDGET (the mean steps a gradient byte may arrive late, e.g. 0.25, or -1 "
-        "for max(staleness, (max_period - 1) / 2)) to let it use them",
+        "its convergence budget OVERLAP_BUDGET is 0 (the C++ default: without a look-ahead "
+        "correction every delay deft chose cost accuracy, docs/time_to_accuracy.md), so its "
+        "plans stay synchronous; set OVERLAP_BUDGET (the mean steps a gradient byte may arrive "
+        "late, e.g. 0.25, or -1 for max(staleness, (max_period - 1) / 2)) to let it use them",
         config_.staleness, config_.max_period);
   }
 }

@@ -9,6 +9,10 @@ tests/torch/BUILD runs this file twice, choosing the case by INIT_OPTIONS_CASE:
            default), and an allreduce is compressed to fp16.
   refused  init(staleness=-1) raises ValueError on every rank, naming the rank, the setting and
            that it was given in code.
+  defaulted  init(planner="deft", staleness=1) with no budget anywhere: the adapters' default,
+           the bound (-1), reaches the core; a DistributedOptimizer whose correction does not
+           look ahead warns on every rank, naming it; one with the default does not (a budget
+           given, as in `given`, is kept as given).
 """
 
 import os
@@ -71,5 +75,28 @@ def refused_case():
     assert not hvd.is_initialized()
 
 
+def defaulted_case():
+    import warnings
+    import overlap.torch as hvd
+    from overlap import _core
+    assert "OVERLAP_BUDGET" not in os.environ
+    hvd.init(planner="deft", staleness=1)
+    try:
+        assert _core.config()["OVERLAP_BUDGET"] == "-1"
+        model = torch.nn.Linear(3, 2)
+        with pytest.warns(UserWarning, match=r"rank %s: DistributedOptimizer: "
+                          r"staleness_correction='predict' does not look ahead"
+                          % os.environ["OMPI_COMM_WORLD_RANK"]):
+            hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters(),
+                                     staleness_correction="predict")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+    finally:
+        hvd.shutdown()
+
+
 def test_init_options():
-    {"given": given_case, "refused": refused_case}[CASE]()
+    {"given": given_case, "refused": refused_case, "defaulted": defaulted_case}[CASE]()

@@ -43,10 +43,10 @@ from overlap.tensorflow.util import (_executing_eagerly, check_num_rank_power_of
 
 def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=None,
          compression=None, profile_steps=None, timeline=None, budget=None):
-    """overlap.basics.init. With staleness > 0 or max_period > 1 and a budget above 0, deft may
-    delay updates: DistributedGradientTape's gradients then carry a has_update flag
-    (has_update()) and Keras 3 optimizers skip a variable in the steps that bring it none
-    (delayed_updates.py)."""
+    """overlap.basics.init. With staleness > 0 or max_period > 1 and a budget not 0 (the bound by
+    default here), deft may delay updates: DistributedGradientTape's gradients then carry a
+    has_update flag (has_update()) and Keras 3 optimizers skip a variable in the steps that
+    bring it none (delayed_updates.py)."""
     _init(comm, process_sets, planner=planner, staleness=staleness, max_period=max_period,
           budget=budget, compression=compression, profile_steps=profile_steps, timeline=timeline)
 

@@ -60,6 +60,7 @@ class GradientReducer:
         # Carried to the optimizer on each delayed gradient's tag (delayed_updates.py).
         # "auto" stays itself (look-ahead where it applies: overlap/tensorflow/staleness.py).
         mode = staleness.check_mode(staleness_correction, "the gradient reducer")
+        staleness.warn_unless_looking_ahead(staleness_correction, "the gradient reducer")
         self.correction = "auto" if staleness.looks_ahead(staleness_correction) else mode
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense

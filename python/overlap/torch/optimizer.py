@@ -81,6 +81,7 @@ class _DistributedOptimizer:
                                    (backward_passes_per_step,)))
         process_set_id(process_set)  # refuses an unregistered set by name
         correction_mode = staleness.check_mode(staleness_correction, "DistributedOptimizer")
+        staleness.warn_unless_looking_ahead(staleness_correction, "DistributedOptimizer")
         self._compression = compression
         self._op = op
         self._predivide = float(gradient_predivide_factor)
