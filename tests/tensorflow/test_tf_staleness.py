@@ -517,3 +517,18 @@ def test_mixed_or_changed_corrections_are_refused_naming_the_rank_and_gradients(
     with pytest.raises(ValueError, match=r"rank %d: .* is 'on'; its gradients \(g0, g1\) now "
                        r"ask for 'auto'" % hvd.rank()):
         optimizer.apply(tagged(["auto", "auto"]), variables)
+
+
+def test_a_correction_without_look_ahead_warns_under_the_default_budget(hvd):
+    """The suites' init gives staleness but no budget: the adapters' default, the bound, was
+    measured with look-ahead only, so a tape asking for another correction warns; the default
+    does not."""
+    import warnings
+    from overlap import _core
+    assert _core.config()["OVERLAP_BUDGET"] == "-1"
+    with pytest.warns(UserWarning, match=r"rank %d: the gradient reducer: "
+                      r"staleness_correction='predict' does not look ahead" % hvd.rank()):
+        hvd.DistributedGradientTape(tf.GradientTape(), staleness_correction="predict")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hvd.DistributedGradientTape(tf.GradientTape())
