@@ -114,24 +114,9 @@ def main(argv):
                     q.add_(u, alpha=args.delay)
         if lookahead and len(local) == args.delay:
             saved = [q.detach().clone() for q in params]
-            kept = {q: opt.state[q] for q in params if q in opt.state}
-            for q in params:  # a scratch copy of the optimizer's state
-                opt.state[q] = {k: v.clone() if torch.is_tensor(v) else v
-                                for k, v in kept.get(q, {}).items()}
-            for grads in local:  # oldest first: the order the updates come in
-                for q, g in zip(params, grads):
-                    q.grad = g
-                opt.step()
-            for q in params:
-                if q in kept:
-                    opt.state[q] = kept[q]
-                else:
-                    del opt.state[q]
+            scratch_steps(opt, params, local)  # oldest first: the order the updates come in
         if lookahead:
-            share = batch[:args.batch // args.ranks]
-            opt.zero_grad()
-            F.cross_entropy(model(x[share]), y[share]).backward()
-            local.append([q.grad.detach().clone() for q in params])
+            local.append(rank_share_gradient(args, model, opt, x, y, batch))
             if len(local) > args.delay:
                 local.popleft()
         opt.zero_grad()
@@ -181,6 +166,15 @@ def scratch_steps(opt, params, steps):
             del opt.state[q]
 
 
+def rank_share_gradient(args, model, opt, x, y, batch):
+    """One rank's gradient of this step (its first batch / --ranks examples), at the point the
+    model is at now: look-ahead's stand-in for the average its update will bring."""
+    share = batch[:args.batch // args.ranks]
+    opt.zero_grad()
+    F.cross_entropy(model(x[share]), y[share]).backward()
+    return [q.grad.detach().clone() for q in model.parameters()]
+
+
 def train_periodic(args, model, opt, x, y):
     """The --period > 1 loop (the module docstring): pass k sends at k % period == 0 what it
     summed since the last send, and that sum is applied at pass k + delay."""
@@ -199,10 +193,7 @@ def train_periodic(args, model, opt, x, y):
             saved = [q.detach().clone() for q in params]
             scratch_steps(opt, params, list(local))
         if args.correction == "lookahead":
-            share = batch[:args.batch // args.ranks]
-            opt.zero_grad()
-            F.cross_entropy(model(x[share]), y[share]).backward()
-            local.append([q.grad.detach().clone() for q in params])
+            local.append(rank_share_gradient(args, model, opt, x, y, batch))
         opt.zero_grad()
         F.cross_entropy(model(x[batch]), y[batch]).backward()
         if saved is not None:

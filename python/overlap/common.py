@@ -55,11 +55,11 @@ def core_reduce_op(op):
 
 # Whether the running job's convergence budget is the adapters' default (start_runtime), not one
 # the user gave: a staleness correction that does not look ahead then warns (overlap/staleness.py).
-_budget_defaulted = [False]
+_budget_defaulted = False
 
 
 def budget_defaulted():
-    return _budget_defaulted[0]
+    return _budget_defaulted
 
 
 def start_runtime(comm=None, process_sets=None, **settings):
@@ -76,11 +76,12 @@ def start_runtime(comm=None, process_sets=None, **settings):
     quality in every measured run (docs/time_to_accuracy.md, "Convergence budget"); it matters
     only with staleness > 0 or max_period > 1. budget=0 or OVERLAP_BUDGET keeps a plan
     synchronous."""
+    global _budget_defaulted
     from overlap import _core
     if not _core.is_initialized():
-        _budget_defaulted[0] = (settings.get("budget") is None and
-                                os.environ.get("OVERLAP_BUDGET") in (None, ""))
-        if _budget_defaulted[0]:
+        _budget_defaulted = (settings.get("budget") is None and
+                             os.environ.get("OVERLAP_BUDGET") in (None, ""))
+        if _budget_defaulted:
             settings["budget"] = -1
     is_rank_list = isinstance(comm, (list, tuple))
     if comm is not None and not is_rank_list and not hasattr(comm, "Get_size"):

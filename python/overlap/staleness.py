@@ -40,14 +40,19 @@ def looks_ahead(requested):
     return requested is True or requested == "auto"
 
 
+def delays_configured():
+    """Whether the runtime's configuration (the environment and init()'s options) lets deft
+    delay updates: staleness > 0 or max_period > 1."""
+    return _core.setting("OVERLAP_STALENESS", 0) > 0 or _core.setting("OVERLAP_MAX_PERIOD", 1) > 1
+
+
 def warn_unless_looking_ahead(requested, who):
     """Warns (each rank) when `who`'s staleness_correction `requested` does not look ahead while
     deft may delay under the adapters' default budget (overlap/common.py start_runtime): that
     default was measured with look-ahead only."""
     from overlap import common
-    if looks_ahead(requested) or not common.budget_defaulted() or not _core.is_initialized():
-        return
-    if _core.setting("OVERLAP_STALENESS", 0) <= 0 and _core.setting("OVERLAP_MAX_PERIOD", 1) <= 1:
+    if (looks_ahead(requested) or not common.budget_defaulted() or
+            not _core.is_initialized() or not delays_configured()):
         return
     import warnings
     warnings.warn("rank %d: %s: staleness_correction=%r does not look ahead, but deft's "
@@ -57,19 +62,9 @@ def warn_unless_looking_ahead(requested, who):
                   "\"Convergence budget\")" % (_core.rank(), who, requested), stacklevel=3)
 
 
-def uniform_delay(slices):
-    """The delay d >= 1 every slice of a tensor shares, with no update period: what
-    overlap.tensorflow's look-ahead needs; 0 for any other schedule (none, mixed delays, a
-    period)."""
-    if not slices:
-        return 0
-    d = slices[0][2]
-    return d if d >= 1 and all(s[2] == d and s[3] == 1 for s in slices) else 0
-
-
 def uniform_schedule(slices):
     """(delay, period, phase) when every slice of a tensor shares one schedule that is not
-    synchronous: what overlap.torch's look-ahead needs; None for any other (none, mixed)."""
+    synchronous: what look-ahead needs, in both adapters; None for any other (none, mixed)."""
     if not slices:
         return None
     schedule = tuple(slices[0][2:5])

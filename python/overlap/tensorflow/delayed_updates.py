@@ -25,7 +25,7 @@ delayed updates, and EMA (use_ema) still averages every variable each step.
 
 import tensorflow as tf
 
-from overlap import _core
+from overlap import _core, staleness
 
 _ATTR = "_overlap_has_update"
 _NAME = "_overlap_name"            # the gradient's allreduce name, for its schedule
@@ -39,7 +39,7 @@ def enabled():
     runtime's configuration: the environment and hvd.init()'s options), or, in the test build of
     the library (liboverlap_testing.so), a plan test hook that delays (runtime/plan/plan_test_hooks.h).
     The shipped library has no such hook, so the symbol is looked up, never assumed."""
-    if _core.setting("OVERLAP_STALENESS", 0) > 0 or _core.setting("OVERLAP_MAX_PERIOD", 1) > 1:
+    if staleness.delays_configured():
         return True
     test_hook = getattr(_core.lib(), "overlap_test_plan_may_delay", None)
     return bool(test_hook is not None and test_hook())
