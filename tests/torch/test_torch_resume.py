@@ -1,9 +1,9 @@
 """A run under a delayed plan, checkpointed the Horovod way at step K and resumed in fresh
 processes, repeats the uninterrupted run bit for bit (runtime/plan/plan_checkpoint.h).
 
-tests/torch/resume_test.sh runs this file twice on the same ranks, with the runtime settings of
-tests/torch/BUILD (bytescheduler, whose plans update each layer at its next forward, and
-OVERLAP_TEST_PLAN_SCHEDULE=1,2: every bucket has delay 1 and period 2):
+tests/python_util/resume_test.sh runs this file twice on the same ranks, with the runtime
+settings of tests/torch/BUILD (bytescheduler, whose plans update each layer at its next forward,
+and OVERLAP_TEST_PLAN_SCHEDULE=1,2: every bucket has delay 1 and period 2):
   -k save    trains K steps (the plan runs the last of them), checkpoints with torch.save of
              {model.state_dict(), optimizer.state_dict()} and hvd.save_compression_state(), goes
              on to step K + AFTER and writes every rank's parameters;
@@ -44,7 +44,7 @@ def train_step(hvd, model, optimizer, step):
 
 
 def path(name, hvd):
-    return os.path.join(os.environ["TORCH_RESUME_DIR"], f"{name}.{hvd.rank()}")
+    return os.path.join(os.environ["OVERLAP_RESUME_DIR"], f"{name}.{hvd.rank()}")
 
 
 def parameters(model, optimizer):

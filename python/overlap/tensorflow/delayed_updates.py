@@ -197,6 +197,8 @@ def _corrected(optimizer, grads, variables):
             "predict" if mode == "auto" else mode, lookahead=mode == "auto",
             most_delay=_core.setting("OVERLAP_STALENESS", 1),
             most_period=_core.setting("OVERLAP_MAX_PERIOD", 1))
+        # Tracked: tf.train.Checkpoint(optimizer=...) carries the correction's state.
+        optimizer._overlap_staleness_state = optimizer._overlap_staleness.checkpointed
     elif optimizer._overlap_staleness.requested != mode:
         raise ValueError("overlap.tensorflow: rank %d: the optimizer's staleness correction is "
                          "%r; its gradients (%s) now ask for %r: one optimizer keeps the "
@@ -213,7 +215,12 @@ def _apply_corrected(optimizer, original, grads, trainable_variables, corrected)
     keys = [optimizer._var_key(v) for v in variables]
     flags = [optimizer._overlap_flags[k] for k in keys]
     local = [getattr(grads[i], _LOCAL, None) for i, _, _ in chosen]
-    correction.prepare(keys, variables)
+    if not optimizer.built:  # as Keras's apply() would next: the state is named by the index
+        import keras
+        with keras.name_scope(optimizer.name, caller=optimizer):
+            optimizer.build(trainable_variables)
+        optimizer.built = True
+    correction.prepare(keys, variables, [optimizer._get_variable_index(v) for v in variables])
     delayed, aheads, stale, keep, run, spread = correction.factors(names, variables, flags)
     optimizer._overlap_stale = dict(zip(keys, stale))
     if correction.lookahead and correction.most_period > 1:

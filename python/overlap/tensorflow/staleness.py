@@ -26,6 +26,13 @@ Per apply(), for each variable whose gradient the plan in force delays:
 So between two steps the variables hold the moved-ahead values: code that reads them between
 steps under a delayed plan (evaluation, a checkpoint) reads those, unless it calls
 restore_variables(optimizer) first (the next apply() then moves on from the true values).
+
+Checkpoints: the state above lives in tf.Variables that the optimizer tracks (the attribute
+`_overlap_staleness_state`, named by each variable's index among the optimizer's variables), so
+tf.train.Checkpoint(optimizer=...) saves it beside the optimizer's slots, and a fresh process
+that restores the checkpoint before its first step gets it back as the correction makes it
+(TensorFlow restores a tracked variable when it is created). With hvd.save_compression_state()
+for the plan, a resumed run repeats the saved one bit for bit (tests/tensorflow/test_tf_resume.py).
 While no plan delays a variable nothing above runs for it, and values are bit for bit those
 without the correction.
 
@@ -61,6 +68,14 @@ def _slot_lists(optimizer):
     return found
 
 
+class _Checkpointed(tf.Module):
+    """The correction's state variables by stable name, for tf.train.Checkpoint."""
+
+    def __init__(self):
+        super().__init__(name="overlap_staleness")
+        self.state = {}
+
+
 class Correction:
     """One Keras optimizer's correction; `mode` "predict" or "on"; `lookahead`: "auto", which
     looks ahead where a variable's schedule allows and predicts elsewhere; `most_delay`,
@@ -68,6 +83,7 @@ class Correction:
     ahead and so the gradients a variable keeps (most_delay + most_period - 1)."""
 
     def __init__(self, mode, lookahead=False, most_delay=1, most_period=1):
+        self.checkpointed = _Checkpointed()
         self.mode = mode
         self.lookahead = bool(lookahead) and mode == "predict"
         self.most_delay = max(1, int(most_delay))
@@ -167,27 +183,32 @@ class Correction:
 
     # -- state ----------------------------------------------------------------------------------
 
-    @staticmethod
-    def _state(store, key, shape, dtype, name="overlap_staleness"):
+    def _state(self, store, kind, key, index, shape, dtype):
         found = store.get(key)
         if found is None:
             with tf.init_scope():
-                found = tf.Variable(tf.zeros(shape, dtype), trainable=False, name=name)
+                found = tf.Variable(tf.zeros(shape, dtype), trainable=False,
+                                    name="overlap_staleness_%s_%d" % (kind, index))
+                # Tracked under a name every process gives it alike; a checkpoint restored
+                # before this moment fills it now.
+                self.checkpointed.state["%s_%d" % (kind, index)] = found
             store[key] = found
         return found
 
-    def prepare(self, keys, variables):
-        """Makes the state variables ("predict" only; outside any tf.function's graph)."""
+    def prepare(self, keys, variables, indices):
+        """Makes the state variables ("predict" only; outside any tf.function's graph).
+        `indices`: each variable's index among the optimizer's variables, which names its state
+        in checkpoints."""
         if self.mode != "predict":
             return
-        for key, variable in zip(keys, variables):
-            self._state(self._last, key, variable.shape, variable.dtype)
-            self._state(self._saved, key, variable.shape, variable.dtype)
-            self._state(self._shifted, key, [], tf.bool)
+        for key, variable, index in zip(keys, variables, indices):
+            self._state(self._last, "last", key, index, variable.shape, variable.dtype)
+            self._state(self._saved, "saved", key, index, variable.shape, variable.dtype)
+            self._state(self._shifted, "shifted", key, index, [], tf.bool)
             if self.lookahead:
-                self._state(self._local, key, [self.depth] + list(variable.shape),
-                            variable.dtype)
-                self._state(self._kept, key, [], tf.int32)
+                self._state(self._local, "local", key, index,
+                            [self.depth] + list(variable.shape), variable.dtype)
+                self._state(self._kept, "kept", key, index, [], tf.int32)
 
     def take_off_shift(self, keys, variables):
         """Step 1: every variable back to its true value; returns them as they are now. Whatever
