@@ -6,7 +6,7 @@
 #   bench/time_to_accuracy.sh [--quick] [--tasks fmnist,lm] [--rows LIST] [--rate fmnist=300mbit,lm=250mbit]
 #       [--epochs N] [--fmnist-limit N] [--lm-limit N] [--test-limit N] [--evals-per-epoch N]
 #       [--out FILE] [--no-build] [--quiet-wait SECONDS] [--library FILE] [--time-limit SECONDS]
-#       [--seed N]
+#       [--seed N] [--optimizer sgd|adam|adamw]
 #
 # Tasks (--tasks, default both):
 #   fmnist  a CNN on Fashion-MNIST (/usr/share/datasets/fashion-mnist); quality: test accuracy
@@ -39,6 +39,9 @@
 # accuracy, or plus 1% of validation loss. Every run has a hard time limit; a failed or timed-out
 # row prints its "error" and the run carries on. The cluster is taken down on exit, whatever happens.
 # --seed: the initial weights' and the data order's seed, the same for every row (default 42).
+# --optimizer: fmnist's optimizer for every row (default sgd, momentum 0.9; adam and adamw at lr
+#   0.001, adamw with weight decay 0.01); lm always trains with AdamW. The report's target is each
+#   task's ddp run under the same optimizer.
 # --time-limit: each run's hard limit (default: quick 240 s fmnist / 300 s lm, else 1800 / 3600).
 # overlap's rows run with OVERLAP_STALL_TIMEOUT_S=90, so a stalled collective fails with the
 # runtime's own message before the hard limit.
@@ -56,7 +59,7 @@ ALL_ROWS="local,ddp,ddp-tuned,horovod,horovod+yield,overlap:observed,overlap:aut
 # Run only when --rows names them: deft's compressed plans (every bucket fp16, error feedback).
 EXTRA_ROWS="overlap:deft-s1+fp16,overlap:deft-s2+fp16,overlap:auto+fp16"
 quick=0 tasks=fmnist,lm rows=$ALL_ROWS rate=fmnist=300mbit,lm=250mbit epochs="" fmnist_limit="" lm_limit="" test_limit=""
-evals="" out="" build=1 quiet_wait="" time_limit="" max_busy=0.25 library="" seed=42
+evals="" out="" build=1 quiet_wait="" time_limit="" max_busy=0.25 library="" seed=42 optimizer=""
 while (($#)); do
   case $1 in
     --quick) quick=1; shift ;;
@@ -74,6 +77,7 @@ while (($#)); do
     --time-limit) time_limit=${2:-}; shift 2 || die "--time-limit needs seconds" ;;
     --quiet-wait) quiet_wait=${2:-}; shift 2 || die "--quiet-wait needs seconds" ;;
     --seed) seed=${2:-}; shift 2 || die "--seed needs a number" ;;
+    --optimizer) optimizer=${2:-}; shift 2 || die "--optimizer needs sgd, adam or adamw" ;;
     -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
@@ -85,6 +89,8 @@ for r in ${rows//,/ }; do
   [[ ! $r =~ ^overlap:deft-s[0-9]+(p[0-9]+)?(@[0-9]+(\.[0-9]+)?)?(:off)?$ ]] || continue
   has "$ALL_ROWS,$EXTRA_ROWS" "$r" || die "--rows: unknown row '$r' (known: $ALL_ROWS,$EXTRA_ROWS)"
 done
+[[ -z $optimizer || $optimizer =~ ^(sgd|adam|adamw)$ ]] || die "--optimizer: '$optimizer' is not sgd, adam or adamw"
+[[ -z $optimizer || $optimizer == adamw || $tasks == fmnist ]] || die "--optimizer $optimizer: lm trains with AdamW only; add --tasks fmnist"
 has "$rows" ddp || die "--rows must include ddp: it sets every task's target"
 if ((quick)); then
   epochs=${epochs:-2} fmnist_limit=${fmnist_limit:-10240} lm_limit=${lm_limit:-1536}
@@ -174,6 +180,7 @@ run() {
   local args=(--task "$task" --epochs "$epochs" --evals-per-epoch "$evals" --seed "$seed" --data-dir /usr/share/datasets/fashion-mnist
               --corpus "$BIN/data/corpus.txt" --test-limit "$test_limit")
   if [ "$task" = fmnist ]; then args+=(--train-limit "$fmnist_limit"); else args+=(--train-limit "$lm_limit"); fi
+  [ -z "$optimizer" ] || args+=(--optimizer "$optimizer")
   case $row in
     horovod) py=$HVD_PY ;;
     horovod+yield) py=$HVD_PY mpi_args="--mca mpi_yield_when_idle 1" ;;

@@ -64,6 +64,9 @@ def parse_args(argv):
     p.add_argument("--staleness-correction", default="auto", choices=["auto", "predict", "on", "off"],
                    help="overlap: DistributedOptimizer(staleness_correction=...)")
     p.add_argument("--compression", default="none", help="overlap: a runtime compressor spec, or none")
+    p.add_argument("--optimizer", default=None, choices=["sgd", "adam", "adamw"],
+                   help="fmnist's optimizer (default sgd: momentum 0.9, lr 0.01 x ranks); adam and "
+                        "adamw take lr 0.001, adamw weight decay 0.01. lm always trains with AdamW")
     p.add_argument("--master-addr", default="127.0.0.1", help="DDP: rank 0's address")
     p.add_argument("--master-port", type=int, default=29500)
     return p.parse_args(argv)
@@ -149,6 +152,7 @@ class FashionTask:
         if args.test_limit:
             self.x_test, self.y_test = self.x_test[:args.test_limit], self.y_test[:args.test_limit]
         self.size = size
+        self.optimizer = args.optimizer or "sgd"
 
     def examples(self):
         return len(self.x)
@@ -157,6 +161,10 @@ class FashionTask:
         return FashionCNN()
 
     def new_optimizer(self, model):
+        if self.optimizer == "adam":
+            return torch.optim.Adam(model.parameters(), lr=1e-3)
+        if self.optimizer == "adamw":
+            return torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
         return torch.optim.SGD(model.parameters(), lr=self.lr * self.size, momentum=0.9)
 
     def loss(self, model, idx):
@@ -180,6 +188,8 @@ class LMTask:
     def __init__(self, args, size):
         if not args.corpus:
             raise SystemExit("tta_train.py: --task lm needs --corpus")
+        if args.optimizer not in (None, "adamw"):
+            raise SystemExit("tta_train.py: --task lm trains with AdamW only, not --optimizer " + args.optimizer)
         with open(args.corpus, "rb") as f:
             data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
         split = len(data) * 9 // 10
@@ -270,7 +280,8 @@ def main(argv):
 
     result = {"task": args.task, "system": args.label or args.system, "metric": task.metric, "seed": args.seed,
               "epochs": args.epochs, "ranks": system.size, "batch_per_rank": task.batch,
-              "train_examples": task.examples(), "torch": torch.__version__.split("+")[0]}
+              "train_examples": task.examples(), "torch": torch.__version__.split("+")[0],
+              "optimizer": getattr(task, "optimizer", "adamw")}
     bucket = None
     if args.system == "ddp" and args.ddp_bucket_mb:
         if args.ddp_bucket_mb.startswith("sweep:"):
