@@ -368,7 +368,7 @@ def test_moving_ahead_takes_one_multiplier_per_variable_or_one_per_slice(hvd):
     news = [o + rng.normal(size=o.shape).astype(np.float32) for o in olds]
     variables = [tf.Variable(n) for n in news]
     keys = ["a", "b", "c"]
-    correction.prepare(keys, variables)
+    correction.prepare(keys, variables, [0, 1, 2])
     stale_last = np.full((4,), 5.0, np.float32)
     correction._last["c"].assign(stale_last)
     flags = [tf.constant(True), tf.constant(True), tf.constant(False)]
@@ -476,7 +476,7 @@ def test_look_ahead_is_the_optimizers_own_update_on_scratch_state(hvd, kind):
     state = [v.numpy().copy() for v in optimizer.variables]
     correction = tf_staleness.Correction("predict", lookahead=True, most_delay=1)
     keys = [optimizer._var_key(v) for v in variables]
-    correction.prepare(keys, variables)
+    correction.prepare(keys, variables, [optimizer._get_variable_index(v) for v in variables])
     # The first variable looks ahead by its kept gradient; the second has kept one but its
     # turn has not come (run 0).
     correction._look_ahead(optimizer, keys, variables, [tf.constant(1), tf.constant(1)],
