@@ -26,6 +26,8 @@ Per apply(), for each variable whose gradient the plan in force delays:
 So between two steps the variables hold the moved-ahead values: code that reads them between
 steps under a delayed plan (evaluation, a checkpoint) reads those, unless it calls
 restore_variables(optimizer) first (the next apply() then moves on from the true values).
+While no plan delays a variable nothing above runs for it, and values are bit for bit those
+without the correction.
 
 Checkpoints: the state above lives in tf.Variables that the optimizer tracks (the attribute
 `_overlap_staleness_state`, named by each variable's index among the optimizer's variables), so
@@ -33,8 +35,6 @@ tf.train.Checkpoint(optimizer=...) saves it beside the optimizer's slots, and a 
 that restores the checkpoint before its first step gets it back as the correction makes it
 (TensorFlow restores a tracked variable when it is created). With hvd.save_compression_state()
 for the plan, a resumed run repeats the saved one bit for bit (tests/tensorflow/test_tf_resume.py).
-While no plan delays a variable nothing above runs for it, and values are bit for bit those
-without the correction.
 
 Memory (staleness_correction_bytes()): "predict", per variable with tagged gradients, whatever
 the plan, made at the first apply(): two copies of it (its true value while moved ahead, and its
