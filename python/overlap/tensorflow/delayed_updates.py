@@ -123,9 +123,8 @@ class _SkipsWithoutUpdate:
                                         gradient.indices, gradient.dense_shape)
             else:
                 mean = gradient / tf.cast(spread, gradient.dtype)
-            # A loop, not most_period unrolled copies: the update is traced once (a graph per
-            # pass made bert-base's 204 variables take minutes to trace).
-            _repeat(spread, lambda: one(mean))
+            from overlap.tensorflow.staleness import repeat  # a loop, traced once
+            repeat(spread, lambda _: one(mean))
 
         tf.cond(flag, update, lambda: None)
         return None
@@ -167,16 +166,8 @@ class _SkipsWithoutUpdate:
                 tf.cond(flag, decay, lambda: None)
             else:
                 # Look-ahead under a period: the decay of each update the sum stands for.
-                tf.cond(flag, lambda: _repeat(spread, decay), lambda: None)
-
-
-def _repeat(times, fn):
-    """Runs fn() `times` times (an int32 scalar tensor) in a tf.while_loop: traced once, its
-    state updates ordered pass after pass (eagerly, a Python loop)."""
-    def body(j):
-        fn()
-        return [j + 1]
-    tf.while_loop(lambda j: j < times, body, [tf.constant(0, tf.int32)])
+                from overlap.tensorflow.staleness import repeat
+                tf.cond(flag, lambda: repeat(spread, lambda _: decay()), lambda: None)
 
 
 def _adopt(optimizer):

@@ -298,9 +298,7 @@ class Correction:
         saved_spread = optimizer._overlap_spread
         use_ema = getattr(optimizer, "use_ema", False)
         optimizer.use_ema = False  # the moving averages see true updates only
-        # As many scratch updates as the variable furthest behind needs, in a tf.while_loop:
-        # the optimizer's update is traced once, not once per pass (unrolled, bert-base's 204
-        # variables under periods up to 4 took minutes to trace and 4 GB more memory).
+        # As many scratch updates as the variable furthest behind needs (repeat: traced once).
         passes = tf.reduce_max(tf.stack([tf.where(m, r, 0) for m, r in zip(moving, run)]))
 
         def scratch_update(j):
@@ -315,12 +313,10 @@ class Correction:
             optimizer._overlap_stale = None
             optimizer._backend_apply_gradients(grads, list(variables))
             optimizer._iterations.assign_add(1)
-            return [j + 1]
 
         try:
             optimizer._overlap_spread = None
-            tf.while_loop(lambda j: j < passes, scratch_update, [tf.constant(0, tf.int32)],
-                          maximum_iterations=self.depth)
+            repeat(passes, scratch_update, most=self.depth)
         finally:
             optimizer._overlap_flags, optimizer._overlap_stale = saved_flags, saved_stale
             optimizer._overlap_spread = saved_spread
@@ -338,6 +334,18 @@ class Correction:
             if shifted is not None and bool(shifted.numpy()):
                 variable.assign(self._saved[key])
                 shifted.assign(False)
+
+
+def repeat(times, fn, most=None):
+    """Runs fn(j) for j = 0 .. `times` - 1 (an int32 scalar tensor; at most `most`) in a
+    tf.while_loop: traced once whatever the count, each pass's state updates after the last's
+    (eagerly, a Python loop). The adapters' look-ahead and spread run their optimizer updates
+    through it: unrolled, bert-base's 204 variables under periods up to 4 took minutes to trace."""
+    def body(j):
+        fn(j)
+        return [j + 1]
+    tf.while_loop(lambda j: j < times, body, [tf.constant(0, tf.int32)],
+                  maximum_iterations=most)
 
 
 def lowered(momentum, stale):
