@@ -26,7 +26,7 @@ import tensorflow as tf
 from test_tf_staleness import Runs, batch
 
 KINDS = ["sgd", "adam", "adamw"]
-SAVE_STEP = 24  # the plan is adopted after about 10 steps (OVERLAP_PROFILE_STEPS=3)
+SAVE_STEP = 32  # the plan is adopted after about 12 steps (OVERLAP_PROFILE_STEPS=3)
 AFTER = 6
 
 
