@@ -180,6 +180,7 @@ class FashionTask:
 
 class LMTask:
     metric = "val_loss"
+    optimizer = "adamw"
     batch = 8   # windows per rank
     lr = 1e-3   # AdamW, not scaled
     ctx, d, layers, heads = 64, 128, 2, 4
@@ -281,7 +282,7 @@ def main(argv):
     result = {"task": args.task, "system": args.label or args.system, "metric": task.metric, "seed": args.seed,
               "epochs": args.epochs, "ranks": system.size, "batch_per_rank": task.batch,
               "train_examples": task.examples(), "torch": torch.__version__.split("+")[0],
-              "optimizer": getattr(task, "optimizer", "adamw")}
+              "optimizer": task.optimizer}
     bucket = None
     if args.system == "ddp" and args.ddp_bucket_mb:
         if args.ddp_bucket_mb.startswith("sweep:"):

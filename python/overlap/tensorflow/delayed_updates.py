@@ -26,6 +26,7 @@ delayed updates, and EMA (use_ema) still averages every variable each step.
 import tensorflow as tf
 
 from overlap import _core, staleness
+from overlap.tensorflow import staleness as tf_staleness
 
 _ATTR = "_overlap_has_update"
 _NAME = "_overlap_name"            # the gradient's allreduce name, for its schedule
@@ -123,18 +124,16 @@ class _SkipsWithoutUpdate:
                                         gradient.indices, gradient.dense_shape)
             else:
                 mean = gradient / tf.cast(spread, gradient.dtype)
-            from overlap.tensorflow.staleness import repeat  # a loop, traced once
-            repeat(spread, lambda _: one(mean))
+            tf_staleness.repeat(spread, lambda _: one(mean))  # a loop, traced once
 
         tf.cond(flag, update, lambda: None)
         return None
 
     def _overlap_lowered_step(self, gradient, variable, learning_rate, stale):
-        from overlap.tensorflow.staleness import lowered
         parent = super(_SkipsWithoutUpdate, self)
         if hasattr(self, "beta_1"):  # Adam, AdamW, and others with a first-moment decay
             saved = self.beta_1
-            self.beta_1 = tf.cast(lowered(saved, stale), variable.dtype)
+            self.beta_1 = tf.cast(tf_staleness.lowered(saved, stale), variable.dtype)
             try:
                 parent.update_step(gradient, variable, learning_rate)
             finally:
@@ -143,7 +142,7 @@ class _SkipsWithoutUpdate:
               hasattr(self, "momentums")):
             # Keras SGD's step (m = momentum m - lr g; x += m) with the lowered momentum.
             m = self.momentums[self._get_variable_index(variable)]
-            momentum = tf.cast(lowered(self.momentum, stale), variable.dtype)
+            momentum = tf.cast(tf_staleness.lowered(self.momentum, stale), variable.dtype)
             lr = tf.cast(learning_rate, variable.dtype)
             self.assign(m, m * momentum - tf.cast(gradient, variable.dtype) * lr)
             self.assign_add(variable, m)
@@ -166,8 +165,8 @@ class _SkipsWithoutUpdate:
                 tf.cond(flag, decay, lambda: None)
             else:
                 # Look-ahead under a period: the decay of each update the sum stands for.
-                from overlap.tensorflow.staleness import repeat
-                tf.cond(flag, lambda: repeat(spread, lambda _: decay()), lambda: None)
+                tf.cond(flag, lambda: tf_staleness.repeat(spread, lambda _: decay()),
+                        lambda: None)
 
 
 def _adopt(optimizer):
@@ -179,7 +178,6 @@ def _adopt(optimizer):
 def _corrected(optimizer, grads, variables):
     """(correction, [(index, name, variable)]) of the tagged gradients whose reducer asked for a
     staleness correction, or None."""
-    from overlap.tensorflow import staleness as tf_staleness
     chosen = [(i, getattr(g, _NAME, None), v, getattr(g, _CORRECTION, "off"))
               for i, (g, v) in enumerate(zip(grads, variables)) if g is not None]
     chosen = [(i, n, v, m) for i, n, v, m in chosen if n is not None and m != "off"]
