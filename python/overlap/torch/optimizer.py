@@ -425,8 +425,10 @@ class _DistributedOptimizer:
     def staleness_correction_bytes(self):
         """Bytes of extra state the staleness correction holds now: with "predict", two copies
         of each parameter the plan in force delays (its true value while its forward runs
-        ahead, and its last update), with "auto"'s look-ahead 1 + d (its true value and this
-        rank's gradients of the last d steps); 0 with "on" or "off", or while no plan delays."""
+        ahead, and its last update), with "auto"'s look-ahead 1 + d + p - 1 (its true value and
+        this rank's gradients of the last d + p - 1 steps) and, under a period p > 1 between
+        its updates, a scratch copy of its optimizer state; 0 with "on" or "off", or while no
+        plan delays (overlap/torch/staleness.py, "Memory")."""
         return self._correction.bytes()
 
     def state_dict(self, *args, **kwargs):

@@ -35,14 +35,20 @@ d + p - 1 passes are kept from the gradient hook; a step without one empties the
 the first applied update run unshifted, since whether the gradients of pass 0 were kept depends
 on when this rank saw the plan, and every rank must shift alike. The scratch steps run the
 optimizer class's own step, with the groups' settings of now; they call its step hooks, not an
-LR scheduler's count.
+LR scheduler's count. Under a period, a pass that no update reached since the last one continues
+from where that one's look-ahead left the parameter and its scratch state, with one step on the
+newest gradient, instead of pending_passes steps from the true value: the same steps in the same
+order, so the same values, at one optimizer step per pass between updates instead of up to
+d + p - 1 (a recomputation whenever the true value, its real state or its group's settings
+changed).
 Parameters the plan runs synchronously (and every parameter under a synchronous plan, or with
 mode "off") go through the wrapped optimizer's own step untouched, bit for bit.
 
 Memory (staleness_correction_bytes()): with "predict", two copies of each delayed parameter (its
 saved value while shifted, and its last update), 1 + d + p - 1 under look-ahead (its saved value
-and up to d + p - 1 local gradients; the scratch optimizer state lives only during its module's
-forward hook); with "on", none.
+and up to d + p - 1 local gradients), and under a period also its scratch optimizer state
+(SGD's momentum buffer, Adam's two moments) from a pass that no update reached until the next
+update; with "on", none.
 """
 
 import weakref
@@ -87,8 +93,22 @@ def _lowered_settings(group_settings, s):
     return settings
 
 
+class _Ahead:
+    """Where the last look-ahead of a parameter under a period left it, kept while no update of
+    that parameter has come, so that the next pass continues from it with one step."""
+    __slots__ = ("pass_", "pending", "settings", "scratch", "real", "version")
+
+    def __init__(self, pass_, pending, settings, scratch, real):
+        self.pass_ = pass_        # the pass whose forward ran there
+        self.pending = pending    # the steps it took from the true value
+        self.settings = settings  # its group's settings then
+        self.scratch = scratch    # the optimizer state after those steps
+        self.real = real          # the real optimizer state it started from (its object)
+        self.version = None       # the parameter's in-place version once its true value is back
+
+
 class _State:
-    __slots__ = ("saved", "last", "shifted", "due", "local", "local_fresh")
+    __slots__ = ("saved", "last", "shifted", "due", "local", "local_fresh", "ahead")
 
     def __init__(self):
         # The true value's storage while shifted (the parameter's data is the moved-ahead
@@ -99,6 +119,22 @@ class _State:
         self.due = False     # to be shifted at its module's next training forward
         self.local = []      # look-ahead: this rank's gradients of the last steps, oldest first
         self.local_fresh = False  # one was kept since the last forward
+        self.ahead = None         # look-ahead under a period: an _Ahead to continue from
+
+
+def _same_settings(a, b):
+    """Whether two snapshots of one group's settings (layerwise.snapshot_settings) are equal."""
+    if a.keys() != b.keys():
+        return False
+    for key, value in a.items():
+        other = b[key]
+        if torch.is_tensor(value) or torch.is_tensor(other):
+            if not (torch.is_tensor(value) and torch.is_tensor(other) and
+                    value.shape == other.shape and torch.equal(value, other)):
+                return False
+        elif value != other:
+            return False
+    return True
 
 
 class StalenessCorrection:
@@ -159,7 +195,10 @@ class StalenessCorrection:
         local gradients)."""
         total = 0
         for state in self._states.values():
-            for t in [state.saved, state.last] + state.local:
+            tensors = [state.saved, state.last] + state.local
+            if state.ahead is not None:
+                tensors += [v for v in state.ahead.scratch.values() if torch.is_tensor(v)]
+            for t in tensors:
                 if t is not None:
                     total += t.numel() * t.element_size()
         return total
@@ -249,6 +288,8 @@ class StalenessCorrection:
             if state.shifted:
                 p.data, state.saved = state.saved, p.data
                 state.shifted = False
+                if state.ahead is not None:  # saved holds where its forward ran now
+                    state.ahead.version = p._version
             # Every step's forward moves it ahead, with or without an update in between (an
             # off-period step still has updates to come before its gradient is applied).
             state.due = state.last is not None
@@ -266,6 +307,10 @@ class StalenessCorrection:
             self._plain(base_step, grads, snapshot)
             return
         self._view.refresh()  # the update of a plan adopted or dropped since the forward
+        for p in grads:
+            state = self._states.get(p)
+            if state is not None:
+                state.ahead = None  # the next look-ahead starts from the updated value
         if submitted_step is not None and not self._view.covers(submitted_step):
             self._plain(base_step, grads, snapshot)
             return
@@ -367,51 +412,92 @@ class StalenessCorrection:
     # -- weight prediction ------------------------------------------------------------------
 
     def _look_ahead(self, params, current):
-        """Runs this forward of `params` (one module's) where the d updates still to come will
+        """Runs this forward of `params` (one module's) where the updates still to come will
         put them (the module docstring), from pass d + 1 on."""
-        ready = {}
+        fresh, continued = {}, []
+        settings = None
         for p in params:
             state = self._states[p]
+            if state.shifted:
+                continue  # a later forward of the same step (accumulation) runs there too
             if not state.local_fresh:
-                state.local = []  # a step without a kept gradient: the window starts again
-                continue
+                state.local, state.ahead = [], None  # a step without a kept gradient: the
+                continue                             # window starts again
             state.local_fresh = False
             schedule = self._look_ahead_schedule(p)
             pending = 0 if schedule is None else staleness.pending_passes(current, *schedule)
-            if pending > 0 and len(state.local) >= pending:
-                ready.setdefault(pending, []).append(p)
-        for pending, members in ready.items():
-            self._run_ahead(members, pending)
+            if pending <= 0 or len(state.local) < pending:
+                state.ahead = None
+                continue
+            if settings is None:
+                settings = layerwise.snapshot_settings(self._optimizer.param_groups)
+            if self._continues(p, state, current, pending, settings):
+                continued.append(p)
+            else:
+                fresh.setdefault(pending, []).append(p)
+        for pending, members in fresh.items():
+            self._run_ahead(members, pending, current, settings, False)
+        if continued:
+            self._run_ahead(continued, 1, current, settings, True)
 
-    def _run_ahead(self, params, pending):
-        """Moves `params` by `pending` steps of the wrapped optimizer on their last `pending`
-        kept gradients, oldest first, on a copy of each (its true value stays in its own
-        storage, in `saved`) and on a scratch copy of its optimizer state (the real state is put
-        back untouched)."""
+    def _continues(self, p, state, current, pending, settings):
+        """Whether `p`'s look-ahead of pass `current` can continue from the last one's point
+        with one step: no update of `p` came since (step() drops it), the pass before ran it
+        one step short, and neither its true value (in place), its real optimizer state (a
+        load_state_dict) nor its group's settings (a scheduler) changed. The steps, and so the
+        values, are then those a recomputation from the true value would take."""
+        ahead = state.ahead
+        if ahead is None:
+            return False
+        group = self._group[p]
+        return (ahead.pass_ == current - 1 and ahead.pending == pending - 1 and
+                ahead.version == p._version and
+                self._optimizer.state.get(p) is ahead.real and
+                _same_settings(ahead.settings, settings[group]))
+
+    def _run_ahead(self, params, steps, current, settings, continued):
+        """Moves `params` by `steps` steps of the wrapped optimizer on their last `steps` kept
+        gradients, oldest first, on a copy of each (its true value stays in its own storage, in
+        `saved`) and on a scratch copy of its optimizer state (the real state is put back
+        untouched): from the true value and real state, or (`continued`) from where the last
+        pass's look-ahead left them. Under a period the point and scratch state are kept for
+        the next pass's continuation (_continues)."""
         optimizer = self._optimizer
         kept = {p: optimizer.state[p] for p in params if p in optimizer.state}
         with torch.no_grad():
             for p in params:
                 state = self._states[p]
-                if state.saved is None or state.saved.shape != p.shape:
-                    state.saved = torch.empty_like(p)
-                state.saved.copy_(p.data)
+                if continued:
+                    scratch = state.ahead.scratch  # and `saved` holds the last point
+                else:
+                    if state.saved is None or state.saved.shape != p.shape:
+                        state.saved = torch.empty_like(p)
+                    state.saved.copy_(p.data)
+                    scratch = {k: (v.clone() if torch.is_tensor(v) else v)
+                               for k, v in kept.get(p, {}).items()}
                 p.data, state.saved = state.saved, p.data
                 state.shifted = True
-                optimizer.state[p] = {k: (v.clone() if torch.is_tensor(v) else v)
-                                      for k, v in kept.get(p, {}).items()}
+                optimizer.state[p] = scratch
         try:
-            settings = layerwise.snapshot_settings(optimizer.param_groups)
-            for i in range(-pending, 0):
+            for i in range(-steps, 0):
                 layerwise.step_subset(optimizer.param_groups,
                                       lambda: self._base_step(optimizer),
                                       {p: self._states[p].local[i] for p in params}, settings)
         finally:
             for p in params:
+                state = self._states[p]
+                scratch = optimizer.state.get(p, {})
                 if p in kept:
                     optimizer.state[p] = kept[p]
                 else:
                     optimizer.state.pop(p, None)
+                schedule = self._look_ahead_schedule(p)
+                if schedule is not None and schedule[1] > 1:
+                    pending = steps + (state.ahead.pending if continued else 0)
+                    state.ahead = _Ahead(current, pending, settings[self._group[p]], scratch,
+                                         kept.get(p))
+                else:
+                    state.ahead = None  # without a period an update comes every pass
 
     def _on_forward(self, module, inputs):
         if not (module.training and torch.is_grad_enabled()):
