@@ -97,9 +97,12 @@ int overlap_allreduce_gradient(int32_t process_set, const char* name, const over
                                double postscale, const char* compression, overlap_handle** handle);
 // An allreduce with AllreduceOptions' flags: OVERLAP_ALLREDUCE_GRADIENT sets plan_may_delay (as
 // overlap_allreduce_gradient), OVERLAP_ALLREDUCE_INDEPENDENT_OF_RESULTS independent_of_results
-// (the input needs no result the program waited for; overlap.tensorflow's traced steps).
+// (the input needs no result the program waited for; overlap.tensorflow's traced steps),
+// OVERLAP_ALLREDUCE_LOOKS_AHEAD looks_ahead (its optimizer looks ahead under delays: the
+// planner charges that).
 #define OVERLAP_ALLREDUCE_GRADIENT 1
 #define OVERLAP_ALLREDUCE_INDEPENDENT_OF_RESULTS 2
+#define OVERLAP_ALLREDUCE_LOOKS_AHEAD 4
 int overlap_allreduce_flags(int32_t process_set, const char* name, const overlap_tensor* input,
                             const overlap_tensor* output, int32_t op, double prescale,
                             double postscale, const char* compression, int32_t flags,

@@ -149,6 +149,10 @@ struct AllreduceOptions {
   // a traced step froze into about one unit per two gradients (bert-base: 105 units for 204
   // tensors), each paying a collective's fixed cost. Off, the default, is always safe.
   bool independent_of_results = false;
+  // The program's optimizer looks ahead on this gradient under a delayed plan (the adapters'
+  // default staleness correction): the optimizer steps that costs (scheduler/lookahead.h) are
+  // charged to the delayed plans the planner weighs. Changes no result; every rank alike.
+  bool looks_ahead = false;
   // The process set to reduce over (see AddProcessSet); 0, the global set, is every rank. On
   // another set, averages divide by the set's size, and compression, delay and period are refused.
   int process_set = 0;

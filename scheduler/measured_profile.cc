@@ -80,6 +80,7 @@ absl::StatusOr<Profile> ProfileFromMeasurements(const IterationMeasurement& m) {
     for (size_t k = 0; k < groups[l].size(); ++k) {
       p.tensors[first + k].dtype = m.tensors[groups[l][k]].dtype;
       p.tensors[first + k].may_delay = m.tensors[groups[l][k]].may_delay;
+      p.tensors[first + k].looks_ahead = m.tensors[groups[l][k]].looks_ahead;
     }
   }
   absl::Status status = p.Finalize();

@@ -25,6 +25,7 @@ struct TensorMeasurement {
   double ready_ms = 0;      // gradient ready, from the start of backward
   double first_use_ms = 0;  // parameter first read, from the start of forward
   bool may_delay = true;    // TensorInfo::may_delay
+  bool looks_ahead = false; // TensorInfo::looks_ahead
 };
 
 struct IterationMeasurement {

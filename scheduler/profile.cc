@@ -117,6 +117,7 @@ std::string Profile::ToJson() const {
         tj["dtype"] = DataTypeName(tensors[t].dtype);
       }
       if (!tensors[t].may_delay) tj["may_delay"] = false;
+      if (tensors[t].looks_ahead) tj["looks_ahead"] = true;
       l["tensors"].push_back(tj);
     }
     out["layers"].push_back(l);
@@ -176,7 +177,7 @@ absl::StatusOr<Profile> ParseProfileJson(absl::string_view text, absl::string_vi
     }
     std::vector<std::pair<std::string, int64_t>> list;
     std::vector<DataType> dtypes;
-    std::vector<bool> may_delay;
+    std::vector<bool> may_delay, looks_ahead;
     for (size_t j = 0; j < (*tensors)->size(); ++j) {
       const json& tj = (**tensors)[j];
       const std::string tpath = absl::StrCat(lpath, ".tensors[", j, "]");
@@ -203,18 +204,22 @@ absl::StatusOr<Profile> ParseProfileJson(absl::string_view text, absl::string_vi
           return tr.Error("dtype", s.message());
         }
       }
-      if (tj.contains("may_delay") && !tj["may_delay"].is_boolean()) {
-        return tr.Error("may_delay", "must be true or false");
+      for (const char* flag : {"may_delay", "looks_ahead"}) {
+        if (tj.contains(flag) && !tj[flag].is_boolean()) {
+          return tr.Error(flag, "must be true or false");
+        }
       }
       list.emplace_back(*tname, *bytes);
       dtypes.push_back(dtype);
       may_delay.push_back(!tj.contains("may_delay") || tj["may_delay"].get<bool>());
+      looks_ahead.push_back(tj.contains("looks_ahead") && tj["looks_ahead"].get<bool>());
     }
     const size_t first = profile.tensors.size();
     profile.AddLayer(*name, *fwd, *bwd, list);
     for (size_t j = 0; j < dtypes.size(); ++j) {
       profile.tensors[first + j].dtype = dtypes[j];
       profile.tensors[first + j].may_delay = may_delay[j];
+      profile.tensors[first + j].looks_ahead = looks_ahead[j];
     }
   }
   absl::Status status = profile.Finalize();

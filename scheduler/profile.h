@@ -7,7 +7,7 @@
 // is derived by Finalize() so that it cannot disagree with the layer list.
 //
 // JSON format (times in milliseconds, sizes in bytes; "dtype" optional, default "float32";
-// "may_delay" optional, default true, see TensorInfo):
+// "may_delay" optional, default true, and "looks_ahead" optional, default false, see TensorInfo):
 //   {"model": "vgg16", "update_ms": 3.1,
 //    "layers": [{"name": "conv1", "forward_ms": 1.0, "backward_ms": 2.0,
 //                "tensors": [{"name": "conv1.weight", "bytes": 6912, "dtype": "float32"}]}]}
@@ -37,6 +37,11 @@ struct TensorInfo {
   // the step reads as soon as it is reduced (a metric, batch-norm statistics): planners give its
   // buckets no delay and no update period, and never fuse it with tensors that may be delayed.
   bool may_delay = true;
+  // The program's optimizer looks ahead on it under delays (the adapters' default staleness
+  // correction): delayed, it costs its share of update_ms (by bytes) once more per extra step
+  // lookahead.h counts, which the simulator charges. False where the program predicts or does
+  // not correct (the C++ example).
+  bool looks_ahead = false;
 
   // Number of elements; bytes must be a multiple of the element size (checked by Finalize).
   int64_t count() const { return bytes / static_cast<int64_t>(DataTypeSize(dtype)); }

@@ -1,10 +1,11 @@
 // Discrete-event simulator of a data-parallel iteration executing a Plan (plan.h semantics).
 //
 // One compute stream runs forward (layers in order), backward (in reverse) and the optimizer
-// step; each channel of the cost model runs its buckets one at a time in plan order. Every event
-// time is the maximum of the times it waits for (stream free, gradients ready, channel free,
-// gradients applied), so the schedule is the unique earliest-start schedule of those
-// dependencies. Iterations are simulated until the state that later iterations depend on
+// step, and each delayed tensor's extra optimizer steps of look-ahead (TensorInfo::looks_ahead)
+// before its layer's forward (lookahead.h); each channel of the cost model runs its buckets one at a
+// time in plan order. Every event time is the maximum of the times it waits for (stream free,
+// gradients ready, channel free, gradients applied), so the schedule is the unique
+// earliest-start schedule of those dependencies. Iterations are simulated until the state that later iterations depend on
 // (channel backlogs, pending buckets), taken relative to the compute stream, repeats with a
 // period of 6 x the least common multiple of the update periods; the iteration time is then the
 // exact mean over that window.
@@ -39,14 +40,17 @@ struct BucketTiming {
 
 // One span of the simulated schedule: a layer's compute or a bucket's collective.
 struct SimEvent {
-  std::string name;  // "fwd <layer>", "bwd <layer>", "update[ <layer>]", "<collective> #<b> (<n> B)"
+  // "fwd <layer>", "bwd <layer>", "update[ <layer>]", "look-ahead <layer>",
+  // "<collective> #<b> (<n> B)"
+  std::string name;
   std::string lane;  // "compute" or the channel's name
   double start_ms = 0, end_ms = 0;
 };
 
 struct SimResult {
   double iteration_ms = 0;     // steady-state time between consecutive forward starts
-  double compute_ms = 0;       // forward + backward + update
+  double compute_ms = 0;       // forward + backward + update (+ lookahead_ms)
+  double lookahead_ms = 0;     // mean extra optimizer steps of look-ahead (lookahead.h)
   double comm_ms = 0;          // sum of collective times per iteration (period-weighted)
   double exposed_comm_ms = 0;  // iteration_ms - compute_ms: time the compute stream waited
   int iterations = 0;          // iterations simulated

@@ -80,6 +80,9 @@ def _declare(lib):
         "overlap_allreduce_gradient": ([ctypes.c_int32, ctypes.c_char_p, t, t, ctypes.c_int32,
                                         ctypes.c_double, ctypes.c_double, ctypes.c_char_p, hp],
                                        ctypes.c_int),
+        "overlap_allreduce_flags": ([ctypes.c_int32, ctypes.c_char_p, t, t, ctypes.c_int32,
+                                     ctypes.c_double, ctypes.c_double, ctypes.c_char_p,
+                                     ctypes.c_int32, hp], ctypes.c_int),
         "overlap_grouped_allreduce": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p), t, t,
                                        ctypes.c_int32, ctypes.c_double, ctypes.c_double,
                                        ctypes.c_char_p, hp], ctypes.c_int),
@@ -443,27 +446,40 @@ class Buffer:
         self.owner = owner
 
 
+# overlap_allreduce_flags' flags (runtime/c_api.h).
+ALLREDUCE_GRADIENT = 1
+ALLREDUCE_LOOKS_AHEAD = 4
+
+
+def gradient_flags(looks_ahead):
+    """The flags of a gradient's allreduce: a delayed plan may deliver it late, and (looks_ahead)
+    its optimizer looks ahead under delays, which the planner charges."""
+    return ALLREDUCE_GRADIENT | (ALLREDUCE_LOOKS_AHEAD if looks_ahead else 0)
+
+
 class InPlaceSlot:
     """A gradient of one shape, dtype and device, reduced in place under one name step after
     step by DistributedOptimizer; a delayed plan may deliver it late
-    (overlap_allreduce_gradient). Its name, shape, device, compressor and the C call are
+    (overlap_allreduce_flags; `looks_ahead`: gradient_flags). Its name, shape, device, compressor and the C call are
     prepared once, so a submission only sets the address (and, for a CUDA tensor, the stream it
     was written on): with one gradient per parameter per step, the Python cost per gradient is
     the optimizer's budget (Horovod and DDP pay it in C++), and on a GPU that cost delays the
     launch of the backward's kernels."""
 
-    __slots__ = ("name", "_c_name", "_shape_array", "_struct", "_ref", "_call", "_compression")
+    __slots__ = ("name", "_c_name", "_shape_array", "_struct", "_ref", "_call", "_compression",
+                 "_flags")
 
     def __init__(self, name, dtype, shape, nbytes, compression=None, device_kind=DEVICE_CPU,
-                 device_index=0):
+                 device_index=0, looks_ahead=False):
         self.name = name
         self._c_name = name.encode()
         self._shape_array = (ctypes.c_int64 * max(len(shape), 1))(*shape)
         self._struct = _Tensor(None, nbytes, dtype, len(shape), self._shape_array, device_kind,
                                device_index, None)
         self._ref = ctypes.byref(self._struct)
-        self._call = lib().overlap_allreduce_gradient
+        self._call = lib().overlap_allreduce_flags
         self._compression = _enc(compression)
+        self._flags = gradient_flags(looks_ahead)
 
     def allreduce(self, address, op, prescale, postscale, process_set=0, stream=None):
         """allreduce() of the tensor at `address` into itself; `stream`: the CUDA stream that
@@ -472,7 +488,7 @@ class InPlaceSlot:
         self._struct.stream = stream
         p = ctypes.c_void_p()
         rc = self._call(process_set, self._c_name, self._ref, self._ref, op, prescale, postscale,
-                        self._compression, ctypes.byref(p))
+                        self._compression, self._flags, ctypes.byref(p))
         if rc != _OK:
             check_submit(rc)
         return Handle(p, self.name)
@@ -614,13 +630,15 @@ def _enc(s):
 # `process_set`: the id of the process set to run on (0, the default, is every rank).
 
 def allreduce(name, inp, out, op, prescale, postscale, compression, process_set=0,
-              gradient=False):
+              gradient=False, looks_ahead=False):
     """`gradient`: a gradient the optimizer applies, which a delayed plan may deliver late
-    (overlap_allreduce_gradient); any other allreduce carries its own step's result."""
+    (overlap_allreduce_flags; `looks_ahead`: gradient_flags); any other allreduce carries its
+    own step's result."""
     p = _out_handle()
-    call = lib().overlap_allreduce_gradient if gradient else lib().overlap_allreduce_ps
-    rc = call(process_set, name.encode(), ctypes.byref(inp.struct), ctypes.byref(out.struct), op,
-              prescale, postscale, _enc(compression), ctypes.byref(p))
+    flags = gradient_flags(looks_ahead) if gradient else 0
+    rc = lib().overlap_allreduce_flags(process_set, name.encode(), ctypes.byref(inp.struct),
+                                       ctypes.byref(out.struct), op, prescale, postscale,
+                                       _enc(compression), flags, ctypes.byref(p))
     return _finish(rc, p, name, (inp, out))
 
 

@@ -154,6 +154,7 @@ int overlap_allreduce_flags(int32_t process_set, const char* name, const overlap
   options.process_set = process_set;
   options.plan_may_delay = (flags & OVERLAP_ALLREDUCE_GRADIENT) != 0;
   options.independent_of_results = (flags & OVERLAP_ALLREDUCE_INDEPENDENT_OF_RESULTS) != 0;
+  options.looks_ahead = (flags & OVERLAP_ALLREDUCE_LOOKS_AHEAD) != 0;
   return SubmitAllreduce(name, input, output, options, handle);
 }
 

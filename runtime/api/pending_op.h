@@ -28,6 +28,7 @@ struct PendingOp {
   // AllreduceOptions::independent_of_results: `observed` is then the previous submission's, so
   // no launch unit is cut before this one.
   bool independent_of_results = false;
+  bool looks_ahead = false;  // AllreduceOptions::looks_ahead, for the step profiler
   int cache_id = -1;  // >= 0: announced by setting this bit every round
   bool sent = false;  // the full request already went to rank 0
   // A delayed plan's runtime-owned copy of the program's submission number `plan_pass` of this
@@ -67,6 +68,7 @@ inline PendingOp AllreduceOp(const std::string& name, const Tensor& input, const
   op.request.compression = options.compression;
   op.request.plan_may_delay = options.plan_may_delay;
   op.independent_of_results = options.independent_of_results;
+  op.looks_ahead = options.looks_ahead;
   op.inputs.push_back(input);
   op.outputs.push_back(output);
   return op;

@@ -163,7 +163,8 @@ absl::StatusOr<Handle> Runtime::Enqueue(PendingOp op, DoneCallback on_done) {
         [clock = state->clock()] {
           return StepProfiler::WaitTimes{clock->first_wait(), clock->done_at()};
         },
-        absl::Now(), op.request.plan_may_delay, op.request.device == DeviceKind::kCuda);
+        absl::Now(), op.request.plan_may_delay, op.request.device == DeviceKind::kCuda,
+        op.looks_ahead);
   }
   {
     absl::MutexLock lock(&mu_);

@@ -138,6 +138,17 @@ void PlanScheduler::PlanFromMeasuredSteps(const sched::CostModel& cost,
     outcome_.status = profile.status();
     return;
   }
+  // Steps measured under a delayed plan hold its look-ahead already (the adapters run it in the
+  // forward and the update): charged again, every delayed candidate would pay it twice.
+  if (!in_force.empty()) {
+    absl::StatusOr<sched::Plan> plan = sched::Plan::Deserialize(in_force);
+    const bool delayed =
+        plan.ok() && std::any_of(plan->buckets.begin(), plan->buckets.end(),
+                                 [](const sched::Bucket& b) { return b.delay > 0 || b.period > 1; });
+    if (delayed) {
+      for (sched::TensorInfo& t : profile->tensors) t.looks_ahead = false;
+    }
+  }
   StartPlanning(*std::move(profile), cost, in_force);
 }
 

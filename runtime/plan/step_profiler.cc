@@ -182,6 +182,7 @@ void StepProfiler::Close(const OpenStep& previous, const OpenStep& next) {
     t.bytes = s.bytes;
     t.dtype = s.dtype;
     t.may_delay = s.may_delay;
+    t.looks_ahead = s.looks_ahead;
     t.ready_ms = ClampedMs(s.submitted - previous.backward, step.backward_ms);
     // Compute time from the forward's start to the first wait: the blocked time of earlier waits
     // in the forward does not count. Never waited: the end of the forward.
@@ -205,14 +206,14 @@ void StepProfiler::Close(const OpenStep& previous, const OpenStep& next) {
 
 void StepProfiler::OnSubmit(const std::string& name, int64_t bytes, DataType dtype,
                             FirstWaitFn first_wait, absl::Time now, bool may_delay,
-                            bool on_device) {
+                            bool on_device, bool looks_ahead) {
   absl::MutexLock lock(&mu_);
   if (open_.empty()) return;  // before the first forward: part of no step
   device_tensors_ = device_tensors_ || on_device;
   OpenStep& current = open_.back();
   if (!current.names.insert(name).second) return;
   current.submissions.push_back(
-      Submission{name, bytes, dtype, std::move(first_wait), now, may_delay});
+      Submission{name, bytes, dtype, std::move(first_wait), now, may_delay, looks_ahead});
 }
 
 bool StepProfiler::saw_device_tensors() const {

@@ -85,9 +85,11 @@ class StepProfiler {
   // submitted twice in one step keeps its first submission. Ignored before the first forward.
   // `may_delay`: a gradient a delayed plan may deliver late (AllreduceOptions::plan_may_delay);
   // false for a tensor the step reads at once, which the profile marks so no planner delays it.
-  // `on_device`: the tensor is a GPU's (saw_device_tensors).
+  // `on_device`: the tensor is a GPU's (saw_device_tensors). `looks_ahead`:
+  // AllreduceOptions::looks_ahead, passed on to the profile (sched::TensorInfo::looks_ahead).
   void OnSubmit(const std::string& name, int64_t bytes, DataType dtype, FirstWaitFn first_wait,
-                absl::Time now, bool may_delay = true, bool on_device = false);
+                absl::Time now, bool may_delay = true, bool on_device = false,
+                bool looks_ahead = false);
   // Whether any tensor submitted in a step was on a GPU, ever (Reset keeps it).
   bool saw_device_tensors() const;
 
@@ -124,6 +126,7 @@ class StepProfiler {
     FirstWaitFn first_wait;
     absl::Time submitted;
     bool may_delay = true;
+    bool looks_ahead = false;
   };
   // A step whose markers are still arriving, or one waiting for the next step's backward marker
   // to close it. InfinitePast marks a phase not yet seen.

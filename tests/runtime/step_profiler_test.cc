@@ -174,6 +174,25 @@ TEST_CASE("a step that marks its gradients is profiled over those alone", "[step
   CHECK(ProfiledNames(false) == std::vector<std::string>{"gradient", "metric", "stats"});
 }
 
+TEST_CASE("a gradient whose optimizer looks ahead says so in the profile", "[step_profiler]") {
+  StepProfiler p(1);
+  p.OnPhase(StepPhase::kForward, At(0));
+  p.OnPhase(StepPhase::kBackward, At(10));
+  auto noop = [] { return StepProfiler::WaitTimes{absl::InfiniteFuture(), absl::InfinitePast()}; };
+  p.OnSubmit("ahead", 64, DataType::kFloat32, noop, At(12), true, false, /*looks_ahead=*/true);
+  p.OnSubmit("predicted", 64, DataType::kFloat32, noop, At(14), true, false, false);
+  p.OnPhase(StepPhase::kUpdate, At(20));
+  p.OnPhase(StepPhase::kForward, At(25));
+  p.OnPhase(StepPhase::kBackward, At(35));
+  absl::StatusOr<sched::Profile> profile = p.MakeProfile("m");
+  REQUIRE(profile.ok());
+  REQUIRE(profile->tensors.size() == 2);
+  for (const sched::TensorInfo& t : profile->tensors) {
+    INFO(t.name);
+    CHECK(t.looks_ahead == (t.name == "ahead"));
+  }
+}
+
 TEST_CASE("forward time before the first use and backward time after the last gradient",
           "[step_profiler]") {
   StepProfiler p(1);

@@ -195,7 +195,8 @@ class GradientReducer:
         def reduce_each(grads):
             return [mpi_ops.allreduce_with_update(
                 g, name, op=self.op, compression=self.compression, prescale_factor=pre,
-                postscale_factor=post, process_set=self.process_set)
+                postscale_factor=post, process_set=self.process_set,
+                looks_ahead=self.correction == "auto")
                 for g, name in zip(grads, chosen)]
 
         if not tf.executing_eagerly():

@@ -129,11 +129,12 @@ def _op_of(op, average):
 # Allreduce.
 
 def _allreduce(tensor, name, c_op, prescale, postscale, compression_spec, set_id,
-               gradient=False):
+               gradient=False, looks_ahead=False):
     """One OverlapAllreduce on set `set_id`: (the result, its has_update flag, a bool scalar
     tensor). Integer tensors are scaled in float64 around it, as Horovod. `gradient`: a gradient
     the optimizer applies, which a delayed plan may deliver late (plan_may_delay); any other
-    allreduce gets its own step's result."""
+    allreduce gets its own step's result. `looks_ahead`: its optimizer looks ahead under delays
+    (AllreduceOptions::looks_ahead: the planner charges that)."""
     if set_id != 0 and compression_spec:
         # The runtime's refusal, at the call rather than when the op runs.
         raise ValueError(_here("allreduce '%s': process set %d: compression and delayed updates "
@@ -144,7 +145,8 @@ def _allreduce(tensor, name, c_op, prescale, postscale, compression_spec, set_id
     out, has_update = _lib.overlap_allreduce(
         tensor, tensor_name=name, reduce_op=c_op, prescale=prescale, postscale=postscale,
         compression=compression_spec or "", process_set_id=set_id, plan_may_delay=gradient,
-        independent_of_results=graph_deps.independent_of_results(tensor))
+        independent_of_results=graph_deps.independent_of_results(tensor),
+        looks_ahead=bool(gradient and looks_ahead))
     return _unstage(rescale(out), original), has_update
 
 
@@ -193,15 +195,17 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
 
 def allreduce_with_update(tensor, name, op=Average, compression=Compression.none,
                           prescale_factor=1.0, postscale_factor=1.0,
-                          process_set=global_process_set):
+                          process_set=global_process_set, looks_ahead=False):
     """allreduce of a gradient, with its has_update flag: (result, bool scalar tensor). A
     delayed plan (deft with staleness > 0 or update periods) may deliver it late: the result is
     then an earlier step's average, and the flag is false in a step that brings this tensor no
     update (the result is zeros then). The gradient reducer uses it so that the optimizer skips
-    that variable; any other allreduce always carries its own step's result."""
+    that variable; any other allreduce always carries its own step's result. `looks_ahead`:
+    the optimizer looks ahead on it under delays (the staleness correction "auto"), which the
+    planner charges."""
     name, set_id = _prepare("allreduce", name, process_set)
     return _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor,
-                            set_id, gradient=True)
+                            set_id, gradient=True, looks_ahead=looks_ahead)
 
 
 def allreduce_start(tensor, name, op=Average, compression_spec="", prescale_factor=1.0,
@@ -229,12 +233,12 @@ def allreduce_finish(name, dtype, shape):
 
 
 def _dense_allreduce(tensor, name, op, compression, prescale_factor, postscale_factor, set_id,
-                     gradient=False):
+                     gradient=False, looks_ahead=False):
     c_op = core_reduce_op(op)
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
     out, has_update = _allreduce(compressed, name, c_op, float(prescale_factor),
                                  float(postscale_factor), compression.runtime_spec, set_id,
-                                 gradient)
+                                 gradient, looks_ahead)
     return compression.decompress(out, ctx), has_update
 
 

@@ -134,9 +134,10 @@ def nccl_built():
     return _core.nccl_version()
 
 
-def in_place_slot(name, tensor, compression_spec=None):
+def in_place_slot(name, tensor, compression_spec=None, looks_ahead=False):
     """An _core.InPlaceSlot for reducing tensors like `tensor` (contiguous; its dtype, shape and
-    device) in place under `name`, with the runtime compressor `compression_spec`, or None
+    device) in place under `name`, with the runtime compressor `compression_spec` (and
+    `looks_ahead`: the optimizer looks ahead on it, _core.gradient_flags), or None
     unless it is a floating-point tensor of a core dtype (integers are pre- and post-scaled in
     float64 by _allreduce_async, as by Horovod) that the runtime takes where it lies: host
     memory, or a CUDA tensor when _native_cuda."""
@@ -145,10 +146,11 @@ def in_place_slot(name, tensor, compression_spec=None):
         return None
     nbytes = tensor.numel() * tensor.element_size()
     if tensor.device.type == "cpu":
-        return _core.InPlaceSlot(name, dtype, list(tensor.shape), nbytes, compression_spec)
+        return _core.InPlaceSlot(name, dtype, list(tensor.shape), nbytes, compression_spec,
+                                 looks_ahead=looks_ahead)
     if _native_cuda(tensor, compression_spec):
         return _core.InPlaceSlot(name, dtype, list(tensor.shape), nbytes, compression_spec,
-                                 _core.DEVICE_CUDA, tensor.device.index)
+                                 _core.DEVICE_CUDA, tensor.device.index, looks_ahead)
     return None
 
 
@@ -214,9 +216,11 @@ def _read_output(core_handle, src):
 # Allreduce.
 
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
-                     compression_spec=None, process_set=global_process_set, gradient=False):
+                     compression_spec=None, process_set=global_process_set, gradient=False,
+                     looks_ahead=False):
     """`gradient`: DistributedOptimizer's, which a delayed plan may deliver late
-    (_core.allreduce); every other allreduce gets its own step's result."""
+    (_core.allreduce; `looks_ahead`: its optimizer looks ahead on it); every other allreduce gets
+    its own step's result."""
     _core.require_init("allreduce")
     set_id = process_set_id(process_set)
     c_op = _c_op(op)
@@ -231,7 +235,8 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     in_place = output is tensor
     dst = src if in_place else torch.empty_like(src)
     core_handle = _core.allreduce(name, _buffer(src), _buffer(dst), c_op, pre,
-                                  1.0 if int_scaled else post, compression_spec, set_id, gradient)
+                                  1.0 if int_scaled else post, compression_spec, set_id, gradient,
+                                  looks_ahead)
 
     def finish():
         return _deliver(_int_scaled(dst, post) if int_scaled else dst, tensor, in_place)

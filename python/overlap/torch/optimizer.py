@@ -247,7 +247,7 @@ class _DistributedOptimizer:
             key = (grad.dtype, grad.shape, grad.device)
             if r.slot_key != key:
                 r.slot_key, r.slot = key, mpi_ops.in_place_slot(
-                    r.name, grad, self._compression.runtime_spec)
+                    r.name, grad, self._compression.runtime_spec, self._correction.looks_ahead)
             if r.slot is not None:
                 pre, post = self._factors
                 stream = (mpi_ops.current_stream(grad.device.index)
@@ -258,7 +258,7 @@ class _DistributedOptimizer:
         pre, post = self._factors
         handle = mpi_ops._allreduce_async(compressed, compressed, r.name, self._op, pre, post,
                                           self._compression.runtime_spec, self._process_set,
-                                          gradient=True)
+                                          gradient=True, looks_ahead=self._correction.looks_ahead)
         return ("dense", handle, (compressed, ctx))
 
     def _on_group_member(self, r):

@@ -165,6 +165,12 @@ class StalenessCorrection:
     def _optimizer(self):
         return self._optimizer_ref()
 
+    @property
+    def looks_ahead(self):
+        """Whether a delayed parameter of this optimizer looks ahead where its schedule allows:
+        its gradients tell the planner so (_core.gradient_flags), which charges the steps."""
+        return self._lookahead
+
     def close(self):
         self._watch_forwards(False)
 

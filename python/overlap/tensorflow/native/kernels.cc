@@ -99,6 +99,7 @@ class AllreduceOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_));
     OP_REQUIRES_OK(c, c->GetAttr("plan_may_delay", &plan_may_delay_));
     OP_REQUIRES_OK(c, c->GetAttr("independent_of_results", &independent_of_results_));
+    OP_REQUIRES_OK(c, c->GetAttr("looks_ahead", &looks_ahead_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -114,7 +115,8 @@ class AllreduceOp : public AsyncOpKernel {
     // A gradient (plan_may_delay) may come from an earlier step under a delayed plan.
     const int32_t flags =
         (plan_may_delay_ ? OVERLAP_ALLREDUCE_GRADIENT : 0) |
-        (independent_of_results_ ? OVERLAP_ALLREDUCE_INDEPENDENT_OF_RESULTS : 0);
+        (independent_of_results_ ? OVERLAP_ALLREDUCE_INDEPENDENT_OF_RESULTS : 0) |
+        (looks_ahead_ ? OVERLAP_ALLREDUCE_LOOKS_AHEAD : 0);
     int rc = overlap_allreduce_flags(process_set_, name_.c_str(), in.desc(), out.desc(),
                                      reduction_.op, reduction_.prescale, reduction_.postscale,
                                      reduction_.compression.c_str(), flags, &handle);
@@ -132,6 +134,7 @@ class AllreduceOp : public AsyncOpKernel {
   Reduction reduction_;
   int process_set_ = 0;
   bool plan_may_delay_ = false;
+  bool looks_ahead_ = false;
   bool independent_of_results_ = false;
 };
 

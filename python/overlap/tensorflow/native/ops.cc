@@ -39,7 +39,8 @@ absl::Status UnknownFirstDim(InferenceContext* c) {
 // runtime/planes/plan_delays.h) brings this tensor no update this step; `reduced` is zeros then, and the
 // optimizer must skip the variable rather than apply them. True in every other case.
 // `independent_of_results`: the input needs no collective's result (mpi_ops.py works it out from
-// the graph; AllreduceOptions::independent_of_results).
+// the graph; AllreduceOptions::independent_of_results). `looks_ahead`: the optimizer looks
+// ahead on this gradient under delays (AllreduceOptions::looks_ahead).
 REGISTER_OP("OverlapAllreduce")
     .Input("tensor: T")
     .Output("reduced: T")
@@ -53,6 +54,7 @@ REGISTER_OP("OverlapAllreduce")
     .Attr("process_set_id: int = 0")
     .Attr("plan_may_delay: bool = false")
     .Attr("independent_of_results: bool = false")
+    .Attr("looks_ahead: bool = false")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(0));
