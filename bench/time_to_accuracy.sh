@@ -229,7 +229,9 @@ run() {
   local line
   line=$(grep -m1 '^{' "$log.out" || true)
   if ((rc == 0)) && [ -n "$line" ]; then
-    "$NEW_PY" -c 'import json, sys; d = json.loads(sys.argv[1]); d.update(row=sys.argv[2], cpu_busy_before=float(sys.argv[3]), planner_row=sys.argv[4] or None, correction=sys.argv[5] or None, link_rate=sys.argv[6]); print(json.dumps(d))' \
+    # raw_decode: another rank's shutdown warning can land on the result's line (the ranks'
+    # output is merged by mpirun), after the object.
+    "$NEW_PY" -c 'import json, sys; d = json.JSONDecoder().raw_decode(sys.argv[1])[0]; d.update(row=sys.argv[2], cpu_busy_before=float(sys.argv[3]), planner_row=sys.argv[4] or None, correction=sys.argv[5] or None, link_rate=sys.argv[6]); print(json.dumps(d))' \
       "$line" "$row" "$busy" "$planner" "$correction" "$link_rate" >>"$out"
     note "$task $row: $(grep -o '"step_ms": [0-9.]*\|"final_quality": [0-9.]*\|"train_s": [0-9.]*' <<<"$line" | tr '\n' ' ')"
   else

@@ -13,6 +13,11 @@
 #ifndef OVERLAP_SCHEDULER_LOOKAHEAD_H_
 #define OVERLAP_SCHEDULER_LOOKAHEAD_H_
 
+#include <vector>
+
+#include "scheduler/plan.h"
+#include "scheduler/profile.h"
+
 namespace overlap::sched {
 
 // Passes before `pass` whose gradients no update has applied by the forward of `pass`: those
@@ -28,6 +33,37 @@ int CarriedPasses(int pass, int period, int phase);
 // tensor in pass `pass` (>= 0): scratch steps before its forward, and the extra steps of the
 // update applied before that forward (a period's sum as several steps).
 int LookAheadSteps(int pass, int delay, int period, int phase);
+
+// What look-ahead costs a profile under a plan: each tensor that looks ahead
+// (TensorInfo::looks_ahead) and whose every applied slice (allreduce or allgather) shares one
+// delayed schedule costs its share of update_ms (by bytes) per LookAheadSteps, before its
+// layer's forward. The simulator charges it; the runtime takes it out of steps it measured
+// under a delayed plan, which hold it already.
+class LookAheadCost {
+ public:
+  LookAheadCost(const Profile& profile, const Plan& plan);
+
+  bool empty() const { return empty_; }
+  // The look-ahead compute before layer `layer`'s forward in pass `pass`, in ms.
+  double Ms(int layer, int pass) const;
+  // Per layer, its mean over passes in steady state (each tensor's schedule repeats with its
+  // period once its first update has come).
+  std::vector<double> MeanMsByLayer() const;
+
+ private:
+  struct Tensor {
+    double update_ms = 0;
+    int delay = 0, period = 1, phase = 0;
+  };
+  std::vector<std::vector<Tensor>> by_layer_;
+  bool empty_ = true;
+};
+
+// A profile measured while `plan` ran holds that plan's look-ahead already, in its forward
+// times: takes its mean (LookAheadCost::MeanMsByLayer) out of each layer's forward (at most
+// all of it) and re-derives the profile, so that a candidate simulated on it pays only its own.
+// `plan` must fit `profile` (ValidatePlan). Returns the ms per step taken out.
+double TakeOutLookAhead(const Plan& plan, Profile* profile);
 
 }  // namespace overlap::sched
 

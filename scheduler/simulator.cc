@@ -1,7 +1,6 @@
 #include "scheduler/simulator.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -29,53 +28,6 @@ struct TraceEvent {
 
 bool Active(const Bucket& b, int iteration) {
   return iteration >= 0 && iteration % b.period == b.phase;
-}
-
-// A tensor the program looks ahead on (lookahead.h): its share of the update and its schedule.
-struct LookAheadTensor {
-  double update_ms = 0;
-  int delay = 0, period = 1, phase = 0;
-};
-
-// Per layer, the tensors look-ahead runs extra optimizer steps for: those that look ahead
-// (TensorInfo::looks_ahead) whose every applied slice (allreduce or allgather) shares one
-// delayed schedule.
-std::vector<std::vector<LookAheadTensor>> LookAheadByLayer(const Profile& profile,
-                                                           const Plan& plan) {
-  std::vector<std::vector<LookAheadTensor>> by_layer(profile.layers.size());
-  if (profile.update_ms <= 0 || profile.total_bytes <= 0) return by_layer;
-  constexpr int kUnset = -1, kMixed = -2;
-  std::vector<std::array<int, 3>> schedule(profile.tensors.size(), {kUnset, 1, 0});
-  for (const Bucket& b : plan.buckets) {
-    if (b.op == Collective::kReduceScatter) continue;
-    for (const TensorSlice& s : b.slices) {
-      std::array<int, 3>& known = schedule[s.tensor];
-      const std::array<int, 3> mine = {b.delay, b.period, b.phase};
-      if (known[0] == kUnset) {
-        known = mine;
-      } else if (known != mine) {
-        known[0] = kMixed;
-      }
-    }
-  }
-  for (size_t t = 0; t < profile.tensors.size(); ++t) {
-    const auto [delay, period, phase] = schedule[t];
-    if (!profile.tensors[t].looks_ahead || delay < 0 || (delay == 0 && period == 1)) continue;
-    const double share = static_cast<double>(profile.tensors[t].bytes) /
-                         static_cast<double>(profile.total_bytes);
-    by_layer[profile.tensors[t].layer].push_back(
-        {profile.update_ms * share, delay, period, phase});
-  }
-  return by_layer;
-}
-
-// The look-ahead compute before layer `layer`'s forward in iteration `k`.
-double LookAheadMs(const std::vector<std::vector<LookAheadTensor>>& by_layer, int layer, int k) {
-  double ms = 0;
-  for (const LookAheadTensor& t : by_layer[layer]) {
-    ms += t.update_ms * LookAheadSteps(k, t.delay, t.period, t.phase);
-  }
-  return ms;
 }
 
 }  // namespace
@@ -128,7 +80,7 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
       return absl::InvalidArgumentError("update periods' hyperperiod exceeds 1024");
     }
   }
-  const std::vector<std::vector<LookAheadTensor>> lookahead = LookAheadByLayer(profile, plan);
+  const LookAheadCost lookahead(profile, plan);
   // A window of 6 hyperperiods averages out max-plus cycles of length 1, 2, 3 and 6.
   const int window = 6 * hyper;
   constexpr int kStableChecks = 3;
@@ -181,7 +133,7 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
         }
         t += u;
       }
-      const double ahead = LookAheadMs(lookahead, l, k);
+      const double ahead = lookahead.empty() ? 0 : lookahead.Ms(l, k);
       if (trace && ahead > 0) {
         events.push_back({"look-ahead " + profile.layers[l].name, "compute", k, t, t + ahead});
       }
@@ -287,11 +239,7 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const Plan& plan, con
       }
     }
   }
-  // The mean look-ahead compute per iteration over one hyperperiod of the steady state.
-  const int from = max_delay + 2 * hyper + 2;
-  for (int i = from; i < from + hyper; ++i) {
-    for (int l = 0; l < nl; ++l) result.lookahead_ms += LookAheadMs(lookahead, l, i) / hyper;
-  }
+  for (double ms : lookahead.MeanMsByLayer()) result.lookahead_ms += ms;
   result.compute_ms += result.lookahead_ms;
   result.iterations = k;
   result.converged = stable >= kStableChecks;

@@ -12,6 +12,7 @@
 #include "runtime/plan/plan_scheduler.h"
 #include "runtime/plan/plan_test_hooks.h"
 #include "runtime/planes/compression_stage.h"
+#include "scheduler/lookahead.h"
 #include "scheduler/planner.h"
 #include "scheduler/simulator.h"
 #include "spdlog/spdlog.h"
@@ -138,14 +139,19 @@ void PlanScheduler::PlanFromMeasuredSteps(const sched::CostModel& cost,
     outcome_.status = profile.status();
     return;
   }
-  // Steps measured under a delayed plan hold its look-ahead already (the adapters run it in the
-  // forward and the update): charged again, every delayed candidate would pay it twice.
   if (!in_force.empty()) {
+    // Steps measured under a delayed plan hold its look-ahead already: every candidate is
+    // charged its own, so the in-force plan's is taken out. A plan that no longer fits the
+    // profile leaves the marks off instead, charging nothing rather than twice.
     absl::StatusOr<sched::Plan> plan = sched::Plan::Deserialize(in_force);
-    const bool delayed =
-        plan.ok() && std::any_of(plan->buckets.begin(), plan->buckets.end(),
-                                 [](const sched::Bucket& b) { return b.delay > 0 || b.period > 1; });
-    if (delayed) {
+    if (plan.ok() && sched::ValidatePlan(*plan, *profile, cost).ok()) {
+      const double taken = sched::TakeOutLookAhead(*plan, &*profile);
+      if (taken > 0) {
+        spdlog::info("overlap: rank 0: {:.2f} ms of the plan in force's look-ahead taken out "
+                     "of the measured step before re-planning",
+                     taken);
+      }
+    } else {
       for (sched::TensorInfo& t : profile->tensors) t.looks_ahead = false;
     }
   }

@@ -24,7 +24,8 @@ const char* CliUsage() {
          "[--intra-latency-us LI] [--intra-bandwidth-gbit GI] [--two-stage auto|on|off]]) "
          "[--staleness S] [--budget B] "
          "[--max-period P] [--channels K] [--compressor NAME [--compression-ratio R]] "
-         "[--slow-link HOST:FRACTION]... [--adaptive-allreduce auto|off] [--json] "
+         "[--slow-link HOST:FRACTION]... [--adaptive-allreduce auto|off] [--looks-ahead on|off] "
+         "[--json] "
          "[--timeline FILE] [--plan-json FILE]";
 }
 
@@ -155,6 +156,7 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
                                     "--intra-bandwidth-gbit",
                                     "--slow-link",
                                     "--adaptive-allreduce",
+                                    "--looks-ahead",
                                     "--two-stage"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued)) {
       return FlagError(flag, "unknown flag (see --help)");
@@ -271,6 +273,11 @@ absl::StatusOr<CliOptions> ParseCliArgs(const std::vector<std::string>& args) {
         return FlagError(flag, absl::StrCat("expected auto or off, got '", v, "'"));
       }
       o.adaptive_allreduce = v == "auto";
+    } else if (flag == "--looks-ahead") {
+      if (v != "on" && v != "off") {
+        return FlagError(flag, absl::StrCat("expected on or off, got '", v, "'"));
+      }
+      o.looks_ahead = v == "on";
     } else if (flag == "--two-stage") {
       if (v != "auto" && v != "on" && v != "off") {
         return FlagError(flag, absl::StrCat("expected auto, on or off, got '", v, "'"));
@@ -364,6 +371,10 @@ absl::Status RunCli(const CliOptions& o, std::ostream& out) {
       o.model.empty() ? LoadProfileJson(o.profile_path) : LoadBuiltinProfile(o.model);
   if (!profile.ok()) {
     return profile.status();
+  }
+  // As the adapters' default correction: delayed plans pay look-ahead's optimizer steps.
+  if (o.looks_ahead) {
+    for (TensorInfo& t : profile->tensors) t.looks_ahead = true;
   }
   const bool many = o.workers.size() * o.planners.size() > 1;
   for (int workers : o.workers) {

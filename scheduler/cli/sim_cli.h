@@ -56,6 +56,7 @@ struct CliOptions {
   int channels = 1;
   std::map<int, double> slow_links;  // --slow-link: host -> fraction of the bandwidth
   bool adaptive_allreduce = true;    // --adaptive-allreduce auto (true) or off
+  bool looks_ahead = false;          // --looks-ahead on: every tensor's optimizer looks ahead
   PlannerOptions planner_options;
   bool json = false;
   std::string timeline_path;

@@ -125,6 +125,32 @@ TEST_CASE("RunCli prints one JSON line per planner and worker count") {
   CHECK_THAT(lines[3], Catch::Contains("\"planner\":\"deft\""));
 }
 
+TEST_CASE("--looks-ahead charges a delayed plan its look-ahead steps") {
+  // A forced delay needs a plan that delays: deft with staleness 1 on a link slow enough that
+  // delaying pays. Its predicted compute grows by look-ahead's steps (the update per step, or
+  // more with periods), never shrinks.
+  auto compute = [](const std::string& extra) {
+    auto o = ParseCliArgs(Split("--model vgg16 --workers 16 --planners deft --staleness 1 "
+                                "--budget 1 --json --cost ring --latency-us 10 "
+                                "--bandwidth-gbit 1" + extra));
+    REQUIRE(o.ok());
+    std::ostringstream out;
+    REQUIRE(RunCli(*o, out).ok());
+    const std::string line = out.str();
+    const size_t at = line.find("\"compute_ms\":");
+    REQUIRE(at != std::string::npos);
+    const size_t delay = line.find("\"max_delay\":");
+    REQUIRE(delay != std::string::npos);
+    return std::pair<double, int>{std::stod(line.substr(at + 13)),
+                                  std::stoi(line.substr(delay + 12))};
+  };
+  const auto [plain, plain_delay] = compute("");
+  const auto [ahead, ahead_delay] = compute(" --looks-ahead on");
+  REQUIRE(plain_delay == 1);  // the plan delays, so look-ahead has something to cost
+  CHECK(ahead >= plain);
+  if (ahead_delay == 1) CHECK(ahead > plain);
+}
+
 TEST_CASE("--cost hierarchical plans with the two-level allreduce's cost") {
   auto run = [](const std::string& cost) {
     return CommMs("--model bert-base --workers 16 --planners fusion --json " + cost);
@@ -300,6 +326,7 @@ TEST_CASE("Bad --slow-link and --adaptive-allreduce values name the flag and the
        "--slow-link 2:0.5",
        "--slow-link: only with --cost ring or hierarchical, not linear"},
       {base + " --adaptive-allreduce on", "--adaptive-allreduce: expected auto or off, got 'on'"},
+      {base + " --looks-ahead auto", "--looks-ahead: expected on or off, got 'auto'"},
   };
   for (const Case& c : cases) {
     INFO(c.args);

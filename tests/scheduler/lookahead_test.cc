@@ -110,5 +110,43 @@ TEST_CASE("The simulator charges look-ahead's steps before each delayed layer's 
   CHECK(Simulate(p, plan, cost)->lookahead_ms == Approx(2));
 }
 
+TEST_CASE("A profile measured under a delayed plan gives back that plan's look-ahead") {
+  Profile p = MakeProfile({5, 5}, {2, 2}, {1000, 3000}, 8);
+  for (TensorInfo& t : p.tensors) t.looks_ahead = true;
+  const CostModel cost = CostModel::Linear(0, 1);
+  Plan plan = *MakePlan("wfbp", p, cost, {});
+  plan.staleness = 1;
+  plan.layerwise_update = true;
+  for (Bucket& b : plan.buckets) {
+    b.delay = 1;
+    for (const TensorSlice& s : b.slices) {
+      if (s.tensor == 1) b.period = 2;
+    }
+  }
+  const LookAheadCost before(p, plan);
+  const std::vector<double> mean = before.MeanMsByLayer();
+  REQUIRE(mean.size() == 2);
+  CHECK(mean[0] == Approx(2));        // 2 ms of update, one step a pass
+  CHECK(mean[1] == Approx(6 * 1.5));  // 6 ms, 1.5 steps a pass: more than its 5 ms forward
+  // The measured profile: what the plan ran, look-ahead included.
+  Profile measured = p;
+  measured.layers[0].forward_ms += 2;
+  measured.layers[1].forward_ms += 9;
+  REQUIRE(measured.Finalize().ok());
+  const double measured_ms = Simulate(measured, plan, cost)->iteration_ms;
+  CHECK(TakeOutLookAhead(plan, &measured) == Approx(11));
+  CHECK(measured.layers[0].forward_ms == Approx(5));
+  CHECK(measured.layers[1].forward_ms == Approx(5));
+  CHECK(measured.forward_ms == Approx(10));
+  // Simulated again, the plan costs what it was measured at, not its look-ahead twice.
+  CHECK(Simulate(measured, plan, cost)->iteration_ms == Approx(measured_ms - 11));
+  CHECK(Simulate(measured, plan, cost)->iteration_ms == Approx(Simulate(p, plan, cost)->iteration_ms));
+  // Never below nothing: a forward shorter than the mean gives all it has.
+  Profile short_forward = MakeProfile({1, 1}, {2, 2}, {1000, 3000}, 8);
+  for (TensorInfo& t : short_forward.tensors) t.looks_ahead = true;
+  CHECK(TakeOutLookAhead(plan, &short_forward) == Approx(2));
+  CHECK(short_forward.forward_ms == Approx(0));
+}
+
 }  // namespace
 }  // namespace overlap::sched

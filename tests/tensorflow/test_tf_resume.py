@@ -62,7 +62,7 @@ def test_save(hvd):
     saved = checkpoint(runs).write(path("checkpoint", hvd))
     names = [name for name, _ in tf.train.list_variables(saved)]
     for i, kind in enumerate(KINDS):
-        for what in ("saved", "shifted", "local", "kept"):
+        for what in ("saved", "shifted", "local", "kept", "head"):
             assert any(n.startswith(f"optimizers/{i}/_overlap_staleness_state/state/{what}_")
                        for n in names), f"rank {hvd.rank()}: no {what} state of {kind}: {names}"
     with open(path("runtime", hvd), "wb") as f:

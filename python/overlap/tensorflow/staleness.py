@@ -41,7 +41,12 @@ the plan, made at the first apply(): two copies of it (its true value while move
 last update); "auto" adds staleness + max_period - 1 (its kept gradients, configured values).
 The scratch slots of look-ahead live only during apply(). The scratch updates, and a period's k
 updates, run in tf.while_loops, so a traced step holds one copy of the optimizer's update per
-variable for each, whatever the staleness and max_period.
+variable for each, whatever the staleness and max_period. The kept gradients form a ring (a
+step writes one row, moves none), and a variable with nothing to move by prediction skips that
+multiply and add: per step and look-ahead variable, the copies are its true value and its new
+gradient. Unlike overlap.torch, each pass recomputes its look-ahead from the true value (up to
+d + p - 1 updates a pass under a period), since Keras counts one step per apply() for all
+variables alike.
 """
 
 import numpy as np
@@ -95,7 +100,10 @@ class Correction:
         self._last = {}     # variable key -> tf.Variable: its last update
         self._saved = {}    # variable key -> tf.Variable: its true value while moved ahead
         self._shifted = {}  # variable key -> bool tf.Variable: it is moved ahead now
-        self._local = {}    # variable key -> tf.Variable [depth, *shape]: newest first
+        # variable key -> tf.Variable [depth, *shape]: a ring of its kept gradients, the newest
+        # at row _head, older ones after it (a kept gradient is written once, not shifted)
+        self._local = {}
+        self._head = {}     # variable key -> int32 tf.Variable: the newest one's row
         self._kept = {}     # variable key -> int32 tf.Variable: consecutive steps kept
         self._cache = {}
 
@@ -211,6 +219,7 @@ class Correction:
                 self._state(self._local, "local", key, index,
                             [self.depth] + list(variable.shape), variable.dtype)
                 self._state(self._kept, "kept", key, index, [], tf.int32)
+                self._state(self._head, "head", key, index, [], tf.int32)
 
     def take_off_shift(self, keys, variables):
         """Step 1: every variable back to its true value; returns them as they are now. Whatever
@@ -245,9 +254,14 @@ class Correction:
                 tf.cond(tf.cast(flag, tf.bool), record, lambda: tf.constant(False))
                 self._saved[key].assign(variable)
                 self._shifted[key].assign(True)
-                moved = tf.reshape(tf.reshape(last, [-1]) * tf.cast(ahead, last.dtype),
-                                   tf.shape(last))
-                variable.assign_add(moved)
+                def move(last=last, variable=variable, ahead=ahead):
+                    moved = tf.reshape(tf.reshape(last, [-1]) * tf.cast(ahead, last.dtype),
+                                       tf.shape(last))
+                    variable.assign_add(moved)
+                    return tf.constant(True)
+                # Not for a variable that looks ahead or has nothing to come (all zeros): a
+                # multiply and an add of its whole size, for nothing.
+                tf.cond(tf.reduce_any(tf.not_equal(ahead, 0)), move, lambda: tf.constant(False))
             if self.lookahead and optimizer is not None:
                 self._look_ahead(optimizer, keys, variables, keep, run, local)
             return tf.constant(True)
@@ -256,18 +270,19 @@ class Correction:
     # -- look-ahead -----------------------------------------------------------------------------
 
     def _keep_local(self, keys, variables, keep, local):
-        """Keeps this step's gradient of each look-ahead variable (newest first, at most
+        """Keeps this step's gradient of each look-ahead variable (in its ring, the last
         `depth`); a step that keeps none for a variable starts its window again. Returns, per
         variable, how many consecutive steps' gradients it holds."""
         held = []
         for key, variable, k, g in zip(keys, variables, keep, local):
-            buffer, kept = self._local[key], self._kept[key]
+            buffer, kept, head = self._local[key], self._kept[key], self._head[key]
 
-            def store(buffer=buffer, kept=kept, g=g):
+            def store(buffer=buffer, kept=kept, head=head, g=g):
                 g = tf.cast(tf.convert_to_tensor(g), buffer.dtype)[None]
-                if self.depth > 1:
-                    g = tf.concat([g, buffer[:-1]], 0)
-                buffer.assign(g)
+                # The oldest row becomes the newest: one gradient written, none moved.
+                newest = tf.math.floormod(head - 1, self.depth)
+                buffer.scatter_update(tf.IndexedSlices(g, newest[None]))
+                head.assign(newest)
                 kept.assign(tf.minimum(kept + 1, self.depth))
                 return tf.constant(True)
 
@@ -306,7 +321,9 @@ class Correction:
             # r - 1 - j steps ago; the step count moves as the real updates' will.
             grads = []
             for key, r in zip(keys, run):
-                g = tf.gather(self._local[key], tf.maximum(r - 1 - j, 0))
+                ago = tf.maximum(r - 1 - j, 0)  # the kept gradient of `ago` steps before now
+                g = tf.gather(self._local[key],
+                              tf.math.floormod(self._head[key] + ago, self.depth))
                 grads.append(g if scale is None else g / scale)
             optimizer._overlap_flags = {key: tf.logical_and(m, j < r)
                                         for key, m, r in zip(keys, moving, run)}
