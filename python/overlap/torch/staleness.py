@@ -159,6 +159,9 @@ class StalenessCorrection:
         self._view = staleness.ScheduleView()
         self._states = {}
         self._viewed = False  # the view was refreshed after this step's forward marker
+        # Parameters whose look-ahead this step's forward has done: a later forward of the same
+        # step (gradient accumulation) runs where the first did and keeps the window.
+        self._looked = set()
         self._hook = compiled.SwitchedHook(self._on_forward)
 
     @property
@@ -290,6 +293,7 @@ class StalenessCorrection:
         """Puts back every shifted parameter's true value (before step() reads or updates it);
         the next step's forward refreshes the schedule."""
         self._viewed = False
+        self._looked.clear()
         for p, state in self._states.items():
             if state.shifted:
                 p.data, state.saved = state.saved, p.data
@@ -424,8 +428,9 @@ class StalenessCorrection:
         settings = None
         for p in params:
             state = self._states[p]
-            if state.shifted:
+            if p in self._looked:
                 continue  # a later forward of the same step (accumulation) runs there too
+            self._looked.add(p)
             if not state.local_fresh:
                 state.local, state.ahead = [], None  # a step without a kept gradient: the
                 continue                             # window starts again
