@@ -10,6 +10,8 @@
 //  - the update that carries k passes' summed gradients (k = p, phase + 1 for the first) is
 //    applied as k optimizer steps instead of one.
 // A tensor with mixed schedules is predicted, not looked ahead: it costs no update.
+// overlap.tensorflow recomputes every pending pass each step instead of continuing, so under a
+// period it runs more steps than counted here.
 #ifndef OVERLAP_SCHEDULER_LOOKAHEAD_H_
 #define OVERLAP_SCHEDULER_LOOKAHEAD_H_
 
