@@ -20,17 +20,20 @@ std::vector<std::string> Split(const std::string& s) {
 
 const char* kRing = " --cost ring --latency-us 10 --bandwidth-gbit 10";
 
-// The "comm_ms" of the one JSON line overlap-sim prints for `args` (one planner, --json).
-double CommMs(const std::string& args) {
+// Field `key` of the one JSON line overlap-sim prints for `args` (one planner, --json).
+double FieldOf(const std::string& args, const std::string& key) {
   auto o = ParseCliArgs(Split(args));
   REQUIRE(o.ok());
   std::ostringstream out;
   REQUIRE(RunCli(*o, out).ok());
   const std::string line = out.str();
-  const size_t at = line.find("\"comm_ms\":");
+  const std::string quoted = "\"" + key + "\":";
+  const size_t at = line.find(quoted);
   REQUIRE(at != std::string::npos);
-  return std::stod(line.substr(at + 10));
+  return std::stod(line.substr(at + quoted.size()));
 }
+
+double CommMs(const std::string& args) { return FieldOf(args, "comm_ms"); }
 
 TEST_CASE("The CLI parses the issue's flags and expands worker series") {
   auto o = ParseCliArgs(Split(std::string("--model vgg16 --sweep-workers 4,8,...,2048 "
@@ -130,19 +133,11 @@ TEST_CASE("--looks-ahead charges a delayed plan its look-ahead steps") {
   // delaying pays. Its predicted compute grows by look-ahead's steps (the update per step, or
   // more with periods), never shrinks.
   auto compute = [](const std::string& extra) {
-    auto o = ParseCliArgs(Split("--model vgg16 --workers 16 --planners deft --staleness 1 "
-                                "--budget 1 --json --cost ring --latency-us 10 "
-                                "--bandwidth-gbit 1" + extra));
-    REQUIRE(o.ok());
-    std::ostringstream out;
-    REQUIRE(RunCli(*o, out).ok());
-    const std::string line = out.str();
-    const size_t at = line.find("\"compute_ms\":");
-    REQUIRE(at != std::string::npos);
-    const size_t delay = line.find("\"max_delay\":");
-    REQUIRE(delay != std::string::npos);
-    return std::pair<double, int>{std::stod(line.substr(at + 13)),
-                                  std::stoi(line.substr(delay + 12))};
+    const std::string args =
+        "--model vgg16 --workers 16 --planners deft --staleness 1 --budget 1 --json --cost ring "
+        "--latency-us 10 --bandwidth-gbit 1" + extra;
+    return std::pair<double, int>{FieldOf(args, "compute_ms"),
+                                  static_cast<int>(FieldOf(args, "max_delay"))};
   };
   const auto [plain, plain_delay] = compute("");
   const auto [ahead, ahead_delay] = compute(" --looks-ahead on");
