@@ -43,8 +43,8 @@ The scratch slots of look-ahead live only during apply(). The scratch updates, a
 updates, run in tf.while_loops, so a traced step holds one copy of the optimizer's update per
 variable for each, whatever the staleness and max_period. The kept gradients form a ring (a
 step writes one row, moves none), and a variable with nothing to move by prediction skips that
-multiply and add: per step and look-ahead variable, the copies are its true value and its new
-gradient. Unlike overlap.torch, each pass recomputes its look-ahead from the true value (up to
+multiply and add: per step, a look-ahead variable copies its true value and writes its new
+gradient, besides the scratch updates. Unlike overlap.torch, each pass recomputes its look-ahead from the true value (up to
 d + p - 1 updates a pass under a period), since Keras counts one step per apply() for all
 variables alike.
 """
@@ -254,6 +254,7 @@ class Correction:
                 tf.cond(tf.cast(flag, tf.bool), record, lambda: tf.constant(False))
                 self._saved[key].assign(variable)
                 self._shifted[key].assign(True)
+
                 def move(last=last, variable=variable, ahead=ahead):
                     moved = tf.reshape(tf.reshape(last, [-1]) * tf.cast(ahead, last.dtype),
                                        tf.shape(last))
