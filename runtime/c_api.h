@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 // The ABI version; bumped when a signature below changes. Python checks it at load time.
-#define OVERLAP_C_API_VERSION 11
+#define OVERLAP_C_API_VERSION 12
 int overlap_c_api_version(void);
 
 typedef struct overlap_handle overlap_handle;
@@ -73,6 +73,8 @@ int overlap_local_size(void);
 int overlap_start_forward(void);
 int overlap_start_backward(void);
 int overlap_start_update(void);
+// overlap::NoteUpdateTime.
+int overlap_note_update_ms(double ms);
 
 int overlap_start_timeline(const char* path);
 int overlap_stop_timeline(void);

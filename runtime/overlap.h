@@ -324,6 +324,12 @@ absl::StatusOr<int> ProcessSetRank(int id);
 absl::Status StartForward();
 absl::Status StartBackward();
 absl::Status StartUpdate();
+// Optional, beside the markers: `ms` of the program's optimizer updating parameters, noted as
+// it happens (once per update call, wherever it runs: after StartUpdate, or at the next
+// forward when each layer is updated just before it). The planner prices a delayed plan's
+// look-ahead steps (scheduler/lookahead.h) from it; the adapters' optimizers note it.
+// InvalidArgument for a negative or non-finite `ms`; FailedPrecondition before Init.
+absl::Status NoteUpdateTime(double ms);
 
 // Starts writing the timeline (a Chrome trace, docs/architecture.md) to `path`, replacing the one
 // being written, if any; StopTimeline closes it. Local to this rank, like OVERLAP_TIMELINE.

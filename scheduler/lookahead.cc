@@ -36,7 +36,8 @@ int LookAheadSteps(int pass, int delay, int period, int phase) {
 
 LookAheadCost::LookAheadCost(const Profile& profile, const Plan& plan)
     : by_layer_(profile.layers.size()) {
-  if (profile.update_ms <= 0 || profile.total_bytes <= 0) return;
+  const double step_ms = profile.optimizer_ms > 0 ? profile.optimizer_ms : profile.update_ms;
+  if (step_ms <= 0 || profile.total_bytes <= 0) return;
   constexpr int kUnset = -1, kMixed = -2;
   std::vector<std::array<int, 3>> schedule(profile.tensors.size(), {kUnset, 1, 0});
   for (const Bucket& b : plan.buckets) {
@@ -58,7 +59,7 @@ LookAheadCost::LookAheadCost(const Profile& profile, const Plan& plan)
     const double share = static_cast<double>(profile.tensors[t].bytes) /
                          static_cast<double>(profile.total_bytes);
     by_layer_[profile.tensors[t].layer].push_back(
-        {profile.update_ms * share, delay, period, phase});
+        {step_ms * share, delay, period, phase});
     empty_ = false;
   }
 }

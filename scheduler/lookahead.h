@@ -38,8 +38,8 @@ int LookAheadSteps(int pass, int delay, int period, int phase);
 
 // What look-ahead costs a profile under a plan: each tensor that looks ahead
 // (TensorInfo::looks_ahead) and whose every applied slice (allreduce or allgather) shares one
-// delayed schedule costs its share of update_ms (by bytes) per LookAheadSteps, before its
-// layer's forward. The simulator charges it; the runtime takes it out of steps it measured
+// delayed schedule costs its share (by bytes) of the optimizer step per LookAheadSteps, before
+// its layer's forward: Profile::optimizer_ms where the program measured it, else update_ms. The simulator charges it; the runtime takes it out of steps it measured
 // under a delayed plan, which hold it already.
 class LookAheadCost {
  public:

@@ -9,9 +9,11 @@ namespace overlap::sched {
 
 absl::StatusOr<Profile> ProfileFromMeasurements(const IterationMeasurement& m) {
   auto finite = [](double v) { return std::isfinite(v) && v >= 0; };
-  if (!finite(m.forward_ms) || !finite(m.backward_ms) || !finite(m.update_ms)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "measured profile '", m.model, "': forward, backward and update ms must be >= 0"));
+  if (!finite(m.forward_ms) || !finite(m.backward_ms) || !finite(m.update_ms) ||
+      !finite(m.optimizer_ms)) {
+    return absl::InvalidArgumentError(absl::StrCat("measured profile '", m.model,
+                                                   "': forward, backward, update and optimizer "
+                                                   "ms must be >= 0"));
   }
   // Sums of the same times taken in a different order may differ in the last bit.
   auto within = [](double v, double limit) { return v <= limit + 1e-9 * std::max(1.0, limit); };
@@ -57,6 +59,7 @@ absl::StatusOr<Profile> ProfileFromMeasurements(const IterationMeasurement& m) {
   Profile p;
   p.model = m.model;
   p.update_ms = m.update_ms;
+  p.optimizer_ms = m.optimizer_ms;
   auto use_of = [&](size_t l) {
     return l < n ? std::min(m.tensors[groups[l].front()].first_use_ms, m.forward_ms) : m.forward_ms;
   };

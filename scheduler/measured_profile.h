@@ -33,6 +33,7 @@ struct IterationMeasurement {
   double forward_ms = 0;
   double backward_ms = 0;
   double update_ms = 0;
+  double optimizer_ms = 0;  // Profile::optimizer_ms (0: the program measured none)
   std::vector<TensorMeasurement> tensors;
 };
 

@@ -42,6 +42,10 @@ absl::Status Profile::Finalize() {
     return absl::InvalidArgumentError(
         absl::StrCat("profile '", model, "': update_ms must be finite and >= 0, got ", update_ms));
   }
+  if (!ValidTime(optimizer_ms)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile '", model, "': optimizer_ms must be finite and >= 0, got ", optimizer_ms));
+  }
   if (tensors.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("profile '", model, "' has no tensors: nothing to communicate"));
@@ -102,6 +106,7 @@ std::string Profile::ToJson() const {
   json out;
   out["model"] = model;
   out["update_ms"] = update_ms;
+  if (optimizer_ms > 0) out["optimizer_ms"] = optimizer_ms;
   out["layers"] = json::array();
   for (const LayerInfo& layer : layers) {
     json l;
@@ -148,6 +153,11 @@ absl::StatusOr<Profile> ParseProfileJson(absl::string_view text, absl::string_vi
     return update.status();
   }
   profile.update_ms = *update;
+  if (root.contains("optimizer_ms")) {
+    auto optimizer = reader.Number(root, "optimizer_ms");
+    if (!optimizer.ok()) return optimizer.status();
+    profile.optimizer_ms = *optimizer;
+  }
   auto layers = reader.Array(root, "layers");
   if (!layers.ok()) {
     return layers.status();

@@ -7,7 +7,8 @@
 // is derived by Finalize() so that it cannot disagree with the layer list.
 //
 // JSON format (times in milliseconds, sizes in bytes; "dtype" optional, default "float32";
-// "may_delay" optional, default true, and "looks_ahead" optional, default false, see TensorInfo):
+// "may_delay" optional, default true, and "looks_ahead" optional, default false, see TensorInfo;
+// "optimizer_ms" optional, default 0, see Profile):
 //   {"model": "vgg16", "update_ms": 3.1,
 //    "layers": [{"name": "conv1", "forward_ms": 1.0, "backward_ms": 2.0,
 //                "tensors": [{"name": "conv1.weight", "bytes": 6912, "dtype": "float32"}]}]}
@@ -38,8 +39,8 @@ struct TensorInfo {
   // buckets no delay and no update period, and never fuse it with tensors that may be delayed.
   bool may_delay = true;
   // The program's optimizer looks ahead on it under delays (the adapters' default staleness
-  // correction): delayed, it costs its share of update_ms (by bytes) once more per extra step
-  // lookahead.h counts, which the simulator charges. False where the program predicts or does
+  // correction): delayed, it costs its share of the optimizer step (by bytes) once more per extra
+  // step lookahead.h counts, which the simulator charges. False where the program predicts or does
   // not correct (the C++ example).
   bool looks_ahead = false;
 
@@ -57,6 +58,11 @@ struct LayerInfo {
 struct Profile {
   std::string model;
   double update_ms = 0;           // optimizer step for all parameters
+  // The program's own measure of that optimizer step, wherever it ran (0: none). A program
+  // that updates each layer at its next forward spends its optimizer's time inside the measured
+  // forward, so update_ms is then small; look-ahead's extra steps are priced from this instead
+  // where the program gave it (lookahead.h). Not charged as compute itself.
+  double optimizer_ms = 0;
   std::vector<LayerInfo> layers;  // forward order
   std::vector<TensorInfo> tensors;
 

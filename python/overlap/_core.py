@@ -27,7 +27,7 @@ C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT, C_ADASUM = range(6)
 # absl::StatusCode values the binding tells apart.
 _OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _FAILED_PRECONDITION = 0, 3, 4, 5, 9
 
-_C_API_VERSION = 11
+_C_API_VERSION = 12
 _MAX_NDIM = 32
 
 
@@ -73,6 +73,7 @@ def _declare(lib):
         "overlap_start_forward": ([], ctypes.c_int),
         "overlap_start_backward": ([], ctypes.c_int),
         "overlap_start_update": ([], ctypes.c_int),
+        "overlap_note_update_ms": ([ctypes.c_double], ctypes.c_int),
         "overlap_start_timeline": ([ctypes.c_char_p], ctypes.c_int),
         "overlap_stop_timeline": ([], ctypes.c_int),
         "overlap_allreduce": ([ctypes.c_char_p, t, t, ctypes.c_int32, ctypes.c_double,
@@ -324,6 +325,13 @@ def start_backward():
 
 def start_update():
     check(lib().overlap_start_update())
+
+
+def note_update_ms(ms):
+    """The time the program's optimizer just spent updating (overlap::NoteUpdateTime): the
+    planner prices look-ahead's extra optimizer steps from it. A measurement only: it never
+    fails the update it measured (after shutdown it is dropped)."""
+    lib().overlap_note_update_ms(float(ms))
 
 
 def start_timeline(path):

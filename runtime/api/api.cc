@@ -209,6 +209,16 @@ absl::Status StartForward() { return MarkPhase(StepPhase::kForward); }
 absl::Status StartBackward() { return MarkPhase(StepPhase::kBackward); }
 absl::Status StartUpdate() { return MarkPhase(StepPhase::kUpdate); }
 
+absl::Status NoteUpdateTime(double ms) {
+  std::shared_ptr<Runtime> runtime = Current();
+  if (runtime == nullptr) {
+    return absl::FailedPreconditionError(
+        "NoteUpdateTime: overlap is not initialised (call overlap::Init() first, and not after "
+        "Shutdown())");
+  }
+  return runtime->NoteUpdateTime(ms);
+}
+
 absl::Status StartTimeline(const std::string& path) {
   std::shared_ptr<Runtime> runtime = Current();
   if (runtime == nullptr) {

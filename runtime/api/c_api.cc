@@ -142,6 +142,7 @@ int overlap_local_size(void) { return overlap::LocalSize(); }
 int overlap_start_forward(void) { return Fail(overlap::StartForward()); }
 int overlap_start_backward(void) { return Fail(overlap::StartBackward()); }
 int overlap_start_update(void) { return Fail(overlap::StartUpdate()); }
+int overlap_note_update_ms(double ms) { return Fail(overlap::NoteUpdateTime(ms)); }
 
 int overlap_start_timeline(const char* path) { return Fail(overlap::StartTimeline(Str(path))); }
 int overlap_stop_timeline(void) { return Fail(overlap::StopTimeline()); }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/buffer_ops.h"
@@ -50,6 +51,16 @@ void Runtime::DrawPhase(StepPhase phase, absl::Time now) {
     timeline_.Predicted(e.lane, e.name, now + absl::Milliseconds(e.start_ms),
                         now + absl::Milliseconds(e.end_ms));
   }
+}
+
+absl::Status Runtime::NoteUpdateTime(double ms) {
+  if (!std::isfinite(ms) || ms < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank_, ": NoteUpdateTime: the optimizer's time must be a finite number of "
+        "milliseconds >= 0, got ", ms));
+  }
+  profiler_->OnUpdateTime(ms);
+  return absl::OkStatus();
 }
 
 absl::Status Runtime::MarkPhase(StepPhase phase) {

@@ -103,6 +103,8 @@ class Runtime {
 
   // A step marker from the program (StartForward, StartBackward, StartUpdate).
   absl::Status MarkPhase(StepPhase phase);
+  // The program's optimizer time (overlap::NoteUpdateTime), for the step profiler.
+  absl::Status NoteUpdateTime(double ms);
 
   // An allreduce with a delayed update or period (runtime/planes/delay_line.h).
   absl::StatusOr<Handle> SubmitDelayed(const std::string& name, const Tensor& input,

@@ -169,6 +169,7 @@ void StepProfiler::Close(const OpenStep& previous, const OpenStep& next) {
   step.forward_ms = ComputeMs(next.forward, next.backward, blocked);
   step.backward_ms = ComputeMs(previous.backward, previous.update, blocked);
   step.update_ms = ComputeMs(previous.update, next.forward, blocked);
+  step.optimizer_ms = previous.noted_update_ms + next.noted_forward_ms;
   step.wall_ms = std::max(0.0, absl::ToDoubleMilliseconds(next.backward - previous.backward));
   const bool gradients_marked =
       std::any_of(previous.submissions.begin(), previous.submissions.end(),
@@ -216,6 +217,14 @@ void StepProfiler::OnSubmit(const std::string& name, int64_t bytes, DataType dty
       Submission{name, bytes, dtype, std::move(first_wait), now, may_delay, looks_ahead});
 }
 
+void StepProfiler::OnUpdateTime(double ms) {
+  absl::MutexLock lock(&mu_);
+  if (open_.empty() || !(ms >= 0)) return;
+  OpenStep& current = open_.back();
+  (current.backward == absl::InfinitePast() ? current.noted_forward_ms
+                                            : current.noted_update_ms) += ms;
+}
+
 bool StepProfiler::saw_device_tensors() const {
   absl::MutexLock lock(&mu_);
   return device_tensors_;
@@ -243,6 +252,7 @@ absl::StatusOr<sched::Profile> StepProfiler::MakeProfile(const std::string& mode
   m.forward_ms = MedianOf(closed_, [](const ClosedStep& s) { return s.forward_ms; });
   m.backward_ms = MedianOf(closed_, [](const ClosedStep& s) { return s.backward_ms; });
   m.update_ms = MedianOf(closed_, [](const ClosedStep& s) { return s.update_ms; });
+  m.optimizer_ms = MedianOf(closed_, [](const ClosedStep& s) { return s.optimizer_ms; });
   // Every step in the run has the same sorted tensor list, so index i is one tensor throughout.
   const ClosedStep& newest = closed_.back();
   for (size_t i : newest.submit_order) {

@@ -90,6 +90,11 @@ class StepProfiler {
   void OnSubmit(const std::string& name, int64_t bytes, DataType dtype, FirstWaitFn first_wait,
                 absl::Time now, bool may_delay = true, bool on_device = false,
                 bool looks_ahead = false);
+  // The program's own measure of time its optimizer spent updating (NoteUpdateTime), wherever
+  // that ran: in the update phase, or in the next forward (updates at forward). It is the
+  // profile's optimizer_ms: a step's is what was noted in its update phase and in the forward
+  // that follows. Ignored before the first forward.
+  void OnUpdateTime(double ms);
   // Whether any tensor submitted in a step was on a GPU, ever (Reset keeps it).
   bool saw_device_tensors() const;
 
@@ -135,9 +140,12 @@ class StepProfiler {
                update = absl::InfinitePast();
     std::vector<Submission> submissions;  // in order of submission
     absl::flat_hash_set<std::string> names;
+    double noted_forward_ms = 0;  // OnUpdateTime before the backward marker
+    double noted_update_ms = 0;   // and after it
   };
   struct ClosedStep {
     double forward_ms = 0, backward_ms = 0, update_ms = 0;
+    double optimizer_ms = 0;  // OnUpdateTime's, 0 where the program noted none
     double wall_ms = 0;  // backward to the next backward, waits included
     // Sorted by name, so that two steps with the same tensor set line up index by index.
     std::vector<sched::TensorMeasurement> tensors;

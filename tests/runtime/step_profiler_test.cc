@@ -193,6 +193,37 @@ TEST_CASE("a gradient whose optimizer looks ahead says so in the profile", "[ste
   }
 }
 
+TEST_CASE("the optimizer time a program notes is its step's, wherever it ran", "[step_profiler]") {
+  auto noop = [] { return StepProfiler::WaitTimes{absl::InfiniteFuture(), absl::InfinitePast()}; };
+  for (bool at_forward : {false, true}) {
+    INFO("updates at forward: " << at_forward);
+    StepProfiler p(2);
+    double t = 0;
+    for (int step = 0; step < 4; ++step) {
+      p.OnPhase(StepPhase::kForward, At(t));
+      // Updates at forward: the previous step's update runs in this forward, in two layers.
+      if (at_forward && step > 0) {
+        p.OnUpdateTime(1.5);
+        p.OnUpdateTime(2.5);
+      }
+      p.OnPhase(StepPhase::kBackward, At(t + 10));
+      p.OnSubmit("g", 64, DataType::kFloat32, noop, At(t + 12));
+      p.OnPhase(StepPhase::kUpdate, At(t + 20));
+      if (!at_forward) p.OnUpdateTime(4);
+      t += 25;
+    }
+    absl::StatusOr<sched::Profile> profile = p.MakeProfile("m");
+    REQUIRE(profile.ok());
+    CHECK(profile->optimizer_ms == Approx(4));
+  }
+  // A program that notes nothing leaves it 0 (update_ms prices look-ahead then).
+  StepProfiler quiet(1);
+  Driver d(&quiet);
+  d.Step(10, 20, 5, {{"a", 5, 3}});
+  d.Step(10, 20, 5, {});
+  CHECK(quiet.MakeProfile("m")->optimizer_ms == 0);
+}
+
 TEST_CASE("forward time before the first use and backward time after the last gradient",
           "[step_profiler]") {
   StepProfiler p(1);

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/str_replace.h"
+
 #include "scheduler/planner.h"
 #include "scheduler/simulator.h"
 #include "tests/scheduler/test_util.h"
@@ -108,6 +110,14 @@ TEST_CASE("The simulator charges look-ahead's steps before each delayed layer's 
   // A tensor that does not look ahead (predicted) costs nothing more.
   p.tensors[1].looks_ahead = false;
   CHECK(Simulate(p, plan, cost)->lookahead_ms == Approx(2));
+  // Where the program measured its optimizer step itself (updates at forward leave update_ms
+  // small), that prices the steps: 20 ms, a quarter for the first tensor.
+  p.optimizer_ms = 20;
+  CHECK(Simulate(p, plan, cost)->lookahead_ms == Approx(5));
+  absl::StatusOr<Profile> again = ParseProfileJson(p.ToJson(), "test");
+  REQUIRE(again.ok());
+  CHECK(again->optimizer_ms == 20);
+  CHECK_FALSE(ParseProfileJson(absl::StrReplaceAll(p.ToJson(), {{"20", "-1"}}), "t").ok());
 }
 
 TEST_CASE("A profile measured under a delayed plan gives back that plan's look-ahead") {

@@ -9,7 +9,7 @@ namespace overlap::sched {
 namespace {
 
 IterationMeasurement Measure(const Profile& p) {
-  IterationMeasurement m{p.model, p.forward_ms, p.backward_ms, p.update_ms, {}};
+  IterationMeasurement m{p.model, p.forward_ms, p.backward_ms, p.update_ms, 0, {}};
   for (const TensorInfo& t : p.tensors) {
     m.tensors.push_back({t.name, t.bytes, t.dtype, t.ready_ms, t.first_use_ms});
   }
@@ -42,7 +42,7 @@ TEST_CASE("Consistent measurements rebuild the same per-tensor timings") {
 TEST_CASE("Inconsistent readiness is clamped later, never earlier") {
   // b is read after a in forward, so its layer's backward must end before a's; a measurement
   // that says a is ready first is clamped to b's time.
-  IterationMeasurement m{"toy", 10, 20, 1, {}};
+  IterationMeasurement m{"toy", 10, 20, 1, 0, {}};
   m.tensors = {{"a", 400, DataType::kFloat32, 5, 0}, {"b", 800, DataType::kFloat32, 12, 4}};
   auto p = ProfileFromMeasurements(m);
   REQUIRE(p.ok());
@@ -57,7 +57,7 @@ TEST_CASE("Inconsistent readiness is clamped later, never earlier") {
 }
 
 TEST_CASE("Bad measurements name the tensor and the field") {
-  IterationMeasurement m{"toy", 10, 20, 1, {{"w", 400, DataType::kFloat32, 25, 0}}};
+  IterationMeasurement m{"toy", 10, 20, 1, 0, {{"w", 400, DataType::kFloat32, 25, 0}}};
   auto p = ProfileFromMeasurements(m);
   REQUIRE_FALSE(p.ok());
   CHECK_THAT(std::string(p.status().message()), Catch::Contains("'w': ready_ms 25"));

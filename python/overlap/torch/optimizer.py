@@ -10,6 +10,7 @@ unchanged.
 """
 
 import contextlib
+import time
 import warnings
 import weakref
 
@@ -412,7 +413,9 @@ class _DistributedOptimizer:
             base = super(_DistributedOptimizer, self)
             # The correction steps parameters the plan runs synchronously exactly as
             # step_subset does, and corrects the delayed ones.
+            started = time.perf_counter()
             self._correction.step(base.step, grads, entries[0].snapshot, entries[0].step)
+            _core.note_update_ms(1e3 * (time.perf_counter() - started))
 
     def apply_pending_updates(self):
         """Applies now every update that step() deferred (update_at_forward). Needed only before
@@ -478,12 +481,18 @@ class _DistributedOptimizer:
             self.synchronize()
         self._synchronized = False
         base = super(_DistributedOptimizer, self)
+        # The optimizer's own time, noted for the planner's price of look-ahead
+        # (_core.note_update_ms).
+        started = time.perf_counter()
+        loss = None
         if closure is None and self._correction.active():
             grads = {p: p.grad for group in self.param_groups for p in group["params"]
                      if p.grad is not None}
             self._correction.step(base.step, grads, None, self._correction.step_now())
-            return None
-        return base.step(closure)
+        else:
+            loss = base.step(closure)
+        _core.note_update_ms(1e3 * (time.perf_counter() - started))
+        return loss
 
     def zero_grad(self, *args, **kwargs):
         if any(r.entry is not None for r in self._params):
