@@ -58,8 +58,7 @@ LookAheadCost::LookAheadCost(const Profile& profile, const Plan& plan)
     if (!profile.tensors[t].looks_ahead || delay < 0 || (delay == 0 && period == 1)) continue;
     const double share = static_cast<double>(profile.tensors[t].bytes) /
                          static_cast<double>(profile.total_bytes);
-    by_layer_[profile.tensors[t].layer].push_back(
-        {step_ms * share, delay, period, phase});
+    by_layer_[profile.tensors[t].layer].push_back({step_ms * share, delay, period, phase});
     empty_ = false;
   }
 }
@@ -67,7 +66,7 @@ LookAheadCost::LookAheadCost(const Profile& profile, const Plan& plan)
 double LookAheadCost::Ms(int layer, int pass) const {
   double ms = 0;
   for (const Tensor& t : by_layer_[layer]) {
-    ms += t.update_ms * LookAheadSteps(pass, t.delay, t.period, t.phase);
+    ms += t.step_ms * LookAheadSteps(pass, t.delay, t.period, t.phase);
   }
   return ms;
 }
@@ -97,7 +96,7 @@ std::vector<double> LookAheadCost::MeanMsByLayer() const {
       for (int n = from; n < from + t.period; ++n) {
         steps += LookAheadSteps(n, t.delay, t.period, t.phase);
       }
-      mean[l] += t.update_ms * steps / t.period;
+      mean[l] += t.step_ms * steps / t.period;
     }
   }
   return mean;

@@ -39,8 +39,9 @@ int LookAheadSteps(int pass, int delay, int period, int phase);
 // What look-ahead costs a profile under a plan: each tensor that looks ahead
 // (TensorInfo::looks_ahead) and whose every applied slice (allreduce or allgather) shares one
 // delayed schedule costs its share (by bytes) of the optimizer step per LookAheadSteps, before
-// its layer's forward: Profile::optimizer_ms where the program measured it, else update_ms. The simulator charges it; the runtime takes it out of steps it measured
-// under a delayed plan, which hold it already.
+// its layer's forward: Profile::optimizer_ms where the program measured it, else update_ms.
+// The simulator charges it; the runtime takes it out of steps it measured under a delayed plan,
+// which hold it already.
 class LookAheadCost {
  public:
   LookAheadCost(const Profile& profile, const Plan& plan);
@@ -54,7 +55,7 @@ class LookAheadCost {
 
  private:
   struct Tensor {
-    double update_ms = 0;
+    double step_ms = 0;  // its share of one optimizer step
     int delay = 0, period = 1, phase = 0;
   };
   std::vector<std::vector<Tensor>> by_layer_;

@@ -2,13 +2,13 @@
 //
 // One compute stream runs forward (layers in order), backward (in reverse) and the optimizer
 // step, and each delayed tensor's extra optimizer steps of look-ahead (TensorInfo::looks_ahead)
-// before its layer's forward (lookahead.h); each channel of the cost model runs its buckets one at a
-// time in plan order. Every event time is the maximum of the times it waits for (stream free,
-// gradients ready, channel free, gradients applied), so the schedule is the unique
-// earliest-start schedule of those dependencies. Iterations are simulated until the state that later iterations depend on
-// (channel backlogs, pending buckets), taken relative to the compute stream, repeats with a
-// period of 6 x the least common multiple of the update periods; the iteration time is then the
-// exact mean over that window.
+// before its layer's forward (lookahead.h); each channel of the cost model runs its buckets one
+// at a time in plan order. Every event time is the maximum of the times it waits for (stream
+// free, gradients ready, channel free, gradients applied), so the schedule is the unique
+// earliest-start schedule of those dependencies. Iterations are simulated until the state that
+// later iterations depend on (channel backlogs, pending buckets), taken relative to the compute
+// stream, repeats with a period of 6 x the least common multiple of the update periods; the
+// iteration time is then the exact mean over that window.
 #ifndef OVERLAP_SCHEDULER_SIMULATOR_H_
 #define OVERLAP_SCHEDULER_SIMULATOR_H_
 

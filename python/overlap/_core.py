@@ -78,9 +78,6 @@ def _declare(lib):
         "overlap_stop_timeline": ([], ctypes.c_int),
         "overlap_allreduce": ([ctypes.c_char_p, t, t, ctypes.c_int32, ctypes.c_double,
                                ctypes.c_double, ctypes.c_char_p, hp], ctypes.c_int),
-        "overlap_allreduce_gradient": ([ctypes.c_int32, ctypes.c_char_p, t, t, ctypes.c_int32,
-                                        ctypes.c_double, ctypes.c_double, ctypes.c_char_p, hp],
-                                       ctypes.c_int),
         "overlap_allreduce_flags": ([ctypes.c_int32, ctypes.c_char_p, t, t, ctypes.c_int32,
                                      ctypes.c_double, ctypes.c_double, ctypes.c_char_p,
                                      ctypes.c_int32, hp], ctypes.c_int),
@@ -95,9 +92,6 @@ def _declare(lib):
                               ctypes.c_int32, hp], ctypes.c_int),
         "overlap_barrier": ([hp], ctypes.c_int),
         "overlap_join": ([hp], ctypes.c_int),
-        "overlap_allreduce_ps": ([ctypes.c_int32, ctypes.c_char_p, t, t, ctypes.c_int32,
-                                  ctypes.c_double, ctypes.c_double, ctypes.c_char_p, hp],
-                                 ctypes.c_int),
         "overlap_grouped_allreduce_ps": ([ctypes.c_int32, ctypes.c_int32,
                                           ctypes.POINTER(ctypes.c_char_p), t, t, ctypes.c_int32,
                                           ctypes.c_double, ctypes.c_double, ctypes.c_char_p, hp],
@@ -467,8 +461,8 @@ def gradient_flags(looks_ahead):
 
 class InPlaceSlot:
     """A gradient of one shape, dtype and device, reduced in place under one name step after
-    step by DistributedOptimizer; a delayed plan may deliver it late
-    (overlap_allreduce_flags; `looks_ahead`: gradient_flags). Its name, shape, device, compressor and the C call are
+    step by DistributedOptimizer; a delayed plan may deliver it late (overlap_allreduce_flags;
+    `looks_ahead`: gradient_flags). Its name, shape, device, compressor and the C call are
     prepared once, so a submission only sets the address (and, for a CUDA tensor, the stream it
     was written on): with one gradient per parameter per step, the Python cost per gradient is
     the optimizer's budget (Horovod and DDP pay it in C++), and on a GPU that cost delays the

@@ -44,9 +44,9 @@ updates, run in tf.while_loops, so a traced step holds one copy of the optimizer
 variable for each, whatever the staleness and max_period. The kept gradients form a ring (a
 step writes one row, moves none), and a variable with nothing to move by prediction skips that
 multiply and add: per step, a look-ahead variable copies its true value and writes its new
-gradient, besides the scratch updates. Unlike overlap.torch, each pass recomputes its look-ahead from the true value (up to
-d + p - 1 updates a pass under a period), since Keras counts one step per apply() for all
-variables alike.
+gradient, besides the scratch updates. Unlike overlap.torch, each pass recomputes its
+look-ahead from the true value (up to d + p - 1 updates a pass under a period), since Keras
+counts one step per apply() for all variables alike.
 """
 
 import numpy as np
