@@ -561,7 +561,7 @@ void Runtime::Loop() {
     if (timeout == absl::ZeroDuration() && rounds_owed_ == 0) sched_yield();
   }
   // Every rank agreed to stop and our collectives are done.
-  Renegotiate(planned_->Unfreeze());
+  Renegotiate(planned_->Unfreeze(PlannedMode::UnfreezeCause::kShutdown));
   for (auto& [name, op] : pending_) {
     CompleteOp(op, absl::AbortedError(absl::StrCat(
                        "rank ", rank_, ": the runtime shut down before every rank submitted '",

@@ -29,8 +29,8 @@
 //
 // A dropped plan (a tensor submitted differently, a rank's patience) hands the parked operations
 // back for negotiation, where each is reduced synchronously from its own untouched input; the
-// undelivered results and the residuals are discarded with a warning naming each tensor
-// (Describe), as at Shutdown.
+// undelivered results and the residuals are discarded, and the log names the tensors (Describe;
+// PlannedMode::Unfreeze), as at Shutdown.
 //
 // Checkpoints (SaveCompressionState, runtime/plan/plan_checkpoint.h): between steps, once every copy
 // has run through its buckets and every parked operation is delivered, all that is left is the

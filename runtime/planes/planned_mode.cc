@@ -51,6 +51,15 @@ class Fingerprint {
   uint64_t hash_ = 0xcbf29ce484222325ULL;
 };
 
+// "'a' (1 result), 'b' (1 result), 'c' (a residual) and 19 more tensors": a plan of hundreds of
+// tensors would otherwise log them all.
+std::string SummarizeHeld(const std::vector<std::string>& held) {
+  constexpr size_t kNamed = 3;
+  if (held.size() <= kNamed) return absl::StrJoin(held, ", ");
+  return absl::StrCat(absl::StrJoin(held.begin(), held.begin() + kNamed, ", "), " and ",
+                      held.size() - kNamed, " more tensors");
+}
+
 }  // namespace
 
 PlannedMode::PlannedMode(std::unique_ptr<Executor> executor,
@@ -156,7 +165,7 @@ void PlannedMode::ReleaseResiduals(const ExecutablePlan& old_plan, const Executa
                rank_, bytes, retired.size(), old_plan.source);
 }
 
-std::vector<PendingOp> PlannedMode::Unfreeze() {
+std::vector<PendingOp> PlannedMode::Unfreeze(UnfreezeCause cause) {
   std::vector<PendingOp> unstarted;
   // A delayed plan's copies are the runtime's own: the parked originals go back instead.
   for (auto& [entry, op] : waiting_) {
@@ -176,11 +185,22 @@ std::vector<PendingOp> PlannedMode::Unfreeze() {
   }
   if (delays_ != nullptr) {
     const std::vector<std::string> held = delays_->Describe();
+    // Every rank holds the same tensors (the plan is the same everywhere): rank 0 warns, the
+    // others keep it to their info log, so a job of many ranks prints one line, not one each.
     if (!held.empty()) {
-      spdlog::warn(
-          "overlap: rank {}: leaving the delayed plan discards the delayed updates of {}; steps "
-          "still waiting for theirs are reduced again synchronously",
-          rank_, absl::StrJoin(held, ", "));
+      const auto level = rank_ == 0 ? spdlog::level::warn : spdlog::level::info;
+      if (cause == UnfreezeCause::kShutdown) {
+        spdlog::log(level,
+                    "overlap: rank {}: shutdown under the delayed plan leaves the last steps' "
+                    "updates of {} unapplied (a program that wants them runs as many more steps "
+                    "as the plan's delay, first)",
+                    rank_, SummarizeHeld(held));
+      } else {
+        spdlog::log(level,
+                    "overlap: rank {}: leaving the delayed plan discards the delayed updates of "
+                    "{}; steps still waiting for theirs are reduced again synchronously",
+                    rank_, SummarizeHeld(held));
+      }
     }
     for (PendingOp& op : delays_->TakeAllParked()) unstarted.push_back(std::move(op));
     delays_.reset();

@@ -125,8 +125,10 @@ class PlannedMode {
   // Drops the plan. Returns, for negotiation, the operations submitted for it and not started,
   // and those whose slices were only partly started (their input is untouched), and, under a
   // delayed plan, every submission still waiting for its delayed results. Started buckets run to
-  // completion.
-  std::vector<PendingOp> Unfreeze();
+  // completion. What a delayed plan held undelivered is named in the log (a warning on rank 0,
+  // info on the others), as discarded on a drop and as left unapplied at shutdown.
+  enum class UnfreezeCause { kDrop, kShutdown };
+  std::vector<PendingOp> Unfreeze(UnfreezeCause cause = UnfreezeCause::kDrop);
 
   // True when the plan runs `name` (and the runtime must hand its submissions to Add).
   bool Owns(const std::string& name) const { return frozen_ && entry_of_.contains(name); }
