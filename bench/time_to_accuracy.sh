@@ -3,7 +3,7 @@
 # cluster with tbf-capped links, horovod.torch, torch DDP and overlap.torch in one run, each
 # system with the same seed, data order, hyper-parameters and epochs. Needs root.
 #
-#   bench/time_to_accuracy.sh [--quick] [--tasks fmnist,lm] [--rows LIST] [--rate fmnist=300mbit,lm=250mbit]
+#   bench/time_to_accuracy.sh [--quick] [--tasks fmnist,lm] [--rows LIST] [--rate fmnist=300mbit,lm=250mbit] [--queue-ms MS]
 #       [--epochs N] [--fmnist-limit N] [--lm-limit N] [--test-limit N] [--evals-per-epoch N]
 #       [--out FILE] [--no-build] [--quiet-wait SECONDS] [--library FILE] [--time-limit SECONDS]
 #       [--seed N] [--optimizer sgd|adam|adamw]
@@ -28,6 +28,9 @@
 # --rate: the tbf cap of every host link, one rate for both tasks or TASK=RATE per task (default
 #   fmnist=300mbit,lm=250mbit: communication about 1.1-1.4x each task's compute here; the cluster is
 #   brought up again at each task's rate).
+# --queue-ms MS: how much of the cap each link may queue (tbf's latency; default 100, as every
+#   run before 2026-12-05 had): the LM's MPI ring stalls more behind a deep queue than DDP does
+#   (docs/time_to_accuracy.md, "auto on the LM, the afternoon of 2026-12-05").
 # --quick: 2 epochs of 10,240 images / 1,536 LM windows, 2,000 test images (27-50 minutes so far
 #   here, more than the 15 the issue asks: 26 jobs of 4 ranks each start torch 4 times).
 # Output: the raw lines (with quality-against-wall-time curves) in docs/data/time_to_accuracy_runs.jsonl
@@ -60,6 +63,7 @@ ALL_ROWS="local,ddp,ddp-tuned,horovod,horovod+yield,overlap:observed,overlap:aut
 EXTRA_ROWS="overlap:deft-s1+fp16,overlap:deft-s2+fp16,overlap:auto+fp16"
 quick=0 tasks=fmnist,lm rows=$ALL_ROWS rate=fmnist=300mbit,lm=250mbit epochs="" fmnist_limit="" lm_limit="" test_limit=""
 evals="" out="" build=1 quiet_wait="" time_limit="" max_busy=0.25 library="" seed=42 optimizer=""
+queue_ms=100
 while (($#)); do
   case $1 in
     --quick) quick=1; shift ;;
@@ -67,6 +71,7 @@ while (($#)); do
     --rows) rows=${2:-}; shift 2 || die "--rows needs a list" ;;
     --rate) rate=${2:-}; shift 2 || die "--rate needs a value like 100mbit or fmnist=300mbit,lm=250mbit" ;;
     --epochs) epochs=${2:-}; shift 2 || die "--epochs needs a number" ;;
+    --queue-ms) queue_ms=${2:-}; shift 2 || die "--queue-ms needs milliseconds" ;;
     --fmnist-limit) fmnist_limit=${2:-}; shift 2 || die "--fmnist-limit needs a number" ;;
     --lm-limit) lm_limit=${2:-}; shift 2 || die "--lm-limit needs a number" ;;
     --test-limit) test_limit=${2:-}; shift 2 || die "--test-limit needs a number" ;;
@@ -231,8 +236,8 @@ run() {
   if ((rc == 0)) && [ -n "$line" ]; then
     # raw_decode: another rank's shutdown warning can land on the result's line (the ranks'
     # output is merged by mpirun), after the object.
-    "$NEW_PY" -c 'import json, sys; d = json.JSONDecoder().raw_decode(sys.argv[1])[0]; d.update(row=sys.argv[2], cpu_busy_before=float(sys.argv[3]), planner_row=sys.argv[4] or None, correction=sys.argv[5] or None, link_rate=sys.argv[6]); print(json.dumps(d))' \
-      "$line" "$row" "$busy" "$planner" "$correction" "$link_rate" >>"$out"
+    "$NEW_PY" -c 'import json, sys; d = json.JSONDecoder().raw_decode(sys.argv[1])[0]; d.update(row=sys.argv[2], cpu_busy_before=float(sys.argv[3]), planner_row=sys.argv[4] or None, correction=sys.argv[5] or None, link_rate=sys.argv[6], link_queue_ms=int(sys.argv[7])); print(json.dumps(d))' \
+      "$line" "$row" "$busy" "$planner" "$correction" "$link_rate" "$queue_ms" >>"$out"
     note "$task $row: $(grep -o '"step_ms": [0-9.]*\|"final_quality": [0-9.]*\|"train_s": [0-9.]*' <<<"$line" | tr '\n' ' ')"
   else
     local reason
@@ -251,7 +256,8 @@ for task in ${tasks//,/ }; do
   link_rate=$(task_rate "$task")
   # Re-created at this task's rate (cluster.sh up re-creates the hosts; the session's lock and
   # its take-down on exit stay as they are).
-  timeout 60 "$CLUSTER" up 4 --rate "$link_rate" >&2 || die "could not bring the cluster up at $link_rate"
+  timeout 60 "$CLUSTER" up 4 --rate "$link_rate" --queue-ms "$queue_ms" >&2 ||
+    die "could not bring the cluster up at $link_rate (queue $queue_ms ms)"
   limit=$fmnist_limit_s
   [ "$task" = fmnist ] || limit=$lm_limit_s
   # ddp first: its final quality is the task's target.

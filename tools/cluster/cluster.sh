@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A multi-host cluster on one machine: K hosts as network namespaces joined to a switch.
 #
-#   cluster.sh up K [--rate RATE] [--slots N]
-#                                   create (or re-create) hosts h1..hK, links capped at RATE,
-#                                   N slots per host in the hostfile (default 1)
+#   cluster.sh up K [--rate RATE] [--queue-ms MS] [--slots N]
+#                                   create (or re-create) hosts h1..hK, links capped at RATE
+#                                   behind a queue of at most MS ms (default 100), N slots per
+#                                   host in the hostfile (default 1)
 #   cluster.sh down                 remove every namespace and file it made
 #   cluster.sh hostfile             print the path of the hostfile
 #   cluster.sh status               list hosts, addresses and link states
@@ -15,7 +16,10 @@
 #   ovl-head  the head node: 10.77.0.254, runs mpirun; has no ranks
 #   ovl-hI    host hI: 10.77.0.I on its "eth0", a veth whose peer "pI" sits on the bridge
 # With --rate, both directions of every host link are capped with tc tbf (netem does not exist
-# in this kernel), so a host sends and receives at most RATE.
+# in this kernel), so a host sends and receives at most RATE; tbf queues what waits for the cap
+# up to --queue-ms of it (tbf's latency) and drops the rest. A deep queue delays the ACKs that
+# share it with data: at 100 ms the time-to-accuracy LM's MPI ring stalls about 100 ms in a few
+# percent of its steps, at 20 ms far less (docs/time_to_accuracy.md).
 #
 # mpirun reaches hosts through cluster_rsh.sh next to this script (plm_rsh_agent), which starts
 # orted inside the host's namespace with its own UTS hostname, so ranks on different hosts see different
@@ -61,11 +65,11 @@ cmd_down() {
 # tbf on the egress of one interface. The burst must hold at least one timer tick of traffic at
 # RATE or the cap undershoots; 1/100 s of RATE (at least 64 KiB) is enough on tickless kernels.
 cap_link() {
-  local ns=$1 dev=$2 rate=$3 bits burst
+  local ns=$1 dev=$2 rate=$3 queue_ms=$4 bits burst
   bits=$(rate_bits "$rate")
   burst=$(( bits / 8 / 100 ))
   (( burst >= 65536 )) || burst=65536
-  ip netns exec "$ns" tc qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" latency 100ms
+  ip netns exec "$ns" tc qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" latency "${queue_ms}ms"
 }
 
 rate_bits() {
@@ -101,7 +105,7 @@ add_node() {
 
 cmd_up() {
   need_root up
-  local k=${1:-} rate="" slots=1
+  local k=${1:-} rate="" slots=1 queue_ms=100
   shift || true
   if ! [[ $k =~ ^[0-9]+$ ]] || ((k < 1 || k > 200)); then
     die "up needs a host count 1..200, got '${k}'"
@@ -110,11 +114,15 @@ cmd_up() {
     case $1 in
       --rate) rate=${2:-}; [ -n "$rate" ] || die "--rate needs a value like 1gbit"; rate_bits "$rate" >/dev/null; shift 2 ;;
       --rate=*) rate=${1#--rate=}; rate_bits "$rate" >/dev/null; shift ;;
+      --queue-ms) queue_ms=${2:-}; shift 2 || true ;;
+      --queue-ms=*) queue_ms=${1#--queue-ms=}; shift ;;
       --slots) slots=${2:-}; shift 2 || true ;;
       --slots=*) slots=${1#--slots=}; shift ;;
-      *) die "unknown option '$1' for up (known: --rate RATE, --slots N)" ;;
+      *) die "unknown option '$1' for up (known: --rate RATE, --queue-ms MS, --slots N)" ;;
     esac
   done
+  [[ $queue_ms =~ ^[1-9][0-9]*$ ]] && ((queue_ms <= 10000)) ||
+    die "--queue-ms needs milliseconds 1..10000, got '${queue_ms}'"
   [[ $slots =~ ^[1-9][0-9]*$ ]] || die "--slots needs a positive integer, got '${slots}'"
   # Idempotent: whatever an earlier run left behind is removed first.
   cmd_down
@@ -128,8 +136,8 @@ cmd_up() {
   for ((i = 1; i <= k; i++)); do
     add_node "${PREFIX}-h$i" "${SUBNET_BASE}.$i" "p$i" "$hosts"
     if [ -n "$rate" ]; then
-      cap_link "${PREFIX}-h$i" eth0 "$rate"
-      cap_link ${PREFIX}-sw "p$i" "$rate"
+      cap_link "${PREFIX}-h$i" eth0 "$rate" "$queue_ms"
+      cap_link ${PREFIX}-sw "p$i" "$rate" "$queue_ms"
     fi
   done
   mkdir -p "$DIR"
@@ -147,7 +155,7 @@ OMPI_MCA_oob_tcp_if_include=${SUBNET_BASE}.0/24
 OMPI_MCA_btl_tcp_links=2
 EOF
   echo "${rate:-uncapped}" >"$DIR/rate"
-  echo "cluster.sh: up: $k hosts h1..h$k on ${SUBNET_BASE}.0/24, links ${rate:-uncapped}; hostfile $DIR/hostfile" >&2
+  echo "cluster.sh: up: $k hosts h1..h$k on ${SUBNET_BASE}.0/24, links ${rate:-uncapped}${rate:+ (queue ${queue_ms} ms)}; hostfile $DIR/hostfile" >&2
 }
 
 cmd_hostfile() {
@@ -196,7 +204,7 @@ main() {
     status) cmd_status ;;
     exec) cmd_exec "$@" ;;
     link) cmd_link "$@" ;;
-    *) die "usage: cluster.sh up K [--rate RATE] [--slots N] | down | hostfile | status | exec CMD... | link HOST up|down" ;;
+    *) die "usage: cluster.sh up K [--rate RATE] [--queue-ms MS] [--slots N] | down | hostfile | status | exec CMD... | link HOST up|down" ;;
   esac
 }
 
