@@ -29,8 +29,8 @@
 #   fmnist=300mbit,lm=250mbit: communication about 1.1-1.4x each task's compute here; the cluster is
 #   brought up again at each task's rate).
 # --queue-ms MS: how much of the cap each link may queue (tbf's latency; default 100, as every
-#   run before 2026-12-05 had): the LM's MPI ring stalls more behind a deep queue than DDP does
-#   (docs/time_to_accuracy.md, "auto on the LM, the afternoon of 2026-12-05").
+#   run before 2026-12-05 had; docs/time_to_accuracy.md, "auto on the LM, the afternoon of
+#   2026-12-05", compares 100 and 20).
 # --quick: 2 epochs of 10,240 images / 1,536 LM windows, 2,000 test images (27-50 minutes so far
 #   here, more than the 15 the issue asks: 26 jobs of 4 ranks each start torch 4 times).
 # Output: the raw lines (with quality-against-wall-time curves) in docs/data/time_to_accuracy_runs.jsonl

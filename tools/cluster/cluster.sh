@@ -17,9 +17,7 @@
 #   ovl-hI    host hI: 10.77.0.I on its "eth0", a veth whose peer "pI" sits on the bridge
 # With --rate, both directions of every host link are capped with tc tbf (netem does not exist
 # in this kernel), so a host sends and receives at most RATE; tbf queues what waits for the cap
-# up to --queue-ms of it (tbf's latency) and drops the rest. A deep queue delays the ACKs that
-# share it with data: at 100 ms the time-to-accuracy LM's MPI ring stalls about 100 ms in a few
-# percent of its steps, at 20 ms far less (docs/time_to_accuracy.md).
+# up to --queue-ms of it (tbf's latency) and drops the rest; ACKs share the queue with data.
 #
 # mpirun reaches hosts through cluster_rsh.sh next to this script (plm_rsh_agent), which starts
 # orted inside the host's namespace with its own UTS hostname, so ranks on different hosts see different
