@@ -35,7 +35,8 @@ timeout 60 "$CLUSTER" up 4 --rate 1gbit  # again, over the first: must replace, 
 [ "$(ip netns list | grep -c '^ovl-')" -eq 6 ] || fail "expected 6 namespaces (sw, head, h1..h4): $(ip netns list)"
 HOSTFILE=$("$CLUSTER" hostfile)
 [ "$(cat "$HOSTFILE")" = $'h1 slots=1\nh2 slots=1\nh3 slots=1\nh4 slots=1' ] || fail "hostfile: $(cat "$HOSTFILE")"
-ip netns exec ovl-h2 tc qdisc show dev eth0 | grep "tbf .*rate 1Gbit" >/dev/null || fail "h2 has no 1gbit tbf"
+ip netns exec ovl-h2 tc qdisc show dev eth0 | grep "tbf .*rate 1Gbit.* lat 100ms" >/dev/null ||
+  fail "h2 has no 1gbit tbf with a 100 ms queue: $(ip netns exec ovl-h2 tc qdisc show dev eth0)"
 # Private addresses only inside the namespaces: the machine's own namespace has none of them.
 ! ip -4 addr show | grep "10\.77\.0\." >/dev/null || fail "10.77.0.x leaked into the root namespace"
 
@@ -65,6 +66,14 @@ timeout 60 "$CLUSTER" up 2 --slots 2 >/dev/null 2>&1
 timeout 60 "$CLUSTER" exec "$OVERLAPRUN" -np 4 --hostfile "$("$CLUSTER" hostfile)" --tcp-only "$WHERE" >"$LOG"
 for r in 0 1; do grep -q "^rank=$r size=4 host=h1 ipv4=10.77.0.1 " "$LOG" || fail "rank $r not on h1: $(cat "$LOG")"; done
 for r in 2 3; do grep -q "^rank=$r size=4 host=h2 ipv4=10.77.0.2 " "$LOG" || fail "rank $r not on h2: $(cat "$LOG")"; done
+# --queue-ms sets both ends' tbf latency; a bad value is refused in one line.
+timeout 60 "$CLUSTER" up 2 --rate 250mbit --queue-ms 20 >/dev/null 2>&1
+for q in "ovl-h1 eth0" "ovl-sw p1" "ovl-sw p2"; do
+  ip netns exec ${q% *} tc qdisc show dev ${q#* } | grep "tbf .*rate 250Mbit.* lat 20ms" >/dev/null ||
+    fail "$q: no 250mbit tbf with a 20 ms queue: $(ip netns exec ${q% *} tc qdisc show dev ${q#* })"
+done
+"$CLUSTER" up 2 --rate 250mbit --queue-ms 0 2>"$LOG" && fail "--queue-ms 0 accepted"
+grep -qx "cluster.sh: --queue-ms needs milliseconds 1..10000, got '0'" "$LOG" || fail "--queue-ms 0 message: $(cat "$LOG")"
 "$CLUSTER" up 2 --slots 0 2>"$LOG" && fail "--slots 0 accepted"
 grep -qx "cluster.sh: --slots needs a positive integer, got '0'" "$LOG" || fail "--slots 0 message: $(cat "$LOG")"
 
