@@ -144,7 +144,7 @@ struct Summary {
   int slow = 0;
 };
 
-Summary Summarize(std::vector<double> ms) {
+Summary Summarize(const std::vector<double>& ms) {
   Summary s;
   std::vector<double> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
