@@ -56,14 +56,18 @@ struct Options {
   std::exit(2);
 }
 
+int ParseInt(int rank, const char* flag, absl::string_view text, int least) {
+  int v = 0;
+  if (!absl::SimpleAtoi(text, &v) || v < least) {
+    Usage(rank, std::string(flag) + " needs integers >= " + std::to_string(least));
+  }
+  return v;
+}
+
 std::vector<int> ParseList(int rank, const char* flag, const char* text, int least) {
   std::vector<int> out;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
-    int v = 0;
-    if (!absl::SimpleAtoi(part, &v) || v < least) {
-      Usage(rank, std::string(flag) + " needs integers >= " + std::to_string(least));
-    }
-    out.push_back(v);
+    out.push_back(ParseInt(rank, flag, part, least));
   }
   return out;
 }
@@ -75,9 +79,9 @@ Options Parse(int argc, char** argv, int rank) {
     if (i + 1 >= argc) Usage(rank, flag + " needs a value");
     const char* value = argv[++i];
     if (flag == "--steps") {
-      o.steps = ParseList(rank, "--steps", value, 1).front();
+      o.steps = ParseInt(rank, "--steps", value, 1);
     } else if (flag == "--gap-ms") {
-      o.gap_ms = ParseList(rank, "--gap-ms", value, 0).front();
+      o.gap_ms = ParseInt(rank, "--gap-ms", value, 0);
     } else if (flag == "--windows") {
       o.windows = ParseList(rank, "--windows", value, 0);
     } else if (flag == "--sizes") {

@@ -349,14 +349,15 @@ def main(argv):
         qualities[i] = task.quality(evaluator)
     qualities = system.max_over_ranks(qualities)
 
+    median_ms = statistics.median(slowest)
     result.update(steps=n, steps_per_epoch=steps_per_epoch, train_s=round(train_s, 3),
-                  step_ms=round(statistics.median(slowest), 3),
+                  step_ms=round(median_ms, 3),
                   step_ms_mean=round(statistics.fmean(slowest), 3),
                   step_ms_p90=round(statistics.quantiles(slowest, n=10)[-1], 3) if n > 1 else None,
                   first_steps_ms=[round(x, 1) for x in slowest[:12]],  # start-up cost, step by step
                   # where a mean above the median comes from: the steps over 1.5x the median
                   slow_steps=[[i, round(x, 1)] for i, x in enumerate(slowest)
-                              if x > 1.5 * statistics.median(slowest)][:40],
+                              if x > 1.5 * median_ms][:40],
                   final_quality=round(qualities[-1], 5),
                   curve=[[round(t, 3), k, round(q, 5)] for t, (_, k), q in zip(times, points, qualities)],
                   train_loss=[round(x, 4) for x in losses], loadavg_1m=round(os.getloadavg()[0], 2))
