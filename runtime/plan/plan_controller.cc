@@ -65,8 +65,8 @@ absl::Status PlanController::OnRound(const RoundResult& round,
   // then none is left waiting for a rank that stops following the plan.
   if (planned_->frozen() && round.unfreeze_wanted && round.agreed_launches.has_value()) {
     DropPlan(
-        "a rank is blocked on it (its program went on without a tensor the plan waits for, or "
-        "waited past its patience)",
+        "a rank is blocked on it (its program went on without a tensor the plan waits for, waits "
+        "for a result before the unit a check stopped the plan at, or waited past its patience)",
         pending);
   }
   if (!learned.has_value()) return absl::OkStatus();

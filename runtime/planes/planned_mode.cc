@@ -121,6 +121,7 @@ void PlannedMode::Freeze(ExecutablePlan plan, const absl::flat_hash_set<int32_t>
     if (ops.ok()) delay_ops_ = *std::move(ops);
   }
   skip_.clear();
+  stop_.reset();
   for (int32_t id : already_agreed) {
     if (planned_ids_.contains(id)) skip_.insert(id);
   }
@@ -208,6 +209,7 @@ std::vector<PendingOp> PlannedMode::Unfreeze(UnfreezeCause cause) {
   }
   frozen_ = false;
   must_unfreeze_ = false;
+  stop_.reset();
   entry_of_.clear();
   planned_ids_.clear();
   skip_.clear();
@@ -253,9 +255,13 @@ bool PlannedMode::CanLaunch() const {
   if (!frozen_ || must_unfreeze_ || join_ == JoinState::kAllJoined || plan_->buckets.empty()) {
     return false;
   }
-  for (const Launch& l : launches_) {
-    if (!l.checked) return false;  // bucket k+1 waits for bucket k's check
-  }
+  if (stop_.has_value() && launch_count_ >= stop_->at) return false;
+  const auto unchecked =
+      std::count_if(launches_.begin(), launches_.end(), [](const Launch& l) { return !l.checked; });
+  if (unchecked >= kCheckWindow) return false;
+  // A pass starts only once every check of the last one is in, so that a stop never waits for
+  // the next step's submissions.
+  if (next_bucket_ == 0 && unchecked > 0) return false;
   if (join_ == JoinState::kJoined) return true;
   const ExecBucket& bucket = plan_->buckets[static_cast<size_t>(next_bucket_)];
   for (const ExecSlice& slice : bucket.slices) {
@@ -431,6 +437,34 @@ absl::Status PlannedMode::LaunchNext() {
   return LaunchSliced(&l);
 }
 
+uint64_t PlannedMode::StopFor(const Launch& launch) const {
+  const auto left_in_pass = static_cast<uint64_t>(launch.plan->buckets.size()) - 1 -
+                            static_cast<uint64_t>(launch.bucket);
+  return launch.number + std::min(static_cast<uint64_t>(kCheckWindow - 1), left_in_pass);
+}
+
+void PlannedMode::ApplyStop() {
+  if (!stop_.has_value() || launch_count_ < stop_->at) return;
+  for (const Launch& l : launches_) {
+    if (!l.checked) return;
+  }
+  const PlanStop stop = *stop_;
+  stop_.reset();
+  if (stop.diverged) must_unfreeze_ = true;
+  if (stop.all_joined) {
+    // Those units were zeros everywhere; nobody starts another until the Join completes.
+    join_ = JoinState::kAllJoined;
+    next_bucket_ = 0;
+    skip_.clear();
+    if (held_join_.has_value()) {
+      PendingOp join = std::move(*held_join_);
+      held_join_.reset();
+      join_ = JoinState::kNone;
+      complete_(join, absl::OkStatus());
+    }
+  }
+}
+
 void PlannedMode::OnChecked(Launch* launch) {
   launch->checked = true;
   launch->checked_at = absl::Now();
@@ -462,25 +496,19 @@ void PlannedMode::OnChecked(Launch* launch) {
         "overlap: rank {}: {} submitted differently from the frozen plan on some rank; "
         "negotiating every operation again",
         rank_, absl::StrJoin(names, ", "));
-    must_unfreeze_ = true;
   }
   size_t joined = 0;
   const size_t base = kFingerprintBits + Words(n) * 64;
   for (int r = 0; r < size_; ++r) {
     if (TestBit(launch->check, base + static_cast<size_t>(r))) ++joined;
   }
-  if (joined == static_cast<size_t>(size_)) {
-    // That unit was zeros everywhere; nobody starts another until the Join completes.
-    join_ = JoinState::kAllJoined;
-    next_bucket_ = 0;
-    skip_.clear();
-    if (held_join_.has_value()) {
-      PendingOp join = std::move(*held_join_);
-      held_join_.reset();
-      join_ = JoinState::kNone;
-      complete_(join, absl::OkStatus());
-    }
-  }
+  const bool all_joined = joined == static_cast<size_t>(size_);
+  if (!any && !all_joined) return;
+  // Later checks of the window may add to the stop, never move it: each rank sees the checks in
+  // the same order, so the first one that sets it is the same everywhere.
+  if (!stop_.has_value()) stop_ = PlanStop{StopFor(*launch)};
+  stop_->diverged |= any;
+  stop_->all_joined |= all_joined;
 }
 
 void PlannedMode::OnDataDone(PendingOp& op, const absl::Status& status) {
@@ -562,21 +590,36 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
     Finish(&launches_.front(), renegotiate);
     launches_.pop_front();
   }
+  ApplyStop();
   if (deliver_due_) Deliver();
-  if (CanLaunch()) {
+  while (CanLaunch()) {
     s = LaunchNext();
     if (!s.ok()) return s;
   }
+  ApplyStop();  // a unit the first pass skips is checked as it starts
   // Blocked: nothing runs, tensors are here, but the next unit cannot start for want of others
   // on this rank. Cheapest test first: this runs on every turn of the coordinator's loop while
   // collectives are in flight, and HasUnlaunched walks every active tensor (a delayed plan keeps
   // them all active).
   const bool blocked =
       frozen_ && !must_unfreeze_ && launches_.empty() && !CanLaunch() && HasUnlaunched();
+  // A check set a stop this rank cannot reach with what its program submitted: the program may
+  // wait for a result first (the diverged tensor's, which only a drop delivers). Every rank that
+  // started as many units drops the plan in the round this asks for.
+  const bool short_of_stop =
+      stop_.has_value() && launch_count_ < stop_->at && !CanLaunch() &&
+      std::all_of(launches_.begin(), launches_.end(), [](const Launch& l) { return l.checked; });
+  if (short_of_stop && !wants_unfreeze_) {
+    wants_unfreeze_ = true;
+    spdlog::info(
+        "overlap: rank {}: a check stopped the frozen plan at unit {}, which this rank cannot "
+        "reach with the tensors submitted (it started {}): asking to drop the plan",
+        rank_, stop_->at, launch_count_);
+  }
   if (!blocked) {
     blocked_since_ = absl::InfiniteFuture();
     blocked_warned_ = false;
-    wants_unfreeze_ = false;
+    if (!short_of_stop) wants_unfreeze_ = false;
   } else {
     if (blocked_since_ == absl::InfiniteFuture()) blocked_since_ = now;
     const absl::Duration blocked_for = now - blocked_since_;

@@ -2,7 +2,8 @@
 // from negotiation (DDP's frozen buckets) or made by a scheduler planner, with no negotiation.
 //
 // A rank starts bucket k of the plan as soon as every tensor it holds is submitted locally and
-// bucket k-1's check has completed - no negotiation round, no message to rank 0. Every rank starts
+// fewer than kCheckWindow started units still wait for their checks (none, for a pass's first
+// bucket) - no negotiation round, no message to rank 0. Every rank starts
 // the same buckets in the same order on communicators only the plan uses, so the collectives
 // match. Whole-tensor buckets (observed plans) go to a data plane that fuses them as negotiated
 // mode does: host tensors to one on the host, CUDA tensors to one on the GPU with an executor of
@@ -11,9 +12,11 @@
 // executor or the GPU's over the CUDA plane's executor (a plan's bucket holds tensors of one
 // device: ScheduledPlan splits mixed ones), packed when they start and run one at a time per
 // channel in plan order, so channels run concurrently. A bucket's check goes out just before its
-// data, so it completes in about one round trip even on links its data saturates; bucket k+1 then
-// starts (and packs) while bucket k's collective still runs, and its collective follows the moment
-// the channel is free.
+// data; bucket k+1 starts (and packs) while bucket k's collective still runs, and its collective
+// follows the moment the channel is free. On a link the data saturates a check still waits in the
+// link's queue; one that waited there gated every later bucket when the window was one unit (a
+// 30-bucket plan stalled 100 ms in 2-4% of steps at 250 Mbit/s: docs/time_to_accuracy.md), so up
+// to kCheckWindow units run ahead of their checks.
 //
 // Consistency check: with each bucket's collective, a small bitwise-OR allreduce on control
 // collectives of its own (runtime/control/control_collectives.h) tells every rank which of the
@@ -22,8 +25,14 @@
 // the tensor's last bucket and its check are done. Tensors that diverged on any rank go back to
 // negotiation on every rank - which agrees on the new request if every rank changed it alike, and
 // otherwise fails it with the usual mismatch error naming each rank's request - and the plan is
-// dropped. Since no rank starts bucket k+1 before bucket k's check is in, every rank drops the plan
-// at the same bucket. The check also carries a fingerprint of the unit (its bucket and slices): a
+// dropped. Every rank drops it after the same unit: a check that finds a diverged tensor (or
+// every rank joined, below) sets a stop at the last unit of its window - its own unit plus
+// kCheckWindow - 1, or the pass's last unit if that comes first - and the plan stops once this
+// rank has started every unit up to the stop and every check up to there is in (their flags
+// combined, so every rank acts alike). A window never reaches into the next pass, whose
+// submissions the program may make only once this step's results are delivered; a rank blocked
+// short of the stop (its program waits on a handle first) asks at once, in a round, to drop the
+// plan, which every rank does where all started as many units. The check also carries a fingerprint of the unit (its bucket and slices): a
 // unit that is not the same on every rank (a bug, since every rank freezes the same plan) would
 // have combined different tensors, so it fails the job on every rank and delivers nothing. A
 // tensor whose slices were only partly sent goes back to negotiation with its input untouched:
@@ -46,8 +55,9 @@
 // freed when a plan without that bucket is frozen.
 //
 // Join: a joined rank starts each next bucket with zeros (and whatever it submitted before
-// joining). When a bucket's check shows every rank joined, that bucket was all zeros, nobody
-// starts another, and the plan restarts at bucket 0 once the negotiated Join completes.
+// joining). When a bucket's check shows every rank joined, that bucket was all zeros; every rank
+// starts the units up to the stop it sets (zeros too), then nobody starts another, and the plan
+// restarts at bucket 0 once the negotiated Join completes.
 //
 // Threading: the coordinator thread only.
 #ifndef OVERLAP_RUNTIME_PLANES_PLANNED_MODE_H_
@@ -87,6 +97,11 @@ class PlannedMode {
   static constexpr int64_t kUnitBytes = int64_t{25} << 20;
   // A unit ends with its negotiation round once it holds this much (launch_units.h).
   static constexpr int64_t kMinUnitBytes = int64_t{1} << 20;
+  // Started units that may wait for their checks at once. bench/planned_checks on the namespace
+  // cluster (250 Mbit/s, 30 buckets a step): the p90 of a step's communication 1.52x the unchecked
+  // one's with one unit, 1.40x with two, 1.27x with four. Every rank must use the same window
+  // (the stops depend on it), so it is a constant, not a setting.
+  static constexpr int kCheckWindow = 4;
 
   // Makes the plane for a plan's CUDA tensors (its own communicators, set up when a plan holding
   // CUDA tensors is frozen) in the context given: the planned executor's.
@@ -145,13 +160,15 @@ class PlannedMode {
   // started unit stalled past OVERLAP_STALL_TIMEOUT_S: it cannot be withdrawn).
   absl::Status Progress(std::vector<PendingOp>* renegotiate);
 
-  // A unit's check found a diverged tensor: the runtime must Unfreeze now.
+  // A unit's check found a diverged tensor and this rank has reached the stop it set (every rank
+  // stops at the same unit): the runtime must Unfreeze now.
   bool must_unfreeze() const { return must_unfreeze_; }
   // Blocked on the plan (no unit running, and the next one waits for a tensor this rank has not
   // submitted while others are here) for longer than the patience (4 steps, at least 1 s), or for
   // a moment (a quarter step, 20 ms at least) once the program has gone on to its next step
   // without that tensor (a tensor the plan already ran this step was submitted again; not under a
-  // delayed plan): ask (in a round) to drop it. A tensor that stops being submitted (a metric
+  // delayed plan), or at once when a check has set a stop (see above) this rank cannot reach with
+  // the tensors its program submitted: ask (in a round) to drop it. A tensor that stops being submitted (a metric
   // reduced only while warming up) then costs about a step, not the patience. True once per
   // patience interval, so that the caller asks for a round each time.
   bool TakeUnfreezeWish();
@@ -262,6 +279,17 @@ class PlannedMode {
   };
 
   bool CanLaunch() const;
+  // Where every rank stops starting units after a check found a diverged tensor or every rank
+  // joined, and what it found (the flags of every check up to `at`, combined).
+  struct PlanStop {
+    uint64_t at = 0;  // the number of the last unit started
+    bool diverged = false;
+    bool all_joined = false;
+  };
+  // The number of the last unit of the window of `launch`'s check.
+  uint64_t StopFor(const Launch& launch) const;
+  // Once this rank has started every unit up to the stop and every check is in: acts on it.
+  void ApplyStop();
   // A submitted tensor has buckets not yet started (with no unit running and the next one
   // unable to start, what "blocked on the plan" means).
   bool HasUnlaunched() const;
@@ -358,6 +386,7 @@ class PlannedMode {
   std::deque<Launch> launches_;
   uint64_t launch_count_ = 0;
   bool must_unfreeze_ = false;
+  std::optional<PlanStop> stop_;
   absl::Status stalled_;  // set by OnReport: the job cannot continue
   JoinState join_ = JoinState::kNone;
   std::optional<PendingOp> held_join_;

@@ -95,7 +95,7 @@ absl::Time PlannedMode::NextDeadline() const {
   }
   absl::Time probe = absl::InfiniteFuture();
   for (const Launch& l : launches_) {
-    if (!l.checked) probe = l.next_probe;
+    if (!l.checked) probe = std::min(probe, l.next_probe);
   }
   if (blocked_since_ == absl::InfiniteFuture()) return probe;
   absl::Time next = wants_unfreeze_ ? last_wish_ + patience_ : blocked_since_ + patience_;

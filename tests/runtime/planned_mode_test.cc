@@ -6,8 +6,10 @@
 #include "runtime/planes/planned_mode.h"
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -114,19 +116,24 @@ class PlannedJob {
   }
 
   // Runs every rank's Progress in turn until every rank is idle with nothing waiting, or has
-  // failed, or must unfreeze; false after `limit`.
+  // failed, or must unfreeze and has finished what it started (as the runtime keeps a dropped
+  // plan's started units running); false after `limit`.
   bool Run(absl::Duration limit = absl::Seconds(20)) {
     const absl::Time deadline = absl::Now() + limit;
     while (absl::Now() < deadline) {
       bool busy = false;
       for (Rank& rank : ranks_) {
-        if (!rank.error.ok() || rank.planned->must_unfreeze()) continue;
+        if (!rank.error.ok()) continue;
+        if (rank.planned->must_unfreeze() && rank.planned->idle()) continue;
         absl::Status s = rank.planned->Progress(&rank.renegotiate);
         if (!s.ok()) {
           rank.error = s;
           continue;
         }
-        if (!rank.planned->quiescent()) busy = true;
+        if (rank.planned->must_unfreeze() ? !rank.planned->idle()
+                                          : !rank.planned->quiescent()) {
+          busy = true;
+        }
       }
       if (!busy) return true;
     }
@@ -261,6 +268,141 @@ TEST_CASE("a tensor one rank submits differently goes back to negotiation on eve
   // shape mismatch, so those values never count as a result.)
   CHECK(job.rank(1).data["b"][1] == 4.0f);
   CHECK(job.rank(0).data["b"][1] == float((1 + 3) * 2));
+}
+
+// Six single-tensor buckets, a..f, for the check window's tests.
+const std::vector<std::pair<std::string, int64_t>> kSix = {{"a", 4}, {"b", 4}, {"c", 4},
+                                                           {"d", 4}, {"e", 4}, {"f", 4}};
+std::vector<ExecBucket> SixBuckets(BucketKind kind) {
+  std::vector<ExecBucket> buckets;
+  for (int i = 0; i < 6; ++i) {
+    ExecBucket b = Sliced(kind, {{i, 0, 4}});
+    buckets.push_back(b);
+  }
+  return buckets;
+}
+
+TEST_CASE("up to the check window's units start before the first check is in, and no more",
+          "[planned][window]") {
+  PlannedJob job(2, kSix);
+  job.checks().HoldCall(0);  // a's check never completes
+  job.Freeze(job.Plan(SixBuckets(BucketKind::kAllreduce)));
+  for (const auto& [name, count] : kSix) job.SubmitEverywhere(name);
+  CHECK_FALSE(job.Run(absl::Milliseconds(200)));
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(job.rank(r).planned->launches() == PlannedMode::kCheckWindow);
+    CHECK(CountChecks(job.checks(), r) == PlannedMode::kCheckWindow);
+    CHECK(job.rank(r).done.empty());  // a handle completes only once its check is in
+  }
+}
+
+TEST_CASE("a pass starts only once every check of the last one is in", "[planned][window]") {
+  PlannedJob job(2, {{"a", 4}, {"b", 4}});
+  job.checks().HoldCall(1);  // b's check never completes
+  job.Freeze(job.Plan(
+      {Sliced(BucketKind::kAllreduce, {{0, 0, 4}}), Sliced(BucketKind::kAllreduce, {{1, 0, 4}})}));
+  job.SubmitEverywhere("a");
+  job.SubmitEverywhere("b");
+  CHECK_FALSE(job.Run(absl::Milliseconds(200)));
+  job.CheckSums("a");
+  job.SubmitEverywhere("a");  // the next step's a
+  CHECK_FALSE(job.Run(absl::Milliseconds(200)));
+  for (int r = 0; r < 2; ++r) CHECK(job.rank(r).planned->launches() == 2);
+}
+
+TEST_CASE("a divergence found with several units in flight stops every rank after the same unit",
+          "[planned][divergence][window]") {
+  PlannedJob job(3, kSix);
+  job.Freeze(job.Plan(SixBuckets(BucketKind::kAllreduce)));
+  for (int r = 0; r < 3; ++r) {
+    job.Submit(r, "a", r == 1 ? 5 : 4);  // rank 1 changed a's shape
+    for (const char* name : {"b", "c", "d", "e", "f"}) job.Submit(r, name);
+  }
+  REQUIRE(job.Run());
+  // a's check set the stop at the last unit of its window (a, b, c, d); those checked clean
+  // complete, a goes back to negotiation, e and f were never started.
+  job.CheckSums("b");
+  job.CheckSums("c");
+  job.CheckSums("d");
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r);
+    Rank& rank = job.rank(r);
+    REQUIRE(rank.error.ok());
+    CHECK(rank.planned->must_unfreeze());
+    CHECK(rank.planned->launches() == 4);
+    REQUIRE(rank.renegotiate.size() == 1);
+    CHECK(rank.renegotiate[0].request.name == "a");
+    std::vector<std::string> back;
+    for (PendingOp& op : rank.planned->Unfreeze()) back.push_back(op.request.name);
+    std::sort(back.begin(), back.end());
+    CHECK(back == std::vector<std::string>{"e", "f"});
+  }
+}
+
+TEST_CASE("a rank short of a divergence's stop asks to drop the plan, then reaches the stop",
+          "[planned][divergence][window]") {
+  PlannedJob job(3, kSix);
+  job.Freeze(job.Plan(SixBuckets(BucketKind::kAllreduce)));
+  for (int r = 0; r < 3; ++r) {
+    job.Submit(r, "a", r == 1 ? 5 : 4);
+    job.Submit(r, "b");
+    if (r == 2) continue;  // rank 2's c and d come later
+    for (const char* name : {"c", "d", "e", "f"}) job.Submit(r, name);
+  }
+  CHECK_FALSE(job.Run(absl::Milliseconds(200)));  // ranks 0 and 1 wait for rank 2's c and d
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r);
+    CHECK_FALSE(job.rank(r).planned->must_unfreeze());
+    CHECK(job.rank(r).planned->launches() == (r == 2 ? 2 : 4));
+    // Rank 2 cannot reach the stop with what it has: a round may drop the plan where every
+    // rank started as many units (here they did not, so it would not).
+    CHECK(job.rank(r).planned->wants_unfreeze() == (r == 2));
+  }
+  job.Submit(2, "c");
+  job.Submit(2, "d");
+  REQUIRE(job.Run());
+  for (const char* name : {"b", "c", "d"}) job.CheckSums(name);
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r);
+    CHECK(job.rank(r).planned->must_unfreeze());
+    CHECK(job.rank(r).planned->launches() == 4);
+    REQUIRE(job.rank(r).renegotiate.size() == 1);
+    CHECK(job.rank(r).renegotiate[0].request.name == "a");
+  }
+}
+
+TEST_CASE("every rank joined: the units of the window run as zeros, then the Join completes",
+          "[planned][join][window]") {
+  PlannedJob job(2, kSix);
+  ExecutablePlan plan = job.Plan({});
+  for (int i = 0; i < 6; ++i) {
+    ExecBucket whole;
+    whole.slices = {{i, 0, 4}};
+    plan.buckets.push_back(whole);
+  }
+  job.Freeze(plan);
+  for (int r = 0; r < 2; ++r) {
+    PendingOp join;
+    join.request.kind = OpKind::kJoin;
+    join.request.name = "join";
+    job.rank(r).planned->SetJoined(true);
+    const std::optional<PendingOp> back = job.rank(r).planned->JoinAgreed(std::move(join));
+    CHECK_FALSE(back.has_value());  // held
+  }
+  REQUIRE(job.Run());
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    REQUIRE(job.rank(r).error.ok());
+    REQUIRE(job.rank(r).done.count("join") == 1);
+    CHECK(job.rank(r).done["join"].ok());
+    CHECK(job.rank(r).planned->launches() == PlannedMode::kCheckWindow);
+    CHECK_FALSE(job.rank(r).planned->must_unfreeze());
+  }
+  // The plan restarts at its first bucket for everyone.
+  for (const auto& [name, count] : kSix) job.SubmitEverywhere(name);
+  REQUIRE(job.Run());
+  for (const auto& [name, count] : kSix) job.CheckSums(name);
 }
 
 TEST_CASE("units that differ between ranks fail on every rank instead of mixing tensors",

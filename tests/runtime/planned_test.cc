@@ -179,6 +179,43 @@ TEST_CASE("a shape change on one rank under a plan fails that tensor on every ra
   CHECK(Stats().plans_dropped >= 1);
 }
 
+TEST_CASE("a shape change while every rank waits on each tensor before the next fails at once",
+          "[plan][mismatch]") {
+  // Each tensor is a unit of its own and no rank submits the next before the last one's result
+  // is in: the diverged check's stop lies beyond what any rank can start, so the ranks ask to
+  // drop the plan at once instead of waiting out its patience (at least 1 s).
+  std::vector<float> a, b(5), c(7);
+  for (int step = 0; step < 12; ++step) {
+    INFO("step " << step);
+    const int64_t n = step == 8 && Rank() == Size() - 1 ? 4 : 3;
+    a.assign(static_cast<size_t>(n), 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<Handle> ha =
+        Allreduce("p.seq.a", MakeTensor(a.data(), {n}), MakeTensor(a.data(), {n}), {ReduceOp::kSum});
+    REQUIRE(ha.ok());
+    const absl::Status sa = ha->Wait(kWait);
+    INFO(sa.message());
+    if (step == 8) {
+      CHECK(absl::StrContains(sa.message(), "allreduce 'p.seq.a': shape mismatch"));
+      CHECK(Seconds(start) < 0.8);
+    } else {
+      REQUIRE(sa.ok());
+      CHECK(a[2] == static_cast<float>(Size()));
+    }
+    for (std::vector<float>* v : {&b, &c}) {
+      std::fill(v->begin(), v->end(), 2.0f);
+      const int64_t m = static_cast<int64_t>(v->size());
+      absl::StatusOr<Handle> h =
+          Allreduce(v == &b ? "p.seq.b" : "p.seq.c", MakeTensor(v->data(), {m}),
+                    MakeTensor(v->data(), {m}), {ReduceOp::kSum});
+      REQUIRE(h.ok());
+      REQUIRE(h->Wait(kWait).ok());
+      CHECK(v->back() == 2.0f * Size());
+    }
+  }
+  CHECK(Stats().plans_dropped >= 1);
+}
+
 TEST_CASE("every rank changing a planned shape alike is renegotiated, not an error", "[plan]") {
   for (int step = 0; step < 9; ++step) {
     INFO("step " << step);
