@@ -2,11 +2,13 @@
 //
 // runtime/planes/planned_mode.cc starts each bucket of a frozen plan with a small bitwise-OR
 // allreduce (the check: every rank launched the same unit) on a communicator of its own, beside
-// the bucket's data allreduce, and launches bucket k + 1 only once bucket k's check is done. This
+// the bucket's data allreduce; it launched bucket k + 1 only once bucket k's check was done, and
+// since the evening of 2026-12-05 lets four units run ahead of their checks (--window 4). This
 // program replays that pattern with nothing else: per step, `--gap-ms` of busy CPU (the
 // compute), then the buckets of --sizes (float32 element counts; default the time-to-accuracy
 // LM's usbyte plan, 30 buckets), each launched once the check of the bucket `--window` places
-// before it is done (1 is the runtime's rule; 0 launches every bucket at once, no checks), each
+// before it is done (4 is the runtime's rule, PlannedMode::kCheckWindow, 1 its old one; 0
+// launches every bucket at once, no checks), each
 // MPI request spun on with MPI_Test and sched_yield as the coordinator does. It prints, per
 // window, the step's communication time (first launch to last completion, the slowest rank):
 //   {"window":1,"steps":300,"median_ms":..,"p90_ms":..,"max_ms":..,"slow_steps":..}
@@ -16,9 +18,8 @@
 //   mpirun -np 4 bazel-bin/bench/planned_checks [--steps 300] [--gap-ms 30] [--windows 0,1,2,4]
 //
 // On the namespace cluster (4 hosts at 250 Mbit/s, docs/time_to_accuracy.md, "auto on the LM,
-// the afternoon of 2026-12-05") the runtime's window of 1 gave a median of 96 ms, a p90 of
-// 141 and 5% of steps 60 ms over the median, where launching with no checks gave 89, 97 and
-// none.
+// the afternoon of 2026-12-05") a window of 1 gave a median of 96 ms, a p90 of 141 and 5% of
+// steps 60 ms over the median, where launching with no checks gave 89, 97 and none.
 #include <mpi.h>
 #include <sched.h>
 
