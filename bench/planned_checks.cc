@@ -7,7 +7,7 @@
 // program replays that pattern with nothing else: per step, `--gap-ms` of busy CPU (the
 // compute), then the buckets of --sizes (float32 element counts; default the time-to-accuracy
 // LM's usbyte plan, 30 buckets), each launched once the check of the bucket `--window` places
-// before it is done (4 is the runtime's rule, PlannedMode::kCheckWindow, 1 its old one; 0
+// before it is done (4 is the runtime's default, OVERLAP_PLAN_CHECK_WINDOW, 1 its old rule; 0
 // launches every bucket at once, no checks), each
 // MPI request spun on with MPI_Test and sched_yield as the coordinator does. It prints, per
 // window, the step's communication time (first launch to last completion, the slowest rank):

@@ -95,6 +95,12 @@ struct Config {
   // OVERLAP_PLAN_AFTER_STEPS, 0..1000; 0 keeps negotiating every operation (Horovod's behaviour).
   int plan_after_steps = 3;
 
+  // Planned units that may run ahead of their consistency checks (runtime/planes/planned_mode.h):
+  // a check waits in its link's queue behind the data, and with a window of one it gated every
+  // later unit (bench/planned_checks: the p90 of a 30-bucket step 1.52x the unchecked one's with
+  // 1, 1.27x with 4). Every rank must set the same value. OVERLAP_PLAN_CHECK_WINDOW, 1..64.
+  int plan_check_window = 4;
+
   // Communication planner. "observed" freezes the step negotiation observed (DDP-style launch
   // units). Any other name is a scheduler planner (scheduler/planner.h): wfbp, fusion, mgwfbp,
   // bytescheduler, usbyte, dear, deft or auto. Those need the step markers (StartForward...):

@@ -56,6 +56,7 @@ const Field kFields[] = {
     {"OVERLAP_CYCLE_TIME_MS", &Config::cycle_time_ms},
     {"OVERLAP_COORDINATOR_WAIT", &Config::coordinator_wait},
     {"OVERLAP_PLAN_AFTER_STEPS", &Config::plan_after_steps},
+    {"OVERLAP_PLAN_CHECK_WINDOW", &Config::plan_check_window},
     {"OVERLAP_PROFILE_STEPS", &Config::profile_steps},
     {"OVERLAP_STALENESS", &Config::staleness},
     {"OVERLAP_MAX_PERIOD", &Config::max_period},

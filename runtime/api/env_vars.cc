@@ -229,6 +229,14 @@ constexpr Var kVars[] = {
                 "freeze a plan after N identical steps and stop negotiating them (0..1000; 0: "
                 "never)")
         .Build(),
+    Def("OVERLAP_PLAN_CHECK_WINDOW", Kind::kInt)
+        .Range(1, 64, "an integer")
+        .Default("4")
+        .Describe("planned units that may run ahead of their consistency checks; the same on "
+                  "every rank (docs/tuning.md)")
+        .Option("--plan-check-window", "N",
+                "let N planned units run ahead of their consistency checks (1..64)")
+        .Build(),
     Def("OVERLAP_PROFILE_STEPS", Kind::kInt)
         .Range(1, 1000, "an integer")
         .Default("5")

@@ -243,6 +243,10 @@ absl::Status Runtime::Connect(MPI_Comm comm, const Config& config) {
   absl::Status same = AgreeOnValue(control_comm_, rank_, size_, config,
                                    "OVERLAP_ADAPTIVE_ALLREDUCE", config.adaptive_allreduce);
   if (!same.ok()) return same;
+  // Every rank stops a plan after the same unit only with the same window.
+  same = AgreeOnValue(control_comm_, rank_, size_, config, "OVERLAP_PLAN_CHECK_WINDOW",
+                      absl::StrCat(config.plan_check_window));
+  if (!same.ok()) return same;
   MpiExecutorOptions executor_options;
   executor_options.num_channels = config.num_channels;
   executor_options.host = *host;

@@ -258,7 +258,7 @@ bool PlannedMode::CanLaunch() const {
   if (stop_.has_value() && launch_count_ >= stop_->at) return false;
   const auto unchecked =
       std::count_if(launches_.begin(), launches_.end(), [](const Launch& l) { return !l.checked; });
-  if (unchecked >= kCheckWindow) return false;
+  if (unchecked >= config_.plan_check_window) return false;
   // A pass starts only once every check of the last one is in, so that a stop never waits for
   // the next step's submissions.
   if (next_bucket_ == 0 && unchecked > 0) return false;
@@ -440,7 +440,7 @@ absl::Status PlannedMode::LaunchNext() {
 uint64_t PlannedMode::StopFor(const Launch& launch) const {
   const auto left_in_pass = static_cast<uint64_t>(launch.plan->buckets.size()) - 1 -
                             static_cast<uint64_t>(launch.bucket);
-  return launch.number + std::min(static_cast<uint64_t>(kCheckWindow - 1), left_in_pass);
+  return launch.number + std::min(static_cast<uint64_t>(config_.plan_check_window - 1), left_in_pass);
 }
 
 void PlannedMode::ApplyStop() {

@@ -2,7 +2,8 @@
 // from negotiation (DDP's frozen buckets) or made by a scheduler planner, with no negotiation.
 //
 // A rank starts bucket k of the plan as soon as every tensor it holds is submitted locally and
-// fewer than kCheckWindow started units still wait for their checks (none, for a pass's first
+// fewer than OVERLAP_PLAN_CHECK_WINDOW (Config::plan_check_window, 4) started units still wait
+// for their checks (none, for a pass's first
 // bucket) - no negotiation round, no message to rank 0. Every rank starts
 // the same buckets in the same order on communicators only the plan uses, so the collectives
 // match. Whole-tensor buckets (observed plans) go to a data plane that fuses them as negotiated
@@ -16,7 +17,7 @@
 // follows the moment the channel is free. On a link the data saturates a check still waits in the
 // link's queue; one that waited there gated every later bucket when the window was one unit (a
 // 30-bucket plan stalled 100 ms in 2-4% of steps at 250 Mbit/s: docs/time_to_accuracy.md), so up
-// to kCheckWindow units run ahead of their checks.
+// to a window of units run ahead of their checks.
 //
 // Consistency check: with each bucket's collective, a small bitwise-OR allreduce on control
 // collectives of its own (runtime/control/control_collectives.h) tells every rank which of the
@@ -27,7 +28,7 @@
 // otherwise fails it with the usual mismatch error naming each rank's request - and the plan is
 // dropped. Every rank drops it after the same unit: a check that finds a diverged tensor (or
 // every rank joined, below) sets a stop at the last unit of its window - its own unit plus
-// kCheckWindow - 1, or the pass's last unit if that comes first - and the plan stops once this
+// the window - 1, or the pass's last unit if that comes first - and the plan stops once this
 // rank has started every unit up to the stop and every check up to there is in (their flags
 // combined, so every rank acts alike). A window never reaches into the next pass, whose
 // submissions the program may make only once this step's results are delivered; a rank blocked
@@ -97,11 +98,6 @@ class PlannedMode {
   static constexpr int64_t kUnitBytes = int64_t{25} << 20;
   // A unit ends with its negotiation round once it holds this much (launch_units.h).
   static constexpr int64_t kMinUnitBytes = int64_t{1} << 20;
-  // Started units that may wait for their checks at once. bench/planned_checks on the namespace
-  // cluster (250 Mbit/s, 30 buckets a step): the p90 of a step's communication 1.52x the unchecked
-  // one's with one unit, 1.40x with two, 1.27x with four. Every rank must use the same window
-  // (the stops depend on it), so it is a constant, not a setting.
-  static constexpr int kCheckWindow = 4;
 
   // Makes the plane for a plan's CUDA tensors (its own communicators, set up when a plan holding
   // CUDA tensors is frozen) in the context given: the planned executor's.

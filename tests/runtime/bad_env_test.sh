@@ -31,6 +31,22 @@ run OVERLAP_EXECUTOR=cuda
 [ "$rc" -ne 0 ] || fail "a bad OVERLAP_EXECUTOR did not fail the job"
 expect_line "Init: rank 1: Init failed: rank 0: OVERLAP_EXECUTOR='cuda' is not valid: expected one of auto, nccl, mpi; rank 1: OVERLAP_EXECUTOR='cuda' is not valid: expected one of auto, nccl, mpi"
 
+# A setting that must match, different on each rank (a wrapper sets it from the rank): Init fails
+# on every rank naming both values.
+cat >"$T/rank_window.sh" <<'WRAPPER'
+#!/bin/sh
+OVERLAP_PLAN_CHECK_WINDOW=$((${OMPI_COMM_WORLD_RANK:-0} + 1)) exec "$@"
+WRAPPER
+chmod +x "$T/rank_window.sh"
+timeout -k 5 60 "$overlaprun" -np 2 --mpi-args "--mca btl self,vader,tcp" \
+  -- "$T/rank_window.sh" "$binary" >"$T/out" 2>&1
+rc=$?
+[ "$rc" -ne 0 ] || fail "OVERLAP_PLAN_CHECK_WINDOW set differently on the ranks did not fail the job"
+for r in 0 1; do
+  grep -q "^Init: rank $r: .*OVERLAP_PLAN_CHECK_WINDOW must be the same on every rank: rank 0 has 1, rank 1 has 2$" "$T/out" ||
+    fail "rank $r did not name the differing OVERLAP_PLAN_CHECK_WINDOW"
+done
+
 run OVERLAP_FUSION_TRESHOLD=1048576
 [ "$rc" -eq 0 ] || fail "a misspelt variable failed the job (status $rc)"
 for r in 0 1; do

@@ -284,15 +284,17 @@ std::vector<ExecBucket> SixBuckets(BucketKind kind) {
 
 TEST_CASE("up to the check window's units start before the first check is in, and no more",
           "[planned][window]") {
-  PlannedJob job(2, kSix);
+  Config config;
+  config.plan_check_window = GENERATE(1, 3, 4);
+  PlannedJob job(2, kSix, 1, config);
   job.checks().HoldCall(0);  // a's check never completes
   job.Freeze(job.Plan(SixBuckets(BucketKind::kAllreduce)));
   for (const auto& [name, count] : kSix) job.SubmitEverywhere(name);
   CHECK_FALSE(job.Run(absl::Milliseconds(200)));
   for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r);
-    CHECK(job.rank(r).planned->launches() == PlannedMode::kCheckWindow);
-    CHECK(CountChecks(job.checks(), r) == PlannedMode::kCheckWindow);
+    INFO("rank " << r << ", window " << config.plan_check_window);
+    CHECK(job.rank(r).planned->launches() == static_cast<uint64_t>(config.plan_check_window));
+    CHECK(CountChecks(job.checks(), r) == config.plan_check_window);
     CHECK(job.rank(r).done.empty());  // a handle completes only once its check is in
   }
 }
@@ -313,7 +315,7 @@ TEST_CASE("a pass starts only once every check of the last one is in", "[planned
 
 TEST_CASE("a divergence found with several units in flight stops every rank after the same unit",
           "[planned][divergence][window]") {
-  PlannedJob job(3, kSix);
+  PlannedJob job(3, kSix);  // the default window: 4
   job.Freeze(job.Plan(SixBuckets(BucketKind::kAllreduce)));
   for (int r = 0; r < 3; ++r) {
     job.Submit(r, "a", r == 1 ? 5 : 4);  // rank 1 changed a's shape
@@ -396,7 +398,7 @@ TEST_CASE("every rank joined: the units of the window run as zeros, then the Joi
     REQUIRE(job.rank(r).error.ok());
     REQUIRE(job.rank(r).done.count("join") == 1);
     CHECK(job.rank(r).done["join"].ok());
-    CHECK(job.rank(r).planned->launches() == PlannedMode::kCheckWindow);
+    CHECK(job.rank(r).planned->launches() == 4);  // the default window
     CHECK_FALSE(job.rank(r).planned->must_unfreeze());
   }
   // The plan restarts at its first bucket for everyone.
