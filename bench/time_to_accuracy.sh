@@ -25,6 +25,8 @@
 #   bucket of the plan compressed, with error feedback). Any deft row may end in @B (before :off),
 #   e.g. overlap:deft-s1@0.25: OVERLAP_BUDGET=B, deft's convergence budget (bench/budget_sweep.sh);
 #   and deft-sNpK, e.g. overlap:deft-s1p1: update periods up to K instead of 4 (p1: delays only).
+#   overlap:PLANNER runs one synchronous planner alone (wfbp, fusion, mgwfbp, bytescheduler,
+#   usbyte, dear, deft: staleness 0), e.g. to compare a plan auto may pick with a runtime setting.
 # --rate: the tbf cap of every host link, one rate for both tasks or TASK=RATE per task (default
 #   fmnist=300mbit,lm=250mbit: communication about 1.1-1.4x each task's compute here; the cluster is
 #   brought up again at each task's rate).
@@ -92,6 +94,7 @@ for t in ${tasks//,/ }; do has fmnist,lm "$t" || die "--tasks: unknown task '$t'
 [ -n "$tasks" ] || die "--tasks is empty"
 for r in ${rows//,/ }; do
   [[ ! $r =~ ^overlap:deft-s[0-9]+(p[0-9]+)?(@[0-9]+(\.[0-9]+)?)?(:off)?$ ]] || continue
+  [[ ! $r =~ ^overlap:(wfbp|fusion|mgwfbp|bytescheduler|usbyte|dear|deft)$ ]] || continue
   has "$ALL_ROWS,$EXTRA_ROWS" "$r" || die "--rows: unknown row '$r' (known: $ALL_ROWS,$EXTRA_ROWS)"
 done
 [[ -z $optimizer || $optimizer =~ ^(sgd|adam|adamw)$ ]] || die "--optimizer: '$optimizer' is not sgd, adam or adamw"
