@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "runtime/planes/compression_stage.h"
 #include "runtime/api/env_vars.h"
+#include "runtime/planes/compression_stage.h"
 #include "spdlog/spdlog.h"
 
 extern char** environ;
@@ -21,9 +21,9 @@ extern char** environ;
 namespace overlap {
 namespace {
 
-// Where each runtime variable of the table (runtime/api/env_vars.cc) lands in Config. The table says
-// what each accepts; this says only which field holds it. tests/runtime/config_test.cc checks that
-// every Reader::kRuntime variable of the table is bound here.
+// Where each runtime variable of the table (runtime/api/env_vars.cc) lands in Config. The table
+// says what each accepts; this says only which field holds it. tests/runtime/config_test.cc checks
+// that every Reader::kRuntime variable of the table is bound here.
 struct Field {
   constexpr Field(const char* var, int Config::*field) : var(var), int_field(field) {}
   constexpr Field(const char* var, int64_t Config::*field) : var(var), int64_field(field) {}
@@ -93,8 +93,9 @@ const char* HorovodAliasOf(const char* overlap_var) {
 const env::Var& VarOf(const Field& field) {
   const env::Var* var = env::Find(field.var);
   if (var == nullptr) {
-    spdlog::critical("overlap: {} is bound in runtime/api/config.cc but not in runtime/api/env_vars.cc",
-                     field.var);
+    spdlog::critical(
+        "overlap: {} is bound in runtime/api/config.cc but not in runtime/api/env_vars.cc",
+        field.var);
     std::abort();
   }
   return *var;
@@ -143,9 +144,9 @@ absl::StatusOr<Config> Config::FromEnvironment(const std::vector<Setting>& setti
   for (const Setting& setting : settings) {
     if (std::none_of(std::begin(kFields), std::end(kFields),
                      [&](const Field& field) { return setting.first == field.var; })) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown runtime setting ", setting.first, "='", setting.second,
-          "' given in code (docs/tuning.md lists the OVERLAP_* settings)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown runtime setting ", setting.first, "='", setting.second,
+                       "' given in code (docs/tuning.md lists the OVERLAP_* settings)"));
     }
   }
   Config config;

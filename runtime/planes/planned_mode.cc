@@ -161,9 +161,10 @@ void PlannedMode::ReleaseResiduals(const ExecutablePlan& old_plan, const Executa
   }
   if (retired.empty()) return;
   const size_t bytes = compression_->Release(retired);
-  spdlog::info("overlap: rank {}: freed {} bytes of residuals of {} compressed buckets of the {} "
-               "plan the new one replaces",
-               rank_, bytes, retired.size(), old_plan.source);
+  spdlog::info(
+      "overlap: rank {}: freed {} bytes of residuals of {} compressed buckets of the {} "
+      "plan the new one replaces",
+      rank_, bytes, retired.size(), old_plan.source);
 }
 
 std::vector<PendingOp> PlannedMode::Unfreeze(UnfreezeCause cause) {
@@ -438,9 +439,10 @@ absl::Status PlannedMode::LaunchNext() {
 }
 
 uint64_t PlannedMode::StopFor(const Launch& launch) const {
-  const auto left_in_pass = static_cast<uint64_t>(launch.plan->buckets.size()) - 1 -
-                            static_cast<uint64_t>(launch.bucket);
-  return launch.number + std::min(static_cast<uint64_t>(config_.plan_check_window - 1), left_in_pass);
+  const auto left_in_pass =
+      static_cast<uint64_t>(launch.plan->buckets.size()) - 1 - static_cast<uint64_t>(launch.bucket);
+  return launch.number +
+         std::min(static_cast<uint64_t>(config_.plan_check_window - 1), left_in_pass);
 }
 
 void PlannedMode::ApplyStop() {

@@ -3,18 +3,17 @@
 //
 // A rank starts bucket k of the plan as soon as every tensor it holds is submitted locally and
 // fewer than OVERLAP_PLAN_CHECK_WINDOW (Config::plan_check_window, 4) started units still wait
-// for their checks (none, for a pass's first
-// bucket) - no negotiation round, no message to rank 0. Every rank starts
-// the same buckets in the same order on communicators only the plan uses, so the collectives
-// match. Whole-tensor buckets (observed plans) go to a data plane that fuses them as negotiated
-// mode does: host tensors to one on the host, CUDA tensors to one on the GPU with an executor of
-// its own (runtime/planes/cuda_plane.h: NCCL, or MPI staged through host memory); sliced buckets
-// (scheduled plans) go to a bucket runner (runtime/planes/bucket_runner.h), the host's over this
-// executor or the GPU's over the CUDA plane's executor (a plan's bucket holds tensors of one
-// device: ScheduledPlan splits mixed ones), packed when they start and run one at a time per
-// channel in plan order, so channels run concurrently. A bucket's check goes out just before its
-// data; bucket k+1 starts (and packs) while bucket k's collective still runs, and its collective
-// follows the moment the channel is free. On a link the data saturates a check still waits in the
+// for their checks (none, for a pass's first bucket) - no negotiation round, no message to rank
+// 0. Every rank starts the same buckets in the same order on communicators only the plan uses,
+// so the collectives match. Whole-tensor buckets (observed plans) go to a data plane that fuses
+// them as negotiated mode does: host tensors to one on the host, CUDA tensors to one on the GPU
+// with an executor of its own (runtime/planes/cuda_plane.h: NCCL, or MPI staged through host
+// memory); sliced buckets (scheduled plans) go to a bucket runner (runtime/planes/bucket_runner.h),
+// the host's over this executor or the GPU's over the CUDA plane's executor (a plan's bucket holds
+// tensors of one device: ScheduledPlan splits mixed ones), packed when they start and run one at a
+// time per channel in plan order, so channels run concurrently. A bucket's check goes out just
+// before its data; bucket k+1 starts (and packs) while bucket k's collective still runs, and its
+// collective follows the moment the channel is free. On a link the data saturates a check still waits in the
 // link's queue; one that waited there gated every later bucket when the window was one unit (a
 // 30-bucket plan stalled 100 ms in 2-4% of steps at 250 Mbit/s: docs/time_to_accuracy.md), so up
 // to a window of units run ahead of their checks.
@@ -33,11 +32,12 @@
 // combined, so every rank acts alike). A window never reaches into the next pass, whose
 // submissions the program may make only once this step's results are delivered; a rank blocked
 // short of the stop (its program waits on a handle first) asks at once, in a round, to drop the
-// plan, which every rank does where all started as many units. The check also carries a fingerprint of the unit (its bucket and slices): a
-// unit that is not the same on every rank (a bug, since every rank freezes the same plan) would
-// have combined different tensors, so it fails the job on every rank and delivers nothing. A
-// tensor whose slices were only partly sent goes back to negotiation with its input untouched:
-// sliced results reach the user's buffer only once all of a tensor's slices are in.
+// plan, which every rank does where all started as many units. The check also carries a fingerprint
+// of the unit (its bucket and slices): a unit that is not the same on every rank (a bug, since
+// every rank freezes the same plan) would have combined different tensors, so it fails the job on
+// every rank and delivers nothing. A tensor whose slices were only partly sent goes back to
+// negotiation with its input untouched: sliced results reach the user's buffer only once all of a
+// tensor's slices are in.
 //
 // Delayed plans (a scheduled plan with delays or update periods; runtime/planes/plan_delays.h): the
 // program's submissions are parked and runtime-owned copies run through the buckets, one pass per
@@ -164,9 +164,9 @@ class PlannedMode {
   // a moment (a quarter step, 20 ms at least) once the program has gone on to its next step
   // without that tensor (a tensor the plan already ran this step was submitted again; not under a
   // delayed plan), or at once when a check has set a stop (see above) this rank cannot reach with
-  // the tensors its program submitted: ask (in a round) to drop it. A tensor that stops being submitted (a metric
-  // reduced only while warming up) then costs about a step, not the patience. True once per
-  // patience interval, so that the caller asks for a round each time.
+  // the tensors its program submitted: ask (in a round) to drop it. A tensor that stops being
+  // submitted (a metric reduced only while warming up) then costs about a step, not the patience.
+  // True once per patience interval, so that the caller asks for a round each time.
   bool TakeUnfreezeWish();
   bool wants_unfreeze() const { return wants_unfreeze_; }
 

@@ -1,12 +1,12 @@
-// PlannedMode's watch over started and blocked units (runtime/planes/planned_mode.h): the probes that ask
-// which ranks have started a unit, the stall warnings and errors naming them, the wish to drop a
-// plan this rank is blocked on, and the descriptions of what is in flight for messages.
+// PlannedMode's watch over started and blocked units (runtime/planes/planned_mode.h): the probes
+// that ask which ranks have started a unit, the stall warnings and errors naming them, the wish to
+// drop a plan this rank is blocked on, and the descriptions of what is in flight for messages.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/planes/planned_mode.h"
 #include "runtime/negotiation/rank_bits.h"
+#include "runtime/planes/planned_mode.h"
 #include "spdlog/spdlog.h"
 
 namespace overlap {
@@ -58,11 +58,10 @@ void PlannedMode::OnReport(const std::vector<uint64_t>& counts,
                      " for ", absl::ToInt64Seconds(age), " s");
     if (!gone.empty()) {
       // Started here, so it cannot be withdrawn, and those ranks will never start it.
-      stalled_ = absl::FailedPreconditionError(
-          absl::StrCat("rank ", rank_, ": cannot complete: planned allreduce '",
-                       l.responses.front()->name, "'", others, ": submitted by ranks ",
-                       RankList(have, hosts_), " ",
-                       MissingBecauseShutDown(missing, gone, hosts_, "start")));
+      stalled_ = absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank_, ": cannot complete: planned allreduce '", l.responses.front()->name, "'",
+          others, ": submitted by ranks ", RankList(have, hosts_), " ",
+          MissingBecauseShutDown(missing, gone, hosts_, "start")));
       return;
     }
     if (age >= absl::Seconds(config_.stall_timeout_s)) {

@@ -5,8 +5,8 @@
 // thread runs every rank's Progress in turn, as each rank's coordinator thread would.
 #include "runtime/planes/planned_mode.h"
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <map>
 #include <memory>
 #include <optional>
@@ -130,8 +130,7 @@ class PlannedJob {
           rank.error = s;
           continue;
         }
-        if (rank.planned->must_unfreeze() ? !rank.planned->idle()
-                                          : !rank.planned->quiescent()) {
+        if (rank.planned->must_unfreeze() ? !rank.planned->idle() : !rank.planned->quiescent()) {
           busy = true;
         }
       }
@@ -425,8 +424,8 @@ TEST_CASE("units that differ between ranks fail on every rank instead of mixing 
     INFO("rank " << r << ": " << job.rank(r).error.ToString());
     CHECK(job.rank(r).error.code() == absl::StatusCode::kInternal);
     CHECK(job.rank(r).error.message() ==
-          "rank " + std::to_string(r) + ": the frozen plan's unit 1 (plan bucket 0: " +
-              first[static_cast<size_t>(r)] +
+          "rank " + std::to_string(r) +
+              ": the frozen plan's unit 1 (plan bucket 0: " + first[static_cast<size_t>(r)] +
               ") is not the same unit on every rank, so its results would be wrong; the job "
               "stops. This is a bug in overlap: please report it with the logs of "
               "OVERLAP_LOG_LEVEL=debug");
@@ -498,7 +497,7 @@ TEST_CASE("a started unit a shut-down rank never starts fails at the next report
   PlannedJob job(3, {{"s", 4}});
   job.Freeze(job.Plan({Sliced(BucketKind::kAllreduce, {{0, 0, 4}})}));
   job.Submit(0, "s");
-  job.Submit(1, "s");  // rank 2 has shut down without submitting it
+  job.Submit(1, "s");                             // rank 2 has shut down without submitting it
   CHECK_FALSE(job.Run(absl::Milliseconds(200)));  // ranks 0 and 1 wait on it
   CHECK(job.rank(2).planned->StartsNothingMore());
   for (int r : {0, 1}) CHECK_FALSE(job.rank(r).planned->StartsNothingMore());
@@ -517,7 +516,8 @@ TEST_CASE("a started unit a shut-down rank never starts fails at the next report
     INFO(job.rank(r).error.ToString());
     CHECK(job.rank(r).error.code() == absl::StatusCode::kFailedPrecondition);
     CHECK(absl::StrContains(job.rank(r).error.message(),
-                            absl::StrCat("rank ", r, ": cannot complete: planned allreduce 's': "
+                            absl::StrCat("rank ", r,
+                                         ": cannot complete: planned allreduce 's': "
                                          "submitted by ranks [0 (h1), 1 (h2)] but not by ranks "
                                          "[2 (h3)]")));
     CHECK(absl::StrContains(job.rank(r).error.message(), "ranks [2 (h3)] have called Shutdown"));

@@ -1,6 +1,6 @@
-// Planned execution (runtime/planes/planned_mode.h): after OVERLAP_PLAN_AFTER_STEPS identical steps the
-// ranks freeze a plan and stop negotiating; results must stay exact, and every way of leaving the
-// plan (a diverged request, a skipped tensor, Join, a new set of tensors) must keep the job
+// Planned execution (runtime/planes/planned_mode.h): after OVERLAP_PLAN_AFTER_STEPS identical steps
+// the ranks freeze a plan and stop negotiating; results must stay exact, and every way of leaving
+// the plan (a diverged request, a skipped tensor, Join, a new set of tensors) must keep the job
 // correct and moving. Runs with OVERLAP_PLAN_AFTER_STEPS=3 and a 1 s / 3 s stall warning/timeout.
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -190,8 +190,8 @@ TEST_CASE("a shape change while every rank waits on each tensor before the next 
     const int64_t n = step == 8 && Rank() == Size() - 1 ? 4 : 3;
     a.assign(static_cast<size_t>(n), 1.0f);
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<Handle> ha =
-        Allreduce("p.seq.a", MakeTensor(a.data(), {n}), MakeTensor(a.data(), {n}), {ReduceOp::kSum});
+    absl::StatusOr<Handle> ha = Allreduce("p.seq.a", MakeTensor(a.data(), {n}),
+                                          MakeTensor(a.data(), {n}), {ReduceOp::kSum});
     REQUIRE(ha.ok());
     const absl::Status sa = ha->Wait(kWait);
     INFO(sa.message());
@@ -243,9 +243,10 @@ TEST_CASE("a planned tensor that no rank submits any more drops the plan instead
   CHECK(Stats().plans_dropped > dropped);
 }
 
-TEST_CASE("a tensor the program stops submitting at the end of its step costs about a step, "
-          "not the plan's patience",
-          "[plan]") {
+TEST_CASE(
+    "a tensor the program stops submitting at the end of its step costs about a step, "
+    "not the plan's patience",
+    "[plan]") {
   // Each step: 400 ms of compute, the gradients (waited for), then a metric in a unit of its own
   // (a loss reduced for logging while warming up, say). The plan's patience is 4 steps (1.6 s);
   // once the program submits the next step's gradients without the metric the plan waits for,
