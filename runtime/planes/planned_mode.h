@@ -15,8 +15,8 @@
 // before its data; bucket k+1 starts (and packs) while bucket k's collective still runs, and its
 // collective follows the moment the channel is free. On a link the data saturates a check still
 // waits in the link's queue; one that waited there gated every later bucket when the window was
-// one unit (a 30-bucket plan at 250 Mbit/s: its p90 192 ms against 172 with a window of 4,
-// docs/time_to_accuracy.md), so a window of units runs ahead of their checks.
+// one unit (a 30-bucket plan at 250 Mbit/s: its p90 192 and 231 ms against 172 and 188 with a
+// window of 4, docs/time_to_accuracy.md), so a window of units runs ahead of their checks.
 //
 // Consistency check: with each bucket's collective, a small bitwise-OR allreduce on control
 // collectives of its own (runtime/control/control_collectives.h) tells every rank which of the
