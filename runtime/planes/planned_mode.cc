@@ -257,8 +257,7 @@ bool PlannedMode::CanLaunch() const {
     return false;
   }
   if (stop_.has_value() && launch_count_ >= stop_->at) return false;
-  const auto unchecked =
-      std::count_if(launches_.begin(), launches_.end(), [](const Launch& l) { return !l.checked; });
+  const int unchecked = Unchecked();
   if (unchecked >= config_.plan_check_window) return false;
   // A pass starts only once every check of the last one is in, so that a stop never waits for
   // the next step's submissions.
@@ -445,11 +444,13 @@ uint64_t PlannedMode::StopFor(const Launch& launch) const {
          std::min(static_cast<uint64_t>(config_.plan_check_window - 1), left_in_pass);
 }
 
+int PlannedMode::Unchecked() const {
+  return static_cast<int>(std::count_if(launches_.begin(), launches_.end(),
+                                        [](const Launch& l) { return !l.checked; }));
+}
+
 void PlannedMode::ApplyStop() {
-  if (!stop_.has_value() || launch_count_ < stop_->at) return;
-  for (const Launch& l : launches_) {
-    if (!l.checked) return;
-  }
+  if (!stop_.has_value() || launch_count_ < stop_->at || Unchecked() > 0) return;
   const PlanStop stop = *stop_;
   stop_.reset();
   if (stop.diverged) must_unfreeze_ = true;
@@ -609,8 +610,7 @@ absl::Status PlannedMode::Progress(std::vector<PendingOp>* renegotiate) {
   // wait for a result first (the diverged tensor's, which only a drop delivers). Every rank that
   // started as many units drops the plan in the round this asks for.
   const bool short_of_stop =
-      stop_.has_value() && launch_count_ < stop_->at && !CanLaunch() &&
-      std::all_of(launches_.begin(), launches_.end(), [](const Launch& l) { return l.checked; });
+      stop_.has_value() && launch_count_ < stop_->at && !CanLaunch() && Unchecked() == 0;
   if (short_of_stop && !wants_unfreeze_) {
     wants_unfreeze_ = true;
     spdlog::info(

@@ -275,6 +275,8 @@ class PlannedMode {
   };
 
   bool CanLaunch() const;
+  // Started units whose checks are not in yet.
+  int Unchecked() const;
   // Where every rank stops starting units after a check found a diverged tensor or every rank
   // joined, and what it found (the flags of every check up to `at`, combined).
   struct PlanStop {
