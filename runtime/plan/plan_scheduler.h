@@ -8,10 +8,11 @@
 //     fitted (sched::FitLinear) to the allreduces the runtime ran, each at its fastest rank's time,
 //     with a short probe of a few sizes only when those cover fewer than three sizes, or of two
 //     small sizes when none was below 64 KiB (they pin the per-collective latency), and always
-//     a back-to-back 4 MiB one (the sustained bandwidth floors the slope); no probe is larger
+//     a back-to-back 4 MiB one (the sustained bandwidth floors the slope), then the smallest
+//     again (the quieter of its two times floors the latency); no probe is larger
 //     than the step's gradient bytes (or 1 MiB), the largest bucket a plan makes; rank 0's
-//     fit is broadcast. Rank 0 starts the planner (sched::MakePlan, the code the simulator runs) and
-//     the simulator's prediction on a thread of its own; training goes on meanwhile.
+//     fit is broadcast. Rank 0 starts the planner (sched::MakePlan, the code the simulator runs)
+//     and the simulator's prediction on a thread of its own; training goes on meanwhile.
 //  2. Two steps later (the adopt step), after the same quiescence vote, rank 0 broadcasts
 //     Plan::Serialize() with the prediction; every rank decodes it and checks
 //     it against its own agreed tensors (ScheduledPlan), and every rank's verdict is gathered, so a
@@ -191,8 +192,9 @@ class PlanScheduler {
   // The link cost: fitted to the collectives the runtime ran while profiling (each one's time on
   // the rank that started it last, which waited for nobody), topped up by a probe of five sizes
   // when they cover fewer than three, else of 4 and 64 KiB; a back-to-back 4 MiB probe's slope
-  // floors the fitted slope (sustained bandwidth); the 4 KiB probe's median time floors
-  // the intercept (sched::FitLinkCost). Under dear and auto, reduce-scatters and allgathers of
+  // floors the fitted slope (sustained bandwidth); the 4 KiB probe's median time, the lower of
+  // two probes (the first, and one after the others: QuieterLatency), floors the intercept
+  // (sched::FitLinkCost). Under dear and auto, reduce-scatters and allgathers of
   // 64 KiB to 2 MiB are probed and fitted too (ChannelCost::reduce_scatter, allgather). Sizes
   // above the step's gradient bytes (at least 1 MiB) are probed at that size instead. A
   // planning after the first keeps the last fit, probing nothing, when the collectives measured
@@ -298,6 +300,8 @@ class PlanScheduler {
   // allreduce) probe_ has run once untimed (Probe).
   static constexpr size_t kTwoStageWarmSlot = 7;
   std::array<bool, 8> probe_warmed_{};
+  // The sizes probed so far in the fit under way (for the test hook probe_stall_s).
+  int probes_in_fit_ = 0;
   // The last fitted link cost, alike on every rank (rank 0's, broadcast); unset before the first.
   std::optional<sched::ChannelCost> last_fit_;
   StepProfiler* const profiler_;
@@ -310,11 +314,11 @@ class PlanScheduler {
   int64_t next_attempt_;
   int64_t adopt_step_ = -1;
   int64_t next_drift_check_ = std::numeric_limits<int64_t>::max();
-  bool drift_check_ = false;  // the stage is a drift check, not an attempt or an adoption
-  int64_t drop_step_ = -1;    // drift agreed: the step at which every rank drops the plan
-  bool dropping_ = false;     // the stage is that drop's quiescence vote
-  int64_t replan_check_step_ = -1;  // StartReplanCheck: the step of its vote
-  bool replan_check_ = false;       // the stage is that vote
+  bool drift_check_ = false;           // the stage is a drift check, not an attempt or an adoption
+  int64_t drop_step_ = -1;             // drift agreed: the step at which every rank drops the plan
+  bool dropping_ = false;              // the stage is that drop's quiescence vote
+  int64_t replan_check_step_ = -1;     // StartReplanCheck: the step of its vote
+  bool replan_check_ = false;          // the stage is that vote
   const char* drop_wanted_ = nullptr;  // TakeDropWish's answer
   DriftPolicy drift_;
   // The plan in force, as the planner made it (Plan::Serialize without its model name and budget
@@ -350,9 +354,9 @@ class PlanScheduler {
   // This rank voted quiescent in the vote out (a drift check's forced 1 aside); kept apart from
   // votes_, which is MPI's while the vote runs.
   bool voted_quiescent_ = false;
-  absl::Time vote_since_;     // when this rank started the vote out
-  bool vote_warned_ = false;  // CheckVoteWait has warned about it
-  bool round_wanted_ = false;     // TakeRoundWish
+  absl::Time vote_since_;      // when this rank started the vote out
+  bool vote_warned_ = false;   // CheckVoteWait has warned about it
+  bool round_wanted_ = false;  // TakeRoundWish
   MPI_Request vote_request_ = MPI_REQUEST_NULL;
 
   std::thread planner_;

@@ -6,7 +6,8 @@
 // OVERLAP_TEST_PLAN_SCHEDULE (every bucket delayed / sent periodically, whatever the planner
 // chose), OVERLAP_TEST_CORRUPT_PLAN (a damaged broadcast, to test the refusal) and
 // OVERLAP_TEST_ROUND_IN_VOTE (a round wanted while a vote is out) and OVERLAP_TEST_REPLAN_DIFFERS
-// (every re-plan check after a drift drops the plan): the C++ test
+// (every re-plan check after a drift drops the plan) and OVERLAP_TEST_PROBE_STALL_MS (the first
+// latency probe of each link fit slowed): the C++ test
 // binaries through //runtime:core_for_tests and //tests:mpi_catch_main, the Python suites through
 // //tests/runtime:liboverlap_testing.so.
 //
@@ -14,6 +15,7 @@
 #ifndef OVERLAP_RUNTIME_PLAN_PLAN_TEST_HOOKS_H_
 #define OVERLAP_RUNTIME_PLAN_PLAN_TEST_HOOKS_H_
 
+#include <cstdint>
 #include <string>
 
 #include "scheduler/plan.h"
@@ -34,6 +36,10 @@ struct PlanTestHooks {
   // the plan in force, whatever it is (as if its buckets had moved), so that the plan in force
   // stays only by OVERLAP_REPLAN_MIN_GAIN (0: the drop and the full re-plan run).
   bool (*replan_differs)() = nullptr;
+  // Each rank, in each timed run of a link probe: seconds to wait before the run's time is taken
+  // (a run slowed as by processes computing beside the coordinator). `probe` counts the sizes
+  // probed so far in this fit of the link cost, from 0 (the first: the smallest allreduce).
+  double (*probe_stall_s)(int64_t bytes, int probe) = nullptr;
 };
 
 void InstallPlanTestHooks(const PlanTestHooks& hooks);

@@ -76,8 +76,17 @@ bool RoundInVoteFromEnv(int rank) {
 // (OVERLAP_REPLAN_MIN_GAIN=0 then drops the plan).
 bool ReplanDiffersFromEnv() { return std::getenv("OVERLAP_TEST_REPLAN_DIFFERS") != nullptr; }
 
+// OVERLAP_TEST_PROBE_STALL_MS = milliseconds: each timed run of the first probe of every link
+// fit (the smallest allreduce) takes that much longer, as when the training processes compute
+// beside the coordinators while it runs.
+double ProbeStallFromEnv(int64_t /*bytes*/, int probe) {
+  const char* ms = std::getenv("OVERLAP_TEST_PROBE_STALL_MS");
+  return ms != nullptr && probe == 0 ? std::atof(ms) * 1e-3 : 0;
+}
+
 const bool kInstalled = [] {
   PlanTestHooks hooks;
+  hooks.probe_stall_s = ProbeStallFromEnv;
   hooks.replan_differs = ReplanDiffersFromEnv;
   hooks.round_in_vote = RoundInVoteFromEnv;
   hooks.adjust_plan = ScheduleFromEnv;
