@@ -81,7 +81,9 @@ struct Config {
   // between calls, waking at once for new work; "auto" naps while the host is oversubscribed
   // (its load average at least its CPUs), else spins. OVERLAP_COORDINATOR_WAIT. "spin" is the
   // default: napping paid 1.3x on TensorFlow's emulated steps but cost 5-15% of the step on
-  // real CPU compute (docs/tuning.md, "Coordinator wait").
+  // real CPU compute under torch (docs/tuning.md, "Coordinator wait"); overlap.tensorflow's
+  // init() asks for "auto" unless the variable is set (its graph executor's threads need the
+  // cores).
   std::string coordinator_wait = "spin";
 
   // Rank 0 starts a negotiation round once every rank has new work, or this long after the

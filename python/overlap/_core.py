@@ -766,7 +766,8 @@ def copy_bytes(dst_address, src_address, nbytes):
 _INIT_SETTINGS = {"planner": "OVERLAP_PLANNER", "staleness": "OVERLAP_STALENESS",
                   "max_period": "OVERLAP_MAX_PERIOD", "budget": "OVERLAP_BUDGET",
                   "compression": "OVERLAP_COMPRESSION",
-                  "profile_steps": "OVERLAP_PROFILE_STEPS", "timeline": "OVERLAP_TIMELINE"}
+                  "profile_steps": "OVERLAP_PROFILE_STEPS", "timeline": "OVERLAP_TIMELINE",
+                  "coordinator_wait": "OVERLAP_COORDINATOR_WAIT"}
 
 
 def init_settings(**options):

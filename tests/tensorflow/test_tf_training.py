@@ -205,6 +205,14 @@ def test_step_markers_reach_the_runtime(hvd):
     assert hvd.stats()["steps"] >= before + 3, hvd.stats()
 
 
+def test_the_coordinator_naps_where_the_host_is_oversubscribed_unless_told(hvd):
+    """overlap.tensorflow's init() asks for the coordinator wait "auto" (TensorFlow's executor
+    threads need the cores a spinning coordinator takes); a value in the environment wins."""
+    from overlap import _core
+    expected = os.environ.get("OVERLAP_COORDINATOR_WAIT") or "auto"
+    assert _core.config()["OVERLAP_COORDINATOR_WAIT"] == expected, _core.config()
+
+
 def test_from_config_and_a_saved_model_give_working_distributed_optimizers(khvd, tmp_path):
     """As in Horovod: the wrapped class's from_config rebuilds a DistributedOptimizer with the
     same options, and a model saved with one names the Keras optimizer, so that load_model

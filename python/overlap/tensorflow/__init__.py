@@ -12,13 +12,15 @@ DistributedOptimizer place step markers, so the runtime's planners see the step'
 (docs/tensorflow.md).
 """
 
+import os
+
 from overlap import _core  # noqa: F401 (hvd._core: the binding, for tests and debugging)
-from overlap.basics import init as _init
 from overlap.basics import shutdown as _shutdown_runtime
 from overlap.basics import (cross_rank, cross_size, is_homogeneous, is_initialized,
                              local_rank, local_size, rank, restore_compression_state,
                              save_compression_state, size, start_timeline, stats,
                              stop_timeline)
+from overlap.common import start_runtime
 from overlap.common import (Adasum, Average, HorovodInternalError, HostsUpdatedInterrupt, Max,
                             Min, Product, ProcessSet, Sum, add_process_set, ccl_built,
                             cuda_built, ddl_built, gloo_built, gloo_enabled,
@@ -43,12 +45,21 @@ from overlap.tensorflow.util import (_executing_eagerly, check_num_rank_power_of
 
 def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=None,
          compression=None, profile_steps=None, timeline=None, budget=None):
-    """overlap.basics.init. With staleness > 0 or max_period > 1 and a budget not 0 (the bound by
-    default here), deft may delay updates: DistributedGradientTape's gradients then carry a
-    has_update flag (has_update()) and Keras 3 optimizers skip a variable in the steps that
-    bring it none (delayed_updates.py)."""
-    _init(comm, process_sets, planner=planner, staleness=staleness, max_period=max_period,
-          budget=budget, compression=compression, profile_steps=profile_steps, timeline=timeline)
+    """overlap.basics.init, with the coordinator's wait "auto" unless OVERLAP_COORDINATOR_WAIT is
+    set (the comment below says why). With staleness > 0 or max_period > 1 and a budget not 0
+    (the bound by default here), deft may delay updates: DistributedGradientTape's gradients
+    then carry a has_update flag (has_update()) and Keras 3 optimizers skip a variable in the
+    steps that bring it none (delayed_updates.py)."""
+    # TensorFlow's graph executor runs each step's ops on threads of its own, which coordinators
+    # spinning on MPI starve where ranks outnumber cores (emulated bert-base: 963-997 ms a step
+    # spinning, 695 ms napping; the Keras Fashion-MNIST example's epochs 16-17.5 s against
+    # 12-13.4 s on 300 Mbit/s links; docs/tensorflow.md "Found: the spinning coordinators").
+    # "auto" naps only while the host is oversubscribed and spins otherwise, as "spin" (the C++
+    # and torch default) does; OVERLAP_COORDINATOR_WAIT, where set, decides.
+    wait = None if os.environ.get("OVERLAP_COORDINATOR_WAIT") else "auto"
+    start_runtime(comm, process_sets, planner=planner, staleness=staleness,
+                  max_period=max_period, budget=budget, compression=compression,
+                  profile_steps=profile_steps, timeline=timeline, coordinator_wait=wait)
 
 
 def shutdown():
