@@ -71,13 +71,13 @@ std::string TwoStageFromText(const sched::ChannelCost& c) {
 }
 
 // The latency the fit is floored by, from the smallest allreduce probed first and again after
-// the larger probes: the lower of the two medians. On a CPU-bound machine the first can fall
+// the larger probes: the lower of the two medians. On a CPU-bound machine the first can run
 // while the training processes compute beside the coordinators (they go on while the links are
-// probed): on the time-to-accuracy LM, 4 KiB took 2-11 ms in one probe and 0.12-0.5 ms in
-// the others, and 1 run in 3 fitted a latency of 3-7 ms instead of 0.12-0.28; the simulator then
-// charged it to each of usbyte's 30 buckets (236 ms predicted against about 130 measured). What
-// such contention costs a step is in the step profiler's compute windows, measured under the
-// plan; counted in the link too, it would be counted twice.
+// probed): on the time-to-accuracy LM, 4 KiB took 2-11 ms a run in 5 probes of 12 and 0.12-0.5
+// ms in the others, and fits of 3-7 ms instead of 0.12-0.28 followed; the simulator then charged
+// that to each of usbyte's 30 buckets (236 ms predicted against 127 measured). What such
+// contention costs a step is in the step profiler's compute windows, measured under the plan;
+// counted in the link too, it would be counted twice.
 double QuieterLatency(double first_s, double again_s) { return std::min(first_s, again_s); }
 
 // `sizes` up to `cap`, and `cap` itself in place of the sizes above it.
@@ -323,8 +323,6 @@ absl::Status PlanScheduler::Probe(absl::Span<const int64_t> sizes,
       }
       if (repeat > 0) times.push_back(absl::ToDoubleSeconds(absl::Now() - start));  // 0: warm-up
     }
-    // The median run: what a collective of this size costs during training, descheduling
-    // included on a shared machine (the fastest run made the plans' many small buckets look free).
     if (spdlog::should_log(spdlog::level::debug)) {
       std::vector<std::string> runs;
       for (double t : times) runs.push_back(absl::StrFormat("%.3f", t * 1e3));
@@ -332,6 +330,8 @@ absl::Status PlanScheduler::Probe(absl::Span<const int64_t> sizes,
                     CollectiveKindName(kind), size, two_stage ? " (two-stage)" : "",
                     absl::StrJoin(runs, ", "));
     }
+    // The median run: what a collective of this size costs during training, descheduling
+    // included on a shared machine (the fastest run made the plans' many small buckets look free).
     std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
     samples->push_back(sched::CostSample{static_cast<double>(size), times[times.size() / 2]});
   }

@@ -20,7 +20,7 @@ from overlap.basics import (cross_rank, cross_size, is_homogeneous, is_initializ
                              local_rank, local_size, rank, restore_compression_state,
                              save_compression_state, size, start_timeline, stats,
                              stop_timeline)
-from overlap.common import start_runtime
+from overlap.common import start_runtime as _start_runtime
 from overlap.common import (Adasum, Average, HorovodInternalError, HostsUpdatedInterrupt, Max,
                             Min, Product, ProcessSet, Sum, add_process_set, ccl_built,
                             cuda_built, ddl_built, gloo_built, gloo_enabled,
@@ -57,9 +57,9 @@ def init(comm=None, process_sets=None, planner=None, staleness=None, max_period=
     # "auto" naps only while the host is oversubscribed and spins otherwise, as "spin" (the C++
     # and torch default) does; OVERLAP_COORDINATOR_WAIT, where set, decides.
     wait = None if os.environ.get("OVERLAP_COORDINATOR_WAIT") else "auto"
-    start_runtime(comm, process_sets, planner=planner, staleness=staleness,
-                  max_period=max_period, budget=budget, compression=compression,
-                  profile_steps=profile_steps, timeline=timeline, coordinator_wait=wait)
+    _start_runtime(comm, process_sets, planner=planner, staleness=staleness,
+                   max_period=max_period, budget=budget, compression=compression,
+                   profile_steps=profile_steps, timeline=timeline, coordinator_wait=wait)
 
 
 def shutdown():
