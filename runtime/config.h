@@ -77,7 +77,7 @@ struct Config {
 
   // How the coordinator waits while its collectives are in flight and nothing has finished for a
   // millisecond (runtime/control/host_load.h): "spin" keeps calling MPI, yielding the core between
-  // calls (the fastest progress where each rank has a core of its own); "nap" sleeps 100 us
+  // calls (the fastest progress where each rank has a core of its own); "nap" sleeps 1 ms
   // between calls, waking at once for new work; "auto" naps while the host is oversubscribed
   // (its load average at least its CPUs), else spins. OVERLAP_COORDINATOR_WAIT. "spin" is the
   // default: napping paid 1.3x on TensorFlow's emulated steps but cost 5-15% of the step on

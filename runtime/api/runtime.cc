@@ -17,7 +17,11 @@ namespace {
 
 constexpr absl::Duration kSpinAfterActivity = absl::Microseconds(300);
 constexpr absl::Duration kSpinBeforeNap = absl::Milliseconds(1);
-constexpr absl::Duration kNapInFlight = absl::Microseconds(100);
+// The nap, which control_plane's poll() rounds to the millisecond anyway. Until 2026-12-05 this
+// said 100 us and every nap measured was in fact 1 ms; with poll() made to sleep a true 100 us
+// (ppoll) the naps came out slower: TensorFlow's emulated bert-base 729 against 700 ms a step,
+// the LM's 30-bucket plan 171 against 159 ms (docs/tuning.md, "Coordinator wait").
+constexpr absl::Duration kNapInFlight = absl::Milliseconds(1);
 // How often a started planned unit asks which ranks have started it while another rank shuts
 // down.
 constexpr absl::Duration kShutdownProbe = absl::Milliseconds(50);
