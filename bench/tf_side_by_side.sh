@@ -11,6 +11,7 @@
 #            TensorFlow), a tf.function step, once per planner of --planners
 #            (default observed,wfbp,fusion,mgwfbp,bytescheduler,usbyte,dear,deft,deft-s1,auto;
 #            deft-sN: deft with staleness N and update periods up to 4, delayed updates;
+#            deft-sNpK: the same with update periods up to K (1: delays only);
 #            deft-sN:off: the same without the adapters' staleness correction) and API
 #            of --apis: "optimizer" (default), the Keras DistributedOptimizer; "forward", the
 #            same with update_at_forward=True (each layer updated just before its next
@@ -135,8 +136,10 @@ run() {
       mpi_args="--mca coll_libnbc_iallreduce_algorithm 1"
       args+=(--api "$api")
       [[ $planner != *:off ]] || args+=(--staleness-correction off)
-      if [[ $planner =~ ^deft-s([0-9]+)(:off)?$ ]]; then
-        env_args+=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}" OVERLAP_MAX_PERIOD=4
+      if [[ $planner =~ ^deft-s([0-9]+)(p([0-9]+))?(:off)?$ ]]; then
+        # deft-sN: update periods up to 4; deft-sNpK: up to K (1: delays only).
+        env_args+=(OVERLAP_PLANNER=deft OVERLAP_STALENESS="${BASH_REMATCH[1]}"
+                   OVERLAP_MAX_PERIOD="${BASH_REMATCH[3]:-4}"
                    OVERLAP_BUDGET=-1)  # at its bound: what delays buy in step time
       else
         env_args+=(OVERLAP_PLANNER="$planner")

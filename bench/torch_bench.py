@@ -174,12 +174,16 @@ def settle_trials(system, run, chunk=5, limit=80):
 
 
 def planner_label(system):
-    """OVERLAP_PLANNER, with "-sN" for deft with staleness bound N > 0 (delayed updates)."""
+    """OVERLAP_PLANNER, with "-sN" for deft with staleness bound N > 0 (delayed updates), and
+    "pK" where its update periods are bounded by K other than the benches' 4."""
     if system != "overlap":
         return None
     planner = os.environ.get("OVERLAP_PLANNER") or "observed"
     staleness = int(os.environ.get("OVERLAP_STALENESS") or 0)
-    return f"{planner}-s{staleness}" if planner == "deft" and staleness > 0 else planner
+    if planner != "deft" or staleness <= 0:
+        return planner
+    period = os.environ.get("OVERLAP_MAX_PERIOD") or "4"
+    return f"deft-s{staleness}" + ("" if period == "4" else f"p{period}")
 
 
 def main(argv):
