@@ -469,19 +469,18 @@ const char* overlap_stats_json(void) {
       "\"link_cost_reuses\":%d,\"plan_drifts_kept\":%d,\"plan_trials\":\"%s\",\"plan_"
       "trials_pending\":%s,"
       "\"cuda_executor\":\"%s\",\"hierarchy_hosts\":%d,\"comm_compute_ratio\":%.6g,"
-      "\"link_probes\":%d,\"weighted_allreduces\":%d,\"link_rates\":\"%s\"}",
+      "\"link_probes\":%d,\"weighted_allreduces\":%d,\"link_rates\":\"%s\","
+      "\"update_times_noted\":%d,\"update_ms_noted\":%.6g}",
       s.negotiation_rounds, s.negotiated_operations, s.delayed_bytes, s.plan_buffer_bytes,
       s.planned_launches, s.plans_frozen, s.plans_dropped, s.planned_tensors, s.planned_units,
       s.steps, s.planner, s.plan_buckets, s.plan_compressed_buckets, s.plan_two_stage_buckets,
-      s.predicted_step_ms,
-      s.plan_adopted_step, s.plans_scheduled, s.plans_refused,
+      s.predicted_step_ms, s.plan_adopted_step, s.plans_scheduled, s.plans_refused,
       s.plan_layerwise_update ? "true" : "false", s.plan_mean_staleness, s.plan_update_cycle,
       s.fitted_alpha_us, s.fitted_beta_us_per_mb, s.fitted_two_stage_alpha_us,
       s.fitted_two_stage_beta_us_per_mb, s.link_cost_fits, s.link_cost_reuses, s.plan_drifts_kept,
-      s.plan_trials,
-      s.plan_trials_pending ? "true" : "false", s.cuda_executor, s.hierarchy_hosts,
-      s.comm_compute_ratio, s.link_probes, s.weighted_allreduces,
-      overlap::JsonEscape(s.link_rates));
+      s.plan_trials, s.plan_trials_pending ? "true" : "false", s.cuda_executor, s.hierarchy_hosts,
+      s.comm_compute_ratio, s.link_probes, s.weighted_allreduces, overlap::JsonEscape(s.link_rates),
+      s.update_times_noted, s.update_ms_noted);
   return stats_json.c_str();
 }
 

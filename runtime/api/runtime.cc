@@ -59,11 +59,16 @@ void Runtime::DrawPhase(StepPhase phase, absl::Time now) {
 
 absl::Status Runtime::NoteUpdateTime(double ms) {
   if (!std::isfinite(ms) || ms < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank_, ": NoteUpdateTime: the optimizer's time must be a finite number of "
-        "milliseconds >= 0, got ", ms));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_,
+                     ": NoteUpdateTime: the optimizer's time must be a finite number of "
+                     "milliseconds >= 0, got ",
+                     ms));
   }
   profiler_->OnUpdateTime(ms);
+  counters_.updates_noted.fetch_add(1, std::memory_order_relaxed);
+  counters_.update_ns_noted.fetch_add(static_cast<int64_t>(std::min(ms, 1e9) * 1e6),
+                                      std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
@@ -112,6 +117,8 @@ RuntimeStats Runtime::stats() const {
   stats.weighted_allreduces = link_counters_.weighted.load();
   stats.hierarchy_hosts = hierarchy_hosts_;
   stats.comm_compute_ratio = agreed_comm_ratio_.load();
+  stats.update_times_noted = counters_.updates_noted.load(std::memory_order_relaxed);
+  stats.update_ms_noted = 1e-6 * static_cast<double>(counters_.update_ns_noted.load());
   return stats;
 }
 

@@ -316,6 +316,7 @@ class Runtime {
   // Written by the coordinator thread, read by stats().
   struct Counters {
     std::atomic<int64_t> rounds{0}, negotiated{0}, launches{0};
+    std::atomic<int64_t> updates_noted{0}, update_ns_noted{0};  // NoteUpdateTime's
   } counters_;
 };
 

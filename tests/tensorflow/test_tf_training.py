@@ -205,6 +205,42 @@ def test_step_markers_reach_the_runtime(hvd):
     assert hvd.stats()["steps"] >= before + 3, hvd.stats()
 
 
+@pytest.mark.parametrize("mode", ["function", "eager"])
+def test_the_keras_optimizer_notes_its_update_time_without_the_wait(hvd, khvd, mode):
+    """DistributedOptimizer.apply notes the Keras update's own time (NoteUpdateTime), from which
+    deft prices look-ahead: once per step, and not the wait for the gradients' allreduce, which
+    rank 1 holds up here by sleeping 0.3 s before each step. (With update_at_forward, on only
+    under synchronous plans, where nothing looks ahead, the update is not timed.)"""
+    import time
+    variables = [tf.Variable(tf.zeros([64, 64])), tf.Variable(tf.zeros([64]))]
+    opt = khvd.DistributedOptimizer(keras.optimizers.Adam(0.01))
+    if opt._overlap_deferred is not None:
+        # Its updates wait for layers' forwards, which these bare variables have none of.
+        pytest.skip("update_at_forward: the update runs at the next forward, untimed")
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum((x @ variables[0] + variables[1]) ** 2)
+        opt.apply(tape.gradient(loss, variables), variables)
+        return loss
+
+    step = tf.function(step) if mode == "function" else step
+    x = tf.ones([8, 64])
+    step(x)  # traced, and the optimizer built, before the count starts
+    before = hvd.stats()
+    steps = 4
+    for _ in range(steps):
+        if khvd.rank() == 1:
+            time.sleep(0.3)
+        step(x)
+    after = hvd.stats()
+    notes = after["update_times_noted"] - before["update_times_noted"]
+    ms = after["update_ms_noted"] - before["update_ms_noted"]
+    assert notes == steps, (notes, after)
+    assert 0 < ms / notes < 150, "rank %d noted %.1f ms an update: the 0.3 s wait counted" % (
+        khvd.rank(), ms / notes)
+
+
 def test_the_coordinator_naps_where_the_host_is_oversubscribed_unless_told(hvd):
     """overlap.tensorflow's init() asks for the coordinator wait "auto" (TensorFlow's executor
     threads need the cores a spinning coordinator takes); a value in the environment wins."""

@@ -41,7 +41,11 @@ class _DistributedOptimizer:
             # Keras lists variables in layer order, so backward produces the last one's first.
             first = next((g for g in reversed(grads) if g is not None), None)
             grads = self._overlap_reducer.reduce(grads, variables, backward_after=[first])
-        return super().apply(grads, trainable_variables)
+        # Timed for the planner's price of look-ahead (step_markers.timed_update); with
+        # update_at_forward (synchronous plans only, where nothing looks ahead) it is not.
+        return step_markers.timed_update(
+            lambda: super(_DistributedOptimizer, self).apply(grads, trainable_variables),
+            grads, variables)
 
     _overlap_deferred = None       # layerwise.DeferredUpdates with update_at_forward
     _overlap_learning_rate = None  # the pending step's learning rate, while it is applied

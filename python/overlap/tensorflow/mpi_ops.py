@@ -39,11 +39,12 @@ _lib = op_library.load()
 # broadcast's gradient, which non-root ranks replace with zeros). The step markers too: chained,
 # a marker waited for every stateful op traced before it (a tf.py_function in the model, an
 # Assert), and the gradients' allreduces, which wait for the backward marker, then started only
-# after the whole backward; step_markers.py orders the markers among themselves. Barrier and
-# join stay ordered.
+# after the whole backward; step_markers.py orders the markers among themselves (and the
+# optimizer's time, noted beside them, by its own dependencies). Barrier and join stay ordered.
 _INDEPENDENT = {"OverlapAllreduce", "OverlapGroupedAllreduce", "OverlapAllgather",
                 "OverlapBroadcast", "OverlapReducescatter", "OverlapAlltoall",
-                "OverlapAllreduceStart", "OverlapAllreduceFinish", "OverlapStepMarker"}
+                "OverlapAllreduceStart", "OverlapAllreduceFinish", "OverlapStepMarker",
+                "OverlapNoteUpdateTime"}
 auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = frozenset(
     auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS | _INDEPENDENT)
 
@@ -482,3 +483,9 @@ def barrier(process_set=global_process_set):
 def step_marker(kind):
     """Emits an OverlapStepMarker op ("forward", "backward" or "update"; step_markers.cc)."""
     return _lib.overlap_step_marker(kind=kind)
+
+
+def note_update_time(ms):
+    """Emits an OverlapNoteUpdateTime op: the optimizer's update took `ms` (a float64 scalar
+    tensor; step_markers.cc)."""
+    return _lib.overlap_note_update_time(ms)

@@ -14,6 +14,7 @@ gradient's allreduce waited with it. So each graph chains its markers only among
 here: a marker waits for the one traced before it in the same graph, and for its `after`.
 """
 
+import time
 import weakref
 
 import tensorflow as tf
@@ -54,3 +55,28 @@ def backward(after=None):
 def update(after=None):
     """The update begins once `after` (every gradient) is computed."""
     return _mark("update", after)
+
+
+def timed_update(apply, grads, variables):
+    """Runs `apply()`, the optimizer's update of `variables` from `grads`, and notes its time
+    to the core (NoteUpdateTime), from which the planner prices the look-ahead of a delayed
+    plan (scheduler/lookahead.h), as overlap.torch's optimizer does. Inside a tf.function the
+    clock is two tf.timestamp ops: stateful ops on different resources run in no set order
+    there, so the first waits for the gradients (not for their reduction) and the second for a
+    read of every variable, which runs after the update's writes to it."""
+    if not _core.is_initialized():
+        return apply()
+    if tf.executing_eagerly():
+        started = time.perf_counter()
+        result = apply()
+        _core.note_update_ms(1e3 * (time.perf_counter() - started))
+        return result
+    ready = [g for g in grads if isinstance(g, tf.Tensor)]
+    with tf.control_dependencies(ready):
+        start = tf.timestamp()
+    with tf.control_dependencies([start]):
+        result = apply()
+    with tf.control_dependencies([tf.convert_to_tensor(v) for v in variables]):
+        end = tf.timestamp()
+    mpi_ops.note_update_time((end - start) * 1e3)
+    return result

@@ -36,8 +36,8 @@ absl::Status UnknownFirstDim(InferenceContext* c) {
 }
 
 // `has_update`: false when a delayed plan (deft with staleness > 0 or update periods,
-// runtime/planes/plan_delays.h) brings this tensor no update this step; `reduced` is zeros then, and the
-// optimizer must skip the variable rather than apply them. True in every other case.
+// runtime/planes/plan_delays.h) brings this tensor no update this step; `reduced` is zeros then,
+// and the optimizer must skip the variable rather than apply them. True in every other case.
 // `independent_of_results`: the input needs no collective's result (mpi_ops.py works it out from
 // the graph; AllreduceOptions::independent_of_results). `looks_ahead`: the optimizer looks
 // ahead on this gradient under delays (AllreduceOptions::looks_ahead).
@@ -173,6 +173,12 @@ REGISTER_OP("OverlapBarrier")
 // kind: "forward", "backward" or "update" (runtime/overlap.h, StartForward and the others).
 REGISTER_OP("OverlapStepMarker")
     .Attr("kind: {'forward', 'backward', 'update'}")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs);
+
+// The optimizer's update just took `ms` (runtime/overlap.h, NoteUpdateTime).
+REGISTER_OP("OverlapNoteUpdateTime")
+    .Input("ms: double")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs);
 

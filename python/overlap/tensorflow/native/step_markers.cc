@@ -1,6 +1,7 @@
 // The OverlapStepMarker kernel: tells the core where a training step's forward, backward and
 // update begin (runtime/overlap.h, StartForward and the others), from wherever
-// DistributedGradientTape and DistributedOptimizer place marker ops.
+// DistributedGradientTape and DistributedOptimizer place marker ops; and OverlapNoteUpdateTime,
+// the optimizer's time beside them (NoteUpdateTime), which the Keras DistributedOptimizer notes.
 //
 // Markers are ops, not Python calls, so that inside a tf.function they run when the graph gets
 // there rather than once at trace time. One state machine per process keeps the core's sequence
@@ -76,6 +77,23 @@ class StepMarkerOp : public tensorflow::OpKernel {
 };
 
 REGISTER_KERNEL_BUILDER(Name("OverlapStepMarker").Device(tensorflow::DEVICE_CPU), StepMarkerOp);
+
+// A measurement only: like overlap.torch's note, it never fails the update it timed (before
+// init or after shutdown the core drops it).
+class NoteUpdateTimeOp : public tensorflow::OpKernel {
+ public:
+  explicit NoteUpdateTimeOp(tensorflow::OpKernelConstruction* c) : OpKernel(c) {}
+
+  void Compute(tensorflow::OpKernelContext* ctx) override {
+    const tensorflow::Tensor& ms = ctx->input(0);
+    if (ms.NumElements() == 1 && overlap_is_initialized()) {
+      (void)overlap_note_update_ms(ms.flat<double>()(0));
+    }
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("OverlapNoteUpdateTime").Device(tensorflow::DEVICE_CPU),
+                        NoteUpdateTimeOp);
 
 }  // namespace
 }  // namespace overlap_tf
