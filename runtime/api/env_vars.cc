@@ -209,9 +209,9 @@ constexpr Var kVars[] = {
         .Default("spin")
         .Describe("how the coordinator waits while its collectives run and nothing finished for 1 "
                   "ms: spin calls MPI in a loop, yielding the core; nap sleeps 1 ms between calls "
-                  "(woken at once by new work); auto naps while the host's load average is at least its CPU count "
-                  "(ranks outnumber cores), else spins; overlap.tensorflow's init() asks for "
-                  "auto unless this is set")
+                  "(woken at once by new work); auto naps while the host's load average is at "
+                  "least its CPU count (ranks outnumber cores), else spins; overlap.tensorflow's "
+                  "init() asks for auto unless this is set")
         .Build(),
     Def("OVERLAP_CYCLE_TIME_MS", Kind::kDouble)
         .Range(0, 1000, "milliseconds")
