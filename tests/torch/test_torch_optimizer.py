@@ -486,6 +486,7 @@ def test_step_markers_hook_module_calls_only_until_the_forward_marker(hvd):
     model(x).sum().backward()
     opt.step()
     steps = hvd._core.stats()["steps"]
+    noted = hvd._core.stats()["update_times_noted"]
     for i in range(3):
         assert hooked(), "no forward marker hook after step %d" % i
         opt.zero_grad()
@@ -496,3 +497,5 @@ def test_step_markers_hook_module_calls_only_until_the_forward_marker(hvd):
         loss.backward()
         opt.step()
     assert hvd._core.stats()["steps"] == steps + 3
+    # Each step() notes its optimizer's time for the planner (NoteUpdateTime).
+    assert hvd._core.stats()["update_times_noted"] == noted + 3, hvd._core.stats()
