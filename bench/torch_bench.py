@@ -161,11 +161,17 @@ def tuned_bucket(system, workload, candidates, args):
 
 def settle_trials(system, run, chunk=5, limit=80):
     """overlap's auto tries its candidate plans on live steps (OVERLAP_AUTO_TRIALS): warm up
-    further, `chunk` steps at a time, until no rank is still trying. Returns the extra steps."""
+    further, `chunk` steps at a time, until no rank is still trying, nor, under auto, still
+    without the plan it keeps (before its first trial nothing is pending yet: a short warm-up
+    ended there and measured the trials). Returns the extra steps."""
     stats = getattr(getattr(system, "hvd", None), "stats", None)
+    auto = (os.environ.get("OVERLAP_PLANNER") or "") == "auto"
     extra = 0
     while stats is not None and extra < limit:
-        pending = 1.0 if stats().get("plan_trials_pending") else 0.0
+        now = stats()
+        unsettled = now.get("plan_trials_pending") or (
+            auto and not str(now.get("planner", "")).startswith("auto"))
+        pending = 1.0 if unsettled else 0.0
         if system.max_over_ranks([pending])[0] == 0.0:
             break
         run(chunk)
