@@ -433,8 +433,9 @@ struct RuntimeStats {
   int64_t link_probes = 0;
   int64_t weighted_allreduces = 0;
   std::string link_rates;
-  // The program's optimizer time noted with NoteUpdateTime (overlap.torch's and the Keras
-  // DistributedOptimizer's updates note theirs): how many notes, and their sum in ms.
+  // The program's optimizer time noted with NoteUpdateTime (overlap.torch's optimizer notes
+  // each update; the Keras DistributedOptimizer each one apply() runs at once, not those
+  // update_at_forward defers): how many notes, and their sum in ms.
   int64_t update_times_noted = 0;
   double update_ms_noted = 0;
 };

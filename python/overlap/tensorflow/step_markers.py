@@ -1,5 +1,6 @@
 """Step markers for the runtime's planners (DESIGN.md section 13), placed by the tape and the
-optimizer as OverlapStepMarker ops (native/step_markers.cc).
+optimizer as OverlapStepMarker ops (native/step_markers.cc); and, beside them, the Keras
+optimizer's update time (timed_update, an OverlapNoteUpdateTime op).
 
 Eagerly a marker runs when it is emitted. Inside a tf.function it runs when the graph reaches it:
 a marker with no inputs runs as the function starts (the forward), one that depends on the loss
